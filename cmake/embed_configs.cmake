@@ -1,0 +1,12 @@
+# Writes a C++ file that holds every configs/*.yaml as a string, keyed by file name.
+set(content "// Generated from configs/*.yaml by cmake/embed_configs.cmake. Do not edit.\n")
+string(APPEND content "#include <map>\n#include <string>\nnamespace mmgen {\n")
+string(APPEND content "const std::map<std::string, std::string>& embedded_configs() {\n")
+string(APPEND content "  static const std::map<std::string, std::string> files = {\n")
+foreach(f ${FILES})
+  get_filename_component(name ${f} NAME)
+  file(READ ${f} text)
+  string(APPEND content "    {\"${name}\", R\"mmgen_yaml(${text})mmgen_yaml\"},\n")
+endforeach()
+string(APPEND content "  };\n  return files;\n}\n}  // namespace mmgen\n")
+file(WRITE ${OUT} "${content}")

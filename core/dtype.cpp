@@ -1,0 +1,75 @@
+#include "core/dtype.h"
+
+#include <cmath>
+
+namespace mmgen {
+namespace {
+
+struct DTypeInfo {
+  DType dtype;
+  size_t size;
+  std::string_view name;
+  std::string_view safetensors;
+};
+
+constexpr DTypeInfo kDTypes[] = {
+    {DType::F32, 4, "f32", "F32"}, {DType::F64, 8, "f64", "F64"}, {DType::BF16, 2, "bf16", "BF16"},
+    {DType::F16, 2, "f16", "F16"}, {DType::I64, 8, "i64", "I64"}, {DType::I32, 4, "i32", "I32"},
+    {DType::I8, 1, "i8", "I8"},    {DType::U8, 1, "u8", "U8"},    {DType::Bool, 1, "bool", "BOOL"},
+};
+
+const DTypeInfo& info(DType dtype) {
+  for (const auto& entry : kDTypes)
+    if (entry.dtype == dtype) return entry;
+  return kDTypes[0];  // unreachable: every enumerator is in the table
+}
+
+}  // namespace
+
+size_t dtype_size(DType dtype) {
+  return info(dtype).size;
+}
+std::string_view dtype_name(DType dtype) {
+  return info(dtype).name;
+}
+std::string_view dtype_safetensors_name(DType dtype) {
+  return info(dtype).safetensors;
+}
+
+std::optional<DType> dtype_from_safetensors(std::string_view name) {
+  for (const auto& entry : kDTypes)
+    if (entry.safetensors == name) return entry.dtype;
+  return std::nullopt;
+}
+
+bool dtype_is_floating(DType dtype) {
+  return dtype == DType::F32 || dtype == DType::F64 || dtype == DType::BF16 || dtype == DType::F16;
+}
+
+float f16_to_f32(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  uint32_t exponent = (h >> 10) & 0x1fu;
+  uint32_t mantissa = h & 0x3ffu;
+  if (exponent == 0) {  // zero or subnormal: value = mantissa * 2^-24
+    float value = std::ldexp(float(mantissa), -24);
+    return sign ? -value : value;
+  }
+  if (exponent == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
+  return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
+}
+
+uint16_t f32_to_f16(float value) {
+  uint32_t bits = std::bit_cast<uint32_t>(value);
+  uint16_t sign = uint16_t((bits >> 16) & 0x8000u);
+  uint32_t abs = bits & 0x7fffffffu;
+  if (abs > 0x7f800000u) return sign | 0x7e00u;   // NaN
+  if (abs >= 0x477ff000u) return sign | 0x7c00u;  // rounds to inf
+  if (abs < 0x38800000u) {                        // subnormal or zero in f16
+    float magnitude = std::bit_cast<float>(abs);
+    return sign | uint16_t(std::nearbyint(magnitude * 16777216.0f));  // 2^24, ties to even
+  }
+  uint32_t rounded = abs + 0xfffu + ((abs >> 13) & 1u);
+  return sign | uint16_t((rounded - 0x38000000u) >> 13);
+}
+
+}  // namespace mmgen

@@ -1,0 +1,92 @@
+#include "core/file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <random>
+
+#include "core/error.h"
+
+namespace mmgen {
+namespace {
+
+// Opens `path` read-only and checks that it is a regular file (after following symlinks).
+int open_regular(const fs::path& path, size_t& size) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  check(fd >= 0, "cannot open {}: {}", path.string(), std::strerror(errno));
+  struct stat info {};
+  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    ::close(fd);
+    fail("{} is not a regular file; point mmgen at a real file", path.string());
+  }
+  size = size_t(info.st_size);
+  return fd;
+}
+
+}  // namespace
+
+std::string read_text_file(const fs::path& path, size_t max_bytes) {
+  size_t size = 0;
+  int fd = open_regular(path, size);
+  if (size > max_bytes) {
+    ::close(fd);
+    fail("{} is {} bytes, more than the {} allowed for this kind of file", path.string(), size,
+         max_bytes);
+  }
+  std::string text(size, '\0');
+  size_t done = 0;
+  while (done < size) {
+    ssize_t got = ::read(fd, text.data() + done, size - done);
+    if (got <= 0) break;
+    done += size_t(got);
+  }
+  ::close(fd);
+  check(done == size, "could not read all of {}", path.string());
+  return text;
+}
+
+std::shared_ptr<MappedFile> MappedFile::open(const fs::path& path) {
+  size_t size = 0;
+  int fd = open_regular(path, size);
+  std::shared_ptr<MappedFile> file(new MappedFile());
+  file->path_ = path;
+  file->size_ = size;
+  if (size > 0) {
+    void* address = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    ::close(fd);
+    check(address != MAP_FAILED, "cannot map {}: {}", path.string(), std::strerror(errno));
+    file->data_ = static_cast<std::byte*>(address);
+  } else {
+    ::close(fd);
+  }
+  return file;
+}
+
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(data_, size_);
+}
+
+void write_atomically(const fs::path& path, const std::function<void(const fs::path&)>& write) {
+  std::random_device random;
+  fs::path temporary = path;
+  // Keep the extension last: OpenCV picks the encoder from it.
+  temporary.replace_filename("." + path.stem().string() + ".partial-" + std::to_string(random()) +
+                             path.extension().string());
+  try {
+    write(temporary);
+    std::error_code error;
+    fs::rename(temporary, path, error);
+    check(!error, "cannot move the finished output to {}: {}", path.string(), error.message());
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove(temporary, ignored);
+    throw;
+  }
+}
+
+}  // namespace mmgen

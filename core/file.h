@@ -1,0 +1,46 @@
+// File access with limits: bounded whole-file reads for text formats, read-only memory mapping
+// for weights, and atomic writes (temporary name, renamed when complete) for outputs.
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace mmgen {
+
+namespace fs = std::filesystem;
+
+// Limits on what we read from untrusted files, in one place.
+struct Limits {
+  static constexpr size_t kMaxTextFile = 256ull << 20;           // JSON / YAML / tokenizer files
+  static constexpr size_t kMaxSafetensorsHeader = 100ull << 20;  // as the safetensors crate
+};
+
+// Reads a regular file of at most `max_bytes`. Errors name the file and the problem.
+std::string read_text_file(const fs::path& path, size_t max_bytes = Limits::kMaxTextFile);
+
+// A read-only mapping of a whole regular file.
+class MappedFile final : public Storage {
+ public:
+  static std::shared_ptr<MappedFile> open(const fs::path& path);
+  ~MappedFile() override;
+  std::byte* data() override { return data_; }
+  size_t size() const override { return size_; }
+  const fs::path& path() const { return path_; }
+
+ private:
+  MappedFile() = default;
+  std::byte* data_ = nullptr;
+  size_t size_ = 0;
+  fs::path path_;
+};
+
+// Writes `path` by calling `write(temporary_path)` and renaming the result into place, so a
+// reader never sees a half-written file; the temporary is removed if `write` throws.
+void write_atomically(const fs::path& path, const std::function<void(const fs::path&)>& write);
+
+}  // namespace mmgen

@@ -1,0 +1,269 @@
+#include "core/safetensors.h"
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace mmgen {
+namespace {
+
+using json = nlohmann::json;
+
+uint64_t read_le64(const std::byte* p) {
+  uint64_t value = 0;
+  for (int i = 7; i >= 0; --i) value = (value << 8) | uint64_t(p[i]);
+  return value;
+}
+
+// Reads one header entry, checking its fields; `where` prefixes messages.
+TensorInfo parse_entry(const std::string& where, const std::string& name, const json& entry,
+                       size_t data_size) {
+  check(entry.is_object(), "{}: entry '{}' is not a JSON object", where, name);
+  for (const char* key : {"dtype", "shape", "data_offsets"})
+    check(entry.contains(key), "{}: tensor '{}' has no '{}'", where, name, key);
+  const json& dtype = entry["dtype"];
+  check(dtype.is_string(), "{}: tensor '{}' has a non-string dtype", where, name);
+  auto parsed = dtype_from_safetensors(dtype.get<std::string>());
+  check(
+      parsed.has_value(),
+      "{}: tensor '{}' has unknown dtype '{}' (known: F32, F64, BF16, F16, I64, I32, I8, U8, BOOL)",
+      where, name, dtype.get<std::string>());
+  TensorInfo info;
+  info.dtype = *parsed;
+
+  const json& shape = entry["shape"];
+  check(shape.is_array() && shape.size() <= 16, "{}: tensor '{}' has a malformed shape", where,
+        name);
+  uint64_t bytes = dtype_size(info.dtype);
+  for (const json& extent : shape) {
+    check(extent.is_number_unsigned() || (extent.is_number_integer() && extent.get<int64_t>() >= 0),
+          "{}: tensor '{}' has a shape entry that is not a non-negative integer", where, name);
+    uint64_t value = extent.get<uint64_t>();
+    check(value <= uint64_t(INT64_MAX) && !__builtin_mul_overflow(bytes, value, &bytes),
+          "{}: tensor '{}' has a shape too large to address", where, name);
+    info.shape.push_back(int64_t(value));
+  }
+
+  const json& offsets = entry["data_offsets"];
+  check(offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() &&
+            offsets[1].is_number_unsigned(),
+        "{}: tensor '{}' needs data_offsets [begin, end] of non-negative integers", where, name);
+  uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
+  check(begin <= end, "{}: tensor '{}' has data_offsets [{}, {}] with begin after end", where, name,
+        begin, end);
+  check(end <= data_size,
+        "{}: tensor '{}' ends at byte {} but the data section has only {} bytes (file truncated?)",
+        where, name, end, data_size);
+  check(end - begin == bytes,
+        "{}: tensor '{}' has shape {} x {} = {} bytes but its offsets span {} bytes", where, name,
+        shape_string(info.shape), dtype_name(info.dtype), bytes, end - begin);
+  info.begin = size_t(begin);
+  info.end = size_t(end);
+  return info;
+}
+
+}  // namespace
+
+SafetensorsFile SafetensorsFile::open(const fs::path& path) {
+  SafetensorsFile result;
+  result.file_ = MappedFile::open(path);
+  const std::string where = path.string();
+  const size_t size = result.file_->size();
+  check(size >= 8,
+        "{}: {} bytes is too short for a safetensors file (it needs an 8-byte header length)",
+        where, size);
+  const uint64_t header_length = read_le64(result.file_->data());
+  check(header_length <= Limits::kMaxSafetensorsHeader,
+        "{}: header length {} is larger than the {} bytes allowed; the file is not safetensors or "
+        "is corrupt",
+        where, header_length, Limits::kMaxSafetensorsHeader);
+  check(header_length <= size - 8,
+        "{}: header length {} runs past the end of the {}-byte file (truncated?)", where,
+        header_length, size);
+  const char* header_begin = reinterpret_cast<const char*>(result.file_->data() + 8);
+  json header = json::parse(header_begin, header_begin + header_length, nullptr, false);
+  check(!header.is_discarded(), "{}: the header is not valid JSON", where);
+  check(header.is_object(), "{}: the header is not a JSON object", where);
+
+  result.data_start_ = size_t(8 + header_length);
+  const size_t data_size = size - result.data_start_;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") {
+      check(it->is_object(), "{}: __metadata__ is not an object", where);
+      for (auto m = it->begin(); m != it->end(); ++m) {
+        check(m->is_string(), "{}: __metadata__ value '{}' is not a string", where, m.key());
+        result.metadata_[m.key()] = m->get<std::string>();
+      }
+      continue;
+    }
+    result.tensors_[it.key()] = parse_entry(where, it.key(), *it, data_size);
+  }
+
+  // No two tensors may share bytes (zero-size tensors occupy none).
+  std::vector<std::pair<const std::string*, const TensorInfo*>> ordered;
+  for (const auto& [name, info] : result.tensors_)
+    if (info.end > info.begin) ordered.push_back({&name, &info});
+  std::sort(ordered.begin(), ordered.end(),
+            [](const auto& a, const auto& b) { return a.second->begin < b.second->begin; });
+  for (size_t i = 1; i < ordered.size(); ++i)
+    check(ordered[i].second->begin >= ordered[i - 1].second->end,
+          "{}: tensors '{}' and '{}' overlap in the data section", where, *ordered[i - 1].first,
+          *ordered[i].first);
+  return result;
+}
+
+const TensorInfo& SafetensorsFile::info(const std::string& name) const {
+  auto it = tensors_.find(name);
+  check(it != tensors_.end(), "{}: no tensor named '{}'", path().string(), name);
+  return it->second;
+}
+
+Tensor SafetensorsFile::tensor(const std::string& name) const {
+  const TensorInfo& entry = info(name);
+  return Tensor::wrap(file_, data_start_ + entry.begin, entry.shape, entry.dtype);
+}
+
+std::vector<std::string> SafetensorsFile::names() const {
+  std::vector<std::string> names;
+  for (const auto& [name, info] : tensors_) names.push_back(name);
+  return names;
+}
+
+WeightStore WeightStore::open_file(const fs::path& file) {
+  WeightStore store;
+  store.origin_ = file;
+  store.files_.push_back(SafetensorsFile::open(file));
+  for (const auto& name : store.files_[0].names()) store.where_[name] = 0;
+  return store;
+}
+
+WeightStore WeightStore::open_folder(const fs::path& folder) {
+  check(fs::is_directory(folder), "{} is not a folder", folder.string());
+  std::vector<fs::path> indexes, singles;
+  for (const auto& entry : fs::directory_iterator(folder)) {
+    const std::string name = entry.path().filename().string();
+    if (name.ends_with(".safetensors.index.json"))
+      indexes.push_back(entry.path());
+    else if (name.ends_with(".safetensors"))
+      singles.push_back(entry.path());
+  }
+  std::sort(indexes.begin(), indexes.end());
+  std::sort(singles.begin(), singles.end());
+
+  if (indexes.empty()) {
+    check(!singles.empty(),
+          "{} holds no *.safetensors weights; download the component's weights or fix "
+          "--<component>-path",
+          folder.string());
+    check(singles.size() == 1,
+          "{} holds {} *.safetensors files but no *.safetensors.index.json saying how they fit "
+          "together",
+          folder.string(), singles.size());
+    WeightStore store = open_file(singles[0]);
+    store.origin_ = folder;
+    return store;
+  }
+  check(indexes.size() == 1, "{} holds {} *.safetensors.index.json files; keep one",
+        folder.string(), indexes.size());
+
+  const fs::path& index_path = indexes[0];
+  json index = json::parse(read_text_file(index_path), nullptr, false);
+  check(!index.is_discarded() && index.is_object(), "{}: not a valid JSON object",
+        index_path.string());
+  check(index.contains("weight_map") && index["weight_map"].is_object(),
+        "{}: no 'weight_map' object", index_path.string());
+  WeightStore store;
+  store.origin_ = folder;
+  std::map<std::string, size_t> shard_index;
+  for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
+    check(it->is_string(), "{}: weight_map entry '{}' is not a file name", index_path.string(),
+          it.key());
+    const std::string shard = it->get<std::string>();
+    // A shard is a file beside the index: no folders, no way out of the component folder.
+    check(!shard.empty() && shard.find('/') == std::string::npos && shard != "." && shard != "..",
+          "{}: shard name '{}' is not a plain file name", index_path.string(), shard);
+    auto [found, inserted] = shard_index.try_emplace(shard, store.files_.size());
+    if (inserted) store.files_.push_back(SafetensorsFile::open(folder / shard));
+    check(store.files_[found->second].has(it.key()), "{}: names '{}' in {}, which does not hold it",
+          index_path.string(), it.key(), shard);
+    store.where_[it.key()] = found->second;
+  }
+  return store;
+}
+
+const TensorInfo& WeightStore::info(const std::string& name) const {
+  auto it = where_.find(name);
+  check(it != where_.end(),
+        "{}: no weight named '{}'; the checkpoint does not match the model's config",
+        origin_.string(), name);
+  return files_[it->second].info(name);
+}
+
+Tensor WeightStore::get(const std::string& name) const {
+  info(name);  // names the missing weight
+  return files_[where_.at(name)].tensor(name);
+}
+
+Tensor WeightStore::get_f32(const std::string& name) const {
+  return get(name).to(DType::F32);
+}
+
+Tensor WeightStore::get_f32(const std::string& name, const Shape& expected) const {
+  const TensorInfo& entry = info(name);
+  check(entry.shape == expected, "{}: weight '{}' has shape {} but the config implies {}",
+        origin_.string(), name, shape_string(entry.shape), shape_string(expected));
+  return get_f32(name);
+}
+
+std::vector<std::string> WeightStore::names() const {
+  std::vector<std::string> names;
+  for (const auto& [name, file] : where_) names.push_back(name);
+  return names;
+}
+
+size_t WeightStore::stored_bytes() const {
+  size_t total = 0;
+  for (const auto& [name, file] : where_) {
+    const TensorInfo& entry = files_[file].info(name);
+    total += entry.end - entry.begin;
+  }
+  return total;
+}
+
+void write_safetensors(const fs::path& path, const NamedTensors& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  json header = json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  size_t offset = 0;
+  for (const auto& [name, tensor] : tensors) {
+    check(name != "__metadata__", "a tensor cannot be named __metadata__");
+    check(!header.contains(name), "tensor name '{}' given twice", name);
+    header[name] = {{"dtype", dtype_safetensors_name(tensor.dtype())},
+                    {"shape", tensor.shape()},
+                    {"data_offsets", {offset, offset + tensor.nbytes()}}};
+    offset += tensor.nbytes();
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // keep the data section 8-byte aligned
+  write_atomically(path, [&](const fs::path& temporary) {
+    std::ofstream out(temporary, std::ios::binary);
+    check(bool(out), "cannot write {}", temporary.string());
+    uint64_t length = text.size();
+    char length_bytes[8];
+    for (int i = 0; i < 8; ++i) length_bytes[i] = char((length >> (8 * i)) & 0xff);
+    out.write(length_bytes, 8);
+    out.write(text.data(), std::streamsize(text.size()));
+    for (const auto& [name, tensor] : tensors) {
+      Tensor contiguous = tensor.contiguous();
+      out.write(reinterpret_cast<const char*>(contiguous.raw()),
+                std::streamsize(contiguous.nbytes()));
+    }
+    out.close();
+    check(bool(out), "writing {} failed (disk full?)", path.string());
+  });
+}
+
+}  // namespace mmgen

@@ -1,0 +1,74 @@
+// safetensors files: a validating, memory-mapped reader, sharded checkpoints
+// (`*.safetensors.index.json`), and a writer.
+//
+// Everything in a header is checked before any tensor is handed out: header length within the
+// file and below a bound, well-formed JSON, known dtypes, shapes whose byte size equals the
+// offsets' span, offsets inside the data section, and no two tensors overlapping.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/file.h"
+#include "core/tensor.h"
+
+namespace mmgen {
+
+struct TensorInfo {
+  DType dtype;
+  Shape shape;
+  size_t begin = 0;  // byte offsets into the data section
+  size_t end = 0;
+};
+
+class SafetensorsFile {
+ public:
+  static SafetensorsFile open(const fs::path& path);
+
+  bool has(const std::string& name) const { return tensors_.count(name) > 0; }
+  const TensorInfo& info(const std::string& name) const;
+  Tensor tensor(const std::string& name) const;  // a view into the mapping, in the stored dtype
+  std::vector<std::string> names() const;
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  const fs::path& path() const { return file_->path(); }
+
+ private:
+  std::shared_ptr<MappedFile> file_;
+  size_t data_start_ = 0;
+  std::map<std::string, TensorInfo> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// The weights of one component folder: a single `*.safetensors` file or the shards an index file
+// names. Tensors are mapped, not read, so memory stays close to what is used.
+class WeightStore {
+ public:
+  static WeightStore open_folder(const fs::path& folder);
+  static WeightStore open_file(const fs::path& file);
+
+  bool has(const std::string& name) const { return where_.count(name) > 0; }
+  Tensor get(const std::string& name) const;      // stored dtype
+  Tensor get_f32(const std::string& name) const;  // converted to float32 (copied if needed)
+  // Like get_f32, and checks the shape, naming the tensor and the file when it differs.
+  Tensor get_f32(const std::string& name, const Shape& expected) const;
+  const TensorInfo& info(const std::string& name) const;
+  std::vector<std::string> names() const;
+  size_t stored_bytes() const;
+  const fs::path& origin() const { return origin_; }
+
+ private:
+  fs::path origin_;
+  std::vector<SafetensorsFile> files_;
+  std::map<std::string, size_t> where_;  // tensor name -> index into files_
+};
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+// Writes tensors (any dtype, any strides) to `path` atomically.
+void write_safetensors(const fs::path& path, const NamedTensors& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace mmgen

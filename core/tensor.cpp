@@ -1,0 +1,367 @@
+#include "core/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "core/error.h"
+
+namespace mmgen {
+
+std::string shape_string(const Shape& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+int64_t shape_numel(const Shape& shape) {
+  int64_t count = 1;
+  for (int64_t extent : shape) count *= extent;
+  return count;
+}
+
+Shape contiguous_strides(const Shape& shape) {
+  Shape strides(shape.size());
+  int64_t stride = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    strides[i] = stride;
+    stride *= shape[i];
+  }
+  return strides;
+}
+
+OwnedStorage::OwnedStorage(size_t bytes) : size_(bytes) {
+  // 64-byte alignment keeps AVX loads on cache lines; std::aligned_alloc needs a multiple size.
+  size_t rounded = (bytes + 63) / 64 * 64;
+  data_ = static_cast<std::byte*>(std::aligned_alloc(64, rounded == 0 ? 64 : rounded));
+  if (!data_) throw std::bad_alloc();
+}
+
+OwnedStorage::~OwnedStorage() {
+  std::free(data_);
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype) {
+  for (int64_t extent : shape)
+    check(extent >= 0, "negative tensor extent in shape {}", shape_string(shape));
+  Tensor tensor;
+  tensor.shape_ = shape;
+  tensor.strides_ = contiguous_strides(shape);
+  tensor.dtype_ = dtype;
+  tensor.storage_ = std::make_shared<OwnedStorage>(size_t(shape_numel(shape)) * dtype_size(dtype));
+  return tensor;
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype) {
+  Tensor tensor = empty(shape, dtype);
+  std::memset(tensor.raw(), 0, tensor.nbytes());
+  return tensor;
+}
+
+Tensor Tensor::full(const Shape& shape, float value) {
+  Tensor tensor = empty(shape, DType::F32);
+  float* data = tensor.data<float>();
+  for (int64_t i = 0; i < tensor.numel(); ++i) data[i] = value;
+  return tensor;
+}
+
+Tensor Tensor::from_vector(const Shape& shape, const std::vector<float>& values) {
+  check(int64_t(values.size()) == shape_numel(shape), "{} values do not fill shape {}",
+        values.size(), shape_string(shape));
+  Tensor tensor = empty(shape, DType::F32);
+  std::memcpy(tensor.raw(), values.data(), values.size() * sizeof(float));
+  return tensor;
+}
+
+Tensor Tensor::from_vector(const Shape& shape, const std::vector<int64_t>& values) {
+  check(int64_t(values.size()) == shape_numel(shape), "{} values do not fill shape {}",
+        values.size(), shape_string(shape));
+  Tensor tensor = empty(shape, DType::I64);
+  std::memcpy(tensor.raw(), values.data(), values.size() * sizeof(int64_t));
+  return tensor;
+}
+
+Tensor Tensor::wrap(std::shared_ptr<Storage> storage, size_t offset, const Shape& shape,
+                    DType dtype) {
+  Tensor tensor;
+  tensor.shape_ = shape;
+  tensor.strides_ = contiguous_strides(shape);
+  tensor.dtype_ = dtype;
+  check(offset + tensor.nbytes() <= storage->size(),
+        "tensor of {} bytes at offset {} lies outside its {}-byte storage", tensor.nbytes(), offset,
+        storage->size());
+  tensor.storage_ = std::move(storage);
+  tensor.offset_ = offset;
+  return tensor;
+}
+
+int64_t Tensor::normalize_dim(int64_t d, int64_t rank) const {
+  int64_t normalized = d < 0 ? d + rank : d;
+  check(normalized >= 0 && normalized < rank, "dimension {} out of range for a {}-d tensor", d,
+        rank);
+  return normalized;
+}
+
+int64_t Tensor::size(int64_t d) const {
+  return shape_[size_t(normalize_dim(d, dim()))];
+}
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  for (size_t i = shape_.size(); i-- > 0;) {
+    if (shape_[i] != 1 && strides_[i] != expected) return false;
+    expected *= shape_[i];
+  }
+  return true;
+}
+
+void Tensor::check_element_size(size_t size) const {
+  check(size == dtype_size(dtype_), "tensor of dtype {} accessed with a {}-byte element type",
+        dtype_name(dtype_), size);
+}
+
+Tensor Tensor::view(const Shape& shape) const {
+  check(is_contiguous(), "view of a non-contiguous tensor; call contiguous() first");
+  Shape resolved = shape;
+  int64_t known = 1, inferred = -1;
+  for (size_t i = 0; i < resolved.size(); ++i) {
+    if (resolved[i] == -1) {
+      check(inferred < 0, "view shape {} has more than one -1", shape_string(shape));
+      inferred = int64_t(i);
+    } else {
+      known *= resolved[i];
+    }
+  }
+  if (inferred >= 0) {
+    check(known > 0 && numel() % known == 0, "cannot view {} as {}", shape_string(shape_),
+          shape_string(shape));
+    resolved[size_t(inferred)] = numel() / known;
+  }
+  check(shape_numel(resolved) == numel(), "cannot view {} as {}", shape_string(shape_),
+        shape_string(shape));
+  Tensor result = *this;
+  result.shape_ = resolved;
+  result.strides_ = contiguous_strides(resolved);
+  return result;
+}
+
+Tensor Tensor::slice(int64_t d, int64_t start, int64_t end) const {
+  d = normalize_dim(d, dim());
+  int64_t extent = shape_[size_t(d)];
+  check(0 <= start && start <= end && end <= extent,
+        "slice [{}, {}) outside dimension {} of size {}", start, end, d, extent);
+  Tensor result = *this;
+  result.offset_ += size_t(start * strides_[size_t(d)]) * dtype_size(dtype_);
+  result.shape_[size_t(d)] = end - start;
+  return result;
+}
+
+Tensor Tensor::select(int64_t d, int64_t index) const {
+  d = normalize_dim(d, dim());
+  Tensor result = slice(d, index, index + 1);
+  result.shape_.erase(result.shape_.begin() + d);
+  result.strides_.erase(result.strides_.begin() + d);
+  return result;
+}
+
+Tensor Tensor::permute(const std::vector<int64_t>& order) const {
+  check(int64_t(order.size()) == dim(), "permute order has {} entries for a {}-d tensor",
+        order.size(), dim());
+  Tensor result = *this;
+  std::vector<bool> seen(order.size(), false);
+  for (size_t i = 0; i < order.size(); ++i) {
+    int64_t source = normalize_dim(order[i], dim());
+    check(!seen[size_t(source)], "permute order repeats dimension {}", source);
+    seen[size_t(source)] = true;
+    result.shape_[i] = shape_[size_t(source)];
+    result.strides_[i] = strides_[size_t(source)];
+  }
+  return result;
+}
+
+Tensor Tensor::unsqueeze(int64_t d) const {
+  d = normalize_dim(d, dim() + 1);
+  Tensor result = *this;
+  int64_t stride = d < dim() ? strides_[size_t(d)] * shape_[size_t(d)] : 1;
+  result.shape_.insert(result.shape_.begin() + d, 1);
+  result.strides_.insert(result.strides_.begin() + d, stride);
+  return result;
+}
+
+Tensor Tensor::reshape(const Shape& shape) const {
+  return contiguous().view(shape);
+}
+
+namespace {
+
+// Copies elements of `source` (any strides) into contiguous `destination` bytes, same dtype.
+void strided_copy(const Tensor& source, std::byte* destination) {
+  const size_t element = dtype_size(source.dtype());
+  const int64_t rank = source.dim();
+  if (source.numel() == 0) return;
+  if (source.is_contiguous()) {
+    std::memcpy(destination, source.raw(), source.nbytes());
+    return;
+  }
+  // Walk all but the last dimension with an index counter; copy the innermost run.
+  const int64_t inner = rank ? source.shape().back() : 1;
+  const int64_t inner_stride = rank ? source.strides().back() : 1;
+  std::vector<int64_t> index(size_t(std::max<int64_t>(rank - 1, 0)), 0);
+  const std::byte* base = source.raw();
+  const int64_t outer = source.numel() / inner;
+  for (int64_t o = 0; o < outer; ++o) {
+    int64_t offset = 0;
+    for (size_t i = 0; i < index.size(); ++i) offset += index[i] * source.strides()[i];
+    const std::byte* from = base + offset * int64_t(element);
+    if (inner_stride == 1) {
+      std::memcpy(destination, from, size_t(inner) * element);
+      destination += size_t(inner) * element;
+    } else {
+      for (int64_t j = 0; j < inner; ++j, destination += element)
+        std::memcpy(destination, from + j * inner_stride * int64_t(element), element);
+    }
+    for (size_t i = index.size(); i-- > 0;) {
+      if (++index[i] < source.shape()[i]) break;
+      index[i] = 0;
+    }
+  }
+}
+
+double load_as_double(const std::byte* p, DType dtype) {
+  switch (dtype) {
+    case DType::F32: {
+      float v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DType::F64: {
+      double v;
+      std::memcpy(&v, p, 8);
+      return v;
+    }
+    case DType::BF16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return bf16_to_f32(v);
+    }
+    case DType::F16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return f16_to_f32(v);
+    }
+    case DType::I64: {
+      int64_t v;
+      std::memcpy(&v, p, 8);
+      return double(v);
+    }
+    case DType::I32: {
+      int32_t v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DType::I8:
+      return double(int8_t(*p));
+    case DType::U8:
+      return double(uint8_t(*p));
+    case DType::Bool:
+      return *p != std::byte{0} ? 1.0 : 0.0;
+  }
+  return 0;
+}
+
+void store_from_double(std::byte* p, DType dtype, double value) {
+  switch (dtype) {
+    case DType::F32: {
+      float v = float(value);
+      std::memcpy(p, &v, 4);
+      return;
+    }
+    case DType::F64:
+      std::memcpy(p, &value, 8);
+      return;
+    case DType::BF16: {
+      uint16_t v = f32_to_bf16(float(value));
+      std::memcpy(p, &v, 2);
+      return;
+    }
+    case DType::F16: {
+      uint16_t v = f32_to_f16(float(value));
+      std::memcpy(p, &v, 2);
+      return;
+    }
+    case DType::I64: {
+      int64_t v = int64_t(value);
+      std::memcpy(p, &v, 8);
+      return;
+    }
+    case DType::I32: {
+      int32_t v = int32_t(value);
+      std::memcpy(p, &v, 4);
+      return;
+    }
+    case DType::I8:
+      *p = std::byte(uint8_t(int8_t(value)));
+      return;
+    case DType::U8:
+      *p = std::byte(uint8_t(value));
+      return;
+    case DType::Bool:
+      *p = std::byte(value != 0 ? 1 : 0);
+      return;
+  }
+}
+
+}  // namespace
+
+Tensor Tensor::contiguous() const {
+  if (is_contiguous()) return *this;
+  Tensor result = empty(shape_, dtype_);
+  strided_copy(*this, result.raw());
+  return result;
+}
+
+Tensor Tensor::clone() const {
+  Tensor result = empty(shape_, dtype_);
+  strided_copy(*this, result.raw());
+  return result;
+}
+
+Tensor Tensor::to(DType dtype) const {
+  if (dtype == dtype_) return contiguous();
+  Tensor source = contiguous();
+  Tensor result = empty(shape_, dtype);
+  const int64_t count = numel();
+  if (dtype_ == DType::BF16 && dtype == DType::F32) {  // the hot case: weights used in f32
+    const uint16_t* from = source.data<uint16_t>();
+    float* to = result.data<float>();
+    for (int64_t i = 0; i < count; ++i) to[i] = bf16_to_f32(from[i]);
+    return result;
+  }
+  const size_t from_size = dtype_size(dtype_), to_size = dtype_size(dtype);
+  for (int64_t i = 0; i < count; ++i)
+    store_from_double(result.raw() + i * int64_t(to_size), dtype,
+                      load_as_double(source.raw() + i * int64_t(from_size), dtype_));
+  return result;
+}
+
+void Tensor::copy_from(const Tensor& source) {
+  check(source.shape() == shape_, "copy from {} into {}", shape_string(source.shape()),
+        shape_string(shape_));
+  check(is_contiguous(), "copy into a non-contiguous tensor");
+  Tensor converted = source.to(dtype_);
+  std::memcpy(raw(), converted.raw(), nbytes());
+}
+
+float Tensor::item_f32(const std::vector<int64_t>& index) const {
+  check(int64_t(index.size()) == dim(), "index of {} entries for a {}-d tensor", index.size(),
+        dim());
+  int64_t offset = 0;
+  for (size_t i = 0; i < index.size(); ++i) {
+    check(index[i] >= 0 && index[i] < shape_[i],
+          "index {} out of range for dimension {} of size {}", index[i], i, shape_[i]);
+    offset += index[i] * strides_[i];
+  }
+  return float(load_as_double(raw() + offset * int64_t(dtype_size(dtype_)), dtype_));
+}
+
+}  // namespace mmgen

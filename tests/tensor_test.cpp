@@ -1,0 +1,98 @@
+#include "core/tensor.h"
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+
+namespace mmgen {
+namespace {
+
+Tensor arange(const Shape& shape) {
+  std::vector<float> values(size_t(shape_numel(shape)));
+  for (size_t i = 0; i < values.size(); ++i) values[i] = float(i);
+  return Tensor::from_vector(shape, values);
+}
+
+TEST(Tensor, ContiguousStridesAndSize) {
+  Tensor t = Tensor::zeros({2, 3, 4});
+  EXPECT_EQ(t.strides(), (Shape{12, 4, 1}));
+  EXPECT_EQ(t.numel(), 24);
+  EXPECT_EQ(t.size(-1), 4);
+  EXPECT_TRUE(t.is_contiguous());
+  EXPECT_THROW(t.size(3), Error);
+}
+
+TEST(Tensor, SliceSharesStorageAndOffsets) {
+  Tensor t = arange({4, 5});
+  Tensor s = t.slice(0, 1, 3).slice(1, 2, 4);
+  EXPECT_EQ(s.shape(), (Shape{2, 2}));
+  EXPECT_FALSE(s.is_contiguous());
+  EXPECT_EQ(s.item_f32({0, 0}), 7.0f);
+  EXPECT_EQ(s.item_f32({1, 1}), 13.0f);
+  t.data<float>()[7] = -1;
+  EXPECT_EQ(s.item_f32({0, 0}), -1.0f);  // a view, not a copy
+  Tensor c = s.contiguous();
+  EXPECT_TRUE(c.is_contiguous());
+  EXPECT_EQ(std::vector<float>(c.data<float>(), c.data<float>() + 4),
+            (std::vector<float>{-1, 8, 12, 13}));
+  EXPECT_THROW(t.slice(0, 3, 5), Error);
+}
+
+TEST(Tensor, PermuteAndContiguousCopy) {
+  Tensor t = arange({2, 3, 4});
+  Tensor p = t.permute({2, 0, 1});
+  EXPECT_EQ(p.shape(), (Shape{4, 2, 3}));
+  Tensor c = p.contiguous();
+  for (int64_t a = 0; a < 4; ++a)
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t d = 0; d < 3; ++d) EXPECT_EQ(c.item_f32({a, b, d}), float(b * 12 + d * 4 + a));
+  EXPECT_THROW(t.permute({0, 0, 1}), Error);
+}
+
+TEST(Tensor, ViewInfersAndRejects) {
+  Tensor t = arange({2, 6});
+  EXPECT_EQ(t.view({3, -1}).shape(), (Shape{3, 4}));
+  EXPECT_THROW(t.view({5, -1}), Error);
+  EXPECT_THROW(t.permute({1, 0}).view({12}), Error);
+  EXPECT_EQ(t.permute({1, 0}).reshape({12}).item_f32({1}), 6.0f);
+}
+
+TEST(Tensor, SelectAndUnsqueeze) {
+  Tensor t = arange({2, 3});
+  Tensor row = t.select(0, 1);
+  EXPECT_EQ(row.shape(), (Shape{3}));
+  EXPECT_EQ(row.item_f32({2}), 5.0f);
+  Tensor u = t.unsqueeze(1);
+  EXPECT_EQ(u.shape(), (Shape{2, 1, 3}));
+  EXPECT_EQ(u.item_f32({1, 0, 0}), 3.0f);
+}
+
+TEST(Tensor, HalfPrecisionConversionsRoundToNearestEven) {
+  EXPECT_EQ(f32_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(bf16_to_f32(0x3f80), 1.0f);
+  // 1 + 2^-8 is exactly halfway between two bf16 values: ties go to the even one (1.0).
+  EXPECT_EQ(f32_to_bf16(1.00390625f), 0x3f80);
+  EXPECT_EQ(f32_to_bf16(1.01171875f), 0x3f82);  // 1 + 3*2^-8 rounds up to even
+  EXPECT_EQ(f32_to_f16(1.0f), 0x3c00);
+  EXPECT_EQ(f16_to_f32(0x3c00), 1.0f);
+  EXPECT_EQ(f16_to_f32(0xc000), -2.0f);
+  EXPECT_EQ(f16_to_f32(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(f32_to_f16(65504.0f), 0x7bff);
+  EXPECT_EQ(f32_to_f16(1e6f), 0x7c00);  // overflow to inf
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -24)), 0x0001);
+  for (uint32_t h = 0; h < 0x7c00; h += 7) EXPECT_EQ(f32_to_f16(f16_to_f32(uint16_t(h))), h);
+}
+
+TEST(Tensor, DTypeConversionRoundTrip) {
+  Tensor t = Tensor::from_vector({3}, std::vector<float>{1.5f, -2.25f, 3.0f});
+  Tensor b = t.to(DType::BF16);
+  EXPECT_EQ(b.dtype(), DType::BF16);
+  Tensor back = b.to(DType::F32);
+  EXPECT_EQ(back.item_f32({1}), -2.25f);
+  Tensor i = t.to(DType::I64);
+  EXPECT_EQ(i.data<int64_t>()[1], -2);
+  EXPECT_THROW(t.data<int64_t>(), Error);
+}
+
+}  // namespace
+}  // namespace mmgen

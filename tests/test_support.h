@@ -1,0 +1,42 @@
+// Helpers shared by the tests: where the reference fixtures are, and how to compare tensors.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace mmgen::testing {
+
+namespace fs = std::filesystem;
+
+// ../shared (MMGEN_SHARED_DIR); empty when absent on this machine.
+fs::path shared_dir();
+fs::path source_dir();
+fs::path mmgen_binary();
+
+// ‖actual − expected‖ / ‖expected‖ over all elements, in double.
+double relative_error(const Tensor& actual, const Tensor& expected);
+double max_abs_diff(const Tensor& actual, const Tensor& expected);
+
+// A fresh empty folder under the system temp directory, removed at process exit.
+fs::path scratch_dir(const std::string& name);
+
+// Runs a shell command, capturing stdout and stderr separately.
+struct CommandResult {
+  int exit_code;
+  std::string out;
+  std::string err;
+};
+CommandResult run_command(const std::string& command);
+
+}  // namespace mmgen::testing
+
+// Skips the test, visibly, when ../shared is not on this machine.
+#define MMGEN_REQUIRE_SHARED()                                                                 \
+  do {                                                                                         \
+    if (::mmgen::testing::shared_dir().empty())                                                \
+      GTEST_SKIP() << "../shared not found (set -DMMGEN_SHARED_DIR); reference check skipped"; \
+  } while (0)
