@@ -32,7 +32,7 @@ Tensor dense_attention(const DenseAttentionArgs& args) {
 
 #pragma omp parallel
   {
-    std::vector<float> scores(size_t(kv_len));
+    std::vector<float> scores(static_cast<size_t>(kv_len));
 #pragma omp for collapse(3) schedule(static)
     for (int64_t b = 0; b < batch; ++b)
       for (int64_t h = 0; h < heads; ++h)
