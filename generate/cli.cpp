@@ -1,12 +1,76 @@
 #include "generate/cli.h"
 
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
 #include <cstdio>
+#include <iostream>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "generate/generate_command.h"
 
 namespace mmgen {
+namespace {
+
+constexpr const char* kUsage =
+    "mmgen: generate images and videos with diffusion transformers\n\n"
+    "Usage: mmgen <command> [options]\n\n"
+    "Commands:\n"
+    "  generate   run a pipeline on a prompt (mmgen generate --help)\n\n"
+    "Run `mmgen <command> --help` for a command's options.\n";
+
+void setup_logging() {
+  // Logs go to stderr so that stdout carries only results (the dry-run JSON).
+  auto logger = spdlog::stderr_color_mt("mmgen");
+  logger->set_pattern("[%H:%M:%S] %^%l%$ %v");
+  spdlog::set_default_logger(logger);
+}
+
+bool wants_help(const std::vector<std::string>& arguments) {
+  for (const auto& argument : arguments)
+    if (argument == "--help" || argument == "-h") return true;
+  return false;
+}
+
+}  // namespace
 
 int run_cli(int argc, char** argv) {
-  std::fprintf(stderr, "mmgen: not built yet\n");
-  return 2;
+  std::vector<std::string> arguments(argv + 1, argv + argc);
+  try {
+    setup_logging();
+    if (arguments.empty() || arguments[0] == "--help" || arguments[0] == "-h" ||
+        arguments[0] == "help") {
+      std::cout << kUsage;
+      return arguments.empty() ? 2 : 0;
+    }
+    if (arguments[0] == "--version") {
+      std::cout << "mmgen 0.1.0\n";
+      return 0;
+    }
+    const std::string command = arguments[0];
+    arguments.erase(arguments.begin());
+    if (command == "generate") {
+      if (wants_help(arguments)) {
+        std::cout << cli::generate_help();
+        return 0;
+      }
+      return cli::run_generate(arguments);
+    }
+    fail("unknown command '{}'; run `mmgen --help` for the list", command);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "mmgen: error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr,
+                 "mmgen: error: out of memory; try a smaller --height/--width/--num-frames\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mmgen: internal error: %s (please report it)\n", e.what());
+    return 70;
+  }
 }
 
 }  // namespace mmgen

@@ -1,0 +1,168 @@
+#include "generate/options.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace mmgen::cli {
+
+using json = nlohmann::json;
+
+const std::vector<OptionSpec>& generate_options() {
+  using T = OptionType;
+  static const std::vector<OptionSpec> options = {
+      {"model-path", T::Path, nullptr, "diffusers model folder (holds model_index.json)"},
+      {"prompt", T::String, nullptr, "what to draw"},
+      {"negative-prompt", T::String, nullptr, "what to steer away from (used when guidance > 1)"},
+      {"prompt-file-path", T::Path, nullptr, "a file of prompts, one per line"},
+      {"height", T::Int, 480, "output height in pixels (multiple of 16)"},
+      {"width", T::Int, 832, "output width in pixels (multiple of 16)"},
+      {"num-frames", T::Int, 1, "frames to generate; video models need (frames - 1) % 4 == 0"},
+      {"fps", T::Float, 16, "frames per second of a video output"},
+      {"num-inference-steps", T::Int, 50, "denoising steps"},
+      {"guidance-scale", T::Float, 5.0, "classifier-free guidance scale; 1 turns it off"},
+      {"flow-shift", T::Float, nullptr,
+       "overrides the scheduler's flow_shift from the model folder"},
+      {"max-sequence-length", T::Int, 512, "text tokens the encoder sees (padded/truncated)"},
+      {"seed", T::Int, 1024, "random seed for the initial noise (torch CPU generator compatible)"},
+      {"output-path", T::Path, "outputs", "folder for outputs"},
+      {"output-file-name", T::String, nullptr,
+       "output file name (an extension is added if missing)"},
+      {"output-format",
+       T::Choice,
+       nullptr,
+       "png, jpg, webp, mp4 or npy (default: png for one frame, mp4 for more)",
+       {"png", "jpg", "webp", "mp4", "npy"}},
+      {"latents", T::Path, nullptr,
+       "initial noise from a .npy or .safetensors file instead of the seed"},
+      {"config", T::Path, nullptr, "YAML or JSON file with any of these options", {}, false},
+      {"attention-backend", T::String, nullptr,
+       "attention backend for every component (see `mmgen backends`)"},
+      {"attention-backend-config", T::Spec, nullptr,
+       "sparse/quantized backend settings: a .json/.yaml file, a JSON object or key=value pairs"},
+      {"component-attention-backends", T::Spec, nullptr,
+       "per-component backends: text_encoder=torch_native,transformer=fa or a JSON object"},
+      {"device", T::Choice, "auto", "where to run", {"auto", "cpu", "cuda"}},
+      {"threads", T::Int, 0, "CPU threads (0: all cores)"},
+      {"log-level",
+       T::Choice,
+       "info",
+       "logging detail",
+       {"trace", "debug", "info", "warn", "error", "off"}},
+      {"dry-run", T::Flag, false,
+       "resolve everything, print it as JSON, and stop before loading weights"},
+  };
+  return options;
+}
+
+std::string normalize_option_name(std::string_view name) {
+  std::string normalized(name);
+  std::replace(normalized.begin(), normalized.end(), '_', '-');
+  return normalized;
+}
+
+const OptionSpec* find_option(std::string_view name) {
+  const std::string normalized = normalize_option_name(name);
+  for (const auto& option : generate_options())
+    if (option.name == normalized) return &option;
+  return nullptr;
+}
+
+namespace {
+
+std::string describe(const json& value) {
+  return value.is_string() ? value.get<std::string>() : value.dump();
+}
+
+}  // namespace
+
+json convert_option_value(const OptionSpec& option, const json& value, const std::string& where) {
+  const std::string text = describe(value);
+  switch (option.type) {
+    case OptionType::String:
+    case OptionType::Path:
+      check(value.is_string() || value.is_number(), "{}: expected text, got {}", where,
+            value.dump());
+      return text;
+    case OptionType::Spec:  // a string, or an object / list straight from a config file
+      if (value.is_object()) return value;
+      check(value.is_string(), "{}: expected a string or an object, got {}", where, value.dump());
+      return text;
+    case OptionType::Int: {
+      if (value.is_number_integer()) return value;
+      if (value.is_number_float() && std::floor(value.get<double>()) == value.get<double>())
+        return int64_t(value.get<double>());
+      check(value.is_string(), "{}: expected a whole number, got {}", where, value.dump());
+      size_t used = 0;
+      int64_t parsed = 0;
+      try {
+        parsed = std::stoll(text, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      check(used == text.size() && !text.empty(), "{}: expected a whole number, got '{}'", where,
+            text);
+      return parsed;
+    }
+    case OptionType::Float: {
+      if (value.is_number()) return value.get<double>();
+      check(value.is_string(), "{}: expected a number, got {}", where, value.dump());
+      size_t used = 0;
+      double parsed = 0;
+      try {
+        parsed = std::stod(text, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      check(used == text.size() && !text.empty() && std::isfinite(parsed),
+            "{}: expected a number, got '{}'", where, text);
+      return parsed;
+    }
+    case OptionType::Bool:
+    case OptionType::Flag: {
+      if (value.is_boolean()) return value;
+      std::string lower = text;
+      std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+      if (lower == "true" || lower == "1" || lower == "yes" || lower == "on") return true;
+      if (lower == "false" || lower == "0" || lower == "no" || lower == "off") return false;
+      fail("{}: expected true or false, got '{}'", where, text);
+    }
+    case OptionType::Choice: {
+      check(value.is_string(), "{}: expected one of its choices, got {}", where, value.dump());
+      for (auto choice : option.choices)
+        if (choice == text) return text;
+      std::string list;
+      for (auto choice : option.choices) list += (list.empty() ? "" : ", ") + std::string(choice);
+      fail("{}: '{}' is not one of {}", where, text, list);
+    }
+  }
+  return value;
+}
+
+std::string nearest_name(std::string_view name, const std::vector<std::string>& candidates) {
+  auto distance = [](std::string_view a, std::string_view b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      size_t diagonal = row[0];
+      row[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j) {
+        size_t up = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+        diagonal = up;
+      }
+    }
+    return row[b.size()];
+  };
+  std::string best;
+  size_t best_distance = SIZE_MAX;
+  for (const auto& candidate : candidates) {
+    size_t d = distance(name, candidate);
+    if (d < best_distance) best_distance = d, best = candidate;
+  }
+  // Beyond about a third of the name, a suggestion is noise.
+  return best_distance <= std::max<size_t>(2, name.size() / 3) ? best : "";
+}
+
+}  // namespace mmgen::cli

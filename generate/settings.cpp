@@ -1,0 +1,217 @@
+#include "generate/settings.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <CLI/CLI.hpp>
+#include <regex>
+
+#include "core/error.h"
+#include "core/file.h"
+#include "generate/options.h"
+#include "pipeline/model_index.h"
+
+namespace mmgen::cli {
+
+using json = nlohmann::json;
+
+namespace {
+
+std::vector<std::string> option_names(bool config_only) {
+  std::vector<std::string> names;
+  for (const auto& option : generate_options())
+    if (!config_only || option.in_config) names.emplace_back(option.name);
+  return names;
+}
+
+std::string hint(const std::string& name, const std::vector<std::string>& candidates,
+                 const char* prefix) {
+  std::string nearest = nearest_name(name, candidates);
+  return nearest.empty() ? std::string(" (see mmgen generate --help)")
+                         : fmt::format(" (did you mean {}{}?)", prefix, nearest);
+}
+
+json yaml_node_to_json(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined:
+      return nullptr;
+    case YAML::NodeType::Sequence: {
+      json list = json::array();
+      for (const auto& item : node) list.push_back(yaml_node_to_json(item));
+      return list;
+    }
+    case YAML::NodeType::Map: {
+      json object = json::object();
+      for (const auto& item : node)
+        object[item.first.as<std::string>()] = yaml_node_to_json(item.second);
+      return object;
+    }
+    case YAML::NodeType::Scalar: {
+      const std::string text = node.Scalar();
+      if (node.Tag() != "?") return text;  // quoted: always a string
+      static const std::regex integer(R"([-+]?[0-9]+)"),
+          real(R"([-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?)");
+      if (std::regex_match(text, integer)) {
+        try {
+          return std::stoll(text);
+        } catch (const std::exception&) {
+          return text;
+        }
+      }
+      if (std::regex_match(text, real)) return std::stod(text);
+      if (text == "true" || text == "True" || text == "TRUE") return true;
+      if (text == "false" || text == "False" || text == "FALSE") return false;
+      if (text == "null" || text == "~" || text == "Null" || text == "NULL") return nullptr;
+      return text;
+    }
+  }
+  return nullptr;
+}
+
+// Adds a component path; `where` names the source.
+void add_component_path(SettingsLayer& layer, const std::string& component, const json& value,
+                        const std::string& where) {
+  check(value.is_string() && !value.get<std::string>().empty(), "{}: expected a folder path",
+        where);
+  layer["component-paths"][component] = value;
+}
+
+}  // namespace
+
+json yaml_to_json(const std::string& text, const std::string& where) {
+  try {
+    return yaml_node_to_json(YAML::Load(text));
+  } catch (const YAML::Exception& e) {
+    fail("{}: malformed YAML at line {}, column {}: {}", where, e.mark.line + 1, e.mark.column + 1,
+         e.msg);
+  }
+}
+
+SettingsLayer settings_from_document(const json& document, const std::string& where) {
+  SettingsLayer layer = json::object();
+  if (document.is_null()) return layer;  // an empty file sets nothing
+  check(document.is_object(), "{}: expected a mapping of option names to values", where);
+  for (auto it = document.begin(); it != document.end(); ++it) {
+    const std::string key = normalize_option_name(it.key());
+    const std::string source = fmt::format("{}: {}", where, it.key());
+    if (key == "component-paths") {
+      check(it->is_object(), "{}: expected a mapping of component names to folders", source);
+      for (auto c = it->begin(); c != it->end(); ++c)
+        add_component_path(layer, c.key(), *c, source);
+      continue;
+    }
+    const OptionSpec* option = find_option(key);
+    if (!option && key.ends_with("-path") && key.size() > 5) {  // transformer_path: DIR
+      add_component_path(layer, it.key().substr(0, it.key().size() - 5), *it, source);
+      continue;
+    }
+    check(option != nullptr, "{}: unknown option '{}'{}", where, it.key(),
+          hint(key, option_names(true), ""));
+    check(option->in_config, "{}: '{}' cannot be set inside a config file", where, it.key());
+    if (it->is_null()) continue;
+    layer[key] = convert_option_value(*option, *it, source);
+  }
+  return layer;
+}
+
+SettingsLayer load_config_file(const fs::path& path) {
+  const std::string extension = path.extension().string();
+  check(extension == ".yaml" || extension == ".yml" || extension == ".json",
+        "--config {}: config files must end in .yaml, .yml or .json", path.string());
+  check(fs::exists(path), "--config {}: no such file", path.string());
+  if (extension == ".json") return settings_from_document(read_json_object(path), path.string());
+  return settings_from_document(yaml_to_json(read_text_file(path), path.string()), path.string());
+}
+
+SettingsLayer builtin_defaults() {
+  SettingsLayer layer = json::object();
+  for (const auto& option : generate_options())
+    if (!option.builtin_default.is_null()) layer[std::string(option.name)] = option.builtin_default;
+  return layer;
+}
+
+SettingsLayer merge_layers(const std::vector<SettingsLayer>& lowest_first) {
+  SettingsLayer merged = json::object();
+  for (const auto& layer : lowest_first)
+    for (auto it = layer.begin(); it != layer.end(); ++it) {
+      if (it.key() == "component-paths") {
+        for (auto c = it->begin(); c != it->end(); ++c) merged["component-paths"][c.key()] = *c;
+      } else {
+        merged[it.key()] = *it;
+      }
+    }
+  return merged;
+}
+
+SettingsLayer parse_generate_arguments(const std::vector<std::string>& arguments) {
+  CLI::App app{"mmgen generate", "mmgen generate"};
+  app.allow_extras();
+  app.set_help_flag();  // --help is handled by the caller
+  std::map<std::string, std::string> raw;
+  std::map<std::string, CLI::Option*> parsed;
+  bool flag_value = false;
+  for (const auto& option : generate_options()) {
+    const std::string name(option.name);
+    if (option.type == OptionType::Flag)
+      parsed[name] = app.add_flag("--" + name, flag_value, std::string(option.help));
+    else
+      parsed[name] =
+          app.add_option("--" + name, raw[name], std::string(option.help))->allow_extra_args(false);
+  }
+  // CLI11 wants argv in reverse order when given a vector.
+  std::vector<std::string> reversed(arguments.rbegin(), arguments.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    fail("generate: {}", e.what());
+  }
+
+  SettingsLayer layer = json::object();
+  for (const auto& option : generate_options()) {
+    const std::string name(option.name);
+    CLI::Option* cli_option = parsed[name];
+    if (cli_option->count() == 0) continue;
+    layer[name] = option.type == OptionType::Flag
+                      ? json(flag_value)
+                      : convert_option_value(option, raw[name], "--" + name);
+  }
+
+  // What CLI11 did not know: per-component flags, or mistakes.
+  std::vector<std::string> extras = app.remaining();
+  for (size_t i = 0; i < extras.size(); ++i) {
+    std::string token = extras[i];
+    check(token.starts_with("--"),
+          "generate: unexpected argument '{}'; every value follows a --flag", token);
+    std::string value;
+    auto equals = token.find('=');
+    if (equals != std::string::npos) {
+      value = token.substr(equals + 1);
+      token = token.substr(0, equals);
+    } else {
+      check(i + 1 < extras.size() && !extras[i + 1].starts_with("--"), "{} needs a value", token);
+      value = extras[++i];
+    }
+    const std::string name = token.substr(2);
+    const std::string dotted_backends = "component-attention-backends.";
+    const std::string dotted_paths = "component-paths.";
+    if (name.starts_with(dotted_backends)) {
+      check(!layer.contains("component-attention-backends") ||
+                layer["component-attention-backends"].is_object(),
+            "{}: use either --component-attention-backends SPEC or the dotted form, not both",
+            token);
+      layer["component-attention-backends"][name.substr(dotted_backends.size())] = value;
+    } else if (name.starts_with(dotted_paths)) {
+      add_component_path(layer, name.substr(dotted_paths.size()), value, token);
+    } else if (name.ends_with("-path") && name.size() > 5 && !find_option(name)) {
+      // --transformer-path DIR; the component name is checked against model_index.json later.
+      std::string component = name.substr(0, name.size() - 5);
+      std::replace(component.begin(), component.end(), '-', '_');
+      add_component_path(layer, component, value, token);
+    } else {
+      fail("generate: unknown flag {}{}", token, hint(name, option_names(false), "--"));
+    }
+  }
+  return layer;
+}
+
+}  // namespace mmgen::cli

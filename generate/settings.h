@@ -1,0 +1,38 @@
+// Settings for `generate` from four layers, highest first: the command line, a --config file,
+// the pipeline's defaults in configs/, and the option table's built-in defaults. Only values a
+// layer actually gives take part, so an explicit value wins even when it equals a default.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace mmgen::cli {
+
+namespace fs = std::filesystem;
+
+// One layer's values: option name (dashes) -> typed JSON value. `component-paths` holds an object
+// of component -> folder when given.
+using SettingsLayer = nlohmann::json;
+
+// Parses the arguments after `generate` (argv-style, without the program and subcommand names).
+SettingsLayer parse_generate_arguments(const std::vector<std::string>& arguments);
+
+// Reads a --config file: .yaml/.yml as YAML, .json as JSON; any other extension is an error.
+SettingsLayer load_config_file(const fs::path& path);
+
+// Converts a YAML/JSON document of options (e.g. a configs/ file) into a layer; `where` names it.
+SettingsLayer settings_from_document(const nlohmann::json& document, const std::string& where);
+
+// The built-in defaults from the option table.
+SettingsLayer builtin_defaults();
+
+// Later layers override earlier ones key by key (component-paths merges per component).
+SettingsLayer merge_layers(const std::vector<SettingsLayer>& lowest_first);
+
+// YAML text to JSON; plain scalars become numbers/booleans/null where YAML would type them.
+nlohmann::json yaml_to_json(const std::string& text, const std::string& where);
+
+}  // namespace mmgen::cli

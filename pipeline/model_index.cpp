@@ -1,0 +1,134 @@
+#include "pipeline/model_index.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/file.h"
+
+namespace mmgen {
+
+using json = nlohmann::json;
+
+namespace {
+
+// A component key names a folder inside the model directory, so it must be a plain name.
+bool is_plain_name(const std::string& name) {
+  if (name.empty() || name == "." || name == "..") return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+  });
+}
+
+std::string join(const std::vector<std::string>& names) {
+  std::string text;
+  for (const auto& name : names) text += (text.empty() ? "" : ", ") + name;
+  return text;
+}
+
+}  // namespace
+
+json read_json_object(const fs::path& path) {
+  const std::string text = read_text_file(path);
+  json value;
+  try {
+    value = json::parse(text);
+  } catch (const json::parse_error& e) {
+    // nlohmann's message starts with "[json.exception.parse_error.101] parse error at line 3, ...".
+    std::string message = e.what();
+    auto position = message.find("parse error");
+    fail("{}: malformed JSON ({}); fix the file or download it again", path.string(),
+         position == std::string::npos ? message : message.substr(position));
+  }
+  check(value.is_object(), "{}: expected a JSON object at the top level", path.string());
+  return value;
+}
+
+const ComponentEntry& ModelIndex::component(const std::string& name) const {
+  auto it = components.find(name);
+  check(it != components.end(), "{}: model_index.json has no component '{}' (it has: {})",
+        root.string(), name, join(component_names()));
+  return it->second;
+}
+
+std::vector<std::string> ModelIndex::component_names() const {
+  std::vector<std::string> names;
+  for (const auto& [name, entry] : components) names.push_back(name);
+  return names;
+}
+
+ModelIndex load_model_index(const fs::path& root,
+                            const std::map<std::string, fs::path>& path_overrides) {
+  check(fs::exists(root),
+        "model path {} does not exist; pass --model-path with a diffusers model folder",
+        root.string());
+  check(fs::is_directory(root),
+        "model path {} is not a folder; pass the folder that holds model_index.json",
+        root.string());
+  const fs::path index_path = root / "model_index.json";
+  check(fs::exists(index_path),
+        "{} has no model_index.json; is it a diffusers-format model folder?", root.string());
+  const json index = read_json_object(index_path);
+
+  ModelIndex result;
+  result.root = root;
+  check(index.contains("_class_name") && index["_class_name"].is_string(),
+        "{}: no \"_class_name\" naming the pipeline", index_path.string());
+  result.class_name = index["_class_name"].get<std::string>();
+  if (index.contains("_diffusers_version") && index["_diffusers_version"].is_string())
+    result.diffusers_version = index["_diffusers_version"].get<std::string>();
+
+  for (auto it = index.begin(); it != index.end(); ++it) {
+    const std::string& key = it.key();
+    if (key.starts_with("_")) continue;
+    const json& value = *it;
+    // A component is a two-element array of library and class; anything else is a pipeline extra.
+    if (!value.is_array() || value.size() != 2) {
+      result.extras[key] = value;
+      continue;
+    }
+    if (value[0].is_null() && value[1].is_null()) {
+      result.absent.push_back(key);
+      continue;
+    }
+    check(value[0].is_string() && value[1].is_string(),
+          "{}: component \"{}\" must be [library, ClassName] or [null, null]", index_path.string(),
+          key);
+    check(is_plain_name(key), "{}: component name \"{}\" is not a plain folder name",
+          index_path.string(), key);
+    ComponentEntry entry;
+    entry.name = key;
+    entry.library = value[0].get<std::string>();
+    entry.class_name = value[1].get<std::string>();
+    entry.path = root / key;
+    result.components[key] = entry;
+  }
+
+  for (const auto& [name, path] : path_overrides) {
+    auto it = result.components.find(name);
+    check(it != result.components.end(),
+          "--{}-path: model_index.json in {} has no component '{}' (components: {})", name,
+          root.string(), name, join(result.component_names()));
+    check(fs::is_directory(path), "--{}-path: {} is not a folder", name, path.string());
+    it->second.path = path;
+    it->second.overridden = true;
+  }
+  return result;
+}
+
+fs::path component_config_path(const ComponentEntry& component) {
+  check(fs::is_directory(component.path),
+        "component '{}' ({}) has no folder at {}; download it or pass --{}-path", component.name,
+        component.class_name, component.path.string(), component.name);
+  for (const char* name : {"config.json", "scheduler_config.json"}) {
+    fs::path candidate = component.path / name;
+    if (fs::exists(candidate)) return candidate;
+  }
+  fail("component '{}' has no config.json or scheduler_config.json in {}", component.name,
+       component.path.string());
+}
+
+json load_component_config(const ComponentEntry& component) {
+  return read_json_object(component_config_path(component));
+}
+
+}  // namespace mmgen

@@ -1,0 +1,55 @@
+// A diffusers model directory: `model_index.json` and the component folders it names.
+//
+// model_index.json holds `_class_name` (the pipeline), `_diffusers_version`, one entry per
+// component `"name": [library, ClassName]` (`[null, null]` for an absent one), and extra values a
+// pipeline registered (`boundary_ratio`, `expand_timesteps`, ...), kept as `extras`.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mmgen {
+
+namespace fs = std::filesystem;
+
+struct ComponentEntry {
+  std::string name;        // the model_index.json key: "transformer", "text_encoder", ...
+  std::string library;     // "diffusers", "transformers", ...
+  std::string class_name;  // "WanTransformer3DModel", ...
+  fs::path path;           // its folder: <model>/<name>, or the --<name>-path override
+  bool overridden = false;
+};
+
+struct ModelIndex {
+  fs::path root;
+  std::string class_name;
+  std::string diffusers_version;
+  std::map<std::string, ComponentEntry> components;  // present components only
+  std::vector<std::string> absent;                   // entries saved as [null, null]
+  nlohmann::json extras = nlohmann::json::object();
+
+  bool has(const std::string& component) const { return components.count(component) > 0; }
+  const ComponentEntry& component(const std::string& name) const;
+  std::vector<std::string> component_names() const;  // present ones, sorted
+};
+
+// Reads `<root>/model_index.json`. `path_overrides` replaces component folders (--<name>-path);
+// naming a component the index does not list is an error that lists the valid names.
+ModelIndex load_model_index(const fs::path& root,
+                            const std::map<std::string, fs::path>& path_overrides = {});
+
+// Reads a component's JSON config (`config.json`, or `scheduler_config.json` for schedulers),
+// naming the file in every error.
+nlohmann::json load_component_config(const ComponentEntry& component);
+
+// The config file a component folder holds, checked to exist.
+fs::path component_config_path(const ComponentEntry& component);
+
+// Parses a JSON file into an object, with one-line errors naming the file and the position.
+nlohmann::json read_json_object(const fs::path& path);
+
+}  // namespace mmgen

@@ -1,0 +1,97 @@
+#include "pipeline/registry.h"
+
+#include <map>
+
+#include "core/error.h"
+
+namespace mmgen {
+
+const std::map<std::string, std::string>& embedded_configs();  // generated from configs/*.yaml
+
+namespace {
+
+// Wan2.1: latents [1, z_dim, (F - 1) / 4 + 1, H / 8, W / 8]; the transformer patchifies 2x2, so
+// height and width must be multiples of 8 * 2 = 16.
+struct WanGeometry {
+  int64_t z_dim = 16, temporal = 4, spatial = 8;
+};
+
+WanGeometry wan_geometry(const ModelIndex& index) {
+  WanGeometry geometry;
+  if (!index.has("vae")) return geometry;
+  const nlohmann::json config = load_component_config(index.component("vae"));
+  geometry.z_dim = config.value("z_dim", geometry.z_dim);
+  geometry.temporal = config.value("scale_factor_temporal", geometry.temporal);
+  geometry.spatial = config.value("scale_factor_spatial", geometry.spatial);
+  check(geometry.z_dim > 0 && geometry.temporal > 0 && geometry.spatial > 0,
+        "{}: z_dim and scale factors must be positive", index.component("vae").path.string());
+  return geometry;
+}
+
+void validate_wan(const Request& request, const ModelIndex& index) {
+  const WanGeometry geometry = wan_geometry(index);
+  const int64_t multiple = geometry.spatial * 2;
+  check(request.height % multiple == 0 && request.width % multiple == 0,
+        "--height {} / --width {}: Wan needs multiples of {}; try {}x{}", request.height,
+        request.width, multiple, std::max(multiple, request.height / multiple * multiple),
+        std::max(multiple, request.width / multiple * multiple));
+  check((request.num_frames - 1) % geometry.temporal == 0,
+        "--num-frames {}: Wan needs (frames - 1) divisible by {}; try {}", request.num_frames,
+        geometry.temporal, (request.num_frames - 1) / geometry.temporal * geometry.temporal + 1);
+}
+
+Shape wan_latent_shape(const Request& request, const ModelIndex& index) {
+  const WanGeometry geometry = wan_geometry(index);
+  return {1, geometry.z_dim, (request.num_frames - 1) / geometry.temporal + 1,
+          request.height / geometry.spatial, request.width / geometry.spatial};
+}
+
+std::string join(const std::vector<std::string>& names) {
+  std::string text;
+  for (const auto& name : names) text += (text.empty() ? "" : ", ") + name;
+  return text;
+}
+
+}  // namespace
+
+const std::vector<PipelineSpec>& pipeline_registry() {
+  static const std::vector<PipelineSpec> registry = {
+      {"WanPipeline",
+       "wan.yaml",
+       {"text_encoder", "tokenizer", "transformer", "vae", "scheduler"},
+       {"transformer_2"},
+       validate_wan,
+       wan_latent_shape},
+  };
+  return registry;
+}
+
+const PipelineSpec& find_pipeline(const std::string& class_name, const fs::path& where) {
+  std::vector<std::string> known;
+  for (const auto& spec : pipeline_registry()) {
+    if (spec.class_name == class_name) return spec;
+    known.push_back(spec.class_name);
+  }
+  fail("{}: pipeline class '{}' is not supported by this mmgen (supported: {})", where.string(),
+       class_name, join(known));
+}
+
+void check_components(const PipelineSpec& spec, const ModelIndex& index) {
+  for (const auto& name : spec.required_components) {
+    check(index.has(name), "{}: {} needs a '{}' component but model_index.json does not list one",
+          index.root.string(), spec.class_name, name);
+    const ComponentEntry& entry = index.component(name);
+    check(fs::is_directory(entry.path),
+          "component '{}' ({}) is missing: no folder {}; download it or pass --{}-path DIR", name,
+          entry.class_name, entry.path.string(), name);
+  }
+}
+
+const std::string& embedded_config(const std::string& file_name) {
+  const auto& files = embedded_configs();
+  auto it = files.find(file_name);
+  check(it != files.end(), "no built-in defaults file configs/{}", file_name);
+  return it->second;
+}
+
+}  // namespace mmgen

@@ -1,0 +1,35 @@
+// The pipelines mmgen knows, keyed by model_index.json's `_class_name`: which components each
+// needs, which defaults file in configs/ it uses, and how a request maps to its latent shape.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "pipeline/model_index.h"
+#include "pipeline/request.h"
+
+namespace mmgen {
+
+struct PipelineSpec {
+  std::string class_name;
+  std::string defaults_file;  // a file of configs/, embedded in the binary
+  std::vector<std::string> required_components;
+  std::vector<std::string> optional_components;
+  // Checks the request against what the pipeline can do; throws Error before any work starts.
+  std::function<void(const Request&, const ModelIndex&)> validate;
+  // The initial latent's shape for a request (reads component configs, never weights).
+  std::function<Shape(const Request&, const ModelIndex&)> latent_shape;
+};
+
+const std::vector<PipelineSpec>& pipeline_registry();
+// The spec for `class_name`; an unknown name is an error listing the known ones.
+const PipelineSpec& find_pipeline(const std::string& class_name, const fs::path& where);
+// Checks that every required component is present, with its folder.
+void check_components(const PipelineSpec& spec, const ModelIndex& index);
+
+// The YAML text of a configs/ file compiled into the binary; throws if there is none.
+const std::string& embedded_config(const std::string& file_name);
+
+}  // namespace mmgen

@@ -1,0 +1,84 @@
+#include "pipeline/request.h"
+
+#include "core/error.h"
+
+namespace mmgen {
+
+using json = nlohmann::json;
+
+namespace {
+
+template <typename T>
+std::optional<T> optional_value(const json& settings, const char* key) {
+  if (!settings.contains(key) || settings[key].is_null()) return std::nullopt;
+  return settings[key].get<T>();
+}
+
+}  // namespace
+
+Request request_from_settings(const json& settings) {
+  Request r;
+  auto text = [&](const char* key) {
+    return optional_value<std::string>(settings, key).value_or("");
+  };
+  r.model_path = text("model-path");
+  r.prompt = text("prompt");
+  r.negative_prompt = text("negative-prompt");
+  if (auto file = optional_value<std::string>(settings, "prompt-file-path"))
+    r.prompt_file_path = *file;
+  r.height = settings.value("height", int64_t(0));
+  r.width = settings.value("width", int64_t(0));
+  r.num_frames = settings.value("num-frames", int64_t(1));
+  r.fps = settings.value("fps", 16.0);
+  r.num_inference_steps = settings.value("num-inference-steps", int64_t(0));
+  r.guidance_scale = settings.value("guidance-scale", 1.0);
+  r.flow_shift = optional_value<double>(settings, "flow-shift");
+  r.max_sequence_length = settings.value("max-sequence-length", int64_t(0));
+  const int64_t seed = settings.value("seed", int64_t(0));
+  check(seed >= 0, "--seed: {} is negative; use a number from 0 to 2^63-1", seed);
+  r.seed = uint64_t(seed);
+  r.output_path = text("output-path");
+  r.output_file_name = optional_value<std::string>(settings, "output-file-name");
+  if (auto latents = optional_value<std::string>(settings, "latents")) r.latents = *latents;
+  r.attention_backend = optional_value<std::string>(settings, "attention-backend");
+  r.attention_backend_config = settings.value("attention-backend-config", json());
+  r.component_attention_backends = settings.value("component-attention-backends", json());
+  if (settings.contains("component-paths"))
+    for (auto it = settings["component-paths"].begin(); it != settings["component-paths"].end();
+         ++it)
+      r.component_paths[it.key()] = it->get<std::string>();
+  r.device = settings.value("device", std::string("auto"));
+  r.threads = settings.value("threads", int64_t(0));
+  r.log_level = settings.value("log-level", std::string("info"));
+  r.dry_run = settings.value("dry-run", false);
+
+  const std::string format = text("output-format");
+  r.output_format = !format.empty() ? format : (r.num_frames == 1 ? "png" : "mp4");
+
+  check(r.height > 0 && r.width > 0, "--height and --width must be positive (got {}x{})", r.height,
+        r.width);
+  check(r.num_frames > 0, "--num-frames must be at least 1 (got {})", r.num_frames);
+  check(r.num_inference_steps > 0, "--num-inference-steps must be at least 1 (got {})",
+        r.num_inference_steps);
+  check(r.max_sequence_length > 0, "--max-sequence-length must be at least 1 (got {})",
+        r.max_sequence_length);
+  check(r.fps > 0, "--fps must be positive (got {})", r.fps);
+  check(r.threads >= 0, "--threads must be 0 (all cores) or more (got {})", r.threads);
+  if (r.flow_shift)
+    check(*r.flow_shift > 0, "--flow-shift must be positive (got {})", *r.flow_shift);
+  const bool still_image =
+      r.output_format == "png" || r.output_format == "jpg" || r.output_format == "webp";
+  check(!still_image || r.num_frames == 1,
+        "--output-format {} holds one picture but --num-frames is {}; use mp4 or npy for video",
+        r.output_format, r.num_frames);
+
+  for (auto it = settings.begin(); it != settings.end(); ++it) {
+    std::string key = it.key();
+    std::replace(key.begin(), key.end(), '-', '_');
+    r.settings[key] = *it;
+  }
+  r.settings["output_format"] = r.output_format;
+  return r;
+}
+
+}  // namespace mmgen

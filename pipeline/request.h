@@ -1,0 +1,50 @@
+// One generation request: every setting after merging the command line, a config file, the
+// pipeline's defaults and the built-in defaults. The CLI builds it; pipelines read it.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+namespace mmgen {
+
+namespace fs = std::filesystem;
+
+struct Request {
+  fs::path model_path;
+  std::string prompt;
+  std::string negative_prompt;
+  std::optional<fs::path> prompt_file_path;
+  int64_t height = 0;
+  int64_t width = 0;
+  int64_t num_frames = 1;
+  double fps = 16;
+  int64_t num_inference_steps = 0;
+  double guidance_scale = 1;
+  std::optional<double> flow_shift;
+  int64_t max_sequence_length = 0;
+  uint64_t seed = 0;
+  fs::path output_path;
+  std::optional<std::string> output_file_name;
+  std::string output_format;  // resolved: png for one frame, mp4 for more, unless given
+  std::optional<fs::path> latents;
+  std::optional<std::string> attention_backend;
+  nlohmann::json attention_backend_config;          // null, a string spec, or an object
+  nlohmann::json component_attention_backends;      // null, a string spec, or an object
+  std::map<std::string, fs::path> component_paths;  // --<component>-path overrides
+  std::string device = "auto";
+  int64_t threads = 0;
+  std::string log_level = "info";
+  bool dry_run = false;
+
+  // The merged settings as the dry-run prints them, keys with underscores.
+  nlohmann::json settings = nlohmann::json::object();
+};
+
+// Builds a Request from merged settings (keys as option names with dashes).
+Request request_from_settings(const nlohmann::json& settings);
+
+}  // namespace mmgen
