@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The default run: builds mmgen, then draws "a red circle on a blue background" with the small
+# wan-shapes model in examples/models and writes a PNG under outputs/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/build.sh
+prompt="${1:-a red circle on a blue background}"
+args=(--model-path examples/models/wan-shapes --prompt "$prompt" --negative-prompt ""
+      --height 128 --width 128 --num-frames 1 --num-inference-steps 20 --guidance-scale 4.0
+      --max-sequence-length 32 --seed 1 --output-path outputs)
+./build/mmgen generate "${args[@]}" --dry-run
+if ! ./build/mmgen generate "${args[@]}"; then
+  echo "demo: generation did not complete (see the message above)" >&2
+  exit 1
+fi
+ls -l outputs/

@@ -1,0 +1,136 @@
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "core/error.h"
+#include "generate/generate_command.h"
+#include "generate/options.h"
+#include "generate/settings.h"
+#include "tests/test_support.h"
+
+namespace mmgen::cli {
+namespace {
+
+using testing::scratch_dir;
+
+std::string error_of(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::vector<std::string> base_args(std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"--model-path", (testing::source_dir() / "examples/models/wan-tiny").string(),
+                                   "--prompt", "a fox"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+fs::path write_file(const std::string& dir, const std::string& name, const std::string& text) {
+  fs::path path = scratch_dir(dir) / name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(Settings, PipelineDefaultsApplyWhenNothingElseIsGiven) {
+  Request r = resolve_generate(base_args()).request;
+  EXPECT_EQ(r.height, 480);  // configs/wan.yaml
+  EXPECT_EQ(r.num_frames, 81);
+  EXPECT_EQ(r.seed, 1024u);  // built-in
+  EXPECT_EQ(r.output_format, "mp4");
+}
+
+TEST(Settings, PrecedenceCommandLineOverConfigOverPipelineOverBuiltin) {
+  fs::path config = write_file("prec", "c.yaml", "height: 64\nwidth: 96\nseed: 7\nnum_frames: 5\n");
+  Request r = resolve_generate(base_args({"--config", config.string(), "--width", "128"})).request;
+  EXPECT_EQ(r.height, 64);   // config over pipeline default 480
+  EXPECT_EQ(r.width, 128);   // command line over config
+  EXPECT_EQ(r.seed, 7u);     // config over built-in
+  EXPECT_EQ(r.num_frames, 5);
+  EXPECT_EQ(r.num_inference_steps, 50);  // pipeline default
+}
+
+TEST(Settings, ExplicitValueWinsEvenWhenItEqualsADefault) {
+  // The config sets seed 7; the command line says 1024, which is also the built-in default.
+  fs::path config = write_file("explicit", "c.json", R"({"seed": 7, "num-inference-steps": 3})");
+  Request r = resolve_generate(base_args({"--config", config.string(), "--seed", "1024", "--num-inference-steps",
+                                          "50"})).request;
+  EXPECT_EQ(r.seed, 1024u);
+  EXPECT_EQ(r.num_inference_steps, 50);
+}
+
+TEST(Settings, ConfigKeysTakeDashesOrUnderscores) {
+  fs::path config = write_file("dashes", "c.yaml", "num-inference-steps: 4\nguidance_scale: 2.5\ndry-run: true\n");
+  Request r = resolve_generate(base_args({"--config", config.string()})).request;
+  EXPECT_EQ(r.num_inference_steps, 4);
+  EXPECT_DOUBLE_EQ(r.guidance_scale, 2.5);
+  EXPECT_TRUE(r.dry_run);
+}
+
+TEST(Settings, ConfigFileMayGiveModelAndPrompt) {
+  fs::path config = write_file("model-in-config", "c.yaml",
+                               "model_path: " + (testing::source_dir() / "examples/models/wan-tiny").string() +
+                                   "\nprompt: from the file\n");
+  Request r = resolve_generate({"--config", config.string()}).request;
+  EXPECT_EQ(r.prompt, "from the file");
+}
+
+TEST(Settings, UnknownKeysAndFlagsNameTheNearestValidName) {
+  fs::path config = write_file("unknown", "c.yaml", "num_inference_step: 4\n");
+  std::string message = error_of([&] { resolve_generate(base_args({"--config", config.string()})); });
+  EXPECT_NE(message.find("unknown option 'num_inference_step'"), std::string::npos) << message;
+  EXPECT_NE(message.find("did you mean num-inference-steps"), std::string::npos) << message;
+  message = error_of([&] { resolve_generate(base_args({"--guidence-scale", "3"})); });
+  EXPECT_NE(message.find("unknown flag --guidence-scale (did you mean --guidance-scale?)"), std::string::npos)
+      << message;
+}
+
+TEST(Settings, BadConfigFiles) {
+  fs::path txt = write_file("badconf", "c.txt", "height: 3");
+  EXPECT_NE(error_of([&] { resolve_generate(base_args({"--config", txt.string()})); }).find(".yaml, .yml or .json"),
+            std::string::npos);
+  fs::path yaml = write_file("badyaml", "c.yaml", "height: [1, 2\n");
+  EXPECT_NE(error_of([&] { resolve_generate(base_args({"--config", yaml.string()})); }).find("malformed YAML"),
+            std::string::npos);
+  fs::path typed = write_file("badtype", "c.yaml", "height: tall\n");
+  std::string message = error_of([&] { resolve_generate(base_args({"--config", typed.string()})); });
+  EXPECT_NE(message.find("height: expected a whole number, got 'tall'"), std::string::npos) << message;
+  EXPECT_NE(error_of([&] { resolve_generate(base_args({"--config", "/nonexistent.yaml"})); }).find("no such file"),
+            std::string::npos);
+}
+
+TEST(Settings, RequestChecks) {
+  EXPECT_NE(error_of([&] { resolve_generate(base_args({"--num-frames", "6"})); }).find("try 5"), std::string::npos);
+  EXPECT_NE(error_of([&] { resolve_generate(base_args({"--width", "40"})); }).find("multiples of 16"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { resolve_generate(base_args({"--num-frames", "5", "--output-format", "png"})); })
+                .find("holds one picture"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { resolve_generate(base_args({"--output-format", "gif"})); }).find("not one of"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { resolve_generate({"--prompt", "x"}); }).find("--model-path"), std::string::npos);
+  EXPECT_NE(error_of([&] {
+              resolve_generate({"--model-path", (testing::source_dir() / "examples/models/wan-tiny").string()});
+            }).find("no prompt"),
+            std::string::npos);
+}
+
+TEST(Settings, ComponentPathAndBackendFlags) {
+  fs::path vae = testing::source_dir() / "examples/models/wan-tiny/vae";
+  ResolvedGenerate r = resolve_generate(base_args({"--vae-path", vae.string(), "--component-attention-backends.transformer", "fa"}));
+  EXPECT_TRUE(r.index.component("vae").overridden);
+  EXPECT_EQ(r.request.component_attention_backends["transformer"], "fa");
+  r = resolve_generate(base_args({"--text-encoder-path=" + (testing::source_dir() / "examples/models/wan-tiny/text_encoder").string()}));
+  EXPECT_TRUE(r.index.component("text_encoder").overridden);
+}
+
+TEST(Options, NearestName) {
+  EXPECT_EQ(nearest_name("heigth", {"height", "width"}), "height");
+  EXPECT_EQ(nearest_name("zzzzzzzz", {"height", "width"}), "");
+}
+
+}  // namespace
+}  // namespace mmgen::cli
