@@ -1,0 +1,173 @@
+#include "pipeline/output.h"
+
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <fstream>
+#include <functional>
+
+#include "core/error.h"
+#include "core/file.h"
+#include "core/npy.h"
+
+namespace mmgen {
+
+using json = nlohmann::json;
+
+namespace {
+
+uint32_t crc32(const uint8_t* data, size_t size, uint32_t crc = 0) {
+  static const auto table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t n = 0; n < 256; ++n) {
+      uint32_t c = n;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xedb88320u ^ (c >> 1) : c >> 1;
+      t[n] = c;
+    }
+    return t;
+  }();
+  crc = ~crc;
+  for (size_t i = 0; i < size; ++i) crc = table[(crc ^ data[i]) & 0xff] ^ (crc >> 8);
+  return ~crc;
+}
+
+uint32_t read_be32(const uint8_t* p) {
+  return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3];
+}
+
+void append_be32(std::vector<uint8_t>& out, uint32_t value) {
+  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(uint8_t(value >> shift));
+}
+
+// File names keep letters, digits and a few safe marks; everything else becomes '_'.
+std::string sanitize(const std::string& text, size_t max_length) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (out.size() >= max_length) break;
+    out += (std::isalnum(c) || c == '-' || c == '.') ? char(c) : '_';
+  }
+  while (!out.empty() && (out.back() == '_' || out.back() == '.')) out.pop_back();
+  return out.empty() ? "output" : out;
+}
+
+void write_bytes(const fs::path& path, const std::vector<uint8_t>& bytes) {
+  write_atomically(path, [&](const fs::path& temporary) {
+    std::ofstream out(temporary, std::ios::binary);
+    check(bool(out), "cannot write {}; check that the folder is writable", path.string());
+    out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+    out.close();
+    check(bool(out), "writing {} failed (disk full?)", path.string());
+  });
+}
+
+}  // namespace
+
+fs::path output_file_path(const Request& request) {
+  const std::string extension = "." + request.output_format;
+  std::string name;
+  if (request.output_file_name) {
+    name = *request.output_file_name;
+    check(!name.empty() && name.find('/') == std::string::npos,
+          "--output-file-name '{}' must be a plain file name; put folders in --output-path", name);
+    if (!name.ends_with(extension)) name += extension;
+  } else {
+    const std::time_t now = std::time(nullptr);
+    char stamp[32];
+    std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&now));
+    const size_t hash = std::hash<std::string>{}(request.settings.dump());
+    name = fmt::format("{}_{}_{:08x}{}", sanitize(request.prompt, 100), stamp, uint32_t(hash),
+                       extension);
+  }
+  return request.output_path / name;
+}
+
+std::vector<uint8_t> frames_to_u8(const Tensor& frames, bool round) {
+  Tensor source = frames.to(DType::F32);
+  std::vector<uint8_t> out(size_t(source.numel()));
+  const float* p = source.data<float>();
+  for (size_t i = 0; i < out.size(); ++i) {
+    const float scaled = std::clamp(p[i], 0.0f, 1.0f) * 255.0f;
+    out[i] = uint8_t(round ? std::nearbyint(scaled) : scaled);
+  }
+  return out;
+}
+
+std::vector<uint8_t> png_with_text(const std::vector<uint8_t>& png, const std::string& keyword,
+                                   const std::string& text) {
+  check(png.size() >= 20, "PNG encoder returned too little data");
+  // Chunk data: keyword \0, compression flag 0, method 0, language "" \0, translated "" \0, text.
+  std::vector<uint8_t> chunk = {'i', 'T', 'X', 't'};
+  chunk.insert(chunk.end(), keyword.begin(), keyword.end());
+  chunk.insert(chunk.end(), {0, 0, 0, 0, 0});
+  chunk.insert(chunk.end(), text.begin(), text.end());
+  // IEND is the last 12 bytes of a PNG: insert the new chunk before it.
+  std::vector<uint8_t> out(png.begin(), png.end() - 12);
+  append_be32(out, uint32_t(chunk.size() - 4));
+  out.insert(out.end(), chunk.begin(), chunk.end());
+  append_be32(out, crc32(chunk.data(), chunk.size()));
+  out.insert(out.end(), png.end() - 12, png.end());
+  return out;
+}
+
+std::string png_text(const std::vector<uint8_t>& png, const std::string& keyword) {
+  size_t position = 8;
+  while (position + 12 <= png.size()) {
+    const uint32_t length = read_be32(&png[position]);
+    if (length > png.size() - position - 12) break;
+    const std::string type(png.begin() + long(position) + 4, png.begin() + long(position) + 8);
+    const uint8_t* data = &png[position + 8];
+    if ((type == "iTXt" || type == "tEXt") && length > keyword.size() &&
+        std::equal(keyword.begin(), keyword.end(), data) && data[keyword.size()] == 0) {
+      size_t skip = keyword.size() + 1;
+      if (type == "iTXt") {  // compression flag, method, then two NUL-terminated strings
+        skip += 2;
+        for (int strings = 0; strings < 2 && skip < length; ++skip)
+          if (data[skip] == 0) ++strings;
+      }
+      return std::string(reinterpret_cast<const char*>(data) + skip, length - skip);
+    }
+    position += 12 + length;
+  }
+  return "";
+}
+
+std::vector<fs::path> write_frames(const Tensor& frames, const std::string& format,
+                                   const fs::path& path, const json& settings, double fps) {
+  check(frames.dim() == 4 && frames.size(3) == 3,
+        "output frames must be [frames, height, width, 3], got {}", shape_string(frames.shape()));
+  std::error_code error;
+  fs::create_directories(path.parent_path().empty() ? fs::path(".") : path.parent_path(), error);
+  check(!error, "cannot create output folder {}: {}", path.parent_path().string(), error.message());
+  const std::string text = settings.dump();
+  auto write_sidecar = [&] {
+    fs::path sidecar = path;
+    sidecar += ".json";
+    const std::string pretty = settings.dump(2) + "\n";
+    write_bytes(sidecar, std::vector<uint8_t>(pretty.begin(), pretty.end()));
+    return sidecar;
+  };
+
+  const int64_t count = frames.size(0), height = frames.size(1), width = frames.size(2);
+  if (format == "npy") {
+    write_npy(path, frames.to(DType::F32));
+    return {path, write_sidecar()};
+  }
+  if (format == "mp4") {
+    const std::vector<uint8_t> rgb = frames_to_u8(frames, /*round=*/false);
+    write_atomically(path, [&](const fs::path& temporary) {
+      write_mp4(rgb, count, height, width, fps, temporary);
+    });
+    return {path, write_sidecar()};
+  }
+  check(count == 1, "{} holds one picture but there are {} frames; use mp4 or npy", format, count);
+  const std::vector<uint8_t> rgb = frames_to_u8(frames, /*round=*/true);
+  Tensor image = Tensor::empty({height, width, 3}, DType::U8);
+  std::copy(rgb.begin(), rgb.end(), image.data<uint8_t>());
+  std::vector<uint8_t> encoded = encode_image(image, format);
+  if (format == "png") encoded = png_with_text(encoded, "parameters", text);
+  write_bytes(path, encoded);
+  if (format == "png") return {path};
+  return {path, write_sidecar()};
+}
+
+}  // namespace mmgen

@@ -1,0 +1,67 @@
+#include "pipeline/output.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/npy.h"
+#include "tests/test_support.h"
+
+namespace mmgen {
+namespace {
+
+Tensor gradient_frames(int64_t frames, int64_t height, int64_t width) {
+  Tensor t = Tensor::empty({frames, height, width, 3});
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = float(i % 97) / 96.0f;
+  return t;
+}
+
+std::vector<uint8_t> slurp(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(Output, ConversionRoundsForImagesAndTruncatesForVideo) {
+  Tensor t = Tensor::from_vector({1, 1, 1, 3}, std::vector<float>{0.999f, 0.5f, 1.5f});
+  EXPECT_EQ(frames_to_u8(t, true), (std::vector<uint8_t>{255, 128, 255}));
+  EXPECT_EQ(frames_to_u8(t, false), (std::vector<uint8_t>{254, 127, 255}));
+}
+
+TEST(Output, PngCarriesTheSettingsAndDecodesBack) {
+  fs::path dir = testing::scratch_dir("png");
+  nlohmann::json settings = {{"prompt", "ein Fuchs im Schnee ❄"}, {"seed", 42}};
+  auto written = write_frames(gradient_frames(1, 16, 24), "png", dir / "x.png", settings, 16);
+  ASSERT_EQ(written.size(), 1u);
+  std::vector<uint8_t> bytes = slurp(dir / "x.png");
+  EXPECT_EQ(nlohmann::json::parse(png_text(bytes, "parameters")), settings);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()),
+            1);  // no temporary left
+}
+
+TEST(Output, Mp4AndItsJsonSidecar) {
+  fs::path dir = testing::scratch_dir("mp4");
+  auto written = write_frames(gradient_frames(5, 32, 48), "mp4", dir / "v.mp4", {{"seed", 1}}, 16);
+  ASSERT_EQ(written.size(), 2u);
+  EXPECT_GT(fs::file_size(dir / "v.mp4"), 100u);
+  EXPECT_EQ(nlohmann::json::parse(slurp(dir / "v.mp4.json"))["seed"], 1);
+}
+
+TEST(Output, NpyIsExact) {
+  fs::path dir = testing::scratch_dir("npy-out");
+  Tensor frames = gradient_frames(2, 4, 6);
+  write_frames(frames, "npy", dir / "f.npy", {}, 16);
+  EXPECT_EQ(testing::max_abs_diff(read_npy(dir / "f.npy"), frames), 0.0);
+}
+
+TEST(Output, UnwritableFolderIsAClearError) {
+  fs::path dir = testing::scratch_dir("blocked");
+  std::ofstream(dir / "file") << "x";
+  EXPECT_THROW(write_frames(gradient_frames(1, 16, 16), "png", dir / "file" / "x.png", {}, 16),
+               Error);
+}
+
+}  // namespace
+}  // namespace mmgen
