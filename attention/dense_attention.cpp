@@ -30,7 +30,7 @@ Tensor dense_attention(const DenseAttentionArgs& args) {
   float* op = out.data<float>();
   const int64_t row = heads * head_dim;  // stride between tokens
 
-#pragma omp parallel
+#pragma omp parallel if (batch * heads * q_len * kv_len * head_dim > (1 << 16))
   {
     std::vector<float> scores(static_cast<size_t>(kv_len));
 #pragma omp for collapse(3) schedule(static)

@@ -12,6 +12,9 @@ using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::Ro
 using MapConst = Eigen::Map<const RowMatrix>;
 using Map = Eigen::Map<RowMatrix>;
 
+// Below this many elements a loop runs on one thread: starting an OpenMP team costs more.
+constexpr int64_t kParallelThreshold = 1 << 15;
+
 void require_f32_contiguous(const Tensor& x, const char* what) {
   check(x.dtype() == DType::F32 && x.is_contiguous(), "{}: expects a contiguous float32 tensor", what);
 }
@@ -55,7 +58,7 @@ Tensor layer_norm(const Tensor& x, float eps, const Tensor& weight, const Tensor
   Tensor w = weight.defined() ? as_f32(weight) : Tensor(), b = bias.defined() ? as_f32(bias) : Tensor();
   const float* in = x.data<float>();
   float* out = y.data<float>();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * dim > kParallelThreshold)
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = in + r * dim;
     double mean = 0;
@@ -83,7 +86,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) {
   Tensor w = weight.defined() ? as_f32(weight) : Tensor();
   const float* in = x.data<float>();
   float* out = y.data<float>();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * dim > kParallelThreshold)
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = in + r * dim;
     double sum = 0;
@@ -99,7 +102,7 @@ void silu_(Tensor& x) {
   require_f32_contiguous(x, "silu");
   float* p = x.data<float>();
   const int64_t n = x.numel();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
   for (int64_t i = 0; i < n; ++i) p[i] = p[i] / (1.0f + std::exp(-p[i]));
 }
 
@@ -108,7 +111,7 @@ void gelu_tanh_(Tensor& x) {
   float* p = x.data<float>();
   const int64_t n = x.numel();
   const float k = std::sqrt(2.0f / float(M_PI));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
   for (int64_t i = 0; i < n; ++i) {
     const float v = p[i];
     p[i] = 0.5f * v * (1.0f + std::tanh(k * (v + 0.044715f * v * v * v)));

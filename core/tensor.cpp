@@ -8,6 +8,9 @@
 
 namespace mmgen {
 
+// Below this many elements a loop runs on one thread: starting an OpenMP team costs more.
+constexpr int64_t kParallelThreshold = 1 << 15;
+
 std::string shape_string(const Shape& shape) {
   std::string text = "[";
   for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
@@ -334,6 +337,7 @@ Tensor Tensor::to(DType dtype) const {
   if (dtype_ == DType::BF16 && dtype == DType::F32) {  // the hot case: weights used in f32
     const uint16_t* from = source.data<uint16_t>();
     float* to = result.data<float>();
+#pragma omp parallel for schedule(static) if (count > kParallelThreshold)
     for (int64_t i = 0; i < count; ++i) to[i] = bf16_to_f32(from[i]);
     return result;
   }

@@ -1,0 +1,102 @@
+#include "models/text_encoders/t5_config.h"
+
+#include <string_view>
+#include <vector>
+
+#include "core/error.h"
+
+namespace mmgen::text_encoders {
+namespace {
+
+// An integer key when present (must be a positive integer), else `fallback`.
+int64_t positive_int(const nlohmann::json& json, const char* key, int64_t fallback,
+                     const std::string& where) {
+  if (!json.contains(key) || json[key].is_null()) return fallback;
+  const nlohmann::json& value = json[key];
+  check(value.is_number_integer() && value.get<int64_t>() > 0,
+        "{}: \"{}\" must be a positive integer, got {}; fix the text encoder's config.json", where,
+        key, value.dump());
+  return value.get<int64_t>();
+}
+
+// transformers' ACT2FN names that a T5 feed-forward can use.
+T5Activation activation_named(const std::string& name, const std::string& where) {
+  if (name == "relu") return T5Activation::Relu;
+  if (name == "gelu") return T5Activation::Gelu;
+  if (name == "gelu_new" || name == "gelu_pytorch_tanh") return T5Activation::GeluTanh;
+  if (name == "silu" || name == "swish") return T5Activation::Silu;
+  fail(
+      "{}: feed_forward_proj activation \"{}\" is not supported (use relu, gelu, gelu_new or silu, "
+      "optionally as \"gated-...\")",
+      where, name);
+}
+
+}  // namespace
+
+T5Config T5Config::from_json(const nlohmann::json& json, const std::string& where) {
+  check(json.is_object(), "{}: expected a JSON object", where);
+  T5Config config;
+  if (json.contains("model_type")) {
+    check(json["model_type"].is_string(), "{}: \"model_type\" must be a string", where);
+    config.model_type = json["model_type"].get<std::string>();
+  }
+  check(config.model_type == "umt5" || config.model_type == "t5",
+        "{}: model_type \"{}\" is not a T5 encoder this loader knows (expected \"umt5\" or \"t5\")",
+        where, config.model_type);
+
+  // transformers' defaults differ between the two config classes.
+  const bool umt5 = config.model_type == "umt5";
+  config.vocab_size = positive_int(json, "vocab_size", umt5 ? 250112 : 32128, where);
+  config.d_model = positive_int(json, "d_model", 512, where);
+  config.d_kv = positive_int(json, "d_kv", 64, where);
+  config.d_ff = positive_int(json, "d_ff", umt5 ? 1024 : 2048, where);
+  config.num_heads = positive_int(json, "num_heads", umt5 ? 6 : 8, where);
+  config.num_layers = positive_int(json, "num_layers", umt5 ? 8 : 6, where);
+  config.relative_attention_num_buckets =
+      positive_int(json, "relative_attention_num_buckets", 32, where);
+  config.relative_attention_max_distance =
+      positive_int(json, "relative_attention_max_distance", 128, where);
+  check(config.relative_attention_num_buckets >= 4,
+        "{}: relative_attention_num_buckets {} is too small (at least 4)", where,
+        config.relative_attention_num_buckets);
+  check(config.relative_attention_max_distance > config.relative_attention_num_buckets / 4,
+        "{}: relative_attention_max_distance {} must exceed num_buckets / 4", where,
+        config.relative_attention_max_distance);
+
+  if (json.contains("layer_norm_epsilon") && !json["layer_norm_epsilon"].is_null()) {
+    check(json["layer_norm_epsilon"].is_number() && json["layer_norm_epsilon"].get<double>() > 0,
+          "{}: \"layer_norm_epsilon\" must be a positive number", where);
+    config.layer_norm_epsilon = json["layer_norm_epsilon"].get<float>();
+  }
+
+  config.feed_forward_proj = umt5 ? "gated-gelu" : "relu";
+  if (json.contains("feed_forward_proj") && !json["feed_forward_proj"].is_null()) {
+    check(json["feed_forward_proj"].is_string(), "{}: \"feed_forward_proj\" must be a string",
+          where);
+    config.feed_forward_proj = json["feed_forward_proj"].get<std::string>();
+  }
+  // "gated-ACT" or "ACT", as transformers parses it; "gated-gelu" means the tanh GELU.
+  const std::string& proj = config.feed_forward_proj;
+  const size_t dash = proj.find('-');
+  std::string activation = proj;
+  config.gated = false;
+  if (dash != std::string::npos) {
+    check(proj.substr(0, dash) == "gated" && proj.find('-', dash + 1) == std::string::npos,
+          "{}: feed_forward_proj \"{}\" should be \"ACT\" or \"gated-ACT\" (e.g. \"gated-gelu\")",
+          where, proj);
+    config.gated = true;
+    activation = proj.substr(dash + 1);
+  }
+  config.activation =
+      proj == "gated-gelu" ? T5Activation::GeluTanh : activation_named(activation, where);
+  return config;
+}
+
+T5Config T5Config::from_file(const fs::path& config_json) {
+  const std::string text = read_text_file(config_json);
+  nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  check(!json.is_discarded(), "{} is not valid JSON", config_json.string());
+  return from_json(json, config_json.string());
+}
+
+}  // namespace mmgen::text_encoders

@@ -1,0 +1,70 @@
+// WanPipeline (Wan2.1 text-to-video / text-to-image), as diffusers runs it: clean and encode the
+// prompt (and the negative prompt when guidance is on), draw or take the initial latents, denoise
+// with the transformer and the scheduler (two separate forwards per step for classifier-free
+// guidance), de-normalise and decode with the VAE, and map to frames in [0, 1].
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "models/dit/wan_transformer.h"
+#include "models/text_encoders/umt5_encoder.h"
+#include "models/tokenizers/tokenizer.h"
+#include "models/vae/wan_vae_decoder.h"
+#include "pipeline/model_index.h"
+#include "pipeline/request.h"
+
+namespace mmgen {
+
+struct WanGenerationInput {
+  std::string prompt;
+  std::string negative_prompt;
+  int64_t height = 0, width = 0, num_frames = 1;
+  int64_t num_inference_steps = 0;
+  double guidance_scale = 1;
+  int64_t max_sequence_length = 0;
+  std::optional<double> flow_shift;  // replaces the scheduler config's flow_shift
+  uint64_t seed = 0;
+  Tensor initial_latents;  // when defined, used instead of noise drawn from `seed`
+};
+
+struct WanGenerationOutput {
+  Tensor frames;                           // [F, H, W, 3] float32 in [0, 1]
+  std::vector<Tensor> latents_after_step;  // kept when asked (tests compare them)
+};
+
+class WanPipeline {
+ public:
+  // Loads every component from the model folder (weights are mapped, not read).
+  explicit WanPipeline(const ModelIndex& index);
+
+  // The prompt embedding the transformer sees: cleaned, tokenized to max_length, encoded with the
+  // mask, zero-filled after the real tokens. [1, max_length, text_dim].
+  Tensor encode_prompt(const std::string& prompt, int64_t max_length) const;
+
+  // The initial latent shape for a request.
+  Shape latent_shape(int64_t height, int64_t width, int64_t num_frames) const;
+
+  WanGenerationOutput generate(const WanGenerationInput& input,
+                               bool keep_step_latents = false) const;
+
+ private:
+  ModelIndex index_;
+  std::unique_ptr<tokenizers::Tokenizer> tokenizer_;
+  std::unique_ptr<text_encoders::UMT5Encoder> text_encoder_;
+  std::unique_ptr<dit::WanTransformer> transformer_;
+  std::unique_ptr<vae::WanVaeDecoder> vae_;
+  nlohmann::json scheduler_config_;
+};
+
+// A request's generation input (reads --latents when given, checking its shape).
+WanGenerationInput wan_input_from_request(const Request& request, const WanPipeline& pipeline);
+
+// Loads the pipeline from `index` and runs `request`; frames [F, H, W, 3] in [0, 1].
+Tensor run_wan_pipeline(const Request& request, const ModelIndex& index);
+
+}  // namespace mmgen
