@@ -1,5 +1,6 @@
 #include "generate/generate_command.h"
 
+#include <omp.h>
 #include <spdlog/spdlog.h>
 
 #include <iostream>
@@ -7,6 +8,8 @@
 #include "core/error.h"
 #include "generate/options.h"
 #include "generate/settings.h"
+#include "pipeline/output.h"
+#include "pipeline/progress.h"
 
 namespace mmgen::cli {
 
@@ -66,16 +69,50 @@ json dry_run_json(const ResolvedGenerate& resolved) {
           {"attention_backend_config", resolved.request.attention_backend_config}};
 }
 
+namespace {
+
+// What a finished output records about how it was made.
+json output_settings(const ResolvedGenerate& resolved) {
+  json settings = resolved.request.settings;
+  settings.erase("dry_run");
+  settings["pipeline"] = resolved.index.class_name;
+  settings["generator"] = "mmgen 0.1.0";
+  return settings;
+}
+
+void apply_runtime_settings(const Request& request) {
+  spdlog::set_level(spdlog::level::from_str(request.log_level));
+  if (request.threads > 0) omp_set_num_threads(int(request.threads));
+  check(request.device != "cuda",
+        "--device cuda: this build has no CUDA support; use --device cpu");
+}
+
+int run_resolved(const ResolvedGenerate& resolved) {
+  const Request& request = resolved.request;
+  apply_runtime_settings(request);
+  const fs::path path = output_file_path(request);
+  spdlog::info("{} on {}: {}x{}, {} frame(s), {} steps, guidance {}, seed {}",
+               resolved.index.class_name, resolved.index.root.string(), request.width,
+               request.height, request.num_frames, request.num_inference_steps,
+               request.guidance_scale, request.seed);
+  const Tensor frames = resolved.spec->generate(request, resolved.index);
+  Progress write("write", 1);
+  for (const auto& written :
+       write_frames(frames, request.output_format, path, output_settings(resolved), request.fps))
+    spdlog::info("wrote {}", written.string());
+  write.finish();
+  return 0;
+}
+
+}  // namespace
+
 int run_generate(const std::vector<std::string>& arguments) {
   ResolvedGenerate resolved = resolve_generate(arguments);
   if (resolved.request.dry_run) {
     std::cout << dry_run_json(resolved).dump(2) << std::endl;
     return 0;
   }
-  fail(
-      "generate: the {} pipeline is not built yet in this version; --dry-run shows the resolved "
-      "request",
-      resolved.index.class_name);
+  return run_resolved(resolved);
 }
 
 std::string generate_help() {

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "pipeline/wan_pipeline.h"
 
 namespace mmgen {
 
@@ -61,7 +62,8 @@ const std::vector<PipelineSpec>& pipeline_registry() {
        {"text_encoder", "tokenizer", "transformer", "vae", "scheduler"},
        {"transformer_2"},
        validate_wan,
-       wan_latent_shape},
+       wan_latent_shape,
+       run_wan_pipeline},
   };
   return registry;
 }

@@ -21,6 +21,8 @@ struct PipelineSpec {
   std::function<void(const Request&, const ModelIndex&)> validate;
   // The initial latent's shape for a request (reads component configs, never weights).
   std::function<Shape(const Request&, const ModelIndex&)> latent_shape;
+  // Runs the pipeline on one prompt; returns frames [F, H, W, 3] in [0, 1].
+  std::function<Tensor(const Request&, const ModelIndex&)> generate;
 };
 
 const std::vector<PipelineSpec>& pipeline_registry();

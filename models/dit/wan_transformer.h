@@ -1,0 +1,34 @@
+// WanTransformer3DModel, the Wan2.1 / Wan2.2 text-to-video diffusion transformer, in float32 on the
+// CPU. Weights stay memory-mapped in their stored dtype (bf16 for the released checkpoints) and are
+// converted to float32 one block at a time as the forward reaches them, so resident memory is
+// about the checkpoint's size plus one block's float32 weights and activations.
+#pragma once
+
+#include "core/safetensors.h"
+#include "models/dit/wan_rope.h"
+#include "models/dit/wan_transformer_config.h"
+
+namespace mmgen::dit {
+
+class WanTransformer {
+ public:
+  // Checks every tensor the config implies (names, shapes, float dtypes) up front.
+  WanTransformer(WanTransformerConfig config, WeightStore weights);
+  // A diffusers `transformer/` folder: config.json and the safetensors weights.
+  static WanTransformer load(const fs::path& folder);
+
+  const WanTransformerConfig& config() const { return config_; }
+  const WeightStore& weights() const { return weights_; }
+
+  // latents [B, in_channels, F, H, W] (F, H, W divisible by the patch size), one timestep for the
+  // whole batch (the scheduler's value, e.g. 999.0), text_embeds [B, L, text_dim].
+  // Returns the prediction [B, out_channels, F, H, W], float32.
+  Tensor forward(const Tensor& latents, float timestep, const Tensor& text_embeds) const;
+
+ private:
+  WanTransformerConfig config_;
+  WeightStore weights_;
+  WanRope rope_;
+};
+
+}  // namespace mmgen::dit

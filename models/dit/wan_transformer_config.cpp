@@ -1,0 +1,117 @@
+#include "models/dit/wan_transformer_config.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace mmgen::dit {
+namespace {
+
+using nlohmann::json;
+
+bool is_set(const json& config, const char* key) {
+  return config.contains(key) && !config.at(key).is_null();
+}
+
+int64_t read_int(const json& config, const char* key, int64_t fallback, const std::string& where) {
+  if (!is_set(config, key)) return fallback;
+  const json& value = config.at(key);
+  check(value.is_number_integer(), "{}: '{}' must be an integer, got {}", where, key, value.dump());
+  return value.get<int64_t>();
+}
+
+}  // namespace
+
+WanTransformerConfig WanTransformerConfig::from_json(const json& config, const std::string& where) {
+  check(config.is_object(), "{}: expected a JSON object", where);
+  if (config.contains("_class_name")) {
+    const json& name = config.at("_class_name");
+    check(name.is_string() && name.get<std::string>() == "WanTransformer3DModel",
+          "{}: _class_name is {}, expected \"WanTransformer3DModel\"", where, name.dump());
+  }
+
+  // Image-to-video and Wan2.2 S2V/VACE variants add weights and inputs this model does not have.
+  for (const char* key : {"image_dim", "added_kv_proj_dim", "pos_embed_seq_len"})
+    if (is_set(config, key))
+      fail(
+          "{}: '{}' is set ({}): image-conditioned Wan transformers (I2V) are not supported; use "
+          "a text-to-video checkpoint",
+          where, key, config.at(key).dump());
+
+  WanTransformerConfig result;
+  if (is_set(config, "patch_size")) {
+    const json& patch = config.at("patch_size");
+    check(patch.is_array() && patch.size() == 3,
+          "{}: 'patch_size' must be a list of 3 integers, got {}", where, patch.dump());
+    for (size_t i = 0; i < 3; ++i) {
+      check(patch[i].is_number_integer(), "{}: 'patch_size' must be a list of 3 integers, got {}",
+            where, patch.dump());
+      result.patch_size[i] = patch[i].get<int64_t>();
+    }
+  }
+  result.num_attention_heads =
+      read_int(config, "num_attention_heads", result.num_attention_heads, where);
+  result.attention_head_dim =
+      read_int(config, "attention_head_dim", result.attention_head_dim, where);
+  result.in_channels = read_int(config, "in_channels", result.in_channels, where);
+  // diffusers: `out_channels = out_channels or in_channels`.
+  result.out_channels = read_int(config, "out_channels", 0, where);
+  if (result.out_channels == 0) result.out_channels = result.in_channels;
+  result.text_dim = read_int(config, "text_dim", result.text_dim, where);
+  result.freq_dim = read_int(config, "freq_dim", result.freq_dim, where);
+  result.ffn_dim = read_int(config, "ffn_dim", result.ffn_dim, where);
+  result.num_layers = read_int(config, "num_layers", result.num_layers, where);
+  result.rope_max_seq_len = read_int(config, "rope_max_seq_len", result.rope_max_seq_len, where);
+  if (config.contains("cross_attn_norm")) {
+    const json& value = config.at("cross_attn_norm");
+    check(value.is_boolean(), "{}: 'cross_attn_norm' must be true or false, got {}", where,
+          value.dump());
+    result.cross_attn_norm = value.get<bool>();
+  }
+  if (is_set(config, "eps")) {
+    const json& value = config.at("eps");
+    check(value.is_number(), "{}: 'eps' must be a number, got {}", where, value.dump());
+    result.eps = value.get<float>();
+  }
+  // The default is "rms_norm_across_heads"; null (no q/k norm) and per-head norms are other models.
+  const json qk_norm =
+      config.contains("qk_norm") ? config.at("qk_norm") : json("rms_norm_across_heads");
+  check(qk_norm.is_string() && qk_norm.get<std::string>() == "rms_norm_across_heads",
+        "{}: qk_norm {} is not supported (only \"rms_norm_across_heads\", the Wan2.1/2.2 setting)",
+        where, qk_norm.dump());
+
+  result.validate(where);
+  return result;
+}
+
+WanTransformerConfig WanTransformerConfig::from_file(const fs::path& config_json) {
+  const std::string text = read_text_file(config_json);
+  json parsed;
+  try {
+    parsed = json::parse(text);
+  } catch (const json::exception& e) {
+    fail("{}: not valid JSON ({})", config_json.string(), e.what());
+  }
+  return from_json(parsed, config_json.string());
+}
+
+void WanTransformerConfig::validate(const std::string& where) const {
+  for (int64_t p : patch_size)
+    check(p >= 1 && p <= 64, "{}: patch_size entries must be in 1..64, got {}", where, p);
+  check(num_attention_heads >= 1, "{}: num_attention_heads must be positive", where);
+  // RoPE rotates pairs of channels, so the head and each of its t/h/w parts must be even.
+  check(attention_head_dim >= 6 && attention_head_dim % 2 == 0,
+        "{}: attention_head_dim must be even and at least 6, got {}", where, attention_head_dim);
+  check(in_channels >= 1 && out_channels >= 1, "{}: in_channels/out_channels must be positive",
+        where);
+  check(text_dim >= 1, "{}: text_dim must be positive", where);
+  check(freq_dim >= 2 && freq_dim % 2 == 0, "{}: freq_dim must be even and positive, got {}", where,
+        freq_dim);
+  check(ffn_dim >= 1, "{}: ffn_dim must be positive", where);
+  check(num_layers >= 0, "{}: num_layers must not be negative", where);
+  check(eps > 0.0f, "{}: eps must be positive", where);
+  check(rope_max_seq_len >= 1 && rope_max_seq_len <= (1 << 16),
+        "{}: rope_max_seq_len must be in 1..65536, got {}", where, rope_max_seq_len);
+}
+
+}  // namespace mmgen::dit

@@ -1,0 +1,17 @@
+// Reading the Wan transformer's tensors from a WeightStore: presence and shape checks with
+// messages that name the tensor and the checkpoint, and float32 access.
+#pragma once
+
+#include <string>
+
+#include "core/safetensors.h"
+
+namespace mmgen::dit {
+
+// Throws Error unless `name` is in the store, holds floating-point values and has `shape`.
+void expect_weight(const WeightStore& store, const std::string& name, const Shape& shape);
+
+// The tensor as float32 (converted from bf16/f16 when stored so; a view when already float32).
+Tensor load_weight(const WeightStore& store, const std::string& name);
+
+}  // namespace mmgen::dit

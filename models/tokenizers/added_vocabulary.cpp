@@ -1,0 +1,113 @@
+#include "models/tokenizers/added_vocabulary.h"
+
+#include "models/tokenizers/normalizers.h"
+#include "models/tokenizers/unicode_data.h"
+#include "models/tokenizers/utf8.h"
+
+namespace mmgen::tokenizers {
+namespace {
+
+// The code point that ends just before byte `end` of valid UTF-8 `text`.
+char32_t codepoint_before(std::string_view text, size_t end, size_t* start_out = nullptr) {
+  size_t start = end - 1;
+  while (start > 0 && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) --start;
+  if (start_out) *start_out = start;
+  size_t pos = start;
+  return next_codepoint(text, pos);
+}
+
+}  // namespace
+
+AddedVocabulary::AddedVocabulary(std::vector<AddedToken> tokens, const Normalizer* normalizer)
+    : tokens_(std::move(tokens)) {
+  for (size_t i = 0; i < tokens_.size(); ++i) {
+    const AddedToken& token = tokens_[i];
+    std::string text = token.content;
+    if (token.normalized && normalizer) text = normalizer->normalize(text);
+    if (text.empty()) continue;
+    patterns_[token.normalized ? 1 : 0][static_cast<unsigned char>(text[0])].push_back(
+        {std::move(text), i});
+  }
+}
+
+std::vector<Segment> AddedVocabulary::split(std::string_view text, bool normalized_tokens,
+                                            bool at_input_start) const {
+  const auto& buckets = patterns_[normalized_tokens ? 1 : 0];
+  std::vector<Segment> out;
+  size_t copied = 0;  // text before this offset is already in `out`
+  auto emit_text = [&](size_t begin, size_t end) {
+    if (end > begin)
+      out.push_back({std::string(text.substr(begin, end - begin)), std::nullopt,
+                     at_input_start && begin == 0});
+  };
+  for (size_t pos = 0; pos < text.size();) {
+    // Leftmost-longest: the longest token that starts here.
+    const Pattern* best = nullptr;
+    for (const Pattern& p : buckets[static_cast<unsigned char>(text[pos])])
+      if ((!best || p.text.size() > best->text.size()) && text.substr(pos, p.text.size()) == p.text)
+        best = &p;
+    if (!best) {
+      ++pos;
+      continue;
+    }
+    const AddedToken& token = tokens_[best->token];
+    size_t begin = pos, end = pos + best->text.size();
+    if (token.single_word) {
+      bool word_before = begin > 0 && unicode::is_word(codepoint_before(text, begin));
+      size_t after = end;
+      bool word_after = end < text.size() && unicode::is_word(next_codepoint(text, after));
+      if (word_before || word_after) {
+        ++pos;
+        continue;
+      }
+    }
+    if (token.lstrip) {
+      size_t start = begin;
+      while (begin > copied && unicode::is_white_space(codepoint_before(text, begin, &start)))
+        begin = start;
+    }
+    if (token.rstrip) {
+      size_t after = end;
+      while (end < text.size() && unicode::is_white_space(next_codepoint(text, after))) end = after;
+    }
+    emit_text(copied, begin);
+    out.push_back({token.content, token.id, false});
+    copied = pos = end;
+  }
+  emit_text(copied, text.size());
+  return out;
+}
+
+const AddedToken* AddedVocabulary::find_id(int64_t id) const {
+  for (const AddedToken& token : tokens_)
+    if (token.id == id) return &token;
+  return nullptr;
+}
+
+const AddedToken* AddedVocabulary::find_content(std::string_view content) const {
+  for (const AddedToken& token : tokens_)
+    if (token.content == content) return &token;
+  return nullptr;
+}
+
+std::vector<AddedToken> parse_added_tokens(const Json& list, const std::string& where) {
+  std::vector<AddedToken> tokens;
+  if (list.is_null()) return tokens;
+  check(list.is_array(), "{} should be a list; the tokenizer.json is malformed", where);
+  for (size_t i = 0; i < list.size(); ++i) {
+    std::string item = fmt::format("{}[{}]", where, i);
+    const Json& entry = list[i];
+    AddedToken token;
+    token.content = string_field(entry, "content", item);
+    token.id = integer_field(entry, "id", item);
+    token.special = bool_field_or(entry, "special", false, item);
+    token.lstrip = bool_field_or(entry, "lstrip", false, item);
+    token.rstrip = bool_field_or(entry, "rstrip", false, item);
+    token.single_word = bool_field_or(entry, "single_word", false, item);
+    token.normalized = bool_field_or(entry, "normalized", !token.special, item);
+    tokens.push_back(std::move(token));
+  }
+  return tokens;
+}
+
+}  // namespace mmgen::tokenizers

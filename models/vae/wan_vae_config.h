@@ -1,0 +1,55 @@
+// The hyper-parameters of a Wan2.1 video VAE (diffusers' AutoencoderKLWan), read from the
+// component's `config.json`.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/file.h"
+
+namespace mmgen::vae {
+
+struct WanVaeConfig {
+  int64_t base_dim = 96;
+  std::optional<int64_t> decoder_base_dim;  // null: the decoder uses base_dim
+  int64_t z_dim = 16;
+  std::vector<int64_t> dim_mult = {1, 2, 4, 4};
+  int64_t num_res_blocks = 2;
+  // Kept for completeness: diffusers' Wan decoder builds no attention from it (only the mid
+  // block has attention), so neither do we.
+  std::vector<double> attn_scales;
+  std::vector<bool> temperal_downsample = {false, true, true};  // (sic) diffusers' spelling
+  std::vector<float> latents_mean = {-0.7571f, -0.7089f, -0.9113f, 0.1075f,  -0.1745f, 0.9653f,
+                                     -0.1517f, 1.5508f,  0.4134f,  -0.0715f, 0.5517f,  -0.3632f,
+                                     -0.1922f, -0.9497f, 0.2503f,  -0.2921f};
+  std::vector<float> latents_std = {2.8184f, 1.4541f, 2.3275f, 2.6558f, 1.2196f, 1.7708f,
+                                    2.6052f, 2.0743f, 3.2687f, 2.1526f, 2.8652f, 1.5579f,
+                                    1.6382f, 1.1253f, 2.8251f, 1.9160f};
+  int64_t in_channels = 3;
+  int64_t out_channels = 3;
+  int64_t scale_factor_temporal = 4;
+  int64_t scale_factor_spatial = 8;
+
+  int64_t decoder_dim() const { return decoder_base_dim.value_or(base_dim); }
+  // The decoder doubles time in the up blocks whose flag (reversed temperal_downsample) is set.
+  std::vector<bool> temporal_upsample() const {
+    return std::vector<bool>(temperal_downsample.rbegin(), temperal_downsample.rend());
+  }
+  int64_t temporal_factor() const;  // 2^(number of temporal upsamples)
+  int64_t spatial_factor() const;   // 2^(len(dim_mult) - 1)
+  // Output frames for `latent_frames` latent frames: 1 + temporal_factor · (T − 1).
+  int64_t output_frames(int64_t latent_frames) const {
+    return 1 + temporal_factor() * (latent_frames - 1);
+  }
+
+  // Keys left out take diffusers' AutoencoderKLWan defaults. Wan2.2 features (is_residual,
+  // patch_size > 1) are refused. `where` names the source in error messages.
+  static WanVaeConfig from_json(const nlohmann::json& json,
+                                const std::string& where = "config.json");
+  static WanVaeConfig from_file(const fs::path& config_json);
+};
+
+}  // namespace mmgen::vae

@@ -1,0 +1,63 @@
+// The decoder half of diffusers' AutoencoderKLWan (Wan2.1 VAE), float32 on the CPU: latents
+// [B, z_dim, T, h, w] to a video [B, 3, 1 + 4·(T − 1), 8h, 8w] in [−1, 1].
+//
+// Like diffusers' `_decode`, it runs post_quant_conv and then the decoder one latent frame at a
+// time, carrying the causal convolutions' feature cache between frames, so memory is bounded by
+// one latent frame's activations (4 output frames) plus the cache, whatever the video length.
+// Weights stay in the checkpoint (memory-mapped, possibly bf16) and are converted per use.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "core/safetensors.h"
+#include "core/tensor.h"
+#include "models/vae/wan_vae_config.h"
+#include "models/vae/wan_vae_layers.h"
+
+namespace mmgen::vae {
+
+// Called after each decoded latent frame: done of total (total = batch · latent frames).
+using DecodeProgress = std::function<void(int done, int total)>;
+
+class WanVaeDecoder {
+ public:
+  // Checks every decoder weight's presence and shape against the config (throws Error naming the
+  // tensor and file on a mismatch).
+  WanVaeDecoder(WanVaeConfig config, WeightStore weights);
+  // Reads `<folder>/config.json` and the folder's safetensors.
+  static WanVaeDecoder open_folder(const fs::path& folder);
+
+  // z: [B, z_dim, T, h, w], already de-normalised (see denormalize), any float dtype.
+  // Returns float32 [B, out_channels, 1 + 4·(T − 1), 8h, 8w], clamped to [−1, 1].
+  Tensor decode(const Tensor& z, const DecodeProgress& progress = {}) const;
+
+  // The pipeline's de-normalisation, exactly as diffusers computes it:
+  // latents / (1 / std) + mean per channel, with 1 / std rounded to float32 first.
+  Tensor denormalize(const Tensor& latents) const;
+
+  const WanVaeConfig& config() const { return config_; }
+
+ private:
+  // One latent frame (of one batch element) through conv_in .. conv_out.
+  Tensor decode_chunk(const Tensor& x, StreamState& state) const;
+
+  struct UpBlock {
+    std::vector<ResidualBlock> resnets;
+    std::unique_ptr<Resample> upsampler;  // null for the last block
+  };
+
+  WanVaeConfig config_;
+  WeightStore weights_;
+  SlotCounter slots_;
+  CausalConv3d post_quant_conv_;
+  CausalConv3d conv_in_;
+  std::vector<ResidualBlock> mid_resnets_;
+  std::unique_ptr<AttentionBlock> mid_attention_;
+  std::vector<UpBlock> up_blocks_;
+  int64_t out_dim_ = 0;  // channels entering norm_out
+  CausalConv3d conv_out_;
+};
+
+}  // namespace mmgen::vae

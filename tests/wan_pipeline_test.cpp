@@ -1,0 +1,106 @@
+// The whole Wan pipeline against diffusers' own run on the wan-tiny fixture.
+#include "pipeline/wan_pipeline.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/file.h"
+#include "core/npy.h"
+#include "core/safetensors.h"
+#include "pipeline/model_index.h"
+#include "tests/test_support.h"
+
+namespace mmgen {
+namespace {
+
+fs::path fixture() {
+  return testing::shared_dir() / "fixtures/wan-tiny";
+}
+
+class WanPipelineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (testing::shared_dir().empty())
+      GTEST_SKIP() << "../shared not found; reference check skipped";
+    reference_ = std::make_unique<SafetensorsFile>(
+        SafetensorsFile::open(fixture() / "reference/reference.safetensors"));
+    settings_ = nlohmann::json::parse(read_text_file(fixture() / "reference/reference.json"));
+    pipeline_ = std::make_unique<WanPipeline>(load_model_index(fixture() / "model"));
+  }
+
+  WanGenerationInput fixture_input() const {
+    const auto& p = settings_["pipeline"];
+    WanGenerationInput input;
+    input.prompt = p["prompt"];
+    input.negative_prompt = p["negative_prompt"];
+    input.height = p["height"];
+    input.width = p["width"];
+    input.num_frames = p["num_frames"];
+    input.num_inference_steps = p["num_inference_steps"];
+    input.guidance_scale = p["guidance_scale"];
+    input.max_sequence_length = p["max_sequence_length"];
+    return input;
+  }
+
+  std::unique_ptr<SafetensorsFile> reference_;
+  nlohmann::json settings_;
+  std::unique_ptr<WanPipeline> pipeline_;
+};
+
+TEST_F(WanPipelineTest, PromptEmbeddingsMatchDiffusers) {
+  // text_encoder.prompt{k}: prompt k cleaned, tokenized to 24, encoded with the mask, zero-filled.
+  for (int k = 0; k < 6; ++k) {
+    const std::string prompt = settings_["prompts"][size_t(k)];
+    Tensor ours = pipeline_->encode_prompt(prompt, 24);
+    Tensor expected = reference_->tensor("text_encoder.prompt" + std::to_string(k));
+    EXPECT_LT(testing::relative_error(ours, expected), 1e-5) << "prompt " << k << ": " << prompt;
+  }
+}
+
+TEST_F(WanPipelineTest, GivenNoiseReproducesEveryStepAndTheVideo) {
+  WanGenerationInput input = fixture_input();
+  input.initial_latents = reference_->tensor("pipeline.noise").clone();
+  WanGenerationOutput output = pipeline_->generate(input, /*keep_step_latents=*/true);
+  ASSERT_EQ(output.latents_after_step.size(), 4u);
+  for (int k = 0; k < 4; ++k) {
+    double error = testing::relative_error(
+        output.latents_after_step[size_t(k)],
+        reference_->tensor("pipeline.latents_after_step" + std::to_string(k)));
+    EXPECT_LT(error, 1e-4) << "step " << k;
+  }
+  Tensor video = reference_->tensor("pipeline.video");
+  EXPECT_EQ(shape_string(output.frames.shape()), shape_string(video.shape()));
+  EXPECT_LT(testing::max_abs_diff(output.frames, video), 1e-3);
+}
+
+TEST_F(WanPipelineTest, SeedReproducesDiffusersNoise) {
+  WanGenerationInput input = fixture_input();
+  input.seed = settings_["pipeline"]["seed_for_video_seed42"];
+  WanGenerationOutput output = pipeline_->generate(input);
+  EXPECT_LT(testing::max_abs_diff(output.frames, reference_->tensor("pipeline.video_seed42")),
+            1e-3);
+}
+
+TEST_F(WanPipelineTest, CommandLineWritesTheSameNumbers) {
+  fs::path out = testing::scratch_dir("cli-npy");
+  const auto& p = settings_["pipeline"];
+  const std::string command =
+      testing::mmgen_binary().string() + " generate --model-path " +
+      (fixture() / "model").string() + " --prompt '" + p["prompt"].get<std::string>() +
+      "' --negative-prompt '" + p["negative_prompt"].get<std::string>() +
+      "' --height 32 --width 48 --num-frames 5 --num-inference-steps 4 --guidance-scale 5"
+      " --max-sequence-length 24 --seed 42 --output-format npy --output-file-name video "
+      "--output-path " +
+      out.string();
+  auto result = testing::run_command(command);
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  Tensor frames = read_npy(out / "video.npy");
+  EXPECT_LT(testing::max_abs_diff(frames, reference_->tensor("pipeline.video_seed42")), 1e-3);
+  auto sidecar = nlohmann::json::parse(read_text_file(out / "video.npy.json"));
+  EXPECT_EQ(sidecar["seed"], 42);
+  EXPECT_EQ(sidecar["prompt"], p["prompt"]);
+}
+
+}  // namespace
+}  // namespace mmgen
