@@ -8,9 +8,5 @@ prompt="${1:-a red circle on a blue background}"
 args=(--model-path examples/models/wan-shapes --prompt "$prompt" --negative-prompt ""
       --height 128 --width 128 --num-frames 1 --num-inference-steps 20 --guidance-scale 4.0
       --max-sequence-length 32 --seed 1 --output-path outputs)
-./build/mmgen generate "${args[@]}" --dry-run
-if ! ./build/mmgen generate "${args[@]}"; then
-  echo "demo: generation did not complete (see the message above)" >&2
-  exit 1
-fi
-ls -l outputs/
+./build/mmgen generate "${args[@]}"
+echo "demo: the picture is in outputs/ (compare with the first tile of docs/wan-shapes-preview.png)"
