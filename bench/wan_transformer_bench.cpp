@@ -1,0 +1,271 @@
+// Seconds per forward and peak memory of a Wan2.1-1.3B-sized transformer (30 layers, 12 heads of
+// 128, ffn 8960, text_dim 4096) with random bf16 weights, on the CPU.
+//
+// The weights are written once to a temporary safetensors file and memory-mapped, exactly as a real
+// checkpoint is used. Each case runs in a fresh process (this program re-executed with --run-case)
+// so its peak RSS (getrusage ru_maxrss) is its own and not the weight writer's.
+//
+//   wan_transformer_bench [--repeats N] [--layers N] [--cases 1f480,5f240] [--dir DIR]
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "attention/dense_attention.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/safetensors.h"
+#include "models/dit/wan_transformer.h"
+
+namespace {
+
+using namespace mmgen;
+using mmgen::dit::WanTransformer;
+using mmgen::dit::WanTransformerConfig;
+namespace fs = std::filesystem;
+
+struct BenchCase {
+  std::string name;
+  std::string label;
+  Shape latents;
+};
+
+const std::vector<BenchCase> kCases = {
+    {"1f480", "1 frame 480x832", {1, 16, 1, 60, 104}},
+    {"5f240", "5 frames 240x416", {1, 16, 5, 30, 52}},
+};
+constexpr int64_t kTextTokens = 512;
+
+WanTransformerConfig wan_1_3b_config(int64_t layers) {
+  WanTransformerConfig config;
+  config.num_attention_heads = 12;
+  config.attention_head_dim = 128;
+  config.ffn_dim = 8960;
+  config.num_layers = layers;
+  config.text_dim = 4096;
+  return config;
+}
+
+// A deterministic uniform value in [-1, 1) from a counter (splitmix64), so filling is parallel.
+float uniform_at(uint64_t seed, uint64_t index) {
+  uint64_t z = seed * 0x9e3779b97f4a7c15ull + index + 1;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return float(double(z >> 40) / double(1ull << 23) - 1.0);
+}
+
+Tensor random_tensor(const Shape& shape, float center, float spread, uint64_t seed, DType dtype) {
+  Tensor out = Tensor::empty(shape, dtype);
+  const int64_t count = out.numel();
+  if (dtype == DType::BF16) {
+    uint16_t* p = out.data<uint16_t>();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < count; ++i)
+      p[i] = f32_to_bf16(center + spread * uniform_at(seed, uint64_t(i)));
+  } else {
+    float* p = out.data<float>();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < count; ++i) p[i] = center + spread * uniform_at(seed, uint64_t(i));
+  }
+  return out;
+}
+
+// Every tensor of a WanTransformer3DModel checkpoint for `config`, random, in bf16. Linear weights
+// are scaled by 1/√fan_in so activations stay in range through all the layers.
+NamedTensors random_checkpoint(const WanTransformerConfig& config) {
+  const int64_t d = config.inner_dim(), f = config.ffn_dim;
+  NamedTensors tensors;
+  uint64_t seed = 1;
+  auto add = [&](const std::string& name, const Shape& shape, float center, float spread) {
+    tensors.emplace_back(name, random_tensor(shape, center, spread, seed++, DType::BF16));
+  };
+  auto linear = [&](const std::string& name, int64_t out, int64_t in) {
+    add(name + ".weight", {out, in}, 0.0f, float(1.0 / std::sqrt(double(in))));
+    add(name + ".bias", {out}, 0.0f, 0.02f);
+  };
+  const auto [pt, ph, pw] = config.patch_size;
+  add("patch_embedding.weight", {d, config.in_channels, pt, ph, pw}, 0.0f,
+      float(1.0 / std::sqrt(double(config.in_channels * pt * ph * pw))));
+  add("patch_embedding.bias", {d}, 0.0f, 0.02f);
+  linear("condition_embedder.time_embedder.linear_1", d, config.freq_dim);
+  linear("condition_embedder.time_embedder.linear_2", d, d);
+  linear("condition_embedder.time_proj", 6 * d, d);
+  linear("condition_embedder.text_embedder.linear_1", d, config.text_dim);
+  linear("condition_embedder.text_embedder.linear_2", d, d);
+  for (int64_t layer = 0; layer < config.num_layers; ++layer) {
+    const std::string block = "blocks." + std::to_string(layer) + ".";
+    for (const char* attention : {"attn1.", "attn2."}) {
+      for (const char* projection : {"to_q", "to_k", "to_v", "to_out.0"})
+        linear(block + attention + projection, d, d);
+      add(block + attention + "norm_q.weight", {d}, 1.0f, 0.1f);
+      add(block + attention + "norm_k.weight", {d}, 1.0f, 0.1f);
+    }
+    add(block + "norm2.weight", {d}, 1.0f, 0.1f);
+    add(block + "norm2.bias", {d}, 0.0f, 0.02f);
+    linear(block + "ffn.net.0.proj", f, d);
+    linear(block + "ffn.net.2", d, f);
+    add(block + "scale_shift_table", {1, 6, d}, 0.0f, float(1.0 / std::sqrt(double(d))));
+  }
+  linear("proj_out", config.out_channels * config.patch_volume(), d);
+  add("scale_shift_table", {1, 2, d}, 0.0f, float(1.0 / std::sqrt(double(d))));
+  return tensors;
+}
+
+double peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return double(usage.ru_maxrss) * 1024.0;  // Linux reports KiB
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+// Child process: one case. Prints "RESULT <median s> <min s> <peak rss bytes> <attention s>".
+int run_case(const fs::path& weights_file, const BenchCase& bench, int64_t layers, int repeats) {
+  WanTransformer model(wan_1_3b_config(layers), WeightStore::open_file(weights_file));
+  const WanTransformerConfig& config = model.config();
+  Tensor latents = random_tensor(bench.latents, 0.0f, 1.7f, 101, DType::F32);
+  Tensor text = random_tensor({1, kTextTokens, config.text_dim}, 0.0f, 0.3f, 102, DType::F32);
+  std::vector<double> seconds;
+  for (int r = 0; r < repeats; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    Tensor out = model.forward(latents, 999.0f, text);
+    seconds.push_back(seconds_since(start));
+    for (int64_t i = 0; i < out.numel(); ++i)
+      if (!std::isfinite(out.data<float>()[i])) fail("non-finite output at {}", i);
+    std::fprintf(stderr, "  %s repeat %d: %.2f s\n", bench.name.c_str(), r + 1, seconds.back());
+  }
+  const double peak = peak_rss_bytes();
+
+  // What the attention kernel alone costs at these shapes (once per layer, self + cross), so the
+  // table shows how much of a forward is attention rather than GEMMs.
+  const auto [pt, ph, pw] = config.patch_size;
+  const int64_t tokens =
+      (bench.latents[2] / pt) * (bench.latents[3] / ph) * (bench.latents[4] / pw);
+  const int64_t heads = config.num_attention_heads, head_dim = config.attention_head_dim;
+  attention::DenseAttentionArgs self_args, cross_args;
+  self_args.q = self_args.k = self_args.v =
+      random_tensor({1, tokens, heads, head_dim}, 0.0f, 1.0f, 103, DType::F32);
+  self_args.scale = cross_args.scale = float(1.0 / std::sqrt(double(head_dim)));
+  cross_args.q = self_args.q;
+  cross_args.k = cross_args.v =
+      random_tensor({1, kTextTokens, heads, head_dim}, 0.0f, 1.0f, 104, DType::F32);
+  auto start = std::chrono::steady_clock::now();
+  attention::dense_attention(self_args);
+  attention::dense_attention(cross_args);
+  const double attention_per_forward = seconds_since(start) * double(layers);
+
+  std::printf("RESULT %.6f %.6f %.0f %.6f\n", median(seconds),
+              *std::min_element(seconds.begin(), seconds.end()), peak, attention_per_forward);
+  return 0;
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+int drive(int64_t layers, int repeats, const std::vector<std::string>& wanted, fs::path dir) {
+  const WanTransformerConfig config = wan_1_3b_config(layers);
+  const bool own_dir = dir.empty();
+  if (own_dir) dir = fs::temp_directory_path() / ("mmgen-wan-bench-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const fs::path weights_file = dir / "diffusion_pytorch_model.safetensors";
+  if (!fs::exists(weights_file)) {
+    std::fprintf(stderr, "writing random bf16 weights to %s ...\n", weights_file.c_str());
+    const auto start = std::chrono::steady_clock::now();
+    write_safetensors(weights_file, random_checkpoint(config), {{"format", "pt"}});
+    std::fprintf(stderr, "  done in %.1f s\n", seconds_since(start));
+  }
+  const double stored = double(WeightStore::open_file(weights_file).stored_bytes());
+
+  const std::string self = fs::read_symlink("/proc/self/exe").string();
+  std::printf(
+      "Wan2.1-1.3B-sized transformer (%lld layers, D %lld, ffn %lld), random bf16 weights, "
+      "%d repeat(s), text %lld tokens, OMP_NUM_THREADS=%s\n",
+      (long long)layers, (long long)config.inner_dim(), (long long)config.ffn_dim, repeats,
+      (long long)kTextTokens,
+      std::getenv("OMP_NUM_THREADS") ? std::getenv("OMP_NUM_THREADS") : "(unset)");
+  std::printf("stored weights: %.3f GB\n\n", stored / 1e9);
+  std::printf(
+      "| case | latents | tokens | s/forward (median) | s (min) | attention s (est.) | peak RSS GB "
+      "| RSS / weights |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  int status = 0;
+  for (const BenchCase& bench : kCases) {
+    if (std::find(wanted.begin(), wanted.end(), bench.name) == wanted.end()) continue;
+    const std::string command = shell_quote(self) + " --run-case " + bench.name + " --weights " +
+                                shell_quote(weights_file.string()) + " --layers " +
+                                std::to_string(layers) + " --repeats " + std::to_string(repeats);
+    FILE* pipe = popen(command.c_str(), "r");
+    if (!pipe) fail("cannot start {}", command);
+    std::string output;
+    char buffer[512];
+    while (fgets(buffer, sizeof buffer, pipe)) output += buffer;
+    const int code = pclose(pipe);
+    double med = 0, min = 0, peak = 0, attention_s = 0;
+    const size_t at = output.find("RESULT ");
+    if (code != 0 || at == std::string::npos ||
+        std::sscanf(output.c_str() + at, "RESULT %lf %lf %lf %lf", &med, &min, &peak,
+                    &attention_s) != 4) {
+      std::printf("| %s | failed (exit %d) |\n", bench.label.c_str(), code);
+      status = 1;
+      continue;
+    }
+    const int64_t tokens = bench.latents[2] * (bench.latents[3] / 2) * (bench.latents[4] / 2);
+    std::printf("| %s | %s | %lld | %.2f | %.2f | %.2f | %.3f | %.2f |\n", bench.label.c_str(),
+                shape_string(bench.latents).c_str(), (long long)tokens, med, min, attention_s,
+                peak / 1e9, peak / stored);
+    std::fflush(stdout);
+  }
+  if (own_dir) fs::remove_all(dir);
+  return status;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    std::map<std::string, std::string> options;
+    for (int i = 1; i + 1 < argc; i += 2) {
+      const std::string key = argv[i];
+      if (key.rfind("--", 0) != 0) fail("unexpected argument '{}'", key);
+      options[key.substr(2)] = argv[i + 1];
+    }
+    if (argc % 2 == 0) fail("options come in pairs: --name value");
+    const int64_t layers = options.count("layers") ? std::stoll(options["layers"]) : 30;
+    const int repeats = options.count("repeats") ? std::stoi(options["repeats"]) : 2;
+    if (options.count("run-case")) {
+      for (const BenchCase& bench : kCases)
+        if (bench.name == options["run-case"])
+          return run_case(options.at("weights"), bench, layers, repeats);
+      fail("unknown case '{}'", options["run-case"]);
+    }
+    std::vector<std::string> wanted;
+    std::stringstream list(options.count("cases") ? options["cases"] : "1f480,5f240");
+    for (std::string item; std::getline(list, item, ',');) wanted.push_back(item);
+    return drive(layers, repeats, wanted,
+                 options.count("dir") ? fs::path(options["dir"]) : fs::path());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "wan_transformer_bench: %s\n", e.what());
+    return 1;
+  }
+}
