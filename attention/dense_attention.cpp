@@ -1,13 +1,25 @@
 #include "attention/dense_attention.h"
 
+#include <Eigen/Core>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "core/error.h"
-#include "core/ops.h"
 
 namespace mmgen::attention {
+
+namespace {
+
+// Token rows of one (batch, head) slice are `heads * head_dim` floats apart: map them in place.
+using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using StridedConst = Eigen::Map<const RowMatrix, 0, Eigen::OuterStride<>>;
+using Strided = Eigen::Map<RowMatrix, 0, Eigen::OuterStride<>>;
+
+// Queries per tile: the tile's score rows (tile x kv_len floats) stay in cache for softmax and P·V.
+constexpr int64_t kQueryTile = 64;
+
+}  // namespace
 
 Tensor dense_attention(const DenseAttentionArgs& args) {
   const Tensor q = args.q.contiguous(), k = args.k.contiguous(), v = args.v.contiguous();
@@ -20,50 +32,60 @@ Tensor dense_attention(const DenseAttentionArgs& args) {
   if (args.bias.defined())
     check(args.bias.shape() == Shape({heads, q_len, kv_len}), "attention: bias {} should be [{}, {}, {}]",
           shape_string(args.bias.shape()), heads, q_len, kv_len);
-  Tensor bias = args.bias.defined() ? args.bias.to(DType::F32) : Tensor();
-  Tensor mask = args.key_mask.defined() ? args.key_mask.to(DType::F32) : Tensor();
+  const Tensor bias = args.bias.defined() ? args.bias.to(DType::F32) : Tensor();
+  const Tensor mask = args.key_mask.defined() ? args.key_mask.to(DType::F32) : Tensor();
 
   Tensor out = Tensor::empty({batch, q_len, heads, head_dim});
-  const float* qp = q.data<float>();
-  const float* kp = k.data<float>();
-  const float* vp = v.data<float>();
-  float* op = out.data<float>();
-  const int64_t row = heads * head_dim;  // stride between tokens
+  const int64_t row = heads * head_dim;
+  const int64_t tiles = (q_len + kQueryTile - 1) / kQueryTile;
+  const bool parallel = batch * heads * q_len * kv_len * head_dim > (1 << 16);
+  constexpr float kNegativeInfinity = -std::numeric_limits<float>::infinity();
 
-#pragma omp parallel if (batch * heads * q_len * kv_len * head_dim > (1 << 16))
+  // One (batch, head, query tile) per task; the GEMMs inside run on the task's thread.
+#pragma omp parallel if (parallel)
   {
-    std::vector<float> scores(static_cast<size_t>(kv_len));
-#pragma omp for collapse(3) schedule(static)
+    RowMatrix scores;
+#pragma omp for collapse(3) schedule(dynamic)
     for (int64_t b = 0; b < batch; ++b)
       for (int64_t h = 0; h < heads; ++h)
-        for (int64_t i = 0; i < q_len; ++i) {
-          const float* qi = qp + (b * q_len + i) * row + h * head_dim;
-          float max_score = -std::numeric_limits<float>::infinity();
-          for (int64_t j = 0; j < kv_len; ++j) {
-            const float* kj = kp + (b * kv_len + j) * row + h * head_dim;
-            float dot = 0;
-            for (int64_t d = 0; d < head_dim; ++d) dot += qi[d] * kj[d];
-            float score = dot * args.scale;
-            if (bias.defined()) score += bias.data<float>()[(h * q_len + i) * kv_len + j];
-            if (mask.defined() && mask.data<float>()[b * kv_len + j] == 0.0f)
-              score = -std::numeric_limits<float>::infinity();
-            scores[size_t(j)] = score;
-            max_score = std::max(max_score, score);
+        for (int64_t tile = 0; tile < tiles; ++tile) {
+          const int64_t first = tile * kQueryTile, count = std::min(kQueryTile, q_len - first);
+          StridedConst q_tile(q.data<float>() + (b * q_len + first) * row + h * head_dim, count, head_dim,
+                              Eigen::OuterStride<>(row));
+          StridedConst keys(k.data<float>() + b * kv_len * row + h * head_dim, kv_len, head_dim,
+                            Eigen::OuterStride<>(row));
+          StridedConst values(v.data<float>() + b * kv_len * row + h * head_dim, kv_len, head_dim,
+                              Eigen::OuterStride<>(row));
+          scores.resize(count, kv_len);
+          scores.noalias() = q_tile * keys.transpose();
+
+          for (int64_t i = 0; i < count; ++i) {
+            float* s = scores.data() + i * kv_len;
+            const float* bias_row = bias.defined() ? bias.data<float>() + (h * q_len + first + i) * kv_len : nullptr;
+            const float* mask_row = mask.defined() ? mask.data<float>() + b * kv_len : nullptr;
+            float max_score = kNegativeInfinity;
+            for (int64_t j = 0; j < kv_len; ++j) {
+              float value = s[j] * args.scale;
+              if (bias_row) value += bias_row[j];
+              if (mask_row && mask_row[j] == 0.0f) value = kNegativeInfinity;
+              s[j] = value;
+              max_score = std::max(max_score, value);
+            }
+            if (max_score == kNegativeInfinity) {  // every key masked: the row attends to nothing
+              std::fill(s, s + kv_len, 0.0f);
+              continue;
+            }
+            double sum = 0;
+            for (int64_t j = 0; j < kv_len; ++j) {
+              s[j] = std::exp(s[j] - max_score);
+              sum += s[j];
+            }
+            const float inverse = float(1.0 / sum);
+            for (int64_t j = 0; j < kv_len; ++j) s[j] *= inverse;
           }
-          float* oi = op + (b * q_len + i) * row + h * head_dim;
-          for (int64_t d = 0; d < head_dim; ++d) oi[d] = 0;
-          if (max_score == -std::numeric_limits<float>::infinity()) continue;  // every key masked
-          double sum = 0;
-          for (int64_t j = 0; j < kv_len; ++j) {
-            scores[size_t(j)] = std::exp(scores[size_t(j)] - max_score);
-            sum += scores[size_t(j)];
-          }
-          const float inv = float(1.0 / sum);
-          for (int64_t j = 0; j < kv_len; ++j) {
-            const float p = scores[size_t(j)] * inv;
-            const float* vj = vp + (b * kv_len + j) * row + h * head_dim;
-            for (int64_t d = 0; d < head_dim; ++d) oi[d] += p * vj[d];
-          }
+          Strided out_tile(out.data<float>() + (b * q_len + first) * row + h * head_dim, count, head_dim,
+                           Eigen::OuterStride<>(row));
+          out_tile.noalias() = scores * values;
         }
   }
   return out;
