@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "generate/backends_command.h"
 #include "generate/generate_command.h"
 
 namespace mmgen {
@@ -19,7 +20,8 @@ constexpr const char* kUsage =
     "mmgen: generate images and videos with diffusion transformers\n\n"
     "Usage: mmgen <command> [options]\n\n"
     "Commands:\n"
-    "  generate   run a pipeline on a prompt (mmgen generate --help)\n\n"
+    "  generate   run a pipeline on a prompt (mmgen generate --help)\n"
+    "  backends   list the attention backends and whether each runs here (--json, --markdown)\n\n"
     "Run `mmgen <command> --help` for a command's options.\n";
 
 void setup_logging() {
@@ -59,6 +61,7 @@ int run_cli(int argc, char** argv) {
       }
       return cli::run_generate(arguments);
     }
+    if (command == "backends") return cli::run_backends(arguments);
     fail("unknown command '{}'; run `mmgen --help` for the list", command);
   } catch (const Error& e) {
     std::fprintf(stderr, "mmgen: error: %s\n", e.what());

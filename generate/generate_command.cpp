@@ -49,24 +49,24 @@ ResolvedGenerate resolve_generate(const std::vector<std::string>& arguments) {
   check_components(*resolved.spec, resolved.index);
   resolved.spec->validate(resolved.request, resolved.index);
   resolved.latent_shape = resolved.spec->latent_shape(resolved.request, resolved.index);
+  resolved.attention = attention::plan_attention(resolved.index, resolved.request);
   return resolved;
 }
 
 json dry_run_json(const ResolvedGenerate& resolved) {
   json components = json::object();
   for (const auto& [name, entry] : resolved.index.components) {
-    components[name] = {{"class", entry.class_name},
-                        {"library", entry.library},
-                        {"path", entry.path.string()},
-                        {"attention_backend", nullptr},
-                        {"attention_backend_source", nullptr}};
+    json component = {
+        {"class", entry.class_name}, {"library", entry.library}, {"path", entry.path.string()}};
+    component.update(resolved.attention.component_json(name));
+    components[name] = component;
   }
   return {{"pipeline", resolved.index.class_name},
           {"model_path", resolved.index.root.string()},
           {"request", resolved.request.settings},
           {"latent_shape", resolved.latent_shape},
           {"components", components},
-          {"attention_backend_config", resolved.request.attention_backend_config}};
+          {"attention_backend_config", resolved.attention.config_json()}};
 }
 
 namespace {
@@ -95,6 +95,7 @@ int run_resolved(const ResolvedGenerate& resolved) {
                resolved.index.class_name, resolved.index.root.string(), request.width,
                request.height, request.num_frames, request.num_inference_steps,
                request.guidance_scale, request.seed);
+  attention::log_attention_plan(resolved.attention);
   const Tensor frames = resolved.spec->generate(request, resolved.index);
   Progress write("write", 1);
   for (const auto& written :

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/attention_plan.h"
 #include "core/tensor.h"
 #include "pipeline/model_index.h"
 #include "pipeline/registry.h"
@@ -18,9 +19,11 @@ struct ResolvedGenerate {
   ModelIndex index;
   const PipelineSpec* spec = nullptr;
   Shape latent_shape;
+  attention::AttentionPlan attention;  // every component's backends and the backend config
 };
 
-// Everything that does not need the weights' values; throws Error on any bad input.
+// Everything that does not need the weights' values, the attention plan included; throws Error on
+// any bad input.
 ResolvedGenerate resolve_generate(const std::vector<std::string>& arguments);
 
 // The --dry-run object: pipeline, model_path, request, latent_shape, components,

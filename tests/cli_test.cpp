@@ -10,8 +10,12 @@ namespace {
 
 using testing::run_command;
 
-std::string mmgen() { return testing::mmgen_binary().string(); }
-std::string wan_tiny() { return (testing::source_dir() / "examples/models/wan-tiny").string(); }
+std::string mmgen() {
+  return testing::mmgen_binary().string();
+}
+std::string wan_tiny() {
+  return (testing::source_dir() / "examples/models/wan-tiny").string();
+}
 
 TEST(Cli, DryRunPrintsTheResolvedRequestAsJson) {
   auto result = run_command(mmgen() + " generate --dry-run --model-path " + wan_tiny() +
@@ -25,14 +29,21 @@ TEST(Cli, DryRunPrintsTheResolvedRequestAsJson) {
   EXPECT_EQ(out["request"]["prompt"], "x");
   EXPECT_EQ(out["request"]["num_inference_steps"], 50);
   EXPECT_EQ(out["request"]["output_format"], "mp4");
-  EXPECT_TRUE(out["attention_backend_config"].is_null());
+  EXPECT_EQ(out["attention_backend_config"],
+            nlohmann::json::object());  // torch_sdpa has no settings
   for (const char* name : {"transformer", "text_encoder", "tokenizer", "vae", "scheduler"}) {
     ASSERT_TRUE(out["components"].contains(name)) << name;
-    for (const char* key : {"class", "library", "path", "attention_backend", "attention_backend_source"})
+    for (const char* key :
+         {"class", "library", "path", "attention_backend", "attention_backend_source"})
       EXPECT_TRUE(out["components"][name].contains(key)) << name << "." << key;
   }
   EXPECT_EQ(out["components"]["vae"]["class"], "AutoencoderKLWan");
   EXPECT_EQ(out["components"]["text_encoder"]["library"], "transformers");
+  // This CPU build has no flash kernel yet, so auto picks the dense reference.
+  EXPECT_EQ(out["components"]["transformer"]["attention_backend"], "torch_sdpa");
+  EXPECT_EQ(out["components"]["transformer"]["attention_backend_source"], "auto");
+  EXPECT_EQ(out["components"]["text_encoder"]["attention_backend"], "torch_native");
+  EXPECT_TRUE(out["components"]["tokenizer"]["attention_backend"].is_null());
 }
 
 TEST(Cli, BadInputGetsOneLineAndNonZeroExit) {
@@ -47,15 +58,44 @@ TEST(Cli, BadInputGetsOneLineAndNonZeroExit) {
     auto result = run_command(mmgen() + " " + arguments);
     EXPECT_NE(result.exit_code, 0) << arguments;
     EXPECT_NE(result.err.find(expected), std::string::npos) << arguments << " -> " << result.err;
-    EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << "one line: " << result.err;
+    EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1)
+        << "one line: " << result.err;
     EXPECT_TRUE(result.out.empty()) << result.out;
   }
+}
+
+TEST(Cli, DryRunShowsEachComponentsBackendAndWhereItCameFrom) {
+  auto result = run_command(mmgen() + " generate --dry-run --model-path " + wan_tiny() +
+                            " --prompt x --attention-backend torch_sdpa "
+                            "--component-attention-backends text_encoder=torch_native");
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  nlohmann::json out = nlohmann::json::parse(result.out);
+  EXPECT_EQ(out["components"]["transformer"]["attention_backend"], "torch_sdpa");
+  EXPECT_EQ(out["components"]["transformer"]["attention_backend_source"], "cli");
+  EXPECT_EQ(out["components"]["text_encoder"]["attention_backend"], "torch_native");
+  EXPECT_EQ(out["components"]["text_encoder"]["attention_backend_source"], "component");
+  // A DiT backend the text encoder cannot use, named explicitly for it, is an error.
+  result = run_command(mmgen() + " generate --dry-run --model-path " + wan_tiny() +
+                       " --prompt x --component-attention-backends text_encoder=sliding_tile_attn");
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_NE(result.err.find("text_encoder"), std::string::npos) << result.err;
+}
+
+TEST(Cli, BackendsListsTheCatalogue) {
+  auto result = run_command(mmgen() + " backends --json");
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  nlohmann::json out = nlohmann::json::parse(result.out);
+  EXPECT_FALSE(out.empty());
+  result = run_command(mmgen() + " backends");
+  EXPECT_NE(result.out.find("sliding_tile_attn"), std::string::npos);
+  EXPECT_NE(result.out.find("flashinfer"), std::string::npos);
 }
 
 TEST(Cli, HelpListsTheOptions) {
   auto result = run_command(mmgen() + " generate --help");
   EXPECT_EQ(result.exit_code, 0);
-  for (const char* flag : {"--model-path", "--attention-backend-config", "--component-attention-backends", "--dry-run"})
+  for (const char* flag : {"--model-path", "--attention-backend-config",
+                           "--component-attention-backends", "--dry-run"})
     EXPECT_NE(result.out.find(flag), std::string::npos) << flag;
 }
 

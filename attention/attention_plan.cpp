@@ -1,0 +1,189 @@
+#include "attention/attention_plan.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace mmgen::attention {
+
+using json = nlohmann::json;
+
+namespace {
+
+int64_t integer_field(const json& config, const char* key) {
+  if (!config.contains(key) || !config[key].is_number_integer()) return 0;
+  return config[key].get<int64_t>();
+}
+
+// The component's attention head size from its config; 0 when the config does not say.
+int64_t head_size_of(const json& config) {
+  for (const char* key : {"attention_head_dim", "d_kv", "head_dim"})
+    if (int64_t value = integer_field(config, key); value > 0) return value;
+  for (auto [hidden, heads] :
+       {std::pair{"hidden_size", "num_attention_heads"}, std::pair{"d_model", "num_heads"}}) {
+    const int64_t h = integer_field(config, hidden), n = integer_field(config, heads);
+    if (h > 0 && n > 0 && h % n == 0) return h / n;
+  }
+  return 0;
+}
+
+// A component's config, or an empty object when it cannot be read (the pipeline's own checks
+// report unreadable components; attention only needs hints from it).
+json config_or_empty(const ComponentEntry& entry) {
+  try {
+    return load_component_config(entry);
+  } catch (const Error&) {
+    return json::object();
+  }
+}
+
+std::optional<std::string> environment_backend() {
+  const char* value = std::getenv("MMGEN_ATTENTION_BACKEND");
+  if (!value) return std::nullopt;
+  return std::string(value);
+}
+
+json null_if_empty(const std::string& text) {
+  return text.empty() ? json() : json(text);
+}
+
+void check_sta_mask(AttentionPlan& plan, const ModelIndex& index, const Request& request,
+                    const json& config) {
+  if (config.value("sta_mode", "") != "STA_inference" ||
+      !config.contains("mask_strategy_file_path"))
+    return;
+  plan.sta_mask = StaMaskStrategy::load(config["mask_strategy_file_path"].get<std::string>());
+  for (const auto& [name, choice] : plan.components) {
+    if (choice.role != ComponentRole::Dit || !choice.has_attention() ||
+        choice.primary().backend != "sliding_tile_attn")
+      continue;
+    const json model = config_or_empty(index.component(name));
+    const int64_t layers = integer_field(model, "num_layers");
+    const int64_t heads = integer_field(model, "num_attention_heads");
+    check(layers > 0 && heads > 0,
+          "{}: sliding_tile_attn needs num_layers and num_attention_heads in {}'s config to check "
+          "the mask strategy",
+          index.root.string(), name);
+    plan.sta_mask->check(request.num_inference_steps, layers, heads,
+                         config.value("skip_time_steps", int64_t(0)));
+  }
+}
+
+}  // namespace
+
+AttentionPlan plan_attention(const ModelIndex& index, const Request& request,
+                             const Machine& machine) {
+  return plan_attention(index, request, machine, environment_backend());
+}
+
+AttentionPlan plan_attention(const ModelIndex& index, const Request& request,
+                             const Machine& machine, const std::optional<std::string>& env) {
+  const ComponentOverrides overrides =
+      parse_component_attention_backends(request.component_attention_backends);
+
+  std::vector<std::string> with_attention, without_attention;
+  std::map<std::string, ComponentAttention> components;
+  for (const auto& [name, entry] : index.components) {
+    ComponentAttention component{name, component_role(name, entry.class_name), 0};
+    if (component.role == ComponentRole::None) {
+      without_attention.push_back(name);
+    } else {
+      with_attention.push_back(name);
+      component.head_size = head_size_of(config_or_empty(entry));
+    }
+    components[name] = component;
+  }
+  check_override_components(overrides, with_attention, without_attention, index.absent);
+
+  const SelectionLevels levels = selection_levels(overrides, request.attention_backend, env);
+  AttentionPlan plan;
+  for (const auto& [name, component] : components)
+    plan.components[name] = select_component(component, levels, machine);
+
+  // The DiT backends the config may speak to: what runs, and what was asked for before a
+  // fallback (settings for sage_attn stay valid when it falls back to fa).
+  std::vector<std::string> dit_backends;
+  auto add_backend = [&](const std::string& name) {
+    if (find_backend(Family::Dit, name) &&
+        std::find(dit_backends.begin(), dit_backends.end(), name) == dit_backends.end())
+      dit_backends.push_back(name);
+  };
+  std::vector<std::string> dit_order;
+  if (plan.components.count("transformer")) dit_order.push_back("transformer");
+  for (const auto& [name, choice] : plan.components)
+    if (name != "transformer") dit_order.push_back(name);
+  for (const auto& name : dit_order) {
+    const ComponentChoice& choice = plan.components[name];
+    if (choice.role != ComponentRole::Dit || !choice.has_attention()) continue;
+    if (plan.main_backend.empty()) plan.main_backend = choice.primary().backend;
+    add_backend(choice.primary().backend);
+    if (!choice.requested.empty())
+      add_backend(normalize_backend_name(Family::Dit, choice.requested));
+  }
+
+  const json settings = parse_backend_config_spec(request.attention_backend_config);
+  if (dit_backends.empty()) {
+    check(settings.empty(),
+          "--attention-backend-config: this model has no diffusion transformer to apply it to");
+    return plan;
+  }
+  const std::vector<json> configs = validate_backend_configs(settings, dit_backends);
+  for (size_t i = 0; i < dit_backends.size(); ++i)
+    plan.backend_configs[dit_backends[i]] = configs[i];
+  if (plan.backend_configs.count("sliding_tile_attn"))
+    check_sta_mask(plan, index, request, plan.backend_configs["sliding_tile_attn"]);
+  return plan;
+}
+
+json AttentionPlan::config_json() const {
+  if (main_backend.empty()) return nullptr;
+  auto it = backend_configs.find(main_backend);
+  return it == backend_configs.end() ? json::object() : it->second;
+}
+
+json AttentionPlan::component_json(const std::string& component) const {
+  json out = {{"attention_backend", nullptr},
+              {"attention_backend_source", nullptr},
+              {"attention_backend_fallback", nullptr},
+              {"attention_backend_requested", nullptr},
+              {"attention_layers", nullptr}};
+  auto it = components.find(component);
+  if (it == components.end() || !it->second.has_attention()) return out;
+  const ComponentChoice& choice = it->second;
+  out["attention_backend"] = choice.primary().backend;
+  out["attention_backend_source"] = std::string(source_name(choice.source));
+  out["attention_backend_fallback"] = null_if_empty(choice.primary().fallback);
+  out["attention_backend_requested"] = null_if_empty(choice.requested);
+  json layers = json::object();
+  for (const auto& layer : choice.layers)
+    layers[std::string(layer_name(layer.kind))] = {{"backend", layer.backend},
+                                                   {"fallback", null_if_empty(layer.fallback)}};
+  out["attention_layers"] = layers;
+  return out;
+}
+
+void log_attention_plan(const AttentionPlan& plan) {
+  for (const auto& [name, choice] : plan.components) {
+    if (!choice.has_attention()) continue;
+    std::vector<std::string> layers;
+    for (const auto& layer : choice.layers)
+      layers.push_back(choice.layers.size() == 1
+                           ? layer.backend
+                           : fmt::format("{} for {}", layer.backend, layer_name(layer.kind)));
+    const std::string from =
+        choice.source == Source::Auto
+            ? std::string("auto")
+            : fmt::format("{} {}", source_name(choice.source), choice.requested);
+    spdlog::info("attention: {} uses {} ({})", name, fmt::join(layers, ", "), from);
+    for (const auto& layer : choice.layers)
+      if (!layer.fallback.empty())
+        spdlog::warn("attention: {} {}: {}", name, layer_name(layer.kind), layer.fallback);
+  }
+}
+
+}  // namespace mmgen::attention

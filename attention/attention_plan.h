@@ -1,0 +1,48 @@
+// The attention plan of one request: the backend of every attention layer of every component,
+// where each choice came from, and the validated --attention-backend-config. Both the dry-run and
+// the pipeline build it, so what --dry-run shows is what runs; every mistake in the flags or the
+// backend config surfaces here, before any weights are read.
+#pragma once
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "attention/backend_config.h"
+#include "attention/catalogue.h"
+#include "attention/selector.h"
+#include "pipeline/model_index.h"
+#include "pipeline/request.h"
+
+namespace mmgen::attention {
+
+struct AttentionPlan {
+  // Every component of the model index, with or without attention layers.
+  std::map<std::string, ComponentChoice> components;
+  // The validated settings (defaults filled in) for each DiT backend that DiT self-attention uses.
+  std::map<std::string, nlohmann::json> backend_configs;
+  // The backend of the main DiT ("transformer", else the first DiT component); empty when none.
+  std::string main_backend;
+  // Loaded and checked when sliding_tile_attn runs in STA_inference mode.
+  std::optional<StaMaskStrategy> sta_mask;
+
+  // The settings of the main DiT backend: the dry-run's `attention_backend_config`.
+  nlohmann::json config_json() const;
+  // The dry-run fields of one component: attention_backend, attention_backend_source,
+  // attention_backend_fallback, attention_layers (all null for components without attention).
+  nlohmann::json component_json(const std::string& component) const;
+};
+
+// Builds the plan. `env` is MMGEN_ATTENTION_BACKEND (read from the environment by default); the
+// global force is read as it is now. Throws Error for any bad flag, config or mask file.
+AttentionPlan plan_attention(const ModelIndex& index, const Request& request,
+                             const Machine& machine = this_machine());
+AttentionPlan plan_attention(const ModelIndex& index, const Request& request,
+                             const Machine& machine, const std::optional<std::string>& env);
+
+// One info line per component with attention ("transformer: sliding_tile_attn (cli);
+// cross-attention torch_sdpa"), and a warning per fallback.
+void log_attention_plan(const AttentionPlan& plan);
+
+}  // namespace mmgen::attention

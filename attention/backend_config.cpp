@@ -1,0 +1,538 @@
+#include "attention/backend_config.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <regex>
+
+#include "core/error.h"
+#include "core/file.h"
+#include "generate/options.h"
+#include "generate/settings.h"
+#include "pipeline/model_index.h"
+
+namespace mmgen::attention {
+
+using json = nlohmann::json;
+
+namespace {
+
+std::string trim(std::string_view text) {
+  size_t begin = text.find_first_not_of(" \t\r\n");
+  if (begin == std::string_view::npos) return {};
+  size_t end = text.find_last_not_of(" \t\r\n");
+  return std::string(text.substr(begin, end - begin + 1));
+}
+
+std::string lower(std::string_view text) {
+  std::string out;
+  for (char c : text) out += char(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string format_number(double value) {
+  if (std::floor(value) == value && std::abs(value) < 1e15)
+    return fmt::format("{}", int64_t(value));
+  return fmt::format("{}", value);
+}
+
+// ------------------------------------------------------------------ key=value pairs
+
+// Splits at commas that are outside quotes and brackets.
+std::vector<std::string> split_top_level(std::string_view text, const std::string& where) {
+  std::vector<std::string> items;
+  std::string current;
+  char quote = 0;
+  int depth = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (quote) {
+      current += c;
+      if (c == '\\' && i + 1 < text.size()) {
+        current += text[++i];
+      } else if (c == quote) {
+        quote = 0;
+      }
+      continue;
+    }
+    if (c == '"' || c == '\'') quote = c;
+    if (c == '[') ++depth;
+    if (c == ']') {
+      check(depth > 0, "{}: unmatched ']' in '{}'", where, text);
+      --depth;
+    }
+    if (c == ',' && depth == 0) {
+      items.push_back(current);
+      current.clear();
+      continue;
+    }
+    current += c;
+  }
+  check(!quote, "{}: unterminated quote in '{}'; close it with {}", where, text, quote);
+  check(depth == 0, "{}: unclosed '[' in '{}'; close the list with ']'", where, text);
+  items.push_back(current);
+  return items;
+}
+
+// Finds the first '=' outside quotes.
+size_t find_equals(std::string_view text) {
+  char quote = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (quote) {
+      if (text[i] == '\\')
+        ++i;
+      else if (text[i] == quote)
+        quote = 0;
+    } else if (text[i] == '"' || text[i] == '\'') {
+      quote = text[i];
+    } else if (text[i] == '=') {
+      return i;
+    }
+  }
+  return std::string_view::npos;
+}
+
+// Types one value of a key=value pair.
+json coerce_value(const std::string& raw, const std::string& where) {
+  const std::string text = trim(raw);
+  if (text.size() >= 2 && (text.front() == '"' || text.front() == '\'') &&
+      text.back() == text.front()) {
+    std::string out;
+    for (size_t i = 1; i + 1 < text.size(); ++i) {
+      if (text[i] == '\\' && i + 2 < text.size()) ++i;
+      out += text[i];
+    }
+    return out;
+  }
+  if (!text.empty() && text.front() == '[') {
+    check(text.back() == ']', "{}: the list '{}' must end with ']'", where, text);
+    json list = json::array();
+    const std::string inside = trim(std::string_view(text).substr(1, text.size() - 2));
+    if (inside.empty()) return list;
+    for (const auto& item : split_top_level(inside, where)) {
+      check(!trim(item).empty(), "{}: empty item in the list '{}'", where, text);
+      list.push_back(coerce_value(item, where));
+    }
+    return list;
+  }
+  const std::string folded = lower(text);
+  if (folded == "true") return true;
+  if (folded == "false") return false;
+  static const std::regex integer(R"([-+]?[0-9]+)");
+  static const std::regex real(R"([-+]?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)([eE][-+]?[0-9]+)?)");
+  if (std::regex_match(text, integer)) {
+    try {
+      return int64_t(std::stoll(text));
+    } catch (const std::out_of_range&) {
+      return std::stod(text);
+    }
+  }
+  if (std::regex_match(text, real)) return std::stod(text);
+  return text;
+}
+
+// Sets `object[a][b]...` for a dotted key, refusing to set a key twice.
+void set_dotted(json& object, const std::string& key, json value, const std::string& where) {
+  json* node = &object;
+  size_t start = 0;
+  while (true) {
+    const size_t dot = key.find('.', start);
+    const std::string part = trim(key.substr(start, dot == std::string::npos ? dot : dot - start));
+    check(!part.empty(), "{}: empty name in the key '{}'", where, key);
+    if (dot == std::string::npos) {
+      check(!node->contains(part), "{}: '{}' is given twice; give each key once", where, key);
+      (*node)[part] = std::move(value);
+      return;
+    }
+    if (!node->contains(part)) (*node)[part] = json::object();
+    check((*node)[part].is_object(), "{}: '{}' is given both as a value and as a group", where,
+          key);
+    node = &(*node)[part];
+    start = dot + 1;
+  }
+}
+
+json parse_key_value_pairs(const std::string& text, const std::string& where) {
+  json result = json::object();
+  for (const auto& item : split_top_level(text, where)) {
+    if (trim(item).empty()) continue;  // "a=1," : a trailing comma is harmless
+    const size_t equals = find_equals(item);
+    check(equals != std::string::npos,
+          "{}: '{}' is not key=value; write settings as key=value[,key=value] (or give a "
+          ".json/.yaml file or a JSON object)",
+          where, trim(item));
+    const std::string key = trim(std::string_view(item).substr(0, equals));
+    check(!key.empty(), "{}: '{}' has no key before '='", where, trim(item));
+    set_dotted(result, key, coerce_value(item.substr(equals + 1), where), where);
+  }
+  return result;
+}
+
+bool has_config_extension(const std::string& text) {
+  const std::string extension = lower(fs::path(text).extension().string());
+  return extension == ".json" || extension == ".yaml" || extension == ".yml";
+}
+
+json parse_file(const fs::path& path, const std::string& where) {
+  const std::string extension = lower(path.extension().string());
+  check(extension == ".json" || extension == ".yaml" || extension == ".yml",
+        "{} {}: backend config files must end in .json, .yaml or .yml", where, path.string());
+  check(fs::is_regular_file(path), "{} {}: not a regular file", where, path.string());
+  if (extension == ".json") return read_json_object(path);
+  json document = cli::yaml_to_json(read_text_file(path), path.string());
+  if (document.is_null()) return json::object();  // an empty file sets nothing
+  check(document.is_object(), "{}: expected a mapping of setting names to values", path.string());
+  return document;
+}
+
+// ------------------------------------------------------------------ validation
+
+const ConfigKey* find_key(const BackendInfo& backend, const std::string& name) {
+  for (const auto& key : backend.config) {
+    if (key.name == name) return &key;
+    for (auto alias : key.aliases)
+      if (alias == name) return &key;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> key_names(const BackendInfo& backend) {
+  std::vector<std::string> names;
+  for (const auto& key : backend.config) names.emplace_back(key.name);
+  return names;
+}
+
+// The catalogue's DiT backends that have a setting called `name`.
+std::vector<std::string> owners_of(const std::string& name) {
+  std::vector<std::string> owners;
+  for (const auto& backend : backend_catalogue())
+    if (backend.family == Family::Dit && find_key(backend, name)) owners.emplace_back(backend.name);
+  return owners;
+}
+
+bool in_range(const ConfigKey& key, double value) {
+  if (key.min && (key.min_inclusive ? value < *key.min : value <= *key.min)) return false;
+  if (key.max && (key.max_inclusive ? value > *key.max : value >= *key.max)) return false;
+  return true;
+}
+
+[[noreturn]] void reject(const std::string& where, std::string_view backend, const ConfigKey& key,
+                         const json& value) {
+  fail("{}: {}'s {} must be {}, got {}", where, backend, key.name, describe_accepted(key),
+       value.dump());
+}
+
+json coerce_setting(const ConfigKey& key, const json& value, std::string_view backend,
+                    const std::string& where) {
+  switch (key.type) {
+    case ConfigType::Bool:
+      if (!value.is_boolean()) reject(where, backend, key, value);
+      return value;
+    case ConfigType::Int:
+      if (!value.is_number_integer() || !in_range(key, value.get<double>()))
+        reject(where, backend, key, value);
+      return value.get<int64_t>();
+    case ConfigType::Float:
+      if (!value.is_number() || !std::isfinite(value.get<double>()) ||
+          !in_range(key, value.get<double>()))
+        reject(where, backend, key, value);
+      return value.get<double>();
+    case ConfigType::String:
+      if (!value.is_string()) reject(where, backend, key, value);
+      return value;
+    case ConfigType::Path: {
+      if (!value.is_string() || value.get<std::string>().empty())
+        reject(where, backend, key, value);
+      const std::string path = value.get<std::string>();
+      check(fs::is_regular_file(path), "{}: {}'s {}: no such file '{}'", where, backend, key.name,
+            path);
+      return path;
+    }
+    case ConfigType::Choice:
+      if (value.is_string())
+        for (auto choice : key.choices)
+          if (lower(choice) == lower(value.get<std::string>())) return std::string(choice);
+      reject(where, backend, key, value);
+    case ConfigType::IntList: {
+      if (!value.is_array() || value.empty() ||
+          (key.list_length && value.size() != key.list_length))
+        reject(where, backend, key, value);
+      for (const auto& item : value)
+        if (!item.is_number_integer() || !in_range(key, item.get<double>()))
+          reject(where, backend, key, value);
+      return value;
+    }
+  }
+  reject(where, backend, key, value);
+}
+
+// Aliases that hold a group of settings (SGLang reads V-MoBA's from a nested `moba_config`).
+bool is_group_alias(const BackendInfo& backend, const std::string& name) {
+  return name == "moba_config" && backend.name == "vmoba_attn";
+}
+
+}  // namespace
+
+std::string describe_accepted(const ConfigKey& key) {
+  auto range = [&](const char* noun) {
+    if (key.min && key.max)
+      return fmt::format("{} in {}{}, {}{}", noun, key.min_inclusive ? "[" : "(",
+                         format_number(*key.min), format_number(*key.max),
+                         key.max_inclusive ? "]" : ")");
+    if (key.min)
+      return fmt::format("{} {} {}", noun, key.min_inclusive ? ">=" : ">", format_number(*key.min));
+    if (key.max)
+      return fmt::format("{} {} {}", noun, key.max_inclusive ? "<=" : "<", format_number(*key.max));
+    return std::string(noun);
+  };
+  switch (key.type) {
+    case ConfigType::Bool:
+      return "true or false";
+    case ConfigType::Int:
+      return range("a whole number");
+    case ConfigType::Float:
+      return range("a number");
+    case ConfigType::String:
+      return "text";
+    case ConfigType::Path:
+      return "the path of an existing file";
+    case ConfigType::Choice:
+      return fmt::format("one of {}", fmt::join(key.choices, ", "));
+    case ConfigType::IntList: {
+      std::string items = range("whole numbers");
+      if (key.list_length)
+        return fmt::format("a list of {} {}, e.g. {}", key.list_length, items,
+                           key.default_value.is_null() ? "[...]" : key.default_value.dump());
+      return fmt::format("a list of {}", items);
+    }
+  }
+  return "?";
+}
+
+json parse_backend_config_spec(const json& spec, const std::string& where) {
+  if (spec.is_null()) return json::object();
+  if (spec.is_object()) return spec;
+  check(spec.is_string(), "{}: expected a file, a JSON object or key=value pairs, got {}", where,
+        spec.dump());
+  const std::string text = trim(spec.get<std::string>());
+  if (text.empty()) return json::object();
+
+  // 1. An existing file.
+  std::error_code error;
+  if (text.find('\n') == std::string::npos && fs::exists(text, error))
+    return parse_file(text, where);
+  // 2. A JSON object.
+  if (text.front() == '{') {
+    json value;
+    try {
+      value = json::parse(text);
+    } catch (const json::parse_error& e) {
+      std::string message = e.what();
+      auto position = message.find("parse error");
+      fail("{}: malformed JSON object ({}); check the quotes and braces", where,
+           position == std::string::npos ? message : message.substr(position));
+    }
+    check(value.is_object(), "{}: expected a JSON object", where);
+    return value;
+  }
+  // 3. key=value pairs. A lone word that looks like a config file is a missing file.
+  if (find_equals(text) == std::string::npos && has_config_extension(text))
+    fail("{} {}: no such file", where, text);
+  return parse_key_value_pairs(text, where);
+}
+
+json validate_backend_config(const json& settings, std::string_view backend_name,
+                             const std::string& where, bool ignore_unknown) {
+  const BackendInfo* backend = find_backend(Family::Dit, backend_name);
+  check(backend != nullptr, "{}: '{}' is not a DiT attention backend", where, backend_name);
+  check(settings.is_object(), "{}: expected an object of settings, got {}", where, settings.dump());
+
+  // Flatten groups and resolve aliases: canonical name -> (value, spelling used).
+  std::vector<std::pair<std::string, json>> flat;
+  for (auto it = settings.begin(); it != settings.end(); ++it) {
+    std::string name = it.key();
+    std::replace(name.begin(), name.end(), '-', '_');
+    if (is_group_alias(*backend, name)) {
+      check(it->is_object(), "{}: {} must be an object of V-MoBA settings, got {}", where, name,
+            it->dump());
+      for (auto inner = it->begin(); inner != it->end(); ++inner)
+        flat.emplace_back(inner.key(), *inner);
+    } else {
+      flat.emplace_back(name, *it);
+    }
+  }
+
+  json result = json::object();
+  json spelling = json::object();
+  for (auto& [given, value] : flat) {
+    std::string name = given;
+    std::replace(name.begin(), name.end(), '-', '_');
+    const ConfigKey* key = find_key(*backend, name);
+    if (!key) {
+      if (ignore_unknown) continue;
+      const auto owners = owners_of(name);
+      const std::string owned = owners.empty() ? std::string()
+                                               : fmt::format(" ('{}' is a setting of {})", given,
+                                                             fmt::join(owners, ", "));
+      check(!backend->config.empty(), "{}: {} takes no settings, but got '{}'{}", where,
+            backend->name, given, owned);
+      const std::string nearest = cli::nearest_name(name, key_names(*backend));
+      fail("{}: unknown key '{}' for {}; valid keys: {}{}{}", where, given, backend->name,
+           fmt::join(key_names(*backend), ", "),
+           nearest.empty() ? std::string() : fmt::format(" (did you mean {}?)", nearest), owned);
+    }
+    const std::string canonical(key->name);
+    if (result.contains(canonical))
+      fail("{}: {} is given twice (as '{}' and '{}'); give it once", where, canonical,
+           spelling[canonical].get<std::string>(), given);
+    spelling[canonical] = given;
+    result[canonical] = coerce_setting(*key, value, backend->name, where);
+  }
+
+  for (const auto& key : backend->config)
+    if (!result.contains(std::string(key.name)) && !key.default_value.is_null())
+      result[std::string(key.name)] = key.default_value;
+
+  for (const auto& key : backend->config) {
+    if (key.required_when.empty() || result.contains(std::string(key.name))) continue;
+    const std::string condition(key.required_when);
+    const size_t equals = condition.find('=');
+    const std::string other = condition.substr(0, equals), wanted = condition.substr(equals + 1);
+    if (result.contains(other) && result[other].is_string() && result[other] == wanted)
+      fail("{}: {} with {}={} needs {} ({}); add {}=FILE, or choose another {}", where,
+           backend->name, other, wanted, key.name, key.help, key.name, other);
+  }
+  return result;
+}
+
+std::vector<json> validate_backend_configs(const json& settings,
+                                           const std::vector<std::string>& backends,
+                                           const std::string& where) {
+  if (backends.size() == 1) return {validate_backend_config(settings, backends[0], where)};
+  // A key must belong to one of the backends; check that with the first one that knows it so
+  // its value errors are reported too.
+  check(settings.is_object(), "{}: expected an object of settings, got {}", where, settings.dump());
+  for (auto it = settings.begin(); it != settings.end(); ++it) {
+    json single = json::object();
+    single[it.key()] = *it;
+    bool known = false;
+    for (const auto& backend : backends) {
+      const BackendInfo* info = find_backend(Family::Dit, backend);
+      std::string name = it.key();
+      std::replace(name.begin(), name.end(), '-', '_');
+      if (info && (find_key(*info, name) || is_group_alias(*info, name))) known = true;
+    }
+    if (!known) {
+      std::vector<std::string> valid;
+      for (const auto& backend : backends)
+        if (const BackendInfo* info = find_backend(Family::Dit, backend))
+          for (const auto& key : info->config)
+            valid.push_back(fmt::format("{} ({})", key.name, backend));
+      fail("{}: unknown key '{}' for {}; valid keys: {}", where, it.key(),
+           fmt::join(backends, " and "),
+           valid.empty() ? "none" : fmt::format("{}", fmt::join(valid, ", ")));
+    }
+  }
+  std::vector<json> results;
+  for (const auto& backend : backends)
+    results.push_back(validate_backend_config(settings, backend, where, true));
+  return results;
+}
+
+// ------------------------------------------------------------------ STA mask strategy
+
+StaMaskStrategy StaMaskStrategy::load(const fs::path& path) {
+  const json document = read_json_object(path);
+  const std::string where = path.string();
+  struct Entry {
+    int64_t step, layer, head;
+    Window window;
+  };
+  std::vector<Entry> entries;
+  entries.reserve(document.size());
+  static const std::regex key_pattern(R"(([0-9]+)_([0-9]+)_([0-9]+))");
+  StaMaskStrategy mask;
+  mask.path_ = path;
+  for (auto it = document.begin(); it != document.end(); ++it) {
+    std::smatch match;
+    mmgen::check(std::regex_match(it.key(), match, key_pattern),
+                 "{}: key '{}' is not \"step_layer_head\" (three whole numbers, e.g. \"0_3_7\")",
+                 where, it.key());
+    Entry entry{};
+    try {
+      entry.step = std::stoll(match[1].str());
+      entry.layer = std::stoll(match[2].str());
+      entry.head = std::stoll(match[3].str());
+    } catch (const std::out_of_range&) {
+      fail("{}: key '{}' has a number too large", where, it.key());
+    }
+    mmgen::check(entry.step < (1 << 20) && entry.layer < (1 << 20) && entry.head < (1 << 20),
+                 "{}: key '{}' has an index too large for a model", where, it.key());
+    const json& value = *it;
+    bool valid = value.is_array() && value.size() == 3;
+    for (size_t i = 0; valid && i < 3; ++i) {
+      valid = value[i].is_number_integer() && value[i].get<int64_t>() >= 1 &&
+              value[i].get<int64_t>() < (1 << 20);
+      if (valid) entry.window[i] = int32_t(value[i].get<int64_t>());
+    }
+    if (!valid)
+      fail("{}: \"{}\" must be a window [wt, wh, ww] of three whole numbers >= 1 (tiles), got {}",
+           where, it.key(), value.dump());
+    mask.steps_ = std::max(mask.steps_, entry.step + 1);
+    mask.layers_ = std::max(mask.layers_, entry.layer + 1);
+    mask.heads_ = std::max(mask.heads_, entry.head + 1);
+    entries.push_back(entry);
+  }
+  mmgen::check(!entries.empty(), "{}: the mask strategy has no windows", where);
+  const int64_t cells = mask.steps_ * mask.layers_ * mask.heads_;
+  mmgen::check(cells <= (int64_t(1) << 28),
+               "{}: the mask strategy spans too many (step, layer, head)", where);
+  mask.table_.assign(size_t(cells), Window{0, 0, 0});
+  for (const auto& entry : entries)
+    mask.table_[size_t((entry.step * mask.layers_ + entry.layer) * mask.heads_ + entry.head)] =
+        entry.window;
+  mask.entries_ = entries.size();
+  return mask;
+}
+
+std::optional<StaMaskStrategy::Window> StaMaskStrategy::window(int64_t step, int64_t layer,
+                                                               int64_t head) const {
+  if (step < 0 || layer < 0 || head < 0 || step >= steps_ || layer >= layers_ || head >= heads_)
+    return std::nullopt;
+  const Window& w = table_[size_t((step * layers_ + layer) * heads_ + head)];
+  if (w[0] == 0) return std::nullopt;
+  return w;
+}
+
+void StaMaskStrategy::check(int64_t steps, int64_t layers, int64_t heads,
+                            int64_t skip_time_steps) const {
+  const std::string where = path_.string();
+  mmgen::check(layers_ <= layers,
+               "{}: the mask strategy has windows for layer {} but the model has {} layers; it "
+               "was made for another model",
+               where, layers_ - 1, layers);
+  mmgen::check(heads_ <= heads,
+               "{}: the mask strategy has windows for head {} but the model has {} heads; it was "
+               "made for another model",
+               where, heads_ - 1, heads);
+  size_t missing = 0;
+  std::string first;
+  for (int64_t t = std::max<int64_t>(skip_time_steps, 0); t < steps; ++t)
+    for (int64_t l = 0; l < layers; ++l)
+      for (int64_t h = 0; h < heads; ++h)
+        if (!window(t, l, h)) {
+          if (missing++ == 0) first = fmt::format("{}_{}_{}", t, l, h);
+        }
+  mmgen::check(missing == 0,
+               "{}: the mask strategy has no window for \"{}\" ({} of the {} step x layer x head "
+               "entries that steps {} to {} need are missing); it must cover {} steps, {} layers "
+               "and {} heads, or raise skip_time_steps",
+               where, first, missing,
+               (steps - std::max<int64_t>(skip_time_steps, 0)) * layers * heads,
+               std::max<int64_t>(skip_time_steps, 0), steps - 1, steps, layers, heads);
+}
+
+}  // namespace mmgen::attention

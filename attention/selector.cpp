@@ -1,0 +1,490 @@
+#include "attention/selector.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cctype>
+#include <mutex>
+#include <set>
+
+#include "core/error.h"
+#include "generate/options.h"
+
+namespace mmgen::attention {
+
+using json = nlohmann::json;
+
+namespace {
+
+std::string trim(std::string_view text) {
+  size_t begin = text.find_first_not_of(" \t\r\n");
+  if (begin == std::string_view::npos) return {};
+  size_t end = text.find_last_not_of(" \t\r\n");
+  return std::string(text.substr(begin, end - begin + 1));
+}
+
+std::string lower(std::string_view text) {
+  std::string out;
+  for (char c : text) out += char(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string join_notes(const std::string& a, const std::string& b) {
+  if (a.empty()) return b;
+  if (b.empty()) return a;
+  return a + "; " + b;
+}
+
+// "unknown attention backend" with both vocabularies and a did-you-mean.
+[[noreturn]] void fail_unknown_backend(const std::string& what, const std::string& name) {
+  std::vector<std::string> all = backend_names(Family::Dit, true);
+  for (const auto& n : backend_names(Family::Paged)) all.push_back(n);
+  const std::string nearest = cli::nearest_name(lower(name), all);
+  fail("{}: unknown attention backend '{}'{}; DiT backends: {}; paged backends (text encoders): {}",
+       what, name, nearest.empty() ? std::string() : fmt::format(" (did you mean {}?)", nearest),
+       fmt::join(backend_names(Family::Dit), ", "), fmt::join(backend_names(Family::Paged), ", "));
+}
+
+std::mutex& force_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+std::optional<std::string>& forced_slot() {
+  static std::optional<std::string> forced;
+  return forced;
+}
+
+void set_forced(std::optional<std::string> value) {
+  std::lock_guard<std::mutex> lock(force_mutex());
+  forced_slot() = std::move(value);
+}
+
+std::string validated_name(const std::string& name, const std::string& what) {
+  const std::string normalized = lower(trim(name));
+  if (!is_known_backend(normalized)) fail_unknown_backend(what, name);
+  return normalized;
+}
+
+// "transformer_2" -> "transformer": SGLang lets a numbered component inherit its base's override.
+std::string base_component(const std::string& name) {
+  const size_t underscore = name.rfind('_');
+  if (underscore == std::string::npos || underscore + 1 == name.size()) return {};
+  for (size_t i = underscore + 1; i < name.size(); ++i)
+    if (!std::isdigit(static_cast<unsigned char>(name[i]))) return {};
+  return name.substr(0, underscore);
+}
+
+// A backend of `family` or what its catalogue fallbacks lead to; `note` says what happened.
+struct Attempt {
+  bool ok = false;
+  std::string backend;
+  std::string note;
+};
+
+Attempt run_or_fall_back(const Machine& machine, Family family, std::string name,
+                         std::string_view dtype, int64_t head_size) {
+  Attempt attempt;
+  std::set<std::string> visited;
+  while (true) {
+    visited.insert(name);
+    const Availability availability = kernel_availability(machine, family, name, dtype, head_size);
+    if (availability.ok) {
+      attempt.ok = true;
+      attempt.backend = name;
+      return attempt;
+    }
+    attempt.note =
+        join_notes(attempt.note, fmt::format("{} cannot run here ({})", name, availability.reason));
+    const BackendInfo* entry = find_backend(family, name);
+    if (!entry || entry->fallback.empty() || visited.count(std::string(entry->fallback)))
+      return attempt;
+    name = std::string(entry->fallback);
+    attempt.note += fmt::format(", so its fallback {} is used", name);
+  }
+}
+
+// How the choice was given, for error messages.
+std::string origin(const ComponentChoice& choice) {
+  switch (choice.source) {
+    case Source::Forced:
+      return fmt::format("forced attention backend {}", choice.requested);
+    case Source::Component:
+      return fmt::format("--component-attention-backends {}={}", choice.override_key,
+                         choice.requested);
+    case Source::Cli:
+      return fmt::format("--attention-backend {}", choice.requested);
+    case Source::Env:
+      return fmt::format("MMGEN_ATTENTION_BACKEND={}", choice.requested);
+    case Source::Auto:
+      return "auto";
+  }
+  return "?";
+}
+
+std::vector<std::string> dense_dit_names() {
+  std::vector<std::string> names;
+  for (const auto& entry : backend_catalogue())
+    if (entry.family == Family::Dit && !entry.sparse) names.emplace_back(entry.name);
+  return names;
+}
+
+LayerChoice select_dit_self_attention(const ComponentChoice& choice,
+                                      const ComponentAttention& component, const Machine& machine) {
+  LayerChoice layer{LayerKind::SelfAttention, {}, {}};
+  if (choice.source == Source::Auto) {
+    layer.backend = auto_backend(machine, Family::Dit, machine.dtype, component.head_size);
+    return layer;
+  }
+  const BackendInfo* entry = find_backend(Family::Dit, choice.requested);
+  if (!entry)
+    fail(
+        "{}: {} is a paged backend (for text encoders), but {} is a diffusion transformer and "
+        "takes a DiT backend: {}{}",
+        origin(choice), choice.requested, component.name,
+        fmt::join(backend_names(Family::Dit), ", "),
+        choice.source == Source::Component
+            ? std::string()
+            : "; to choose a text encoder's backend use --component-attention-backends "
+              "text_encoder=NAME");
+  const Attempt attempt = run_or_fall_back(machine, Family::Dit, std::string(entry->name),
+                                           machine.dtype, component.head_size);
+  check(attempt.ok,
+        "{}: {} cannot use it: {}; choose another backend (`mmgen backends` lists "
+        "what runs here)",
+        origin(choice), component.name, attempt.note);
+  layer.backend = attempt.backend;
+  layer.fallback = attempt.note;
+  return layer;
+}
+
+// Dense layers: DiT cross-attention, VAE and image-encoder attention.
+LayerChoice select_dense(const ComponentChoice& choice, const ComponentAttention& component,
+                         LayerKind kind, const Machine& machine) {
+  LayerChoice layer{kind, {}, {}};
+  const auto use_auto = [&](const std::string& note) {
+    layer.backend = auto_backend(machine, Family::Dit, machine.dtype, component.head_size);
+    layer.fallback = join_notes(note, fmt::format("using auto: {}", layer.backend));
+    return layer;
+  };
+  if (choice.source == Source::Auto) {
+    layer.backend = auto_backend(machine, Family::Dit, machine.dtype, component.head_size);
+    return layer;
+  }
+  // An explicit override of a dense component must fit; global choices adapt.
+  const bool strict = choice.source == Source::Component && choice.role == ComponentRole::Dense;
+  const std::string what = kind == LayerKind::CrossAttention
+                               ? "cross-attention"
+                               : fmt::format("{}'s attention", component.name);
+  const BackendInfo* entry = find_backend(Family::Dit, choice.requested);
+  if (!entry) {
+    check(!strict,
+          "{}: {} is a paged backend (for text encoders); {} is dense and takes one of: {}",
+          origin(choice), choice.requested, what, fmt::join(dense_dit_names(), ", "));
+    return use_auto(fmt::format("{} is a paged backend (for text encoders)", choice.requested));
+  }
+  std::string target(entry->name), note;
+  if (entry->sparse) {
+    check(!strict, "{}: {} is sparse but {} is dense; choose one of: {}", origin(choice),
+          entry->name, what, fmt::join(dense_dit_names(), ", "));
+    note = fmt::format("{} is sparse and {} is dense, so fa is used", entry->name, what);
+    target = "fa";
+  }
+  const Attempt attempt =
+      run_or_fall_back(machine, Family::Dit, target, machine.dtype, component.head_size);
+  note = join_notes(note, attempt.note);
+  if (attempt.ok) {
+    layer.backend = attempt.backend;
+    layer.fallback = note;
+    return layer;
+  }
+  check(!strict,
+        "{}: {} cannot use it: {}; choose another backend (`mmgen backends` lists what "
+        "runs here)",
+        origin(choice), component.name, note);
+  return use_auto(note);
+}
+
+LayerChoice select_paged(const ComponentChoice& choice, const ComponentAttention& component,
+                         const Machine& machine) {
+  LayerChoice layer{LayerKind::Attention, {}, {}};
+  if (choice.source == Source::Auto) {
+    layer.backend = auto_backend(machine, Family::Paged, machine.dtype, component.head_size);
+    return layer;
+  }
+  const BackendInfo* paged = find_backend(Family::Paged, choice.requested);
+  if (choice.source == Source::Component) {
+    if (!paged) {
+      const BackendInfo* dit = find_backend(Family::Dit, choice.requested);
+      const std::string hint =
+          dit && !dit->paged_counterpart.empty()
+              ? fmt::format("; its paged counterpart is {}: use {}={}", dit->paged_counterpart,
+                            choice.override_key, dit->paged_counterpart)
+              : std::string();
+      fail("{}: {} is a text encoder and takes a paged backend ({}); {} is a DiT backend{}",
+           origin(choice), component.name, fmt::join(backend_names(Family::Paged), ", "),
+           choice.requested, hint);
+    }
+    const Attempt attempt = run_or_fall_back(machine, Family::Paged, std::string(paged->name),
+                                             machine.dtype, component.head_size);
+    check(attempt.ok,
+          "{}: {} cannot use it: {}; choose another backend (`mmgen backends` lists "
+          "what runs here)",
+          origin(choice), component.name, attempt.note);
+    layer.backend = attempt.backend;
+    layer.fallback = attempt.note;
+    return layer;
+  }
+  // A global choice: the paged name itself, a DiT name's paged counterpart, or auto.
+  std::string target, note;
+  if (paged) {
+    target = paged->name;
+  } else if (const BackendInfo* dit = find_backend(Family::Dit, choice.requested);
+             dit && !dit->paged_counterpart.empty()) {
+    target = dit->paged_counterpart;
+    note = fmt::format("{} maps to {} for text encoders", dit->name, target);
+  } else {
+    note = fmt::format("{} is a DiT backend without a paged counterpart", choice.requested);
+  }
+  if (!target.empty()) {
+    const Attempt attempt =
+        run_or_fall_back(machine, Family::Paged, target, machine.dtype, component.head_size);
+    if (attempt.ok) {
+      layer.backend = attempt.backend;
+      layer.fallback = attempt.note.empty() ? std::string() : join_notes(note, attempt.note);
+      return layer;
+    }
+    note = join_notes(note, attempt.note);
+  }
+  layer.backend = auto_backend(machine, Family::Paged, machine.dtype, component.head_size);
+  layer.fallback = join_notes(note, fmt::format("text encoders use auto: {}", layer.backend));
+  return layer;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ force
+
+void force_attention_backend(const std::string& name) {
+  set_forced(validated_name(name, "force_attention_backend"));
+}
+
+void clear_forced_attention_backend() {
+  set_forced(std::nullopt);
+}
+
+std::optional<std::string> forced_attention_backend() {
+  std::lock_guard<std::mutex> lock(force_mutex());
+  return forced_slot();
+}
+
+ForcedAttentionBackend::ForcedAttentionBackend(const std::string& name) {
+  const std::string validated = validated_name(name, "ForcedAttentionBackend");
+  std::lock_guard<std::mutex> lock(force_mutex());
+  previous_ = forced_slot();
+  forced_slot() = validated;
+}
+
+ForcedAttentionBackend::~ForcedAttentionBackend() {
+  set_forced(previous_);
+}
+
+// ------------------------------------------------------------------ overrides
+
+ComponentOverrides parse_component_attention_backends(const json& spec, const std::string& where) {
+  ComponentOverrides overrides;
+  if (spec.is_null()) return overrides;
+  auto add = [&](std::string key, const std::string& value, const std::string& item) {
+    key = trim(key);
+    std::replace(key.begin(), key.end(), '-', '_');
+    check(!key.empty(), "{}: '{}' has no component name; write component=backend", where, item);
+    const std::string name = lower(trim(value));
+    check(!name.empty(), "{}: '{}' has no backend; write component=backend", where, item);
+    if (!is_known_backend(name)) fail_unknown_backend(fmt::format("{} {}", where, key), value);
+    check(overrides.emplace(key, name).second, "{}: component '{}' is given twice; give it once",
+          where, key);
+  };
+  if (spec.is_object()) {
+    for (auto it = spec.begin(); it != spec.end(); ++it) {
+      check(it->is_string(), "{}: {} must be a backend name, got {}", where, it.key(), it->dump());
+      add(it.key(), it->get<std::string>(), it.key());
+    }
+    return overrides;
+  }
+  check(spec.is_string(), "{}: expected component=backend pairs or a JSON object, got {}", where,
+        spec.dump());
+  const std::string text = trim(spec.get<std::string>());
+  if (text.empty()) return overrides;
+  if (text.front() == '{') {
+    json object;
+    try {
+      object = json::parse(text);
+    } catch (const json::parse_error& e) {
+      fail("{}: malformed JSON object ({}); check the quotes and braces", where, e.what());
+    }
+    check(object.is_object(), "{}: expected a JSON object of component: backend", where);
+    return parse_component_attention_backends(object, where);
+  }
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    const std::string item = trim(std::string_view(text).substr(start, comma - start));
+    start = comma + 1;
+    if (item.empty()) continue;
+    const size_t equals = item.find('=');
+    check(equals != std::string::npos,
+          "{}: '{}' is not component=backend (e.g. text_encoder=torch_native,transformer=fa)",
+          where, item);
+    add(item.substr(0, equals), item.substr(equals + 1), item);
+  }
+  return overrides;
+}
+
+void check_override_components(const ComponentOverrides& overrides,
+                               const std::vector<std::string>& with_attention,
+                               const std::vector<std::string>& without_attention,
+                               const std::vector<std::string>& absent, const std::string& where) {
+  auto contains = [](const std::vector<std::string>& list, const std::string& name) {
+    return std::find(list.begin(), list.end(), name) != list.end();
+  };
+  for (const auto& [component, backend] : overrides) {
+    if (contains(with_attention, component)) continue;
+    check(!contains(without_attention, component),
+          "{}: {} has no attention layers; components with attention: {}", where, component,
+          fmt::join(with_attention, ", "));
+    check(!contains(absent, component),
+          "{}: {} is not part of this model (model_index.json lists it as [null, null]); "
+          "components with attention: {}",
+          where, component, fmt::join(with_attention, ", "));
+    const std::string nearest = cli::nearest_name(component, with_attention);
+    fail("{}: unknown component '{}'{}; this model's components with attention: {}", where,
+         component, nearest.empty() ? std::string() : fmt::format(" (did you mean {}?)", nearest),
+         fmt::join(with_attention, ", "));
+  }
+}
+
+// ------------------------------------------------------------------ selection
+
+std::string_view source_name(Source source) {
+  switch (source) {
+    case Source::Forced:
+      return "forced";
+    case Source::Component:
+      return "component";
+    case Source::Cli:
+      return "cli";
+    case Source::Env:
+      return "env";
+    case Source::Auto:
+      return "auto";
+  }
+  return "?";
+}
+
+std::string_view role_name(ComponentRole role) {
+  switch (role) {
+    case ComponentRole::Dit:
+      return "dit";
+    case ComponentRole::TextEncoder:
+      return "text_encoder";
+    case ComponentRole::Dense:
+      return "dense";
+    case ComponentRole::None:
+      return "none";
+  }
+  return "?";
+}
+
+std::string_view layer_name(LayerKind kind) {
+  switch (kind) {
+    case LayerKind::SelfAttention:
+      return "self_attention";
+    case LayerKind::CrossAttention:
+      return "cross_attention";
+    case LayerKind::Attention:
+      return "attention";
+  }
+  return "?";
+}
+
+ComponentRole component_role(const std::string& name, const std::string& class_name) {
+  const std::string cls = lower(class_name);
+  for (const char* word : {"tokenizer", "scheduler", "processor", "featureextractor"})
+    if (cls.find(word) != std::string::npos) return ComponentRole::None;
+  for (const char* prefix :
+       {"tokenizer", "scheduler", "feature_extractor", "image_processor", "processor"})
+    if (name.starts_with(prefix)) return ComponentRole::None;
+  if (name.starts_with("transformer")) return ComponentRole::Dit;
+  if (name.starts_with("text_encoder")) return ComponentRole::TextEncoder;
+  if (name.starts_with("vae") || name.starts_with("image_encoder") ||
+      cls.find("autoencoder") != std::string::npos)
+    return ComponentRole::Dense;
+  if (cls.find("transformer") != std::string::npos) return ComponentRole::Dit;
+  return ComponentRole::Dense;  // unknown kinds: dense attention is always valid
+}
+
+SelectionLevels selection_levels(const ComponentOverrides& overrides,
+                                 const std::optional<std::string>& cli,
+                                 const std::optional<std::string>& env) {
+  SelectionLevels levels;
+  levels.forced = forced_attention_backend();
+  levels.overrides = overrides;
+  if (cli && !trim(*cli).empty()) levels.cli = *cli;
+  if (env && !trim(*env).empty()) levels.env = *env;
+  return levels;
+}
+
+ComponentChoice select_component(const ComponentAttention& component, const SelectionLevels& levels,
+                                 const Machine& machine) {
+  ComponentChoice choice;
+  choice.component = component.name;
+  choice.role = component.role;
+  if (component.role == ComponentRole::None) return choice;
+
+  auto override_for = [&](const std::string& name) -> const std::string* {
+    auto it = levels.overrides.find(name);
+    if (it == levels.overrides.end()) return nullptr;
+    choice.override_key = name;
+    return &it->second;
+  };
+  const std::string* override_value = override_for(component.name);
+  if (!override_value && !base_component(component.name).empty())
+    override_value = override_for(base_component(component.name));
+
+  if (levels.forced) {
+    choice.source = Source::Forced;
+    choice.requested = *levels.forced;
+  } else if (override_value) {
+    choice.source = Source::Component;
+    choice.requested = *override_value;
+  } else if (levels.cli) {
+    choice.source = Source::Cli;
+    choice.requested = *levels.cli;
+  } else if (levels.env) {
+    choice.source = Source::Env;
+    choice.requested = *levels.env;
+  }
+  if (choice.source != Source::Auto) {
+    choice.requested = lower(trim(choice.requested));
+    if (!is_known_backend(choice.requested)) fail_unknown_backend(origin(choice), choice.requested);
+  }
+
+  switch (component.role) {
+    case ComponentRole::Dit:
+      choice.layers.push_back(select_dit_self_attention(choice, component, machine));
+      choice.layers.push_back(select_dense(choice, component, LayerKind::CrossAttention, machine));
+      break;
+    case ComponentRole::Dense:
+      choice.layers.push_back(select_dense(choice, component, LayerKind::Attention, machine));
+      break;
+    case ComponentRole::TextEncoder:
+      choice.layers.push_back(select_paged(choice, component, machine));
+      break;
+    case ComponentRole::None:
+      break;
+  }
+  return choice;
+}
+
+}  // namespace mmgen::attention

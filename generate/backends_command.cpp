@@ -1,0 +1,272 @@
+#include "generate/backends_command.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <iostream>
+#include <set>
+
+#include "attention/backend_config.h"
+#include "core/error.h"
+
+namespace mmgen::cli {
+
+using json = nlohmann::json;
+using namespace attention;
+
+namespace {
+
+std::vector<std::string> platform_names(const std::vector<Platform>& platforms) {
+  std::vector<std::string> names;
+  for (auto platform : platforms) names.emplace_back(platform_name(platform));
+  return names;
+}
+
+std::string or_dash(std::string_view text) {
+  return text.empty() ? "-" : std::string(text);
+}
+
+std::string config_default(const ConfigKey& key) {
+  if (key.default_value.is_null())
+    return key.required_when.empty() ? "-" : fmt::format("required when {}", key.required_when);
+  return key.default_value.is_string() ? key.default_value.get<std::string>()
+                                       : key.default_value.dump();
+}
+
+json config_json(const BackendInfo& backend) {
+  json keys = json::array();
+  for (const auto& key : backend.config)
+    keys.push_back({{"name", key.name},
+                    {"accepts", describe_accepted(key)},
+                    {"default", key.default_value},
+                    {"aliases", key.aliases},
+                    {"required_when", key.required_when.empty() ? json() : json(key.required_when)},
+                    {"help", key.help}});
+  return keys;
+}
+
+}  // namespace
+
+BackendStatus backend_status(const Machine& machine, const BackendInfo& backend) {
+  std::vector<std::string> reasons;
+  std::set<std::string> visited;
+  std::string name(backend.name);
+  while (true) {
+    visited.insert(name);
+    const Availability availability =
+        kernel_availability(machine, backend.family, name, machine.dtype, 0);
+    if (availability.ok) {
+      if (name == backend.name) return {"available", {}, {}};
+      return {"fallback", name, fmt::format("{}", fmt::join(reasons, "; "))};
+    }
+    reasons.push_back(fmt::format("{}: {}", name, availability.reason));
+    const BackendInfo* entry = find_backend(backend.family, name);
+    if (!entry || entry->fallback.empty() || visited.count(std::string(entry->fallback)))
+      return {"unavailable", {}, fmt::format("{}", fmt::join(reasons, "; "))};
+    name = std::string(entry->fallback);
+  }
+}
+
+json backends_json(const Machine& machine) {
+  json backends = json::array();
+  for (const auto& backend : backend_catalogue()) {
+    const BackendStatus status = backend_status(machine, backend);
+    backends.push_back(
+        {{"name", backend.name},
+         {"family", family_name(backend.family)},
+         {"summary", backend.summary},
+         {"aliases", backend.aliases},
+         {"platforms", platform_names(backend.platforms)},
+         {"build_needs", backend.build_needs},
+         {"gpu_arch", backend.gpu_arch.empty() ? json() : json(backend.gpu_arch)},
+         {"dtypes", backend.dtypes},
+         {"head_sizes", backend.head_sizes},
+         {"page_sizes", backend.page_sizes.empty() ? json() : json(backend.page_sizes)},
+         {"sparse", backend.sparse},
+         {"extra_weights", backend.extra_weights.empty() ? json() : json(backend.extra_weights)},
+         {"per_step_state", backend.per_step_state.empty() ? json() : json(backend.per_step_state)},
+         {"fallback", backend.fallback.empty() ? json() : json(backend.fallback)},
+         {"paged_counterpart",
+          backend.paged_counterpart.empty() ? json() : json(backend.paged_counterpart)},
+         {"config", config_json(backend)},
+         {"status", status.state},
+         {"falls_back_to", status.fallback_to.empty() ? json() : json(status.fallback_to)},
+         {"reason", status.reason.empty() ? json() : json(status.reason)}});
+  }
+  std::vector<std::string> kernels;
+  for (const auto& kernel : machine.kernels)
+    kernels.push_back(fmt::format("{} {} ({})", family_name(kernel.family), kernel.backend,
+                                  platform_name(kernel.platform)));
+  auto auto_or_null = [&](Family family) -> json {
+    try {
+      return auto_backend(machine, family, machine.dtype, 0);
+    } catch (const Error&) {
+      return nullptr;
+    }
+  };
+  return {{"machine", machine.description},
+          {"dtype", machine.dtype},
+          {"kernels", kernels},
+          {"auto", {{"dit", auto_or_null(Family::Dit)}, {"paged", auto_or_null(Family::Paged)}}},
+          {"backends", backends}};
+}
+
+std::string backends_text(const Machine& machine) {
+  const json info = backends_json(machine);
+  std::string text = fmt::format("Attention backends on this machine ({}, {}).\n",
+                                 machine.description, machine.dtype);
+  for (Family family : {Family::Dit, Family::Paged}) {
+    text += family == Family::Dit ? "\nDiT family (diffusion transformers, VAE):\n"
+                                  : "\nPaged family (text encoders):\n";
+    for (const auto& backend : info["backends"]) {
+      if (backend["family"] != family_name(family)) continue;
+      std::string line = fmt::format("  {:<25} ", backend["name"].get<std::string>());
+      const std::string status = backend["status"];
+      if (status == "available")
+        line += "available";
+      else if (status == "fallback")
+        line += fmt::format("falls back to {} ({})", backend["falls_back_to"].get<std::string>(),
+                            backend["reason"].get<std::string>());
+      else
+        line += fmt::format("unavailable ({})", backend["reason"].get<std::string>());
+      text += line + "\n";
+    }
+  }
+  auto name_or = [](const json& value) {
+    return value.is_null() ? std::string("none") : value.get<std::string>();
+  };
+  text += fmt::format(
+      "\nAuto choice here: {} for diffusion transformers, {} for text encoders.\n"
+      "Choose with --attention-backend NAME or --component-attention-backends "
+      "component=NAME; details: docs/attention-backends.md.\n",
+      name_or(info["auto"]["dit"]), name_or(info["auto"]["paged"]));
+  return text;
+}
+
+std::string backends_markdown() {
+  std::string md =
+      "# Attention backends\n\n"
+      "<!-- Generated by `mmgen backends --markdown` from attention/catalogue.cpp; do not edit. "
+      "-->\n\n"
+      "Every attention layer of every component gets its backend from one selector. "
+      "`mmgen backends` shows which of these run on your machine and build.\n\n"
+      "## Selection\n\n"
+      "Four levels, highest first:\n\n"
+      "1. **forced**: `force_attention_backend(name)` or a `ForcedAttentionBackend` guard in "
+      "library code.\n"
+      "2. **component**: `--component-attention-backends text_encoder=torch_native,transformer=fa`"
+      ", the same as a JSON object, or `--component-attention-backends.transformer fa`. Keys are "
+      "model_index.json component names (`-` reads as `_`); `transformer_2` uses `transformer`'s "
+      "entry unless it has its own.\n"
+      "3. **cli** / **env**: `--attention-backend NAME`, else the environment variable "
+      "`MMGEN_ATTENTION_BACKEND`.\n"
+      "4. **auto**: the first backend of the platform's preference list whose kernel this build "
+      "has and which takes the model's dtype and head size.\n\n"
+      "Per layer, the component's allowed set applies:\n\n"
+      "- DiT self-attention takes any DiT-family backend.\n"
+      "- DiT cross-attention, VAE and image-encoder attention are dense: a sparse choice uses "
+      "`fa` there (`torch_sdpa` where `fa` cannot run), reported as a fallback; a component "
+      "override naming a sparse backend for a dense component is an error.\n"
+      "- Text encoders take the paged family. A DiT name given by levels 1 or 3 maps to its paged "
+      "counterpart (`fa` to `fa3`, `torch_sdpa` to `torch_native`) or falls back to auto with a "
+      "warning; a component override that is not a paged backend is an error.\n"
+      "- A backend that cannot run here uses its fallback below (`sage_attn` to `fa` to "
+      "`torch_sdpa`); without one, an explicit choice is an error naming the reason.\n\n"
+      "`--dry-run` shows, per component, `attention_backend`, `attention_backend_source` "
+      "(forced, component, cli, env, auto), `attention_backend_fallback` and every layer's "
+      "choice; `attention_backend_config` holds the validated settings.\n\n";
+
+  md +=
+      "## DiT family\n\n"
+      "Diffusion attention over [batch, seq, heads, head_dim]. `fa3` and `fa4` are aliases of "
+      "`fa` here: the platform decides the FlashAttention version.\n\n"
+      "| Backend | Aliases | Platforms | Build needs | GPU arch | Dtypes | Head sizes | Sparse | "
+      "Extra weights | Per-step state | Fallback | Paged counterpart |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& b : backend_catalogue()) {
+    if (b.family != Family::Dit) continue;
+    md += fmt::format("| `{}` | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", b.name,
+                      or_dash(fmt::format("{}", fmt::join(b.aliases, ", "))),
+                      fmt::join(platform_names(b.platforms), ", "), b.build_needs,
+                      or_dash(b.gpu_arch), fmt::join(b.dtypes, ", "), b.head_sizes,
+                      b.sparse ? "yes" : "no", or_dash(b.extra_weights), or_dash(b.per_step_state),
+                      b.fallback.empty() ? "-" : fmt::format("`{}`", b.fallback),
+                      b.paged_counterpart.empty() ? "-" : fmt::format("`{}`", b.paged_counterpart));
+  }
+  for (const auto& b : backend_catalogue())
+    if (b.family == Family::Dit) md += fmt::format("\n- `{}`: {}.", b.name, b.summary);
+  md += "\n\n";
+
+  md +=
+      "## Paged family\n\n"
+      "LLM-style attention over a paged KV cache, used by text encoders. The page-size column "
+      "says whether the kernel runs natively with pages larger than one token; every backend "
+      "accepts larger pages by treating them as slots.\n\n"
+      "| Backend | Platforms | Build needs | GPU arch | Dtypes | Head sizes | Page sizes |\n"
+      "|---|---|---|---|---|---|---|\n";
+  for (const auto& b : backend_catalogue()) {
+    if (b.family != Family::Paged) continue;
+    md += fmt::format("| `{}` | {} | {} | {} | {} | {} | {} |\n", b.name,
+                      fmt::join(platform_names(b.platforms), ", "), b.build_needs,
+                      or_dash(b.gpu_arch), fmt::join(b.dtypes, ", "), b.head_sizes, b.page_sizes);
+  }
+  for (const auto& b : backend_catalogue())
+    if (b.family == Family::Paged) md += fmt::format("\n- `{}`: {}.", b.name, b.summary);
+  md += "\n\n";
+
+  md +=
+      "## `--attention-backend-config`\n\n"
+      "SPEC is, in this order: an existing `.json`, `.yaml` or `.yml` file (another extension is "
+      "an error); a JSON object; or `key=value[,key=value]` pairs, where `true`/`false` are "
+      "booleans, integers and floats (with sign and exponent) are numbers, `[a,b,c]` is a list, "
+      "a quoted value may contain commas and a dotted key (`moba_config.st_topk=3`) nests. The "
+      "settings are checked against the selected DiT backend: an unknown key names the valid "
+      "ones, a wrong value names what the key accepts, and defaults are filled in. Backends not "
+      "listed take no settings.\n";
+  for (const auto& b : backend_catalogue()) {
+    if (b.config.empty()) continue;
+    md += fmt::format(
+        "\n### `{}`\n\n| Key | Accepts | Default | Aliases | Meaning |\n"
+        "|---|---|---|---|---|\n",
+        b.name);
+    for (const auto& key : b.config)
+      md += fmt::format("| `{}` | {} | {} | {} | {} |\n", key.name, describe_accepted(key),
+                        config_default(key),
+                        or_dash(fmt::format("{}", fmt::join(key.aliases, ", "))), key.help);
+  }
+  md +=
+      "\nThe V-MoBA settings may also be given as one object, `moba_config` (SGLang's spelling). "
+      "The STA mask-strategy file is a JSON object keyed `\"step_layer_head\"` with `[wt, wh, ww]` "
+      "windows in tiles; it is loaded and checked against the model's layers and heads and the "
+      "run's steps (every step from `skip_time_steps` on) before the run starts.\n";
+  return md;
+}
+
+int run_backends(const std::vector<std::string>& arguments) {
+  bool as_json = false, as_markdown = false;
+  for (const auto& argument : arguments) {
+    if (argument == "--json") {
+      as_json = true;
+    } else if (argument == "--markdown") {
+      as_markdown = true;
+    } else if (argument == "--help" || argument == "-h") {
+      std::cout << "Usage: mmgen backends [--json | --markdown]\n\n"
+                   "Lists the attention backends with their status on this machine and build.\n"
+                   "  --json      the catalogue and statuses as JSON\n"
+                   "  --markdown  docs/attention-backends.md (from the catalogue alone)\n";
+      return 0;
+    } else {
+      fail("backends: unknown argument '{}'; use --json or --markdown", argument);
+    }
+  }
+  check(!(as_json && as_markdown), "backends: use --json or --markdown, not both");
+  if (as_markdown)
+    std::cout << backends_markdown();
+  else if (as_json)
+    std::cout << backends_json(this_machine()).dump(2) << "\n";
+  else
+    std::cout << backends_text(this_machine());
+  return 0;
+}
+
+}  // namespace mmgen::cli
