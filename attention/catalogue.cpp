@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "attention/backend.h"
 #include "core/error.h"
 
 namespace mmgen::attention {
@@ -718,10 +719,19 @@ std::string normalize_backend_name(Family family, std::string_view name) {
 // Later issues add their rows (CPU fa, the sparse CPU kernels, the paged CPU designs, and CUDA
 // kernels under MMGEN_CUDA).
 const std::vector<KernelBuild>& compiled_kernels() {
-  static const std::vector<KernelBuild> kernels = {
-      {.family = Family::Dit, .backend = "torch_sdpa", .platform = P::Cpu, .dtypes = {"fp32"}},
-      {.family = Family::Paged, .backend = "torch_native", .platform = P::Cpu, .dtypes = {"fp32"}},
-  };
+  static const std::vector<KernelBuild> kernels = [] {
+    std::vector<KernelBuild> list = {
+        {.family = Family::Paged,
+         .backend = "torch_native",
+         .platform = P::Cpu,
+         .dtypes = {"fp32"}},
+    };
+    // The DiT backends with a CPU implementation in attention/backends/.
+    for (std::string_view name : cpu_dit_backends())
+      list.push_back(
+          {.family = Family::Dit, .backend = name, .platform = P::Cpu, .dtypes = {"fp32"}});
+    return list;
+  }();
   return kernels;
 }
 

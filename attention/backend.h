@@ -1,0 +1,74 @@
+// The interface every DiT-family attention backend implements (one backend, one file under
+// attention/backends/), and the per-call context that carries what sparse backends need beyond
+// q, k and v. Models never pick a backend: the selector decides (attention/selector.h), the
+// pipeline builds the chosen backend once per layer, and the model calls it through this interface.
+#pragma once
+
+#include <any>
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+#include "core/tensor.h"
+
+namespace mmgen::attention {
+
+// Extra learned weights a backend may use for one layer (VSA: "to_gate_compress.weight"/".bias";
+// SLA: "proj_l.weight"/".bias"), float32, keyed by the name after the layer prefix. Empty when the
+// checkpoint has none; the backend then documents and logs what it does instead.
+using LayerWeights = std::map<std::string, Tensor>;
+
+// State a backend keeps for one layer across denoising steps (SVG2's k-means centroids). Owned by
+// the caller, one per (component, layer); the backend puts what it wants in `value`.
+struct LayerState {
+  std::any value;
+};
+
+// Everything about one attention call besides q, k, v. Video tokens come first in (t, h, w) order
+// after patchify; `text_length` further tokens (if any) follow them in the same sequence.
+struct AttentionContext {
+  int64_t step_index = 0;  // denoising step, 0-based
+  int64_t num_steps = 1;
+  float timestep = 0;       // the scheduler's timestep value at this step (SVG2 uses it)
+  int64_t layer_index = 0;  // block index, 0-based
+  int64_t num_layers = 1;
+  std::array<int64_t, 3> grid = {0, 0, 0};  // latent grid after patchify (T, H, W); 0s: not video
+  int64_t text_length = 0;
+  bool is_cross = false;
+  const LayerWeights* weights = nullptr;  // may be null
+  LayerState* state = nullptr;            // may be null (then a stateful backend recomputes)
+};
+
+// What a call did, for `mmgen attention` and the benchmarks.
+struct AttentionStats {
+  int64_t visited_blocks = 0;  // key blocks visited over all query blocks, batches and heads
+  int64_t total_blocks = 0;    // what dense attention would visit in the same blocking
+  double density() const {
+    return total_blocks ? double(visited_blocks) / double(total_blocks) : 1.0;
+  }
+};
+
+class AttentionBackend {
+ public:
+  virtual ~AttentionBackend() = default;
+  virtual std::string_view name() const = 0;
+  // q [B, Sq, H, D], k and v [B, Sk, H, D] float32 (any strides); scale multiplies q·k.
+  // Returns [B, Sq, H, D] float32. `stats` may be null.
+  virtual Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
+                         const AttentionContext& context, AttentionStats* stats = nullptr) = 0;
+};
+
+// Builds a DiT-family backend by canonical name with its validated config (defaults filled in, as
+// attention/backend_config.h returns it). Throws Error when this build has no CPU kernel for it.
+std::unique_ptr<AttentionBackend> make_dit_backend(std::string_view name,
+                                                   const nlohmann::json& config);
+
+// Names of the DiT backends this build can construct on the CPU (feeds the catalogue's kernel
+// table).
+std::vector<std::string_view> cpu_dit_backends();
+
+}  // namespace mmgen::attention

@@ -1,0 +1,10 @@
+// sage_attn_3: no CPU kernel in this build yet (the CPU-kernel work fills this file).
+#include "attention/backends/factories.h"
+
+namespace mmgen::attention {
+
+BackendFactory sage_attn_3_factory() {
+  return {};
+}
+
+}  // namespace mmgen::attention

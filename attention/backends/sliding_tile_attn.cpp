@@ -1,0 +1,10 @@
+// sliding_tile_attn: no CPU kernel in this build yet (the CPU-kernel work fills this file).
+#include "attention/backends/factories.h"
+
+namespace mmgen::attention {
+
+BackendFactory sliding_tile_attn_factory() {
+  return {};
+}
+
+}  // namespace mmgen::attention

@@ -1,0 +1,210 @@
+#include "attention/block_sparse.h"
+
+#include <Eigen/Core>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "core/error.h"
+
+namespace mmgen::attention {
+
+namespace {
+
+using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using StridedConst = Eigen::Map<const RowMatrix, 0, Eigen::OuterStride<>>;
+constexpr float kNegativeInfinity = -std::numeric_limits<float>::infinity();
+
+void validate_layout(const BlockLayout& layout, int64_t length, const char* what) {
+  check(layout.start.size() == layout.length.size(),
+        "block-sparse: {} blocks have {} starts but {} lengths", what, layout.start.size(),
+        layout.length.size());
+  for (int64_t i = 0; i < layout.size(); ++i)
+    check(layout.start[size_t(i)] >= 0 && layout.length[size_t(i)] >= 0 &&
+              layout.start[size_t(i)] + layout.length[size_t(i)] <= length,
+          "block-sparse: {} block {} [{}, +{}) lies outside {} tokens", what, i,
+          layout.start[size_t(i)], layout.length[size_t(i)], length);
+}
+
+}  // namespace
+
+BlockLayout BlockLayout::uniform(int64_t tokens, int64_t block) {
+  check(block > 0, "block size must be positive");
+  BlockLayout layout;
+  for (int64_t s = 0; s < tokens; s += block) {
+    layout.start.push_back(s);
+    layout.length.push_back(std::min(block, tokens - s));
+  }
+  return layout;
+}
+
+BlockSparsePattern BlockSparsePattern::dense(BlockLayout q_blocks, BlockLayout kv_blocks) {
+  BlockSparsePattern pattern;
+  pattern.indptr.push_back(0);
+  for (int64_t i = 0; i < q_blocks.size(); ++i) {
+    for (int64_t j = 0; j < kv_blocks.size(); ++j) pattern.indices.push_back(int32_t(j));
+    pattern.indptr.push_back(int64_t(pattern.indices.size()));
+  }
+  pattern.q_blocks = std::move(q_blocks);
+  pattern.kv_blocks = std::move(kv_blocks);
+  return pattern;
+}
+
+void BlockSparsePattern::validate(int64_t q_len, int64_t kv_len) const {
+  validate_layout(q_blocks, q_len, "query");
+  validate_layout(kv_blocks, kv_len, "key");
+  check(int64_t(indptr.size()) == q_blocks.size() + 1 && indptr.front() == 0 &&
+            indptr.back() == int64_t(indices.size()),
+        "block-sparse: indptr must have one entry per query block plus one, from 0 to the list "
+        "length");
+  for (size_t i = 1; i < indptr.size(); ++i)
+    check(indptr[i] >= indptr[i - 1], "block-sparse: indptr decreases at query block {}", i - 1);
+  for (int32_t j : indices)
+    check(j >= 0 && j < kv_blocks.size(), "block-sparse: key block {} out of range (there are {})",
+          j, kv_blocks.size());
+}
+
+Tensor block_sparse_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+                              float scale, const std::vector<BlockSparsePattern>& patterns,
+                              Tensor* lse) {
+  const Tensor q = q_in.to(DType::F32), k = k_in.to(DType::F32), v = v_in.to(DType::F32);
+  check(q.dim() == 4 && k.dim() == 4 && v.shape() == k.shape(),
+        "block-sparse: expects [B, S, H, D] tensors");
+  const int64_t batch = q.size(0), q_len = q.size(1), heads = q.size(2), head_dim = q.size(3);
+  const int64_t kv_len = k.size(1);
+  check(k.size(0) == batch && k.size(2) == heads && k.size(3) == head_dim,
+        "block-sparse: q {} and k {} differ", shape_string(q.shape()), shape_string(k.shape()));
+  const int64_t count = int64_t(patterns.size());
+  check(count == 1 || count == heads || count == batch * heads,
+        "block-sparse: {} patterns for {} batches x {} heads (give 1, H or B*H)", count, batch,
+        heads);
+  for (const auto& pattern : patterns) pattern.validate(q_len, kv_len);
+
+  Tensor out = Tensor::zeros({batch, q_len, heads, head_dim});
+  if (lse) *lse = Tensor::full({batch, heads, q_len}, kNegativeInfinity);
+  const int64_t row = heads * head_dim;
+  const int64_t q_blocks = patterns[0].q_blocks.size();
+  bool same_blocking = true;
+  for (const auto& pattern : patterns) same_blocking &= pattern.q_blocks.size() == q_blocks;
+  check(same_blocking, "block-sparse: every pattern must have the same number of query blocks");
+
+#pragma omp parallel
+  {
+    RowMatrix scores, accumulator;
+    Eigen::VectorXf running_max, running_sum;
+#pragma omp for collapse(3) schedule(dynamic)
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t qb = 0; qb < q_blocks; ++qb) {
+          const BlockSparsePattern& pattern = patterns[size_t(count == 1       ? 0
+                                                              : count == heads ? h
+                                                                               : b * heads + h)];
+          const int64_t q_start = pattern.q_blocks.start[size_t(qb)],
+                        q_count = pattern.q_blocks.length[size_t(qb)];
+          if (q_count == 0) continue;
+          StridedConst q_tile(q.data<float>() + (b * q_len + q_start) * row + h * head_dim, q_count,
+                              head_dim, Eigen::OuterStride<>(row));
+          accumulator.setZero(q_count, head_dim);
+          running_max.setConstant(q_count, kNegativeInfinity);
+          running_sum.setZero(q_count);
+          for (int64_t e = pattern.indptr[size_t(qb)]; e < pattern.indptr[size_t(qb) + 1]; ++e) {
+            const int32_t kb = pattern.indices[size_t(e)];
+            const int64_t k_start = pattern.kv_blocks.start[size_t(kb)],
+                          k_count = pattern.kv_blocks.length[size_t(kb)];
+            if (k_count == 0) continue;
+            StridedConst k_tile(k.data<float>() + (b * kv_len + k_start) * row + h * head_dim,
+                                k_count, head_dim, Eigen::OuterStride<>(row));
+            StridedConst v_tile(v.data<float>() + (b * kv_len + k_start) * row + h * head_dim,
+                                k_count, head_dim, Eigen::OuterStride<>(row));
+            scores.noalias() = (q_tile * k_tile.transpose()) * scale;
+            for (int64_t i = 0; i < q_count; ++i) {
+              float* s = scores.data() + i * k_count;
+              float block_max = kNegativeInfinity;
+              for (int64_t j = 0; j < k_count; ++j) block_max = std::max(block_max, s[j]);
+              const float new_max = std::max(running_max[i], block_max);
+              const float correction =
+                  running_max[i] == kNegativeInfinity ? 0.0f : std::exp(running_max[i] - new_max);
+              float sum = 0;
+              for (int64_t j = 0; j < k_count; ++j) {
+                s[j] = std::exp(s[j] - new_max);
+                sum += s[j];
+              }
+              running_sum[i] = running_sum[i] * correction + sum;
+              accumulator.row(i) *= correction;
+              running_max[i] = new_max;
+            }
+            accumulator.noalias() += scores * v_tile;
+          }
+          for (int64_t i = 0; i < q_count; ++i) {
+            float* o = out.data<float>() + (b * q_len + q_start + i) * row + h * head_dim;
+            if (running_sum[i] > 0) {
+              const float inverse = 1.0f / running_sum[i];
+              for (int64_t d = 0; d < head_dim; ++d) o[d] = accumulator(i, d) * inverse;
+            }
+            if (lse && running_sum[i] > 0)
+              lse->data<float>()[(b * heads + h) * q_len + q_start + i] =
+                  running_max[i] + std::log(running_sum[i]);
+          }
+        }
+  }
+  return out;
+}
+
+void merge_by_lse(Tensor& out_a, Tensor& lse_a, const Tensor& out_b, const Tensor& lse_b) {
+  check(out_a.shape() == out_b.shape() && lse_a.shape() == lse_b.shape(),
+        "merge_by_lse: shapes differ");
+  const int64_t batch = out_a.size(0), q_len = out_a.size(1), heads = out_a.size(2),
+                head_dim = out_a.size(3);
+  float* oa = out_a.data<float>();
+  const float* ob = out_b.data<float>();
+  float* la = lse_a.data<float>();
+  const float* lb = lse_b.data<float>();
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < q_len; ++i) {
+        const int64_t l = (b * heads + h) * q_len + i;
+        const float m = std::max(la[l], lb[l]);
+        if (m == kNegativeInfinity) continue;
+        const float wa = std::exp(la[l] - m), wb = std::exp(lb[l] - m);
+        float* a = oa + ((b * q_len + i) * heads + h) * head_dim;
+        const float* c = ob + ((b * q_len + i) * heads + h) * head_dim;
+        for (int64_t d = 0; d < head_dim; ++d) a[d] = (wa * a[d] + wb * c[d]) / (wa + wb);
+        la[l] = m + std::log(wa + wb);
+      }
+}
+
+Tensor gather_tokens(const Tensor& x_in, const std::vector<int64_t>& index) {
+  const Tensor x = x_in.contiguous();
+  const int64_t batch = x.size(0), length = x.size(1),
+                row = x.numel() / std::max<int64_t>(1, batch * length);
+  Tensor out = Tensor::empty({batch, int64_t(index.size()), x.size(2), x.size(3)}, x.dtype());
+  const size_t bytes = size_t(row) * dtype_size(x.dtype());
+  for (int64_t b = 0; b < batch; ++b)
+    for (size_t i = 0; i < index.size(); ++i) {
+      check(index[i] >= 0 && index[i] < length, "gather_tokens: index {} outside {} tokens",
+            index[i], length);
+      std::memcpy(out.raw() + (b * int64_t(index.size()) + int64_t(i)) * int64_t(bytes),
+                  x.raw() + (b * length + index[i]) * int64_t(bytes), bytes);
+    }
+  return out;
+}
+
+Tensor scatter_tokens(const Tensor& x_in, const std::vector<int64_t>& index, int64_t length) {
+  const Tensor x = x_in.contiguous();
+  const int64_t batch = x.size(0), count = x.size(1),
+                row = x.numel() / std::max<int64_t>(1, batch * count);
+  check(count == int64_t(index.size()), "scatter_tokens: {} tokens for {} indices", count,
+        index.size());
+  Tensor out = Tensor::zeros({batch, length, x.size(2), x.size(3)}, x.dtype());
+  const size_t bytes = size_t(row) * dtype_size(x.dtype());
+  for (int64_t b = 0; b < batch; ++b)
+    for (size_t i = 0; i < index.size(); ++i) {
+      check(index[i] >= 0 && index[i] < length, "scatter_tokens: index {} outside {} tokens",
+            index[i], length);
+      std::memcpy(out.raw() + (b * length + index[i]) * int64_t(bytes),
+                  x.raw() + (b * count + int64_t(i)) * int64_t(bytes), bytes);
+    }
+  return out;
+}
+
+}  // namespace mmgen::attention
