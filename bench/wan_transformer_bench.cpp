@@ -23,6 +23,7 @@
 #include "attention/dense_attention.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/ops.h"
 #include "core/safetensors.h"
 #include "models/dit/wan_transformer.h"
 
@@ -121,6 +122,19 @@ NamedTensors random_checkpoint(const WanTransformerConfig& config) {
   return tensors;
 }
 
+// Multiply-add FLOPs (2 per MAC) of one forward: per block the self-attention projections and
+// attention (4·N²·D), the cross-attention (q/o on the latents, k/v on the text, 4·N·L·D), and the
+// FFN; plus the text embedder and the output head. Elementwise work is left out.
+double forward_flops(const WanTransformerConfig& config, int64_t tokens) {
+  const double n = double(tokens), l = double(kTextTokens), d = double(config.inner_dim());
+  const double f = double(config.ffn_dim), text = double(config.text_dim);
+  const double self_attention = 8 * n * d * d + 4 * n * n * d;
+  const double cross_attention = 4 * n * d * d + 4 * l * d * d + 4 * n * l * d;
+  const double ffn = 4 * n * d * f;
+  const double once = 2 * l * text * d + 2 * l * d * d + 2 * n * d * 64;
+  return double(config.num_layers) * (self_attention + cross_attention + ffn) + once;
+}
+
 double peak_rss_bytes() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
@@ -172,8 +186,24 @@ int run_case(const fs::path& weights_file, const BenchCase& bench, int64_t layer
   attention::dense_attention(cross_args);
   const double attention_per_forward = seconds_since(start) * double(layers);
 
-  std::printf("RESULT %.6f %.6f %.0f %.6f\n", median(seconds),
-              *std::min_element(seconds.begin(), seconds.end()), peak, attention_per_forward);
+  // The yardstick, in the same process right after the forwards: Eigen's float32 GEMM at the shape
+  // of the block's projections ([tokens, D] x [D, D]); median of 5.
+  const int64_t d = config.inner_dim();
+  Tensor a = random_tensor({tokens, d}, 0.0f, 1.0f, 105, DType::F32);
+  Tensor w = random_tensor({d, d}, 0.0f, 1.0f, 106, DType::F32);
+  Tensor c = Tensor::empty({tokens, d});
+  std::vector<double> gemm_seconds;
+  for (int r = 0; r < 5; ++r) {
+    start = std::chrono::steady_clock::now();
+    ops::gemm_bt(a.data<float>(), w.data<float>(), c.data<float>(), tokens, d, d);
+    gemm_seconds.push_back(seconds_since(start));
+  }
+  const double gemm_gflops =
+      2.0 * double(tokens) * double(d) * double(d) / median(gemm_seconds) / 1e9;
+
+  std::printf("RESULT %.6f %.6f %.0f %.6f %.3f\n", median(seconds),
+              *std::min_element(seconds.begin(), seconds.end()), peak, attention_per_forward,
+              gemm_gflops);
   return 0;
 }
 
@@ -207,8 +237,8 @@ int drive(int64_t layers, int repeats, const std::vector<std::string>& wanted, f
   std::printf("stored weights: %.3f GB\n\n", stored / 1e9);
   std::printf(
       "| case | latents | tokens | s/forward (median) | s (min) | attention s (est.) | peak RSS GB "
-      "| RSS / weights |\n");
-  std::printf("|---|---|---|---|---|---|---|---|\n");
+      "| RSS / weights | forward GFLOP/s | Eigen GEMM GFLOP/s | ratio |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   int status = 0;
   for (const BenchCase& bench : kCases) {
     if (std::find(wanted.begin(), wanted.end(), bench.name) == wanted.end()) continue;
@@ -221,19 +251,21 @@ int drive(int64_t layers, int repeats, const std::vector<std::string>& wanted, f
     char buffer[512];
     while (fgets(buffer, sizeof buffer, pipe)) output += buffer;
     const int code = pclose(pipe);
-    double med = 0, min = 0, peak = 0, attention_s = 0;
+    double med = 0, min = 0, peak = 0, attention_s = 0, gemm_gflops = 0;
     const size_t at = output.find("RESULT ");
     if (code != 0 || at == std::string::npos ||
-        std::sscanf(output.c_str() + at, "RESULT %lf %lf %lf %lf", &med, &min, &peak,
-                    &attention_s) != 4) {
+        std::sscanf(output.c_str() + at, "RESULT %lf %lf %lf %lf %lf", &med, &min, &peak,
+                    &attention_s, &gemm_gflops) != 5) {
       std::printf("| %s | failed (exit %d) |\n", bench.label.c_str(), code);
       status = 1;
       continue;
     }
     const int64_t tokens = bench.latents[2] * (bench.latents[3] / 2) * (bench.latents[4] / 2);
-    std::printf("| %s | %s | %lld | %.2f | %.2f | %.2f | %.3f | %.2f |\n", bench.label.c_str(),
-                shape_string(bench.latents).c_str(), (long long)tokens, med, min, attention_s,
-                peak / 1e9, peak / stored);
+    const double gflops = forward_flops(config, tokens) / med / 1e9;
+    std::printf("| %s | %s | %lld | %.2f | %.2f | %.2f | %.3f | %.2f | %.1f | %.1f | %.2f |\n",
+                bench.label.c_str(), shape_string(bench.latents).c_str(), (long long)tokens, med,
+                min, attention_s, peak / 1e9, peak / stored, gflops, gemm_gflops,
+                gflops / gemm_gflops);
     std::fflush(stdout);
   }
   if (own_dir) fs::remove_all(dir);

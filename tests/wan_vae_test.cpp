@@ -177,31 +177,5 @@ TEST(WanVae, DecodesBf16ShapesCheckpointLikeDiffusers) {
 
 // Timing only, skipped unless MMGEN_VAE_BENCH_MODEL names a Wan VAE folder (e.g. a full-size
 // Wan2.1 VAE); MMGEN_VAE_BENCH_LATENT sets the latent shape "B,C,T,H,W" (default 1,16,3,60,104).
-TEST(WanVae, Benchmark) {
-  const char* model = std::getenv("MMGEN_VAE_BENCH_MODEL");
-  if (!model) GTEST_SKIP() << "set MMGEN_VAE_BENCH_MODEL to time a decode";
-  Shape shape = {1, 16, 3, 60, 104};
-  if (const char* latent = std::getenv("MMGEN_VAE_BENCH_LATENT")) {
-    shape.clear();
-    for (std::string rest = latent; !rest.empty();) {
-      const size_t comma = rest.find(',');
-      shape.push_back(std::stoll(rest.substr(0, comma)));
-      rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
-    }
-  }
-  WanVaeDecoder decoder = WanVaeDecoder::open_folder(model);
-  Tensor z = Tensor::full(shape, 0.0f);
-  float* p = z.data<float>();
-  for (int64_t i = 0; i < z.numel(); ++i) p[i] = float(std::sin(0.37 * double(i)));
-  const auto start = std::chrono::steady_clock::now();
-  auto last = start;
-  Tensor video = decoder.decode(z, [&](int done, int total) {
-    std::printf("  latent frame %d/%d: %.2f s\n", done, total, seconds_since(last));
-    last = std::chrono::steady_clock::now();
-  });
-  std::printf("decode %s -> %s in %.2f s\n", shape_string(shape).c_str(),
-              shape_string(video.shape()).c_str(), seconds_since(start));
-}
-
 }  // namespace
 }  // namespace mmgen
