@@ -1,9 +1,10 @@
+#include "pipeline/model_index.h"
+
 #include <gtest/gtest.h>
 
 #include <fstream>
 
 #include "core/error.h"
-#include "pipeline/model_index.h"
 #include "pipeline/registry.h"
 #include "tests/test_support.h"
 
@@ -12,23 +13,16 @@ namespace {
 
 using testing::scratch_dir;
 
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 // A copy of the in-repo wan-tiny model's JSON files (weights are not needed to parse).
 fs::path copy_wan_tiny_skeleton(const std::string& name) {
   fs::path source = testing::source_dir() / "examples/models/wan-tiny";
   fs::path target = scratch_dir(name);
   for (const auto& entry : fs::recursive_directory_iterator(source)) {
     fs::path relative = fs::relative(entry.path(), source);
-    if (entry.is_directory()) fs::create_directories(target / relative);
-    else if (entry.path().extension() == ".json") fs::copy_file(entry.path(), target / relative);
+    if (entry.is_directory())
+      fs::create_directories(target / relative);
+    else if (entry.path().extension() == ".json")
+      fs::copy_file(entry.path(), target / relative);
   }
   return target;
 }
@@ -38,14 +32,16 @@ TEST(ModelIndex, InRepoModelsParse) {
     ModelIndex index = load_model_index(testing::source_dir() / model);
     EXPECT_EQ(index.class_name, "WanPipeline");
     EXPECT_EQ(index.diffusers_version, "0.40.0.dev0");
-    EXPECT_EQ(index.component_names(),
-              (std::vector<std::string>{"scheduler", "text_encoder", "tokenizer", "transformer", "vae"}));
+    EXPECT_EQ(
+        index.component_names(),
+        (std::vector<std::string>{"scheduler", "text_encoder", "tokenizer", "transformer", "vae"}));
     EXPECT_EQ(index.absent, (std::vector<std::string>{"transformer_2"}));
     EXPECT_TRUE(index.extras["boundary_ratio"].is_null());
     EXPECT_EQ(index.extras["expand_timesteps"], false);
     EXPECT_EQ(index.component("transformer").class_name, "WanTransformer3DModel");
     EXPECT_EQ(index.component("tokenizer").library, "transformers");
-    EXPECT_EQ(load_component_config(index.component("scheduler"))["_class_name"], "UniPCMultistepScheduler");
+    EXPECT_EQ(load_component_config(index.component("scheduler"))["_class_name"],
+              "UniPCMultistepScheduler");
     check_components(find_pipeline(index.class_name, index.root), index);
   }
 }
@@ -67,51 +63,64 @@ TEST(ModelIndex, MissingComponentFolderIsItsOwnError) {
   fs::path model = copy_wan_tiny_skeleton("missing-vae");
   fs::remove_all(model / "vae");
   ModelIndex index = load_model_index(model);
-  std::string message = error_of([&] { check_components(find_pipeline(index.class_name, model), index); });
-  EXPECT_NE(message.find("component 'vae' (AutoencoderKLWan) is missing"), std::string::npos) << message;
+  std::string message = testing::error_message(
+      [&] { check_components(find_pipeline(index.class_name, model), index); });
+  EXPECT_NE(message.find("component 'vae' (AutoencoderKLWan) is missing"), std::string::npos)
+      << message;
   EXPECT_NE(message.find("--vae-path"), std::string::npos) << message;
 }
 
 TEST(ModelIndex, MalformedJsonIsItsOwnError) {
   fs::path model = copy_wan_tiny_skeleton("bad-json");
   std::ofstream(model / "model_index.json") << "{\"_class_name\": \"WanPipeline\",";
-  std::string message = error_of([&] { load_model_index(model); });
+  std::string message = testing::error_message([&] { load_model_index(model); });
   EXPECT_NE(message.find("model_index.json: malformed JSON"), std::string::npos) << message;
   EXPECT_EQ(message.find('\n'), std::string::npos) << "one line";
 
   fs::path model2 = copy_wan_tiny_skeleton("bad-config");
   std::ofstream(model2 / "transformer/config.json") << "[not an object";
   ModelIndex index = load_model_index(model2);
-  message = error_of([&] { load_component_config(index.component("transformer")); });
+  message = testing::error_message([&] { load_component_config(index.component("transformer")); });
   EXPECT_NE(message.find("transformer/config.json: malformed JSON"), std::string::npos) << message;
 }
 
 TEST(ModelIndex, UnknownPipelineClassIsItsOwnError) {
   fs::path model = copy_wan_tiny_skeleton("unknown-class");
-  std::ofstream(model / "model_index.json") << R"({"_class_name": "MysteryPipeline", "vae": ["diffusers", "X"]})";
+  std::ofstream(model / "model_index.json")
+      << R"({"_class_name": "MysteryPipeline", "vae": ["diffusers", "X"]})";
   ModelIndex index = load_model_index(model);
-  std::string message = error_of([&] { find_pipeline(index.class_name, model); });
-  EXPECT_NE(message.find("pipeline class 'MysteryPipeline' is not supported"), std::string::npos) << message;
+  std::string message = testing::error_message([&] { find_pipeline(index.class_name, model); });
+  EXPECT_NE(message.find("pipeline class 'MysteryPipeline' is not supported"), std::string::npos)
+      << message;
   EXPECT_NE(message.find("WanPipeline"), std::string::npos) << message;
 }
 
 TEST(ModelIndex, RejectsComponentNamesThatAreNotFolders) {
   fs::path model = copy_wan_tiny_skeleton("escape");
-  std::ofstream(model / "model_index.json") << R"({"_class_name": "WanPipeline", "../etc": ["diffusers", "X"]})";
-  EXPECT_NE(error_of([&] { load_model_index(model); }).find("not a plain folder name"), std::string::npos);
+  std::ofstream(model / "model_index.json")
+      << R"({"_class_name": "WanPipeline", "../etc": ["diffusers", "X"]})";
+  EXPECT_NE(
+      testing::error_message([&] { load_model_index(model); }).find("not a plain folder name"),
+      std::string::npos);
 }
 
 TEST(ModelIndex, MissingModelIndexAndPathOverrides) {
   fs::path empty = scratch_dir("empty-model");
-  EXPECT_NE(error_of([&] { load_model_index(empty); }).find("has no model_index.json"), std::string::npos);
-  EXPECT_NE(error_of([&] { load_model_index(empty / "nope"); }).find("does not exist"), std::string::npos);
+  EXPECT_NE(
+      testing::error_message([&] { load_model_index(empty); }).find("has no model_index.json"),
+      std::string::npos);
+  EXPECT_NE(
+      testing::error_message([&] { load_model_index(empty / "nope"); }).find("does not exist"),
+      std::string::npos);
 
   fs::path model = copy_wan_tiny_skeleton("override");
   fs::path other_vae = scratch_dir("other-vae");
   ModelIndex index = load_model_index(model, {{"vae", other_vae}});
   EXPECT_EQ(index.component("vae").path, other_vae);
   EXPECT_TRUE(index.component("vae").overridden);
-  std::string message = error_of([&] { load_model_index(model, {{"vea", other_vae}}); });
+  std::string message = testing::error_message([&] {
+    load_model_index(model, {{"vea", other_vae}});
+  });
   EXPECT_NE(message.find("no component 'vea'"), std::string::npos) << message;
 }
 

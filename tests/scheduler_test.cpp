@@ -34,15 +34,6 @@ nlohmann::json wan_shapes_config() {
                           "examples/models/wan-shapes/scheduler/scheduler_config.json");
 }
 
-std::string error_of(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 // Runs the fixture's 4-step trajectory: sample0, then model_output{k} → step → sample{k+1}.
 void check_fixture_trajectory(Scheduler& scheduler, const std::string& prefix) {
   SafetensorsFile ref = SafetensorsFile::open(wan_tiny() / "reference/reference.safetensors");
@@ -124,7 +115,8 @@ TEST(UniPC, DynamicShiftingWithTerminal) {
   config["shift_terminal"] = 0.05;
   auto scheduler = make_scheduler(config);
   EXPECT_TRUE(scheduler->uses_dynamic_shifting());
-  EXPECT_NE(error_of([&] { scheduler->set_timesteps(6); }).find("mu"), std::string::npos);
+  EXPECT_NE(testing::error_message([&] { scheduler->set_timesteps(6); }).find("mu"),
+            std::string::npos);
   scheduler->set_timesteps(6, {.mu = 0.7});
   EXPECT_EQ(scheduler->timesteps(),
             (std::vector<float>{999.0f, 879.0f, 734.0f, 557.0f, 335.0f, 50.0f}));
@@ -411,7 +403,7 @@ TEST(Schedulers, InputsAreNotModifiedAndBf16IsAccepted) {
 
 TEST(Schedulers, ClearErrors) {
   auto message = [](const nlohmann::json& config) {
-    return error_of([&] { make_scheduler(config); });
+    return testing::error_message([&] { make_scheduler(config); });
   };
   EXPECT_NE(message({{"_class_name", "DDIMScheduler"}}).find("UniPCMultistepScheduler"),
             std::string::npos);
@@ -441,7 +433,7 @@ TEST(Schedulers, ClearErrors) {
       message({{"_class_name", "FlowMatchEulerDiscreteScheduler"}, {"stochastic_sampling", true}})
           .find("stochastic_sampling"),
       std::string::npos);
-  EXPECT_NE(error_of([] {
+  EXPECT_NE(testing::error_message([] {
               make_scheduler({{"_class_name", "FlowMatchEulerDiscreteScheduler"}}, -1.0);
             }).find("--flow-shift"),
             std::string::npos);
@@ -449,12 +441,12 @@ TEST(Schedulers, ClearErrors) {
   auto unipc = make_scheduler({{"_class_name", "UniPCMultistepScheduler"},
                                {"use_flow_sigmas", true},
                                {"prediction_type", "flow_prediction"}});
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(testing::error_message([&] {
               unipc->step(synthetic_model_output(0), 0, synthetic_sample());
             }).find("set_timesteps"),
             std::string::npos);
   unipc->set_timesteps(4);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(testing::error_message([&] {
               unipc->step(synthetic_model_output(0), 1, synthetic_sample());
             }).find("in order"),
             std::string::npos);

@@ -1,3 +1,5 @@
+#include "generate/settings.h"
+
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -5,7 +7,6 @@
 #include "core/error.h"
 #include "generate/generate_command.h"
 #include "generate/options.h"
-#include "generate/settings.h"
 #include "tests/test_support.h"
 
 namespace mmgen::cli {
@@ -13,17 +14,9 @@ namespace {
 
 using testing::scratch_dir;
 
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 std::vector<std::string> base_args(std::vector<std::string> extra = {}) {
-  std::vector<std::string> args = {"--model-path", (testing::source_dir() / "examples/models/wan-tiny").string(),
+  std::vector<std::string> args = {"--model-path",
+                                   (testing::source_dir() / "examples/models/wan-tiny").string(),
                                    "--prompt", "a fox"};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
@@ -46,9 +39,9 @@ TEST(Settings, PipelineDefaultsApplyWhenNothingElseIsGiven) {
 TEST(Settings, PrecedenceCommandLineOverConfigOverPipelineOverBuiltin) {
   fs::path config = write_file("prec", "c.yaml", "height: 64\nwidth: 96\nseed: 7\nnum_frames: 5\n");
   Request r = resolve_generate(base_args({"--config", config.string(), "--width", "128"})).request;
-  EXPECT_EQ(r.height, 64);   // config over pipeline default 480
-  EXPECT_EQ(r.width, 128);   // command line over config
-  EXPECT_EQ(r.seed, 7u);     // config over built-in
+  EXPECT_EQ(r.height, 64);  // config over pipeline default 480
+  EXPECT_EQ(r.width, 128);  // command line over config
+  EXPECT_EQ(r.seed, 7u);    // config over built-in
   EXPECT_EQ(r.num_frames, 5);
   EXPECT_EQ(r.num_inference_steps, 50);  // pipeline default
 }
@@ -56,14 +49,16 @@ TEST(Settings, PrecedenceCommandLineOverConfigOverPipelineOverBuiltin) {
 TEST(Settings, ExplicitValueWinsEvenWhenItEqualsADefault) {
   // The config sets seed 7; the command line says 1024, which is also the built-in default.
   fs::path config = write_file("explicit", "c.json", R"({"seed": 7, "num-inference-steps": 3})");
-  Request r = resolve_generate(base_args({"--config", config.string(), "--seed", "1024", "--num-inference-steps",
-                                          "50"})).request;
+  Request r = resolve_generate(base_args({"--config", config.string(), "--seed", "1024",
+                                          "--num-inference-steps", "50"}))
+                  .request;
   EXPECT_EQ(r.seed, 1024u);
   EXPECT_EQ(r.num_inference_steps, 50);
 }
 
 TEST(Settings, ConfigKeysTakeDashesOrUnderscores) {
-  fs::path config = write_file("dashes", "c.yaml", "num-inference-steps: 4\nguidance_scale: 2.5\ndry-run: true\n");
+  fs::path config = write_file("dashes", "c.yaml",
+                               "num-inference-steps: 4\nguidance_scale: 2.5\ndry-run: true\n");
   Request r = resolve_generate(base_args({"--config", config.string()})).request;
   EXPECT_EQ(r.num_inference_steps, 4);
   EXPECT_DOUBLE_EQ(r.guidance_scale, 2.5);
@@ -71,59 +66,87 @@ TEST(Settings, ConfigKeysTakeDashesOrUnderscores) {
 }
 
 TEST(Settings, ConfigFileMayGiveModelAndPrompt) {
-  fs::path config = write_file("model-in-config", "c.yaml",
-                               "model_path: " + (testing::source_dir() / "examples/models/wan-tiny").string() +
-                                   "\nprompt: from the file\n");
+  fs::path config =
+      write_file("model-in-config", "c.yaml",
+                 "model_path: " + (testing::source_dir() / "examples/models/wan-tiny").string() +
+                     "\nprompt: from the file\n");
   Request r = resolve_generate({"--config", config.string()}).request;
   EXPECT_EQ(r.prompt, "from the file");
 }
 
 TEST(Settings, UnknownKeysAndFlagsNameTheNearestValidName) {
   fs::path config = write_file("unknown", "c.yaml", "num_inference_step: 4\n");
-  std::string message = error_of([&] { resolve_generate(base_args({"--config", config.string()})); });
+  std::string message = testing::error_message([&] {
+    resolve_generate(base_args({"--config", config.string()}));
+  });
   EXPECT_NE(message.find("unknown option 'num_inference_step'"), std::string::npos) << message;
   EXPECT_NE(message.find("did you mean num-inference-steps"), std::string::npos) << message;
-  message = error_of([&] { resolve_generate(base_args({"--guidence-scale", "3"})); });
-  EXPECT_NE(message.find("unknown flag --guidence-scale (did you mean --guidance-scale?)"), std::string::npos)
+  message = testing::error_message([&] { resolve_generate(base_args({"--guidence-scale", "3"})); });
+  EXPECT_NE(message.find("unknown flag --guidence-scale (did you mean --guidance-scale?)"),
+            std::string::npos)
       << message;
 }
 
 TEST(Settings, BadConfigFiles) {
   fs::path txt = write_file("badconf", "c.txt", "height: 3");
-  EXPECT_NE(error_of([&] { resolve_generate(base_args({"--config", txt.string()})); }).find(".yaml, .yml or .json"),
+  EXPECT_NE(testing::error_message([&] {
+              resolve_generate(base_args({"--config", txt.string()}));
+            }).find(".yaml, .yml or .json"),
             std::string::npos);
   fs::path yaml = write_file("badyaml", "c.yaml", "height: [1, 2\n");
-  EXPECT_NE(error_of([&] { resolve_generate(base_args({"--config", yaml.string()})); }).find("malformed YAML"),
+  EXPECT_NE(testing::error_message([&] {
+              resolve_generate(base_args({"--config", yaml.string()}));
+            }).find("malformed YAML"),
             std::string::npos);
   fs::path typed = write_file("badtype", "c.yaml", "height: tall\n");
-  std::string message = error_of([&] { resolve_generate(base_args({"--config", typed.string()})); });
-  EXPECT_NE(message.find("height: expected a whole number, got 'tall'"), std::string::npos) << message;
-  EXPECT_NE(error_of([&] { resolve_generate(base_args({"--config", "/nonexistent.yaml"})); }).find("no such file"),
+  std::string message = testing::error_message([&] {
+    resolve_generate(base_args({"--config", typed.string()}));
+  });
+  EXPECT_NE(message.find("height: expected a whole number, got 'tall'"), std::string::npos)
+      << message;
+  EXPECT_NE(testing::error_message([&] {
+              resolve_generate(base_args({"--config", "/nonexistent.yaml"}));
+            }).find("no such file"),
             std::string::npos);
 }
 
 TEST(Settings, RequestChecks) {
-  EXPECT_NE(error_of([&] { resolve_generate(base_args({"--num-frames", "6"})); }).find("try 5"), std::string::npos);
-  EXPECT_NE(error_of([&] { resolve_generate(base_args({"--width", "40"})); }).find("multiples of 16"),
+  EXPECT_NE(testing::error_message([&] {
+              resolve_generate(base_args({"--num-frames", "6"}));
+            }).find("try 5"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { resolve_generate(base_args({"--num-frames", "5", "--output-format", "png"})); })
-                .find("holds one picture"),
+  EXPECT_NE(testing::error_message([&] {
+              resolve_generate(base_args({"--width", "40"}));
+            }).find("multiples of 16"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { resolve_generate(base_args({"--output-format", "gif"})); }).find("not one of"),
+  EXPECT_NE(testing::error_message([&] {
+              resolve_generate(base_args({"--num-frames", "5", "--output-format", "png"}));
+            }).find("holds one picture"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { resolve_generate({"--prompt", "x"}); }).find("--model-path"), std::string::npos);
-  EXPECT_NE(error_of([&] {
-              resolve_generate({"--model-path", (testing::source_dir() / "examples/models/wan-tiny").string()});
+  EXPECT_NE(testing::error_message([&] {
+              resolve_generate(base_args({"--output-format", "gif"}));
+            }).find("not one of"),
+            std::string::npos);
+  EXPECT_NE(testing::error_message([&] {
+              resolve_generate({"--prompt", "x"});
+            }).find("--model-path"),
+            std::string::npos);
+  EXPECT_NE(testing::error_message([&] {
+              resolve_generate(
+                  {"--model-path", (testing::source_dir() / "examples/models/wan-tiny").string()});
             }).find("no prompt"),
             std::string::npos);
 }
 
 TEST(Settings, ComponentPathAndBackendFlags) {
   fs::path vae = testing::source_dir() / "examples/models/wan-tiny/vae";
-  ResolvedGenerate r = resolve_generate(base_args({"--vae-path", vae.string(), "--component-attention-backends.transformer", "fa"}));
+  ResolvedGenerate r = resolve_generate(
+      base_args({"--vae-path", vae.string(), "--component-attention-backends.transformer", "fa"}));
   EXPECT_TRUE(r.index.component("vae").overridden);
   EXPECT_EQ(r.request.component_attention_backends["transformer"], "fa");
-  r = resolve_generate(base_args({"--text-encoder-path=" + (testing::source_dir() / "examples/models/wan-tiny/text_encoder").string()}));
+  r = resolve_generate(
+      base_args({"--text-encoder-path=" +
+                 (testing::source_dir() / "examples/models/wan-tiny/text_encoder").string()}));
   EXPECT_TRUE(r.index.component("text_encoder").overridden);
 }
 

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/error.h"
+
 namespace mmgen::testing {
 
 fs::path shared_dir() {
@@ -44,6 +46,15 @@ double max_abs_diff(const Tensor& actual, const Tensor& expected) {
   for (int64_t i = 0; i < a.numel(); ++i)
     worst = std::max(worst, std::abs(a.data<double>()[i] - e.data<double>()[i]));
   return worst;
+}
+
+std::string error_message(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 fs::path scratch_dir(const std::string& name) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <string>
 
 #include "core/tensor.h"
@@ -20,6 +21,9 @@ fs::path mmgen_binary();
 // ‖actual − expected‖ / ‖expected‖ over all elements, in double.
 double relative_error(const Tensor& actual, const Tensor& expected);
 double max_abs_diff(const Tensor& actual, const Tensor& expected);
+
+// The message of the mmgen::Error that `action` throws; empty when it throws none.
+std::string error_message(const std::function<void()>& action);
 
 // A fresh empty folder under the system temp directory, removed at process exit.
 fs::path scratch_dir(const std::string& name);

@@ -27,15 +27,6 @@ SafetensorsFile reference() {
   return SafetensorsFile::open(wan_tiny() / "reference" / "reference.safetensors");
 }
 
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 // Whether WanPipeline's prompt_clean (html.unescape twice, strip, collapse `\s+` to one space;
 // ftfy absent in the fixture environment) leaves `text` unchanged. Conservative: any '&' counts
 // as a change, and so does any Unicode whitespace other than a single ASCII space.
@@ -113,7 +104,8 @@ TEST(T5Config, OmittedKeysTakeTransformersDefaults) {
 
 TEST(T5Config, RejectsWhatItDoesNotSupport) {
   auto error = [](const char* text) {
-    return error_of([&] { T5Config::from_json(nlohmann::json::parse(text), "x/config.json"); });
+    return testing::error_message(
+        [&] { T5Config::from_json(nlohmann::json::parse(text), "x/config.json"); });
   };
   EXPECT_NE(error(R"({"model_type": "bert"})").find("model_type \"bert\""), std::string::npos);
   EXPECT_NE(error(R"({"feed_forward_proj": "gated-tanhshrink"})").find("not supported"),
@@ -194,10 +186,12 @@ TEST(UMT5Encoder, RejectsTokenIdsOutsideTheVocabulary) {
   MMGEN_REQUIRE_SHARED();
   const UMT5Encoder encoder = UMT5Encoder::from_folder(wan_tiny() / "model" / "text_encoder");
   const Tensor ids = Tensor::from_vector({1, 3}, std::vector<int64_t>{5, 500, 1});
-  EXPECT_NE(error_of([&] { encoder.forward(ids); }).find("token id 500"), std::string::npos);
-  const Tensor negative = Tensor::from_vector({1, 2}, std::vector<int64_t>{-1, 1});
-  EXPECT_NE(error_of([&] { encoder.forward(negative); }).find("outside the vocabulary"),
+  EXPECT_NE(testing::error_message([&] { encoder.forward(ids); }).find("token id 500"),
             std::string::npos);
+  const Tensor negative = Tensor::from_vector({1, 2}, std::vector<int64_t>{-1, 1});
+  EXPECT_NE(
+      testing::error_message([&] { encoder.forward(negative); }).find("outside the vocabulary"),
+      std::string::npos);
 }
 
 TEST(UMT5Encoder, RejectsACheckpointThatDoesNotMatchItsConfig) {
@@ -205,13 +199,13 @@ TEST(UMT5Encoder, RejectsACheckpointThatDoesNotMatchItsConfig) {
   const fs::path folder = wan_tiny() / "model" / "text_encoder";
   T5Config config = T5Config::from_file(folder / "config.json");
   config.num_layers = 3;  // the checkpoint has two blocks
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(testing::error_message([&] {
               UMT5Encoder(config, WeightStore::open_folder(folder));
             }).find("encoder.block.2"),
             std::string::npos);
   config = T5Config::from_file(folder / "config.json");
   config.d_ff = 48;
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(testing::error_message([&] {
               UMT5Encoder(config, WeightStore::open_folder(folder));
             }).find("does not match config.json"),
             std::string::npos);
