@@ -1,18 +1,16 @@
 #include "attention/block_sparse.h"
 
-#include <Eigen/Core>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
+#include "attention/flash_kernel.h"
 #include "core/error.h"
 
 namespace mmgen::attention {
 
 namespace {
 
-using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using StridedConst = Eigen::Map<const RowMatrix, 0, Eigen::OuterStride<>>;
 constexpr float kNegativeInfinity = -std::numeric_limits<float>::infinity();
 
 void validate_layout(const BlockLayout& layout, int64_t length, const char* what) {
@@ -80,73 +78,16 @@ Tensor block_sparse_attention(const Tensor& q_in, const Tensor& k_in, const Tens
         heads);
   for (const auto& pattern : patterns) pattern.validate(q_len, kv_len);
 
+  const int64_t q_blocks = patterns[0].q_blocks.size();
+  for (const auto& pattern : patterns)
+    check(pattern.q_blocks.size() == q_blocks,
+          "block-sparse: every pattern must have the same number of query blocks");
+
   Tensor out = Tensor::zeros({batch, q_len, heads, head_dim});
   if (lse) *lse = Tensor::full({batch, heads, q_len}, kNegativeInfinity);
-  const int64_t row = heads * head_dim;
-  const int64_t q_blocks = patterns[0].q_blocks.size();
-  bool same_blocking = true;
-  for (const auto& pattern : patterns) same_blocking &= pattern.q_blocks.size() == q_blocks;
-  check(same_blocking, "block-sparse: every pattern must have the same number of query blocks");
-
-#pragma omp parallel
-  {
-    RowMatrix scores, accumulator;
-    Eigen::VectorXf running_max, running_sum;
-#pragma omp for collapse(3) schedule(dynamic)
-    for (int64_t b = 0; b < batch; ++b)
-      for (int64_t h = 0; h < heads; ++h)
-        for (int64_t qb = 0; qb < q_blocks; ++qb) {
-          const BlockSparsePattern& pattern = patterns[size_t(count == 1       ? 0
-                                                              : count == heads ? h
-                                                                               : b * heads + h)];
-          const int64_t q_start = pattern.q_blocks.start[size_t(qb)],
-                        q_count = pattern.q_blocks.length[size_t(qb)];
-          if (q_count == 0) continue;
-          StridedConst q_tile(q.data<float>() + (b * q_len + q_start) * row + h * head_dim, q_count,
-                              head_dim, Eigen::OuterStride<>(row));
-          accumulator.setZero(q_count, head_dim);
-          running_max.setConstant(q_count, kNegativeInfinity);
-          running_sum.setZero(q_count);
-          for (int64_t e = pattern.indptr[size_t(qb)]; e < pattern.indptr[size_t(qb) + 1]; ++e) {
-            const int32_t kb = pattern.indices[size_t(e)];
-            const int64_t k_start = pattern.kv_blocks.start[size_t(kb)],
-                          k_count = pattern.kv_blocks.length[size_t(kb)];
-            if (k_count == 0) continue;
-            StridedConst k_tile(k.data<float>() + (b * kv_len + k_start) * row + h * head_dim,
-                                k_count, head_dim, Eigen::OuterStride<>(row));
-            StridedConst v_tile(v.data<float>() + (b * kv_len + k_start) * row + h * head_dim,
-                                k_count, head_dim, Eigen::OuterStride<>(row));
-            scores.noalias() = (q_tile * k_tile.transpose()) * scale;
-            for (int64_t i = 0; i < q_count; ++i) {
-              float* s = scores.data() + i * k_count;
-              float block_max = kNegativeInfinity;
-              for (int64_t j = 0; j < k_count; ++j) block_max = std::max(block_max, s[j]);
-              const float new_max = std::max(running_max[i], block_max);
-              const float correction =
-                  running_max[i] == kNegativeInfinity ? 0.0f : std::exp(running_max[i] - new_max);
-              float sum = 0;
-              for (int64_t j = 0; j < k_count; ++j) {
-                s[j] = std::exp(s[j] - new_max);
-                sum += s[j];
-              }
-              running_sum[i] = running_sum[i] * correction + sum;
-              accumulator.row(i) *= correction;
-              running_max[i] = new_max;
-            }
-            accumulator.noalias() += scores * v_tile;
-          }
-          for (int64_t i = 0; i < q_count; ++i) {
-            float* o = out.data<float>() + (b * q_len + q_start + i) * row + h * head_dim;
-            if (running_sum[i] > 0) {
-              const float inverse = 1.0f / running_sum[i];
-              for (int64_t d = 0; d < head_dim; ++d) o[d] = accumulator(i, d) * inverse;
-            }
-            if (lse && running_sum[i] > 0)
-              lse->data<float>()[(b * heads + h) * q_len + q_start + i] =
-                  running_max[i] + std::log(running_sum[i]);
-          }
-        }
-  }
+  flash::run_block_sparse(q.data<float>(), k.data<float>(), v.data<float>(), batch, q_len, kv_len,
+                          heads, head_dim, scale, patterns, out.data<float>(),
+                          lse ? lse->data<float>() : nullptr);
   return out;
 }
 

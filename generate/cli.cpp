@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "core/error.h"
+#include "generate/attention_command.h"
 #include "generate/backends_command.h"
+#include "generate/encode_command.h"
 #include "generate/generate_command.h"
 
 namespace mmgen {
@@ -21,7 +23,9 @@ constexpr const char* kUsage =
     "Usage: mmgen <command> [options]\n\n"
     "Commands:\n"
     "  generate   run a pipeline on a prompt (mmgen generate --help)\n"
-    "  backends   list the attention backends and whether each runs here (--json, --markdown)\n\n"
+    "  encode     write the prompt embeddings of the text encoder (mmgen encode --help)\n"
+    "  backends   list the attention backends and whether each runs here (--json, --markdown)\n"
+    "  attention  run one attention backend on q, k, v .npy files (mmgen attention --help)\n\n"
     "Run `mmgen <command> --help` for a command's options.\n";
 
 void setup_logging() {
@@ -62,6 +66,14 @@ int run_cli(int argc, char** argv) {
       return cli::run_generate(arguments);
     }
     if (command == "backends") return cli::run_backends(arguments);
+    if (command == "encode") return cli::run_encode(arguments);
+    if (command == "attention") {
+      if (wants_help(arguments)) {
+        std::cout << cli::attention_help();
+        return 0;
+      }
+      return cli::run_attention(arguments);
+    }
     fail("unknown command '{}'; run `mmgen --help` for the list", command);
   } catch (const Error& e) {
     std::fprintf(stderr, "mmgen: error: %s\n", e.what());

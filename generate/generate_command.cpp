@@ -96,7 +96,7 @@ int run_resolved(const ResolvedGenerate& resolved) {
                request.height, request.num_frames, request.num_inference_steps,
                request.guidance_scale, request.seed);
   attention::log_attention_plan(resolved.attention);
-  const Tensor frames = resolved.spec->generate(request, resolved.index);
+  const Tensor frames = resolved.spec->generate(request, resolved.index, resolved.attention);
   Progress write("write", 1);
   for (const auto& written :
        write_frames(frames, request.output_format, path, output_settings(resolved), request.fps))

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/attention_plan.h"
 #include "core/tensor.h"
 #include "pipeline/model_index.h"
 #include "pipeline/request.h"
@@ -21,8 +22,10 @@ struct PipelineSpec {
   std::function<void(const Request&, const ModelIndex&)> validate;
   // The initial latent's shape for a request (reads component configs, never weights).
   std::function<Shape(const Request&, const ModelIndex&)> latent_shape;
-  // Runs the pipeline on one prompt; returns frames [F, H, W, 3] in [0, 1].
-  std::function<Tensor(const Request&, const ModelIndex&)> generate;
+  // Runs the pipeline on one prompt with the attention backends of the plan made for the same
+  // request; returns frames [F, H, W, 3] in [0, 1].
+  std::function<Tensor(const Request&, const ModelIndex&, const attention::AttentionPlan&)>
+      generate;
 };
 
 const std::vector<PipelineSpec>& pipeline_registry();

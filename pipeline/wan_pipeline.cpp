@@ -2,6 +2,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
+#include "attention/backend.h"
+#include "attention/backend_config.h"
 #include "core/error.h"
 #include "core/npy.h"
 #include "core/random.h"
@@ -32,9 +36,48 @@ Tensor video_to_frames(const Tensor& video) {
   return frames;
 }
 
+// The validated config of `backend` from the plan; defaults when the plan has none for it (the
+// dense cross-attention backend, which no --attention-backend-config speaks to).
+nlohmann::json backend_config(const attention::AttentionPlan& plan, const std::string& backend) {
+  auto it = plan.backend_configs.find(backend);
+  if (it != plan.backend_configs.end()) return it->second;
+  return attention::validate_backend_config(nlohmann::json::object(), backend);
+}
+
+// The checkpoint weights a self-attention backend uses beyond a plain Wan block, by the name
+// fragment they carry (any module path inside the block: blocks.3.to_gate_compress.weight,
+// blocks.3.attn1.proj_l.weight, ...).
+std::vector<std::string> extra_weight_names(const std::string& backend) {
+  if (backend == "video_sparse_attn") return {"to_gate_compress."};
+  if (backend == "sla_attn" || backend == "sage_sla_attn") return {"proj_l."};
+  return {};
+}
+
+// Extra weights of block `layer`: keyed by the fragment and what follows it
+// ("to_gate_compress.weight"), float32.
+attention::LayerWeights layer_weights(const WeightStore& store,
+                                      const std::vector<std::string>& names,
+                                      const std::vector<std::string>& fragments, int64_t layer) {
+  attention::LayerWeights weights;
+  const std::string prefix = "blocks." + std::to_string(layer) + ".";
+  for (const auto& name : names) {
+    if (name.rfind(prefix, 0) != 0) continue;
+    for (const auto& fragment : fragments) {
+      const size_t at = name.find(fragment, prefix.size());
+      if (at == std::string::npos || (at != prefix.size() && name[at - 1] != '.')) continue;
+      weights[name.substr(at)] = store.get_f32(name);
+    }
+  }
+  return weights;
+}
+
 }  // namespace
 
-WanPipeline::WanPipeline(const ModelIndex& index) : index_(index) {
+WanPipeline::WanPipeline(const ModelIndex& index)
+    : WanPipeline(index, attention::plan_attention(index, Request{})) {}
+
+WanPipeline::WanPipeline(const ModelIndex& index, attention::AttentionPlan plan)
+    : index_(index), attention_plan_(std::move(plan)) {
   tokenizer_ = tokenizers::Tokenizer::load(index.component("tokenizer").path);
   text_encoder_ = std::make_unique<text_encoders::UMT5Encoder>(
       text_encoders::UMT5Encoder::from_folder(index.component("text_encoder").path));
@@ -61,6 +104,40 @@ Shape WanPipeline::latent_shape(int64_t height, int64_t width, int64_t num_frame
           height / config.scale_factor_spatial, width / config.scale_factor_spatial};
 }
 
+dit::WanAttention WanPipeline::build_attention() const {
+  dit::WanAttention attention;
+  auto it = attention_plan_.components.find("transformer");
+  if (it == attention_plan_.components.end() || !it->second.has_attention())
+    return attention;  // no plan for the transformer: dense reference
+  std::string self_backend, cross_backend;
+  for (const auto& layer : it->second.layers) {
+    if (layer.kind == attention::LayerKind::SelfAttention) self_backend = layer.backend;
+    if (layer.kind == attention::LayerKind::CrossAttention) cross_backend = layer.backend;
+  }
+  if (self_backend.empty()) self_backend = it->second.primary().backend;
+  if (cross_backend.empty()) cross_backend = self_backend;
+  const nlohmann::json self_config = backend_config(attention_plan_, self_backend);
+  const nlohmann::json cross_config = backend_config(attention_plan_, cross_backend);
+
+  const std::vector<std::string> fragments = extra_weight_names(self_backend);
+  const std::vector<std::string> names =
+      fragments.empty() ? std::vector<std::string>() : transformer_->weights().names();
+  const int64_t layers = transformer_->config().num_layers;
+  int64_t with_weights = 0;
+  attention.layers.resize(size_t(layers));
+  for (int64_t i = 0; i < layers; ++i) {
+    dit::WanLayerAttention& layer = attention.layers[size_t(i)];
+    layer.self_attention = attention::make_dit_backend(self_backend, self_config);
+    layer.cross_attention = attention::make_dit_backend(cross_backend, cross_config);
+    layer.self_weights = layer_weights(transformer_->weights(), names, fragments, i);
+    with_weights += !layer.self_weights.empty();
+  }
+  if (!fragments.empty())
+    spdlog::info("attention: {} found its extra weights ({}*) in {} of {} transformer blocks",
+                 self_backend, fragments.front(), with_weights, layers);
+  return attention;
+}
+
 WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
                                           bool keep_step_latents) const {
   const bool guided = input.guidance_scale > 1.0;
@@ -84,13 +161,16 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
     latents = randn(shape, input.seed);
   }
 
+  dit::WanAttention attention = build_attention();
   WanGenerationOutput output;
-  Progress denoise("denoise", scheduler->num_inference_steps());
-  for (int i = 0; i < scheduler->num_inference_steps(); ++i) {
+  const int steps = scheduler->num_inference_steps();
+  Progress denoise("denoise", steps);
+  for (int i = 0; i < steps; ++i) {
     const float t = scheduler->timesteps()[size_t(i)];
-    Tensor prediction = transformer_->forward(latents, t, prompt_embeds);
+    Tensor prediction = transformer_->forward(latents, t, prompt_embeds, {i, steps, 0}, &attention);
     if (guided) {
-      const Tensor unconditional = transformer_->forward(latents, t, negative_embeds);
+      const Tensor unconditional =
+          transformer_->forward(latents, t, negative_embeds, {i, steps, 1}, &attention);
       prediction = classifier_free_guidance(prediction, unconditional, float(input.guidance_scale));
     }
     latents = scheduler->step(prediction, i, latents);
@@ -98,6 +178,10 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
     denoise.update(i + 1);
   }
   denoise.finish();
+  const attention::AttentionStats& stats = attention.self_attention_stats;
+  if (stats.total_blocks > 0 && stats.visited_blocks < stats.total_blocks)
+    spdlog::info("attention: transformer self-attention visited {:.1f}% of key blocks",
+                 100.0 * stats.density());
 
   Progress decode("decode", int(shape[2]));
   const Tensor video =
@@ -123,9 +207,10 @@ WanGenerationInput wan_input_from_request(const Request& request, const WanPipel
   return input;
 }
 
-Tensor run_wan_pipeline(const Request& request, const ModelIndex& index) {
+Tensor run_wan_pipeline(const Request& request, const ModelIndex& index,
+                        const attention::AttentionPlan& plan) {
   Progress load("load", 1);
-  const WanPipeline pipeline(index);
+  const WanPipeline pipeline(index, plan);
   load.finish();
   return pipeline.generate(wan_input_from_request(request, pipeline)).frames;
 }

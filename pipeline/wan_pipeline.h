@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/attention_plan.h"
 #include "core/tensor.h"
 #include "models/dit/wan_transformer.h"
 #include "models/text_encoders/umt5_encoder.h"
@@ -39,8 +40,11 @@ struct WanGenerationOutput {
 
 class WanPipeline {
  public:
-  // Loads every component from the model folder (weights are mapped, not read).
+  // Loads every component from the model folder (weights are mapped, not read). `plan` decides
+  // the transformer's attention backends (self- and cross-attention, per layer); the first form
+  // plans with default settings (auto selection, MMGEN_ATTENTION_BACKEND honoured).
   explicit WanPipeline(const ModelIndex& index);
+  WanPipeline(const ModelIndex& index, attention::AttentionPlan plan);
 
   // The prompt embedding the transformer sees: cleaned, tokenized to max_length, encoded with the
   // mask, zero-filled after the real tokens. [1, max_length, text_dim].
@@ -52,6 +56,12 @@ class WanPipeline {
   WanGenerationOutput generate(const WanGenerationInput& input,
                                bool keep_step_latents = false) const;
 
+  const attention::AttentionPlan& attention_plan() const { return attention_plan_; }
+  // The transformer's attention for one run: per layer, the planned self- and cross-attention
+  // backends with their validated configs and the extra checkpoint weights the self-attention
+  // backend uses (fresh layer states).
+  dit::WanAttention build_attention() const;
+
  private:
   ModelIndex index_;
   std::unique_ptr<tokenizers::Tokenizer> tokenizer_;
@@ -59,12 +69,15 @@ class WanPipeline {
   std::unique_ptr<dit::WanTransformer> transformer_;
   std::unique_ptr<vae::WanVaeDecoder> vae_;
   nlohmann::json scheduler_config_;
+  attention::AttentionPlan attention_plan_;
 };
 
 // A request's generation input (reads --latents when given, checking its shape).
 WanGenerationInput wan_input_from_request(const Request& request, const WanPipeline& pipeline);
 
-// Loads the pipeline from `index` and runs `request`; frames [F, H, W, 3] in [0, 1].
-Tensor run_wan_pipeline(const Request& request, const ModelIndex& index);
+// Loads the pipeline from `index` and runs `request` with the attention backends of `plan` (what
+// plan_attention made of the same request); frames [F, H, W, 3] in [0, 1].
+Tensor run_wan_pipeline(const Request& request, const ModelIndex& index,
+                        const attention::AttentionPlan& plan);
 
 }  // namespace mmgen

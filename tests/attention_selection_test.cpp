@@ -42,10 +42,27 @@ std::string error_of(F&& action) {
     EXPECT_EQ(message.find('\n'), std::string::npos) << "one line: " << message;                  \
   } while (0)
 
+// These tests are written against a CPU build whose only kernels are the references torch_sdpa
+// (DiT) and torch_native (paged), so that they keep their meaning as kernels land; ThisBuild*
+// tests check the real build.
+Machine bare_cpu() {
+  Machine machine = this_machine();
+  std::erase_if(machine.kernels, [](const KernelBuild& kernel) {
+    return kernel.backend != (kernel.family == Family::Dit ? "torch_sdpa" : "torch_native");
+  });
+  return machine;
+}
+
+// The selection on the reference-only CPU build unless a machine is given.
+ComponentChoice choose(const ComponentAttention& component, const SelectionLevels& levels,
+                       const Machine& machine = bare_cpu()) {
+  return select_component(component, levels, machine);
+}
+
 // A CPU machine with extra kernels registered, as later issues will.
 Machine cpu_with(std::vector<std::string_view> dit_kernels,
                  std::vector<std::string_view> paged_kernels = {}) {
-  Machine machine = this_machine();
+  Machine machine = bare_cpu();
   for (auto name : dit_kernels)
     machine.kernels.push_back(
         {.family = Family::Dit, .backend = name, .platform = Platform::Cpu, .dtypes = {"fp32"}});
@@ -125,7 +142,7 @@ TEST_F(Selection, PriorityOrderInEveryCombinationOfLevels) {
     if (forced) guard.emplace("sage_attn");
     ComponentOverrides overrides;
     if (component) overrides["transformer"] = "sla_attn";
-    const ComponentChoice choice = select_component(
+    const ComponentChoice choice = choose(
         kTransformer,
         levels(overrides, cli ? std::optional<std::string>("video_sparse_attn") : std::nullopt,
                env ? std::optional<std::string>("sparse_video_gen_2_attn") : std::nullopt),
@@ -162,7 +179,7 @@ TEST_F(Selection, ForceAndClear) {
   EXPECT_FALSE(forced_attention_backend());
   force_attention_backend("FA3");
   EXPECT_EQ(forced_attention_backend(), "fa3");
-  const ComponentChoice choice = select_component(kTransformer, levels({}, "sage_attn"));
+  const ComponentChoice choice = choose(kTransformer, levels({}, "sage_attn"));
   EXPECT_EQ(choice.source, Source::Forced);
   EXPECT_EQ(choice.primary().backend, "torch_sdpa");  // fa3 is fa, which falls back on this build
   clear_forced_attention_backend();
@@ -216,12 +233,12 @@ TEST_F(Selection, OverrideStringForm) {
   EXPECT_EQ(overrides,
             (ComponentOverrides{{"text_encoder", "torch_native"}, {"transformer", "fa3"}}));
   // The DiT family normalises fa3 to fa (then this build falls back to torch_sdpa).
-  const auto choice = select_component(kTransformer, levels(overrides));
+  const auto choice = choose(kTransformer, levels(overrides));
   EXPECT_EQ(choice.source, Source::Component);
   EXPECT_EQ(choice.requested, "fa3");
   EXPECT_EQ(choice.primary().backend, "torch_sdpa");
   EXPECT_NE(choice.primary().fallback.find("fa cannot run here"), std::string::npos);
-  const auto with_fa = select_component(kTransformer, levels(overrides), cpu_with({"fa"}));
+  const auto with_fa = choose(kTransformer, levels(overrides), cpu_with({"fa"}));
   EXPECT_EQ(with_fa.primary().backend, "fa");
 }
 
@@ -272,12 +289,12 @@ TEST_F(Selection, OverrideComponentsAreCheckedAgainstTheModel) {
 TEST_F(Selection, NumberedComponentUsesItsBaseOverride) {
   const ComponentAttention second{"transformer_2", ComponentRole::Dit, 128};
   const auto machine = cpu_with({"fa"});
-  auto choice = select_component(second, levels({{"transformer", "fa"}}, "torch_sdpa"), machine);
+  auto choice = choose(second, levels({{"transformer", "fa"}}, "torch_sdpa"), machine);
   EXPECT_EQ(choice.source, Source::Component);
   EXPECT_EQ(choice.override_key, "transformer");
   EXPECT_EQ(choice.primary().backend, "fa");
-  choice = select_component(
-      second, levels({{"transformer", "fa"}, {"transformer_2", "torch_sdpa"}}), machine);
+  choice =
+      choose(second, levels({{"transformer", "fa"}, {"transformer_2", "torch_sdpa"}}), machine);
   EXPECT_EQ(choice.override_key, "transformer_2");
   EXPECT_EQ(choice.primary().backend, "torch_sdpa");
 }
@@ -286,15 +303,15 @@ TEST_F(Selection, NumberedComponentUsesItsBaseOverride) {
 
 TEST_F(Selection, EnvironmentVariableWhenTheFlagIsAbsent) {
   const auto machine = cpu_with({"fa"});
-  auto choice = select_component(kTransformer, levels({}, std::nullopt, "torch_sdpa"), machine);
+  auto choice = choose(kTransformer, levels({}, std::nullopt, "torch_sdpa"), machine);
   EXPECT_EQ(choice.source, Source::Env);
   EXPECT_EQ(choice.primary().backend, "torch_sdpa");
-  choice = select_component(kTransformer, levels({}, "fa", "torch_sdpa"), machine);
+  choice = choose(kTransformer, levels({}, "fa", "torch_sdpa"), machine);
   EXPECT_EQ(choice.source, Source::Cli);
   EXPECT_EQ(choice.primary().backend, "fa");
-  choice = select_component(kTransformer, levels({}, std::nullopt, "  "), machine);
+  choice = choose(kTransformer, levels({}, std::nullopt, "  "), machine);
   EXPECT_EQ(choice.source, Source::Auto);
-  EXPECT_ERROR_HAS(select_component(kTransformer, levels({}, std::nullopt, "bogus")),
+  EXPECT_ERROR_HAS(choose(kTransformer, levels({}, std::nullopt, "bogus")),
                    "MMGEN_ATTENTION_BACKEND=bogus", "unknown attention backend");
 }
 
@@ -312,23 +329,33 @@ TEST_F(Selection, PlanReadsTheEnvironmentVariable) {
 }
 
 TEST_F(Selection, UnknownNamesAtEveryLevel) {
-  EXPECT_ERROR_HAS(select_component(kTransformer, levels({}, "flashattn")),
-                   "--attention-backend flashattn", "unknown attention backend");
-  EXPECT_ERROR_HAS(select_component(kVae, levels({{"vae", "zzz"}})),
+  EXPECT_ERROR_HAS(choose(kTransformer, levels({}, "flashattn")), "--attention-backend flashattn",
+                   "unknown attention backend");
+  EXPECT_ERROR_HAS(choose(kVae, levels({{"vae", "zzz"}})),
                    "--component-attention-backends vae=zzz");
 }
 
 // ------------------------------------------------------------------ level 4: auto
 
-TEST_F(Selection, AutoOnThisCpuBuild) {
-  // No CPU `fa` kernel is registered yet: auto is torch_sdpa; it flips to fa once one is.
-  EXPECT_EQ(select_component(kTransformer, levels()).primary().backend, "torch_sdpa");
-  EXPECT_EQ(select_component(kTransformer, levels(), cpu_with({"fa"})).primary().backend, "fa");
-  EXPECT_EQ(select_component(kTextEncoder, levels()).primary().backend, "torch_native");
-  EXPECT_EQ(select_component(kVae, levels()).primary().backend, "torch_sdpa");
-  EXPECT_EQ(select_component(kTextEncoder, levels(), cpu_with({}, {"triton"})).primary().backend,
-            "triton");
-  const auto auto_choice = select_component(kTransformer, levels());
+TEST_F(Selection, ThisBuildRunsFaOnTheCpu) {
+  // This build registers a CPU fa kernel: auto picks it for diffusion transformers (and the
+  // dense VAE), fa3 / fa4 run it, and `mmgen backends` says it is available.
+  EXPECT_EQ(select_component(kTransformer, levels()).primary().backend, "fa");
+  EXPECT_EQ(select_component(kTransformer, levels({}, "fa3")).primary().fallback, "");
+  EXPECT_EQ(select_component(kVae, levels()).primary().backend, "fa");
+  EXPECT_EQ(cli::backends_json(this_machine())["auto"]["dit"], "fa");
+  EXPECT_EQ(cli::backend_status(this_machine(), *find_backend(Family::Dit, "fa")).state,
+            "available");
+}
+
+TEST_F(Selection, AutoOnTheTorchSdpaOnlyCpuBuild) {
+  // Without a CPU fa kernel auto is torch_sdpa; it flips to fa once one is registered.
+  EXPECT_EQ(choose(kTransformer, levels()).primary().backend, "torch_sdpa");
+  EXPECT_EQ(choose(kTransformer, levels(), cpu_with({"fa"})).primary().backend, "fa");
+  EXPECT_EQ(choose(kTextEncoder, levels()).primary().backend, "torch_native");
+  EXPECT_EQ(choose(kVae, levels()).primary().backend, "torch_sdpa");
+  EXPECT_EQ(choose(kTextEncoder, levels(), cpu_with({}, {"triton"})).primary().backend, "triton");
+  const auto auto_choice = choose(kTransformer, levels());
   EXPECT_EQ(auto_choice.source, Source::Auto);
   EXPECT_EQ(auto_choice.primary().fallback, "");
 }
@@ -345,25 +372,24 @@ TEST_F(Selection, AutoOnCudaByArchDtypeAndHeadSize) {
   EXPECT_EQ(auto_backend(cuda(90), Family::Paged, "bf16", 128), "fa3");
   EXPECT_EQ(auto_backend(cuda(80), Family::Paged, "bf16", 128), "torch_native");
   // Through the selector, with the machine's dtype.
-  EXPECT_EQ(select_component(kTransformer, levels(), cuda(90)).primary().backend, "fa");
-  EXPECT_EQ(select_component(kTransformer, levels(), cuda(90, "fp32")).primary().backend,
-            "torch_sdpa");
+  EXPECT_EQ(choose(kTransformer, levels(), cuda(90)).primary().backend, "fa");
+  EXPECT_EQ(choose(kTransformer, levels(), cuda(90, "fp32")).primary().backend, "torch_sdpa");
 }
 
 TEST_F(Selection, ExplicitChoiceOnCudaFollowsFallbacksOrFails) {
   // fa on a head size the kernel lacks: the catalogue's fallback, recorded.
   const ComponentAttention odd{"transformer", ComponentRole::Dit, 24};
-  auto choice = select_component(odd, levels({}, "fa"), cuda(90));
+  auto choice = choose(odd, levels({}, "fa"), cuda(90));
   EXPECT_EQ(choice.primary().backend, "torch_sdpa");
   EXPECT_NE(choice.primary().fallback.find("head sizes 32, 64"), std::string::npos)
       << choice.primary().fallback;
   // STA has no fallback: on the wrong GPU the explicit choice is an error with the reason.
-  EXPECT_ERROR_HAS(select_component(kTransformer, levels({}, "sliding_tile_attn"), cuda(80)),
+  EXPECT_ERROR_HAS(choose(kTransformer, levels({}, "sliding_tile_attn"), cuda(80)),
                    "--attention-backend sliding_tile_attn", "transformer cannot use it",
                    "needs sm90 or newer", "mmgen backends");
-  EXPECT_ERROR_HAS(select_component(kTransformer, levels({}, "sliding_tile_attn"), cuda(100)),
+  EXPECT_ERROR_HAS(choose(kTransformer, levels({}, "sliding_tile_attn"), cuda(100)),
                    "supports up to sm90");
-  choice = select_component(kTransformer, levels({}, "sliding_tile_attn"), cuda(90));
+  choice = choose(kTransformer, levels({}, "sliding_tile_attn"), cuda(90));
   EXPECT_EQ(choice.layers[0].backend, "sliding_tile_attn");
   EXPECT_EQ(choice.layers[1].backend, "fa");  // cross-attention is dense
 }
@@ -372,7 +398,7 @@ TEST_F(Selection, ExplicitChoiceOnCudaFollowsFallbacksOrFails) {
 
 TEST_F(Selection, SparseChoiceUsesFaOnDenseLayers) {
   const auto machine = cpu_with({"fa", "sliding_tile_attn"});
-  const auto transformer = select_component(kTransformer, levels({}, "sliding_tile_attn"), machine);
+  const auto transformer = choose(kTransformer, levels({}, "sliding_tile_attn"), machine);
   ASSERT_EQ(transformer.layers.size(), 2u);
   EXPECT_EQ(transformer.layers[0].kind, LayerKind::SelfAttention);
   EXPECT_EQ(transformer.layers[0].backend, "sliding_tile_attn");
@@ -381,7 +407,7 @@ TEST_F(Selection, SparseChoiceUsesFaOnDenseLayers) {
   EXPECT_EQ(transformer.layers[1].backend, "fa");
   EXPECT_EQ(transformer.layers[1].fallback,
             "sliding_tile_attn is sparse and cross-attention is dense, so fa is used");
-  const auto vae = select_component(kVae, levels({}, "sliding_tile_attn"), machine);
+  const auto vae = choose(kVae, levels({}, "sliding_tile_attn"), machine);
   EXPECT_EQ(vae.primary().backend, "fa");
   EXPECT_EQ(vae.source, Source::Cli);
   EXPECT_EQ(vae.primary().fallback,
@@ -390,97 +416,93 @@ TEST_F(Selection, SparseChoiceUsesFaOnDenseLayers) {
 
 TEST_F(Selection, SparseChoiceUsesTorchSdpaWhereFaCannotRun) {
   const auto machine = cpu_with({"sliding_tile_attn"});
-  const auto transformer = select_component(kTransformer, levels({}, "sliding_tile_attn"), machine);
+  const auto transformer = choose(kTransformer, levels({}, "sliding_tile_attn"), machine);
   EXPECT_EQ(transformer.layers[0].backend, "sliding_tile_attn");
   EXPECT_EQ(transformer.layers[1].backend, "torch_sdpa");
   EXPECT_EQ(transformer.layers[1].fallback,
             "sliding_tile_attn is sparse and cross-attention is dense, so fa is used; fa cannot "
             "run here (this build has no cpu kernel for it yet), so its fallback torch_sdpa is "
             "used");
-  EXPECT_EQ(select_component(kVae, levels({}, "video_sparse_attn"), machine).primary().backend,
-            "torch_sdpa");
+  EXPECT_EQ(choose(kVae, levels({}, "video_sparse_attn"), machine).primary().backend, "torch_sdpa");
 }
 
 TEST_F(Selection, TextEncodersMapDitNamesToPagedCounterparts) {
-  auto choice = select_component(kTextEncoder, levels({}, "torch_sdpa"));
+  auto choice = choose(kTextEncoder, levels({}, "torch_sdpa"));
   EXPECT_EQ(choice.primary().backend, "torch_native");
   EXPECT_EQ(choice.primary().fallback, "");
   EXPECT_EQ(choice.source, Source::Cli);
   // fa -> fa3, which this build lacks: auto, with the reason.
-  choice = select_component(kTextEncoder, levels({}, "fa"));
+  choice = choose(kTextEncoder, levels({}, "fa"));
   EXPECT_EQ(choice.primary().backend, "torch_native");
   EXPECT_EQ(choice.primary().fallback,
             "fa maps to fa3 for text encoders; fa3 cannot run here (this build has no cpu kernel "
             "for it yet); text encoders use auto: torch_native");
-  choice = select_component(kTextEncoder, levels({}, "fa"), cpu_with({}, {"fa3"}));
+  choice = choose(kTextEncoder, levels({}, "fa"), cpu_with({}, {"fa3"}));
   EXPECT_EQ(choice.primary().backend, "fa3");
   EXPECT_EQ(choice.primary().fallback, "");
   // A paged name given globally is taken as is by text encoders.
-  choice = select_component(kTextEncoder, levels({}, "fa4"), cpu_with({}, {"fa3"}));
+  choice = choose(kTextEncoder, levels({}, "fa4"), cpu_with({}, {"fa3"}));
   EXPECT_EQ(choice.primary().backend, "torch_native");
   EXPECT_NE(choice.primary().fallback.find("fa4 cannot run here (it runs on cuda only"),
             std::string::npos);
   // A sparse DiT name has no counterpart.
-  choice = select_component(kTextEncoder, levels({}, "sliding_tile_attn"));
+  choice = choose(kTextEncoder, levels({}, "sliding_tile_attn"));
   EXPECT_EQ(choice.primary().backend, "torch_native");
   EXPECT_EQ(choice.primary().fallback,
             "sliding_tile_attn is a DiT backend without a paged counterpart; text encoders use "
             "auto: torch_native");
   // The forced level adapts the same way.
   ForcedAttentionBackend guard("torch_sdpa");
-  choice = select_component(kTextEncoder, levels({{"text_encoder", "triton"}}));
+  choice = choose(kTextEncoder, levels({{"text_encoder", "triton"}}));
   EXPECT_EQ(choice.source, Source::Forced);
   EXPECT_EQ(choice.primary().backend, "torch_native");
 }
 
 TEST_F(Selection, ExplicitOverrideThatDoesNotFitIsAnError) {
-  EXPECT_ERROR_HAS(select_component(kTextEncoder, levels({{"text_encoder", "torch_sdpa"}})),
+  EXPECT_ERROR_HAS(choose(kTextEncoder, levels({{"text_encoder", "torch_sdpa"}})),
                    "--component-attention-backends text_encoder=torch_sdpa",
                    "text_encoder is a text encoder and takes a paged backend",
                    "its paged counterpart is torch_native: use text_encoder=torch_native");
-  EXPECT_ERROR_HAS(select_component(kTextEncoder, levels({{"text_encoder", "sage_attn"}})),
+  EXPECT_ERROR_HAS(choose(kTextEncoder, levels({{"text_encoder", "sage_attn"}})),
                    "sage_attn is a DiT backend");
-  EXPECT_ERROR_HAS(select_component(kTextEncoder, levels({{"text_encoder", "flashinfer"}})),
+  EXPECT_ERROR_HAS(choose(kTextEncoder, levels({{"text_encoder", "flashinfer"}})),
                    "text_encoder=flashinfer", "flashinfer cannot run here",
                    "no cpu kernel for it yet");
-  EXPECT_ERROR_HAS(select_component(kVae, levels({{"vae", "sliding_tile_attn"}})),
+  EXPECT_ERROR_HAS(choose(kVae, levels({{"vae", "sliding_tile_attn"}})),
                    "--component-attention-backends vae=sliding_tile_attn",
                    "sliding_tile_attn is sparse but vae's attention is dense", "torch_sdpa");
-  EXPECT_ERROR_HAS(select_component(kVae, levels({{"vae", "triton"}})),
-                   "triton is a paged backend");
-  EXPECT_ERROR_HAS(select_component(kVae, levels({{"vae", "aiter"}})), "vae=aiter",
-                   "runs on rocm only");
-  EXPECT_ERROR_HAS(select_component(kTransformer, levels({{"transformer", "torch_native"}})),
+  EXPECT_ERROR_HAS(choose(kVae, levels({{"vae", "triton"}})), "triton is a paged backend");
+  EXPECT_ERROR_HAS(choose(kVae, levels({{"vae", "aiter"}})), "vae=aiter", "runs on rocm only");
+  EXPECT_ERROR_HAS(choose(kTransformer, levels({{"transformer", "torch_native"}})),
                    "transformer=torch_native", "is a paged backend",
                    "transformer is a diffusion transformer");
   // A global paged name cannot drive a DiT either; the message says how to target encoders.
-  EXPECT_ERROR_HAS(select_component(kTransformer, levels({}, "triton")),
-                   "--attention-backend triton", "is a paged backend",
-                   "--component-attention-backends text_encoder=NAME");
+  EXPECT_ERROR_HAS(choose(kTransformer, levels({}, "triton")), "--attention-backend triton",
+                   "is a paged backend", "--component-attention-backends text_encoder=NAME");
 }
 
 TEST_F(Selection, GlobalChoiceThatCannotRunOnAuxiliaryLayersFallsBackToAuto) {
-  const auto vae = select_component(kVae, levels({}, "aiter"));
+  const auto vae = choose(kVae, levels({}, "aiter"));
   EXPECT_EQ(vae.primary().backend, "torch_sdpa");
   EXPECT_EQ(vae.primary().fallback,
             "aiter cannot run here (it runs on rocm only; this machine is cpu); using auto: "
             "torch_sdpa");
-  EXPECT_ERROR_HAS(select_component(kTransformer, levels({}, "aiter")), "transformer cannot use it",
+  EXPECT_ERROR_HAS(choose(kTransformer, levels({}, "aiter")), "transformer cannot use it",
                    "rocm only");
 }
 
 TEST_F(Selection, CatalogueFallbackChains) {
-  auto choice = select_component(kTransformer, levels({}, "sage_attn"));
+  auto choice = choose(kTransformer, levels({}, "sage_attn"));
   EXPECT_EQ(choice.primary().backend, "torch_sdpa");
   EXPECT_EQ(choice.primary().fallback,
             "sage_attn cannot run here (this build has no cpu kernel for it yet), so its fallback "
             "fa is used; fa cannot run here (this build has no cpu kernel for it yet), so its "
             "fallback torch_sdpa is used");
-  choice = select_component(kTransformer, levels({}, "sage_attn"), cpu_with({"fa"}));
+  choice = choose(kTransformer, levels({}, "sage_attn"), cpu_with({"fa"}));
   EXPECT_EQ(choice.primary().backend, "fa");
-  choice = select_component(kTransformer, levels({}, "sage_attn_3"), cpu_with({"fa"}));
+  choice = choose(kTransformer, levels({}, "sage_attn_3"), cpu_with({"fa"}));
   EXPECT_EQ(choice.primary().backend, "torch_sdpa");  // sage_attn_3 falls back to torch_sdpa
-  EXPECT_ERROR_HAS(select_component(kTransformer, levels({}, "sliding_tile_attn")),
+  EXPECT_ERROR_HAS(choose(kTransformer, levels({}, "sliding_tile_attn")),
                    "--attention-backend sliding_tile_attn", "transformer cannot use it",
                    "this build has no cpu kernel for it yet");
 }
@@ -493,7 +515,7 @@ TEST_F(Selection, ComponentsWithoutAttention) {
   EXPECT_EQ(component_role("vae", "AutoencoderKLWan"), ComponentRole::Dense);
   EXPECT_EQ(component_role("image_encoder", "CLIPVisionModel"), ComponentRole::Dense);
   const auto choice =
-      select_component({"tokenizer", ComponentRole::None, 0}, levels({}, "sliding_tile_attn"));
+      choose({"tokenizer", ComponentRole::None, 0}, levels({}, "sliding_tile_attn"));
   EXPECT_FALSE(choice.has_attention());
 }
 
@@ -551,8 +573,8 @@ TEST(Catalogue, EntriesAreComplete) {
     EXPECT_TRUE(find_backend(kernel.family, kernel.backend)) << kernel.backend;
 }
 
-TEST(Catalogue, StatusesOnThisCpuOnlyBuild) {
-  const json info = cli::backends_json(this_machine());
+TEST(Catalogue, StatusesOnATorchSdpaOnlyCpuBuild) {
+  const json info = cli::backends_json(bare_cpu());
   std::map<std::string, json> dit, paged;
   for (const auto& b : info["backends"])
     (b["family"] == "dit" ? dit : paged)[b["name"].get<std::string>()] = b;
@@ -582,7 +604,7 @@ TEST(Catalogue, StatusesOnThisCpuOnlyBuild) {
   EXPECT_EQ(info["auto"]["paged"], "torch_native");
   EXPECT_EQ(info["machine"], "cpu");
 
-  const std::string text = cli::backends_text(this_machine());
+  const std::string text = cli::backends_text(bare_cpu());
   EXPECT_NE(text.find("torch_sdpa                available"), std::string::npos) << text;
   EXPECT_NE(text.find("fa                        falls back to torch_sdpa"), std::string::npos);
   EXPECT_NE(text.find("sliding_tile_attn         unavailable (sliding_tile_attn: this build has "
@@ -634,7 +656,7 @@ class WanTinyPlan : public Selection {
     r.num_inference_steps = 4;
     return r;
   }();
-  AttentionPlan plan(const Machine& machine = this_machine()) {
+  AttentionPlan plan(const Machine& machine = bare_cpu()) {
     return plan_attention(index, request, machine, std::nullopt);
   }
 };

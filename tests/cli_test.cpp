@@ -30,7 +30,7 @@ TEST(Cli, DryRunPrintsTheResolvedRequestAsJson) {
   EXPECT_EQ(out["request"]["num_inference_steps"], 50);
   EXPECT_EQ(out["request"]["output_format"], "mp4");
   EXPECT_EQ(out["attention_backend_config"],
-            nlohmann::json::object());  // torch_sdpa has no settings
+            nlohmann::json::object());  // fa has no settings
   for (const char* name : {"transformer", "text_encoder", "tokenizer", "vae", "scheduler"}) {
     ASSERT_TRUE(out["components"].contains(name)) << name;
     for (const char* key :
@@ -39,8 +39,8 @@ TEST(Cli, DryRunPrintsTheResolvedRequestAsJson) {
   }
   EXPECT_EQ(out["components"]["vae"]["class"], "AutoencoderKLWan");
   EXPECT_EQ(out["components"]["text_encoder"]["library"], "transformers");
-  // This CPU build has no flash kernel yet, so auto picks the dense reference.
-  EXPECT_EQ(out["components"]["transformer"]["attention_backend"], "torch_sdpa");
+  // This CPU build has the fa kernel, which auto picks for the transformer.
+  EXPECT_EQ(out["components"]["transformer"]["attention_backend"], "fa");
   EXPECT_EQ(out["components"]["transformer"]["attention_backend_source"], "auto");
   EXPECT_EQ(out["components"]["text_encoder"]["attention_backend"], "torch_native");
   EXPECT_TRUE(out["components"]["tokenizer"]["attention_backend"].is_null());

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "core/file.h"
@@ -72,6 +73,34 @@ TEST_F(WanPipelineTest, GivenNoiseReproducesEveryStepAndTheVideo) {
   Tensor video = reference_->tensor("pipeline.video");
   EXPECT_EQ(shape_string(output.frames.shape()), shape_string(video.shape()));
   EXPECT_LT(testing::max_abs_diff(output.frames, video), 1e-3);
+}
+
+// The same run with each dense DiT backend chosen explicitly (--attention-backend NAME): both match
+// diffusers within the same tolerances.
+TEST_F(WanPipelineTest, EachDenseAttentionBackendReproducesEveryStep) {
+  for (const char* backend : {"fa", "torch_sdpa"}) {
+    SCOPED_TRACE(backend);
+    Request request;
+    request.attention_backend = backend;
+    request.num_inference_steps = settings_["pipeline"]["num_inference_steps"];
+    const ModelIndex index = load_model_index(fixture() / "model");
+    const WanPipeline pipeline(index, attention::plan_attention(index, request));
+    ASSERT_EQ(pipeline.attention_plan().main_backend, backend);
+    WanGenerationInput input = fixture_input();
+    input.initial_latents = reference_->tensor("pipeline.noise").clone();
+    WanGenerationOutput output = pipeline.generate(input, /*keep_step_latents=*/true);
+    ASSERT_EQ(output.latents_after_step.size(), 4u);
+    for (int k = 0; k < 4; ++k) {
+      double error = testing::relative_error(
+          output.latents_after_step[size_t(k)],
+          reference_->tensor("pipeline.latents_after_step" + std::to_string(k)));
+      EXPECT_LT(error, 1e-4) << "step " << k;
+      char text[32];
+      std::snprintf(text, sizeof text, "%.3g", error);
+      RecordProperty(std::string(backend) + "_step" + std::to_string(k), text);
+    }
+    EXPECT_LT(testing::max_abs_diff(output.frames, reference_->tensor("pipeline.video")), 1e-3);
+  }
 }
 
 TEST_F(WanPipelineTest, SeedReproducesDiffusersNoise) {

@@ -16,12 +16,42 @@ Tensor wan_attention(const Tensor& q, const Tensor& k, const Tensor& v,
         q.size(1), call.grid_t, call.grid_h, call.grid_w);
   check(!call.is_cross || k.size(1) == call.text_len, "wan_attention: {} keys for {} text tokens",
         k.size(1), call.text_len);
-  attention::DenseAttentionArgs args;
-  args.q = q;
-  args.k = k;
-  args.v = v;
-  args.scale = float(1.0 / std::sqrt(double(q.size(3))));
-  return attention::dense_attention(args);
+  const float scale = float(1.0 / std::sqrt(double(q.size(3))));
+
+  WanLayerAttention* layer = nullptr;
+  if (call.attention && !call.attention->layers.empty()) {
+    check(call.layer >= 0 && call.layer < int64_t(call.attention->layers.size()),
+          "wan_attention: layer {} but attention was built for {} layers", call.layer,
+          call.attention->layers.size());
+    layer = &call.attention->layers[size_t(call.layer)];
+  }
+  attention::AttentionBackend* backend =
+      layer ? (call.is_cross ? layer->cross_attention : layer->self_attention).get() : nullptr;
+  if (!backend) {
+    attention::DenseAttentionArgs args;
+    args.q = q;
+    args.k = k;
+    args.v = v;
+    args.scale = scale;
+    return attention::dense_attention(args);
+  }
+
+  attention::AttentionContext context;
+  context.step_index = call.step.index;
+  context.num_steps = call.step.count;
+  context.timestep = call.timestep;
+  context.layer_index = call.layer;
+  context.num_layers = call.num_layers;
+  context.grid = {call.grid_t, call.grid_h, call.grid_w};
+  context.text_length = call.text_len;
+  context.is_cross = call.is_cross;
+  if (!call.is_cross) {
+    context.weights = &layer->self_weights;
+    context.state = &layer->self_state[size_t(call.step.branch == 0 ? 0 : 1)];
+  }
+  attention::AttentionStats* stats =
+      call.is_cross ? nullptr : &call.attention->self_attention_stats;
+  return backend->forward(q, k, v, scale, context, stats);
 }
 
 }  // namespace mmgen::dit

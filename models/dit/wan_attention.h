@@ -1,26 +1,60 @@
 // The single place where the Wan transformer runs attention. Every self- and cross-attention call
-// of every block comes through wan_attention(), so an attention backend (sparse, tiled, GPU) can
-// be put in here without touching the model; the call description carries what such a backend
-// needs to choose and to lay out its work.
+// of every block comes through wan_attention(), which hands it to the backend the pipeline built
+// for that layer (attention/backend.h) with the call's context: step, layer, latent grid, text
+// length. The model never chooses a backend; without one it runs the dense reference.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <memory>
+#include <vector>
 
+#include "attention/backend.h"
 #include "core/tensor.h"
 
 namespace mmgen::dit {
 
+// The backends of one transformer block and what its self-attention backend keeps across steps.
+struct WanLayerAttention {
+  std::unique_ptr<attention::AttentionBackend> self_attention;   // null: dense reference
+  std::unique_ptr<attention::AttentionBackend> cross_attention;  // null: dense reference
+  // Extra checkpoint weights of the self-attention backend (VSA's to_gate_compress, SLA's proj_l),
+  // float32, keyed by the name after the block prefix; empty when the checkpoint has none.
+  attention::LayerWeights self_weights;
+  // Per classifier-free-guidance branch (SVG2's centroids must not mix the two prompts).
+  std::array<attention::LayerState, 2> self_state;
+};
+
+// The attention of a run: one entry per block (empty: dense reference everywhere), built once by
+// the pipeline and reused by every step so layer states persist.
+struct WanAttention {
+  std::vector<WanLayerAttention> layers;
+  attention::AttentionStats self_attention_stats;  // summed over the run's self-attention calls
+};
+
+// Where a forward pass sits in the denoising loop.
+struct WanStep {
+  int64_t index = 0;  // 0-based
+  int64_t count = 1;
+  int branch = 0;  // 0: conditional prompt, 1: unconditional (classifier-free guidance)
+};
+
 struct WanAttentionCall {
-  int64_t layer = 0;      // block index, 0-based
+  int64_t layer = 0;  // block index, 0-based
+  int64_t num_layers = 1;
   bool is_cross = false;  // false: latent tokens attend to themselves (with RoPE applied)
   int64_t grid_t = 0;     // latent grid after patchify: tokens are ordered (t, h, w)
   int64_t grid_h = 0;
   int64_t grid_w = 0;
   int64_t text_len = 0;  // number of text tokens (the keys of a cross-attention call)
+  float timestep = 0;    // the scheduler's timestep value of this forward
+  WanStep step;
+  WanAttention* attention = nullptr;  // null: dense reference attention
 };
 
 // q [batch, q_len, heads, head_dim], k and v [batch, kv_len, heads, head_dim], float32, no mask.
-// Returns [batch, q_len, heads, head_dim], softmax(q·kᵀ/√head_dim)·v.
+// Returns [batch, q_len, heads, head_dim], softmax(q·kᵀ/√head_dim)·v as the layer's backend
+// computes it.
 Tensor wan_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                      const WanAttentionCall& call);
 

@@ -93,8 +93,8 @@ WanTransformer WanTransformer::load(const fs::path& folder) {
   return WanTransformer(std::move(config), WeightStore::open_folder(folder));
 }
 
-Tensor WanTransformer::forward(const Tensor& latents, float timestep,
-                               const Tensor& text_embeds) const {
+Tensor WanTransformer::forward(const Tensor& latents, float timestep, const Tensor& text_embeds,
+                               const WanStep& step, WanAttention* attention) const {
   const auto [pt, ph, pw] = config_.patch_size;
   check(latents.dim() == 5 && latents.size(1) == config_.in_channels,
         "transformer: latents must be [batch, {}, frames, height, width], got {}",
@@ -128,6 +128,10 @@ Tensor WanTransformer::forward(const Tensor& latents, float timestep,
   call.grid_h = grid.h;
   call.grid_w = grid.w;
   call.text_len = text_embeds.size(1);
+  call.num_layers = config_.num_layers;
+  call.timestep = timestep;
+  call.step = step;
+  call.attention = attention;
   for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
     call.layer = layer;
     const WanBlockWeights block = WanBlockWeights::load(weights_, layer, config_);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "core/safetensors.h"
+#include "models/dit/wan_attention.h"
 #include "models/dit/wan_rope.h"
 #include "models/dit/wan_transformer_config.h"
 
@@ -22,8 +23,11 @@ class WanTransformer {
 
   // latents [B, in_channels, F, H, W] (F, H, W divisible by the patch size), one timestep for the
   // whole batch (the scheduler's value, e.g. 999.0), text_embeds [B, L, text_dim].
-  // Returns the prediction [B, out_channels, F, H, W], float32.
-  Tensor forward(const Tensor& latents, float timestep, const Tensor& text_embeds) const;
+  // Returns the prediction [B, out_channels, F, H, W], float32. `step` says where this forward
+  // sits in the denoising loop; `attention` holds the per-layer backends the pipeline built (null:
+  // the dense reference everywhere) and is passed on to every attention call.
+  Tensor forward(const Tensor& latents, float timestep, const Tensor& text_embeds,
+                 const WanStep& step = {}, WanAttention* attention = nullptr) const;
 
  private:
   WanTransformerConfig config_;

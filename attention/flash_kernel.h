@@ -1,0 +1,41 @@
+// The FlashAttention-2 style CPU kernel that `fa` and the block-sparse core share: per query tile,
+// online softmax over key chunks, with Q·Kᵀ and P·V computed by one register-blocked 6x16
+// micro-kernel (AVX2/FMA when the build targets a CPU that has it, plain C++ otherwise). Keys and
+// values are packed once per (batch, head) into 16-wide panels, so every visited key block is
+// read from contiguous memory.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "attention/block_sparse.h"
+#include "core/tensor.h"
+
+namespace mmgen::attention::flash {
+
+// Best: the SIMD path when compiled in (else the portable one); Portable: plain C++ (tests use it
+// to check the fallback on machines that have AVX2).
+enum class KernelPath { Best, Portable };
+
+// True when this build has the AVX2/FMA micro-kernel.
+bool simd_available();
+
+// The core both callers use. q [B, Sq, H, D], k and v [B, Sk, H, D], contiguous float32;
+// `patterns` as block_sparse_attention takes them (1, H or B·H), already validated. `out`
+// [B, Sq, H, D] must be zero-filled; `lse` [B, H, Sq] (may be null) filled with −inf. Rows of
+// query blocks with an empty list keep those values.
+void run_block_sparse(const float* q, const float* k, const float* v, int64_t batch, int64_t q_len,
+                      int64_t kv_len, int64_t heads, int64_t head_dim, float scale,
+                      const std::vector<BlockSparsePattern>& patterns, float* out, float* lse,
+                      KernelPath path = KernelPath::Best);
+
+// Dense attention: softmax(scale · q·kᵀ)·v over every key. q [B, Sq, H, D], k and v [B, Sk, H, D]
+// float32 (any strides). Returns [B, Sq, H, D]; `lse` (if non-null) receives [B, H, Sq], the
+// natural-log sum-exp of the scaled scores.
+Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
+                       Tensor* lse = nullptr, KernelPath path = KernelPath::Best);
+
+// The dense pattern flash_attention runs: query tiles × key chunks of the kernel's sizes.
+BlockSparsePattern dense_pattern(int64_t q_len, int64_t kv_len);
+
+}  // namespace mmgen::attention::flash

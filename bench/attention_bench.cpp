@@ -1,0 +1,234 @@
+// Attention kernels on the CPU, with Google Benchmark:
+//   - fa GFLOP/s (4·S²·D per head) for S in {1024, 4096, 16384}, D in {64, 128}, beside Eigen's
+//     float32 GEMM measured in the same run ([S, D]·[D, S] and square 2048), the yardstick of the
+//     ">= 70% of GEMM" target;
+//   - every registered sparse backend at about 10% density on one 16x32x32 video grid (16384
+//     tokens), block-list building included, with its speedup over fa on the same input.
+// Run: build-bench/bench/attention_bench --benchmark_repetitions=3
+//        --benchmark_report_aggregates_only=true   (the machine is shared: read medians)
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+
+#include "attention/backend.h"
+#include "attention/backend_config.h"
+#include "attention/flash_kernel.h"
+#include "core/ops.h"
+
+namespace mmgen {
+namespace {
+
+Tensor random_tensor(const Shape& shape, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Tensor t = Tensor::empty(shape);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = normal(rng);
+  return t;
+}
+
+// Heads per problem: enough work per call without S=16384 taking minutes on two cores.
+int64_t heads_for(int64_t tokens) {
+  return tokens >= 16384 ? 1 : 2;
+}
+
+struct Qkv {
+  Tensor q, k, v;
+};
+
+const Qkv& inputs(int64_t tokens, int64_t dim) {
+  static std::map<std::pair<int64_t, int64_t>, Qkv> cache;
+  auto& entry = cache[{tokens, dim}];
+  if (!entry.q.defined()) {
+    const Shape shape = {1, tokens, heads_for(tokens), dim};
+    entry = {random_tensor(shape, 1), random_tensor(shape, 2), random_tensor(shape, 3)};
+  }
+  return entry;
+}
+
+void set_flops(benchmark::State& state, double flops_per_iteration) {
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      flops_per_iteration * 1e-9 * double(state.iterations()), benchmark::Counter::kIsRate);
+}
+
+// ------------------------------------------------------------------ the Eigen GEMM yardstick
+
+void BM_EigenGemm(benchmark::State& state) {
+  const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
+  const Tensor a = random_tensor({m, k}, 4), b = random_tensor({k, n}, 5);
+  Tensor c = Tensor::empty({m, n});
+  for (auto _ : state) ops::gemm(a.data<float>(), b.data<float>(), c.data<float>(), m, k, n);
+  set_flops(state, 2.0 * double(m) * double(k) * double(n));
+}
+BENCHMARK(BM_EigenGemm)
+    ->Args({2048, 2048, 2048})
+    ->Args({4096, 64, 4096})
+    ->Args({4096, 128, 4096})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// ------------------------------------------------------------------ fa
+
+double attention_flops(int64_t tokens, int64_t dim) {
+  return 4.0 * double(heads_for(tokens)) * double(tokens) * double(tokens) * double(dim);
+}
+
+void BM_Fa(benchmark::State& state) {
+  const int64_t tokens = state.range(0), dim = state.range(1);
+  const Qkv& x = inputs(tokens, dim);
+  const float scale = float(1.0 / std::sqrt(double(dim)));
+  for (auto _ : state)
+    benchmark::DoNotOptimize(attention::flash::flash_attention(x.q, x.k, x.v, scale));
+  set_flops(state, attention_flops(tokens, dim));
+}
+BENCHMARK(BM_Fa)
+    ->ArgsProduct({{1024, 4096, 16384}, {64, 128}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// The dense reference (torch_sdpa) for comparison at the smaller sizes.
+void BM_TorchSdpa(benchmark::State& state) {
+  const int64_t tokens = state.range(0), dim = state.range(1);
+  const Qkv& x = inputs(tokens, dim);
+  auto backend = attention::make_dit_backend("torch_sdpa", nlohmann::json::object());
+  const float scale = float(1.0 / std::sqrt(double(dim)));
+  for (auto _ : state)
+    benchmark::DoNotOptimize(backend->forward(x.q, x.k, x.v, scale, attention::AttentionContext{}));
+  set_flops(state, attention_flops(tokens, dim));
+}
+BENCHMARK(BM_TorchSdpa)
+    ->ArgsProduct({{1024, 4096}, {64, 128}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// ------------------------------------------------------------------ sparse backends at ~10%
+
+constexpr std::array<int64_t, 3> kGrid = {16, 32, 32};  // 16384 video tokens
+
+// An STA mask file giving every head a (1, 1, 4)-tile window: 4 of the 3x4x4 = 48 tiles (8%).
+std::string sta_mask_file() {
+  const auto path = std::filesystem::temp_directory_path() / "mmgen_attention_bench_sta.json";
+  nlohmann::json mask = nlohmann::json::object();
+  for (int step = 0; step < 10; ++step)
+    for (int h = 0; h < 4; ++h) mask[std::to_string(step) + "_0_" + std::to_string(h)] = {1, 1, 4};
+  std::ofstream(path) << mask.dump();
+  return path.string();
+}
+
+// Settings that make each backend visit about a tenth of the key blocks (dense warm-ups off).
+nlohmann::json sparse_settings(const std::string& backend) {
+  if (backend == "sliding_tile_attn")
+    return {{"mask_strategy_file_path", sta_mask_file()}, {"skip_time_steps", 0}};
+  if (backend == "video_sparse_attn") return {{"sparsity", 0.9}};
+  if (backend == "vmoba_attn")
+    return {{"moba_select_mode", "topk"},
+            {"temporal_chunk_size", 1},
+            {"temporal_topk", 2},
+            {"first_full_step", 0},
+            {"first_full_layer", 0}};
+  if (backend == "sla_attn" || backend == "sage_sla_attn") return {{"topk", 0.1}};
+  if (backend == "sparse_video_gen_2_attn")
+    return {{"top_p_kmeans", 0.5}, {"first_times_fp", 0.0}, {"first_layers_fp", 0.0}};
+  return nlohmann::json::object();
+}
+
+double fa_seconds(int64_t dim) {
+  static std::map<int64_t, double> cache;
+  if (!cache.count(dim)) {
+    const Qkv& x = inputs(kGrid[0] * kGrid[1] * kGrid[2], dim);
+    std::vector<double> runs;
+    for (int r = 0; r < 3; ++r) {
+      const auto start = std::chrono::steady_clock::now();
+      benchmark::DoNotOptimize(
+          attention::flash::flash_attention(x.q, x.k, x.v, float(1.0 / std::sqrt(double(dim)))));
+      runs.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    std::sort(runs.begin(), runs.end());
+    cache[dim] = runs[1];
+  }
+  return cache[dim];
+}
+
+void run_sparse(benchmark::State& state, const std::string& backend, const Qkv& x, int64_t dim,
+                int64_t tokens);
+
+void BM_Sparse(benchmark::State& state, const std::string& backend) {
+  const int64_t dim = state.range(0), tokens = kGrid[0] * kGrid[1] * kGrid[2];
+  const auto available = attention::cpu_dit_backends();
+  if (std::find(available.begin(), available.end(), backend) == available.end()) {
+    state.SkipWithError((backend + " has no CPU kernel in this build yet").c_str());
+    return;
+  }
+  const Qkv& x = inputs(tokens, dim);
+  try {
+    run_sparse(state, backend, x, dim, tokens);
+  } catch (const std::exception& e) {  // a backend still being written: say so, go on
+    state.SkipWithError((backend + ": " + e.what()).c_str());
+  }
+}
+
+void run_sparse(benchmark::State& state, const std::string& backend, const Qkv& x, int64_t dim,
+                int64_t tokens) {
+  auto instance = attention::make_dit_backend(
+      backend, attention::validate_backend_config(sparse_settings(backend), backend));
+  attention::LayerWeights weights;  // no checkpoint weights: gates / projections are zero
+  attention::LayerState layer_state;
+  attention::AttentionContext context;
+  context.step_index = 1;  // a steady-state step (SVG2's centroids warm-started from step 0)
+  context.num_steps = 10;
+  context.timestep = 500;
+  context.grid = kGrid;
+  context.weights = &weights;
+  context.state = &layer_state;
+  const float scale = float(1.0 / std::sqrt(double(dim)));
+  {
+    attention::AttentionContext first = context;
+    first.step_index = 0;
+    instance->forward(x.q, x.k, x.v, scale, first);
+  }
+  attention::AttentionStats stats;
+  for (auto _ : state) {
+    stats = {};
+    benchmark::DoNotOptimize(instance->forward(x.q, x.k, x.v, scale, context, &stats));
+  }
+  state.counters["density"] = stats.density();
+  state.counters["dense_GFLOP/s"] =
+      benchmark::Counter(attention_flops(tokens, dim) * 1e-9 * double(state.iterations()),
+                         benchmark::Counter::kIsRate);
+  state.counters["fa_ms"] = fa_seconds(dim) * 1e3;
+  state.counters["speedup_vs_fa"] =
+      benchmark::Counter(fa_seconds(dim) * double(state.iterations()), benchmark::Counter::kIsRate);
+}
+
+void register_sparse() {
+  for (const char* backend : {"sliding_tile_attn", "video_sparse_attn", "vmoba_attn", "sla_attn",
+                              "sage_sla_attn", "sparse_video_gen_2_attn"})
+    benchmark::RegisterBenchmark((std::string("BM_Sparse/") + backend).c_str(), BM_Sparse,
+                                 std::string(backend))
+        ->Arg(64)
+        ->Arg(128)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+}
+
+}  // namespace
+}  // namespace mmgen
+
+int main(int argc, char** argv) {
+  std::printf("fa kernel path: %s\n", mmgen::attention::flash::simd_available()
+                                          ? "AVX2/FMA micro-kernels"
+                                          : "portable C++");
+  mmgen::register_sparse();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
