@@ -29,7 +29,8 @@ struct LayerState {
 };
 
 // Everything about one attention call besides q, k, v. Video tokens come first in (t, h, w) order
-// after patchify; `text_length` further tokens (if any) follow them in the same sequence.
+// after patchify. For self-attention, `text_length` further tokens (if any; 0 for Wan) follow them
+// in the same sequence; for cross-attention it is the number of text keys.
 struct AttentionContext {
   int64_t step_index = 0;  // denoising step, 0-based
   int64_t num_steps = 1;

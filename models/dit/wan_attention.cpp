@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "attention/dense_attention.h"
+#include "attention/vsa_gate.h"
 #include "core/error.h"
 
 namespace mmgen::dit {
@@ -43,10 +44,20 @@ Tensor wan_attention(const Tensor& q, const Tensor& k, const Tensor& v,
   context.layer_index = call.layer;
   context.num_layers = call.num_layers;
   context.grid = {call.grid_t, call.grid_h, call.grid_w};
-  context.text_length = call.text_len;
+  // Wan's self-attention sequence holds video tokens only; a cross-attention's keys are the text.
+  context.text_length = call.is_cross ? call.text_len : 0;
   context.is_cross = call.is_cross;
+  attention::LayerWeights call_weights;
   if (!call.is_cross) {
     context.weights = &layer->self_weights;
+    // A VSA-trained checkpoint gates the coarse branch with a projection of the attention input,
+    // which only the model sees: compute it here and hand it to the backend with the weights.
+    if (call.attention_input && layer->self_weights.count(attention::kVsaGateWeightKey)) {
+      call_weights = layer->self_weights;
+      call_weights[attention::kVsaGateKey] =
+          attention::vsa_gate(layer->self_weights, *call.attention_input, q.size(2));
+      context.weights = &call_weights;
+    }
     context.state = &layer->self_state[size_t(call.step.branch == 0 ? 0 : 1)];
   }
   attention::AttentionStats* stats =

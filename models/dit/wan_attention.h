@@ -50,6 +50,9 @@ struct WanAttentionCall {
   float timestep = 0;    // the scheduler's timestep value of this forward
   WanStep step;
   WanAttention* attention = nullptr;  // null: dense reference attention
+  // Self-attention only: the block's attention input (the norm1-modulated hidden states,
+  // [B, S, D]), from which a VSA checkpoint's `to_gate_compress` computes its gate.
+  const Tensor* attention_input = nullptr;
 };
 
 // q [batch, q_len, heads, head_dim], k and v [batch, kv_len, heads, head_dim], float32, no mask.

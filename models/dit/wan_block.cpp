@@ -66,7 +66,9 @@ Tensor attend(const Tensor& queries, const Tensor& context, const WanAttentionWe
       rope->apply_(q, call.grid_t, call.grid_h, call.grid_w);
       rope->apply_(k, call.grid_t, call.grid_h, call.grid_w);
     }
-    attended = wan_attention(q, k, v, call);
+    WanAttentionCall with_input = call;
+    if (!call.is_cross) with_input.attention_input = &queries;
+    attended = wan_attention(q, k, v, with_input);
   }  // q, k, v released before the output projection allocates
   return ops::linear(attended.view({batch, q_len, dim}), w.out_weight, w.out_bias);
 }
