@@ -87,6 +87,11 @@ WanPipeline::WanPipeline(const ModelIndex& index, attention::AttentionPlan plan)
       vae::WanVaeDecoder::open_folder(index.component("vae").path));
   scheduler_config_ = load_component_config(index.component("scheduler"));
   schedulers::make_scheduler(scheduler_config_);  // reject an unsupported scheduler before any work
+  // The VAE's attention is dense; it runs the backend the plan chose for it (fa or torch_sdpa).
+  auto vae_choice = attention_plan_.components.find("vae");
+  if (vae_choice != attention_plan_.components.end() && vae_choice->second.has_attention())
+    vae_->set_attention_backend(attention::make_dit_backend(vae_choice->second.primary().backend,
+                                                            nlohmann::json::object()));
 }
 
 Tensor WanPipeline::encode_prompt(const std::string& prompt, int64_t max_length) const {

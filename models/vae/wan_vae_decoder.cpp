@@ -58,7 +58,7 @@ Tensor WanVaeDecoder::decode_chunk(const Tensor& x, StreamState& state) const {
   const WeightStore& store = weights_;
   Tensor h = conv_in_.forward(store, x, &state);
   h = mid_resnets_[0].forward(store, h, state);
-  h = mid_attention_->forward(store, h);
+  h = mid_attention_->forward(store, h, attention_backend_.get());
   h = mid_resnets_[1].forward(store, h, state);
   for (const UpBlock& block : up_blocks_) {
     for (const ResidualBlock& resnet : block.resnets) h = resnet.forward(store, h, state);

@@ -39,6 +39,12 @@ class WanVaeDecoder {
 
   const WanVaeConfig& config() const { return config_; }
 
+  // The dense attention backend the mid block's attention runs through (the attention plan's
+  // choice for the VAE); without one it uses its built-in dense path.
+  void set_attention_backend(std::shared_ptr<attention::AttentionBackend> backend) {
+    attention_backend_ = std::move(backend);
+  }
+
  private:
   // One latent frame (of one batch element) through conv_in .. conv_out.
   Tensor decode_chunk(const Tensor& x, StreamState& state) const;
@@ -58,6 +64,7 @@ class WanVaeDecoder {
   std::vector<UpBlock> up_blocks_;
   int64_t out_dim_ = 0;  // channels entering norm_out
   CausalConv3d conv_out_;
+  std::shared_ptr<attention::AttentionBackend> attention_backend_;
 };
 
 }  // namespace mmgen::vae

@@ -163,7 +163,8 @@ AttentionBlock::AttentionBlock(const WeightStore& store, const std::string& pref
   check_conv(store, prefix + ".proj", {dim, dim, 0, 1, 1});
 }
 
-Tensor AttentionBlock::forward(const WeightStore& store, const Tensor& x) const {
+Tensor AttentionBlock::forward(const WeightStore& store, const Tensor& x,
+                               attention::AttentionBackend* backend) const {
   require_frames(x, dim_, prefix_);
   const int64_t frames = x.size(0), channels = dim_, height = x.size(2), width = x.size(3);
   const int64_t positions = height * width;
@@ -188,39 +189,52 @@ Tensor AttentionBlock::forward(const WeightStore& store, const Tensor& x) const 
     ConstMatrixMap k(qkv.data<float>() + channels * positions, channels, positions);
     ConstMatrixMap v(qkv.data<float>() + 2 * channels * positions, channels, positions);
     MatrixMap out(attended.data<float>(), channels, positions);
-    // Small frames stay on one thread, with coefficient-wise products (Eigen's blocked GEMM would
-    // start threads of its own).
-    const bool small = positions * positions * channels < (int64_t(1) << 22);
+    if (backend) {
+      // One head over the frame's positions: [1, positions, 1, C] for the backend interface.
+      Tensor qt = Tensor::empty({1, positions, 1, channels}),
+             kt = Tensor::empty({1, positions, 1, channels}),
+             vt = Tensor::empty({1, positions, 1, channels});
+      MatrixMap(qt.data<float>(), positions, channels) = q.transpose();
+      MatrixMap(kt.data<float>(), positions, channels) = k.transpose();
+      MatrixMap(vt.data<float>(), positions, channels) = v.transpose();
+      const Tensor o =
+          backend->forward(qt, kt, vt, scale, attention::AttentionContext{}).contiguous();
+      out = ConstMatrixMap(o.data<float>(), positions, channels).transpose();
+    } else {
+      // Small frames stay on one thread, with coefficient-wise products (Eigen's blocked GEMM would
+      // start threads of its own).
+      const bool small = positions * positions * channels < (int64_t(1) << 22);
 #pragma omp parallel if (blocks > 1 && !small)
-    {
-      RowMatrix scores(kQueryBlock, positions);
-      RowMatrix result(kQueryBlock, channels);
+      {
+        RowMatrix scores(kQueryBlock, positions);
+        RowMatrix result(kQueryBlock, channels);
 #pragma omp for schedule(dynamic)
-      for (int64_t block = 0; block < blocks; ++block) {
-        const int64_t i0 = block * kQueryBlock, n = std::min(kQueryBlock, positions - i0);
-        auto s = scores.topRows(n);
-        if (small)
-          s.noalias() = q.middleCols(i0, n).transpose().lazyProduct(k);
-        else
-          s.noalias() = q.middleCols(i0, n).transpose() * k;
-        for (int64_t i = 0; i < n; ++i) {
-          float* row = s.row(i).data();
-          float highest = -INFINITY;
-          for (int64_t j = 0; j < positions; ++j) highest = std::max(highest, row[j] * scale);
-          double sum = 0;
-          for (int64_t j = 0; j < positions; ++j) {
-            row[j] = std::exp(row[j] * scale - highest);
-            sum += row[j];
+        for (int64_t block = 0; block < blocks; ++block) {
+          const int64_t i0 = block * kQueryBlock, n = std::min(kQueryBlock, positions - i0);
+          auto s = scores.topRows(n);
+          if (small)
+            s.noalias() = q.middleCols(i0, n).transpose().lazyProduct(k);
+          else
+            s.noalias() = q.middleCols(i0, n).transpose() * k;
+          for (int64_t i = 0; i < n; ++i) {
+            float* row = s.row(i).data();
+            float highest = -INFINITY;
+            for (int64_t j = 0; j < positions; ++j) highest = std::max(highest, row[j] * scale);
+            double sum = 0;
+            for (int64_t j = 0; j < positions; ++j) {
+              row[j] = std::exp(row[j] * scale - highest);
+              sum += row[j];
+            }
+            const float inverse = float(1.0 / sum);
+            for (int64_t j = 0; j < positions; ++j) row[j] *= inverse;
           }
-          const float inverse = float(1.0 / sum);
-          for (int64_t j = 0; j < positions; ++j) row[j] *= inverse;
+          auto r = result.topRows(n);
+          if (small)
+            r.noalias() = s.lazyProduct(v.transpose());
+          else
+            r.noalias() = s * v.transpose();
+          out.middleCols(i0, n) = r.transpose();
         }
-        auto r = result.topRows(n);
-        if (small)
-          r.noalias() = s.lazyProduct(v.transpose());
-        else
-          r.noalias() = s * v.transpose();
-        out.middleCols(i0, n) = r.transpose();
       }
     }
     float* dst = y.data<float>() + t * channels * positions;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/backend.h"
 #include "core/safetensors.h"
 #include "core/tensor.h"
 #include "models/vae/conv_kernels.h"
@@ -71,7 +72,10 @@ class ResidualBlock {
 class AttentionBlock {
  public:
   AttentionBlock(const WeightStore& store, const std::string& prefix, int64_t dim);
-  Tensor forward(const WeightStore& store, const Tensor& x) const;
+  // With `backend` (the one the attention plan chose for the VAE: a dense backend), each frame's
+  // attention runs through it; without, through the built-in dense path below.
+  Tensor forward(const WeightStore& store, const Tensor& x,
+                 attention::AttentionBackend* backend = nullptr) const;
 
  private:
   std::string prefix_;
