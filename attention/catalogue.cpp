@@ -7,6 +7,7 @@
 #include <cctype>
 
 #include "attention/backend.h"
+#include "attention/paged/paged_backend.h"
 #include "core/error.h"
 
 namespace mmgen::attention {
@@ -713,19 +714,17 @@ std::string normalize_backend_name(Family family, std::string_view name) {
 
 // Kernels are listed here and nowhere else. Today's build: the CPU reference kernels only.
 //  - torch_sdpa on CPU is attention/dense_attention.
-//  - torch_native on CPU: a text-encoder pass is one prefill without a cached prefix, where the
-//    torch_native design (gather the request's K/V, dense attention) reduces to dense_attention,
-//    which is what the UMT5 encoder runs today; the pooled version replaces it in the paged issue.
-// Later issues add their rows (CPU fa, the sparse CPU kernels, the paged CPU designs, and CUDA
-// kernels under MMGEN_CUDA).
+//  - the paged family on CPU: the designs in attention/paged/ (torch_native, triton, flashinfer,
+//    fa3, flex_attention), over a float32 KV pool.
+// Later issues add their rows (CPU fa, the sparse CPU kernels, and CUDA kernels under
+// MMGEN_CUDA).
 const std::vector<KernelBuild>& compiled_kernels() {
   static const std::vector<KernelBuild> kernels = [] {
-    std::vector<KernelBuild> list = {
-        {.family = Family::Paged,
-         .backend = "torch_native",
-         .platform = P::Cpu,
-         .dtypes = {"fp32"}},
-    };
+    std::vector<KernelBuild> list;
+    // The paged backends with a CPU implementation in attention/paged/.
+    for (std::string_view name : paged::cpu_paged_backends())
+      list.push_back(
+          {.family = Family::Paged, .backend = name, .platform = P::Cpu, .dtypes = {"fp32"}});
     // The DiT backends with a CPU implementation in attention/backends/.
     for (std::string_view name : cpu_dit_backends())
       list.push_back(

@@ -87,6 +87,10 @@ WanPipeline::WanPipeline(const ModelIndex& index, attention::AttentionPlan plan)
       vae::WanVaeDecoder::open_folder(index.component("vae").path));
   scheduler_config_ = load_component_config(index.component("scheduler"));
   schedulers::make_scheduler(scheduler_config_);  // reject an unsupported scheduler before any work
+  // The text encoder runs through the paged backend the plan chose for it (encoder-only layers).
+  auto text_choice = attention_plan_.components.find("text_encoder");
+  if (text_choice != attention_plan_.components.end() && text_choice->second.has_attention())
+    text_encoder_->set_attention_backend(text_choice->second.primary().backend);
   // The VAE's attention is dense; it runs the backend the plan chose for it (fa or torch_sdpa).
   auto vae_choice = attention_plan_.components.find("vae");
   if (vae_choice != attention_plan_.components.end() && vae_choice->second.has_attention())

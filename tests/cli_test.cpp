@@ -42,7 +42,9 @@ TEST(Cli, DryRunPrintsTheResolvedRequestAsJson) {
   // This CPU build has the fa kernel, which auto picks for the transformer.
   EXPECT_EQ(out["components"]["transformer"]["attention_backend"], "fa");
   EXPECT_EQ(out["components"]["transformer"]["attention_backend_source"], "auto");
-  EXPECT_EQ(out["components"]["text_encoder"]["attention_backend"], "torch_native");
+  // Text encoders take the best paged backend this CPU build has.
+  EXPECT_EQ(out["components"]["text_encoder"]["attention_backend"], "flashinfer");
+  EXPECT_EQ(out["components"]["text_encoder"]["attention_backend_source"], "auto");
   EXPECT_TRUE(out["components"]["tokenizer"]["attention_backend"].is_null());
 }
 

@@ -2,10 +2,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 
-#include "attention/dense_attention.h"
+#include "attention/catalogue.h"
 #include "core/error.h"
 #include "core/ops.h"
 #include "models/text_encoders/t5_relative_position.h"
@@ -72,6 +73,15 @@ UMT5Encoder::UMT5Encoder(T5Config config, WeightStore weights)
     layers_.push_back(std::move(layer));
   }
   final_norm_ = require_weight(weights_, "encoder.final_layer_norm.weight", {d});
+  attention_backend_ = attention::auto_backend(attention::this_machine(), attention::Family::Paged,
+                                               "fp32", config_.d_kv);
+}
+
+void UMT5Encoder::set_attention_backend(const std::string& name, int64_t page_size) {
+  check(page_size >= 1, "--page-size must be at least 1, got {}", page_size);
+  attention::paged::make_paged_backend(name);  // throws for a backend this build cannot run
+  attention_backend_ = name;
+  page_size_ = page_size;
 }
 
 UMT5Encoder UMT5Encoder::from_folder(const fs::path& folder) {
@@ -124,22 +134,44 @@ void UMT5Encoder::activate_(Tensor& x) const {
   }
 }
 
-// The one place the encoder calls attention (the attention-backend selector will route it).
-Tensor UMT5Encoder::self_attention(const Layer& layer, const Tensor& x, const Tensor& position_bias,
-                                   const Tensor& key_mask) const {
-  const int64_t batch = x.size(0), length = x.size(1);
-  const Shape heads_shape = {batch, length, config_.num_heads, config_.d_kv};
+namespace {
+
+// The layer's relative position bias by key − query offset: values [heads, 2·max_len − 1].
+attention::paged::RelativePositionBias relative_bias(const Tensor& table, int64_t max_len,
+                                                     int64_t max_distance) {
+  const Tensor t = table.to(DType::F32).contiguous();
+  const int64_t buckets = t.size(0), heads = t.size(1), span = 2 * max_len - 1;
+  Tensor values = Tensor::empty({heads, span});
+  for (int64_t o = 0; o < span; ++o) {
+    const int64_t bucket = t5_relative_position_bucket(o - (max_len - 1), buckets, max_distance);
+    for (int64_t h = 0; h < heads; ++h)
+      values.data<float>()[h * span + o] = t.data<float>()[bucket * heads + h];
+  }
+  return attention::paged::RelativePositionBias(values, max_len);
+}
+
+}  // namespace
+
+// The one place the encoder calls attention: an encoder-only paged layer with T5's bias.
+Tensor UMT5Encoder::self_attention(const Layer& layer, const Tensor& x,
+                                   const attention::paged::ScoreBias& bias,
+                                   attention::paged::PagedAttentionBackend& backend,
+                                   const attention::paged::ForwardBatch& batch) const {
+  const int64_t tokens = x.size(0);
+  const Shape heads_shape = {tokens, config_.num_heads, config_.d_kv};
   const Tensor normed = ops::rms_norm(x, layer.attention_norm, config_.layer_norm_epsilon);
-  attention::DenseAttentionArgs args;
-  args.q = ops::linear(normed, layer.q).view(heads_shape);
-  args.k = ops::linear(normed, layer.k).view(heads_shape);
-  args.v = ops::linear(normed, layer.v).view(heads_shape);
-  args.scale = 1.0f;  // T5 folds the 1/√d_kv into its initialisation: scores are raw q·k
-  args.bias = position_bias;
-  args.key_mask = key_mask;
+  attention::paged::PagedLayer paged;
+  paged.num_q_heads = config_.num_heads;
+  paged.num_kv_heads = config_.num_heads;
+  paged.head_dim = config_.d_kv;
+  paged.scaling = 1.0f;  // T5 folds the 1/√d_kv into its initialisation: scores are raw q·k
+  paged.type = attention::paged::AttentionType::EncoderOnly;
+  paged.bias = &bias;
   const Tensor context =
-      attention::dense_attention(args).view({batch, length, config_.inner_dim()});
-  return ops::linear(context, layer.o);
+      backend.forward(ops::linear(normed, layer.q).view(heads_shape),
+                      ops::linear(normed, layer.k).view(heads_shape),
+                      ops::linear(normed, layer.v).view(heads_shape), paged, batch, false);
+  return ops::linear(context.view({tokens, config_.inner_dim()}), layer.o);
 }
 
 Tensor UMT5Encoder::feed_forward(const Layer& layer, const Tensor& x) const {
@@ -150,28 +182,70 @@ Tensor UMT5Encoder::feed_forward(const Layer& layer, const Tensor& x) const {
   return ops::linear(hidden, layer.wo);
 }
 
+Tensor UMT5Encoder::encode_packed(const Tensor& ids,
+                                  const attention::paged::ForwardBatch& batch) const {
+  auto backend = attention::paged::make_paged_backend(attention_backend_);
+  backend->init_forward_metadata(batch);
+  const int64_t max_len = std::max<int64_t>(1, batch.max_seq_len());
+  Tensor x = embed(ids);
+  std::optional<attention::paged::RelativePositionBias> bias;  // T5: block 0's, reused
+  for (const Layer& layer : layers_) {
+    if (layer.position_table.defined())
+      bias.emplace(
+          relative_bias(layer.position_table, max_len, config_.relative_attention_max_distance));
+    ops::add_(x, self_attention(layer, x, *bias, *backend, batch));
+    ops::add_(x, feed_forward(layer, x));
+  }
+  return ops::rms_norm(x, final_norm_, config_.layer_norm_epsilon);
+}
+
 Tensor UMT5Encoder::forward(const Tensor& input_ids, const Tensor& attention_mask) const {
   check(input_ids.dim() == 2, "text encoder: input_ids must be [batch, tokens], got {}",
         shape_string(input_ids.shape()));
-  const int64_t length = input_ids.size(1);
-  Tensor key_mask;
+  const int64_t batch_size = input_ids.size(0), length = input_ids.size(1);
+  // Each row is one request of `length` tokens; padding keys (mask 0) are cut from attention,
+  // while the padded rows still run as queries, as transformers computes them.
+  std::vector<int64_t> valid(size_t(batch_size), length);
   if (attention_mask.defined()) {
     check(attention_mask.shape() == input_ids.shape(),
           "text encoder: attention_mask {} does not match input_ids {}",
           shape_string(attention_mask.shape()), shape_string(input_ids.shape()));
-    key_mask = attention_mask.contiguous();
+    const Tensor mask = attention_mask.to(DType::F32).contiguous();
+    for (int64_t b = 0; b < batch_size; ++b) {
+      const float* row = mask.data<float>() + b * length;
+      int64_t ones = 0;
+      while (ones < length && row[ones] != 0.0f) ++ones;
+      for (int64_t j = ones; j < length; ++j)
+        check(row[j] == 0.0f,
+              "text encoder: attention_mask row {} is not right-padded (a 1 after a 0 at position "
+              "{}); pad prompts on the right",
+              b, j);
+      check(ones > 0, "text encoder: attention_mask row {} has no token", b);
+      valid[size_t(b)] = ones;
+    }
   }
+  const auto batch = attention::paged::ForwardBatch::encoder_only(
+      std::vector<int64_t>(size_t(batch_size), length), valid);
+  const Tensor ids = as_int64(input_ids, "input_ids").contiguous().view({batch_size * length});
+  return encode_packed(ids, batch).view({batch_size, length, config_.d_model});
+}
 
-  Tensor x = embed(input_ids);
-  Tensor position_bias;  // T5: block 0's, reused by every layer
-  for (const Layer& layer : layers_) {
-    if (layer.position_table.defined())
-      position_bias = t5_relative_position_bias(layer.position_table, length,
-                                                config_.relative_attention_max_distance);
-    ops::add_(x, self_attention(layer, x, position_bias, key_mask));
-    ops::add_(x, feed_forward(layer, x));
+std::vector<Tensor> UMT5Encoder::forward_unpadded(
+    const std::vector<std::vector<int64_t>>& prompts) const {
+  std::vector<int64_t> lengths, packed;
+  for (const auto& prompt : prompts) {
+    check(!prompt.empty(), "text encoder: prompt {} has no tokens", lengths.size());
+    lengths.push_back(int64_t(prompt.size()));
+    packed.insert(packed.end(), prompt.begin(), prompt.end());
   }
-  return ops::rms_norm(x, final_norm_, config_.layer_norm_epsilon);
+  if (prompts.empty()) return {};
+  const auto batch = attention::paged::ForwardBatch::encoder_only(lengths);
+  const Tensor hidden = encode_packed(Tensor::from_vector({int64_t(packed.size())}, packed), batch);
+  std::vector<Tensor> out;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    out.push_back(hidden.slice(0, batch.extend_start_loc[i], batch.extend_start_loc[i] + lengths[i])
+                      .contiguous());
+  return out;
 }
 
 }  // namespace mmgen::text_encoders

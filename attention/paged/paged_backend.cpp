@@ -1,0 +1,73 @@
+#include "attention/paged/paged_backend.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "attention/paged/backends.h"
+#include "core/error.h"
+
+namespace mmgen::attention::paged {
+
+Tensor PagedAttentionBackend::forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const PagedLayer& layer, const ForwardBatch& batch,
+                                      bool save_kv_cache) {
+  switch (batch.mode) {
+    case ForwardMode::Idle:
+      return Tensor::empty({0, layer.num_q_heads, layer.head_dim});
+    case ForwardMode::Decode:
+      return forward_decode(q, k, v, layer, batch, save_kv_cache);
+    case ForwardMode::Extend:
+      break;
+  }
+  return forward_extend(q, k, v, layer, batch, save_kv_cache);
+}
+
+PagedAttentionBackend::Inputs PagedAttentionBackend::check_inputs(const Tensor& q, const Tensor& k,
+                                                                  const Tensor& v,
+                                                                  const PagedLayer& layer,
+                                                                  const ForwardBatch& batch) {
+  layer.validate();
+  const Shape q_shape = {batch.num_tokens, layer.num_q_heads, layer.head_dim};
+  const Shape kv_shape = {batch.num_tokens, layer.num_kv_heads, layer.head_dim};
+  check(q.shape() == q_shape && k.shape() == kv_shape && v.shape() == kv_shape &&
+            q.dtype() == DType::F32 && k.dtype() == DType::F32 && v.dtype() == DType::F32,
+        "paged attention layer {}: q {} k {} v {} should be float32 {}, {}, {}", layer.layer_id,
+        shape_string(q.shape()), shape_string(k.shape()), shape_string(v.shape()),
+        shape_string(q_shape), shape_string(kv_shape), shape_string(kv_shape));
+  if (layer.type == AttentionType::EncoderOnly)
+    check(!batch.has_prefix(),
+          "paged attention layer {}: an encoder-only layer cannot extend a cached prefix",
+          layer.layer_id);
+  return {q.contiguous(), k.contiguous(), v.contiguous()};
+}
+
+void PagedAttentionBackend::save_kv(const Tensor& k, const Tensor& v, const PagedLayer& layer,
+                                    const ForwardBatch& batch) {
+  check(batch.kv_pool && batch.req_to_token &&
+            int64_t(batch.out_cache_loc.size()) == batch.num_tokens,
+        "paged attention layer {}: a decoder layer needs a KV pool, a request table and one cache "
+        "slot per new token",
+        layer.layer_id);
+  batch.kv_pool->set_kv(layer.layer_id, batch.out_cache_loc, k, v);
+}
+
+const int64_t* PagedAttentionBackend::request_slots(const ForwardBatch& batch, int64_t request) {
+  return batch.req_to_token->row(batch.req_pool_indices[size_t(request)]);
+}
+
+std::vector<std::string_view> cpu_paged_backends() {
+  return {"torch_native", "triton", "flashinfer", "fa3", "flex_attention"};
+}
+
+std::unique_ptr<PagedAttentionBackend> make_paged_backend(std::string_view name,
+                                                          const PagedBackendOptions& options) {
+  if (name == "torch_native") return make_torch_native_backend();
+  if (name == "triton") return make_triton_backend(options.max_kv_splits);
+  if (name == "flashinfer") return make_flashinfer_backend(options.flashinfer_use_ragged);
+  if (name == "fa3") return make_fa3_backend();
+  if (name == "flex_attention") return make_flex_attention_backend();
+  fail("paged attention backend '{}' has no CPU implementation in this build; these do: {}", name,
+       fmt::join(cpu_paged_backends(), ", "));
+}
+
+}  // namespace mmgen::attention::paged

@@ -1,0 +1,337 @@
+#include "generate/encode_command.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "attention/catalogue.h"
+#include "core/error.h"
+#include "core/safetensors.h"
+#include "generate/options.h"
+#include "generate/settings.h"
+#include "models/text_encoders/prompt_embedding.h"
+#include "models/text_encoders/qwen3_model.h"
+#include "models/text_encoders/qwen3_paged.h"
+#include "models/text_encoders/qwen3_prompt_embedding.h"
+#include "models/text_encoders/umt5_encoder.h"
+#include "models/tokenizers/prompt_clean.h"
+#include "models/tokenizers/tokenizer.h"
+#include "pipeline/model_index.h"
+#include "pipeline/registry.h"
+
+namespace mmgen::cli {
+namespace {
+
+// Z-Image's `_encode_prompt` default; the registry has no Z-Image defaults file yet.
+constexpr int64_t kZImageMaxSequenceLength = 512;
+// Prompts longer than this are cut anyway; larger values are certainly typos.
+constexpr int64_t kMaxSequenceLengthLimit = 1 << 16;
+
+const std::vector<std::string>& flag_names() {
+  static const std::vector<std::string> names = {
+      "model-path",          "component", "prompt",
+      "prompt-file-path",    "page-size", "component-attention-backends",
+      "max-sequence-length", "out"};
+  return names;
+}
+
+int64_t parse_positive(const std::string& flag, const std::string& text, int64_t limit) {
+  size_t used = 0;
+  long long value = 0;
+  try {
+    value = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  check(used == text.size() && !text.empty() && value > 0 && value <= limit,
+        "--{} {}: expected a whole number from 1 to {}", flag, text, limit);
+  return value;
+}
+
+// "text_encoder=NAME" (several separated by commas); only the encoded component may be named.
+void parse_backends(const std::string& text, std::map<std::string, std::string>& backends) {
+  std::stringstream items(text);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    const size_t equals = item.find('=');
+    check(equals != std::string::npos && equals > 0 && equals + 1 < item.size(),
+          "--component-attention-backends {}: expected COMPONENT=BACKEND, e.g. "
+          "text_encoder=torch_native",
+          text);
+    backends[item.substr(0, equals)] = item.substr(equals + 1);
+  }
+}
+
+enum class EncoderKind { Umt5, Qwen3 };
+
+EncoderKind encoder_kind(const ComponentEntry& entry, const fs::path& index_path) {
+  if (entry.class_name == "UMT5EncoderModel" || entry.class_name == "T5EncoderModel")
+    return EncoderKind::Umt5;
+  if (entry.class_name == "Qwen3Model" || entry.class_name == "Qwen3ForCausalLM")
+    return EncoderKind::Qwen3;
+  fail(
+      "{}: component '{}' is a {}, which mmgen encode does not support (supported: "
+      "UMT5EncoderModel, T5EncoderModel, Qwen3Model, Qwen3ForCausalLM)",
+      index_path.string(), entry.name, entry.class_name);
+}
+
+// text_encoder → tokenizer, text_encoder_2 → tokenizer_2, as diffusers pairs them.
+std::string tokenizer_component(const std::string& component) {
+  const std::string prefix = "text_encoder";
+  if (component.rfind(prefix, 0) == 0) return "tokenizer" + component.substr(prefix.size());
+  return "tokenizer";
+}
+
+const ComponentEntry& existing_component(const ModelIndex& index, const std::string& name) {
+  const ComponentEntry& entry = index.component(name);
+  check(fs::is_directory(entry.path), "component '{}' ({}) is missing: no folder {}", name,
+        entry.class_name, entry.path.string());
+  return entry;
+}
+
+// The pipeline's max_sequence_length default (configs/), or Z-Image's / diffusers' 512.
+int64_t default_max_sequence_length(const ModelIndex& index) {
+  for (const PipelineSpec& spec : pipeline_registry()) {
+    if (spec.class_name != index.class_name) continue;
+    const std::string where = "configs/" + spec.defaults_file;
+    const nlohmann::json defaults = yaml_to_json(embedded_config(spec.defaults_file), where);
+    if (defaults.contains("max_sequence_length"))
+      return defaults["max_sequence_length"].get<int64_t>();
+  }
+  return kZImageMaxSequenceLength;
+}
+
+std::vector<Tensor> encode_umt5(const ModelIndex& index, const EncodeOptions& options,
+                                const std::vector<std::string>& prompts, int64_t max_length,
+                                EncodeResult& result) {
+  const auto tokenizer = tokenizers::Tokenizer::load(
+      existing_component(index, tokenizer_component(options.component)).path);
+  auto encoder =
+      text_encoders::UMT5Encoder::from_folder(existing_component(index, options.component).path);
+  if (!options.attention_backend.empty())
+    encoder.set_attention_backend(options.attention_backend, options.page_size);
+  // Encoder-only (bidirectional): no KV is kept, so there is nothing to page or prefix-cache.
+  result.attention = fmt::format("paged {}, encoder-only (no KV pool, no prefix cache)",
+                                 encoder.attention_backend());
+  const int64_t count = int64_t(prompts.size());
+  std::vector<int64_t> ids, mask;
+  for (const std::string& prompt : prompts) {
+    const tokenizers::Encoding encoding =
+        tokenizer->encode_padded(tokenizers::clean_prompt(prompt), size_t(max_length));
+    ids.insert(ids.end(), encoding.ids.begin(), encoding.ids.end());
+    mask.insert(mask.end(), encoding.attention_mask.begin(), encoding.attention_mask.end());
+  }
+  const Tensor embeddings = text_encoders::encode_wan_prompt_embeddings(
+      encoder, Tensor::from_vector({count, max_length}, ids),
+      Tensor::from_vector({count, max_length}, mask));
+  std::vector<Tensor> rows;
+  for (int64_t i = 0; i < count; ++i) rows.push_back(embeddings.select(0, i).contiguous());
+  return rows;
+}
+
+// Through the paged backends with the prefix cache: prompts sharing the chat template's start
+// reuse its KV and hidden states.
+std::vector<Tensor> encode_qwen3(const ModelIndex& index, const EncodeOptions& options,
+                                 const std::vector<std::string>& prompts, int64_t max_length,
+                                 EncodeResult& result) {
+  const auto tokenizer = tokenizers::Tokenizer::load(
+      existing_component(index, tokenizer_component(options.component)).path);
+  const auto model =
+      text_encoders::Qwen3TextModel::from_folder(existing_component(index, options.component).path);
+  const auto ids = text_encoders::z_image_prompt_ids(*tokenizer, prompts, max_length);
+  attention::paged::PagedRunnerOptions runner;
+  runner.backend = options.attention_backend;
+  runner.page_size = options.page_size;
+  runner.prefix_cache = true;
+  runner.max_context_len = std::max<int64_t>(max_length, 1);
+  runner.pool_tokens = std::max<int64_t>(runner.pool_tokens, 4 * runner.max_context_len);
+  text_encoders::Qwen3PagedEncoder encoder(model, runner);
+  std::vector<Tensor> embeddings = encoder.encode(ids);
+  result.prefix_cache_used = model.config().num_hidden_layers > 1;
+  result.prompt_tokens = encoder.report().prompt_tokens;
+  result.prefix_cache_hit_tokens = encoder.report().hit_tokens;
+  result.prompts_hit = encoder.report().prompts_hit;
+  result.attention = result.prefix_cache_used
+                         ? fmt::format("paged {} (page size {})", encoder.runner().backend_name(),
+                                       options.page_size)
+                         : "none (one layer: hidden_states[-2] is the embedding)";
+  return embeddings;
+}
+
+}  // namespace
+
+EncodeOptions parse_encode_arguments(const std::vector<std::string>& arguments) {
+  EncodeOptions options;
+  std::map<std::string, std::string> backends;
+  std::set<std::string> seen;
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    std::string flag = arguments[i], value;
+    check(flag.rfind("--", 0) == 0 && flag.size() > 2,
+          "encode: unexpected argument '{}'; options start with -- (see mmgen encode --help)",
+          flag);
+    flag = flag.substr(2);
+    const size_t equals = flag.find('=');
+    const bool inline_value = equals != std::string::npos;
+    if (inline_value) {
+      value = flag.substr(equals + 1);
+      flag = flag.substr(0, equals);
+    }
+    flag = normalize_option_name(flag);
+    std::string dotted_component;  // --component-attention-backends.<component> NAME
+    const std::string backends_prefix = "component-attention-backends.";
+    if (flag.rfind(backends_prefix, 0) == 0) {
+      dotted_component = arguments[i].substr(2 + backends_prefix.size());
+      if (inline_value) dotted_component = dotted_component.substr(0, dotted_component.find('='));
+      flag = "component-attention-backends";
+    }
+    if (std::find(flag_names().begin(), flag_names().end(), flag) == flag_names().end()) {
+      const std::string hint = nearest_name(flag, flag_names());
+      fail("encode: unknown option --{}{}", flag,
+           hint.empty() ? std::string("; see mmgen encode --help")
+                        : " (did you mean --" + hint + "?)");
+    }
+    if (!inline_value) {
+      check(i + 1 < arguments.size(), "encode: --{} needs a value", flag);
+      value = arguments[++i];
+    }
+    check(flag == "prompt" || flag == "component-attention-backends" || seen.insert(flag).second,
+          "encode: --{} given twice", flag);
+    if (flag == "model-path")
+      options.model_path = value;
+    else if (flag == "component")
+      options.component = value;
+    else if (flag == "prompt")
+      options.prompts.push_back(value);
+    else if (flag == "prompt-file-path")
+      options.prompt_file = fs::path(value);
+    else if (flag == "page-size")
+      options.page_size = parse_positive(flag, value, 4096);
+    else if (flag == "max-sequence-length")
+      options.max_sequence_length = parse_positive(flag, value, kMaxSequenceLengthLimit);
+    else if (flag == "out")
+      options.out = value;
+    else if (!dotted_component.empty())
+      backends[dotted_component] = value;
+    else
+      parse_backends(value, backends);
+  }
+  check(!options.model_path.empty(),
+        "encode: no model; pass --model-path DIR (a folder with model_index.json)");
+  check(!options.out.empty(), "encode: no output; pass --out FILE.safetensors");
+  check(options.out.extension() == ".safetensors", "encode: --out {} should end in .safetensors",
+        options.out.string());
+  check(!options.prompts.empty() || options.prompt_file,
+        "encode: no prompt; pass --prompt TEXT (repeatable) or --prompt-file-path FILE");
+  for (const auto& [component, backend] : backends) {
+    check(component == options.component,
+          "--component-attention-backends {}={}: only the encoded component ('{}') can be set "
+          "here",
+          component, backend, options.component);
+    const attention::BackendInfo* info = attention::find_backend(attention::Family::Paged, backend);
+    std::string known;
+    for (const auto& name : attention::backend_names(attention::Family::Paged))
+      known += (known.empty() ? "" : ", ") + name;
+    check(info != nullptr,
+          "--component-attention-backends {}={}: not a text-encoder (paged) attention backend; "
+          "choose one of {}",
+          component, backend, known);
+    options.attention_backend = std::string(info->name);
+  }
+  return options;
+}
+
+std::vector<std::string> collect_prompts(const EncodeOptions& options) {
+  std::vector<std::string> prompts = options.prompts;
+  if (options.prompt_file) {
+    check(fs::is_regular_file(*options.prompt_file), "--prompt-file-path {}: no such file",
+          options.prompt_file->string());
+    std::stringstream lines(read_text_file(*options.prompt_file));
+    std::string line;
+    while (std::getline(lines, line)) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (line.find_first_not_of(" \t") == std::string::npos) continue;
+      prompts.push_back(line);
+    }
+  }
+  check(!prompts.empty(), "encode: --prompt-file-path {} holds no prompt (blank lines are skipped)",
+        options.prompt_file ? options.prompt_file->string() : std::string());
+  return prompts;
+}
+
+EncodeResult encode_prompts(const EncodeOptions& options) {
+  const std::vector<std::string> prompts = collect_prompts(options);
+  const ModelIndex index = load_model_index(options.model_path);
+  const ComponentEntry& entry = existing_component(index, options.component);
+  const EncoderKind kind = encoder_kind(entry, index.root / "model_index.json");
+
+  EncodeResult result;
+  result.text_encoder_class = entry.class_name;
+  result.max_sequence_length =
+      options.max_sequence_length.value_or(default_max_sequence_length(index));
+  if (kind == EncoderKind::Umt5) {
+    result.embeddings = encode_umt5(index, options, prompts, result.max_sequence_length, result);
+  } else {
+    result.embeddings = encode_qwen3(index, options, prompts, result.max_sequence_length, result);
+  }
+  return result;
+}
+
+int run_encode(const std::vector<std::string>& arguments) {
+  for (const std::string& argument : arguments)
+    if (argument == "--help" || argument == "-h") {
+      std::cout << encode_help();
+      return 0;
+    }
+  const EncodeOptions options = parse_encode_arguments(arguments);
+  const EncodeResult result = encode_prompts(options);
+  NamedTensors tensors;
+  for (size_t i = 0; i < result.embeddings.size(); ++i)
+    tensors.emplace_back(fmt::format("prompt_embeds.{}", i), result.embeddings[i]);
+  const std::map<std::string, std::string> metadata = {
+      {"generator", "mmgen 0.1.0"},
+      {"component", options.component},
+      {"text_encoder_class", result.text_encoder_class},
+      {"max_sequence_length", std::to_string(result.max_sequence_length)},
+      {"count", std::to_string(result.embeddings.size())}};
+  write_safetensors(options.out, tensors, metadata);
+  const std::string cache =
+      result.prefix_cache_used
+          ? fmt::format("{} hit(s), {} of {} prompt tokens reused", result.prompts_hit,
+                        result.prefix_cache_hit_tokens, result.prompt_tokens)
+          : "not used (0 hits)";
+  std::cout << fmt::format(
+                   "wrote {}: {} prompt embedding(s) from {} ({}), attention: {}; prefix cache: "
+                   "{}",
+                   options.out.string(), result.embeddings.size(), options.component,
+                   result.text_encoder_class, result.attention, cache)
+            << std::endl;
+  return 0;
+}
+
+std::string encode_help() {
+  return "Usage: mmgen encode --model-path DIR --prompt TEXT [--prompt TEXT ...] --out "
+         "FILE.safetensors [options]\n\n"
+         "Writes the prompt embeddings the pipeline would use: one float32 tensor per prompt,\n"
+         "prompt_embeds.{i} in prompt order, [tokens, hidden]. Only the text components that\n"
+         "model_index.json lists are needed. Wan (UMT5): zero-filled to --max-sequence-length;\n"
+         "Z-Image (Qwen3): the real tokens' rows of hidden_states[-2].\n\n"
+         "Options:\n"
+         "  --model-path DIR                    a diffusers model folder (model_index.json)\n"
+         "  --component NAME                    the text encoder component [default: "
+         "text_encoder]\n"
+         "  --prompt TEXT                       a prompt; repeat for several\n"
+         "  --prompt-file-path FILE             more prompts, one per non-blank line\n"
+         "  --max-sequence-length N             token budget [default: the pipeline's, 512]\n"
+         "  --page-size N                       tokens per KV page (paged attention) [default: "
+         "1]\n"
+         "  --component-attention-backends C=B  the text encoder's paged attention backend, e.g.\n"
+         "                                      text_encoder=torch_native\n"
+         "  --out FILE.safetensors              where to write (atomically)\n";
+}
+
+}  // namespace mmgen::cli

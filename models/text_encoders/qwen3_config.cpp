@@ -1,0 +1,168 @@
+#include "models/text_encoders/qwen3_config.h"
+
+#include "core/error.h"
+
+namespace mmgen::text_encoders {
+namespace {
+
+using json = nlohmann::json;
+
+bool present(const json& object, const char* key) {
+  return object.contains(key) && !object[key].is_null();
+}
+
+int64_t positive_int(const json& object, const char* key, int64_t fallback,
+                     const std::string& where) {
+  if (!present(object, key)) return fallback;
+  const json& value = object[key];
+  check(value.is_number_integer() && value.get<int64_t>() > 0,
+        "{}: \"{}\" must be a positive integer, got {}; fix the text encoder's config.json", where,
+        key, value.dump());
+  return value.get<int64_t>();
+}
+
+int64_t non_negative_int(const json& object, const char* key, int64_t fallback,
+                         const std::string& where) {
+  if (!present(object, key)) return fallback;
+  const json& value = object[key];
+  check(value.is_number_integer() && value.get<int64_t>() >= 0,
+        "{}: \"{}\" must be a whole number (0 or more), got {}; fix the text encoder's config.json",
+        where, key, value.dump());
+  return value.get<int64_t>();
+}
+
+double positive_number(const json& object, const char* key, double fallback,
+                       const std::string& where) {
+  if (!present(object, key)) return fallback;
+  const json& value = object[key];
+  check(value.is_number() && value.get<double>() > 0,
+        "{}: \"{}\" must be a positive number, got {}; fix the text encoder's config.json", where,
+        key, value.dump());
+  return value.get<double>();
+}
+
+bool boolean(const json& object, const char* key, bool fallback, const std::string& where) {
+  if (!present(object, key)) return fallback;
+  check(object[key].is_boolean(), "{}: \"{}\" must be true or false, got {}", where, key,
+        object[key].dump());
+  return object[key].get<bool>();
+}
+
+// transformers keeps RoPE settings in `rope_parameters` (v5) or in top-level `rope_theta` plus
+// `rope_scaling` (v4 configs); both spellings are read, the newer one first.
+void read_rope(const json& object, Qwen3Config& config, const std::string& where) {
+  json parameters = json::object();
+  if (present(object, "rope_parameters")) {
+    check(object["rope_parameters"].is_object(), "{}: \"rope_parameters\" must be an object",
+          where);
+    parameters = object["rope_parameters"];
+  } else if (present(object, "rope_scaling")) {
+    check(object["rope_scaling"].is_object(), "{}: \"rope_scaling\" must be an object or null",
+          where);
+    parameters = object["rope_scaling"];
+  }
+  config.rope_theta = positive_number(object, "rope_theta", config.rope_theta, where);
+  config.rope_theta = positive_number(parameters, "rope_theta", config.rope_theta, where);
+
+  std::string type = "default";
+  for (const char* key : {"rope_type", "type"})
+    if (present(parameters, key)) {
+      check(parameters[key].is_string(), "{}: RoPE \"{}\" must be a string", where, key);
+      type = parameters[key].get<std::string>();
+      break;
+    }
+  check(type == "default" || type == "linear",
+        "{}: RoPE type \"{}\" is not supported (supported: default, linear); use a checkpoint "
+        "without that rope scaling",
+        where, type);
+  config.rope_type = type;
+  config.rope_factor = type == "linear" ? positive_number(parameters, "factor", 1.0, where) : 1.0;
+  const double partial =
+      positive_number(parameters, "partial_rotary_factor",
+                      positive_number(object, "partial_rotary_factor", 1.0, where), where);
+  check(partial == 1.0, "{}: partial_rotary_factor {} is not supported by Qwen3 (expected 1.0)",
+        where, partial);
+}
+
+// transformers' Qwen3Config.__post_init__: the window applies only with use_sliding_window, and
+// layer_types (when absent) makes layers from max_window_layers on sliding.
+void read_windows(const json& object, Qwen3Config& config, const std::string& where) {
+  const bool use_window = boolean(object, "use_sliding_window", false, where);
+  const int64_t window = use_window ? positive_int(object, "sliding_window", 4096, where) : 0;
+  const int64_t max_window_layers = non_negative_int(object, "max_window_layers", 28, where);
+  config.layer_windows.assign(size_t(config.num_hidden_layers), 0);
+  if (present(object, "layer_types")) {
+    const json& types = object["layer_types"];
+    check(types.is_array() && int64_t(types.size()) == config.num_hidden_layers,
+          "{}: \"layer_types\" must list one type per layer ({})", where, config.num_hidden_layers);
+    for (size_t i = 0; i < types.size(); ++i) {
+      const std::string type = types[i].is_string() ? types[i].get<std::string>() : "";
+      check(type == "full_attention" || type == "sliding_attention",
+            "{}: layer_types[{}] is {}; expected \"full_attention\" or \"sliding_attention\"",
+            where, i, types[i].dump());
+      if (type == "sliding_attention") {
+        check(window > 0,
+              "{}: layer_types[{}] is sliding_attention but use_sliding_window is off or "
+              "sliding_window is unset",
+              where, i);
+        config.layer_windows[i] = window;
+      }
+    }
+    return;
+  }
+  if (window > 0)
+    for (int64_t i = max_window_layers; i < config.num_hidden_layers; ++i)
+      config.layer_windows[size_t(i)] = window;
+}
+
+}  // namespace
+
+Qwen3Config Qwen3Config::from_json(const json& object, const std::string& where) {
+  check(object.is_object(), "{}: expected a JSON object", where);
+  if (present(object, "model_type")) {
+    const json& type = object["model_type"];
+    check(type.is_string() && type.get<std::string>() == "qwen3",
+          "{}: model_type {} is not a Qwen3 text model (expected \"qwen3\")", where, type.dump());
+  }
+  if (present(object, "hidden_act")) {
+    const json& act = object["hidden_act"];
+    check(
+        act.is_string() && (act.get<std::string>() == "silu" || act.get<std::string>() == "swish"),
+        "{}: hidden_act {} is not supported (Qwen3 uses \"silu\")", where, act.dump());
+  }
+  Qwen3Config config;
+  config.vocab_size = positive_int(object, "vocab_size", config.vocab_size, where);
+  config.hidden_size = positive_int(object, "hidden_size", config.hidden_size, where);
+  config.intermediate_size =
+      positive_int(object, "intermediate_size", config.intermediate_size, where);
+  config.num_hidden_layers =
+      positive_int(object, "num_hidden_layers", config.num_hidden_layers, where);
+  config.num_attention_heads =
+      positive_int(object, "num_attention_heads", config.num_attention_heads, where);
+  config.num_key_value_heads =
+      positive_int(object, "num_key_value_heads", config.num_attention_heads, where);
+  config.head_dim = positive_int(object, "head_dim", config.head_dim, where);
+  config.max_position_embeddings =
+      positive_int(object, "max_position_embeddings", config.max_position_embeddings, where);
+  config.rms_norm_eps = float(positive_number(object, "rms_norm_eps", config.rms_norm_eps, where));
+  config.tie_word_embeddings =
+      boolean(object, "tie_word_embeddings", config.tie_word_embeddings, where);
+  config.attention_bias = boolean(object, "attention_bias", config.attention_bias, where);
+  check(config.num_attention_heads % config.num_key_value_heads == 0,
+        "{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", where,
+        config.num_attention_heads, config.num_key_value_heads);
+  check(config.head_dim % 2 == 0, "{}: head_dim {} must be even for RoPE", where, config.head_dim);
+  read_rope(object, config, where);
+  read_windows(object, config, where);
+  return config;
+}
+
+Qwen3Config Qwen3Config::from_file(const fs::path& config_json) {
+  check(fs::exists(config_json), "text encoder config {} does not exist", config_json.string());
+  const std::string text = read_text_file(config_json);
+  json object = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  check(!object.is_discarded(), "{} is not valid JSON", config_json.string());
+  return from_json(object, config_json.string());
+}
+
+}  // namespace mmgen::text_encoders

@@ -1,0 +1,47 @@
+// The hyper-parameters of a Qwen3 decoder (transformers' Qwen3Config), read from `config.json`
+// with transformers' defaults for every key left out. Used both as an LLM (Qwen3ForCausalLM) and
+// as a text encoder (Z-Image's Qwen3Model, whose hidden_states[-2] is the prompt embedding).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/file.h"
+
+namespace mmgen::text_encoders {
+
+struct Qwen3Config {
+  int64_t vocab_size = 151936;
+  int64_t hidden_size = 4096;
+  int64_t intermediate_size = 22016;
+  int64_t num_hidden_layers = 32;
+  int64_t num_attention_heads = 32;
+  int64_t num_key_value_heads = 32;
+  int64_t head_dim = 128;
+  int64_t max_position_embeddings = 32768;
+  float rms_norm_eps = 1e-6f;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // q/k/v/o projections carry biases
+
+  // RoPE (rotate-half convention). "default" or "linear" (positions divided by rope_factor).
+  std::string rope_type = "default";
+  double rope_theta = 10000.0;
+  double rope_factor = 1.0;
+
+  // Per layer: 0 for full causal attention, else the sliding window in keys (transformers'
+  // convention: a query at position q sees keys k with q - window < k <= q).
+  std::vector<int64_t> layer_windows;
+
+  int64_t kv_group_size() const { return num_attention_heads / num_key_value_heads; }
+  int64_t q_width() const { return num_attention_heads * head_dim; }
+  int64_t kv_width() const { return num_key_value_heads * head_dim; }
+
+  // `where` names the source in error messages.
+  static Qwen3Config from_json(const nlohmann::json& json,
+                               const std::string& where = "config.json");
+  static Qwen3Config from_file(const fs::path& config_json);
+};
+
+}  // namespace mmgen::text_encoders

@@ -1,0 +1,189 @@
+#include "models/text_encoders/qwen3_model.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "core/error.h"
+#include "core/ops.h"
+
+namespace mmgen::text_encoders {
+namespace {
+
+constexpr int64_t kParallelMin = int64_t(1) << 16;
+
+// Qwen3ForCausalLM keeps the decoder under `model.`; a bare Qwen3Model has no prefix.
+std::string decoder_prefix(const WeightStore& weights) {
+  if (weights.has("model.embed_tokens.weight")) return "model.";
+  check(weights.has("embed_tokens.weight"),
+        "text encoder weights in {} have neither \"model.embed_tokens.weight\" nor "
+        "\"embed_tokens.weight\"; is this a Qwen3 checkpoint?",
+        weights.origin().string());
+  return "";
+}
+
+Tensor require_weight(const WeightStore& weights, const std::string& name, const Shape& shape) {
+  check(weights.has(name),
+        "text encoder weights in {} lack \"{}\"; is this a Qwen3 checkpoint matching its "
+        "config.json?",
+        weights.origin().string(), name);
+  Tensor tensor = weights.get(name);
+  check(tensor.shape() == shape && dtype_is_floating(tensor.dtype()),
+        "text encoder weight \"{}\" in {} is {} {}, expected a float tensor of shape {}; the "
+        "checkpoint does not match config.json",
+        name, weights.origin().string(), dtype_name(tensor.dtype()), shape_string(tensor.shape()),
+        shape_string(shape));
+  return tensor;
+}
+
+}  // namespace
+
+Qwen3TextModel::Qwen3TextModel(Qwen3Config config, WeightStore weights)
+    : config_(std::move(config)),
+      weights_(std::move(weights)),
+      rope_(config_.head_dim, config_.rope_theta, config_.rope_factor) {
+  const int64_t d = config_.hidden_size, ff = config_.intermediate_size;
+  const int64_t q_width = config_.q_width(), kv_width = config_.kv_width();
+  const std::string prefix = decoder_prefix(weights_);
+  embedding_ = require_weight(weights_, prefix + "embed_tokens.weight", {config_.vocab_size, d});
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    const std::string block = prefix + "layers." + std::to_string(i) + ".";
+    const std::string attn = block + "self_attn.";
+    Layer layer;
+    layer.input_norm = require_weight(weights_, block + "input_layernorm.weight", {d});
+    layer.q = require_weight(weights_, attn + "q_proj.weight", {q_width, d});
+    layer.k = require_weight(weights_, attn + "k_proj.weight", {kv_width, d});
+    layer.v = require_weight(weights_, attn + "v_proj.weight", {kv_width, d});
+    layer.o = require_weight(weights_, attn + "o_proj.weight", {d, q_width});
+    if (config_.attention_bias) {
+      layer.q_bias = require_weight(weights_, attn + "q_proj.bias", {q_width});
+      layer.k_bias = require_weight(weights_, attn + "k_proj.bias", {kv_width});
+      layer.v_bias = require_weight(weights_, attn + "v_proj.bias", {kv_width});
+      layer.o_bias = require_weight(weights_, attn + "o_proj.bias", {d});
+    }
+    layer.q_norm = require_weight(weights_, attn + "q_norm.weight", {config_.head_dim});
+    layer.k_norm = require_weight(weights_, attn + "k_norm.weight", {config_.head_dim});
+    layer.post_attention_norm =
+        require_weight(weights_, block + "post_attention_layernorm.weight", {d});
+    layer.gate = require_weight(weights_, block + "mlp.gate_proj.weight", {ff, d});
+    layer.up = require_weight(weights_, block + "mlp.up_proj.weight", {ff, d});
+    layer.down = require_weight(weights_, block + "mlp.down_proj.weight", {d, ff});
+    layers_.push_back(std::move(layer));
+  }
+  norm_ = require_weight(weights_, prefix + "norm.weight", {d});
+  if (weights_.has("lm_head.weight"))
+    lm_head_ = require_weight(weights_, "lm_head.weight", {config_.vocab_size, d});
+  else if (config_.tie_word_embeddings)
+    lm_head_ = embedding_;
+}
+
+Qwen3TextModel Qwen3TextModel::from_folder(const fs::path& folder) {
+  check(fs::is_directory(folder), "text encoder folder {} does not exist", folder.string());
+  return Qwen3TextModel(Qwen3Config::from_file(folder / "config.json"),
+                        WeightStore::open_folder(folder));
+}
+
+std::unique_ptr<DenseCausalAttention> Qwen3TextModel::dense_attention(bool keep_kv) const {
+  return std::make_unique<DenseCausalAttention>(
+      config_.num_hidden_layers, config_.num_key_value_heads, config_.head_dim, keep_kv);
+}
+
+Tensor Qwen3TextModel::embed(const std::vector<int64_t>& ids) const {
+  const int64_t count = int64_t(ids.size()), d = config_.hidden_size;
+  for (int64_t id : ids)
+    check(id >= 0 && id < config_.vocab_size,
+          "text encoder: token id {} is outside the vocabulary [0, {}); the tokenizer does not "
+          "match the text encoder",
+          id, config_.vocab_size);
+  Tensor x = Tensor::empty({count, d});
+  float* out = x.data<float>();
+  // Only the rows used are converted: the table stays mapped as stored.
+#pragma omp parallel for schedule(static) if (count * d >= kParallelMin)
+  for (int64_t t = 0; t < count; ++t) {
+    const Tensor row = embedding_.select(0, ids[size_t(t)]).to(DType::F32);
+    std::memcpy(out + t * d, row.raw(), size_t(d) * sizeof(float));
+  }
+  return x;
+}
+
+// Projections, per-head q/k RMSNorm (before RoPE, as transformers' Qwen3Attention), RoPE, the
+// attention call, and the output projection.
+Tensor Qwen3TextModel::self_attention(int64_t index, const Tensor& x,
+                                      const std::vector<int64_t>& positions,
+                                      CausalAttention& attention) const {
+  const Layer& layer = layers_[size_t(index)];
+  const int64_t tokens = x.size(0), head_dim = config_.head_dim;
+  const Tensor normed = ops::rms_norm(x, layer.input_norm, config_.rms_norm_eps);
+  Tensor q = ops::rms_norm(ops::linear(normed, layer.q, layer.q_bias)
+                               .view({tokens, config_.num_attention_heads, head_dim}),
+                           layer.q_norm, config_.rms_norm_eps);
+  Tensor k = ops::rms_norm(ops::linear(normed, layer.k, layer.k_bias)
+                               .view({tokens, config_.num_key_value_heads, head_dim}),
+                           layer.k_norm, config_.rms_norm_eps);
+  const Tensor v = ops::linear(normed, layer.v, layer.v_bias)
+                       .view({tokens, config_.num_key_value_heads, head_dim});
+  rope_.apply_(q, positions);
+  rope_.apply_(k, positions);
+  const float scale = float(1.0 / std::sqrt(double(head_dim)));
+  const Tensor context =
+      attention.attend(index, q, k, v, scale, config_.layer_windows[size_t(index)]);
+  return ops::linear(context.view({tokens, config_.q_width()}), layer.o, layer.o_bias);
+}
+
+// SwiGLU: down(silu(gate(x)) · up(x)).
+Tensor Qwen3TextModel::mlp(const Layer& layer, const Tensor& x) const {
+  const Tensor normed = ops::rms_norm(x, layer.post_attention_norm, config_.rms_norm_eps);
+  Tensor hidden = ops::linear(normed, layer.gate);
+  ops::silu_(hidden);
+  ops::mul_(hidden, ops::linear(normed, layer.up));
+  return ops::linear(hidden, layer.down);
+}
+
+Tensor Qwen3TextModel::forward_layers(const std::vector<int64_t>& ids, const CausalBatch& batch,
+                                      CausalAttention& attention, int64_t layers) const {
+  check(layers >= 0 && layers <= config_.num_hidden_layers,
+        "text encoder: asked for {} layers of {}", layers, config_.num_hidden_layers);
+  check(int64_t(ids.size()) == batch.new_tokens(),
+        "text encoder: {} ids for a batch of {} new tokens", ids.size(), batch.new_tokens());
+  attention.begin_forward(batch);
+  return apply_layers(embed(ids), batch.positions(), attention, 0, layers);
+}
+
+Tensor Qwen3TextModel::apply_layers(Tensor x, const std::vector<int64_t>& positions,
+                                    CausalAttention& attention, int64_t begin, int64_t end) const {
+  check(0 <= begin && begin <= end && end <= config_.num_hidden_layers,
+        "text encoder: layers [{}, {}) of {}", begin, end, config_.num_hidden_layers);
+  check(x.dim() == 2 && x.size(0) == int64_t(positions.size()) && x.size(1) == config_.hidden_size,
+        "text encoder: hidden rows {} for {} positions", shape_string(x.shape()), positions.size());
+  for (int64_t i = begin; i < end; ++i) {
+    ops::add_(x, self_attention(i, x, positions, attention));
+    ops::add_(x, mlp(layers_[size_t(i)], x));
+  }
+  return x;
+}
+
+Tensor Qwen3TextModel::final_norm(const Tensor& hidden) const {
+  return ops::rms_norm(hidden, norm_, config_.rms_norm_eps);
+}
+
+Tensor Qwen3TextModel::logits(const Tensor& normed_hidden) const {
+  check(has_lm_head(),
+        "text encoder {} has no lm_head.weight and does not tie its embeddings; decoding needs a "
+        "Qwen3ForCausalLM checkpoint",
+        weights_.origin().string());
+  return ops::linear(normed_hidden, lm_head_);
+}
+
+Tensor Qwen3TextModel::hidden_state(const std::vector<int64_t>& ids, int64_t index) const {
+  const int64_t count = config_.num_hidden_layers + 1;
+  const int64_t resolved = index < 0 ? count + index : index;
+  check(resolved >= 0 && resolved < count, "text encoder: hidden_states[{}] of {} does not exist",
+        index, count);
+  const auto attention = dense_attention(/*keep_kv=*/false);
+  const CausalBatch batch = CausalBatch::fresh({int64_t(ids.size())});
+  const Tensor hidden = forward_layers(ids, batch, *attention, std::min(resolved, count - 1));
+  return resolved == count - 1 ? final_norm(hidden) : hidden;
+}
+
+}  // namespace mmgen::text_encoders
