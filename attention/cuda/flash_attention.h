@@ -1,0 +1,49 @@
+// Dense and block-sparse attention on NVIDIA GPUs: one FlashAttention-style kernel (bf16 in, fp32
+// accumulation and online softmax, bf16 out, optional log-sum-exp), driven either over every key
+// block or over a per-query-block list of key blocks. The sparse backends (STA, VSA, V-MoBA, SLA,
+// SVG2) express their patterns as such lists.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace mmgen::cuda {
+
+// Blocking of the kernel: a query block is kFlashBlockM tokens, a key block kFlashBlockN tokens.
+// Block lists are written in these units.
+inline constexpr int kFlashBlockM = 128;
+inline constexpr int kFlashBlockN = 64;
+
+// Tensors are [batch, seq, heads, head_dim] bf16 with unit stride over head_dim; the other strides
+// are in elements, so views (a head slice, q/k/v packed in one buffer) need no copy.
+struct AttentionStrides {
+  int64_t batch = 0, token = 0, head = 0;
+};
+
+struct FlashAttentionArgs {
+  const void* q = nullptr;  // bf16
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* out = nullptr;   // bf16, same layout rules
+  float* lse = nullptr;  // optional [batch, heads, seq_q] float32, natural log; -inf for a row
+                         // that saw no key
+  AttentionStrides q_strides, k_strides, v_strides, out_strides;
+  int64_t batch = 0, heads = 0, seq_q = 0, seq_k = 0, head_dim = 0;
+  float scale = 1.0f;  // multiplies q·k
+
+  // Block-sparse mode when set: for query block qb of (b, h) the key blocks
+  // block_indices[block_offsets[i] .. block_offsets[i + 1]) with i = (b * heads + h) * q_blocks +
+  // qb, q_blocks = ceil(seq_q / kFlashBlockM). Device pointers (int32). A query block with an
+  // empty list writes zeros (and -inf LSE).
+  const int32_t* block_offsets = nullptr;
+  const int32_t* block_indices = nullptr;
+};
+
+// Head sizes the kernel is compiled for.
+bool flash_attention_supports_head_dim(int64_t head_dim);
+
+// Launches on `stream`; throws mmgen::Error for an unsupported head size or a failed launch.
+void flash_attention_forward(const FlashAttentionArgs& args, cudaStream_t stream = nullptr);
+
+}  // namespace mmgen::cuda

@@ -1,0 +1,12 @@
+// The kernel launchers behind flash_attention_forward (defined in flash_attention.cu, one per head
+// size and mode); callers go through flash_attention_forward, which checks the arguments first.
+#pragma once
+
+#include "attention/cuda/flash_attention.h"
+
+namespace mmgen::cuda {
+
+template <int D, bool kSparse>
+void launch_flash_attention(const FlashAttentionArgs& args, cudaStream_t stream);
+
+}  // namespace mmgen::cuda
