@@ -25,8 +25,11 @@ ResolvedGenerate resolve_generate(const std::vector<std::string>& arguments) {
   const SettingsLayer upper = merge_layers({config_file, command_line});
   check(upper.contains("model-path"),
         "generate: no model; pass --model-path DIR (a folder with model_index.json)");
-  const bool has_prompt = upper.contains("prompt") || upper.contains("prompt-file-path");
-  check(has_prompt, "generate: no prompt; pass --prompt TEXT or --prompt-file-path FILE");
+  // Batch generation from a prompt file is not built yet; say so rather than run an empty prompt.
+  check(!upper.contains("prompt-file-path"),
+        "--prompt-file-path: batch generation is not available in this version of generate; pass "
+        "--prompt TEXT (mmgen encode --prompt-file-path FILE encodes a file of prompts)");
+  check(upper.contains("prompt"), "generate: no prompt; pass --prompt TEXT");
 
   std::map<std::string, fs::path> component_paths;
   if (upper.contains("component-paths"))

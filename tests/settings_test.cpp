@@ -136,6 +136,10 @@ TEST(Settings, RequestChecks) {
                   {"--model-path", (testing::source_dir() / "examples/models/wan-tiny").string()});
             }).find("no prompt"),
             std::string::npos);
+  EXPECT_NE(testing::error_message([&] {
+              resolve_generate(base_args({"--prompt-file-path", "/tmp/p.txt"}));
+            }).find("batch generation is not available"),
+            std::string::npos);
 }
 
 TEST(Settings, ComponentPathAndBackendFlags) {
