@@ -16,6 +16,11 @@ fi
 cmake --build build-cuda --target flash_attention_cuda_test flash_attention_cuda_bench 2>&1 |
   tee "$OUT/build.log" | grep -E "error|warning|spill" || true
 
+# The Hopper kernel must run on the warpgroup MMA: count HGMMA instructions in its SASS.
+if command -v cuobjdump > /dev/null; then
+  echo "HGMMA instructions in mmgen_cuda: $(cuobjdump -sass build-cuda/libmmgen_cuda.a | grep -c HGMMA || true)"
+fi
+
 echo "== GPU tests"
 (cd build-cuda && ctest -L gpu --output-on-failure) 2>&1 | tee "$OUT/tests.log"
 

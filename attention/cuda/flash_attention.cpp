@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "attention/cuda/flash_kernels.h"
+#include "core/cuda/cuda_check.h"
 #include "core/error.h"
 
 namespace mmgen::cuda {
@@ -14,6 +15,25 @@ bool aligned_16(const void* pointer) {
 
 bool strides_aligned(const AttentionStrides& strides) {
   return strides.batch % 8 == 0 && strides.token % 8 == 0 && strides.head % 8 == 0;
+}
+
+// Compute capability major of the current device (the Hopper kernel needs 9).
+int device_major() {
+  int device = 0, major = 0;
+  MMGEN_CUDA_CHECK(cudaGetDevice(&device));
+  MMGEN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  return major;
+}
+
+template <int D>
+void dispatch(const FlashAttentionArgs& args, bool hopper, cudaStream_t stream) {
+  const bool sparse = args.block_offsets != nullptr;
+  if (hopper)
+    sparse ? launch_flash_attention_hopper<D, true>(args, stream)
+           : launch_flash_attention_hopper<D, false>(args, stream);
+  else
+    sparse ? launch_flash_attention<D, true>(args, stream)
+           : launch_flash_attention<D, false>(args, stream);
 }
 
 }  // namespace
@@ -42,13 +62,15 @@ void flash_attention_forward(const FlashAttentionArgs& args, cudaStream_t stream
   check((args.block_offsets == nullptr) == (args.block_indices == nullptr),
         "CUDA attention: block-sparse mode needs both block_offsets and block_indices");
   if (args.seq_q == 0) return;
-  const bool sparse = args.block_offsets != nullptr;
+  static const bool has_hopper = device_major() == 9;
+  check(args.kernel != FlashKernel::Hopper || has_hopper,
+        "CUDA attention: the Hopper kernel needs an sm_90 GPU (H100/H200)");
+  const bool hopper =
+      args.kernel == FlashKernel::Hopper || (args.kernel == FlashKernel::Auto && has_hopper);
   if (args.head_dim == 64)
-    sparse ? launch_flash_attention<64, true>(args, stream)
-           : launch_flash_attention<64, false>(args, stream);
+    dispatch<64>(args, hopper, stream);
   else
-    sparse ? launch_flash_attention<128, true>(args, stream)
-           : launch_flash_attention<128, false>(args, stream);
+    dispatch<128>(args, hopper, stream);
 }
 
 }  // namespace mmgen::cuda

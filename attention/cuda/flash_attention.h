@@ -21,6 +21,10 @@ struct AttentionStrides {
   int64_t batch = 0, token = 0, head = 0;
 };
 
+// Which kernel runs: the Hopper one (wgmma, sm_90) where the GPU has it, else the portable one
+// (mma.sync); tests and benchmarks may ask for either.
+enum class FlashKernel { Auto, Hopper, Portable };
+
 struct FlashAttentionArgs {
   const void* q = nullptr;  // bf16
   const void* k = nullptr;
@@ -38,6 +42,8 @@ struct FlashAttentionArgs {
   // empty list writes zeros (and -inf LSE).
   const int32_t* block_offsets = nullptr;
   const int32_t* block_indices = nullptr;
+
+  FlashKernel kernel = FlashKernel::Auto;
 };
 
 // Head sizes the kernel is compiled for.

@@ -9,4 +9,8 @@ namespace mmgen::cuda {
 template <int D, bool kSparse>
 void launch_flash_attention(const FlashAttentionArgs& args, cudaStream_t stream);
 
+// The Hopper kernel (flash_attention_hopper.cu): wgmma, sm_90 only.
+template <int D, bool kSparse>
+void launch_flash_attention_hopper(const FlashAttentionArgs& args, cudaStream_t stream);
+
 }  // namespace mmgen::cuda

@@ -47,7 +47,7 @@ BlockLists random_block_lists(const Case& c, double density, std::mt19937& gener
   return lists;
 }
 
-void run_case(const Case& c, std::mt19937& generator) {
+void run_case(const Case& c, FlashKernel kernel, std::mt19937& generator) {
   const int64_t B = c.batch, H = c.heads, Sq = c.seq_q, Sk = c.seq_k, D = c.head_dim;
   // Host layouts: q [B, Sq, H, D], k/v [B, Sk, H, D] (or packed [B, S, 3, H, D] when Sq == Sk).
   const int64_t token_stride = c.packed_qkv ? 3 * H * D : H * D;
@@ -124,6 +124,7 @@ void run_case(const Case& c, std::mt19937& generator) {
   FlashAttentionArgs args;
   args.batch = B, args.heads = H, args.seq_q = Sq, args.seq_k = Sk, args.head_dim = D;
   args.scale = scale;
+  args.kernel = kernel;
   const auto* q_base = device_q.as<uint16_t>();
   if (c.packed_qkv) {
     args.q = q_base;
@@ -193,7 +194,8 @@ int main() {
       {1, 2, 1, 64, 64, false, false},     {1, 2, 520, 700, 128, true, false},
       {2, 2, 390, 390, 64, true, true},    {1, 3, 1024, 1100, 128, true, false},
   };
-  for (const Case& c : cases) run_case(c, generator);
+  for (const FlashKernel kernel : {FlashKernel::Portable, FlashKernel::Hopper})
+    for (const Case& c : cases) run_case(c, kernel, generator);
 
   FlashAttentionArgs bad;
   bad.head_dim = 96;
