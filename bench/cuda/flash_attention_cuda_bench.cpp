@@ -137,6 +137,15 @@ int main(int argc, char** argv) try {
         args.out_strides = {seq * heads * head_dim, heads * head_dim, head_dim};
 
     const double dense_flops = 4.0 * double(batch * heads) * double(seq) * double(seq) * head_dim;
+    // The portable (mma.sync) kernel first, for comparison; then the default one (Hopper's on an
+    // H100/H200), whose output is dumped and checked.
+    FlashAttentionArgs portable = args;
+    portable.kernel = FlashKernel::Portable;
+    const double portable_ms = median_ms([&] { flash_attention_forward(portable); }, repeats);
+    std::printf("%-34s %4ld %9.3f %9.1f %8.3f\n", "fa dense, portable mma.sync kernel",
+                long(head_dim), portable_ms, dense_flops / portable_ms * 1e-9, 1.0);
+    results.push_back({{"case", "dense_portable"}, {"head_dim", head_dim}, {"ms", portable_ms},
+                       {"tflops", dense_flops / portable_ms * 1e-9}, {"density", 1.0}});
     const double dense_ms = median_ms([&] { flash_attention_forward(args); }, repeats);
     std::printf("%-34s %4ld %9.3f %9.1f %8.3f %8s\n", "fa dense", long(head_dim), dense_ms,
                 dense_flops / dense_ms * 1e-9, 1.0, "1.0x");
