@@ -46,6 +46,22 @@ Tensor block_sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                               const std::vector<BlockSparsePattern>& patterns,
                               Tensor* lse = nullptr);
 
+// The same attention with the token reorder folded in: query block i of pattern p is the query
+// tokens q_orders[p][q_blocks.start[i] ..+ length[i]] and key block j the key tokens
+// k_orders[p][kv_blocks.start[j] ..+ length[j]] (an order of null / an empty vector is the
+// identity), so the result equals scatter(block_sparse_attention(gather(q), gather(k), gather(v)))
+// per (batch, head) without building the reordered tensors. `q_orders` / `k_orders` hold one order
+// per pattern. Each query block's keys are gathered, whatever blocks they come from, into chunks of
+// up to 512 contiguous keys, so many small key blocks (Sparse VideoGen 2's clusters of ~16 tokens)
+// cost what few large ones do: one softmax rescale per chunk and two GEMMs per (query tile, chunk).
+// Same arguments and results as block_sparse_attention otherwise (query tokens in no block, and
+// blocks with an empty list, get zeros and LSE −inf).
+Tensor gathered_block_sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                       float scale, const std::vector<BlockSparsePattern>& patterns,
+                                       const std::vector<std::vector<int64_t>>* q_orders,
+                                       const std::vector<std::vector<int64_t>>* k_orders,
+                                       Tensor* lse = nullptr);
+
 // Merges two partial attention results over disjoint key sets by their LSEs:
 // out = (e^{lse_a} o_a + e^{lse_b} o_b) / (e^{lse_a} + e^{lse_b}). o [B, Sq, H, D], lse [B, H, Sq].
 void merge_by_lse(Tensor& out_a, Tensor& lse_a, const Tensor& out_b, const Tensor& lse_b);

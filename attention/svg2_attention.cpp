@@ -78,9 +78,10 @@ Svg2Attention::Svg2Attention(Options options) : options_(options) {
 
 Tensor Svg2Attention::dense(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
                             AttentionStats* stats) const {
-  if (stats) {
-    stats->visited_blocks += q.size(0) * q.size(2);
-    stats->total_blocks += q.size(0) * q.size(2);
+  if (stats) {  // token pairs, as the sparse calls count them
+    const int64_t pairs = q.size(0) * q.size(2) * q.size(1) * k.size(1);
+    stats->visited_blocks += pairs;
+    stats->total_blocks += pairs;
   }
   if (dense_backend_) return dense_backend_->forward(q, k, v, scale, {}, nullptr);
   return dense_attention({.q = q, .k = k, .v = v, .scale = scale, .bias = {}, .key_mask = {}});
@@ -219,9 +220,10 @@ Tensor Svg2Attention::forward(const Tensor& q_in, const Tensor& k_in, const Tens
     stats->total_blocks += total;
   }
   last_dense_ = false;
-  const Tensor out = block_sparse_attention(permute_heads(q, q_orders), permute_heads(k, k_orders),
-                                            permute_heads(v, k_orders), scale, patterns);
-  return unpermute_heads(out, q_orders);
+  // Permute → block-sparse → un-permute in one pass: each query cluster's selected key clusters
+  // are gathered straight from k and v into large chunks (clusters of ~16 keys would otherwise be
+  // tiny blocks), and its output rows are written back to their original positions.
+  return gathered_block_sparse_attention(q, k, v, scale, patterns, &q_orders, &k_orders);
 }
 
 }  // namespace mmgen::attention::svg2

@@ -4,7 +4,10 @@
 // query cluster attends the key clusters that hold the top-p of its size-weighted centroid
 // attention (svg2_plan.h), and the tokens of every head are permuted so that each cluster is a
 // contiguous block; one block-sparse call with a pattern per (batch, head) does the attention and
-// the output is permuted back.
+// the output is permuted back. The permutation is folded into the call
+// (gathered_block_sparse_attention): each query cluster's selected key clusters are gathered from
+// k and v into chunks of up to 512 keys, so the ~16-token key clusters of 1000 clusters per head
+// do not each pay a softmax rescale, and no permuted copies of q, k, v or the output are built.
 //
 // Decisions, where this differs from or pins down the reference:
 //  - Dense steps are counted by step index: dense while step_index < n, n = floor(first_times_fp ·
@@ -28,8 +31,9 @@
 //    attended by every cluster (the reference's "prompt" cluster; mmgen passes no padding split,
 //    so there is no "unprompt" cluster). Wan's self-attention has none.
 //  - Centroid scores use the call's scale (the reference's 1/sqrt(D), the same for Wan).
-//  - Stats count cluster pairs: visited = listed pairs, total = pairs of non-empty clusters; dense
-//    calls count one block per (batch, head).
+//  - Stats count token pairs, so density() is the fraction of the attention matrix computed, as the
+//    other backends' (near-)uniform blocks give it: visited = Σ |Qc_i|·|Kc_j| over the attended
+//    cluster pairs, total = Sq·Sk, per (batch, head); dense calls count Sq·Sk for both.
 #pragma once
 
 #include <cstdint>

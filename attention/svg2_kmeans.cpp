@@ -9,6 +9,11 @@
 #include "core/error.h"
 #include "core/ops.h"
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+#include <omp.h>
+
 namespace mmgen::attention::svg2 {
 
 namespace {
@@ -17,9 +22,42 @@ namespace {
 // memory even for 1000 clusters, and chunks are the unit of parallel work.
 constexpr int64_t kAssignChunk = 256;
 
-// Nearest centroid of every point: argmin_c |c|² − 2 x·c (|x|² is the same for all c).
+// The lowest index of the smallest of n floats (n >= 1); 0 when none compares (NaNs). The minimum
+// is found first (vectorised) and then its first occurrence, which is the scalar loop's
+// "strictly smaller replaces" rule.
+int32_t first_argmin(const float* d, int64_t n) {
+  float best = std::numeric_limits<float>::infinity();
+  int64_t c = 0;
+#if defined(__AVX512F__)
+  if (n >= 16) {
+    __m512 m = _mm512_set1_ps(best);
+    for (; c + 16 <= n; c += 16) m = _mm512_min_ps(m, _mm512_loadu_ps(d + c));
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, m);
+    for (float lane : lanes) best = std::min(best, lane);
+  }
+#elif defined(__AVX2__)
+  if (n >= 8) {
+    __m256 m = _mm256_set1_ps(best);
+    for (; c + 8 <= n; c += 8) m = _mm256_min_ps(m, _mm256_loadu_ps(d + c));
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, m);
+    for (float lane : lanes) best = std::min(best, lane);
+  }
+#endif
+  for (; c < n; ++c) best = std::min(best, d[c]);
+  for (c = 0; c < n; ++c)
+    if (d[c] == best && d[c] < std::numeric_limits<float>::infinity()) return int32_t(c);
+  return 0;
+}
+
+// One pass over the points: the nearest centroid of every point, argmin_c |c|² − 2 x·c (|x|² is
+// the same for all c; one Eigen GEMM per chunk of points), and, when `sums` is non-null, the
+// per-cluster sums of the points (double) and the sizes, accumulated in the same pass while the
+// chunk is in cache. Chunks run in parallel, each thread with its own sums, added at the end.
 void assign(const float* x, int64_t points, int64_t dim, const std::vector<float>& centroids,
-            int64_t clusters, std::vector<int32_t>& labels) {
+            int64_t clusters, std::vector<int32_t>& labels, std::vector<int64_t>& sizes,
+            std::vector<double>* sums) {
   std::vector<float> norms(static_cast<size_t>(clusters));
   for (int64_t c = 0; c < clusters; ++c) {
     double n = 0;
@@ -30,27 +68,45 @@ void assign(const float* x, int64_t points, int64_t dim, const std::vector<float
   const int64_t chunks = (points + kAssignChunk - 1) / kAssignChunk;
   // Threads only pay off beyond a few hundred thousand multiply-adds.
   const bool parallel = chunks > 1 && points * clusters * dim > (int64_t(1) << 19);
-#pragma omp parallel if (parallel)
+  const int threads = parallel ? std::min<int>(omp_get_max_threads(), int(chunks)) : 1;
+  std::vector<std::vector<double>> partial_sums(static_cast<size_t>(threads));
+  std::vector<std::vector<int64_t>> partial_sizes(static_cast<size_t>(threads));
+#pragma omp parallel num_threads(threads) if (parallel)
   {
+    const int thread = omp_get_thread_num();
+    std::vector<int64_t>& my_sizes = partial_sizes[size_t(thread)];
+    my_sizes.assign(size_t(clusters), 0);
+    std::vector<double>* my_sums = nullptr;
+    if (sums) {
+      partial_sums[size_t(thread)].assign(size_t(clusters * dim), 0.0);
+      my_sums = &partial_sums[size_t(thread)];
+    }
     std::vector<float> dots(static_cast<size_t>(kAssignChunk * clusters));
 #pragma omp for schedule(dynamic)
     for (int64_t chunk = 0; chunk < chunks; ++chunk) {
       const int64_t start = chunk * kAssignChunk, rows = std::min(kAssignChunk, points - start);
       ops::gemm_bt(x + start * dim, centroids.data(), dots.data(), rows, dim, clusters);
       for (int64_t r = 0; r < rows; ++r) {
-        const float* row = dots.data() + r * clusters;
-        float best = std::numeric_limits<float>::infinity();
-        int32_t best_index = 0;
-        for (int64_t c = 0; c < clusters; ++c) {
-          const float distance = norms[size_t(c)] - 2.0f * row[c];
-          if (distance < best) {
-            best = distance;
-            best_index = int32_t(c);
-          }
+        float* row = dots.data() + r * clusters;
+        for (int64_t c = 0; c < clusters; ++c) row[c] = norms[size_t(c)] - 2.0f * row[c];
+        const int32_t label = first_argmin(row, clusters);
+        labels[size_t(start + r)] = label;
+        ++my_sizes[size_t(label)];
+        if (my_sums) {
+          double* sum = my_sums->data() + int64_t(label) * dim;
+          const float* point = x + (start + r) * dim;
+          for (int64_t d = 0; d < dim; ++d) sum[d] += point[d];
         }
-        labels[size_t(start + r)] = best_index;
       }
     }
+  }
+  std::fill(sizes.begin(), sizes.end(), 0);
+  for (const auto& part : partial_sizes)  // a thread the runtime did not start left it empty
+    for (size_t c = 0; c < part.size(); ++c) sizes[c] += part[c];
+  if (sums) {
+    std::fill(sums->begin(), sums->end(), 0.0);
+    for (const auto& part : partial_sums)
+      for (size_t i = 0; i < part.size(); ++i) (*sums)[i] += part[i];
   }
 }
 
@@ -86,16 +142,14 @@ KMeansResult kmeans(const float* x, int64_t points, int64_t dim, std::vector<flo
   result.sizes.assign(size_t(clusters), 0);
   std::vector<double> sums(static_cast<size_t>(clusters * dim));
   for (int64_t iteration = 0;; ++iteration) {
-    assign(x, points, dim, result.centroids, clusters, result.labels);
-    std::fill(result.sizes.begin(), result.sizes.end(), 0);
-    for (int64_t p = 0; p < points; ++p) ++result.sizes[size_t(result.labels[size_t(p)])];
-    if (iteration == max_iterations) break;
-    std::fill(sums.begin(), sums.end(), 0.0);
-    for (int64_t p = 0; p < points; ++p) {
-      double* sum = sums.data() + result.labels[size_t(p)] * dim;
-      for (int64_t d = 0; d < dim; ++d) sum[d] += x[p * dim + d];
-    }
+    // Every assignment but an assign-only call's is followed by an update from its labels, so
+    // the sums are gathered in the same pass.
+    const bool update = iteration < max_iterations;
+    assign(x, points, dim, result.centroids, clusters, result.labels, result.sizes,
+           update ? &sums : nullptr);
+    if (!update) break;
     float shift = 0;
+#pragma omp parallel for reduction(max : shift) if (clusters * dim > (int64_t(1) << 14))
     for (int64_t c = 0; c < clusters; ++c) {
       if (result.sizes[size_t(c)] == 0) continue;  // empty: keeps its centroid
       double moved = 0;

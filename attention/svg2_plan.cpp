@@ -18,30 +18,50 @@ std::vector<uint8_t> select_cluster_pairs(const float* q_centroids, int64_t q_cl
   ops::gemm_bt(q_centroids, k_centroids, scores.data(), q_clusters, dim, k_clusters);
   std::vector<uint8_t> selected(static_cast<size_t>(q_clusters * k_clusters), 0);
   const int64_t always_kept = int64_t(std::floor(min_kc_ratio * double(k_clusters)));
-  std::vector<double> mass(static_cast<size_t>(k_clusters));
-  std::vector<int64_t> sorted(static_cast<size_t>(k_clusters));
-  for (int64_t i = 0; i < q_clusters; ++i) {
-    uint8_t* keep = selected.data() + i * k_clusters;
-    if (top_p >= 1.0) {
-      std::fill(keep, keep + k_clusters, uint8_t(1));
-      continue;
-    }
-    const float* s = scores.data() + i * k_clusters;
-    double row_max = -INFINITY, total = 0;
-    for (int64_t j = 0; j < k_clusters; ++j) row_max = std::max(row_max, double(s[j]) * scale);
-    for (int64_t j = 0; j < k_clusters; ++j) {
-      mass[size_t(j)] = double(k_sizes[j]) * std::exp(double(s[j]) * scale - row_max);
-      total += mass[size_t(j)];
-    }
-    for (auto& m : mass) m /= std::max(total, 1e-12);
-    std::iota(sorted.begin(), sorted.end(), int64_t(0));
-    std::stable_sort(sorted.begin(), sorted.end(),
-                     [&](int64_t a, int64_t b) { return mass[size_t(a)] > mass[size_t(b)]; });
-    double before = 0;  // mass of the clusters ahead of this one in the sorted order
-    for (int64_t rank = 0; rank < k_clusters; ++rank) {
-      const int64_t j = sorted[size_t(rank)];
-      if (rank == 0 || rank < always_kept || before <= top_p) keep[j] = 1;
-      before += mass[size_t(j)];
+  // Query clusters are independent: rows in parallel, each thread with its own buffers.
+#pragma omp parallel if (q_clusters * k_clusters > (int64_t(1) << 15))
+  {
+    std::vector<double> mass(static_cast<size_t>(k_clusters));
+    std::vector<int64_t> sorted(static_cast<size_t>(k_clusters));
+#pragma omp for schedule(dynamic, 8)
+    for (int64_t i = 0; i < q_clusters; ++i) {
+      uint8_t* keep = selected.data() + i * k_clusters;
+      if (top_p >= 1.0) {
+        std::fill(keep, keep + k_clusters, uint8_t(1));
+        continue;
+      }
+      const float* s = scores.data() + i * k_clusters;
+      double row_max = -INFINITY, total = 0;
+      for (int64_t j = 0; j < k_clusters; ++j) row_max = std::max(row_max, double(s[j]) * scale);
+      for (int64_t j = 0; j < k_clusters; ++j) {
+        mass[size_t(j)] = double(k_sizes[j]) * std::exp(double(s[j]) * scale - row_max);
+        total += mass[size_t(j)];
+      }
+      for (auto& m : mass) m /= std::max(total, 1e-12);
+      // Descending mass, ties by cluster index: the stable sort's order, as a strict total order,
+      // so only the head of it needs sorting. Sort a prefix; if the walk reaches its end while
+      // still keeping, sort twice as much.
+      std::iota(sorted.begin(), sorted.end(), int64_t(0));
+      const auto before_in_order = [&](int64_t a, int64_t b) {
+        return mass[size_t(a)] > mass[size_t(b)] || (mass[size_t(a)] == mass[size_t(b)] && a < b);
+      };
+      int64_t prefix = std::min(k_clusters, std::max<int64_t>(always_kept + 1, 64));
+      std::partial_sort(sorted.begin(), sorted.begin() + prefix, sorted.end(), before_in_order);
+      double before = 0;  // mass of the clusters ahead of this one in the sorted order
+      for (int64_t rank = 0; rank < k_clusters; ++rank) {
+        if (rank == prefix) {
+          const int64_t grown = std::min(k_clusters, 2 * prefix);
+          std::partial_sort(sorted.begin() + prefix, sorted.begin() + grown, sorted.end(),
+                            before_in_order);
+          prefix = grown;
+        }
+        const int64_t j = sorted[size_t(rank)];
+        if (rank == 0 || rank < always_kept || before <= top_p)
+          keep[j] = 1;
+        else
+          break;  // the mass only grows, and the always-kept ranks are behind us
+        before += mass[size_t(j)];
+      }
     }
   }
   return selected;
@@ -73,19 +93,23 @@ BlockSparsePattern make_pattern(const HeadPlan& plan, const ClusterOrder& q_orde
   pattern.kv_blocks = k_order.blocks;
   pattern.indptr.reserve(size_t(plan.q_clusters + 1));
   pattern.indptr.push_back(0);
-  int64_t nonempty_q = 0, nonempty_k = 0;
-  for (int64_t j = 0; j < plan.k_clusters; ++j) nonempty_k += k_order.blocks.length[size_t(j)] > 0;
+  int64_t q_tokens = 0, k_tokens = 0, visited = 0;
+  for (int64_t j = 0; j < plan.k_clusters; ++j) k_tokens += k_order.blocks.length[size_t(j)];
   for (int64_t i = 0; i < plan.q_clusters; ++i) {
-    if (q_order.blocks.length[size_t(i)] > 0) {
-      ++nonempty_q;
+    const int64_t rows = q_order.blocks.length[size_t(i)];
+    if (rows > 0) {
+      q_tokens += rows;
       const uint8_t* keep = plan.selected.data() + i * plan.k_clusters;
       for (int64_t j = 0; j < plan.k_clusters; ++j)
-        if (keep[j] && k_order.blocks.length[size_t(j)] > 0) pattern.indices.push_back(int32_t(j));
+        if (keep[j] && k_order.blocks.length[size_t(j)] > 0) {
+          pattern.indices.push_back(int32_t(j));
+          visited += rows * k_order.blocks.length[size_t(j)];
+        }
     }
     pattern.indptr.push_back(int64_t(pattern.indices.size()));
   }
-  if (visited_pairs) *visited_pairs += pattern.visited();
-  if (total_pairs) *total_pairs += nonempty_q * nonempty_k;
+  if (visited_pairs) *visited_pairs += visited;
+  if (total_pairs) *total_pairs += q_tokens * k_tokens;
   return pattern;
 }
 

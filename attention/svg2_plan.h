@@ -44,8 +44,9 @@ struct ClusterOrder {
 ClusterOrder order_by_label(const std::vector<int32_t>& labels, int64_t clusters);
 
 // The block-sparse pattern of one plan over the two cluster orders (empty clusters are never
-// listed: they hold no tokens). `visited_pairs` / `total_pairs` receive the number of listed
-// cluster pairs and of pairs of non-empty clusters.
+// listed: they hold no tokens). `visited_pairs` / `total_pairs` are increased by the TOKEN pairs
+// attended, Σ over listed pairs of |Qc_i|·|Kc_j|, and by Sq·Sk (every token pair): the density
+// is the fraction of the attention matrix computed, whatever the cluster sizes.
 BlockSparsePattern make_pattern(const HeadPlan& plan, const ClusterOrder& q_order,
                                 const ClusterOrder& k_order, int64_t* visited_pairs = nullptr,
                                 int64_t* total_pairs = nullptr);

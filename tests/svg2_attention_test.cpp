@@ -8,11 +8,14 @@
 
 #include <chrono>
 #include <cmath>
+#include <numeric>
+#include <random>
 #include <vector>
 
 #include "attention/attention_plan.h"
 #include "attention/backend.h"
 #include "attention/dense_attention.h"
+#include "attention/svg2_kmeans.h"
 #include "attention/svg2_plan.h"
 #include "core/error.h"
 #include "core/file.h"
@@ -130,6 +133,193 @@ TEST(Svg2Plan, PerHeadPermutationRoundTrips) {
   const Tensor permuted = svg2::permute_heads(in.q, orders);
   EXPECT_EQ(permuted.item_f32({1, 0, 2, 1}), in.q.item_f32({1, orders[5][0], 2, 1}));
   EXPECT_EQ(testing::max_abs_diff(svg2::unpermute_heads(permuted, orders), in.q), 0.0);
+}
+
+// Lloyd's k-means written straight from the definition, in double: nearest centroid by squared
+// distance (ties to the lower index), then means (empty clusters keep theirs), stop when no
+// centroid moved by more than the tolerance.
+svg2::KMeansResult naive_kmeans(const std::vector<float>& x, int64_t points, int64_t dim,
+                                std::vector<float> centroids, int64_t max_iterations) {
+  const int64_t clusters = int64_t(centroids.size()) / dim;
+  svg2::KMeansResult r;
+  r.labels.assign(size_t(points), 0);
+  for (int64_t iteration = 0;; ++iteration) {
+    r.sizes.assign(size_t(clusters), 0);
+    for (int64_t p = 0; p < points; ++p) {
+      double best = INFINITY;
+      for (int64_t c = 0; c < clusters; ++c) {
+        double d2 = 0;
+        for (int64_t d = 0; d < dim; ++d) {
+          const double diff = double(x[size_t(p * dim + d)]) - centroids[size_t(c * dim + d)];
+          d2 += diff * diff;
+        }
+        if (d2 < best) {
+          best = d2;
+          r.labels[size_t(p)] = int32_t(c);
+        }
+      }
+      ++r.sizes[size_t(r.labels[size_t(p)])];
+    }
+    if (iteration == max_iterations) break;
+    double shift = 0;
+    for (int64_t c = 0; c < clusters; ++c) {
+      if (r.sizes[size_t(c)] == 0) continue;
+      double moved = 0;
+      for (int64_t d = 0; d < dim; ++d) {
+        double sum = 0;
+        for (int64_t p = 0; p < points; ++p)
+          if (r.labels[size_t(p)] == c) sum += x[size_t(p * dim + d)];
+        const float mean = float(sum / double(r.sizes[size_t(c)]));
+        moved += (mean - centroids[size_t(c * dim + d)]) * (mean - centroids[size_t(c * dim + d)]);
+        centroids[size_t(c * dim + d)] = mean;
+      }
+      shift = std::max(shift, std::sqrt(moved));
+    }
+    r.iterations = iteration + 1;
+    if (shift < 1e-4 || r.iterations == max_iterations) break;
+  }
+  r.centroids = std::move(centroids);
+  return r;
+}
+
+TEST(Svg2KMeans, MatchesLloydsAlgorithmWrittenFromTheDefinition) {
+  // Well-separated blobs (so no point sits near a tie that float rounding could flip) with a few
+  // far outliers; sizes that exercise the parallel chunks (600 points, 40 clusters) and the serial
+  // path; warm (2 iterations) and longer runs, and assign-only (0 iterations).
+  for (const auto& [points, dim, clusters, iterations] : std::vector<std::array<int64_t, 4>>{
+           {600, 16, 40, 2}, {600, 16, 40, 20}, {90, 8, 7, 5}, {300, 64, 30, 0}}) {
+    TorchCpuGenerator generator(uint64_t(points + clusters + iterations));
+    const Tensor centres = generator.randn({clusters, dim});
+    const Tensor noise = generator.randn({points, dim});
+    std::vector<float> x(size_t(points * dim));
+    for (int64_t p = 0; p < points; ++p)
+      for (int64_t d = 0; d < dim; ++d)
+        x[size_t(p * dim + d)] = 8.0f * centres.data<float>()[(p % clusters) * dim + d] +
+                                 0.3f * noise.data<float>()[p * dim + d];
+    const std::vector<float> initial =
+        svg2::seeded_initial_centroids(x.data(), points, dim, clusters, 5);
+    const svg2::KMeansResult got = svg2::kmeans(x.data(), points, dim, initial, iterations);
+    const svg2::KMeansResult want = naive_kmeans(x, points, dim, initial, iterations);
+    EXPECT_EQ(got.labels, want.labels) << points << " points, " << iterations << " iterations";
+    EXPECT_EQ(got.sizes, want.sizes);
+    EXPECT_EQ(got.iterations, want.iterations);
+    ASSERT_EQ(got.centroids.size(), want.centroids.size());
+    double worst = 0;
+    for (size_t i = 0; i < got.centroids.size(); ++i)
+      worst = std::max(worst, double(std::fabs(got.centroids[i] - want.centroids[i])));
+    EXPECT_LT(worst, 1e-5);
+  }
+}
+
+TEST(Svg2Plan, DensityCountsTokenPairs) {
+  // Query clusters of 3 and 1 tokens, key clusters of 2, 0 and 5 tokens; cluster 0 attends key
+  // clusters 0 and 1 (empty), cluster 1 attends key cluster 2: 3·2 + 1·5 = 11 of 4·7 token pairs.
+  HeadPlan plan;
+  plan.q_clusters = 2;
+  plan.k_clusters = 3;
+  plan.q_labels = {0, 1, 0, 0};
+  plan.k_labels = {2, 0, 2, 2, 0, 2, 2};
+  plan.selected = {1, 1, 0, 0, 0, 1};
+  int64_t visited = 0, total = 0;
+  const BlockSparsePattern pattern =
+      svg2::make_pattern(plan, svg2::order_by_label(plan.q_labels, 2),
+                         svg2::order_by_label(plan.k_labels, 3), &visited, &total);
+  EXPECT_EQ(visited, 11);
+  EXPECT_EQ(total, 28);
+  EXPECT_EQ(pattern.indices, (std::vector<int32_t>{0, 2}));
+}
+
+// The gathered kernel against the composition it replaces (gather, block-sparse, scatter per
+// head) and a double-precision oracle, with many small blocks, blocks longer than a gathered
+// chunk, empty lists and LSE.
+TEST(GatheredBlockSparse, EqualsPermuteBlockSparseUnpermute) {
+  const int64_t batch = 1, length = 1300, heads = 2, dim = 24;
+  const Inputs in = random_inputs(23, batch, length, heads, dim);
+  std::mt19937 rng(4);
+  std::vector<BlockSparsePattern> patterns;
+  std::vector<std::vector<int64_t>> q_orders, k_orders;
+  for (int64_t h = 0; h < heads; ++h) {
+    std::vector<int64_t> qo(static_cast<size_t>(length)), ko(static_cast<size_t>(length));
+    std::iota(qo.begin(), qo.end(), int64_t(0));
+    std::iota(ko.begin(), ko.end(), int64_t(0));
+    std::shuffle(qo.begin(), qo.end(), rng);
+    std::shuffle(ko.begin(), ko.end(), rng);
+    q_orders.push_back(qo);
+    k_orders.push_back(ko);
+    BlockSparsePattern p;
+    // Query blocks of 1..150 tokens (the same count for every head, as block_sparse_attention
+    // wants); key blocks of 1..40 tokens and one of 700.
+    std::mt19937 layout_rng(9);
+    for (int64_t s = 0; s < length;) {
+      const int64_t n = std::min<int64_t>(length - s, 1 + int64_t(layout_rng() % 150));
+      p.q_blocks.start.push_back(s);
+      p.q_blocks.length.push_back(n);
+      s += n;
+    }
+    p.kv_blocks.start.push_back(0);
+    p.kv_blocks.length.push_back(700);
+    for (int64_t s = 700; s < length;) {
+      const int64_t n = std::min<int64_t>(length - s, 1 + int64_t(rng() % 40));
+      p.kv_blocks.start.push_back(s);
+      p.kv_blocks.length.push_back(n);
+      s += n;
+    }
+    p.indptr.push_back(0);
+    for (int64_t i = 0; i < p.q_blocks.size(); ++i) {
+      if (i % 7 != 3)  // every 7th list empty
+        for (int64_t j = 0; j < p.kv_blocks.size(); ++j)
+          if (rng() % 4 == 0 || (j == 0 && i % 2 == 0)) p.indices.push_back(int32_t(j));
+      p.indptr.push_back(int64_t(p.indices.size()));
+    }
+    patterns.push_back(std::move(p));
+  }
+  Tensor lse, lse_ref;
+  const Tensor got =
+      gathered_block_sparse_attention(in.q, in.k, in.v, 0.2f, patterns, &q_orders, &k_orders, &lse);
+  const Tensor composed = svg2::unpermute_heads(
+      block_sparse_attention(svg2::permute_heads(in.q, q_orders),
+                             svg2::permute_heads(in.k, k_orders),
+                             svg2::permute_heads(in.v, k_orders), 0.2f, patterns, &lse_ref),
+      q_orders);
+  EXPECT_LT(testing::max_abs_diff(got, composed), 2e-6);
+  // Token-level oracle: query token q_orders[h][a] sees key token k_orders[h][c] iff a's block
+  // lists c's block.
+  std::vector<HeadPlan> plans(static_cast<size_t>(heads));
+  for (int64_t h = 0; h < heads; ++h) {
+    const BlockSparsePattern& p = patterns[size_t(h)];
+    HeadPlan& plan = plans[size_t(h)];
+    plan.q_clusters = p.q_blocks.size();
+    plan.k_clusters = p.kv_blocks.size();
+    plan.q_labels.resize(size_t(length));
+    plan.k_labels.resize(size_t(length));
+    for (int64_t i = 0; i < plan.q_clusters; ++i)
+      for (int64_t t = 0; t < p.q_blocks.length[size_t(i)]; ++t)
+        plan.q_labels[size_t(q_orders[size_t(h)][size_t(p.q_blocks.start[size_t(i)] + t)])] =
+            int32_t(i);
+    for (int64_t j = 0; j < plan.k_clusters; ++j)
+      for (int64_t t = 0; t < p.kv_blocks.length[size_t(j)]; ++t)
+        plan.k_labels[size_t(k_orders[size_t(h)][size_t(p.kv_blocks.start[size_t(j)] + t)])] =
+            int32_t(j);
+    plan.selected.assign(size_t(plan.q_clusters * plan.k_clusters), 0);
+    for (int64_t i = 0; i < plan.q_clusters; ++i)
+      for (int64_t e = p.indptr[size_t(i)]; e < p.indptr[size_t(i) + 1]; ++e)
+        plan.selected[size_t(i * plan.k_clusters + p.indices[size_t(e)])] = 1;
+  }
+  EXPECT_LT(testing::max_abs_diff(got, masked_oracle(in, 0.2f, plans)), 2e-6);
+  // LSE: the composed call's, moved back to the original token order.
+  int64_t empty_rows = 0;
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < length; ++i) {
+      const float want = lse_ref.data<float>()[h * length + i];
+      const float have = lse.data<float>()[h * length + q_orders[size_t(h)][size_t(i)]];
+      if (std::isinf(want)) {
+        EXPECT_TRUE(std::isinf(have) && have < 0);
+        ++empty_rows;
+      } else {
+        EXPECT_NEAR(have, want, 1e-5);
+      }
+    }
+  EXPECT_GT(empty_rows, 0);
 }
 
 struct Shape {
