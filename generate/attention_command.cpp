@@ -13,6 +13,7 @@
 #include "attention/backend.h"
 #include "attention/backend_config.h"
 #include "attention/catalogue.h"
+#include "attention/vsa_gate.h"
 #include "core/error.h"
 #include "core/npy.h"
 
@@ -42,8 +43,15 @@ const std::vector<Flag>& flags() {
       {"layer", "L", "transformer block, 0-based [default: 0]"},
       {"num-layers", "N", "transformer blocks [default: layer + 1]"},
       {"cross", nullptr, "the call is cross-attention"},
-      {"gate", "W.npy", "VSA to_gate_compress weight [dim, dim] (bias taken as zero)"},
-      {"proj", "W.npy", "SLA proj_l weight [head_dim, head_dim] (bias taken as zero)"},
+      {"gate", "W.npy",
+       "video_sparse_attn: to_gate_compress weight [heads*head_dim, heads*head_dim] (bias zero);\n"
+       "the gate is computed from it and --attention-input"},
+      {"attention-input", "X.npy",
+       "video_sparse_attn with --gate: the block's attention input [batch, seq, heads*head_dim]\n"
+       "(what to_q/to_k/to_v read); gate = X·Wᵀ per head"},
+      {"proj", "W.npy",
+       "sla_attn / sage_sla_attn: proj_l weight [head_dim, head_dim] (bias zero) of the\n"
+       "linear branch"},
       {"scale", "S", "score scale [default: 1/sqrt(head_dim)]"},
       {"repeat", "N", "runs to time; the median is printed [default: 1]"},
       {"threads", "N", "OpenMP threads [default: all]"},
@@ -142,13 +150,17 @@ std::string attention_help() {
       "Usage: mmgen attention --backend NAME --q Q.npy --k K.npy --v V.npy --out OUT.npy "
       "[options]\n\n"
       "Runs one DiT attention backend on float32 [batch, seq, heads, head_dim] inputs, prints the\n"
-      "time it took and the fraction of key blocks it visited, and writes the output.\n\n"
+      "time it took and the fraction of key blocks it visited (sparse_video_gen_2_attn: of token\n"
+      "pairs, its clusters differing in size), and writes the output.\n\n"
       "Options:\n";
   for (const auto& flag : flags()) {
     std::string line = "  --" + std::string(flag.name);
     if (flag.value) line += " " + std::string(flag.value);
     if (line.size() < 36) line.resize(36, ' ');
-    text += line + " " + flag.help + "\n";
+    std::string help = flag.help;  // continuation lines line up under the first
+    for (size_t at = help.find('\n'); at != std::string::npos; at = help.find('\n', at + 1))
+      help.insert(at + 1, std::string(37, ' '));
+    text += line + " " + help + "\n";
   }
   return text;
 }
@@ -178,10 +190,31 @@ int run_attention(const std::vector<std::string>& arguments) {
         shape_string(q.shape()), shape_string(k.shape()), shape_string(v.shape()));
 
   attention::LayerWeights weights;
-  if (values.count("gate"))
-    add_weight(weights, "to_gate_compress", read_float_tensor(values, "gate"), "gate");
-  if (values.count("proj"))
+  // --gate: VSA's gate is to_gate_compress applied to the block's attention input, not to q/k/v
+  // (attention/vsa_gate.h), so the command computes it from the weight and --attention-input
+  // exactly as the Wan transformer does and passes the computed gate.
+  check(!values.count("attention-input") || values.count("gate"),
+        "attention: --attention-input is only used with --gate");
+  if (values.count("gate")) {
+    check(backend == "video_sparse_attn", "attention: --gate is for video_sparse_attn, not {}",
+          backend);
+    check(values.count("attention-input"),
+          "attention: --gate needs --attention-input X.npy [batch, seq, heads*head_dim], the "
+          "input the gate projection reads");
+    attention::LayerWeights gate_weights;
+    add_weight(gate_weights, "to_gate_compress", read_float_tensor(values, "gate"), "gate");
+    const Tensor input = read_float_tensor(values, "attention-input");
+    check(input.dim() == 3 && input.size(0) == q.size(0) && input.size(1) == q.size(1) &&
+              input.size(2) == q.size(2) * q.size(3),
+          "attention: --attention-input is {}, expected [{}, {}, {}]", shape_string(input.shape()),
+          q.size(0), q.size(1), q.size(2) * q.size(3));
+    weights[attention::kVsaGateKey] = attention::vsa_gate(gate_weights, input, q.size(2));
+  }
+  if (values.count("proj")) {
+    check(backend == "sla_attn" || backend == "sage_sla_attn",
+          "attention: --proj is for sla_attn and sage_sla_attn, not {}", backend);
     add_weight(weights, "proj_l", read_float_tensor(values, "proj"), "proj");
+  }
   attention::LayerState state;
 
   attention::AttentionContext context;
