@@ -18,7 +18,7 @@ target_include_directories(mmgen_cuda PUBLIC ${CMAKE_SOURCE_DIR})
 target_compile_options(mmgen_cuda PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:${MMGEN_CUDA_GENCODE} -Xptxas=-warn-spills --expt-relaxed-constexpr>)
 target_compile_definitions(mmgen_cuda PUBLIC MMGEN_HAVE_CUDA=1)
-target_link_libraries(mmgen_cuda PUBLIC CUDA::cudart CUDA::cublasLt spdlog::spdlog)
+target_link_libraries(mmgen_cuda PUBLIC CUDA::cudart CUDA::cuda_driver CUDA::cublasLt spdlog::spdlog)
 
 enable_testing()
 add_subdirectory(${CMAKE_SOURCE_DIR}/tests/cuda ${CMAKE_BINARY_DIR}/tests/cuda)

@@ -1,19 +1,24 @@
-// The Hopper (sm_90a) version of the attention kernel: the same contract and blocking as the
-// portable one (flash_attention.cu: 128 query rows per CTA, key blocks of 64, dense or a block
-// list), with both products on the warpgroup MMA:
-// - two warpgroups, 64 query rows each; S = Q·Kᵀ reads Q and K straight from shared memory
-//   (m64n128k16, both K-major), O += P·V takes P from registers (the softmax output, converted to
-//   bf16 in place) and V from shared memory read transposed (m64nDk16);
-// - every tile is stored in the 128-byte swizzle wgmma expects (rows of 64 elements, 8-row groups
-//   of 1024 bytes, chunks XOR-ed by row mod 8), D/64 column halves one after the other;
-// - key tiles are two list entries (128 keys); K and V stream through two-slot cp.async rings;
-// - while the tensor cores run O += P·V for one tile, the threads compute the next tile's softmax
+// The Hopper (sm_90a) version of the attention kernel: the same contract as the portable one
+// (flash_attention.cu: 128 query rows per CTA, key blocks of 64 tokens, dense or a block list),
+// organised the way Hopper wants it (the FlashAttention-3 design):
+// - warp specialisation: one producer warp streams Q, K and V tiles with the tensor-copy engine
+//   (TMA) into shared memory, signalling full/empty barriers; two consumer warpgroups (64 query
+//   rows each) only compute, with the producer's registers handed to them (setmaxnreg);
+// - both products on the warpgroup MMA: S = Q·Kᵀ with Q and K from shared memory (m64n128k16,
+//   K-major), O += P·V with P from registers (the softmax output converted to bf16 in place) and
+//   V from shared memory read transposed (m64nDk16);
+// - tiles sit in the 128-byte swizzle both TMA and wgmma use (rows of 64 elements, 8-row groups
+//   of 1024 bytes), D/64 column halves one after the other; a key tile is two list entries
+//   (128 keys), two slots each for K and V;
+// - while the tensor cores run O += P·V for one tile, the consumer computes the next tile's softmax
 //   (its Q·Kᵀ was issued just before), so the exponentials hide behind the matrix work.
+#include <cuda.h>
 #include <cuda_bf16.h>
 
 #include <cmath>
 #include <cstdint>
 
+#include "attention/cuda/async_copy.cuh"
 #include "attention/cuda/device_helpers.cuh"
 #include "attention/cuda/flash_kernels.h"
 #include "attention/cuda/wgmma.cuh"
@@ -25,36 +30,23 @@ namespace {
 using bf16 = __nv_bfloat16;
 using namespace device;
 
-constexpr int kThreads = 256;  // two warpgroups
+constexpr int kThreads = 384;  // warpgroup 0: producer; 1 and 2: consumers
+constexpr int kConsumerWarps = 8;
 // A key tile is two list entries (2 x kFlashBlockN = 128 keys): one wgmma m64n128 per step.
 constexpr int kTileKeys = 2 * kFlashBlockN;
 constexpr int kTileRegs = kTileKeys / 2;  // m64n128 fp32 accumulators per thread
+constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;
 
-// Element offset of (row, 16-byte chunk) in a [Rows, D] tile stored as D/64 swizzled halves.
-template <int Rows>
-__device__ __forceinline__ int swizzled128(int row, int chunk) {
-  return (chunk >> 3) * Rows * 64 + row * 64 + (((chunk & 7) ^ (row & 7)) << 3);
-}
+// Barriers in shared memory, after the tiles.
+struct Barriers {
+  uint64_t q_full, k_full[2], v_full[2], k_empty[2], v_empty[2];
+};
 
-// Copies `Rows` rows starting at `first_row` into rows [tile_row, tile_row + Rows) of a swizzled
-// [TileRows, D] tile; rows at or past `valid_rows` (or all, when `present` is false) become zeros.
-template <int D, int TileRows, int Rows>
-__device__ __forceinline__ void load_rows_async(bf16* tile, int tile_row, const bf16* head_base,
-                                                int64_t token_stride, int64_t first_row,
-                                                int64_t valid_rows, bool present, int thread) {
-  constexpr int kChunks = D / 8;
-  static_assert(Rows * kChunks % kThreads == 0);
-#pragma unroll
-  for (int i = 0; i < Rows * kChunks / kThreads; ++i) {
-    const int index = i * kThreads + thread;
-    const int row = index / kChunks, chunk = index % kChunks;
-    const bool valid = present && first_row + row < valid_rows;
-    const bf16* source =
-        valid ? head_base + (first_row + row) * token_stride + chunk * 8 : head_base;
-    copy_16_async(shared_address(tile + swizzled128<TileRows>(tile_row + row, chunk)), source,
-                  valid);
-  }
-}
+// Per-thread online-softmax state for its two rows (lane/4 and lane/4 + 8 of its warp's 16).
+struct SoftmaxRows {
+  float max[2] = {-INFINITY, -INFINITY};  // scaled, log2 domain
+  float sum[2] = {0.0f, 0.0f};            // this thread's share; reduced over the quad at the end
+};
 
 template <int D>
 struct OutputProduct;
@@ -69,12 +61,6 @@ struct OutputProduct<128> {
   static __device__ __forceinline__ void run(float (&o)[64], const uint32_t (&a)[4], uint64_t b) {
     wgmma_m64n128k16_rs_bt(o, a, b);
   }
-};
-
-// Per-thread online-softmax state for its two rows (lane/4 and lane/4 + 8 of its warp's 16).
-struct SoftmaxRows {
-  float max[2] = {-INFINITY, -INFINITY};  // scaled, log2 domain
-  float sum[2] = {0.0f, 0.0f};            // this thread's share; reduced over the quad at the end
 };
 
 // Turns raw scores into unnormalised probabilities in place, masking keys that are not there;
@@ -134,26 +120,23 @@ __device__ __forceinline__ void pack_probabilities(const float (&p)[kTileRegs],
 
 template <int D, bool kSparse>
 __global__ void __launch_bounds__(kThreads, 1)
-    flash_forward_hopper_kernel(const FlashAttentionArgs args) {
+    flash_forward_hopper_kernel(const FlashAttentionArgs args,
+                                const __grid_constant__ CUtensorMap q_map,
+                                const __grid_constant__ CUtensorMap k_map,
+                                const __grid_constant__ CUtensorMap v_map) {
   extern __shared__ unsigned char shared_raw[];
-  // wgmma's swizzle is on absolute shared addresses: tiles start on 1024-byte boundaries.
+  // TMA's and wgmma's swizzle is on absolute shared addresses: tiles start on 1024-byte boundaries.
   const uint32_t raw_address = shared_address(shared_raw);
-  bf16* shared_q =
-      reinterpret_cast<bf16*>(shared_raw + (((raw_address + 1023) & ~1023u) - raw_address));
+  unsigned char* shared_aligned = shared_raw + (((raw_address + 1023) & ~1023u) - raw_address);
+  bf16* shared_q = reinterpret_cast<bf16*>(shared_aligned);
   bf16* shared_k = shared_q + kFlashBlockM * D;   // two [128, D] key tiles
   bf16* shared_v = shared_k + 2 * kTileKeys * D;  // two [128, D] value tiles
+  Barriers* barriers = reinterpret_cast<Barriers*>(shared_v + 2 * kTileKeys * D);
+  auto address_of = [](uint64_t& barrier) { return shared_address(&barrier); };
 
   const int query_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
   const int thread = threadIdx.x, warpgroup = thread / 128;
   const int warp_in_group = (thread % 128) / 32, lane = thread % 32;
-  const bf16* q =
-      static_cast<const bf16*>(args.q) + batch * args.q_strides.batch + head * args.q_strides.head;
-  const bf16* k =
-      static_cast<const bf16*>(args.k) + batch * args.k_strides.batch + head * args.k_strides.head;
-  const bf16* v =
-      static_cast<const bf16*>(args.v) + batch * args.v_strides.batch + head * args.v_strides.head;
-  bf16* out =
-      static_cast<bf16*>(args.out) + batch * args.out_strides.batch + head * args.out_strides.head;
   const int64_t first_query = int64_t(query_block) * kFlashBlockM;
 
   int list_begin = 0, list_size = 0;
@@ -169,28 +152,67 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto first_key_of = [&](int e) {
     return int64_t(kSparse ? args.block_indices[list_begin + e] : e) * kFlashBlockN;
   };
-  auto load_tile = [&](bf16* base, const bf16* source, int64_t token_stride, int t) {
-    bf16* tile = base + (t & 1) * kTileKeys * D;
-    const bool has_b = 2 * t + 1 < list_size;
-    load_rows_async<D, kTileKeys, kFlashBlockN>(tile, 0, source, token_stride, first_key_of(2 * t),
-                                                args.seq_k, true, thread);
-    load_rows_async<D, kTileKeys, kFlashBlockN>(tile, kFlashBlockN, source, token_stride,
-                                                has_b ? first_key_of(2 * t + 1) : 0, args.seq_k,
-                                                has_b, thread);
-  };
-  auto load_keys = [&](int t) { load_tile(shared_k, k, args.k_strides.token, t); };
-  auto load_values = [&](int t) { load_tile(shared_v, v, args.v_strides.token, t); };
 
+  if (thread == 0) {
+    barrier_init(address_of(barriers->q_full), 1);
+    for (int s = 0; s < 2; ++s) {
+      barrier_init(address_of(barriers->k_full[s]), 1);
+      barrier_init(address_of(barriers->v_full[s]), 1);
+      barrier_init(address_of(barriers->k_empty[s]), kConsumerWarps);
+      barrier_init(address_of(barriers->v_empty[s]), kConsumerWarps);
+    }
+    barrier_init_fence();
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {  // producer
+    release_registers<kProducerRegisters>();
+    // No tiles: no copies either (a CTA must not exit with copies into its shared memory pending).
+    if (warp_in_group != 0 || lane != 0 || tiles == 0) return;
+    // A tile's rows 0-63 are entry 2t, rows 64-127 entry 2t + 1; a missing second entry loads the
+    // first again (its scores are masked; the values must only be finite).
+    auto copy_tile = [&](const CUtensorMap* map, bf16* slot, uint64_t& full, int t) {
+      const int64_t key_a = first_key_of(2 * t);
+      const int64_t key_b = 2 * t + 1 < list_size ? first_key_of(2 * t + 1) : key_a;
+      barrier_expect_bytes(address_of(full), kTileKeys * D * sizeof(bf16));
+      for (int half = 0; half < D / 64; ++half) {
+        const uint32_t base = shared_address(slot + half * kTileKeys * 64);
+        tensor_copy_4d(base, map, half * 64, int(key_a), head, batch, address_of(full));
+        tensor_copy_4d(base + kFlashBlockN * 128, map, half * 64, int(key_b), head, batch,
+                       address_of(full));
+      }
+    };
+    barrier_expect_bytes(address_of(barriers->q_full), kFlashBlockM * D * sizeof(bf16));
+    for (int half = 0; half < D / 64; ++half)
+      tensor_copy_4d(shared_address(shared_q + half * kFlashBlockM * 64), &q_map, half * 64,
+                     int(first_query), head, batch, address_of(barriers->q_full));
+    for (int t = 0; t < tiles; ++t) {
+      const int slot = t & 1, round = t >> 1;
+      if (round > 0) barrier_wait(address_of(barriers->k_empty[slot]), (round - 1) & 1);
+      copy_tile(&k_map, shared_k + slot * kTileKeys * D, barriers->k_full[slot], t);
+      if (round > 0) barrier_wait(address_of(barriers->v_empty[slot]), (round - 1) & 1);
+      copy_tile(&v_map, shared_v + slot * kTileKeys * D, barriers->v_full[slot], t);
+    }
+    return;
+  }
+
+  // Consumers: warpgroup 1 takes rows 0-63 of the query block, warpgroup 2 rows 64-127.
+  claim_registers<kConsumerRegisters>();
+  const int consumer = warpgroup - 1;
   constexpr int kORegs = D / 2;  // m64nD fp32 accumulators per thread
   float acc[kORegs];
 #pragma unroll
   for (int i = 0; i < kORegs; ++i) acc[i] = 0.0f;
   SoftmaxRows rows;
   const float scale_log2 = args.scale * 1.4426950408889634f;
-  const uint32_t q_address = shared_address(shared_q) + warpgroup * 64 * 128;
-
+  const uint32_t q_address = shared_address(shared_q) + consumer * 64 * 128;
   float scores[kTileRegs];
   uint32_t p_fragments[kTileKeys / 16][4];
+
+  auto release = [&](uint64_t& empty) {  // this warp is done reading a slot
+    __syncwarp();
+    if (lane == 0) barrier_arrive(address_of(empty));
+  };
   auto issue_scores = [&](int t) {  // scores = Q·K_tᵀ, asynchronously
     const uint32_t k_address = shared_address(shared_k + (t & 1) * kTileKeys * D);
 #pragma unroll
@@ -200,6 +222,16 @@ __global__ void __launch_bounds__(kThreads, 1)
           scores, swizzle128_descriptor(q_address + half * kFlashBlockM * 128 + step, 16, 1024),
           swizzle128_descriptor(k_address + half * kTileKeys * 128 + step, 16, 1024), kk > 0);
     }
+  };
+  // O += P_t·V_t, asynchronously; V [keys, D] is N-major for this product (transposed read):
+  // 64-column halves are 128 * 128 bytes apart, 8-key groups 1024 bytes apart.
+  auto issue_output = [&](int t) {
+    const uint32_t v_address = shared_address(shared_v + (t & 1) * kTileKeys * D);
+#pragma unroll
+    for (int ks = 0; ks < kTileKeys / 16; ++ks)
+      OutputProduct<D>::run(
+          acc, p_fragments[ks],
+          swizzle128_descriptor(v_address + ks * 16 * 128, kTileKeys * 128, 1024));
   };
   auto softmax = [&](int t, float(&correction)[2]) {
     const int64_t first_key_a = first_key_of(2 * t);
@@ -211,64 +243,42 @@ __global__ void __launch_bounds__(kThreads, 1)
                  correction);
   };
 
-  // Prologue: Q, key tiles 0 and 1, value tile 0; then tile 0's scores and probabilities.
-  load_rows_async<D, kFlashBlockM, kFlashBlockM>(shared_q, 0, q, args.q_strides.token, first_query,
-                                                 args.seq_q, true, thread);
-  if (tiles > 0) load_keys(0), load_values(0);
-  if (tiles > 1) load_keys(1);
-  commit_copies();
   if (tiles > 0) {
-    wait_copies_until<0>();
-    fence_shared_for_async_proxy();
-    __syncthreads();
+    barrier_wait(address_of(barriers->q_full), 0);
+    barrier_wait(address_of(barriers->k_full[0]), 0);
     pin_registers(scores);
     wgmma_fence();
     issue_scores(0);
     wgmma_commit();
     wgmma_wait_all();
     pin_registers(scores);
+    release(barriers->k_empty[0]);
     float correction[2];
     softmax(0, correction);  // the output is still zero: nothing to rescale
     pack_probabilities(scores, p_fragments);
   }
-
-  // O += P_t·V_t, asynchronously; V [keys, D] is N-major for this product (transposed read):
-  // 64-column halves are 128 * 128 bytes apart, 8-key groups 1024 bytes apart.
-  auto issue_output = [&](int t) {
-    const uint32_t v_address = shared_address(shared_v + (t & 1) * kTileKeys * D);
-#pragma unroll
-    for (int ks = 0; ks < kTileKeys / 16; ++ks)
-      OutputProduct<D>::run(
-          acc, p_fragments[ks],
-          swizzle128_descriptor(v_address + ks * 16 * 128, kTileKeys * 128, 1024));
-  };
-  auto next_tiles_landed = [&](int t) {
-    wait_copies_until<0>();  // key tile t + 1 and value tile t have landed
-    fence_shared_for_async_proxy();
-    __syncthreads();                      // ...for every thread; every warp is done with tile t - 1
-    if (t + 2 < tiles) load_keys(t + 2);  // into key tile t's slot (its scores are done)
-    if (t + 1 < tiles) load_values(t + 1);  // into value tile t - 1's slot
-    commit_copies();
-  };
-
   // Tile t: while the tensor cores run O += P_t·V_t, the threads turn tile t + 1's scores into
   // probabilities; the output is rescaled once that product is done. (The last tile is peeled
   // off so the loop body has no branch around its wgmma: ptxas then keeps them asynchronous.)
   for (int t = 0; t + 1 < tiles; ++t) {
-    next_tiles_landed(t);
+    const int next = t + 1;
+    barrier_wait(address_of(barriers->k_full[next & 1]), (next >> 1) & 1);
+    barrier_wait(address_of(barriers->v_full[t & 1]), (t >> 1) & 1);
     pin_registers(scores);
     pin_registers(acc);
     wgmma_fence();
-    issue_scores(t + 1);
+    issue_scores(next);
     wgmma_commit();
     issue_output(t);
     wgmma_commit();
     asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // scores of t + 1 done
     pin_registers(scores);
+    release(barriers->k_empty[next & 1]);
     float correction[2];
-    softmax(t + 1, correction);
+    softmax(next, correction);
     wgmma_wait_all();  // O += P_t·V_t done: P_t's registers and O are free again
     pin_registers(acc);
+    release(barriers->v_empty[t & 1]);
 #pragma unroll
     for (int i = 0; i < D / 8; ++i) {
       acc[4 * i + 0] *= correction[0];
@@ -279,24 +289,26 @@ __global__ void __launch_bounds__(kThreads, 1)
     pack_probabilities(scores, p_fragments);
   }
   if (tiles > 0) {
-    next_tiles_landed(tiles - 1);
+    const int last = tiles - 1;
+    barrier_wait(address_of(barriers->v_full[last & 1]), (last >> 1) & 1);
     pin_registers(acc);
     wgmma_fence();
-    issue_output(tiles - 1);
+    issue_output(last);
     wgmma_commit();
     wgmma_wait_all();
     pin_registers(acc);
   }
-  wait_copies_until<0>();
 
   // acc[4i + c]: row lane/4 (+8 for c >= 2) of this warp's 16, column 8i + 2(lane%4) + (c&1).
+  bf16* out =
+      static_cast<bf16*>(args.out) + batch * args.out_strides.batch + head * args.out_strides.head;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     float sum = rows.sum[half];
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
     const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
-    const int64_t row = first_query + warpgroup * 64 + warp_in_group * 16 + (lane >> 2) + half * 8;
+    const int64_t row = first_query + consumer * 64 + warp_in_group * 16 + (lane >> 2) + half * 8;
     if (row >= args.seq_q) continue;
     bf16* out_row = out + row * args.out_strides.token;
 #pragma unroll
@@ -309,11 +321,32 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
+// A 4-D tensor map over [batch, seq, heads, D] bf16 (D innermost) whose box is 64 elements of D
+// (128 bytes, the swizzle width) by `rows` tokens.
+CUtensorMap make_tensor_map(const void* base, const AttentionStrides& strides, int64_t batch,
+                            int64_t seq, int64_t heads, int64_t head_dim, int rows) {
+  CUtensorMap map;
+  const cuuint64_t sizes[4] = {cuuint64_t(head_dim), cuuint64_t(seq), cuuint64_t(heads),
+                               cuuint64_t(batch)};
+  const cuuint64_t byte_strides[3] = {cuuint64_t(strides.token) * 2, cuuint64_t(strides.head) * 2,
+                                      cuuint64_t(strides.batch) * 2};
+  const cuuint32_t box[4] = {64, cuuint32_t(rows), 1, 1};
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  check_driver(
+      cuTensorMapEncodeTiled(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(base),
+                             sizes, byte_strides, box, element_strides,
+                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+      "cuTensorMapEncodeTiled", __FILE__, __LINE__);
+  return map;
+}
+
 }  // namespace
 
 template <int D, bool kSparse>
 void launch_flash_attention_hopper(const FlashAttentionArgs& args, cudaStream_t stream) {
-  constexpr int kSharedBytes = (kFlashBlockM + 4 * kTileKeys) * D * int(sizeof(bf16)) + 1024;
+  constexpr int kSharedBytes =
+      (kFlashBlockM + 4 * kTileKeys) * D * int(sizeof(bf16)) + int(sizeof(Barriers)) + 1024;
   auto kernel = flash_forward_hopper_kernel<D, kSparse>;
   static const bool configured = [&] {
     MMGEN_CUDA_CHECK(
@@ -321,9 +354,17 @@ void launch_flash_attention_hopper(const FlashAttentionArgs& args, cudaStream_t 
     return true;
   }();
   (void)configured;
+  // Sequence coordinates are 32-bit in the tensor-copy instruction (flash_attention_forward
+  // checks the lengths); the heads' and batches' offsets are the maps' strides.
+  const CUtensorMap q_map =
+      make_tensor_map(args.q, args.q_strides, args.batch, args.seq_q, args.heads, D, kFlashBlockM);
+  const CUtensorMap k_map =
+      make_tensor_map(args.k, args.k_strides, args.batch, args.seq_k, args.heads, D, kFlashBlockN);
+  const CUtensorMap v_map =
+      make_tensor_map(args.v, args.v_strides, args.batch, args.seq_k, args.heads, D, kFlashBlockN);
   const dim3 grid(unsigned((args.seq_q + kFlashBlockM - 1) / kFlashBlockM), unsigned(args.heads),
                   unsigned(args.batch));
-  kernel<<<grid, kThreads, kSharedBytes, stream>>>(args);
+  kernel<<<grid, kThreads, kSharedBytes, stream>>>(args, q_map, k_map, v_map);
   MMGEN_CUDA_CHECK_LAUNCH();
 }
 

@@ -10,4 +10,10 @@ void throw_cuda_error(cudaError_t status, const char* call, const char* file, in
        call, file, line, cudaGetErrorString(status));
 }
 
+void throw_driver_error(CUresult status, const char* call, const char* file, int line) {
+  const char* description = nullptr;
+  if (cuGetErrorString(status, &description) != CUDA_SUCCESS) description = "unknown error";
+  fail("CUDA driver error in {} ({}:{}): {}", call, file, line, description);
+}
+
 }  // namespace mmgen::cuda

@@ -2,6 +2,7 @@
 // the call, the file and line, and CUDA's own words, so the CLI can print it as one line.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 namespace mmgen::cuda {
@@ -13,6 +14,13 @@ namespace mmgen::cuda {
 
 inline void check_cuda(cudaError_t status, const char* call, const char* file, int line) {
   if (status != cudaSuccess) throw_cuda_error(status, call, file, line);
+}
+
+// The same for driver-API calls (tensor maps for the copy engine).
+[[noreturn]] void throw_driver_error(CUresult status, const char* call, const char* file, int line);
+
+inline void check_driver(CUresult status, const char* call, const char* file, int line) {
+  if (status != CUDA_SUCCESS) throw_driver_error(status, call, file, line);
 }
 
 }  // namespace mmgen::cuda
