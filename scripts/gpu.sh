@@ -13,7 +13,7 @@ if [ ! -f build-cuda/build.ninja ]; then
   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DMMGEN_CUDA=ON \
     -DMMGEN_OPENCV=OFF -DMMGEN_TESTS=OFF -DMMGEN_BENCH=OFF > "$OUT/configure.log"
 fi
-cmake --build build-cuda --target flash_attention_cuda_test flash_attention_cuda_bench 2>&1 |
+cmake --build build-cuda --target flash_attention_cuda_test flash_attention_cuda_bench mmgen_attention 2>&1 |
   tee "$OUT/build.log" | grep -E "error|warning|spill|C7515" || true
 
 # The Hopper kernel must run on the warpgroup MMA: count HGMMA instructions in its SASS.
@@ -27,5 +27,6 @@ echo "== GPU tests"
 echo "== attention benchmark"
 dump="$(mktemp -d)"
 build-cuda/bench/cuda/flash_attention_cuda_bench --dump "$dump" | tee "$OUT/attention_bench.txt"
-python3 bench/cuda/torch_attention_reference.py "$dump" "$OUT" | tee "$OUT/attention_torch.txt"
+python3 bench/cuda/torch_attention_reference.py "$dump" "$OUT" build-cuda/bench/cuda/libmmgen_attention.so |
+  tee "$OUT/attention_torch.txt"
 rm -rf "$dump"

@@ -11,7 +11,8 @@
 //   of 1024 bytes), D/64 column halves one after the other; a key tile is two list entries
 //   (128 keys), two slots each for K and V;
 // - while the tensor cores run O += P·V for one tile, the consumer computes the next tile's softmax
-//   (its Q·Kᵀ was issued just before), so the exponentials hide behind the matrix work.
+//   (its Q·Kᵀ was issued just before), and the two consumers take turns issuing their products,
+//   so the exponentials hide behind the matrix work.
 #include <cuda.h>
 #include <cuda_bf16.h>
 
@@ -41,6 +42,16 @@ constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;
 struct Barriers {
   uint64_t q_full, k_full[2], v_full[2], k_empty[2], v_empty[2];
 };
+
+// Named barriers 1 and 2 (0 is __syncthreads) take turns between the two consumer warpgroups:
+// one issues its matrix products while the other computes its softmax ("ping-pong"), so the tensor
+// cores are never left waiting for both at once.
+__device__ __forceinline__ void wait_for_turn(int consumer) {
+  asm volatile("bar.sync %0, 256;\n" ::"r"(1 + consumer) : "memory");
+}
+__device__ __forceinline__ void pass_turn(int consumer) {
+  asm volatile("bar.arrive %0, 256;\n" ::"r"(1 + (consumer ^ 1)) : "memory");
+}
 
 // Per-thread online-softmax state for its two rows (lane/4 and lane/4 + 8 of its warp's 16).
 struct SoftmaxRows {
@@ -243,18 +254,45 @@ __global__ void __launch_bounds__(kThreads, 1)
                  correction);
   };
 
+  // Turns: consumer 0 issues first. Every issue phase waits for its turn and passes it on, except
+  // consumer 1's last one (nobody waits for it), so no barrier arrival is left pending at exit.
+  // The factor the output owes for the latest tile's new row maxima; applied right before that
+  // tile's P·V is issued, while the tensor cores already run the next Q·Kᵀ.
+  float owed[2] = {1.0f, 1.0f};
+  auto settle = [&] {
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      acc[4 * i + 0] *= owed[0];
+      acc[4 * i + 1] *= owed[0];
+      acc[4 * i + 2] *= owed[1];
+      acc[4 * i + 3] *= owed[1];
+    }
+  };
+  int phases_left = tiles + 1;  // tile 0's scores, tiles - 1 overlapped steps, the last output
+  // (Measured on an H100: turns help D = 64, whose tiles carry half the matrix work, and cost
+  // D = 128 a few percent, so they are used for D = 64 only.)
+  constexpr bool kTurns = D == 64;
+  auto begin_issue = [&] {
+    if (kTurns) wait_for_turn(consumer);
+  };
+  auto end_issue = [&] {
+    if (kTurns && (--phases_left > 0 || consumer == 0)) pass_turn(consumer);
+  };
+  if (kTurns && tiles > 0 && consumer == 1) pass_turn(consumer);
+
   if (tiles > 0) {
     barrier_wait(address_of(barriers->q_full), 0);
     barrier_wait(address_of(barriers->k_full[0]), 0);
     pin_registers(scores);
+    begin_issue();
     wgmma_fence();
     issue_scores(0);
     wgmma_commit();
+    end_issue();
     wgmma_wait_all();
     pin_registers(scores);
     release(barriers->k_empty[0]);
-    float correction[2];
-    softmax(0, correction);  // the output is still zero: nothing to rescale
+    softmax(0, owed);  // the output is still zero: what it owes is moot
     pack_probabilities(scores, p_fragments);
   }
   // Tile t: while the tensor cores run O += P_t·V_t, the threads turn tile t + 1's scores into
@@ -266,35 +304,35 @@ __global__ void __launch_bounds__(kThreads, 1)
     barrier_wait(address_of(barriers->v_full[t & 1]), (t >> 1) & 1);
     pin_registers(scores);
     pin_registers(acc);
+    begin_issue();
     wgmma_fence();
     issue_scores(next);
     wgmma_commit();
+    settle();
+    pin_registers(acc);
+    wgmma_fence();  // orders the rescaled accumulators before the product that adds to them
     issue_output(t);
     wgmma_commit();
+    end_issue();
     asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // scores of t + 1 done
     pin_registers(scores);
     release(barriers->k_empty[next & 1]);
-    float correction[2];
-    softmax(next, correction);
+    softmax(next, owed);
     wgmma_wait_all();  // O += P_t·V_t done: P_t's registers and O are free again
     pin_registers(acc);
     release(barriers->v_empty[t & 1]);
-#pragma unroll
-    for (int i = 0; i < D / 8; ++i) {
-      acc[4 * i + 0] *= correction[0];
-      acc[4 * i + 1] *= correction[0];
-      acc[4 * i + 2] *= correction[1];
-      acc[4 * i + 3] *= correction[1];
-    }
     pack_probabilities(scores, p_fragments);
   }
   if (tiles > 0) {
     const int last = tiles - 1;
     barrier_wait(address_of(barriers->v_full[last & 1]), (last >> 1) & 1);
+    settle();
     pin_registers(acc);
+    begin_issue();
     wgmma_fence();
     issue_output(last);
     wgmma_commit();
+    end_issue();
     wgmma_wait_all();
     pin_registers(acc);
   }
