@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "generate/options.h"
+#include "generate/prompt_file.h"
 #include "generate/settings.h"
 #include "models/text_encoders/prompt_embedding.h"
 #include "models/text_encoders/qwen3_model.h"
@@ -248,17 +249,11 @@ EncodeOptions parse_encode_arguments(const std::vector<std::string>& arguments) 
 std::vector<std::string> collect_prompts(const EncodeOptions& options) {
   std::vector<std::string> prompts = options.prompts;
   if (options.prompt_file) {
-    check(fs::is_regular_file(*options.prompt_file), "--prompt-file-path {}: no such file",
-          options.prompt_file->string());
-    std::stringstream lines(read_text_file(*options.prompt_file));
-    std::string line;
-    while (std::getline(lines, line)) {
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (line.find_first_not_of(" \t") == std::string::npos) continue;
-      prompts.push_back(line);
-    }
+    const std::vector<std::string> from_file = read_prompt_file(*options.prompt_file);
+    prompts.insert(prompts.end(), from_file.begin(), from_file.end());
   }
-  check(!prompts.empty(), "encode: --prompt-file-path {} holds no prompt (blank lines are skipped)",
+  check(!prompts.empty(),
+        "encode: --prompt-file-path {} holds no prompt (blank and # lines are skipped)",
         options.prompt_file ? options.prompt_file->string() : std::string());
   return prompts;
 }
@@ -325,7 +320,8 @@ std::string encode_help() {
          "  --component NAME                    the text encoder component [default: "
          "text_encoder]\n"
          "  --prompt TEXT                       a prompt; repeat for several\n"
-         "  --prompt-file-path FILE             more prompts, one per non-blank line\n"
+         "  --prompt-file-path FILE             more prompts, one per line (blank lines and lines\n"
+         "                                      starting with # are skipped)\n"
          "  --max-sequence-length N             token budget [default: the pipeline's, 512]\n"
          "  --page-size N                       tokens per KV page (paged attention) [default: "
          "1]\n"

@@ -24,7 +24,7 @@ struct EncodeOptions {
   fs::path model_path;
   std::string component = "text_encoder";
   std::vector<std::string> prompts;     // --prompt, in order
-  std::optional<fs::path> prompt_file;  // --prompt-file-path: one prompt per non-blank line
+  std::optional<fs::path> prompt_file;  // --prompt-file-path: see generate/prompt_file.h
   int64_t page_size = 1;                // tokens per KV page (paged attention)
   std::string attention_backend;        // paged-family backend; empty: automatic
   std::optional<int64_t> max_sequence_length;
@@ -34,7 +34,7 @@ struct EncodeOptions {
 // Parses the arguments after `encode`; `--flag value` or `--flag=value`.
 EncodeOptions parse_encode_arguments(const std::vector<std::string>& arguments);
 
-// The prompts in order: --prompt values, then the file's non-blank lines.
+// The prompts in order: --prompt values, then the file's prompts (read_prompt_file).
 std::vector<std::string> collect_prompts(const EncodeOptions& options);
 
 struct EncodeResult {

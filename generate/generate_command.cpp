@@ -1,12 +1,16 @@
 #include "generate/generate_command.h"
 
+#include <fmt/format.h>
 #include <omp.h>
 #include <spdlog/spdlog.h>
 
+#include <cstdio>
 #include <iostream>
+#include <new>
 
 #include "core/error.h"
 #include "generate/options.h"
+#include "generate/prompt_file.h"
 #include "generate/settings.h"
 #include "pipeline/output.h"
 #include "pipeline/progress.h"
@@ -25,11 +29,11 @@ ResolvedGenerate resolve_generate(const std::vector<std::string>& arguments) {
   const SettingsLayer upper = merge_layers({config_file, command_line});
   check(upper.contains("model-path"),
         "generate: no model; pass --model-path DIR (a folder with model_index.json)");
-  // Batch generation from a prompt file is not built yet; say so rather than run an empty prompt.
-  check(!upper.contains("prompt-file-path"),
-        "--prompt-file-path: batch generation is not available in this version of generate; pass "
-        "--prompt TEXT (mmgen encode --prompt-file-path FILE encodes a file of prompts)");
-  check(upper.contains("prompt"), "generate: no prompt; pass --prompt TEXT");
+  const bool batch = upper.contains("prompt-file-path");
+  check(!batch || !upper.contains("prompt"),
+        "generate: both --prompt and --prompt-file-path are given; pass one of them");
+  check(batch || upper.contains("prompt"),
+        "generate: no prompt; pass --prompt TEXT or --prompt-file-path FILE");
 
   std::map<std::string, fs::path> component_paths;
   if (upper.contains("component-paths"))
@@ -37,6 +41,14 @@ ResolvedGenerate resolve_generate(const std::vector<std::string>& arguments) {
       component_paths[it.key()] = it->get<std::string>();
 
   ResolvedGenerate resolved;
+  if (batch) {
+    const std::string file = upper["prompt-file-path"].get<std::string>();
+    resolved.batch_prompts = read_prompt_file(file);
+    check(!resolved.batch_prompts.empty(),
+          "--prompt-file-path {}: the file holds no prompt (blank lines and lines starting with # "
+          "are skipped); put one prompt per line",
+          file);
+  }
   resolved.index = load_model_index(upper["model-path"].get<std::string>(), component_paths);
   resolved.spec =
       &find_pipeline(resolved.index.class_name, resolved.index.root / "model_index.json");
@@ -64,24 +76,40 @@ json dry_run_json(const ResolvedGenerate& resolved) {
     component.update(resolved.attention.component_json(name));
     components[name] = component;
   }
-  return {{"pipeline", resolved.index.class_name},
-          {"model_path", resolved.index.root.string()},
-          {"request", resolved.request.settings},
-          {"latent_shape", resolved.latent_shape},
-          {"components", components},
-          {"attention_backend_config", resolved.attention.config_json()}};
+  json out = {{"pipeline", resolved.index.class_name},
+              {"model_path", resolved.index.root.string()},
+              {"request", resolved.request.settings},
+              {"latent_shape", resolved.latent_shape},
+              {"components", components},
+              {"attention_backend_config", resolved.attention.config_json()}};
+  if (!resolved.batch_prompts.empty()) out["prompts"] = resolved.batch_prompts;
+  return out;
 }
 
-namespace {
+Request batch_request(const ResolvedGenerate& resolved, size_t index) {
+  Request request = resolved.request;
+  request.prompt = resolved.batch_prompts.at(index);
+  request.settings["prompt"] = request.prompt;
+  return request;
+}
 
-// What a finished output records about how it was made.
-json output_settings(const ResolvedGenerate& resolved) {
-  json settings = resolved.request.settings;
+json output_settings(const ResolvedGenerate& resolved, const Request& request) {
+  json settings = request.settings;
   settings.erase("dry_run");
   settings["pipeline"] = resolved.index.class_name;
   settings["generator"] = "mmgen 0.1.0";
+  json backends = json::object();
+  for (const auto& [name, entry] : resolved.index.components) {
+    const json fields = resolved.attention.component_json(name);
+    if (fields["attention_backend"].is_null()) continue;  // no attention layers
+    backends[name] = {{"backend", fields["attention_backend"]},
+                      {"source", fields["attention_backend_source"]}};
+  }
+  settings["attention_backends"] = backends;
   return settings;
 }
+
+namespace {
 
 void apply_runtime_settings(const Request& request) {
   spdlog::set_level(spdlog::level::from_str(request.log_level));
@@ -90,22 +118,67 @@ void apply_runtime_settings(const Request& request) {
         "--device cuda: this build has no CUDA support; use --device cpu");
 }
 
+// Runs one request on the loaded pipeline and writes its output to `path`.
+void generate_one(const PipelineRunner& run, const ResolvedGenerate& resolved,
+                  const Request& request, const fs::path& path) {
+  const Tensor frames = run(request);
+  Progress write("write", 1);
+  for (const auto& written : write_frames(frames, request.output_format, path,
+                                          output_settings(resolved, request), request.fps))
+    spdlog::info("wrote {}", written.string());
+  write.finish();
+}
+
+// The prompt as a failure line quotes it: at most 60 characters.
+std::string short_prompt(const std::string& prompt) {
+  return prompt.size() <= 60 ? prompt : prompt.substr(0, 57) + "...";
+}
+
+// Every prompt of the file through the pipeline loaded once; a failure is reported on one line
+// and the batch goes on. Returns the number of failed prompts.
+size_t generate_batch(const PipelineRunner& run, const ResolvedGenerate& resolved) {
+  const size_t count = resolved.batch_prompts.size();
+  size_t failed = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const Request request = batch_request(resolved, i);
+    spdlog::info("prompt {} of {}: {}", i + 1, count, request.prompt);
+    std::string problem;
+    try {
+      generate_one(run, resolved, request, output_file_path(request, i));
+    } catch (const Error& e) {
+      problem = e.what();
+    } catch (const std::bad_alloc&) {
+      problem = "out of memory; try a smaller --height/--width/--num-frames";
+    } catch (const std::exception& e) {
+      problem = std::string("internal error: ") + e.what() + " (please report it)";
+    }
+    if (problem.empty()) continue;
+    ++failed;
+    std::fprintf(stderr, "mmgen: error: prompt %zu of %zu (\"%s\"): %s\n", i + 1, count,
+                 short_prompt(request.prompt).c_str(), problem.c_str());
+  }
+  std::cout << fmt::format("generate: {} of {} prompt(s) written to {}, {} failed", count - failed,
+                           count, resolved.request.output_path.string(), failed)
+            << std::endl;
+  return failed;
+}
+
 int run_resolved(const ResolvedGenerate& resolved) {
   const Request& request = resolved.request;
   apply_runtime_settings(request);
-  const fs::path path = output_file_path(request);
+  const fs::path path = output_file_path(request);  // checks --output-file-name before any work
   spdlog::info("{} on {}: {}x{}, {} frame(s), {} steps, guidance {}, seed {}",
                resolved.index.class_name, resolved.index.root.string(), request.width,
                request.height, request.num_frames, request.num_inference_steps,
                request.guidance_scale, request.seed);
   attention::log_attention_plan(resolved.attention);
-  const Tensor frames = resolved.spec->generate(request, resolved.index, resolved.attention);
-  Progress write("write", 1);
-  for (const auto& written :
-       write_frames(frames, request.output_format, path, output_settings(resolved), request.fps))
-    spdlog::info("wrote {}", written.string());
-  write.finish();
-  return 0;
+  // The components are loaded once; every prompt of a batch runs on them.
+  const PipelineRunner run = resolved.spec->load(resolved.index, resolved.attention);
+  if (resolved.batch_prompts.empty()) {
+    generate_one(run, resolved, request, path);
+    return 0;
+  }
+  return generate_batch(run, resolved) == 0 ? 0 : 1;
 }
 
 }  // namespace
@@ -121,7 +194,8 @@ int run_generate(const std::vector<std::string>& arguments) {
 
 std::string generate_help() {
   std::string text =
-      "Usage: mmgen generate --model-path DIR --prompt TEXT [options]\n\n"
+      "Usage: mmgen generate --model-path DIR (--prompt TEXT | --prompt-file-path FILE) "
+      "[options]\n\n"
       "Settings come from, highest first: these flags, --config FILE, the pipeline's defaults, "
       "built-in defaults.\n"
       "Per component: --<component>-path DIR replaces a component's folder;\n"

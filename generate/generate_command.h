@@ -1,5 +1,7 @@
 // `mmgen generate`: resolves a request from flags, config file and defaults against a model
-// directory, then prints it (--dry-run) or runs the pipeline.
+// directory, then prints it (--dry-run) or runs the pipeline: on --prompt, or on every prompt of
+// --prompt-file-path with the model loaded once (a prompt that fails is reported on one line and
+// the rest go on; a summary line follows; the exit status is non-zero if any failed).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -20,6 +22,9 @@ struct ResolvedGenerate {
   const PipelineSpec* spec = nullptr;
   Shape latent_shape;
   attention::AttentionPlan attention;  // every component's backends and the backend config
+  // The prompts of --prompt-file-path, in file order (then request.prompt is empty); empty when
+  // the request has one --prompt.
+  std::vector<std::string> batch_prompts;
 };
 
 // Everything that does not need the weights' values, the attention plan included; throws Error on
@@ -27,8 +32,16 @@ struct ResolvedGenerate {
 ResolvedGenerate resolve_generate(const std::vector<std::string>& arguments);
 
 // The --dry-run object: pipeline, model_path, request, latent_shape, components,
-// attention_backend_config.
+// attention_backend_config, and `prompts` (the file's prompts) with --prompt-file-path.
 nlohmann::json dry_run_json(const ResolvedGenerate& resolved);
+
+// The request of prompt `index` of a batch: the resolved request with that prompt.
+Request batch_request(const ResolvedGenerate& resolved, size_t index);
+
+// The settings stored with an output (PNG text chunk, `.json` beside other formats): the merged
+// request plus pipeline, generator and `attention_backends` (component -> {backend, source}, as
+// the dry-run's `components` resolve them).
+nlohmann::json output_settings(const ResolvedGenerate& resolved, const Request& request);
 
 int run_generate(const std::vector<std::string>& arguments);
 

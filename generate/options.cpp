@@ -15,7 +15,9 @@ const std::vector<OptionSpec>& generate_options() {
       {"model-path", T::Path, nullptr, "diffusers model folder (holds model_index.json)"},
       {"prompt", T::String, nullptr, "what to draw"},
       {"negative-prompt", T::String, nullptr, "what to steer away from (used when guidance > 1)"},
-      {"prompt-file-path", T::Path, nullptr, "a file of prompts, one per line"},
+      {"prompt-file-path", T::Path, nullptr,
+       "instead of --prompt: a file of prompts, one per line (blank lines and lines starting "
+       "with # skipped); one output per prompt"},
       {"height", T::Int, 480, "output height in pixels (multiple of 16)"},
       {"width", T::Int, 832, "output width in pixels (multiple of 16)"},
       {"num-frames", T::Int, 1, "frames to generate; video models need (frames - 1) % 4 == 0"},
@@ -28,7 +30,8 @@ const std::vector<OptionSpec>& generate_options() {
       {"seed", T::Int, 1024, "random seed for the initial noise (torch CPU generator compatible)"},
       {"output-path", T::Path, "outputs", "folder for outputs"},
       {"output-file-name", T::String, nullptr,
-       "output file name (an extension is added if missing)"},
+       "output file name (an extension is added if missing); with --prompt-file-path, prompt i's "
+       "file gets _i before the extension (name_0.png, name_1.png, ...)"},
       {"output-format",
        T::Choice,
        nullptr,

@@ -62,23 +62,23 @@ void write_bytes(const fs::path& path, const std::vector<uint8_t>& bytes) {
 
 }  // namespace
 
-fs::path output_file_path(const Request& request) {
+fs::path output_file_path(const Request& request, std::optional<size_t> batch_index) {
   const std::string extension = "." + request.output_format;
-  std::string name;
+  std::string stem;
   if (request.output_file_name) {
-    name = *request.output_file_name;
-    check(!name.empty() && name.find('/') == std::string::npos,
-          "--output-file-name '{}' must be a plain file name; put folders in --output-path", name);
-    if (!name.ends_with(extension)) name += extension;
+    stem = *request.output_file_name;
+    check(!stem.empty() && stem.find('/') == std::string::npos,
+          "--output-file-name '{}' must be a plain file name; put folders in --output-path", stem);
+    if (stem.ends_with(extension)) stem.resize(stem.size() - extension.size());
   } else {
     const std::time_t now = std::time(nullptr);
     char stamp[32];
     std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&now));
     const size_t hash = std::hash<std::string>{}(request.settings.dump());
-    name = fmt::format("{}_{}_{:08x}{}", sanitize(request.prompt, 100), stamp, uint32_t(hash),
-                       extension);
+    stem = fmt::format("{}_{}_{:08x}", sanitize(request.prompt, 100), stamp, uint32_t(hash));
   }
-  return request.output_path / name;
+  if (batch_index) stem += "_" + std::to_string(*batch_index);
+  return request.output_path / (stem + extension);
 }
 
 std::vector<uint8_t> frames_to_u8(const Tensor& frames, bool round) {

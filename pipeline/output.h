@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "core/tensor.h"
@@ -15,8 +16,9 @@ namespace mmgen {
 namespace fs = std::filesystem;
 
 // The output file for a request: `--output-file-name` (extension added when missing) or
-// `{prompt prefix}_{timestamp}_{hash}.{format}`, under `--output-path`.
-fs::path output_file_path(const Request& request);
+// `{prompt prefix}_{timestamp}_{hash}.{format}`, under `--output-path`. `batch_index` i (prompt i
+// of a --prompt-file-path batch) adds `_i` before the extension, so a batch's names are distinct.
+fs::path output_file_path(const Request& request, std::optional<size_t> batch_index = std::nullopt);
 
 // Writes frames [F, H, W, 3] (float32 in [0, 1]) in `format` to `path`, with `settings` embedded
 // (PNG) or beside it (`<path>.json` for mp4 and npy). Returns the files written.

@@ -63,7 +63,7 @@ const std::vector<PipelineSpec>& pipeline_registry() {
        {"transformer_2"},
        validate_wan,
        wan_latent_shape,
-       run_wan_pipeline},
+       load_wan_pipeline},
   };
   return registry;
 }

@@ -13,6 +13,11 @@
 
 namespace mmgen {
 
+// A pipeline whose components are loaded: runs one request at a time (the prompt and anything
+// else may change between calls; the attention plan it was loaded with stays); returns frames
+// [F, H, W, 3] in [0, 1].
+using PipelineRunner = std::function<Tensor(const Request&)>;
+
 struct PipelineSpec {
   std::string class_name;
   std::string defaults_file;  // a file of configs/, embedded in the binary
@@ -22,10 +27,9 @@ struct PipelineSpec {
   std::function<void(const Request&, const ModelIndex&)> validate;
   // The initial latent's shape for a request (reads component configs, never weights).
   std::function<Shape(const Request&, const ModelIndex&)> latent_shape;
-  // Runs the pipeline on one prompt with the attention backends of the plan made for the same
-  // request; returns frames [F, H, W, 3] in [0, 1].
-  std::function<Tensor(const Request&, const ModelIndex&, const attention::AttentionPlan&)>
-      generate;
+  // Loads the components once, with the attention backends of the plan made for the requests
+  // it will run; a batch of prompts shares one load.
+  std::function<PipelineRunner(const ModelIndex&, const attention::AttentionPlan&)> load;
 };
 
 const std::vector<PipelineSpec>& pipeline_registry();

@@ -216,12 +216,21 @@ WanGenerationInput wan_input_from_request(const Request& request, const WanPipel
   return input;
 }
 
+std::function<Tensor(const Request&)> load_wan_pipeline(const ModelIndex& index,
+                                                        const attention::AttentionPlan& plan) {
+  Progress load("load", 1);
+  auto pipeline = std::make_shared<const WanPipeline>(index, plan);
+  load.finish();
+  // generate() is const and builds fresh attention state per run, so runs do not affect each
+  // other: each gives what a single run of its request gives.
+  return [pipeline](const Request& request) {
+    return pipeline->generate(wan_input_from_request(request, *pipeline)).frames;
+  };
+}
+
 Tensor run_wan_pipeline(const Request& request, const ModelIndex& index,
                         const attention::AttentionPlan& plan) {
-  Progress load("load", 1);
-  const WanPipeline pipeline(index, plan);
-  load.finish();
-  return pipeline.generate(wan_input_from_request(request, pipeline)).frames;
+  return load_wan_pipeline(index, plan)(request);
 }
 
 }  // namespace mmgen

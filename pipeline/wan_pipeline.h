@@ -75,8 +75,13 @@ class WanPipeline {
 // A request's generation input (reads --latents when given, checking its shape).
 WanGenerationInput wan_input_from_request(const Request& request, const WanPipeline& pipeline);
 
-// Loads the pipeline from `index` and runs `request` with the attention backends of `plan` (what
-// plan_attention made of the same request); frames [F, H, W, 3] in [0, 1].
+// Loads the pipeline from `index` with the attention backends of `plan` (what plan_attention made
+// of the requests to run) and returns a runner: each call runs one request, frames [F, H, W, 3]
+// in [0, 1]. The components are loaded once and shared by every call.
+std::function<Tensor(const Request&)> load_wan_pipeline(const ModelIndex& index,
+                                                        const attention::AttentionPlan& plan);
+
+// load_wan_pipeline, then one request.
 Tensor run_wan_pipeline(const Request& request, const ModelIndex& index,
                         const attention::AttentionPlan& plan);
 

@@ -1,13 +1,18 @@
-// The mmgen executable end to end: exit codes, one-line errors, and the dry-run JSON.
+// The mmgen executable end to end: exit codes, one-line errors, the dry-run JSON, and batches
+// from a prompt file.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/file.h"
+#include "core/npy.h"
 #include "tests/test_support.h"
 
 namespace mmgen {
 namespace {
 
+namespace fs = std::filesystem;
 using testing::run_command;
 
 std::string mmgen() {
@@ -42,19 +47,28 @@ TEST(Cli, DryRunPrintsTheResolvedRequestAsJson) {
   // This CPU build has the fa kernel, which auto picks for the transformer.
   EXPECT_EQ(out["components"]["transformer"]["attention_backend"], "fa");
   EXPECT_EQ(out["components"]["transformer"]["attention_backend_source"], "auto");
-  // Text encoders take the best paged backend this CPU build has.
-  EXPECT_EQ(out["components"]["text_encoder"]["attention_backend"], "flashinfer");
+  // Text encoders take the best paged backend this CPU build has: the one `mmgen backends` names
+  // (the catalogue's order is pinned in attention_selection_test).
+  const auto backends = run_command(mmgen() + " backends --json");
+  ASSERT_EQ(backends.exit_code, 0) << backends.err;
+  const std::string paged = nlohmann::json::parse(backends.out)["auto"]["paged"];
+  EXPECT_TRUE(paged == "triton" || paged == "flashinfer") << paged;
+  EXPECT_EQ(out["components"]["text_encoder"]["attention_backend"], paged);
   EXPECT_EQ(out["components"]["text_encoder"]["attention_backend_source"], "auto");
   EXPECT_TRUE(out["components"]["tokenizer"]["attention_backend"].is_null());
 }
 
 TEST(Cli, BadInputGetsOneLineAndNonZeroExit) {
+  const fs::path empty_prompts = testing::scratch_dir("cli-empty-prompts") / "prompts.txt";
+  std::ofstream(empty_prompts) << "# nothing here\n\n";
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"generate --model-path /nonexistent --prompt x", "does not exist"},
       {"generate --model-path " + wan_tiny() + " --prompt x --steps 4", "unknown flag --steps"},
       {"generate --model-path " + wan_tiny() + " --prompt x --height 50", "multiples of 16"},
       {"generate --model-path " + wan_tiny() + " --prompt x --seed -3", "negative"},
       {"frobnicate", "unknown command"},
+      {"generate --model-path " + wan_tiny() + " --prompt-file-path " + empty_prompts.string(),
+       "holds no prompt"},
   };
   for (const auto& [arguments, expected] : cases) {
     auto result = run_command(mmgen() + " " + arguments);
@@ -81,6 +95,66 @@ TEST(Cli, DryRunShowsEachComponentsBackendAndWhereItCameFrom) {
                        " --prompt x --component-attention-backends text_encoder=sliding_tile_attn");
   EXPECT_NE(result.exit_code, 0);
   EXPECT_NE(result.err.find("text_encoder"), std::string::npos) << result.err;
+}
+
+// Tiny settings for real runs on wan-tiny: a fraction of a second each.
+std::string tiny_run(const fs::path& out) {
+  return " --model-path " + wan_tiny() +
+         " --height 32 --width 48 --num-frames 5 --num-inference-steps 2 --guidance-scale 5"
+         " --max-sequence-length 16 --seed 3 --output-format npy --log-level error"
+         " --output-path " +
+         out.string();
+}
+
+fs::path write_prompt_file(const fs::path& dir, const std::string& text) {
+  const fs::path path = dir / "prompts.txt";
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(Cli, PromptFileWritesOneOutputPerPromptWithSingleRunNumbers) {
+  const fs::path out = testing::scratch_dir("cli-batch");
+  const std::vector<std::string> prompts = {"a red circle on a blue background",
+                                            "a yellow triangle"};
+  const fs::path file =
+      write_prompt_file(out, "# shapes\n" + prompts[0] + "\n\n" + prompts[1] + "\n");
+  auto batch = run_command(mmgen() + " generate" + tiny_run(out) + " --prompt-file-path " +
+                           file.string() + " --output-file-name batch");
+  ASSERT_EQ(batch.exit_code, 0) << batch.err;
+  EXPECT_NE(batch.out.find("2 of 2 prompt(s) written"), std::string::npos) << batch.out;
+  EXPECT_NE(batch.out.find("0 failed"), std::string::npos) << batch.out;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SCOPED_TRACE(prompts[i]);
+    const std::string single_name = "single_" + std::to_string(i);
+    auto single = run_command(mmgen() + " generate" + tiny_run(out) + " --prompt '" + prompts[i] +
+                              "' --output-file-name " + single_name);
+    ASSERT_EQ(single.exit_code, 0) << single.err;
+    const fs::path batch_npy = out / ("batch_" + std::to_string(i) + ".npy");
+    const Tensor batch_frames = read_npy(batch_npy);
+    EXPECT_EQ(shape_string(batch_frames.shape()), "[5, 32, 48, 3]");
+    EXPECT_EQ(testing::max_abs_diff(batch_frames, read_npy(out / (single_name + ".npy"))), 0.0);
+    const auto settings = nlohmann::json::parse(read_text_file(batch_npy.string() + ".json"));
+    EXPECT_EQ(settings["prompt"], prompts[i]);
+    EXPECT_EQ(settings["attention_backends"]["transformer"]["backend"], "fa");
+  }
+  // The two prompts differ, and so do their videos.
+  EXPECT_GT(testing::max_abs_diff(read_npy(out / "batch_0.npy"), read_npy(out / "batch_1.npy")),
+            1e-3);
+  EXPECT_FALSE(fs::exists(out / "batch_2.npy"));
+}
+
+TEST(Cli, PromptFileReportsAFailedPromptAndGoesOn) {
+  const fs::path out = testing::scratch_dir("cli-batch-fail");
+  const fs::path file = write_prompt_file(out, "a red circle\na blue square\n");
+  fs::create_directory(out / "blocked_0.npy");  // prompt 1's output cannot be written
+  auto result = run_command(mmgen() + " generate" + tiny_run(out) + " --prompt-file-path " +
+                            file.string() + " --output-file-name blocked");
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_EQ(result.err.find("mmgen: error: prompt 1 of 2 (\"a red circle\"): "), 0u) << result.err;
+  EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << result.err;
+  EXPECT_NE(result.out.find("1 of 2 prompt(s) written"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("1 failed"), std::string::npos) << result.out;
+  EXPECT_TRUE(fs::is_regular_file(out / "blocked_1.npy"));
 }
 
 TEST(Cli, BackendsListsTheCatalogue) {

@@ -56,6 +56,21 @@ TEST(Output, NpyIsExact) {
   EXPECT_EQ(testing::max_abs_diff(read_npy(dir / "f.npy"), frames), 0.0);
 }
 
+TEST(Output, BatchIndexMakesFileNamesDistinct) {
+  Request request;
+  request.output_path = "out";
+  request.output_format = "npy";
+  request.output_file_name = "clip";
+  EXPECT_EQ(output_file_path(request), fs::path("out/clip.npy"));
+  EXPECT_EQ(output_file_path(request, 0), fs::path("out/clip_0.npy"));
+  request.output_file_name = "clip.npy";
+  EXPECT_EQ(output_file_path(request, 1), fs::path("out/clip_1.npy"));
+  request.output_file_name.reset();
+  request.prompt = "a fox";
+  EXPECT_TRUE(output_file_path(request, 3).filename().string().ends_with("_3.npy"));
+  EXPECT_TRUE(output_file_path(request, 3).filename().string().starts_with("a_fox_"));
+}
+
 TEST(Output, UnwritableFolderIsAClearError) {
   fs::path dir = testing::scratch_dir("blocked");
   std::ofstream(dir / "file") << "x";

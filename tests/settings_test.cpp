@@ -136,10 +136,58 @@ TEST(Settings, RequestChecks) {
                   {"--model-path", (testing::source_dir() / "examples/models/wan-tiny").string()});
             }).find("no prompt"),
             std::string::npos);
+}
+
+std::vector<std::string> prompt_file_args(const fs::path& file) {
+  return {"--model-path", (testing::source_dir() / "examples/models/wan-tiny").string(),
+          "--prompt-file-path", file.string()};
+}
+
+TEST(Settings, PromptFileGivesOneRequestPerPrompt) {
+  const fs::path file =
+      write_file("prompt-file", "p.txt", "# comment\nfirst prompt\n\n  \n  # indented\nsecond\r\n");
+  const ResolvedGenerate r = resolve_generate(prompt_file_args(file));
+  EXPECT_EQ(r.batch_prompts, (std::vector<std::string>{"first prompt", "second"}));
+  EXPECT_EQ(r.request.prompt, "");
+  const Request second = batch_request(r, 1);
+  EXPECT_EQ(second.prompt, "second");
+  EXPECT_EQ(second.settings["prompt"], "second");
+  EXPECT_EQ(second.settings["prompt_file_path"], file.string());
+  EXPECT_EQ(second.height, r.request.height);
+  EXPECT_EQ(dry_run_json(r)["prompts"], nlohmann::json({"first prompt", "second"}));
+  // A single --prompt has no batch and no `prompts` key.
+  EXPECT_FALSE(dry_run_json(resolve_generate(base_args())).contains("prompts"));
+}
+
+TEST(Settings, BadPromptFilesAreClearErrors) {
+  const fs::path empty = write_file("prompt-file-empty", "p.txt", "# only a comment\n\n");
   EXPECT_NE(testing::error_message([&] {
-              resolve_generate(base_args({"--prompt-file-path", "/tmp/p.txt"}));
-            }).find("batch generation is not available"),
+              resolve_generate(prompt_file_args(empty));
+            }).find("holds no prompt"),
             std::string::npos);
+  EXPECT_NE(testing::error_message([&] {
+              resolve_generate(prompt_file_args("/nonexistent/prompts.txt"));
+            }).find("--prompt-file-path /nonexistent/prompts.txt: no such file"),
+            std::string::npos);
+  const fs::path file = write_file("prompt-file-both", "p.txt", "a fox\n");
+  EXPECT_NE(testing::error_message([&] {
+              resolve_generate(base_args({"--prompt-file-path", file.string()}));
+            }).find("both --prompt and --prompt-file-path"),
+            std::string::npos);
+}
+
+// The settings written with an output name every component's resolved attention backend.
+TEST(Settings, OutputSettingsCarryTheResolvedAttentionBackends) {
+  const ResolvedGenerate r =
+      resolve_generate(base_args({"--component-attention-backends", "text_encoder=torch_native"}));
+  const nlohmann::json settings = output_settings(r, r.request);
+  EXPECT_EQ(settings["attention_backends"]["transformer"],
+            nlohmann::json({{"backend", "fa"}, {"source", "auto"}}));
+  EXPECT_EQ(settings["attention_backends"]["text_encoder"],
+            nlohmann::json({{"backend", "torch_native"}, {"source", "component"}}));
+  EXPECT_FALSE(settings["attention_backends"].contains("tokenizer"));
+  EXPECT_EQ(settings["prompt"], "a fox");
+  EXPECT_FALSE(settings.contains("dry_run"));
 }
 
 TEST(Settings, ComponentPathAndBackendFlags) {

@@ -113,22 +113,32 @@ TEST_F(WanPipelineTest, SeedReproducesDiffusersNoise) {
 
 TEST_F(WanPipelineTest, CommandLineWritesTheSameNumbers) {
   fs::path out = testing::scratch_dir("cli-npy");
-  const auto& p = settings_["pipeline"];
+  WanGenerationInput input = fixture_input();
+  input.seed = settings_["pipeline"]["seed_for_video_seed42"];
   const std::string command =
       testing::mmgen_binary().string() + " generate --model-path " +
-      (fixture() / "model").string() + " --prompt '" + p["prompt"].get<std::string>() +
-      "' --negative-prompt '" + p["negative_prompt"].get<std::string>() +
-      "' --height 32 --width 48 --num-frames 5 --num-inference-steps 4 --guidance-scale 5"
-      " --max-sequence-length 24 --seed 42 --output-format npy --output-file-name video "
-      "--output-path " +
-      out.string();
+      (fixture() / "model").string() + " --prompt '" + input.prompt + "' --negative-prompt '" +
+      input.negative_prompt + "' --height " + std::to_string(input.height) + " --width " +
+      std::to_string(input.width) + " --num-frames " + std::to_string(input.num_frames) +
+      " --num-inference-steps " + std::to_string(input.num_inference_steps) + " --guidance-scale " +
+      std::to_string(input.guidance_scale) + " --max-sequence-length " +
+      std::to_string(input.max_sequence_length) + " --seed " + std::to_string(input.seed) +
+      " --output-format npy --output-file-name video --output-path " + out.string();
   auto result = testing::run_command(command);
   ASSERT_EQ(result.exit_code, 0) << result.err;
   Tensor frames = read_npy(out / "video.npy");
   EXPECT_LT(testing::max_abs_diff(frames, reference_->tensor("pipeline.video_seed42")), 1e-3);
+  // The library call for the same request (same default attention plan) gives the same numbers.
+  const Tensor library = pipeline_->generate(input).frames;
+  EXPECT_EQ(shape_string(frames.shape()), shape_string(library.shape()));
+  EXPECT_LT(testing::max_abs_diff(frames, library), 1e-6);
   auto sidecar = nlohmann::json::parse(read_text_file(out / "video.npy.json"));
-  EXPECT_EQ(sidecar["seed"], 42);
-  EXPECT_EQ(sidecar["prompt"], p["prompt"]);
+  EXPECT_EQ(sidecar["seed"], input.seed);
+  EXPECT_EQ(sidecar["prompt"], input.prompt);
+  // The resolved attention backends travel with the output, as --dry-run shows them.
+  EXPECT_EQ(sidecar["attention_backends"]["transformer"]["backend"],
+            pipeline_->attention_plan().main_backend);
+  EXPECT_EQ(sidecar["attention_backends"]["transformer"]["source"], "auto");
 }
 
 }  // namespace
