@@ -13,7 +13,8 @@ if [ ! -f build-cuda/build.ninja ]; then
   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DMMGEN_CUDA=ON \
     -DMMGEN_OPENCV=OFF -DMMGEN_TESTS=OFF -DMMGEN_BENCH=OFF > "$OUT/configure.log"
 fi
-cmake --build build-cuda --target flash_attention_cuda_test flash_attention_cuda_bench mmgen_attention 2>&1 |
+cmake --build build-cuda --target flash_attention_cuda_test flash_attention_cuda_bench \
+  mmgen_attention wan_transformer_cuda_test wan_transformer_cuda_bench 2>&1 |
   tee "$OUT/build.log" | grep -E "error|warning|spill|C7515" || true
 
 # The Hopper kernel must run on the warpgroup MMA: count HGMMA instructions in its SASS.
@@ -22,7 +23,8 @@ if command -v cuobjdump > /dev/null; then
 fi
 
 echo "== GPU tests"
-(cd build-cuda && ctest -L gpu --output-on-failure) 2>&1 | tee "$OUT/tests.log"
+status=0
+(cd build-cuda && ctest -L gpu --output-on-failure) 2>&1 | tee "$OUT/tests.log" || status=1
 
 echo "== attention benchmark"
 dump="$(mktemp -d)"
@@ -30,3 +32,8 @@ build-cuda/bench/cuda/flash_attention_cuda_bench --dump "$dump" | tee "$OUT/atte
 python3 bench/cuda/torch_attention_reference.py "$dump" "$OUT" build-cuda/bench/cuda/libmmgen_attention.so |
   tee "$OUT/attention_torch.txt"
 rm -rf "$dump"
+
+echo "== Wan transformer benchmark"
+build-cuda/bench/cuda/wan_transformer_cuda_bench --repeats 5 | tee "$OUT/wan_transformer_bench.txt"
+[ "$status" = 0 ] || echo "gpu.sh: GPU TESTS FAILED (see $OUT/tests.log)"
+exit "$status"

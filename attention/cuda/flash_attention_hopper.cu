@@ -14,6 +14,7 @@
 //   (its Q·Kᵀ was issued just before), and the two consumers take turns issuing their products,
 //   so the exponentials hide behind the matrix work.
 #include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -361,6 +362,20 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // A 4-D tensor map over [batch, seq, heads, D] bf16 (D innermost) whose box is 64 elements of D
 // (128 bytes, the swizzle width) by `rows` tokens.
+// cuTensorMapEncodeTiled through the runtime's driver entry point (no link against libcuda).
+PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 function = [] {
+    void* pointer = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    MMGEN_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &pointer, 12000,
+                                                      cudaEnableDefault, &found));
+    check_driver(found == cudaDriverEntryPointSuccess ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND,
+                 "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)", __FILE__, __LINE__);
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(pointer);
+  }();
+  return function;
+}
+
 CUtensorMap make_tensor_map(const void* base, const AttentionStrides& strides, int64_t batch,
                             int64_t seq, int64_t heads, int64_t head_dim, int rows) {
   CUtensorMap map;
@@ -371,10 +386,10 @@ CUtensorMap make_tensor_map(const void* base, const AttentionStrides& strides, i
   const cuuint32_t box[4] = {64, cuuint32_t(rows), 1, 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   check_driver(
-      cuTensorMapEncodeTiled(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(base),
-                             sizes, byte_strides, box, element_strides,
-                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+      encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(base), sizes,
+                     byte_strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
       "cuTensorMapEncodeTiled", __FILE__, __LINE__);
   return map;
 }

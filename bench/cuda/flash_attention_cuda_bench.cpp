@@ -144,8 +144,11 @@ int main(int argc, char** argv) try {
     const double portable_ms = median_ms([&] { flash_attention_forward(portable); }, repeats);
     std::printf("%-34s %4ld %9.3f %9.1f %8.3f\n", "fa dense, portable mma.sync kernel",
                 long(head_dim), portable_ms, dense_flops / portable_ms * 1e-9, 1.0);
-    results.push_back({{"case", "dense_portable"}, {"head_dim", head_dim}, {"ms", portable_ms},
-                       {"tflops", dense_flops / portable_ms * 1e-9}, {"density", 1.0}});
+    results.push_back({{"case", "dense_portable"},
+                       {"head_dim", head_dim},
+                       {"ms", portable_ms},
+                       {"tflops", dense_flops / portable_ms * 1e-9},
+                       {"density", 1.0}});
     const double dense_ms = median_ms([&] { flash_attention_forward(args); }, repeats);
     std::printf("%-34s %4ld %9.3f %9.1f %8.3f %8s\n", "fa dense", long(head_dim), dense_ms,
                 dense_flops / dense_ms * 1e-9, 1.0, "1.0x");

@@ -10,10 +10,14 @@ void throw_cuda_error(cudaError_t status, const char* call, const char* file, in
        call, file, line, cudaGetErrorString(status));
 }
 
+void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line) {
+  fail("cuBLAS error in {} ({}:{}): {}", call, file, line, cublasLtGetStatusString(status));
+}
+
 void throw_driver_error(CUresult status, const char* call, const char* file, int line) {
-  const char* description = nullptr;
-  if (cuGetErrorString(status, &description) != CUDA_SUCCESS) description = "unknown error";
-  fail("CUDA driver error in {} ({}:{}): {}", call, file, line, description);
+  // The driver library is reached only through the runtime's entry points (so the binary starts
+  // on machines without one): its error strings are not linked in; the code is in cuda.h.
+  fail("CUDA driver error {} in {} ({}:{}); see CUresult in cuda.h", int(status), call, file, line);
 }
 
 }  // namespace mmgen::cuda

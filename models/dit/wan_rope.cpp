@@ -79,4 +79,26 @@ void WanRope::apply_(Tensor& x, int64_t grid_t, int64_t grid_h, int64_t grid_w) 
   }
 }
 
+void WanRope::pair_tables(int64_t grid_t, int64_t grid_h, int64_t grid_w, std::vector<float>& cos,
+                          std::vector<float>& sin) const {
+  check(
+      grid_t <= max_seq_len_ && grid_h <= max_seq_len_ && grid_w <= max_seq_len_,
+      "latent grid {}x{}x{} (after patchify) exceeds the transformer's rope_max_seq_len {}: use a "
+      "smaller size",
+      grid_t, grid_h, grid_w, max_seq_len_);
+  const int64_t tokens = grid_t * grid_h * grid_w, half = head_dim_ / 2;
+  cos.resize(size_t(tokens * half));
+  sin.resize(size_t(tokens * half));
+  for (int64_t token = 0; token < tokens; ++token) {
+    const int64_t rows[3] = {token / (grid_h * grid_w), (token / grid_w) % grid_h, token % grid_w};
+    for (int64_t j = 0; j < half; ++j) {  // the same table entries apply_ reads
+      const int64_t even = 2 * j, odd = 2 * j + 1;
+      cos[size_t(token * half + j)] =
+          cos_[size_t(rows[axis_of_channel_[size_t(even)]] * head_dim_ + even)];
+      sin[size_t(token * half + j)] =
+          sin_[size_t(rows[axis_of_channel_[size_t(odd)]] * head_dim_ + odd)];
+    }
+  }
+}
+
 }  // namespace mmgen::dit

@@ -23,6 +23,11 @@ class WanRope {
   // tokens are ordered frame-major, then height, then width.
   void apply_(Tensor& x, int64_t grid_t, int64_t grid_h, int64_t grid_w) const;
 
+  // The rotation apply_ performs, as tables [tokens, head_dim / 2]: pair j of a token's head turns
+  // (x1, x2) into (x1·cos − x2·sin, x1·sin + x2·cos). For kernels that rotate elsewhere (GPU).
+  void pair_tables(int64_t grid_t, int64_t grid_h, int64_t grid_w, std::vector<float>& cos,
+                   std::vector<float>& sin) const;
+
  private:
   int64_t head_dim_ = 0;
   int64_t max_seq_len_ = 0;

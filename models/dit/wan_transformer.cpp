@@ -15,30 +15,14 @@ namespace {
 
 // The condition embedder's outputs for one timestep (shared by the batch) and the text.
 struct Conditioning {
-  std::vector<float> temb;           // [D]: time embedding, used by the output head
-  std::vector<float> timestep_proj;  // [6·D]: block modulation
-  Tensor text;                       // [B, L, D]
+  TimeConditioning time;
+  Tensor text;  // [B, L, D]
 };
 
 Conditioning embed_conditions(const WeightStore& store, const WanTransformerConfig& config,
                               float timestep, const Tensor& text_embeds) {
-  const int64_t dim = config.inner_dim();
   Conditioning result;
-  const std::vector<float> sinusoid = timestep_sinusoid(timestep, config.freq_dim);
-  Tensor t = Tensor::from_vector({1, config.freq_dim}, sinusoid);
-  t = ops::linear(t, load_weight(store, "condition_embedder.time_embedder.linear_1.weight"),
-                  load_weight(store, "condition_embedder.time_embedder.linear_1.bias"));
-  ops::silu_(t);
-  Tensor temb =
-      ops::linear(t, load_weight(store, "condition_embedder.time_embedder.linear_2.weight"),
-                  load_weight(store, "condition_embedder.time_embedder.linear_2.bias"));
-  result.temb.assign(temb.data<float>(), temb.data<float>() + dim);
-  Tensor activated = temb.clone();
-  ops::silu_(activated);
-  Tensor proj = ops::linear(activated, load_weight(store, "condition_embedder.time_proj.weight"),
-                            load_weight(store, "condition_embedder.time_proj.bias"));
-  result.timestep_proj.assign(proj.data<float>(), proj.data<float>() + 6 * dim);
-
+  result.time = time_conditioning(store, config, timestep);
   Tensor text = ops::linear(text_embeds,
                             load_weight(store, "condition_embedder.text_embedder.linear_1.weight"),
                             load_weight(store, "condition_embedder.text_embedder.linear_1.bias"));
@@ -77,6 +61,27 @@ WanTransformerConfig validated(WanTransformerConfig config) {
 }
 
 }  // namespace
+
+TimeConditioning time_conditioning(const WeightStore& store, const WanTransformerConfig& config,
+                                   float timestep) {
+  const int64_t dim = config.inner_dim();
+  TimeConditioning result;
+  const std::vector<float> sinusoid = timestep_sinusoid(timestep, config.freq_dim);
+  Tensor t = Tensor::from_vector({1, config.freq_dim}, sinusoid);
+  t = ops::linear(t, load_weight(store, "condition_embedder.time_embedder.linear_1.weight"),
+                  load_weight(store, "condition_embedder.time_embedder.linear_1.bias"));
+  ops::silu_(t);
+  Tensor temb =
+      ops::linear(t, load_weight(store, "condition_embedder.time_embedder.linear_2.weight"),
+                  load_weight(store, "condition_embedder.time_embedder.linear_2.bias"));
+  result.temb.assign(temb.data<float>(), temb.data<float>() + dim);
+  Tensor activated = temb.clone();
+  ops::silu_(activated);
+  Tensor proj = ops::linear(activated, load_weight(store, "condition_embedder.time_proj.weight"),
+                            load_weight(store, "condition_embedder.time_proj.bias"));
+  result.timestep_proj.assign(proj.data<float>(), proj.data<float>() + 6 * dim);
+  return result;
+}
 
 WanTransformer::WanTransformer(WanTransformerConfig config, WeightStore weights)
     : config_(validated(std::move(config))),
@@ -135,15 +140,17 @@ Tensor WanTransformer::forward(const Tensor& latents, float timestep, const Tens
   for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
     call.layer = layer;
     const WanBlockWeights block = WanBlockWeights::load(weights_, layer, config_);
-    run_wan_block(x, conditions.text, conditions.timestep_proj.data(), block, config_, rope_, call);
+    run_wan_block(x, conditions.text, conditions.time.timestep_proj.data(), block, config_, rope_,
+                  call);
   }
 
   // Output head: (shift, scale) = scale_shift_table + temb, in this order.
   Tensor table = load_weight(weights_, "scale_shift_table");
   std::vector<float> shift(static_cast<size_t>(dim)), scale_plus_one(static_cast<size_t>(dim));
   for (int64_t i = 0; i < dim; ++i) {
-    shift[size_t(i)] = table.data<float>()[i] + conditions.temb[size_t(i)];
-    scale_plus_one[size_t(i)] = 1.0f + (table.data<float>()[dim + i] + conditions.temb[size_t(i)]);
+    shift[size_t(i)] = table.data<float>()[i] + conditions.time.temb[size_t(i)];
+    scale_plus_one[size_t(i)] =
+        1.0f + (table.data<float>()[dim + i] + conditions.time.temb[size_t(i)]);
   }
   modulated_layer_norm(x.data<float>(), x.data<float>(), batch * grid.tokens(), dim, shift.data(),
                        scale_plus_one.data(), config_.eps);

@@ -4,12 +4,22 @@
 // about the checkpoint's size plus one block's float32 weights and activations.
 #pragma once
 
+#include <vector>
+
 #include "core/safetensors.h"
 #include "models/dit/wan_attention.h"
 #include "models/dit/wan_rope.h"
 #include "models/dit/wan_transformer_config.h"
 
 namespace mmgen::dit {
+
+// The condition embedder's time branch for one timestep, in float32 (diffusers keeps it there):
+// temb [D] for the output head, timestep_proj [6·D] for the blocks' modulation.
+struct TimeConditioning {
+  std::vector<float> temb, timestep_proj;
+};
+TimeConditioning time_conditioning(const WeightStore& store, const WanTransformerConfig& config,
+                                   float timestep);
 
 class WanTransformer {
  public:

@@ -1,0 +1,65 @@
+// One forward of a Wan2.1-1.3B-sized transformer (30 layers, 12 heads x 128, ffn 8960, text_dim
+// 4096, random bf16 weights) on the GPU at 480x832, 81 frames (latents [1, 16, 21, 60, 104]:
+// 32760 tokens) with 512 text tokens: wall-clock seconds per forward (median of repeats after a
+// warm-up, host work included) and the peak GPU memory the caching allocator handed out.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/cuda/device_memory.h"
+#include "core/safetensors.h"
+#include "models/cuda/wan_transformer_cuda.h"
+#include "models/dit/wan_random_checkpoint.h"
+#include "models/dit/wan_transformer.h"
+
+using namespace mmgen;
+namespace fs = std::filesystem;
+
+int main(int argc, char** argv) try {
+  int repeats = 5;
+  if (argc == 3 && std::string(argv[1]) == "--repeats") repeats = std::stoi(argv[2]);
+  dit::WanTransformerConfig config;
+  config.num_attention_heads = 12;
+  config.attention_head_dim = 128;
+  config.ffn_dim = 8960;
+  config.num_layers = 30;
+  config.text_dim = 4096;
+  const fs::path file = fs::temp_directory_path() / "mmgen_wan_1_3b_random.safetensors";
+  if (!fs::exists(file))
+    write_safetensors(file, dit::random_checkpoint(config), {{"format", "pt"}});
+  const dit::WanTransformer cpu(config, WeightStore::open_file(file));
+  const auto load_start = std::chrono::steady_clock::now();
+  const cuda::WanTransformerCuda gpu(cpu);
+  const double load_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+
+  const Tensor latents = dit::random_tensor({1, 16, 21, 60, 104}, 0.0f, 1.7f, 101, DType::F32);
+  const Tensor text = dit::random_tensor({1, 512, config.text_dim}, 0.0f, 0.3f, 102, DType::F32);
+  Tensor out = gpu.forward(latents, 999.0f, text);  // warm-up: cuBLASLt plans, kernel setup
+  std::vector<double> seconds;
+  for (int i = 0; i < repeats; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    out = gpu.forward(latents, 999.0f - 10.0f * float(i), text);
+    seconds.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(seconds.begin(), seconds.end());
+  double sum_abs = 0;
+  for (int64_t i = 0; i < out.numel(); ++i) sum_abs += std::abs(out.data<float>()[i]);
+  const double gib = double(1 << 30);
+  std::printf("Wan2.1-1.3B-sized transformer, 480x832x81 frames (32760 tokens), 512 text tokens\n");
+  std::printf("weights on GPU: %.2f GiB (uploaded in %.1f s)\n", gpu.weight_bytes() / gib,
+              load_seconds);
+  std::printf("forward: median %.3f s, min %.3f s, max %.3f s over %d repeats\n",
+              seconds[seconds.size() / 2], seconds.front(), seconds.back(), repeats);
+  std::printf("peak GPU memory (allocator): %.2f GiB; output mean |x| %.4f\n",
+              cuda::CachingAllocator::instance().peak_bytes_in_use() / gib,
+              sum_abs / double(out.numel()));
+  return 0;
+} catch (const std::exception& error) {
+  std::fprintf(stderr, "wan_transformer_cuda_bench: %s\n", error.what());
+  return 1;
+}

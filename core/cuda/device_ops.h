@@ -1,0 +1,31 @@
+// Elementwise and row-wise kernels between the GPU's matrix products, each one pass over its rows
+// (fp32 math; bf16 where the next product reads the result). Pointers are device memory.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace mmgen::cuda {
+
+// out (bf16 [rows, dim]) = LayerNorm(x) · scale + shift, x fp32 [rows, dim] without affine
+// weights; scale and shift fp32 [dim] (Wan's modulation passes 1 + scale; an affine LayerNorm
+// passes its weight and bias).
+void layer_norm_to_bf16(const float* x, void* out, int64_t rows, int64_t dim, const float* scale,
+                        const float* shift, float eps, cudaStream_t stream = nullptr);
+
+// In place on x (bf16 [rows, dim]): RMSNorm over each row times weight (fp32 [dim]); then, when
+// cos/sin are given ([tokens, head_dim / 2] fp32, row r is token r mod tokens), each head's
+// interleaved pairs (x1, x2) become (x1·cos − x2·sin, x1·sin + x2·cos).
+void rms_norm_rope_bf16(void* x, int64_t rows, int64_t dim, const float* weight, float eps,
+                        const float* cos, const float* sin, int64_t tokens, int64_t head_dim,
+                        cudaStream_t stream = nullptr);
+
+// x = GELU(x) with the tanh approximation, bf16, in place.
+void gelu_tanh_bf16(void* x, int64_t count, cudaStream_t stream = nullptr);
+
+// x += y · gate (gate fp32 [dim], broadcast over rows), or x += y when gate is null; fp32.
+void add_gated_f32(float* x, const float* y, int64_t rows, int64_t dim, const float* gate,
+                   cudaStream_t stream = nullptr);
+
+}  // namespace mmgen::cuda

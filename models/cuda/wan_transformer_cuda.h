@@ -1,0 +1,47 @@
+// WanTransformer3DModel on an NVIDIA GPU: the CPU model's checked weights uploaded once as bf16,
+// every block on the device — cuBLASLt bf16 products with fp32 accumulation and the bias in the
+// epilogue, fused row kernels between them (modulated LayerNorm, q/k RMSNorm with RoPE, GELU,
+// gated residual), the residual stream in fp32, attention through the CUDA attention kernels.
+// The time embedder runs on the CPU in fp32 (as diffusers keeps it); patchify/unpatchify too.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "core/cuda/device_memory.h"
+#include "core/tensor.h"
+#include "models/dit/wan_transformer.h"
+
+namespace mmgen::cuda {
+
+class WanTransformerCuda {
+ public:
+  // Uploads the weights of `model` (which checked them); `model` must outlive this object.
+  explicit WanTransformerCuda(const dit::WanTransformer& model);
+  ~WanTransformerCuda();
+
+  // The same contract as dit::WanTransformer::forward with dense attention; returns float32 on the
+  // host.
+  Tensor forward(const Tensor& latents, float timestep, const Tensor& text_embeds) const;
+
+  size_t weight_bytes() const { return weight_bytes_; }
+
+ private:
+  struct Linear {
+    DeviceBuffer weight;  // bf16 [out, in]
+    DeviceBuffer bias;    // in the product's output dtype
+    int64_t out = 0, in = 0;
+  };
+  struct Block;
+
+  Linear upload_linear(const std::string& prefix, bool bf16_output);
+  DeviceBuffer upload_f32(const std::string& name);
+
+  const dit::WanTransformer& model_;
+  Linear patch_, text_1_, text_2_, proj_out_;
+  std::vector<std::unique_ptr<Block>> blocks_;
+  size_t weight_bytes_ = 0;
+};
+
+}  // namespace mmgen::cuda
