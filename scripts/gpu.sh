@@ -24,7 +24,7 @@ fi
 
 echo "== GPU tests"
 status=0
-(cd build-cuda && ctest -L gpu --output-on-failure) 2>&1 | tee "$OUT/tests.log" || status=1
+(cd build-cuda && ctest -L gpu -V) 2>&1 | tee "$OUT/tests.log" || status=1
 
 echo "== attention benchmark"
 dump="$(mktemp -d)"

@@ -39,14 +39,19 @@ int main(int argc, char** argv) try {
   const Tensor latents = dit::random_tensor({1, 16, 21, 60, 104}, 0.0f, 1.7f, 101, DType::F32);
   const Tensor text = dit::random_tensor({1, 512, config.text_dim}, 0.0f, 0.3f, 102, DType::F32);
   Tensor out = gpu.forward(latents, 999.0f, text);  // warm-up: cuBLASLt plans, kernel setup
-  std::vector<double> seconds;
+  std::vector<double> seconds, host, device;
   for (int i = 0; i < repeats; ++i) {
     const auto start = std::chrono::steady_clock::now();
-    out = gpu.forward(latents, 999.0f - 10.0f * float(i), text);
+    cuda::WanTransformerCuda::Timings timings;
+    out = gpu.forward(latents, 999.0f - 10.0f * float(i), text, &timings);
+    host.push_back(timings.host_seconds);
+    device.push_back(timings.device_seconds);
     seconds.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   std::sort(seconds.begin(), seconds.end());
+  std::sort(host.begin(), host.end());
+  std::sort(device.begin(), device.end());
   double sum_abs = 0;
   for (int64_t i = 0; i < out.numel(); ++i) sum_abs += std::abs(out.data<float>()[i]);
   const double gib = double(1 << 30);
@@ -55,6 +60,8 @@ int main(int argc, char** argv) try {
               load_seconds);
   std::printf("forward: median %.3f s, min %.3f s, max %.3f s over %d repeats\n",
               seconds[seconds.size() / 2], seconds.front(), seconds.back(), repeats);
+  std::printf("  of which host preparation (median) %.3f s, device work and download %.3f s\n",
+              host[host.size() / 2], device[device.size() / 2]);
   std::printf("peak GPU memory (allocator): %.2f GiB; output mean |x| %.4f\n",
               cuda::CachingAllocator::instance().peak_bytes_in_use() / gib,
               sum_abs / double(out.numel()));

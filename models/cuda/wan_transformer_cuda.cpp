@@ -114,8 +114,9 @@ WanTransformerCuda::WanTransformerCuda(const dit::WanTransformer& model) : model
 
 WanTransformerCuda::~WanTransformerCuda() = default;
 
-Tensor WanTransformerCuda::forward(const Tensor& latents, float timestep,
-                                   const Tensor& text_embeds) const {
+Tensor WanTransformerCuda::forward(const Tensor& latents, float timestep, const Tensor& text_embeds,
+                                   Timings* timings) const {
+  const auto start = std::chrono::steady_clock::now();
   const dit::WanTransformerConfig& config = model_.config();
   const auto [pt, ph, pw] = config.patch_size;
   check(latents.dim() == 5 && latents.size(1) == config.in_channels && latents.numel() > 0 &&
@@ -160,6 +161,8 @@ Tensor WanTransformerCuda::forward(const Tensor& latents, float timestep,
   const DeviceBuffer head_device = upload_floats(head_modulation);
   const DeviceBuffer patches_device = upload_bf16(patches);
   const DeviceBuffer text_in = upload_bf16(text_embeds.to(DType::F32).contiguous());
+
+  const auto prepared = std::chrono::steady_clock::now();
 
   // Embeddings: x = patch embedding (fp32 residual stream); text = MLP(text embeddings) in bf16.
   DeviceBuffer x(size_t(rows * dim) * 4);
@@ -232,6 +235,11 @@ Tensor WanTransformerCuda::forward(const Tensor& latents, float timestep,
   Tensor host_out = Tensor::empty({batch, tokens, out_features});
   MMGEN_CUDA_CHECK(cudaDeviceSynchronize());
   out.download(host_out.data<float>(), host_out.nbytes());
+  if (timings) {
+    timings->host_seconds = std::chrono::duration<double>(prepared - start).count();
+    timings->device_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - prepared).count();
+  }
   return dit::unpatchify(host_out, config.patch_size, grid, config.out_channels);
 }
 

@@ -5,6 +5,7 @@
 // The time embedder runs on the CPU in fp32 (as diffusers keeps it); patchify/unpatchify too.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <vector>
@@ -21,9 +22,16 @@ class WanTransformerCuda {
   explicit WanTransformerCuda(const dit::WanTransformer& model);
   ~WanTransformerCuda();
 
+  // Where a forward's time went: host preparation (patchify, time embedding, RoPE tables,
+  // modulation, uploads), then the device work up to the result back on the host.
+  struct Timings {
+    double host_seconds = 0, device_seconds = 0;
+  };
+
   // The same contract as dit::WanTransformer::forward with dense attention; returns float32 on the
-  // host.
-  Tensor forward(const Tensor& latents, float timestep, const Tensor& text_embeds) const;
+  // host. `timings` may be null.
+  Tensor forward(const Tensor& latents, float timestep, const Tensor& text_embeds,
+                 Timings* timings = nullptr) const;
 
   size_t weight_bytes() const { return weight_bytes_; }
 
