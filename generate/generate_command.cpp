@@ -114,8 +114,11 @@ namespace {
 void apply_runtime_settings(const Request& request) {
   spdlog::set_level(spdlog::level::from_str(request.log_level));
   if (request.threads > 0) omp_set_num_threads(int(request.threads));
+#ifndef MMGEN_HAVE_CUDA
   check(request.device != "cuda",
-        "--device cuda: this build has no CUDA support; use --device cpu");
+        "--device cuda: this build has no CUDA support; rebuild with -DMMGEN_CUDA=ON or use "
+        "--device cpu");
+#endif
 }
 
 // Runs one request on the loaded pipeline and writes its output to `path`.

@@ -1,5 +1,9 @@
 #include "pipeline/wan_pipeline.h"
 
+#ifdef MMGEN_HAVE_CUDA
+#include "models/cuda/wan_transformer_cuda.h"
+#endif
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -147,9 +151,40 @@ dit::WanAttention WanPipeline::build_attention() const {
   return attention;
 }
 
+namespace {
+
+// --device cuda: the GPU transformer runs dense attention (the CUDA fa kernel, or the reference
+// kernel for head sizes it is not compiled for); the sparse backends run on the CPU only so far.
+void check_gpu_attention(const attention::AttentionPlan& plan) {
+  auto it = plan.components.find("transformer");
+  if (it == plan.components.end()) return;
+  for (const auto& layer : it->second.layers)
+    check(layer.backend == "fa" || layer.backend == "torch_sdpa",
+          "--device cuda: the transformer's {} attention backend runs on the CPU only so far; use "
+          "--attention-backend fa (dense) with --device cuda, or --device cpu",
+          layer.backend);
+}
+
+}  // namespace
+
 WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
                                           bool keep_step_latents) const {
   const bool guided = input.guidance_scale > 1.0;
+  // --device cuda: checked and the weights uploaded before any other work.
+  if (input.cuda) {
+#ifdef MMGEN_HAVE_CUDA
+    check_gpu_attention(attention_plan_);
+    if (!transformer_gpu_) {
+      Progress upload("upload", 1);
+      transformer_gpu_ = std::make_shared<cuda::WanTransformerCuda>(*transformer_);
+      upload.finish();
+    }
+#else
+    fail(
+        "--device cuda: this build has no CUDA support; rebuild with -DMMGEN_CUDA=ON or use "
+        "--device cpu");
+#endif
+  }
   Progress encode_stage("encode", 1);
   const Tensor prompt_embeds = encode_prompt(input.prompt, input.max_sequence_length);
   const Tensor negative_embeds =
@@ -171,15 +206,24 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
   }
 
   dit::WanAttention attention = build_attention();
+  auto step_timestep = [&](int step) { return scheduler->timesteps()[size_t(step)]; };
+  auto predict = [&](const Tensor& embeds, int step, int steps, int call) {
+    if (!input.cuda)
+      return transformer_->forward(latents, step_timestep(step), embeds, {step, steps, call},
+                                   &attention);
+#ifdef MMGEN_HAVE_CUDA
+    return transformer_gpu_->forward(latents, step_timestep(step), embeds);
+#else
+    return Tensor();
+#endif
+  };
   WanGenerationOutput output;
   const int steps = scheduler->num_inference_steps();
   Progress denoise("denoise", steps);
   for (int i = 0; i < steps; ++i) {
-    const float t = scheduler->timesteps()[size_t(i)];
-    Tensor prediction = transformer_->forward(latents, t, prompt_embeds, {i, steps, 0}, &attention);
+    Tensor prediction = predict(prompt_embeds, i, steps, 0);
     if (guided) {
-      const Tensor unconditional =
-          transformer_->forward(latents, t, negative_embeds, {i, steps, 1}, &attention);
+      const Tensor unconditional = predict(negative_embeds, i, steps, 1);
       prediction = classifier_free_guidance(prediction, unconditional, float(input.guidance_scale));
     }
     latents = scheduler->step(prediction, i, latents);
@@ -212,6 +256,7 @@ WanGenerationInput wan_input_from_request(const Request& request, const WanPipel
   input.max_sequence_length = request.max_sequence_length;
   input.flow_shift = request.flow_shift;
   input.seed = request.seed;
+  input.cuda = request.device == "cuda";
   if (request.latents) input.initial_latents = read_tensor_file(*request.latents);
   return input;
 }

@@ -19,6 +19,10 @@
 #include "pipeline/model_index.h"
 #include "pipeline/request.h"
 
+namespace mmgen::cuda {
+class WanTransformerCuda;
+}
+
 namespace mmgen {
 
 struct WanGenerationInput {
@@ -31,6 +35,7 @@ struct WanGenerationInput {
   std::optional<double> flow_shift;  // replaces the scheduler config's flow_shift
   uint64_t seed = 0;
   Tensor initial_latents;  // when defined, used instead of noise drawn from `seed`
+  bool cuda = false;       // run the transformer on the GPU (--device cuda; CUDA builds only)
 };
 
 struct WanGenerationOutput {
@@ -70,6 +75,8 @@ class WanPipeline {
   std::unique_ptr<vae::WanVaeDecoder> vae_;
   nlohmann::json scheduler_config_;
   attention::AttentionPlan attention_plan_;
+  // The transformer's GPU copy, made on the first --device cuda run (CUDA builds).
+  mutable std::shared_ptr<cuda::WanTransformerCuda> transformer_gpu_;
 };
 
 // A request's generation input (reads --latents when given, checking its shape).

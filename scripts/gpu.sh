@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the CUDA code and runs the GPU tests and benchmarks in one go, on a machine with an
 # NVIDIA Hopper GPU, nvcc, cmake, ninja and python3 with torch (for the yardsticks). No OpenCV
-# needed. Results and logs go to $OUT (default out/gpu).
+# needed. Results and logs go to $OUT (default out/gpu). The fixture checks read
+# ../shared/fixtures, or .gpu-fixtures/ where ../shared does not travel (copy
+# ../shared/fixtures/wan-tiny/reference into .gpu-fixtures/wan-tiny/reference and carry it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-out/gpu}"
@@ -13,14 +15,18 @@ if [ ! -f build-cuda/build.ninja ]; then
   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DMMGEN_CUDA=ON \
     -DMMGEN_OPENCV=OFF -DMMGEN_TESTS=OFF -DMMGEN_BENCH=OFF > "$OUT/configure.log"
 fi
-cmake --build build-cuda --target flash_attention_cuda_test flash_attention_cuda_bench \
-  mmgen_attention wan_transformer_cuda_test wan_transformer_cuda_bench 2>&1 |
+cmake --build build-cuda --target mmgen flash_attention_cuda_test flash_attention_cuda_bench \
+  mmgen_attention wan_transformer_cuda_test wan_transformer_cuda_bench wan_pipeline_cuda_test 2>&1 |
   tee "$OUT/build.log" | grep -E "error|warning|spill|C7515" || true
 
 # The Hopper kernel must run on the warpgroup MMA: count HGMMA instructions in its SASS.
 if command -v cuobjdump > /dev/null; then
   echo "HGMMA instructions in mmgen_cuda: $(cuobjdump -sass build-cuda/libmmgen_cuda.a | grep -c HGMMA || true)"
 fi
+
+fixtures=../shared/fixtures
+[ -d .gpu-fixtures ] && fixtures=.gpu-fixtures
+export MMGEN_FIXTURES="$PWD/$fixtures"
 
 echo "== GPU tests"
 status=0
@@ -35,5 +41,22 @@ rm -rf "$dump"
 
 echo "== Wan transformer benchmark"
 build-cuda/bench/cuda/wan_transformer_cuda_bench --repeats 5 | tee "$OUT/wan_transformer_bench.txt"
+echo "== mmgen generate --device cuda on the wan-tiny fixture (seed 42) against diffusers"
+build-cuda/mmgen generate --device cuda --model-path examples/models/wan-tiny \
+  --prompt "a red fox running through snow" --negative-prompt "blurry, low quality, static" \
+  --height 32 --width 48 --num-frames 5 --num-inference-steps 4 --guidance-scale 5 \
+  --max-sequence-length 24 --seed 42 --output-format npy --output-path "$OUT" \
+  --output-file-name fixture_cuda.npy --log-level warn || status=1
+python3 - "$OUT/fixture_cuda.npy" "$MMGEN_FIXTURES/wan-tiny/reference/reference.safetensors" <<'PY' || status=1
+import sys, numpy as np
+from safetensors.numpy import load_file
+ours = np.load(sys.argv[1]).astype(np.float64)
+ref = load_file(sys.argv[2])["pipeline.video_seed42"].astype(np.float64)
+error = np.linalg.norm(ours - ref) / np.linalg.norm(ref)
+print(f"CLI --device cuda video vs diffusers (seed 42): relative error {error:.2e}, "
+      f"max abs diff {np.abs(ours - ref).max():.2e} (bound: relative 1e-2)")
+sys.exit(0 if error < 1e-2 else 1)
+PY
+
 [ "$status" = 0 ] || echo "gpu.sh: GPU TESTS FAILED (see $OUT/tests.log)"
 exit "$status"

@@ -1,0 +1,82 @@
+// The whole Wan pipeline with the transformer on the GPU (--device cuda) against diffusers'
+// reference video for the wan-tiny fixture: given noise, and noise drawn from seed 42. The
+// fixture folder is $MMGEN_FIXTURES (scripts/gpu.sh carries a copy to the GPU machine) or
+// ../shared/fixtures; without it the test fails, saying so (it only runs where it was sent to run).
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "core/file.h"
+#include "core/safetensors.h"
+#include "cuda_test_support.h"
+#include "pipeline/model_index.h"
+#include "pipeline/wan_pipeline.h"
+
+using namespace mmgen;
+using namespace mmgen::cuda_testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+double relative_error(const Tensor& actual, const Tensor& expected) {
+  const Tensor a = actual.to(DType::F32).contiguous(), e = expected.to(DType::F32).contiguous();
+  double difference = 0, norm = 0;
+  for (int64_t i = 0; i < e.numel(); ++i) {
+    const double d = double(a.data<float>()[i]) - e.data<float>()[i];
+    difference += d * d;
+    norm += double(e.data<float>()[i]) * e.data<float>()[i];
+  }
+  return std::sqrt(difference / norm);
+}
+
+}  // namespace
+
+int main() try {
+  const char* from_environment = std::getenv("MMGEN_FIXTURES");
+  const fs::path fixtures =
+      from_environment ? fs::path(from_environment) : fs::path(MMGEN_SHARED_DIR) / "fixtures";
+  const fs::path reference_dir = fixtures / "wan-tiny/reference";
+  if (!fs::exists(reference_dir / "reference.safetensors")) {
+    std::printf("wan_pipeline_cuda_test: no fixture at %s (set MMGEN_FIXTURES)\n",
+                reference_dir.c_str());
+    return 1;
+  }
+  const SafetensorsFile reference = SafetensorsFile::open(reference_dir / "reference.safetensors");
+  const nlohmann::json settings =
+      nlohmann::json::parse(read_text_file(reference_dir / "reference.json"));
+  const WanPipeline pipeline(
+      load_model_index(fs::path(MMGEN_SOURCE_DIR) / "examples/models/wan-tiny"));
+
+  const auto& p = settings["pipeline"];
+  WanGenerationInput input;
+  input.prompt = p["prompt"];
+  input.negative_prompt = p["negative_prompt"];
+  input.height = p["height"];
+  input.width = p["width"];
+  input.num_frames = p["num_frames"];
+  input.num_inference_steps = p["num_inference_steps"];
+  input.guidance_scale = p["guidance_scale"];
+  input.max_sequence_length = p["max_sequence_length"];
+  input.cuda = true;
+
+  WanGenerationInput given_noise = input;
+  given_noise.initial_latents = reference.tensor("pipeline.noise").to(DType::F32).clone();
+  const double error =
+      relative_error(pipeline.generate(given_noise).frames, reference.tensor("pipeline.video"));
+  expect(error < 1e-2, fmt::format("--device cuda, given noise: video relative error {:.2e} < "
+                                   "1e-2 against diffusers",
+                                   error));
+
+  WanGenerationInput seeded = input;
+  seeded.seed = p["seed_for_video_seed42"];
+  const double seeded_error =
+      relative_error(pipeline.generate(seeded).frames, reference.tensor("pipeline.video_seed42"));
+  expect(seeded_error < 1e-2, fmt::format("--device cuda, seed 42: video relative error {:.2e} < "
+                                          "1e-2 against diffusers",
+                                          seeded_error));
+  return finish("wan_pipeline_cuda_test");
+} catch (const std::exception& error) {
+  std::printf("wan_pipeline_cuda_test: error: %s\n", error.what());
+  return 1;
+}
