@@ -32,6 +32,18 @@ echo "== GPU tests"
 status=0
 (cd build-cuda && ctest -L gpu -V) 2>&1 | tee "$OUT/tests.log" || status=1
 
+# MMGEN_GPU_SANITIZE=1: the kernel tests under compute-sanitizer's four tools too.
+if [ "${MMGEN_GPU_SANITIZE:-0}" = 1 ]; then
+  for tool in memcheck racecheck synccheck initcheck; do
+    compute-sanitizer --tool "$tool" --error-exitcode 9 build-cuda/tests/cuda/flash_attention_cuda_test \
+      > "$OUT/sanitize_$tool.log" 2>&1 || status=1
+    echo "compute-sanitizer $tool: $(grep -E "SUMMARY" "$OUT/sanitize_$tool.log" | tail -1)"
+  done
+  compute-sanitizer --tool memcheck --error-exitcode 9 build-cuda/tests/cuda/wan_transformer_cuda_test \
+    > "$OUT/sanitize_transformer.log" 2>&1 || status=1
+  echo "compute-sanitizer memcheck (transformer): $(grep SUMMARY "$OUT/sanitize_transformer.log")"
+fi
+
 echo "== attention benchmark"
 dump="$(mktemp -d)"
 build-cuda/bench/cuda/flash_attention_cuda_bench --dump "$dump" | tee "$OUT/attention_bench.txt"
