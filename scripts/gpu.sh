@@ -16,7 +16,7 @@ if [ ! -f build-cuda/build.ninja ]; then
     -DMMGEN_OPENCV=OFF -DMMGEN_TESTS=OFF -DMMGEN_BENCH=OFF > "$OUT/configure.log"
 fi
 cmake --build build-cuda --target mmgen flash_attention_cuda_test flash_attention_cuda_bench \
-  mmgen_attention wan_transformer_cuda_test wan_transformer_cuda_bench wan_pipeline_cuda_test 2>&1 |
+  mmgen_attention wan_transformer_cuda_test wan_transformer_cuda_bench wan_pipeline_cuda_test gemm_cuda_test 2>&1 |
   tee "$OUT/build.log" | grep -E "error|warning|spill|C7515" || true
 
 # The Hopper kernel must run on the warpgroup MMA: count HGMMA instructions in its SASS.

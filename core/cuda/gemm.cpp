@@ -30,9 +30,10 @@ class GemmContext {
     return context;
   }
 
-  const Plan& plan(int64_t m, int64_t n, int64_t k, GemmOutput output, bool bias) {
+  const Plan& plan(int64_t m, int64_t n, int64_t k, GemmOutput output, bool bias,
+                   GemmActivation activation) {
     std::lock_guard lock(mutex_);
-    const auto key = std::make_tuple(m, n, k, int(output), bias);
+    const auto key = std::make_tuple(m, n, k, int(output), bias, int(activation));
     auto found = plans_.find(key);
     if (found != plans_.end()) return found->second;
     Plan plan;
@@ -45,7 +46,9 @@ class GemmContext {
     MMGEN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.operation, CUBLASLT_MATMUL_DESC_TRANSB,
                                                       &keep, sizeof(keep)));
     if (bias) {
-      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+      const cublasLtEpilogue_t epilogue = activation == GemmActivation::GeluTanh
+                                              ? CUBLASLT_EPILOGUE_GELU_BIAS
+                                              : CUBLASLT_EPILOGUE_BIAS;
       MMGEN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
           plan.operation, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
       MMGEN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
@@ -79,16 +82,18 @@ class GemmContext {
   std::mutex mutex_;
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer workspace_;
-  std::map<std::tuple<int64_t, int64_t, int64_t, int, bool>, Plan> plans_;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int, bool, int>, Plan> plans_;
 };
 
 }  // namespace
 
 void linear_bf16(const void* x, const void* w, const void* bias, void* y, int64_t m, int64_t n,
-                 int64_t k, GemmOutput output, cudaStream_t stream) {
+                 int64_t k, GemmOutput output, cudaStream_t stream, GemmActivation activation) {
   check(m > 0 && n > 0 && k > 0, "GPU linear: empty product {}x{}x{}", m, n, k);
+  check(activation == GemmActivation::None || bias != nullptr,
+        "GPU linear: an activation epilogue needs a bias");
   GemmContext& context = GemmContext::instance();
-  const Plan& plan = context.plan(m, n, k, output, bias != nullptr);
+  const Plan& plan = context.plan(m, n, k, output, bias != nullptr, activation);
   if (bias)
     MMGEN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
         plan.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));

@@ -9,10 +9,14 @@
 namespace mmgen::cuda {
 
 enum class GemmOutput { BF16, F32 };
+// What the epilogue applies after the bias: nothing, or GELU in its tanh form (cuBLASLt's GELU
+// epilogue is the tanh approximation, the one Wan's feed-forward uses).
+enum class GemmActivation { None, GeluTanh };
 
-// y[m, n] = x[m, k] · w[n, k]ᵀ + bias[n]; x, w bf16 row-major; bias (may be null) and y in the
-// output's dtype.
+// y[m, n] = act(x[m, k] · w[n, k]ᵀ + bias[n]); x, w bf16 row-major; bias (may be null; required
+// with an activation) and y in the output's dtype.
 void linear_bf16(const void* x, const void* w, const void* bias, void* y, int64_t m, int64_t n,
-                 int64_t k, GemmOutput output, cudaStream_t stream = nullptr);
+                 int64_t k, GemmOutput output, cudaStream_t stream = nullptr,
+                 GemmActivation activation = GemmActivation::None);
 
 }  // namespace mmgen::cuda

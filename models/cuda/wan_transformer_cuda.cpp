@@ -79,7 +79,8 @@ DeviceBuffer WanTransformerCuda::upload_f32(const std::string& name) {
   return buffer;
 }
 
-WanTransformerCuda::WanTransformerCuda(const dit::WanTransformer& model) : model_(model) {
+WanTransformerCuda::WanTransformerCuda(const dit::WanTransformer& model)
+    : model_(model), time_weights_(dit::TimeEmbedderWeights::load(model.weights())) {
   const dit::WanTransformerConfig& config = model.config();
   patch_ = upload_linear("patch_embedding", false);
   text_1_ = upload_linear("condition_embedder.text_embedder.linear_1", true);
@@ -136,10 +137,17 @@ Tensor WanTransformerCuda::forward(const Tensor& latents, float timestep, const 
 
   // Host side: patches, the time branch (fp32), RoPE tables, every block's modulation.
   const Tensor patches = dit::patchify(latents, config.patch_size, grid);
-  const dit::TimeConditioning time = dit::time_conditioning(model_.weights(), config, timestep);
-  std::vector<float> cos_table, sin_table;
-  dit::WanRope(head_dim, config.rope_max_seq_len)
-      .pair_tables(grid.t, grid.h, grid.w, cos_table, sin_table);
+  const dit::TimeConditioning time = dit::time_conditioning(time_weights_, config, timestep);
+  if (rope_grid_ != std::array<int64_t, 3>{grid.t, grid.h, grid.w}) {
+    std::vector<float> cos_table, sin_table;
+    dit::WanRope(head_dim, config.rope_max_seq_len)
+        .pair_tables(grid.t, grid.h, grid.w, cos_table, sin_table);
+    rope_cos_ = upload_floats(cos_table);
+    rope_sin_ = upload_floats(sin_table);
+    rope_grid_ = {grid.t, grid.h, grid.w};
+  }
+  const DeviceBuffer& cos = rope_cos_;
+  const DeviceBuffer& sin = rope_sin_;
   // Per block: shift, 1 + scale, gate, ffn shift, 1 + ffn scale, ffn gate (each [D]).
   std::vector<float> modulation(blocks_.size() * 6 * size_t(dim));
   for (size_t b = 0; b < blocks_.size(); ++b)
@@ -156,7 +164,6 @@ Tensor WanTransformerCuda::forward(const Tensor& latents, float timestep, const 
         1.0f + head_table.data<float>()[dim + i] + time.temb[size_t(i)];
   }
 
-  const DeviceBuffer cos = upload_floats(cos_table), sin = upload_floats(sin_table);
   const DeviceBuffer modulation_device = upload_floats(modulation);
   const DeviceBuffer head_device = upload_floats(head_modulation);
   const DeviceBuffer patches_device = upload_bf16(patches);
@@ -220,8 +227,9 @@ Tensor WanTransformerCuda::forward(const Tensor& latents, float timestep, const 
     add_gated_f32(residual, projected.as<float>(), rows, dim, nullptr);
     // 3. Feed-forward (GELU, tanh form); gated residual.
     layer_norm_to_bf16(residual, normed.data(), rows, dim, m + 4 * dim, m + 3 * dim, eps);
-    run(block.ffn_in, normed, hidden, rows, GemmOutput::BF16);
-    gelu_tanh_bf16(hidden.data(), rows * config.ffn_dim);
+    linear_bf16(normed.data(), block.ffn_in.weight.data(), block.ffn_in.bias.data(), hidden.data(),
+                rows, block.ffn_in.out, block.ffn_in.in, GemmOutput::BF16, nullptr,
+                GemmActivation::GeluTanh);
     run(block.ffn_out, hidden, projected, rows, GemmOutput::F32);
     add_gated_f32(residual, projected.as<float>(), rows, dim, m + 5 * dim);
   }

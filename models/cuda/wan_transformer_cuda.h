@@ -1,10 +1,11 @@
 // WanTransformer3DModel on an NVIDIA GPU: the CPU model's checked weights uploaded once as bf16,
 // every block on the device — cuBLASLt bf16 products with fp32 accumulation and the bias in the
-// epilogue, fused row kernels between them (modulated LayerNorm, q/k RMSNorm with RoPE, GELU,
-// gated residual), the residual stream in fp32, attention through the CUDA attention kernels.
+// epilogue (and the feed-forward's GELU there too), fused row kernels between them (modulated
+// LayerNorm, q/k RMSNorm with RoPE, gated residual), the residual stream in fp32, attention through the CUDA attention kernels.
 // The time embedder runs on the CPU in fp32 (as diffusers keeps it); patchify/unpatchify too.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -47,6 +48,10 @@ class WanTransformerCuda {
   DeviceBuffer upload_f32(const std::string& name);
 
   const dit::WanTransformer& model_;
+  dit::TimeEmbedderWeights time_weights_;  // fp32 on the host: the time branch runs there
+  // RoPE tables on the device for the last latent grid (the same for every step of a run).
+  mutable std::array<int64_t, 3> rope_grid_{-1, -1, -1};
+  mutable DeviceBuffer rope_cos_, rope_sin_;
   Linear patch_, text_1_, text_2_, proj_out_;
   std::vector<std::unique_ptr<Block>> blocks_;
   size_t weight_bytes_ = 0;

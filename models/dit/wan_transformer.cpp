@@ -22,7 +22,7 @@ struct Conditioning {
 Conditioning embed_conditions(const WeightStore& store, const WanTransformerConfig& config,
                               float timestep, const Tensor& text_embeds) {
   Conditioning result;
-  result.time = time_conditioning(store, config, timestep);
+  result.time = time_conditioning(TimeEmbedderWeights::load(store), config, timestep);
   Tensor text = ops::linear(text_embeds,
                             load_weight(store, "condition_embedder.text_embedder.linear_1.weight"),
                             load_weight(store, "condition_embedder.text_embedder.linear_1.bias"));
@@ -62,23 +62,31 @@ WanTransformerConfig validated(WanTransformerConfig config) {
 
 }  // namespace
 
-TimeConditioning time_conditioning(const WeightStore& store, const WanTransformerConfig& config,
+TimeEmbedderWeights TimeEmbedderWeights::load(const WeightStore& store) {
+  const std::string time = "condition_embedder.time_embedder.";
+  TimeEmbedderWeights w;
+  w.linear_1_weight = load_weight(store, time + "linear_1.weight");
+  w.linear_1_bias = load_weight(store, time + "linear_1.bias");
+  w.linear_2_weight = load_weight(store, time + "linear_2.weight");
+  w.linear_2_bias = load_weight(store, time + "linear_2.bias");
+  w.proj_weight = load_weight(store, "condition_embedder.time_proj.weight");
+  w.proj_bias = load_weight(store, "condition_embedder.time_proj.bias");
+  return w;
+}
+
+TimeConditioning time_conditioning(const TimeEmbedderWeights& w, const WanTransformerConfig& config,
                                    float timestep) {
   const int64_t dim = config.inner_dim();
   TimeConditioning result;
   const std::vector<float> sinusoid = timestep_sinusoid(timestep, config.freq_dim);
   Tensor t = Tensor::from_vector({1, config.freq_dim}, sinusoid);
-  t = ops::linear(t, load_weight(store, "condition_embedder.time_embedder.linear_1.weight"),
-                  load_weight(store, "condition_embedder.time_embedder.linear_1.bias"));
+  t = ops::linear(t, w.linear_1_weight, w.linear_1_bias);
   ops::silu_(t);
-  Tensor temb =
-      ops::linear(t, load_weight(store, "condition_embedder.time_embedder.linear_2.weight"),
-                  load_weight(store, "condition_embedder.time_embedder.linear_2.bias"));
+  Tensor temb = ops::linear(t, w.linear_2_weight, w.linear_2_bias);
   result.temb.assign(temb.data<float>(), temb.data<float>() + dim);
   Tensor activated = temb.clone();
   ops::silu_(activated);
-  Tensor proj = ops::linear(activated, load_weight(store, "condition_embedder.time_proj.weight"),
-                            load_weight(store, "condition_embedder.time_proj.bias"));
+  Tensor proj = ops::linear(activated, w.proj_weight, w.proj_bias);
   result.timestep_proj.assign(proj.data<float>(), proj.data<float>() + 6 * dim);
   return result;
 }

@@ -18,8 +18,13 @@ namespace mmgen::dit {
 struct TimeConditioning {
   std::vector<float> temb, timestep_proj;
 };
-TimeConditioning time_conditioning(const WeightStore& store, const WanTransformerConfig& config,
-                                   float timestep);
+// The time branch's weights as float32 (load once, reuse for every step).
+struct TimeEmbedderWeights {
+  Tensor linear_1_weight, linear_1_bias, linear_2_weight, linear_2_bias, proj_weight, proj_bias;
+  static TimeEmbedderWeights load(const WeightStore& store);
+};
+TimeConditioning time_conditioning(const TimeEmbedderWeights& weights,
+                                   const WanTransformerConfig& config, float timestep);
 
 class WanTransformer {
  public:
