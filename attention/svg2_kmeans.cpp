@@ -22,32 +22,41 @@ namespace {
 // memory even for 1000 clusters, and chunks are the unit of parallel work.
 constexpr int64_t kAssignChunk = 256;
 
-// The lowest index of the smallest of n floats (n >= 1); 0 when none compares (NaNs). The minimum
-// is found first (vectorised) and then its first occurrence, which is the scalar loop's
-// "strictly smaller replaces" rule.
-int32_t first_argmin(const float* d, int64_t n) {
+// The nearest centroid of one point from its dot products with the centroids: the lowest index of
+// the smallest norms[c] − 2·dots[c] (n >= 1); 0 when none compares (NaNs). The minimum is found
+// first (vectorised) and then its first occurrence, which is the scalar loop's "strictly smaller
+// replaces" rule. Computed on the fly, without writing the distances: 2·dots[c] is exact, so the
+// fused multiply-add and the separate multiply and subtract round to the same float.
+int32_t nearest_centroid(const float* dots, const float* norms, int64_t n) {
   float best = std::numeric_limits<float>::infinity();
   int64_t c = 0;
 #if defined(__AVX512F__)
   if (n >= 16) {
+    const __m512 two = _mm512_set1_ps(2.0f);
     __m512 m = _mm512_set1_ps(best);
-    for (; c + 16 <= n; c += 16) m = _mm512_min_ps(m, _mm512_loadu_ps(d + c));
+    for (; c + 16 <= n; c += 16)
+      m = _mm512_min_ps(
+          m, _mm512_fnmadd_ps(two, _mm512_loadu_ps(dots + c), _mm512_loadu_ps(norms + c)));
     alignas(64) float lanes[16];
     _mm512_store_ps(lanes, m);
     for (float lane : lanes) best = std::min(best, lane);
   }
 #elif defined(__AVX2__)
   if (n >= 8) {
+    const __m256 two = _mm256_set1_ps(2.0f);
     __m256 m = _mm256_set1_ps(best);
-    for (; c + 8 <= n; c += 8) m = _mm256_min_ps(m, _mm256_loadu_ps(d + c));
+    for (; c + 8 <= n; c += 8)
+      m = _mm256_min_ps(
+          m, _mm256_fnmadd_ps(two, _mm256_loadu_ps(dots + c), _mm256_loadu_ps(norms + c)));
     alignas(32) float lanes[8];
     _mm256_store_ps(lanes, m);
     for (float lane : lanes) best = std::min(best, lane);
   }
 #endif
-  for (; c < n; ++c) best = std::min(best, d[c]);
+  for (; c < n; ++c) best = std::min(best, norms[c] - 2.0f * dots[c]);
+  if (!(best < std::numeric_limits<float>::infinity())) return 0;
   for (c = 0; c < n; ++c)
-    if (d[c] == best && d[c] < std::numeric_limits<float>::infinity()) return int32_t(c);
+    if (norms[c] - 2.0f * dots[c] == best) return int32_t(c);
   return 0;
 }
 
@@ -87,9 +96,7 @@ void assign(const float* x, int64_t points, int64_t dim, const std::vector<float
       const int64_t start = chunk * kAssignChunk, rows = std::min(kAssignChunk, points - start);
       ops::gemm_bt(x + start * dim, centroids.data(), dots.data(), rows, dim, clusters);
       for (int64_t r = 0; r < rows; ++r) {
-        float* row = dots.data() + r * clusters;
-        for (int64_t c = 0; c < clusters; ++c) row[c] = norms[size_t(c)] - 2.0f * row[c];
-        const int32_t label = first_argmin(row, clusters);
+        const int32_t label = nearest_centroid(dots.data() + r * clusters, norms.data(), clusters);
         labels[size_t(start + r)] = label;
         ++my_sizes[size_t(label)];
         if (my_sums) {

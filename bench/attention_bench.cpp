@@ -133,6 +133,14 @@ nlohmann::json sparse_settings(const std::string& backend) {
             {"temporal_topk", 2},
             {"first_full_step", 0},
             {"first_full_layer", 0}};
+  // 16 frames allow no temporal setting nearer 10% than 2 of 16 chunks (top-k 1 is the own chunk
+  // alone), so ":st" runs the spatio-temporal layer type: 4x8x16 chunks (32 of 512 tokens), the
+  // own chunk and 2 others, 3 / 32 = 0.094.
+  if (backend == "vmoba_attn:st")
+    return {{"moba_select_mode", "topk"},  {"temporal_layer", 0},
+            {"spatial_layer", 0},          {"st_layer", 1},
+            {"st_chunk_size", {4, 8, 16}}, {"st_topk", 3},
+            {"first_full_step", 0},        {"first_full_layer", 0}};
   if (backend == "sla_attn" || backend == "sage_sla_attn") return {{"topk", 0.1}};
   // SVG2: density is the fraction of token pairs (cluster sizes differ); top_p 0.115 with no
   // min_kc_ratio floor keeps about 10% of them on these inputs. The cluster counts keep the Wan
@@ -219,8 +227,8 @@ void run_sparse(benchmark::State& state, const std::string& variant, const Qkv& 
 
 void register_sparse() {
   for (const char* backend :
-       {"sliding_tile_attn", "video_sparse_attn", "vmoba_attn", "sla_attn", "sage_sla_attn",
-        "sparse_video_gen_2_attn", "sparse_video_gen_2_attn:wan_counts"})
+       {"sliding_tile_attn", "video_sparse_attn", "vmoba_attn", "vmoba_attn:st", "sla_attn",
+        "sage_sla_attn", "sparse_video_gen_2_attn", "sparse_video_gen_2_attn:wan_counts"})
     benchmark::RegisterBenchmark((std::string("BM_Sparse/") + backend).c_str(), BM_Sparse,
                                  std::string(backend))
         ->Arg(64)

@@ -10,6 +10,7 @@
 // Unlike upstream, first_full_step is honoured (dense attention before it), grids need not divide
 // the chunk sizes, and selecting nothing beyond the own chunks gives own-chunk attention (upstream
 // silently switches to full attention then).
+#include <omp.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -259,21 +260,29 @@ class VmobaBackend final : public AttentionBackend {
     const Tensor expert_out =
         block_sparse_attention(queries, keys, values, scale, {pattern}, &expert_lse);
 
-    // Merge (a query may have chosen several chunks, so sequentially within the head).
+    // Merge. A query may have chosen several chunks, and its partial results must be merged in
+    // entry order; each thread owns a contiguous range of query positions and scans all entries
+    // for those, so every query sees the same sequence of merges as a serial pass.
     const float* oe = expert_out.data<float>();
     const float* le = expert_lse.data<float>();
     float* o = out.data<float>() + b * seq * row + h * dim;
     float* l = lse.data<float>() + (b * heads + h) * seq;
-    for (int64_t e = 0; e < entries; ++e) {
-      const int64_t s = selection.queries[size_t(e)];
-      const float la = l[s], lb = le[e];
-      const float m = std::max(la, lb);
-      if (m == -std::numeric_limits<float>::infinity()) continue;
-      const float wa = std::exp(la - m), wb = std::exp(lb - m), inverse = 1.0f / (wa + wb);
-      float* target = o + s * row;
-      const float* part = oe + e * dim;
-      for (int64_t d = 0; d < dim; ++d) target[d] = (wa * target[d] + wb * part[d]) * inverse;
-      l[s] = m + std::log(wa + wb);
+#pragma omp parallel
+    {
+      const int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
+      const int64_t first = seq * thread / threads, last = seq * (thread + 1) / threads;
+      for (int64_t e = 0; e < entries; ++e) {
+        const int64_t s = selection.queries[size_t(e)];
+        if (s < first || s >= last) continue;
+        const float la = l[s], lb = le[e];
+        const float m = std::max(la, lb);
+        if (m == -std::numeric_limits<float>::infinity()) continue;
+        const float wa = std::exp(la - m), wb = std::exp(lb - m), inverse = 1.0f / (wa + wb);
+        float* target = o + s * row;
+        const float* part = oe + e * dim;
+        for (int64_t d = 0; d < dim; ++d) target[d] = (wa * target[d] + wb * part[d]) * inverse;
+        l[s] = m + std::log(wa + wb);
+      }
     }
   }
 
