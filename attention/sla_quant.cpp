@@ -8,6 +8,18 @@
 
 namespace mmgen::attention::sla {
 
+namespace {
+
+// std::round (halves away from zero) in a form the compiler vectorises: x − trunc(x) is exact, so
+// comparing it with 0.5 decides the same halves; signed zeros, NaNs and infinities come out as
+// std::round's.
+inline float round_half_away(float x) {
+  const float t = std::trunc(x);
+  return t + std::copysign(std::abs(x - t) >= 0.5f ? 1.0f : 0.0f, x);
+}
+
+}  // namespace
+
 Tensor int8_round_trip(const Tensor& x, const BlockLayout& blocks, int64_t slice_rows,
                        float multiplier) {
   check(x.dim() == 4 && x.is_contiguous() && x.dtype() == DType::F32,
@@ -44,7 +56,7 @@ Tensor int8_round_trip(const Tensor& x, const BlockLayout& blocks, int64_t slice
           float* o = result + (b * seq + s) * row + h * dim;
           for (int64_t d = 0; d < dim; ++d) {
             const float level =
-                std::clamp(std::round(v[d] * multiplier * inverse), -127.0f, 127.0f);
+                std::clamp(round_half_away(v[d] * multiplier * inverse), -127.0f, 127.0f);
             o[d] = level * step;
           }
         }

@@ -342,6 +342,22 @@ TEST(SageSlaAttention, Int8RoundTripStaysWithinHalfAStep) {
     }
 }
 
+TEST(SageSlaAttention, Int8RoundTripRoundsHalvesAwayFromZero) {
+  // One slice whose largest magnitude is 127, so the step is exactly 1 and the levels are the
+  // rounded inputs; expected values follow std::round (halves away from zero, signed zero kept).
+  const std::vector<float> in = {127.0f, 2.5f,  -2.5f,  0.5f,
+                                 -0.5f,  -0.3f, 126.5f, std::nextafter(1.5f, 0.0f)};
+  const std::vector<float> expected = {127.0f, 3.0f, -3.0f, 1.0f, -1.0f, -0.0f, 127.0f, 1.0f};
+  Tensor x = Tensor::zeros({1, int64_t(in.size()), 1, 1});
+  std::copy(in.begin(), in.end(), x.data<float>());
+  const Tensor y = attention::sla::int8_round_trip(
+      x, attention::BlockLayout::uniform(int64_t(in.size()), 64), 32, 1.0f);
+  for (size_t i = 0; i < in.size(); ++i) {
+    EXPECT_EQ(y.data<float>()[i], expected[i]) << "input " << in[i];
+    EXPECT_EQ(std::signbit(y.data<float>()[i]), std::signbit(expected[i])) << "input " << in[i];
+  }
+}
+
 TEST(SageSlaAttention, CloseToSla) {
   struct Case {
     Shape4 shape;
