@@ -589,9 +589,11 @@ const std::vector<std::string_view>& preference(Platform platform, Family family
                                              dit_rocm = {"aiter", "fa", "torch_sdpa"},
                                              dit_cpu = {"fa", "torch_sdpa"},
                                              dit_other = {"torch_sdpa"},
-                                             // CPU order to be revisited with measurements
-                                             // once the paged CPU kernels exist.
-      paged_cpu = {"intel_amx", "flashinfer", "triton", "torch_native"},
+                                             // CPU: triton first, measured with
+                                             // bench/paged_attention_bench (docs/performance.md):
+                                             // fastest or within 3% on UMT5- and Qwen3-sized
+                                             // attention; flashinfer and flex_attention slower.
+      paged_cpu = {"intel_amx", "triton", "flashinfer", "torch_native"},
                                              paged_cuda = {"fa3", "flashinfer", "triton",
                                                            "torch_native"},
                                              paged_rocm = {"aiter", "triton", "torch_native"},

@@ -348,6 +348,23 @@ TEST_F(Selection, ThisBuildRunsFaOnTheCpu) {
             "available");
 }
 
+TEST_F(Selection, ThisBuildsTextEncodersTakeTriton) {
+  // Every paged CPU design is built; auto takes the catalogue's first, triton (fastest or tied
+  // in bench/paged_attention_bench), ahead of flashinfer, and `mmgen backends` says so.
+  EXPECT_EQ(select_component(kTextEncoder, levels()).primary().backend, "triton");
+  EXPECT_EQ(select_component(kTextEncoder, levels()).source, Source::Auto);
+  EXPECT_EQ(auto_backend(this_machine(), Family::Paged, "fp32", 64), "triton");
+  EXPECT_EQ(cli::backends_json(this_machine())["auto"]["paged"], "triton");
+  // The order, one kernel at a time: triton, then flashinfer, then torch_native.
+  EXPECT_EQ(
+      choose(kTextEncoder, levels(), cpu_with({}, {"flashinfer", "triton"})).primary().backend,
+      "triton");
+  EXPECT_EQ(choose(kTextEncoder, levels(), cpu_with({}, {"flashinfer", "fa3"})).primary().backend,
+            "flashinfer");
+  EXPECT_EQ(choose(kTextEncoder, levels(), cpu_with({}, {"fa3"})).primary().backend,
+            "torch_native");
+}
+
 TEST_F(Selection, AutoOnTheTorchSdpaOnlyCpuBuild) {
   // Without a CPU fa kernel auto is torch_sdpa; it flips to fa once one is registered.
   EXPECT_EQ(choose(kTransformer, levels()).primary().backend, "torch_sdpa");
@@ -685,7 +702,12 @@ TEST_F(WanTinyPlan, HeadSizesComeFromComponentConfigs) {
   EXPECT_EQ(plan(cuda(90)).components["transformer"].primary().backend, "torch_sdpa");
 }
 
-TEST_F(WanTinyPlan, StaWithTextEncoderOverrideOnThisBuildIsAnError) {
+// plan() defaults to bare_cpu(), a build with the reference kernels only: there the issue's
+// fixture (STA for the transformer, torch_native for the text encoder) fails when the plan is
+// made, naming the transformer and the missing kernel; the text encoder's override does not
+// hide the transformer's error. The real build has a CPU STA kernel: tests/sta_dry_run_test.cpp
+// runs the same fixture through `mmgen generate --dry-run`.
+TEST_F(WanTinyPlan, StaOnABuildWithoutItsKernelFailsWhenThePlanIsMade) {
   request.attention_backend = "sliding_tile_attn";
   request.component_attention_backends = "text_encoder=torch_native";
   EXPECT_ERROR_HAS(plan(), "--attention-backend sliding_tile_attn", "transformer cannot use it",

@@ -5,9 +5,11 @@
 // shared template hit by every later prompt); and UMT5 through each backend against transformers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "attention/catalogue.h"
@@ -275,6 +277,62 @@ TEST(PagedAttention, FlashInferPagedOnlyPathMatchesToo) {
   expect_close(out, reference(requests, s), "flashinfer paged-only");
 }
 
+// A cached prefix changes no bit of the new tokens' outputs in the designs that read all of a
+// request's keys as one run: the same requests computed cold (every token new) and over a cached
+// prefix of odd lengths, with and without GQA and a sliding window. triton and flashinfer split
+// the keys where the prefix ends (see PagedRunner.PrefixCacheGivesTheSameResultsAndHitsTheTemplate)
+// and agree to rounding.
+TEST(PagedAttention, ACachedPrefixChangesNoBitOfTheOutput) {
+  const std::vector<int64_t> prefix = {0, 5, 30, 64, 100, 37, 129};
+  const std::vector<int64_t> extend = {1, 9, 70, 1, 150, 40, 3};
+  for (const auto& [hq, hkv, window] :
+       {std::tuple{4, 2, int64_t(-1)}, std::tuple{3, 3, int64_t(-1)},
+        std::tuple{4, 2, int64_t(40)}})
+    for (const std::string& name : kBackends)
+      for (int64_t page_size : kPageSizes) {
+        const std::string label = name + " page " + std::to_string(page_size) + " heads " +
+                                  std::to_string(hq) + "/" + std::to_string(hkv) + " window " +
+                                  std::to_string(window);
+        std::mt19937 rng(13);
+        Config s;
+        s.hq = hq;
+        s.hkv = hkv;
+        s.window = window;
+        // Cold: every token is new. Hot: the same keys, the first prefix[i] already in the pool.
+        std::vector<int64_t> whole;
+        for (size_t i = 0; i < prefix.size(); ++i) whole.push_back(prefix[i] + extend[i]);
+        const auto cold = random_requests({}, whole, {}, s, rng);
+        std::vector<RequestData> hot = cold;
+        for (size_t i = 0; i < hot.size(); ++i) {
+          hot[i].prefix = prefix[i];
+          hot[i].extend = extend[i];
+          hot[i].q = cold[i].q.slice(0, prefix[i], whole[i]).contiguous();
+        }
+        auto run = [&](const std::vector<RequestData>& requests) {
+          Memory memory(page_size, s);
+          ForwardBatch batch = causal_batch(memory, requests);
+          auto backend = make_paged_backend(name);
+          backend->init_forward_metadata(batch);
+          return backend->forward(pack(requests, &RequestData::q, true),
+                                  pack(requests, &RequestData::k, true),
+                                  pack(requests, &RequestData::v, true), make_layer(s), batch);
+        };
+        const Tensor cold_out = run(cold), hot_out = run(hot);
+        // The cold rows of the tokens that are new in the hot run.
+        Tensor expected = Tensor::empty(hot_out.shape());
+        for (size_t i = 0, at = 0, from = 0; i < prefix.size(); ++i) {
+          expected.slice(0, int64_t(at), int64_t(at) + extend[i])
+              .copy_from(cold_out.slice(0, int64_t(from) + prefix[i], int64_t(from) + whole[i]));
+          at += size_t(extend[i]);
+          from += size_t(whole[i]);
+        }
+        if (name == "triton" || name == "flashinfer")
+          EXPECT_LT(testing::relative_error(hot_out, expected), 1e-6) << label;
+        else
+          EXPECT_EQ(testing::max_abs_diff(hot_out, expected), 0.0) << label;
+      }
+}
+
 TEST(PagedAttention, DecodeStepsMatchTheReference) {
   for (const std::string& name : kBackends)
     for (int64_t page_size : kPageSizes) {
@@ -441,6 +499,17 @@ struct ToyModel {
             .scaling = 1.0f / std::sqrt(float(head_dim)),
             .state_width = width};
   }
+  // x · wᵀ with every row rounded as if the batch had any other size. ops::linear (Eigen's GEMM)
+  // rounds the last (rows mod 4) rows of a batch in another order (its kernel takes result
+  // columns four at a time, leftovers one by one), so a token's projection would depend on how
+  // many tokens its batch has — with the cache on it has fewer. Projecting a multiple of 4 rows
+  // keeps the toy model row-independent, so that the comparison below sees the attention only.
+  static Tensor project(const Tensor& x, const Tensor& w) {
+    const int64_t rows = x.size(0), padded = (rows + 3) / 4 * 4;
+    Tensor in = Tensor::zeros({padded, x.size(1)});
+    std::copy(x.data<float>(), x.data<float>() + x.numel(), in.data<float>());
+    return ops::linear(in, w).slice(0, 0, rows).contiguous();
+  }
   // Runs one forward of the runner's current batch; stores each new token's output row.
   void forward(PagedRunner& runner) const {
     const ForwardBatch& batch = runner.batch();
@@ -451,10 +520,9 @@ struct ToyModel {
             embedding.data<float>()[batch.input_ids[size_t(t)] * width + c] +
             positions.data<float>()[batch.positions[size_t(t)] * width + c];
     for (int64_t l = 0; l < layers; ++l) {
-      const Tensor o =
-          runner.attention(l, ops::linear(x, wq[size_t(l)]), ops::linear(x, wk[size_t(l)]),
-                           ops::linear(x, wv[size_t(l)]));
-      ops::add_(x, ops::linear(o.view({batch.num_tokens, heads * head_dim}), wo[size_t(l)]));
+      const Tensor o = runner.attention(l, project(x, wq[size_t(l)]), project(x, wk[size_t(l)]),
+                                        project(x, wv[size_t(l)]));
+      ops::add_(x, project(o.view({batch.num_tokens, heads * head_dim}), wo[size_t(l)]));
     }
     runner.store_token_states(x);
   }
@@ -492,6 +560,14 @@ std::vector<std::vector<int64_t>> templated_prompts(std::mt19937& rng, int64_t c
   return prompts;
 }
 
+// With the cache on, torch_native, fa3 and flex_attention give the cold run's results bit for
+// bit: every query reads all its keys through one run, in the same tiles and key blocks with or
+// without a cached prefix (tile_attention.h). triton and flashinfer cannot, by design: triton's
+// extend attends the cached prefix (from the pool) and the new tokens (from the batch) as two
+// runs, so the key block that straddles the template's end is split in two steps of the online
+// softmax, and flashinfer computes the new tokens and the prefix as two softmaxes merged by
+// their LSEs. Both are exact in real arithmetic; in float32 they differ from the cold run by a few
+// roundings (2e-7 relative here), so they keep a bound of 1e-6.
 TEST(PagedRunner, PrefixCacheGivesTheSameResultsAndHitsTheTemplate) {
   std::mt19937 rng(21);
   const ToyModel model(rng);
@@ -513,10 +589,15 @@ TEST(PagedRunner, PrefixCacheGivesTheSameResultsAndHitsTheTemplate) {
       const auto expected = model.encode(plain, rest, &next);
       const auto got = model.encode(cached, rest, &next);
       ASSERT_EQ(got.size(), expected.size());
-      double worst = 0;
-      for (size_t i = 0; i < got.size(); ++i)
+      double worst = 0, worst_abs = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
         worst = std::max(worst, testing::relative_error(got[i], expected[i]));
-      EXPECT_LT(worst, 1e-6) << label;
+        worst_abs = std::max(worst_abs, testing::max_abs_diff(got[i], expected[i]));
+      }
+      if (name == "triton" || name == "flashinfer")
+        EXPECT_LT(worst, 1e-6) << label;
+      else
+        EXPECT_EQ(worst_abs, 0.0) << label;
       const RadixCache::Stats& stats = *cached.cache_stats();
       // Every prompt after the first hits the template's whole pages (none when a page is
       // longer than the 30-token template).

@@ -77,7 +77,7 @@ class FlexAttentionBackend final : public PagedAttentionBackend {
     // Mods read from many threads: copies of the std::functions are not needed (const calls).
     const ScoreMod& score_mod = score_mod_;
     const MaskMod& mask_mod = mask_mod_;
-#pragma omp parallel if (count > 1)
+#pragma omp parallel  // even for one task: no Eigen threading inside (see run_tiles)
     {
       TileAttention tile;
       int64_t b = 0;

@@ -14,6 +14,10 @@ using StridedConst = Eigen::Map<const RowMatrix, 0, Eigen::OuterStride<>>;
 // gathered into blocks first, since a GEMM over a handful of keys costs more than the copy.
 constexpr int64_t kInPlacePage = 64;
 
+// Query rows of a tile's GEMMs are padded to a multiple of this (Eigen's GEBP kernel handles
+// result columns four at a time and leftovers one at a time, in a different summation order).
+constexpr int64_t kRowMultiple = 4;
+
 }  // namespace
 
 VisibleKeys visible_keys(const PagedLayer& layer, const ForwardBatch& batch, int64_t request,
@@ -37,13 +41,15 @@ void TileAttention::begin(const float* q, int64_t token_stride, int64_t count, i
   bias_ = bias;
   scale_ = scale;
   const int64_t rows = count * group;
-  q_.resize(rows, head_dim);
+  const int64_t padded = (rows + kRowMultiple - 1) / kRowMultiple * kRowMultiple;
+  q_.resize(padded, head_dim);
   for (int64_t g = 0; g < group; ++g)
     for (int64_t i = 0; i < count; ++i)
       std::memcpy(q_.data() + (g * count + i) * head_dim,
                   q + i * token_stride + (first_head + g) * head_dim,
                   size_t(head_dim) * sizeof(float));
-  acc_.setZero(rows, head_dim);
+  q_.bottomRows(padded - rows).setZero();
+  acc_.setZero(padded, head_dim);
   max_.assign(size_t(rows), kNegInf);
   sum_.assign(size_t(rows), 0.0);
 }
@@ -61,8 +67,9 @@ void TileAttention::update(const float* k, const float* v, int64_t stride, int64
   const int64_t rows = count_ * group_;
   StridedConst keys(k, n, head_dim_, Eigen::OuterStride<>(stride));
   StridedConst values(v, n, head_dim_, Eigen::OuterStride<>(stride));
-  scores_.resize(rows, n);
+  scores_.resize(q_.rows(), n);
   scores_.noalias() = q_ * keys.transpose();
+  scores_.bottomRows(q_.rows() - rows).setZero();  // the padding rows add nothing
   bool any = false;
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t g = r / count_, i = r % count_;
@@ -123,8 +130,11 @@ void TileAttention::attend_run(const KeyRun& run, int64_t kv_head, int64_t block
   const int64_t first = std::max(lo, run.pos0), last = std::min(hi, run.pos0 + run.len);
   if (first >= last) return;
   const int64_t head_offset = kv_head * head_dim_;
+  // Blocks start on a grid of the run's positions (pos0, pos0 + block, ...), not at the tile's
+  // first visible key: a query then meets the same blocks whichever tile it is in.
+  const int64_t grid_first = run.pos0 + (first - run.pos0) / block * block;
   if (run.k) {
-    for (int64_t start = first; start < last; start += block) {
+    for (int64_t start = grid_first; start < last; start += block) {
       const int64_t n = std::min(block, last - start), row = (start - run.pos0) * run.stride;
       if (keep_block_ && !(*keep_block_)(start, n)) continue;
       attend(run.k + row + head_offset, run.v + row + head_offset, run.stride, start, n);
@@ -133,7 +143,7 @@ void TileAttention::attend_run(const KeyRun& run, int64_t kv_head, int64_t block
   }
   if (run.pages && run.page_size >= kInPlacePage) {  // page by page, straight from the pool
     const int64_t p = run.page_size;
-    for (int64_t start = first; start < last;) {
+    for (int64_t start = first / p * p; start < last;) {
       const int64_t page_end = (start / p + 1) * p, n = std::min(last, page_end) - start;
       const int64_t slot = run.pages[start / p] * p + start % p;
       if (keep_block_ && !(*keep_block_)(start, n)) {
@@ -149,7 +159,7 @@ void TileAttention::attend_run(const KeyRun& run, int64_t kv_head, int64_t block
   k_scratch_.resize(size_t(block * head_dim_));
   v_scratch_.resize(size_t(block * head_dim_));
   const size_t bytes = size_t(head_dim_) * sizeof(float);
-  for (int64_t start = first; start < last; start += block) {
+  for (int64_t start = grid_first; start < last; start += block) {
     const int64_t n = std::min(block, last - start);
     if (keep_block_ && !(*keep_block_)(start, n)) continue;
     for (int64_t j = 0; j < n; ++j) {
@@ -187,10 +197,14 @@ std::vector<TileTask> make_tile_tasks(const ForwardBatch& batch, const PagedLaye
                                       int64_t tile_tokens) {
   std::vector<TileTask> tasks;
   for (int64_t r = 0; r < batch.batch_size(); ++r) {
-    const int64_t n = batch.extend_seq_lens[size_t(r)];
-    for (int64_t first = 0; first < n; first += tile_tokens)
-      for (int64_t h = 0; h < layer.num_kv_heads; ++h)
-        tasks.push_back({r, h, first, std::min(tile_tokens, n - first)});
+    const int64_t n = batch.extend_seq_lens[size_t(r)],
+                  prefix = batch.extend_prefix_lens[size_t(r)];
+    // Tiles cover positions [j·tile, (j + 1)·tile): after a cached prefix the first tile is
+    // partial, and every query sits in the same tile, with the same keys, as without the cache.
+    for (int64_t first = 0, count = 0; first < n; first += count) {
+      count = std::min(n - first, tile_tokens - (prefix + first) % tile_tokens);
+      for (int64_t h = 0; h < layer.num_kv_heads; ++h) tasks.push_back({r, h, first, count});
+    }
   }
   return tasks;
 }
@@ -200,7 +214,9 @@ void run_tiles(const std::vector<TileTask>& tasks, const float* q, const PagedLa
                float* out, float* lse) {
   const int64_t hq = layer.num_q_heads, d = layer.head_dim, group = layer.group();
   const int64_t count = int64_t(tasks.size());
-#pragma omp parallel if (count > 1)
+  // A parallel region even for one task: Eigen then never threads a tile's GEMMs itself (its
+  // threaded GEMM blocks the sum differently), so a query's result does not depend on the batch.
+#pragma omp parallel
   {
     TileAttention tile;
     std::vector<KeyRun> runs;

@@ -4,6 +4,14 @@
 // where the keys come from (the packed new tokens, the pool through token slots, the pool through
 // a page table), in how the work is split (two-stage extend, ragged + paged merged by LSE,
 // split-KV decode) and in what they plan once per forward; this file is the shared arithmetic.
+//
+// A query's result does not depend on the rest of its batch: query tiles sit on a grid of
+// absolute positions, key blocks on a grid of each run's positions, a tile's rows are padded to a
+// multiple of 4 and its GEMMs never run threaded, so Eigen sums every product in the same order
+// whatever else is in the batch. A design that reads a request's keys as one run (torch_native,
+// fa3, flex_attention) therefore gives the same bits with a cached prefix as without; triton and
+// flashinfer split the keys where the prefix ends (two runs, or two softmaxes merged by LSE) and
+// agree to rounding only.
 #pragma once
 
 #include <Eigen/Core>
@@ -119,7 +127,8 @@ class TileAttention {
 };
 
 // One unit of parallel work: tokens first .. first + count − 1 of a request's new tokens, for the
-// query heads of one KV head.
+// query heads of one KV head. Tiles cover positions [j·tile_tokens, (j + 1)·tile_tokens) of the
+// sequence, so after a cached prefix a request's first tile is partial.
 struct TileTask {
   int64_t request, kv_head, first, count;
 };

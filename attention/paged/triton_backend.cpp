@@ -116,7 +116,7 @@ class TritonBackend final : public PagedAttentionBackend {
     const float* pool_k = batch.kv_pool->key_buffer(layer.layer_id).data<float>();
     const float* pool_v = batch.kv_pool->value_buffer(layer.layer_id).data<float>();
     const int64_t count = int64_t(work.size());
-#pragma omp parallel if (count > 1)
+#pragma omp parallel  // even for one task: no Eigen threading inside (see run_tiles)
     {
       TileAttention tile;
 #pragma omp for schedule(dynamic)
