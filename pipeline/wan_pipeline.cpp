@@ -2,6 +2,7 @@
 
 #ifdef MMGEN_HAVE_CUDA
 #include "models/cuda/wan_transformer_cuda.h"
+#include "models/cuda/wan_vae_cuda.h"
 #endif
 
 #include <spdlog/spdlog.h>
@@ -179,6 +180,7 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
       transformer_gpu_ = std::make_shared<cuda::WanTransformerCuda>(*transformer_);
       upload.finish();
     }
+    if (!vae_gpu_) vae_gpu_ = std::make_shared<cuda::WanVaeDecoderCuda>(*vae_);
 #else
     fail(
         "--device cuda: this build has no CUDA support; rebuild with -DMMGEN_CUDA=ON or use "
@@ -237,8 +239,13 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
                  100.0 * stats.density());
 
   Progress decode("decode", int(shape[2]));
-  const Tensor video =
-      vae_->decode(vae_->denormalize(latents), [&](int done, int) { decode.update(done); });
+  const Tensor z = vae_->denormalize(latents);
+  auto report = [&](int done, int) { decode.update(done); };
+#ifdef MMGEN_HAVE_CUDA
+  const Tensor video = input.cuda ? vae_gpu_->decode(z, report) : vae_->decode(z, report);
+#else
+  const Tensor video = vae_->decode(z, report);
+#endif
   decode.finish();
   output.frames = video_to_frames(video);
   return output;

@@ -21,7 +21,8 @@
 
 namespace mmgen::cuda {
 class WanTransformerCuda;
-}
+class WanVaeDecoderCuda;
+}  // namespace mmgen::cuda
 
 namespace mmgen {
 
@@ -35,7 +36,7 @@ struct WanGenerationInput {
   std::optional<double> flow_shift;  // replaces the scheduler config's flow_shift
   uint64_t seed = 0;
   Tensor initial_latents;  // when defined, used instead of noise drawn from `seed`
-  bool cuda = false;       // run the transformer on the GPU (--device cuda; CUDA builds only)
+  bool cuda = false;  // transformer and VAE decoder on the GPU (--device cuda; CUDA builds only)
 };
 
 struct WanGenerationOutput {
@@ -77,6 +78,7 @@ class WanPipeline {
   attention::AttentionPlan attention_plan_;
   // The transformer's GPU copy, made on the first --device cuda run (CUDA builds).
   mutable std::shared_ptr<cuda::WanTransformerCuda> transformer_gpu_;
+  mutable std::shared_ptr<cuda::WanVaeDecoderCuda> vae_gpu_;  // likewise the VAE decoder's
 };
 
 // A request's generation input (reads --latents when given, checking its shape).

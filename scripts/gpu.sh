@@ -16,7 +16,8 @@ if [ ! -f build-cuda/build.ninja ]; then
     -DMMGEN_OPENCV=OFF -DMMGEN_TESTS=OFF -DMMGEN_BENCH=OFF > "$OUT/configure.log"
 fi
 cmake --build build-cuda --target mmgen flash_attention_cuda_test flash_attention_cuda_bench \
-  mmgen_attention wan_transformer_cuda_test wan_transformer_cuda_bench wan_pipeline_cuda_test gemm_cuda_test 2>&1 |
+  mmgen_attention wan_transformer_cuda_test wan_transformer_cuda_bench wan_pipeline_cuda_test gemm_cuda_test \
+  wan_vae_cuda_test wan_vae_cuda_bench 2>&1 |
   tee "$OUT/build.log" | grep -E "error|warning|spill|C7515" || true
 
 # The Hopper kernel must run on the warpgroup MMA: count HGMMA instructions in its SASS.
@@ -53,6 +54,8 @@ rm -rf "$dump"
 
 echo "== Wan transformer benchmark"
 build-cuda/bench/cuda/wan_transformer_cuda_bench --repeats 5 | tee "$OUT/wan_transformer_bench.txt"
+echo "== Wan VAE decoder benchmark (wan-tiny, and Wan2.1-sized 480x832x81 with random weights)"
+build-cuda/bench/cuda/wan_vae_cuda_bench --repeats 3 | tee "$OUT/wan_vae_bench.txt"
 echo "== mmgen generate --device cuda on the wan-tiny fixture (seed 42) against diffusers"
 build-cuda/mmgen generate --device cuda --model-path examples/models/wan-tiny \
   --prompt "a red fox running through snow" --negative-prompt "blurry, low quality, static" \

@@ -38,6 +38,8 @@ class WanVaeDecoder {
   Tensor denormalize(const Tensor& latents) const;
 
   const WanVaeConfig& config() const { return config_; }
+  // The checked checkpoint (the GPU decoder uploads from it).
+  const WeightStore& weights() const { return weights_; }
 
   // The dense attention backend the mid block's attention runs through (the attention plan's
   // choice for the VAE); without one it uses its built-in dense path.

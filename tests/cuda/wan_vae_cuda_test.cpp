@@ -1,0 +1,127 @@
+// The GPU Wan VAE decoder against the CPU one (float32, itself checked against diffusers to 1e-5)
+// on the same weights and latents, in both precisions: TF32 within the 3e-3 per-component
+// bound, FP32 (three-TF32 products) at float32 rounding level. Models: wan-tiny (8 channels: the
+// kernel's general gather path), a random-weight decoder with Wan2.1's structure at a third of its
+// width (16-aligned channels, batch 2, several pixel tiles), and an odd-sized one (20/40 channels,
+// 5x7 latents). Then the wan-tiny fixture latents against diffusers' decoded video
+// ($MMGEN_FIXTURES or ../shared/fixtures; without it the test fails, saying so).
+#include "models/cuda/wan_vae_cuda.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+
+#include "core/cuda/device_memory.h"
+#include "cuda_test_support.h"
+#include "models/dit/wan_random_checkpoint.h"
+#include "models/vae/wan_vae_random_checkpoint.h"
+
+using namespace mmgen;
+using namespace mmgen::cuda_testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Difference {
+  double relative = INFINITY, max_abs = INFINITY;
+};
+
+Difference compare(const Tensor& actual, const Tensor& expected) {
+  Difference d;
+  if (actual.shape() != expected.shape()) return d;
+  const Tensor a = actual.to(DType::F32).contiguous(), e = expected.to(DType::F32).contiguous();
+  double difference = 0, norm = 0, max_abs = 0;
+  for (int64_t i = 0; i < e.numel(); ++i) {
+    const double x = a.data<float>()[i], y = e.data<float>()[i];
+    if (!std::isfinite(x)) return d;
+    difference += (x - y) * (x - y);
+    norm += y * y;
+    max_abs = std::max(max_abs, std::abs(x - y));
+  }
+  d.relative = std::sqrt(difference / norm);
+  d.max_abs = max_abs;
+  return d;
+}
+
+// Both precisions of the GPU decoder against the CPU decoder on `latents`.
+void check_against_cpu(const std::string& name, const vae::WanVaeDecoder& cpu,
+                       const Tensor& latents) {
+  const Tensor expected = cpu.decode(latents);
+  cuda::WanVaeDecoderCuda gpu(cpu);
+  int calls = 0;
+  const Tensor tf32 = gpu.decode(latents, [&](int done, int total) {
+    ++calls;
+    expect(done == calls && total == latents.size(0) * latents.size(2),
+           fmt::format("{}: progress {}/{}", name, done, total));
+  });
+  const Difference d = compare(tf32, expected);
+  expect(d.relative < 3e-3, fmt::format("{} {} -> {}, TF32: relative error {:.2e} < 3e-3 vs the "
+                                        "CPU decoder (max abs {:.2e})",
+                                        name, shape_string(latents.shape()),
+                                        shape_string(tf32.shape()), d.relative, d.max_abs));
+  gpu.set_precision(cuda::VaePrecision::FP32);
+  const Difference exact = compare(gpu.decode(latents), expected);
+  expect(exact.relative < 5e-5, fmt::format("{}, FP32 (3xTF32): relative error {:.2e} < 5e-5 vs "
+                                            "the CPU decoder (max abs {:.2e})",
+                                            name, exact.relative, exact.max_abs));
+}
+
+vae::WanVaeDecoder random_decoder(const vae::WanVaeConfig& config, const std::string& file_name) {
+  const fs::path file = fs::temp_directory_path() / file_name;
+  write_safetensors(file, vae::random_decoder_checkpoint(config), {{"format", "pt"}});
+  return vae::WanVaeDecoder(config, WeightStore::open_file(file));
+}
+
+}  // namespace
+
+int main() try {
+  const fs::path tiny_folder = fs::path(MMGEN_SOURCE_DIR) / "examples/models/wan-tiny/vae";
+  const vae::WanVaeDecoder tiny = vae::WanVaeDecoder::open_folder(tiny_folder);
+  // Three latent frames: the feature cache past the first ("Rep") chunk.
+  check_against_cpu("wan-tiny", tiny,
+                    dit::random_tensor({1, 16, 3, 4, 6}, 0.0f, 1.7f, 5, DType::F32));
+
+  vae::WanVaeConfig
+      third;  // Wan2.1's decoder structure (dim_mult 1,2,4,4; 2 res blocks) at base 32
+  third.base_dim = 32;
+  check_against_cpu("random base-32 decoder",
+                    random_decoder(third, "mmgen_vae_cuda_test_32.safetensors"),
+                    dit::random_tensor({2, 16, 3, 12, 20}, 0.0f, 1.5f, 6, DType::F32));
+
+  vae::WanVaeConfig odd;  // channels 20/40: the general gather path on several tiles
+  odd.base_dim = 20;
+  odd.dim_mult = {1, 2, 2};
+  odd.num_res_blocks = 1;
+  odd.temperal_downsample = {true, false};
+  check_against_cpu("random odd decoder", random_decoder(odd, "mmgen_vae_cuda_test_20.safetensors"),
+                    dit::random_tensor({1, 16, 2, 5, 7}, 0.0f, 1.5f, 7, DType::F32));
+
+  {
+    const cuda::WanVaeDecoderCuda gpu(tiny);
+    const std::string message = error_message([&] { gpu.decode(Tensor::zeros({1, 4, 2, 4, 6})); });
+    expect(message.find("expected latents [batch, 16, frames, height, width]") != std::string::npos,
+           "wrong latent channels give one clear error: " + message);
+  }
+
+  const char* from_environment = std::getenv("MMGEN_FIXTURES");
+  const fs::path fixtures =
+      from_environment ? fs::path(from_environment) : fs::path(MMGEN_SHARED_DIR) / "fixtures";
+  const fs::path reference_file = fixtures / "wan-tiny/reference/reference.safetensors";
+  if (!fs::exists(reference_file)) {
+    expect(false, "no fixture at " + reference_file.string() + " (set MMGEN_FIXTURES)");
+  } else {
+    const WeightStore reference = WeightStore::open_file(reference_file);
+    const cuda::WanVaeDecoderCuda gpu(tiny);
+    const Difference d =
+        compare(gpu.decode(reference.get_f32("vae.latents")), reference.get_f32("vae.decoded"));
+    expect(d.relative < 3e-3, fmt::format("wan-tiny fixture latents, TF32: relative error {:.2e} "
+                                          "< 3e-3 vs diffusers (max abs {:.2e})",
+                                          d.relative, d.max_abs));
+  }
+  std::printf("peak GPU memory handed out: %.1f MiB\n",
+              cuda::CachingAllocator::instance().peak_bytes_in_use() / 1048576.0);
+  return finish("wan_vae_cuda_test");
+} catch (const std::exception& error) {
+  std::printf("wan_vae_cuda_test: error: %s\n", error.what());
+  return 1;
+}
