@@ -102,8 +102,12 @@ AttentionPlan plan_attention(const ModelIndex& index, const Request& request,
 
   const SelectionLevels levels = selection_levels(overrides, request.attention_backend, env);
   AttentionPlan plan;
+  // --device cuda runs the diffusion transformers on the GPU (the other components stay on the
+  // CPU so far), so their layers are chosen against the GPU's kernels.
+  const Machine& dit_machine = request.device == "cuda" ? machine_for_device("cuda") : machine;
   for (const auto& [name, component] : components)
-    plan.components[name] = select_component(component, levels, machine);
+    plan.components[name] = select_component(
+        component, levels, component.role == ComponentRole::Dit ? dit_machine : machine);
 
   // The DiT backends the config may speak to: what runs, and what was asked for before a
   // fallback (settings for sage_attn stay valid when it falls back to fa).

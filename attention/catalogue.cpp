@@ -6,6 +6,10 @@
 #include <algorithm>
 #include <cctype>
 
+#ifdef MMGEN_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
 #include "attention/backend.h"
 #include "attention/paged/paged_backend.h"
 #include "core/error.h"
@@ -718,8 +722,10 @@ std::string normalize_backend_name(Family family, std::string_view name) {
 //  - torch_sdpa on CPU is attention/dense_attention.
 //  - the paged family on CPU: the designs in attention/paged/ (torch_native, triton, flashinfer,
 //    fa3, flex_attention), over a float32 KV pool.
-// Later issues add their rows (CPU fa, the sparse CPU kernels, and CUDA kernels under
-// MMGEN_CUDA).
+//  - with MMGEN_CUDA: the GPU kernels in attention/cuda/ (built for sm_90a only, cmake/cuda.cmake,
+//    so sm 90 exactly): fa (our FlashAttention kernel, head sizes 64 and 128), torch_sdpa (the
+//    plain reference kernel, any head size up to 256), and the block-sparse self-attention
+//    backends driven through that kernel (models/cuda/sparse_attention_cuda.h).
 const std::vector<KernelBuild>& compiled_kernels() {
   static const std::vector<KernelBuild> kernels = [] {
     std::vector<KernelBuild> list;
@@ -731,6 +737,22 @@ const std::vector<KernelBuild>& compiled_kernels() {
     for (std::string_view name : cpu_dit_backends())
       list.push_back(
           {.family = Family::Dit, .backend = name, .platform = P::Cpu, .dtypes = {"fp32"}});
+#ifdef MMGEN_HAVE_CUDA
+    for (std::string_view name : {"fa", "sliding_tile_attn", "video_sparse_attn"})
+      list.push_back({.family = Family::Dit,
+                      .backend = name,
+                      .platform = P::Cuda,
+                      .dtypes = {"bf16"},
+                      .head_sizes = {64, 128},
+                      .min_sm = 90,
+                      .max_sm = 90});
+    list.push_back({.family = Family::Dit,
+                    .backend = "torch_sdpa",
+                    .platform = P::Cuda,
+                    .dtypes = {"bf16"},
+                    .min_sm = 90,
+                    .max_sm = 90});
+#endif
     return list;
   }();
   return kernels;
@@ -744,6 +766,29 @@ const Machine& this_machine() {
     m.description = "cpu";
     for (const auto& kernel : compiled_kernels())
       if (kernel.platform == P::Cpu) m.kernels.push_back(kernel);
+    return m;
+  }();
+  return machine;
+}
+
+const Machine& machine_for_device(std::string_view device) {
+  if (device != "cuda") return this_machine();
+  static const Machine machine = [] {
+    Machine m;
+    m.platform = P::Cuda;
+    m.dtype = "bf16";
+#ifdef MMGEN_HAVE_CUDA
+    int index = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&index) == cudaSuccess &&
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index) == cudaSuccess &&
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, index) == cudaSuccess)
+      m.sm = major * 10 + minor;
+    else
+      cudaGetLastError();  // no GPU here: clear the error, sm stays 0
+#endif
+    m.description = m.sm > 0 ? fmt::format("cuda sm{}", m.sm) : std::string("cuda (no GPU found)");
+    for (const auto& kernel : compiled_kernels())
+      if (kernel.platform == P::Cuda) m.kernels.push_back(kernel);
     return m;
   }();
   return machine;

@@ -102,6 +102,11 @@ struct Machine {
 // This process: the CPU, this build's kernels.
 const Machine& this_machine();
 
+// The machine behind --device: "cuda" is this process's GPU (its compute capability; sm 0 when
+// none is found) with this build's CUDA kernels (none without -DMMGEN_CUDA=ON); anything else is
+// this_machine().
+const Machine& machine_for_device(std::string_view device);
+
 // Whether `backend` (canonical name) can run on `machine` for this dtype and head size (0:
 // unknown, not checked). `reason` says why not, in words a user can act on.
 struct Availability {

@@ -244,14 +244,21 @@ std::string backends_markdown() {
 
 int run_backends(const std::vector<std::string>& arguments) {
   bool as_json = false, as_markdown = false;
-  for (const auto& argument : arguments) {
-    if (argument == "--json") {
+  std::string device = "cpu";
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const std::string& argument = arguments[i];
+    if (argument == "--device") {
+      check(i + 1 < arguments.size() && (arguments[i + 1] == "cpu" || arguments[i + 1] == "cuda"),
+            "backends: --device takes cpu or cuda");
+      device = arguments[++i];
+    } else if (argument == "--json") {
       as_json = true;
     } else if (argument == "--markdown") {
       as_markdown = true;
     } else if (argument == "--help" || argument == "-h") {
-      std::cout << "Usage: mmgen backends [--json | --markdown]\n\n"
+      std::cout << "Usage: mmgen backends [--device cpu|cuda] [--json | --markdown]\n\n"
                    "Lists the attention backends with their status on this machine and build.\n"
+                   "  --device    where the models would run (cuda: this build's GPU kernels)\n"
                    "  --json      the catalogue and statuses as JSON\n"
                    "  --markdown  docs/attention-backends.md (from the catalogue alone)\n";
       return 0;
@@ -263,9 +270,9 @@ int run_backends(const std::vector<std::string>& arguments) {
   if (as_markdown)
     std::cout << backends_markdown();
   else if (as_json)
-    std::cout << backends_json(this_machine()).dump(2) << "\n";
+    std::cout << backends_json(machine_for_device(device)).dump(2) << "\n";
   else
-    std::cout << backends_text(this_machine());
+    std::cout << backends_text(machine_for_device(device));
   return 0;
 }
 

@@ -154,17 +154,30 @@ dit::WanAttention WanPipeline::build_attention() const {
 
 namespace {
 
+#ifdef MMGEN_HAVE_CUDA
 // --device cuda: the GPU transformer runs dense attention (the CUDA fa kernel, or the reference
-// kernel for head sizes it is not compiled for); the sparse backends run on the CPU only so far.
-void check_gpu_attention(const attention::AttentionPlan& plan) {
+// kernel for head sizes it is not compiled for) or, for self-attention, a GPU sparse backend
+// (sliding_tile_attn, video_sparse_attn). The selector planned against the GPU's kernels; this
+// only guards against a plan made for another machine. Returns the GPU self-attention backend,
+// null for dense.
+std::unique_ptr<cuda::SparseSelfAttentionCuda> gpu_self_attention(
+    const attention::AttentionPlan& plan) {
   auto it = plan.components.find("transformer");
-  if (it == plan.components.end()) return;
-  for (const auto& layer : it->second.layers)
-    check(layer.backend == "fa" || layer.backend == "torch_sdpa",
+  if (it == plan.components.end()) return nullptr;
+  std::string sparse;
+  for (const auto& layer : it->second.layers) {
+    const bool self = layer.kind == attention::LayerKind::SelfAttention;
+    check(layer.backend == "fa" || layer.backend == "torch_sdpa" ||
+              (self && cuda::has_cuda_self_attention(layer.backend)),
           "--device cuda: the transformer's {} attention backend runs on the CPU only so far; use "
-          "--attention-backend fa (dense) with --device cuda, or --device cpu",
+          "fa, sliding_tile_attn or video_sparse_attn with --device cuda, or --device cpu",
           layer.backend);
+    if (self && cuda::has_cuda_self_attention(layer.backend)) sparse = layer.backend;
+  }
+  if (sparse.empty()) return nullptr;
+  return cuda::make_sparse_self_attention_cuda(sparse, backend_config(plan, sparse));
 }
+#endif
 
 }  // namespace
 
@@ -172,9 +185,13 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
                                           bool keep_step_latents) const {
   const bool guided = input.guidance_scale > 1.0;
   // --device cuda: checked and the weights uploaded before any other work.
+#ifdef MMGEN_HAVE_CUDA
+  // The GPU self-attention backend: fresh per run, like the CPU attention state.
+  std::unique_ptr<cuda::SparseSelfAttentionCuda> gpu_attention;
+#endif
   if (input.cuda) {
 #ifdef MMGEN_HAVE_CUDA
-    check_gpu_attention(attention_plan_);
+    gpu_attention = gpu_self_attention(attention_plan_);
     if (!transformer_gpu_) {
       Progress upload("upload", 1);
       transformer_gpu_ = std::make_shared<cuda::WanTransformerCuda>(*transformer_);
@@ -214,7 +231,8 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
       return transformer_->forward(latents, step_timestep(step), embeds, {step, steps, call},
                                    &attention);
 #ifdef MMGEN_HAVE_CUDA
-    return transformer_gpu_->forward(latents, step_timestep(step), embeds);
+    return transformer_gpu_->forward(latents, step_timestep(step), embeds, nullptr,
+                                     gpu_attention.get(), step);
 #else
     return Tensor();
 #endif

@@ -61,6 +61,8 @@ void flash_attention_forward(const FlashAttentionArgs& args, cudaStream_t stream
         "CUDA attention: sequence lengths {} and {} out of range", args.seq_q, args.seq_k);
   check((args.block_offsets == nullptr) == (args.block_indices == nullptr),
         "CUDA attention: block-sparse mode needs both block_offsets and block_indices");
+  check(args.block_offsets || (!args.key_block_lengths && !args.block_row_halves),
+        "CUDA attention: key_block_lengths and block_row_halves need block-sparse mode");
   if (args.seq_q == 0) return;
   static const bool has_hopper = device_major() == 9;
   check(args.kernel != FlashKernel::Hopper || has_hopper,

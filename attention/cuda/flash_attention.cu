@@ -155,15 +155,24 @@ __global__ void __launch_bounds__(kThreads, 2) flash_forward_kernel(const FlashA
       }
     }
 
-    // Keys past the end of the sequence (only in the last, partial block) take no weight.
-    if (first_key + kFlashBlockN > args.seq_k) {
+    // Keys past the end of the sequence (only in the last, partial block), past the block's valid
+    // length, or in a block of the other half's list take no weight (warps 0-1 are the first 64
+    // rows, 2-3 the rest).
+    int64_t key_limit = args.seq_k;
+    if constexpr (kSparse) {
+      if (args.key_block_lengths)
+        key_limit = min(key_limit, first_key + args.key_block_lengths[key_block_at(j)]);
+      if (args.block_row_halves && !((args.block_row_halves[list_begin + j] >> (warp / 2)) & 1))
+        key_limit = first_key;
+    }
+    if (first_key + kFlashBlockN > key_limit) {
 #pragma unroll
       for (int mi = 0; mi < kMTiles; ++mi)
 #pragma unroll
         for (int ni = 0; ni < kNTiles; ++ni)
 #pragma unroll
           for (int c = 0; c < 4; ++c)
-            if (first_key + ni * 8 + 2 * (lane & 3) + (c & 1) >= args.seq_k)
+            if (first_key + ni * 8 + 2 * (lane & 3) + (c & 1) >= key_limit)
               scores[mi][ni][c] = -INFINITY;
     }
 

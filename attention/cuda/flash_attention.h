@@ -42,6 +42,16 @@ struct FlashAttentionArgs {
   // empty list writes zeros (and -inf LSE).
   const int32_t* block_offsets = nullptr;
   const int32_t* block_indices = nullptr;
+  // Optional, block-sparse mode only. key_block_lengths[j]: how many tokens of key block j (from
+  // its first) are keys; the rest of the block is padding that takes no weight (edge tiles padded
+  // to whole blocks). Shared by every batch and head; seq_k still bounds every block.
+  const int32_t* key_block_lengths = nullptr;
+  // block_row_halves[e], beside block_indices[e]: which halves of the query block use that key
+  // block, bit 0 the first kFlashBlockM / 2 rows, bit 1 the rest. Lets backends that choose keys
+  // per 64 queries (VSA's cubes) share one 128-row launch: the list is the union of both halves'
+  // lists and each half ignores the blocks that are not its own, so its result is exactly that
+  // of its own list.
+  const uint8_t* block_row_halves = nullptr;
 
   FlashKernel kernel = FlashKernel::Auto;
 };

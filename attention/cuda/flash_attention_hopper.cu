@@ -78,11 +78,12 @@ struct OutputProduct<128> {
   }
 };
 
-// Turns raw scores into unnormalised probabilities in place, masking keys that are not there;
-// returns the factors the accumulated output must be scaled by.
+// Turns raw scores into unnormalised probabilities in place, masking keys that are not there
+// (entry a's keys from limit_a on, entry b's from limit_b on); returns the factors the
+// accumulated output must be scaled by.
 __device__ __forceinline__ void softmax_tile(float (&scores)[kTileRegs], SoftmaxRows& rows,
                                              float scale_log2, bool mask, int64_t first_key_a,
-                                             int64_t first_key_b, bool has_b, int64_t seq_k,
+                                             int64_t first_key_b, int64_t limit_a, int64_t limit_b,
                                              int lane, float (&correction)[2]) {
   if (mask) {
 #pragma unroll
@@ -90,8 +91,7 @@ __device__ __forceinline__ void softmax_tile(float (&scores)[kTileRegs], Softmax
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int column = (i % 8) * 8 + 2 * (lane & 3) + (c & 1);
-        const bool valid =
-            i < 8 ? first_key_a + column < seq_k : has_b && first_key_b + column < seq_k;
+        const bool valid = i < 8 ? first_key_a + column < limit_a : first_key_b + column < limit_b;
         if (!valid) scores[4 * i + c] = -INFINITY;
       }
   }
@@ -248,13 +248,26 @@ __global__ void __launch_bounds__(kThreads, 1)
           acc, p_fragments[ks],
           swizzle128_descriptor(v_address + ks * 16 * 128, kTileKeys * 128, 1024));
   };
+  // Where entry e's keys end for this consumer: the sequence's end, the block's valid length,
+  // or its first key when the entry belongs to the other half of the query block.
+  auto key_limit = [&](int e, int64_t first_key) {
+    int64_t limit = args.seq_k;
+    if constexpr (kSparse) {
+      if (args.key_block_lengths)
+        limit = min(limit, first_key + args.key_block_lengths[args.block_indices[list_begin + e]]);
+      if (args.block_row_halves && !((args.block_row_halves[list_begin + e] >> consumer) & 1))
+        limit = first_key;
+    }
+    return limit;
+  };
   auto softmax = [&](int t, float(&correction)[2]) {
     const int64_t first_key_a = first_key_of(2 * t);
     const bool has_b = 2 * t + 1 < list_size;
     const int64_t first_key_b = has_b ? first_key_of(2 * t + 1) : 0;
-    const bool mask = !has_b || first_key_a + kFlashBlockN > args.seq_k ||
-                      first_key_b + kFlashBlockN > args.seq_k;
-    softmax_tile(scores, rows, scale_log2, mask, first_key_a, first_key_b, has_b, args.seq_k, lane,
+    const int64_t limit_a = key_limit(2 * t, first_key_a);
+    const int64_t limit_b = has_b ? key_limit(2 * t + 1, first_key_b) : 0;  // no entry b: masked
+    const bool mask = first_key_a + kFlashBlockN > limit_a || first_key_b + kFlashBlockN > limit_b;
+    softmax_tile(scores, rows, scale_log2, mask, first_key_a, first_key_b, limit_a, limit_b, lane,
                  correction);
   };
 

@@ -1,14 +1,19 @@
 // One forward of a Wan2.1-1.3B-sized transformer (30 layers, 12 heads x 128, ffn 8960, text_dim
 // 4096, random bf16 weights) on the GPU at 480x832, 81 frames (latents [1, 16, 21, 60, 104]:
 // 32760 tokens) with 512 text tokens: wall-clock seconds per forward (median of repeats after a
-// warm-up, host work included) and the peak GPU memory the caching allocator handed out.
+// warm-up, host work included) and the peak GPU memory the caching allocator handed out; with
+// dense self-attention (fa), then with sliding_tile_attn (window 2x2x3 tiles of 6x8x8 in every
+// layer and head) and video_sparse_attn (sparsity 0.9), about 90% sparse.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "attention/backend_config.h"
 #include "core/cuda/device_memory.h"
 #include "core/safetensors.h"
 #include "models/cuda/wan_transformer_cuda.h"
@@ -38,33 +43,66 @@ int main(int argc, char** argv) try {
 
   const Tensor latents = dit::random_tensor({1, 16, 21, 60, 104}, 0.0f, 1.7f, 101, DType::F32);
   const Tensor text = dit::random_tensor({1, 512, config.text_dim}, 0.0f, 0.3f, 102, DType::F32);
-  Tensor out = gpu.forward(latents, 999.0f, text);  // warm-up: cuBLASLt plans, kernel setup
-  std::vector<double> seconds, host, device;
-  for (int i = 0; i < repeats; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    cuda::WanTransformerCuda::Timings timings;
-    out = gpu.forward(latents, 999.0f - 10.0f * float(i), text, &timings);
-    host.push_back(timings.host_seconds);
-    device.push_back(timings.device_seconds);
-    seconds.push_back(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  std::sort(seconds.begin(), seconds.end());
-  std::sort(host.begin(), host.end());
-  std::sort(device.begin(), device.end());
-  double sum_abs = 0;
-  for (int64_t i = 0; i < out.numel(); ++i) sum_abs += std::abs(out.data<float>()[i]);
-  const double gib = double(1 << 30);
+  // STA's mask: the same window for every layer and head at step 0.
+  nlohmann::json mask = nlohmann::json::object();
+  for (int64_t l = 0; l < config.num_layers; ++l)
+    for (int64_t h = 0; h < config.num_attention_heads; ++h)
+      mask["0_" + std::to_string(l) + "_" + std::to_string(h)] = {2, 2, 3};
+  const fs::path mask_file = fs::temp_directory_path() / "mmgen_wan_1_3b_sta_223.json";
+  std::ofstream(mask_file) << mask.dump();
+  struct Mode {
+    const char* label;
+    std::string backend;
+    nlohmann::json config;
+  };
+  const Mode modes[] = {
+      {"dense self-attention (fa)", "", {}},
+      {"sliding_tile_attn, window 2x2x3 tiles",
+       "sliding_tile_attn",
+       {{"mask_strategy_file_path", mask_file.string()}, {"skip_time_steps", 0}}},
+      {"video_sparse_attn, sparsity 0.9", "video_sparse_attn", {{"sparsity", 0.9}}},
+  };
   std::printf("Wan2.1-1.3B-sized transformer, 480x832x81 frames (32760 tokens), 512 text tokens\n");
-  std::printf("weights on GPU: %.2f GiB (uploaded in %.1f s)\n", gpu.weight_bytes() / gib,
-              load_seconds);
-  std::printf("forward: median %.3f s, min %.3f s, max %.3f s over %d repeats\n",
-              seconds[seconds.size() / 2], seconds.front(), seconds.back(), repeats);
-  std::printf("  of which host preparation (median) %.3f s, device work and download %.3f s\n",
-              host[host.size() / 2], device[device.size() / 2]);
-  std::printf("peak GPU memory (allocator): %.2f GiB; output mean |x| %.4f\n",
-              cuda::CachingAllocator::instance().peak_bytes_in_use() / gib,
-              sum_abs / double(out.numel()));
+  std::printf("weights on GPU: %.2f GiB (uploaded in %.1f s)\n",
+              gpu.weight_bytes() / double(1 << 30), load_seconds);
+  for (const Mode& mode : modes) {
+    std::unique_ptr<cuda::SparseSelfAttentionCuda> sparse;
+    if (!mode.backend.empty())
+      sparse = cuda::make_sparse_self_attention_cuda(
+          mode.backend, attention::validate_backend_config(mode.config, mode.backend));
+    Tensor out = gpu.forward(latents, 999.0f, text, nullptr, sparse.get());  // warm-up
+    double density = 1.0;
+    if (sparse) {
+      sparse->count_pairs(true);
+      gpu.forward(latents, 999.0f, text, nullptr, sparse.get());
+      density = sparse->stats().density();
+      sparse->count_pairs(false);
+    }
+    std::vector<double> seconds, host, device;
+    for (int i = 0; i < repeats; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      cuda::WanTransformerCuda::Timings timings;
+      out = gpu.forward(latents, 999.0f - 10.0f * float(i), text, &timings, sparse.get());
+      host.push_back(timings.host_seconds);
+      device.push_back(timings.device_seconds);
+      seconds.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    std::sort(seconds.begin(), seconds.end());
+    std::sort(host.begin(), host.end());
+    std::sort(device.begin(), device.end());
+    double sum_abs = 0;
+    for (int64_t i = 0; i < out.numel(); ++i) sum_abs += std::abs(out.data<float>()[i]);
+    const double gib = double(1 << 30);
+    std::printf("%s (self-attention density %.3f)\n", mode.label, density);
+    std::printf("forward: median %.3f s, min %.3f s, max %.3f s over %d repeats\n",
+                seconds[seconds.size() / 2], seconds.front(), seconds.back(), repeats);
+    std::printf("  of which host preparation (median) %.3f s, device work and download %.3f s\n",
+                host[host.size() / 2], device[device.size() / 2]);
+    std::printf("peak GPU memory (allocator): %.2f GiB; output mean |x| %.4f\n",
+                cuda::CachingAllocator::instance().peak_bytes_in_use() / gib,
+                sum_abs / double(out.numel()));
+  }
   return 0;
 } catch (const std::exception& error) {
   std::fprintf(stderr, "wan_transformer_cuda_bench: %s\n", error.what());

@@ -46,6 +46,7 @@ void attend(const DeviceBuffer& q, const DeviceBuffer& k, const DeviceBuffer& v,
 
 struct WanTransformerCuda::Block {
   Linear q, k, v, o, cross_q, cross_k, cross_v, cross_o, ffn_in, ffn_out;
+  Linear gate;  // VSA's to_gate_compress where the checkpoint has it (weight empty otherwise)
   DeviceBuffer norm_q, norm_k, cross_norm_q, cross_norm_k, norm2_weight, norm2_bias;
   std::vector<float> modulation;  // scale_shift_table [6·D], added to timestep_proj per forward
 };
@@ -55,7 +56,9 @@ WanTransformerCuda::Linear WanTransformerCuda::upload_linear(const std::string& 
   // Released checkpoints store bf16: those bytes go up as they are; other dtypes are converted.
   const Tensor stored = model_.weights().get(prefix + ".weight");
   const Tensor weight = stored.dtype() == DType::BF16 ? stored.contiguous() : stored;
-  const Tensor bias = dit::load_weight(model_.weights(), prefix + ".bias");
+  const bool has_bias = model_.weights().has(prefix + ".bias");
+  const Tensor bias = has_bias ? dit::load_weight(model_.weights(), prefix + ".bias")
+                               : Tensor::zeros({weight.size(0)});
   Linear linear;
   linear.out = weight.size(0);
   linear.in = weight.numel() / linear.out;  // the patch embedding's Conv3d weight flattens
@@ -107,6 +110,8 @@ WanTransformerCuda::WanTransformerCuda(const dit::WanTransformer& model)
     }
     block->ffn_in = upload_linear(prefix + "ffn.net.0.proj", true);
     block->ffn_out = upload_linear(prefix + "ffn.net.2", false);
+    if (model.weights().has(prefix + "to_gate_compress.weight"))
+      block->gate = upload_linear(prefix + "to_gate_compress", false);
     const Tensor table = dit::load_weight(model.weights(), prefix + "scale_shift_table");
     block->modulation.assign(table.data<float>(), table.data<float>() + table.numel());
     blocks_.push_back(std::move(block));
@@ -116,7 +121,8 @@ WanTransformerCuda::WanTransformerCuda(const dit::WanTransformer& model)
 WanTransformerCuda::~WanTransformerCuda() = default;
 
 Tensor WanTransformerCuda::forward(const Tensor& latents, float timestep, const Tensor& text_embeds,
-                                   Timings* timings) const {
+                                   Timings* timings, SparseSelfAttentionCuda* self_attention,
+                                   int64_t step) const {
   const auto start = std::chrono::steady_clock::now();
   const dit::WanTransformerConfig& config = model_.config();
   const auto [pt, ph, pw] = config.patch_size;
@@ -206,7 +212,23 @@ Tensor WanTransformerCuda::forward(const Tensor& latents, float timestep, const 
                        sin.as<float>(), tokens, head_dim);
     rms_norm_rope_bf16(k.data(), rows, dim, block.norm_k.as<float>(), eps, cos.as<float>(),
                        sin.as<float>(), tokens, head_dim);
-    attend(q, k, v, attended, batch, tokens, tokens, heads, head_dim);
+    if (self_attention) {
+      SelfAttentionCall call;
+      call.q = q.data(), call.k = k.data(), call.v = v.data(), call.out = attended.data();
+      call.batch = batch, call.tokens = tokens, call.heads = heads, call.head_dim = head_dim;
+      call.grid = {grid.t, grid.h, grid.w};
+      call.step = step, call.layer = int64_t(b);
+      call.scale = float(1.0 / std::sqrt(double(head_dim)));
+      if (self_attention->wants_gate() && block.gate.weight.size() > 0) {
+        // to_gate_compress(attention input) in fp32; `projected` is free until the output
+        // projection below.
+        run(block.gate, normed, projected, rows, GemmOutput::F32);
+        call.gate = projected.as<float>();
+      }
+      self_attention->forward(call);
+    } else {
+      attend(q, k, v, attended, batch, tokens, tokens, heads, head_dim);
+    }
     run(block.o, attended, projected, rows, GemmOutput::F32);
     add_gated_f32(residual, projected.as<float>(), rows, dim, m + 2 * dim);
     // 2. Cross-attention to the text; plain residual.

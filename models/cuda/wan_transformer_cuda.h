@@ -1,8 +1,9 @@
 // WanTransformer3DModel on an NVIDIA GPU: the CPU model's checked weights uploaded once as bf16,
 // every block on the device — cuBLASLt bf16 products with fp32 accumulation and the bias in the
 // epilogue (and the feed-forward's GELU there too), fused row kernels between them (modulated
-// LayerNorm, q/k RMSNorm with RoPE, gated residual), the residual stream in fp32, attention through the CUDA attention kernels.
-// The time embedder runs on the CPU in fp32 (as diffusers keeps it); patchify/unpatchify too.
+// LayerNorm, q/k RMSNorm with RoPE, gated residual), the residual stream in fp32, attention through
+// the CUDA attention kernels. The time embedder runs on the CPU in fp32 (as diffusers keeps it);
+// patchify/unpatchify too.
 #pragma once
 
 #include <array>
@@ -13,6 +14,7 @@
 
 #include "core/cuda/device_memory.h"
 #include "core/tensor.h"
+#include "models/cuda/sparse_attention_cuda.h"
 #include "models/dit/wan_transformer.h"
 
 namespace mmgen::cuda {
@@ -29,10 +31,13 @@ class WanTransformerCuda {
     double host_seconds = 0, device_seconds = 0;
   };
 
-  // The same contract as dit::WanTransformer::forward with dense attention; returns float32 on the
-  // host. `timings` may be null.
+  // The same contract as dit::WanTransformer::forward; returns float32 on the host. `timings` may
+  // be null. Self-attention is dense (the fa kernel) unless `self_attention` is given: a GPU
+  // sparse backend, told the denoising `step` (STA's windows and skipped steps depend on it) and
+  // handed VSA's gate where the checkpoint has to_gate_compress.
   Tensor forward(const Tensor& latents, float timestep, const Tensor& text_embeds,
-                 Timings* timings = nullptr) const;
+                 Timings* timings = nullptr, SparseSelfAttentionCuda* self_attention = nullptr,
+                 int64_t step = 0) const;
 
   size_t weight_bytes() const { return weight_bytes_; }
 

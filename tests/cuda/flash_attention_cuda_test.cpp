@@ -23,12 +23,16 @@ struct Case {
   int64_t batch, heads, seq_q, seq_k, head_dim;
   bool sparse;
   bool packed_qkv;  // q, k, v interleaved in one [B, S, 3, H, D] buffer (strided views)
+  // Block-sparse only: random valid lengths per key block (padded edge tiles) and random halves
+  // per list entry (lists chosen per 64 query rows).
+  bool lengths_and_halves = false;
 };
 
 // Block lists: each (b, h, query block) keeps each key block with probability `density`; some
 // query blocks get none (their rows must come out zero with LSE -inf).
 struct BlockLists {
-  std::vector<int32_t> offsets, indices;
+  std::vector<int32_t> offsets, indices, key_lengths;
+  std::vector<uint8_t> halves;
 };
 BlockLists random_block_lists(const Case& c, double density, std::mt19937& generator) {
   const int64_t q_blocks = (c.seq_q + kFlashBlockM - 1) / kFlashBlockM;
@@ -43,6 +47,13 @@ BlockLists random_block_lists(const Case& c, double density, std::mt19937& gener
     std::shuffle(kept.begin(), kept.end(), generator);  // order must not matter
     lists.indices.insert(lists.indices.end(), kept.begin(), kept.end());
     lists.offsets.push_back(int32_t(lists.indices.size()));
+  }
+  if (c.lengths_and_halves) {
+    std::uniform_int_distribution<int> length(0, kFlashBlockN), half(1, 3);
+    for (int64_t kb = 0; kb < k_blocks; ++kb)
+      lists.key_lengths.push_back(kb % 3 == 0 ? kFlashBlockN : length(generator));
+    for (size_t e = 0; e < lists.indices.size(); ++e)
+      lists.halves.push_back(uint8_t(half(generator)));
   }
   return lists;
 }
@@ -77,8 +88,13 @@ void run_case(const Case& c, FlashKernel kernel, std::mt19937& generator) {
   auto allowed = [&](int64_t b, int64_t h, int64_t i, int64_t j) {
     if (!c.sparse) return true;
     const int64_t entry = (b * H + h) * q_blocks + i / kFlashBlockM;
-    for (int32_t p = lists.offsets[entry]; p < lists.offsets[entry + 1]; ++p)
-      if (lists.indices[p] == j / kFlashBlockN) return true;
+    for (int32_t p = lists.offsets[entry]; p < lists.offsets[entry + 1]; ++p) {
+      if (lists.indices[p] != j / kFlashBlockN) continue;
+      if (!c.lengths_and_halves) return true;
+      const int half = int(i % kFlashBlockM) / (kFlashBlockM / 2);
+      return j % kFlashBlockN < lists.key_lengths[size_t(j / kFlashBlockN)] &&
+             ((lists.halves[size_t(p)] >> half) & 1) != 0;
+    }
     return false;
   };
 
@@ -119,7 +135,7 @@ void run_case(const Case& c, FlashKernel kernel, std::mt19937& generator) {
   DeviceBuffer device_out(size_t(B * Sq * H * D) * 2), device_lse(size_t(B * H * Sq) * 4);
   device_out.fill_bytes(0xff);  // bf16 0xffff is NaN: an unwritten element cannot pass
   device_lse.fill_bytes(0xff);
-  DeviceBuffer device_offsets, device_indices;
+  DeviceBuffer device_offsets, device_indices, device_lengths, device_halves;
 
   FlashAttentionArgs args;
   args.batch = B, args.heads = H, args.seq_q = Sq, args.seq_k = Sk, args.head_dim = D;
@@ -149,6 +165,14 @@ void run_case(const Case& c, FlashKernel kernel, std::mt19937& generator) {
       device_indices.upload(lists.indices.data(), lists.indices.size() * 4);
     args.block_offsets = device_offsets.as<int32_t>();
     args.block_indices = device_indices.as<int32_t>();
+    if (c.lengths_and_halves) {
+      device_lengths = DeviceBuffer(lists.key_lengths.size() * 4);
+      device_lengths.upload(lists.key_lengths.data(), lists.key_lengths.size() * 4);
+      device_halves = DeviceBuffer(std::max<size_t>(lists.halves.size(), 1));
+      if (!lists.halves.empty()) device_halves.upload(lists.halves.data(), lists.halves.size());
+      args.key_block_lengths = device_lengths.as<int32_t>();
+      args.block_row_halves = device_halves.as<uint8_t>();
+    }
   }
   flash_attention_forward(args);
   MMGEN_CUDA_CHECK(cudaDeviceSynchronize());
@@ -174,9 +198,9 @@ void run_case(const Case& c, FlashKernel kernel, std::mt19937& generator) {
     }
   }
   const double error = relative_error(actual, expected);
-  const std::string name =
-      fmt::format("B={} H={} Sq={} Sk={} D={}{}{}", B, H, Sq, Sk, D,
-                  c.sparse ? " block-sparse" : " dense", c.packed_qkv ? " packed-qkv" : "");
+  const std::string name = fmt::format(
+      "B={} H={} Sq={} Sk={} D={}{}{}{}", B, H, Sq, Sk, D, c.sparse ? " block-sparse" : " dense",
+      c.packed_qkv ? " packed-qkv" : "", c.lengths_and_halves ? " key-lengths+halves" : "");
   expect(all_finite, name + ": every output element written and finite");
   expect(error < 1e-2, fmt::format("{}: relative error {:.2e} < 1e-2", name, error));
   expect(lse_ok && lse_error < 2e-2,
@@ -188,11 +212,12 @@ void run_case(const Case& c, FlashKernel kernel, std::mt19937& generator) {
 int main() {
   std::mt19937 generator(20261123);
   const Case cases[] = {
-      {1, 2, 128, 128, 64, false, false},  {1, 2, 128, 128, 128, false, false},
-      {2, 3, 200, 333, 128, false, false}, {2, 3, 200, 333, 64, false, false},
-      {1, 2, 300, 300, 128, false, true},  {1, 1, 1000, 77, 128, false, false},
-      {1, 2, 1, 64, 64, false, false},     {1, 2, 520, 700, 128, true, false},
-      {2, 2, 390, 390, 64, true, true},    {1, 3, 1024, 1100, 128, true, false},
+      {1, 2, 128, 128, 64, false, false},       {1, 2, 128, 128, 128, false, false},
+      {2, 3, 200, 333, 128, false, false},      {2, 3, 200, 333, 64, false, false},
+      {1, 2, 300, 300, 128, false, true},       {1, 1, 1000, 77, 128, false, false},
+      {1, 2, 1, 64, 64, false, false},          {1, 2, 520, 700, 128, true, false},
+      {2, 2, 390, 390, 64, true, true},         {1, 3, 1024, 1100, 128, true, false},
+      {2, 2, 520, 700, 128, true, false, true}, {1, 3, 390, 390, 64, true, true, true},
   };
   for (const FlashKernel kernel : {FlashKernel::Portable, FlashKernel::Hopper})
     for (const Case& c : cases) run_case(c, kernel, generator);

@@ -1,0 +1,39 @@
+// Video Sparse Attention's coarse branch on the GPU, over tokens already in the padded cube order
+// of box_layout.h (cube c is slots [64c, 64c + 64), its valid tokens first): cube means, coarse
+// scores, the top-k key cubes of every query cube, the coarse output when a gate needs it, and
+// the block lists the attention kernel takes (one list per 128-row query block = two cubes, with
+// the halves marked). The same choices as the CPU oracle (attention/vsa_coarse.h).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace mmgen::cuda {
+
+inline constexpr int kVsaCube = 64;  // tokens (slots) per 4x4x4 cube: one key block
+
+// means[b, h, c, :] = the mean of x[b, s, h·D : (h+1)·D] over the cube's valid slots
+// s in [64c, 64c + lengths[c]); x is [batch, 64·cubes, heads·D] bf16, means float32.
+void vsa_cube_means(const void* x, float* means, int64_t batch, int64_t cubes, int64_t heads,
+                    int64_t head_dim, const int32_t* lengths, cudaStream_t stream = nullptr);
+
+// Largest cube count vsa_select handles (its scores sit in shared memory).
+int64_t vsa_max_cubes();
+
+// For every (b, h) and query cube i: scores qc_i·kc_jᵀ·scale over all key cubes j, the `topk`
+// highest (ties to the lower index) written ascending to selected[((b·H + h)·cubes + i)·topk ..].
+// When vc and coarse are given, also coarse[b, h, i, :] = softmax_j(scores)·vc (float32).
+void vsa_select(const float* qc, const float* kc, const float* vc, float scale, int64_t batch,
+                int64_t heads, int64_t cubes, int64_t head_dim, int64_t topk, int32_t* selected,
+                float* coarse, cudaStream_t stream = nullptr);
+
+// Block lists for the attention kernel from `selected`: query block q of (b, h) holds cubes 2q and
+// 2q + 1; its list is the ascending union of their selections, with halves bit 0 for cube 2q's
+// and bit 1 for cube 2q + 1's. offsets gets pairs·ceil(cubes / 2) + 1 entries; indices and halves
+// need room for pairs·ceil(cubes / 2)·2·topk; counts is scratch of pairs·ceil(cubes / 2) int32.
+void vsa_block_lists(const int32_t* selected, int64_t pairs, int64_t cubes, int64_t topk,
+                     int32_t* counts, int32_t* offsets, int32_t* indices, uint8_t* halves,
+                     cudaStream_t stream = nullptr);
+
+}  // namespace mmgen::cuda

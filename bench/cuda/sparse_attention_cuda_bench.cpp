@@ -1,0 +1,160 @@
+// The GPU sliding_tile_attn and video_sparse_attn backends at Wan2.1-1.3B's self-attention shape
+// (1 x 12 heads x 32760 tokens x 128: the 21x30x52 patch grid of 480x832x81) on random inputs,
+// beside our dense fa kernel in the same run: per call the whole backend (regrouping into
+// tiles/cubes, VSA's coarse branch and lists, the kernel, the inverse regrouping) and the
+// block-sparse kernel alone (CUDA events, median of repeats after a warm-up), the density in
+// query-key pairs and the kernel's TFLOP/s on the kept pairs (4·D per pair; padding excluded).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attention/backend_config.h"
+#include "attention/cuda/flash_attention.h"
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/device_memory.h"
+#include "core/dtype.h"
+#include "models/cuda/sparse_attention_cuda.h"
+
+using namespace mmgen;
+using namespace mmgen::cuda;
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+std::vector<uint16_t> random_bf16(size_t count, uint32_t seed) {
+  std::mt19937 generator(seed);
+  std::normal_distribution<float> normal;
+  std::vector<uint16_t> bits(count);
+  for (auto& b : bits) b = f32_to_bf16(normal(generator));
+  return bits;
+}
+
+double elapsed_ms(const std::function<void()>& work) {
+  cudaEvent_t start, stop;
+  MMGEN_CUDA_CHECK(cudaEventCreate(&start));
+  MMGEN_CUDA_CHECK(cudaEventCreate(&stop));
+  MMGEN_CUDA_CHECK(cudaEventRecord(start));
+  work();
+  MMGEN_CUDA_CHECK(cudaEventRecord(stop));
+  MMGEN_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  MMGEN_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  MMGEN_CUDA_CHECK(cudaEventDestroy(start));
+  MMGEN_CUDA_CHECK(cudaEventDestroy(stop));
+  return ms;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+// An STA mask giving every head of `layers` layers at step 0 the window `window`.
+fs::path write_sta_mask(const std::array<int, 3>& window, int64_t layers, int64_t heads) {
+  json mask = json::object();
+  for (int64_t l = 0; l < layers; ++l)
+    for (int64_t h = 0; h < heads; ++h)
+      mask["0_" + std::to_string(l) + "_" + std::to_string(h)] = {window[0], window[1], window[2]};
+  const fs::path path =
+      fs::temp_directory_path() / ("mmgen_sta_" + std::to_string(window[0]) +
+                                   std::to_string(window[1]) + std::to_string(window[2]) + ".json");
+  std::ofstream(path) << mask.dump();
+  return path;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  int repeats = 10;
+  if (argc == 3 && std::string(argv[1]) == "--repeats") repeats = std::stoi(argv[2]);
+  cudaDeviceProp properties{};
+  MMGEN_CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
+  std::printf("device: %s, %d SMs\n", properties.name, properties.multiProcessorCount);
+
+  const int64_t heads = 12, head_dim = 128;
+  const std::array<int64_t, 3> grid = {21, 30, 52};
+  const int64_t tokens = grid[0] * grid[1] * grid[2];
+  const size_t count = size_t(tokens * heads * head_dim);
+  DeviceBuffer q(count * 2), k(count * 2), v(count * 2), out(count * 2);
+  q.upload(random_bf16(count, 1).data(), count * 2);
+  k.upload(random_bf16(count, 2).data(), count * 2);
+  v.upload(random_bf16(count, 3).data(), count * 2);
+  SelfAttentionCall call;
+  call.q = q.data(), call.k = k.data(), call.v = v.data(), call.out = out.data();
+  call.batch = 1, call.tokens = tokens, call.heads = heads, call.head_dim = head_dim;
+  call.grid = grid, call.scale = 1.0f / std::sqrt(float(head_dim));
+
+  FlashAttentionArgs dense;
+  dense.q = q.data(), dense.k = k.data(), dense.v = v.data(), dense.out = out.data();
+  dense.batch = 1, dense.heads = heads, dense.seq_q = tokens, dense.seq_k = tokens;
+  dense.head_dim = head_dim, dense.scale = call.scale;
+  dense.q_strides = dense.k_strides = dense.v_strides =
+      dense.out_strides = {tokens * heads * head_dim, heads * head_dim, head_dim};
+  const double dense_flops = 4.0 * double(heads) * double(tokens) * double(tokens) * head_dim;
+  for (int i = 0; i < 3; ++i) flash_attention_forward(dense);
+  std::vector<double> dense_times;
+  for (int i = 0; i < repeats; ++i)
+    dense_times.push_back(elapsed_ms([&] { flash_attention_forward(dense); }));
+  const double dense_ms = median(dense_times);
+  std::printf("Wan2.1-1.3B self-attention: 1 x %ld heads x %ld tokens (grid %ldx%ldx%ld) x %ld\n",
+              long(heads), long(tokens), long(grid[0]), long(grid[1]), long(grid[2]),
+              long(head_dim));
+  std::printf("%-40s %8s %9s %9s %12s %8s\n", "case", "density", "call ms", "kernel ms",
+              "kept TFLOP/s", "speedup");
+  std::printf("%-40s %8.3f %9.3f %9.3f %12.1f %7.1fx\n", "fa dense", 1.0, dense_ms, dense_ms,
+              dense_flops / dense_ms * 1e-9, 1.0);
+
+  struct Row {
+    std::string name, backend;
+    json config;
+  };
+  const std::vector<Row> rows = {
+      {"sliding_tile_attn 6x8x8, window 2x2x3",
+       "sliding_tile_attn",
+       {{"mask_strategy_file_path", write_sta_mask({2, 2, 3}, 1, heads).string()},
+        {"skip_time_steps", 0}}},
+      {"sliding_tile_attn 6x8x8, window 3x3x3",
+       "sliding_tile_attn",
+       {{"mask_strategy_file_path", write_sta_mask({3, 3, 3}, 1, heads).string()},
+        {"skip_time_steps", 0}}},
+      {"video_sparse_attn sparsity 0.9", "video_sparse_attn", {{"sparsity", 0.9}}},
+  };
+  for (const Row& row : rows) {
+    auto backend = make_sparse_self_attention_cuda(
+        row.backend, attention::validate_backend_config(row.config, row.backend));
+    backend->forward(call);  // warm-up: tiling, lists, kernel setup
+    backend->count_pairs(true);
+    backend->forward(call);
+    const double kept = backend->stats().kept_pairs, density = backend->stats().density();
+    backend->count_pairs(false);
+    std::vector<double> call_times, kernel_times;
+    for (int i = 0; i < repeats; ++i)
+      call_times.push_back(elapsed_ms([&] { backend->forward(call); }));
+    backend->time_kernel(true);
+    for (int i = 0; i < repeats; ++i) {
+      const double before = backend->kernel_seconds();
+      backend->forward(call);
+      kernel_times.push_back((backend->kernel_seconds() - before) * 1e3);
+    }
+    const double call_ms = median(call_times), kernel_ms = median(kernel_times);
+    std::printf("%-40s %8.3f %9.3f %9.3f %12.1f %7.1fx\n", row.name.c_str(), density, call_ms,
+                kernel_ms, 4.0 * head_dim * kept / kernel_ms * 1e-9, dense_ms / call_ms);
+  }
+  std::printf(
+      "(call ms: the whole backend; kernel ms: the block-sparse kernel alone, separate "
+      "runs; speedup: dense ms / call ms)\n");
+  return 0;
+} catch (const std::exception& error) {
+  std::fprintf(stderr, "sparse_attention_cuda_bench: %s\n", error.what());
+  return 1;
+}

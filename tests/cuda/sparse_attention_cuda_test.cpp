@@ -1,0 +1,148 @@
+// The GPU sliding_tile_attn and video_sparse_attn backends against their CPU oracles
+// (attention/backends/) on small video grids whose edges are partial tiles/cubes, from the same
+// bf16 inputs: relative error < 1e-2. STA with different windows per head, the default 6x8x8
+// tile and a small custom one, skipped steps (dense); VSA with and without the gate.
+#include "models/cuda/sparse_attention_cuda.h"
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "attention/backend.h"
+#include "attention/backend_config.h"
+#include "attention/vsa_gate.h"
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/device_memory.h"
+#include "cuda_test_support.h"
+
+using namespace mmgen;
+using namespace mmgen::cuda;
+using namespace mmgen::cuda_testing;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Case {
+  std::string backend;
+  json config;
+  int64_t batch, heads, head_dim;
+  std::array<int64_t, 3> grid;
+  int64_t step = 0;
+  bool gate = false;
+  std::string label;
+};
+
+void run_case(const Case& c, std::mt19937& generator) {
+  const int64_t B = c.batch, H = c.heads, D = c.head_dim;
+  const int64_t S = c.grid[0] * c.grid[1] * c.grid[2], count = B * S * H * D;
+  const Bf16Values q = random_bf16(size_t(count), generator),
+                   k = random_bf16(size_t(count), generator),
+                   v = random_bf16(size_t(count), generator),
+                   g = random_bf16(size_t(count), generator);
+  const float scale = 1.0f / std::sqrt(float(D));
+  const json config = attention::validate_backend_config(c.config, c.backend);
+
+  // CPU oracle on the same (bf16-rounded) values, in float32.
+  auto host = [&](const Bf16Values& x) { return Tensor::from_vector({B, S, H, D}, x.values); };
+  attention::AttentionContext context;
+  context.step_index = c.step;
+  context.num_steps = c.step + 1;
+  context.grid = {c.grid[0], c.grid[1], c.grid[2]};
+  attention::LayerWeights weights;
+  if (c.gate) weights[attention::kVsaGateKey] = host(g);
+  context.weights = &weights;
+  const Tensor expected_tensor = attention::make_dit_backend(c.backend, config)
+                                     ->forward(host(q), host(k), host(v), scale, context, nullptr);
+  std::vector<double> expected(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) expected[size_t(i)] = expected_tensor.data<float>()[i];
+
+  auto upload = [](const std::vector<uint16_t>& bits) {
+    DeviceBuffer buffer(bits.size() * 2);
+    buffer.upload(bits.data(), bits.size() * 2);
+    return buffer;
+  };
+  const DeviceBuffer dq = upload(q.bits), dk = upload(k.bits), dv = upload(v.bits);
+  DeviceBuffer gate(size_t(count) * 4), out(size_t(count) * 2);
+  gate.upload(g.values.data(), size_t(count) * 4);
+  out.fill_bytes(0xff);  // NaN: an unwritten element cannot pass
+  SelfAttentionCall call;
+  call.q = dq.data(), call.k = dk.data(), call.v = dv.data(), call.out = out.data();
+  call.batch = B, call.tokens = S, call.heads = H, call.head_dim = D, call.grid = c.grid;
+  call.step = c.step, call.scale = scale, call.gate = c.gate ? gate.as<float>() : nullptr;
+  auto backend = make_sparse_self_attention_cuda(c.backend, config);
+  backend->count_pairs(true);
+  backend->forward(call);
+  MMGEN_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint16_t> bits(static_cast<size_t>(count));
+  out.download(bits.data(), bits.size() * 2);
+  std::vector<double> actual(bits.size());
+  bool finite = true;
+  for (size_t i = 0; i < bits.size(); ++i) {
+    actual[i] = bf16_to_f32(bits[i]);
+    finite = finite && std::isfinite(actual[i]);
+  }
+  const double error = relative_error(actual, expected);
+  const std::string name =
+      fmt::format("{} {} B={} H={} D={} grid {}x{}x{} (density {:.3f})", c.backend, c.label, B, H,
+                  D, c.grid[0], c.grid[1], c.grid[2], backend->stats().density());
+  expect(finite, name + ": every output element written and finite");
+  expect(error < 1e-2,
+         fmt::format("{}: relative error {:.2e} vs the CPU backend < 1e-2", name, error));
+}
+
+// A mask file giving head h of layer 0 at `step` the window windows[h % size].
+fs::path write_mask(const std::vector<std::array<int, 3>>& windows, int64_t heads, int64_t step) {
+  json mask = json::object();
+  for (int64_t h = 0; h < heads; ++h) {
+    const auto& w = windows[size_t(h) % windows.size()];
+    mask[fmt::format("{}_0_{}", step, h)] = {w[0], w[1], w[2]};
+  }
+  const fs::path path =
+      fs::temp_directory_path() / fmt::format("mmgen_sta_mask_{}_{}.json", windows.size(), heads);
+  std::ofstream(path) << mask.dump();
+  return path;
+}
+
+}  // namespace
+
+int main() {
+  std::mt19937 generator(20261124);
+  const fs::path mask = write_mask({{1, 2, 2}, {2, 1, 3}, {1, 1, 1}}, 3, 0);
+  const json sta_small = {
+      {"mask_strategy_file_path", mask.string()}, {"skip_time_steps", 0}, {"tile_size", {3, 4, 4}}};
+  const json sta_default = {{"mask_strategy_file_path", mask.string()}, {"skip_time_steps", 0}};
+  const json sta_skip = {{"mask_strategy_file_path", mask.string()}, {"skip_time_steps", 1}};
+  const Case cases[] = {
+      // 7x10x13 in 3x4x4 tiles: every axis ends in a partial tile (48-token tiles, 1 block).
+      {"sliding_tile_attn", sta_small, 2, 3, 128, {7, 10, 13}, 0, false, "tile 3x4x4"},
+      {"sliding_tile_attn", sta_small, 1, 3, 64, {7, 10, 13}, 0, false, "tile 3x4x4"},
+      // 8x12x20 in 6x8x8 tiles (2x2x3 tiles, partial on every axis).
+      {"sliding_tile_attn", sta_default, 1, 3, 128, {8, 12, 20}, 0, false, "tile 6x8x8"},
+      {"sliding_tile_attn", sta_skip, 1, 3, 64, {8, 12, 20}, 0, false, "skipped step (dense)"},
+      // 6x9x10 in 4x4x4 cubes (2x3x3 cubes, partial on every axis): 18 cubes, an odd row of
+      // query blocks; top-k 6 and 2.
+      {"video_sparse_attn", {{"sparsity", 0.7}}, 2, 2, 128, {6, 9, 10}, 0, false, "sparsity 0.7"},
+      {"video_sparse_attn", {{"sparsity", 0.9}}, 1, 3, 64, {6, 9, 10}, 0, false, "sparsity 0.9"},
+      {"video_sparse_attn", {{"sparsity", 0.9}}, 1, 2, 128, {5, 13, 11}, 0, true, "gated"},
+      {"video_sparse_attn",
+       {{"sparsity", 0.5}},
+       2,
+       2,
+       64,
+       {4, 8, 8},
+       0,
+       true,
+       "gated, whole cubes"},
+  };
+  for (const Case& c : cases) run_case(c, generator);
+
+  expect(error_message([] {
+           make_sparse_self_attention_cuda("vmoba_attn", json::object());
+         }).find("no GPU version") != std::string::npos,
+         "a backend without a GPU version is a clear error");
+  return finish("sparse_attention_cuda_test");
+}
