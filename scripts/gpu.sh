@@ -16,6 +16,7 @@ if [ ! -f build-cuda/build.ninja ]; then
     -DMMGEN_OPENCV=OFF -DMMGEN_TESTS=OFF -DMMGEN_BENCH=OFF > "$OUT/configure.log"
 fi
 cmake --build build-cuda --target mmgen flash_attention_cuda_test flash_attention_cuda_bench \
+  sparse_attention_cuda_test sparse_attention_cuda_bench \
   mmgen_attention wan_transformer_cuda_test wan_transformer_cuda_bench wan_pipeline_cuda_test gemm_cuda_test \
   wan_vae_cuda_test wan_vae_cuda_bench 2>&1 |
   tee "$OUT/build.log" | grep -E "error|warning|spill|C7515" || true
@@ -40,6 +41,9 @@ if [ "${MMGEN_GPU_SANITIZE:-0}" = 1 ]; then
       > "$OUT/sanitize_$tool.log" 2>&1 || status=1
     echo "compute-sanitizer $tool: $(grep -E "SUMMARY" "$OUT/sanitize_$tool.log" | tail -1)"
   done
+  compute-sanitizer --tool memcheck --error-exitcode 9 build-cuda/tests/cuda/sparse_attention_cuda_test \
+    > "$OUT/sanitize_sparse.log" 2>&1 || status=1
+  echo "compute-sanitizer memcheck (sparse backends): $(grep SUMMARY "$OUT/sanitize_sparse.log")"
   compute-sanitizer --tool memcheck --error-exitcode 9 build-cuda/tests/cuda/wan_transformer_cuda_test \
     > "$OUT/sanitize_transformer.log" 2>&1 || status=1
   echo "compute-sanitizer memcheck (transformer): $(grep SUMMARY "$OUT/sanitize_transformer.log")"
@@ -52,7 +56,10 @@ python3 bench/cuda/torch_attention_reference.py "$dump" "$OUT" build-cuda/bench/
   tee "$OUT/attention_torch.txt"
 rm -rf "$dump"
 
-echo "== Wan transformer benchmark"
+echo "== STA / VSA on the GPU at Wan2.1-1.3B's self-attention shape"
+build-cuda/bench/cuda/sparse_attention_cuda_bench --repeats 10 | tee "$OUT/sparse_attention_bench.txt"
+
+echo "== Wan transformer benchmark (dense, STA, VSA)"
 build-cuda/bench/cuda/wan_transformer_cuda_bench --repeats 5 | tee "$OUT/wan_transformer_bench.txt"
 echo "== Wan VAE decoder benchmark (wan-tiny, and Wan2.1-sized 480x832x81 with random weights)"
 build-cuda/bench/cuda/wan_vae_cuda_bench --repeats 3 | tee "$OUT/wan_vae_bench.txt"

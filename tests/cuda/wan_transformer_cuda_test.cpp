@@ -1,11 +1,15 @@
 // The GPU Wan transformer against the CPU one (float32, itself checked against diffusers) on the
 // same random bf16 checkpoint, latents, text and timestep: head size 128 (the flash kernels) and
-// 32 (the reference kernel), batch 1 and 2.
+// 32 (the reference kernel), batch 1 and 2; and with sliding_tile_attn / video_sparse_attn
+// self-attention on both sides (the GPU backends against the CPU ones inside the model).
 #include "models/cuda/wan_transformer_cuda.h"
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 
+#include "attention/backend.h"
+#include "attention/backend_config.h"
 #include "core/safetensors.h"
 #include "cuda_test_support.h"
 #include "models/dit/wan_random_checkpoint.h"
@@ -28,7 +32,16 @@ double relative_error(const Tensor& actual, const Tensor& expected) {
   return std::sqrt(difference / norm);
 }
 
-void run_case(int64_t heads, int64_t head_dim, int64_t batch, const Shape& latent_shape) {
+// A sparse self-attention backend for both models: name, settings, and the error bound (VSA's
+// cube choice may differ where bf16 q/k move a near tie; STA's pattern is fixed).
+struct Sparse {
+  std::string backend;
+  nlohmann::json config;
+  double bound = 3e-3;
+};
+
+void run_case(int64_t heads, int64_t head_dim, int64_t batch, const Shape& latent_shape,
+              const Sparse* sparse = nullptr) {
   dit::WanTransformerConfig config;
   config.num_attention_heads = heads;
   config.attention_head_dim = head_dim;
@@ -47,17 +60,30 @@ void run_case(int64_t heads, int64_t head_dim, int64_t batch, const Shape& laten
   shape[0] = batch;
   const Tensor latents = dit::random_tensor(shape, 0.0f, 1.7f, 11, DType::F32);
   const Tensor text = dit::random_tensor({batch, 23, config.text_dim}, 0.0f, 0.5f, 12, DType::F32);
+  dit::WanAttention cpu_attention;
+  std::unique_ptr<cuda::SparseSelfAttentionCuda> gpu_attention;
+  if (sparse) {
+    const nlohmann::json settings =
+        attention::validate_backend_config(sparse->config, sparse->backend);
+    cpu_attention.layers.resize(size_t(config.num_layers));
+    for (auto& layer : cpu_attention.layers)
+      layer.self_attention = attention::make_dit_backend(sparse->backend, settings);
+    gpu_attention = cuda::make_sparse_self_attention_cuda(sparse->backend, settings);
+  }
   for (const float timestep : {999.0f, 431.0f}) {
-    const Tensor expected = cpu.forward(latents, timestep, text);
-    const Tensor actual = gpu.forward(latents, timestep, text);
+    const Tensor expected =
+        cpu.forward(latents, timestep, text, {}, sparse ? &cpu_attention : nullptr);
+    const Tensor actual = gpu.forward(latents, timestep, text, nullptr, gpu_attention.get());
     bool finite = actual.shape() == expected.shape();
     for (int64_t i = 0; finite && i < actual.numel(); ++i)
       finite = std::isfinite(actual.data<float>()[i]);
     const double error = finite ? relative_error(actual, expected) : INFINITY;
-    expect(error < 3e-3,
-           fmt::format("heads {} x {}, batch {}, latents {}, t={}: GPU vs CPU relative error "
-                       "{:.2e} < 3e-3 (bf16 per component)",
-                       heads, head_dim, batch, shape_string(shape), timestep, error));
+    const double bound = sparse ? sparse->bound : 3e-3;
+    expect(error < bound,
+           fmt::format("heads {} x {}, batch {}, latents {}, t={}{}: GPU vs CPU relative error "
+                       "{:.2e} < {:.0e} (bf16)",
+                       heads, head_dim, batch, shape_string(shape), timestep,
+                       sparse ? ", " + sparse->backend : std::string(), error, bound));
   }
   fs::remove(file);
 }
@@ -68,6 +94,17 @@ int main() try {
   run_case(2, 128, 1, {1, 16, 3, 16, 20});  // 3 x 8 x 10 = 240 tokens: a partial key block
   run_case(2, 128, 2, {1, 16, 1, 16, 16});
   run_case(4, 32, 1, {1, 16, 2, 8, 12});  // head size 32: the reference attention kernel
+  // Sparse self-attention on a 7 x 10 x 13 patch grid: partial tiles and cubes on every axis.
+  const fs::path mask = fs::temp_directory_path() / "mmgen_wan_cuda_test_sta.json";
+  std::ofstream(mask) << R"({"0_0_0": [1, 2, 2], "0_0_1": [2, 1, 3], "0_1_0": [1, 1, 2],
+                            "0_1_1": [2, 2, 2]})";
+  const Sparse sta{"sliding_tile_attn",
+                   {{"mask_strategy_file_path", mask.string()},
+                    {"skip_time_steps", 0},
+                    {"tile_size", {3, 4, 4}}}};
+  const Sparse vsa{"video_sparse_attn", {{"sparsity", 0.75}}, 1e-2};
+  run_case(2, 64, 1, {1, 16, 7, 20, 26}, &sta);
+  run_case(2, 128, 2, {1, 16, 7, 20, 26}, &vsa);
   return finish("wan_transformer_cuda_test");
 } catch (const std::exception& error) {
   std::printf("wan_transformer_cuda_test: error: %s\n", error.what());
