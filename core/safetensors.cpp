@@ -224,6 +224,12 @@ std::vector<std::string> WeightStore::names() const {
   return names;
 }
 
+std::vector<fs::path> WeightStore::files() const {
+  std::vector<fs::path> paths;
+  for (const auto& file : files_) paths.push_back(file.path());
+  return paths;
+}
+
 size_t WeightStore::stored_bytes() const {
   size_t total = 0;
   for (const auto& [name, file] : where_) {

@@ -58,6 +58,8 @@ class WeightStore {
   std::vector<std::string> names() const;
   size_t stored_bytes() const;
   const fs::path& origin() const { return origin_; }
+  // The safetensors files the tensors come from (one, or the shards an index names).
+  std::vector<fs::path> files() const;
 
  private:
   fs::path origin_;

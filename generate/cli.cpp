@@ -14,6 +14,7 @@
 #include "generate/backends_command.h"
 #include "generate/encode_command.h"
 #include "generate/generate_command.h"
+#include "generate/inspect_command.h"
 
 namespace mmgen {
 namespace {
@@ -23,6 +24,8 @@ constexpr const char* kUsage =
     "Usage: mmgen <command> [options]\n\n"
     "Commands:\n"
     "  generate   run a pipeline on a prompt (mmgen generate --help)\n"
+    "  inspect    show a model's components, sizes, attention backends and the memory a request\n"
+    "             needs (mmgen inspect --help)\n"
     "  encode     write the prompt embeddings of the text encoder (mmgen encode --help)\n"
     "  backends   list the attention backends and whether each runs here (--json, --markdown)\n"
     "  attention  run one attention backend on q, k, v .npy files (mmgen attention --help)\n\n"
@@ -66,6 +69,13 @@ int run_cli(int argc, char** argv) {
       return cli::run_generate(arguments);
     }
     if (command == "backends") return cli::run_backends(arguments);
+    if (command == "inspect") {
+      if (wants_help(arguments)) {
+        std::cout << cli::inspect_help();
+        return 0;
+      }
+      return cli::run_inspect(arguments);
+    }
     if (command == "encode") return cli::run_encode(arguments);
     if (command == "attention") {
       if (wants_help(arguments)) {

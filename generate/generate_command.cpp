@@ -4,11 +4,14 @@
 #include <omp.h>
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <new>
 
 #include "core/error.h"
+#include "core/system_memory.h"
+#include "generate/memory_check.h"
 #include "generate/options.h"
 #include "generate/prompt_file.h"
 #include "generate/settings.h"
@@ -112,7 +115,8 @@ json output_settings(const ResolvedGenerate& resolved, const Request& request) {
 namespace {
 
 void apply_runtime_settings(const Request& request) {
-  spdlog::set_level(spdlog::level::from_str(request.log_level));
+  spdlog::set_level(request.quiet ? spdlog::level::err
+                                  : spdlog::level::from_str(request.log_level));
   if (request.threads > 0) omp_set_num_threads(int(request.threads));
 #ifndef MMGEN_HAVE_CUDA
   check(request.device != "cuda",
@@ -125,6 +129,9 @@ void apply_runtime_settings(const Request& request) {
 void generate_one(const PipelineRunner& run, const ResolvedGenerate& resolved,
                   const Request& request, const fs::path& path) {
   const Tensor frames = run(request);
+  // The file may have appeared while this request ran (another mmgen writing the same name).
+  check(request.overwrite || !fs::exists(path),
+        "{} appeared while generating; pass --overwrite to replace it", path.string());
   Progress write("write", 1);
   for (const auto& written : write_frames(frames, request.output_format, path,
                                           output_settings(resolved, request), request.fps))
@@ -166,10 +173,36 @@ size_t generate_batch(const PipelineRunner& run, const ResolvedGenerate& resolve
   return failed;
 }
 
+// Refuses, before anything is loaded, a request whose memory estimate exceeds the free memory.
+void check_memory(const ResolvedGenerate& resolved) {
+  const Request& request = resolved.request;
+  const ModelInventory inventory = take_inventory(resolved.index);
+  const MemoryCheck memory =
+      check_request_memory(*resolved.spec, request, resolved.index, inventory, available_memory());
+  if (!memory.available) {
+    spdlog::warn("memory: cannot read the free memory here; not checking the request's {}",
+                 format_bytes(memory.estimate.total()));
+    return;
+  }
+  spdlog::debug("memory: the request needs about {} ({} is free, {})",
+                format_bytes(memory.estimate.total()), format_bytes(memory.available->bytes),
+                memory.available->source);
+  if (memory.fits()) return;
+  if (request.skip_memory_check) {
+    spdlog::warn("memory: {}", memory_refusal(memory, request));
+    return;
+  }
+  fail("generate: {}", memory_refusal(memory, request));
+}
+
 int run_resolved(const ResolvedGenerate& resolved) {
+  const auto start = std::chrono::steady_clock::now();
   const Request& request = resolved.request;
   apply_runtime_settings(request);
-  const fs::path path = output_file_path(request);  // checks --output-file-name before any work
+  // Checks --output-file-name (and that it would not replace a file) before any work; a batch
+  // checks each prompt's name when it comes to it, so one taken name fails only that prompt.
+  const fs::path path = output_file_path(request);
+  check_memory(resolved);
   spdlog::info("{} on {}: {}x{}, {} frame(s), {} steps, guidance {}, seed {}",
                resolved.index.class_name, resolved.index.root.string(), request.width,
                request.height, request.num_frames, request.num_inference_steps,
@@ -177,11 +210,20 @@ int run_resolved(const ResolvedGenerate& resolved) {
   attention::log_attention_plan(resolved.attention);
   // The components are loaded once; every prompt of a batch runs on them.
   const PipelineRunner run = resolved.spec->load(resolved.index, resolved.attention);
+  const auto summary = [&](size_t outputs) {
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    spdlog::info("done: {} output(s) in {:.2f} s, peak memory {}", outputs, seconds,
+                 format_bytes(peak_resident_bytes()));
+  };
   if (resolved.batch_prompts.empty()) {
     generate_one(run, resolved, request, path);
+    summary(1);
     return 0;
   }
-  return generate_batch(run, resolved) == 0 ? 0 : 1;
+  const size_t failed = generate_batch(run, resolved);
+  summary(resolved.batch_prompts.size() - failed);
+  return failed == 0 ? 0 : 1;
 }
 
 }  // namespace

@@ -62,10 +62,23 @@ void write_bytes(const fs::path& path, const std::vector<uint8_t>& bytes) {
 
 }  // namespace
 
+namespace {
+
+// FNV-1a, 64 bit: a hash that is the same on every build and machine, so the same settings give
+// the same short hash.
+uint64_t stable_hash(const std::string& text) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (unsigned char c : text) hash = (hash ^ c) * 0x100000001b3ull;
+  return hash;
+}
+
+}  // namespace
+
 fs::path output_file_path(const Request& request, std::optional<size_t> batch_index) {
   const std::string extension = "." + request.output_format;
   std::string stem;
-  if (request.output_file_name) {
+  const bool named = request.output_file_name.has_value();
+  if (named) {
     stem = *request.output_file_name;
     check(!stem.empty() && stem.find('/') == std::string::npos,
           "--output-file-name '{}' must be a plain file name; put folders in --output-path", stem);
@@ -74,11 +87,21 @@ fs::path output_file_path(const Request& request, std::optional<size_t> batch_in
     const std::time_t now = std::time(nullptr);
     char stamp[32];
     std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&now));
-    const size_t hash = std::hash<std::string>{}(request.settings.dump());
-    stem = fmt::format("{}_{}_{:08x}", sanitize(request.prompt, 100), stamp, uint32_t(hash));
+    stem = fmt::format("{}_{}_{:08x}", sanitize(request.prompt, 100), stamp,
+                       uint32_t(stable_hash(request.settings.dump()) >> 32));
   }
   if (batch_index) stem += "_" + std::to_string(*batch_index);
-  return request.output_path / (stem + extension);
+  fs::path path = request.output_path / (stem + extension);
+  if (request.overwrite || !fs::exists(path)) return path;
+  // A generated name that is taken (the same request within the same second) gets a counter; a
+  // name the user chose is theirs to replace.
+  check(!named,
+        "{} already exists; pass --overwrite to replace it or choose another --output-file-name",
+        path.string());
+  for (int counter = 1;; ++counter) {
+    path = request.output_path / fmt::format("{}_{}{}", stem, counter, extension);
+    if (!fs::exists(path)) return path;
+  }
 }
 
 std::vector<uint8_t> frames_to_u8(const Tensor& frames, bool round) {

@@ -15,9 +15,13 @@ namespace mmgen {
 
 namespace fs = std::filesystem;
 
-// The output file for a request: `--output-file-name` (extension added when missing) or
-// `{prompt prefix}_{timestamp}_{hash}.{format}`, under `--output-path`. `batch_index` i (prompt i
-// of a --prompt-file-path batch) adds `_i` before the extension, so a batch's names are distinct.
+// The output file for a request: `--output-file-name` (extension added when missing) or, as
+// SGLang names them, `{prompt prefix}_{YYYYmmdd-HHMMSS}_{hash}.{format}` with the prompt's first
+// 100 characters sanitised (letters, digits, '-' and '.'; the rest become '_') and the hash 8 hex
+// digits of the request's settings, under `--output-path`. `batch_index` i (prompt i of a
+// --prompt-file-path batch) adds `_i` before the extension, so a batch's names are distinct.
+// Existing files are never replaced without --overwrite: a chosen name that exists is an Error; a
+// generated one gets `_1`, `_2`, ... before the extension.
 fs::path output_file_path(const Request& request, std::optional<size_t> batch_index = std::nullopt);
 
 // Writes frames [F, H, W, 3] (float32 in [0, 1]) in `format` to `path`, with `settings` embedded

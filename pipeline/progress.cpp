@@ -7,9 +7,10 @@
 
 namespace mmgen {
 
-Progress::Progress(std::string label, int total)
+Progress::Progress(std::string label, int total, std::string unit)
     : label_(std::move(label)),
       total_(total),
+      unit_(std::move(unit)),
       terminal_(::isatty(STDERR_FILENO) && spdlog::get_level() <= spdlog::level::info),
       start_(std::chrono::steady_clock::now()) {}
 
@@ -17,11 +18,16 @@ double Progress::elapsed_seconds() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
 
+void Progress::update(int done, int total) {
+  total_ = total;
+  update(done);
+}
+
 void Progress::update(int done) {
   const double seconds = elapsed_seconds();
   const double per_item = done > 0 ? seconds / done : 0;
   if (!terminal_) {
-    spdlog::info("{} {}/{} ({:.2f} s/it)", label_, done, total_, per_item);
+    spdlog::debug("{} {}/{} ({:.3f} s/{})", label_, done, total_, per_item, unit_);
     return;
   }
   constexpr int kWidth = 30;
@@ -29,16 +35,21 @@ void Progress::update(int done) {
   std::string bar(size_t(filled), '#');
   bar.resize(kWidth, ' ');
   const double remaining = per_item * (total_ - done);
-  std::fprintf(stderr, "\r%s [%s] %d/%d  %.2f s/it  %.0fs left ", label_.c_str(), bar.c_str(), done,
-               total_, per_item, remaining);
+  std::fprintf(stderr, "\r%s [%s] %d/%d  %.2f s/%s  %.0fs left ", label_.c_str(), bar.c_str(), done,
+               total_, per_item, unit_.c_str(), remaining);
   std::fflush(stderr);
 }
 
 void Progress::finish() {
   if (finished_) return;
   finished_ = true;
-  if (terminal_) std::fprintf(stderr, "\n");
-  spdlog::info("{} done in {:.2f} s", label_, elapsed_seconds());
+  if (terminal_) std::fprintf(stderr, "\r\033[K");  // the bar gives way to the summary line
+  const double seconds = elapsed_seconds();
+  if (total_ > 1)
+    spdlog::info("{}: {} {}s in {:.2f} s, {:.3f} s/{}", label_, total_, unit_, seconds,
+                 seconds / total_, unit_);
+  else
+    spdlog::info("{}: {:.2f} s", label_, seconds);
 }
 
 }  // namespace mmgen

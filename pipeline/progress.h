@@ -1,5 +1,7 @@
-// Progress of a long stage (denoising steps, VAE decode): a bar redrawn in place on stderr when
-// stderr is a terminal, plain log lines otherwise (so logs and CI output stay readable).
+// Progress of a stage (load, encode, denoising steps, VAE decode, write). On a terminal at info
+// level a bar is redrawn in place on stderr; otherwise each update is a debug line. Either way
+// finish() logs one info line per stage with its time and, for stages of several items, the mean
+// per item ("denoise: 50 steps in 12.31 s, 0.246 s/step"), so logs and CI output stay short.
 #pragma once
 
 #include <chrono>
@@ -9,16 +11,20 @@ namespace mmgen {
 
 class Progress {
  public:
-  Progress(std::string label, int total);
+  // `unit` names one item in the finish line ("step"); stages of one item print only the time.
+  Progress(std::string label, int total, std::string unit = "item");
   // `done` items of `total` are complete.
   void update(int done);
-  // Ends the bar's line; logs the stage's total time.
+  // The same, when the total is only known once the stage runs (tiles x frames).
+  void update(int done, int total);
+  // Ends the bar's line; logs the stage's time.
   void finish();
   double elapsed_seconds() const;
 
  private:
   std::string label_;
   int total_;
+  std::string unit_;
   bool terminal_;
   bool finished_ = false;
   std::chrono::steady_clock::time_point start_;

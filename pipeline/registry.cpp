@@ -3,6 +3,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "pipeline/wan_memory.h"
 #include "pipeline/wan_pipeline.h"
 
 namespace mmgen {
@@ -39,6 +40,12 @@ void validate_wan(const Request& request, const ModelIndex& index) {
   check((request.num_frames - 1) % geometry.temporal == 0,
         "--num-frames {}: Wan needs (frames - 1) divisible by {}; try {}", request.num_frames,
         geometry.temporal, (request.num_frames - 1) / geometry.temporal * geometry.temporal + 1);
+  if (request.vae_tiling)
+    check(request.vae_tile_size % geometry.spatial == 0 &&
+              request.vae_tile_overlap % geometry.spatial == 0,
+          "--vae-tile-size {} / --vae-tile-overlap {}: the VAE tiles its {}x smaller latents, so "
+          "both must be multiples of {}",
+          request.vae_tile_size, request.vae_tile_overlap, geometry.spatial, geometry.spatial);
 }
 
 Shape wan_latent_shape(const Request& request, const ModelIndex& index) {
@@ -63,7 +70,8 @@ const std::vector<PipelineSpec>& pipeline_registry() {
        {"transformer_2"},
        validate_wan,
        wan_latent_shape,
-       load_wan_pipeline},
+       load_wan_pipeline,
+       estimate_wan_memory},
   };
   return registry;
 }

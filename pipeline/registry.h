@@ -8,7 +8,9 @@
 
 #include "attention/attention_plan.h"
 #include "core/tensor.h"
+#include "pipeline/memory_estimate.h"
 #include "pipeline/model_index.h"
+#include "pipeline/model_inventory.h"
 #include "pipeline/request.h"
 
 namespace mmgen {
@@ -30,6 +32,9 @@ struct PipelineSpec {
   // Loads the components once, with the attention backends of the plan made for the requests
   // it will run; a batch of prompts shares one load.
   std::function<PipelineRunner(const ModelIndex&, const attention::AttentionPlan&)> load;
+  // The host memory a request needs (pipeline/memory_estimate.h), from headers and configs only.
+  std::function<MemoryEstimate(const Request&, const ModelIndex&, const ModelInventory&)>
+      estimate_memory;
 };
 
 const std::vector<PipelineSpec>& pipeline_registry();

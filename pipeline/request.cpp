@@ -47,9 +47,15 @@ Request request_from_settings(const json& settings) {
     for (auto it = settings["component-paths"].begin(); it != settings["component-paths"].end();
          ++it)
       r.component_paths[it.key()] = it->get<std::string>();
+  r.vae_tiling = settings.value("vae-tiling", false);
+  r.vae_tile_size = settings.value("vae-tile-size", int64_t(256));
+  r.vae_tile_overlap = settings.value("vae-tile-overlap", int64_t(64));
+  r.overwrite = settings.value("overwrite", false);
+  r.skip_memory_check = settings.value("skip-memory-check", false);
   r.device = settings.value("device", std::string("auto"));
   r.threads = settings.value("threads", int64_t(0));
   r.log_level = settings.value("log-level", std::string("info"));
+  r.quiet = settings.value("quiet", false);
   r.dry_run = settings.value("dry-run", false);
 
   const std::string format = text("output-format");
@@ -64,6 +70,10 @@ Request request_from_settings(const json& settings) {
         r.max_sequence_length);
   check(r.fps > 0, "--fps must be positive (got {})", r.fps);
   check(r.threads >= 0, "--threads must be 0 (all cores) or more (got {})", r.threads);
+  if (r.vae_tiling)
+    check(r.vae_tile_size > 0 && r.vae_tile_overlap >= 0 && r.vae_tile_overlap < r.vae_tile_size,
+          "--vae-tile-overlap {} must be from 0 to less than --vae-tile-size {}",
+          r.vae_tile_overlap, r.vae_tile_size);
   if (r.flow_shift)
     check(*r.flow_shift > 0, "--flow-shift must be positive (got {})", *r.flow_shift);
   const bool still_image =

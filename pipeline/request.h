@@ -35,9 +35,15 @@ struct Request {
   nlohmann::json attention_backend_config;          // null, a string spec, or an object
   nlohmann::json component_attention_backends;      // null, a string spec, or an object
   std::map<std::string, fs::path> component_paths;  // --<component>-path overrides
+  bool vae_tiling = false;
+  int64_t vae_tile_size = 256;    // output pixels, a multiple of the VAE's spatial factor
+  int64_t vae_tile_overlap = 64;  // output pixels
+  bool overwrite = false;
+  bool skip_memory_check = false;
   std::string device = "auto";
   int64_t threads = 0;
   std::string log_level = "info";
+  bool quiet = false;
   bool dry_run = false;
 
   // The merged settings as the dry-run prints them, keys with underscores.

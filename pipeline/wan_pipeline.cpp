@@ -239,7 +239,7 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
   };
   WanGenerationOutput output;
   const int steps = scheduler->num_inference_steps();
-  Progress denoise("denoise", steps);
+  Progress denoise("denoise", steps, "step");
   for (int i = 0; i < steps; ++i) {
     Tensor prediction = predict(prompt_embeds, i, steps, 0);
     if (guided) {
@@ -256,13 +256,18 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
     spdlog::info("attention: transformer self-attention visited {:.1f}% of key blocks",
                  100.0 * stats.density());
 
-  Progress decode("decode", int(shape[2]));
+  Progress decode("decode", int(shape[2]), "latent frame");
   const Tensor z = vae_->denormalize(latents);
-  auto report = [&](int done, int) { decode.update(done); };
+  auto report = [&](int done, int total) { decode.update(done, total); };
 #ifdef MMGEN_HAVE_CUDA
-  const Tensor video = input.cuda ? vae_gpu_->decode(z, report) : vae_->decode(z, report);
+  if (input.cuda && input.vae_tiles)
+    spdlog::warn("--vae-tiling: the GPU decoder does not tile yet; decoding the whole frame");
+  const Tensor video = input.cuda        ? vae_gpu_->decode(z, report)
+                       : input.vae_tiles ? vae::decode_tiled(*vae_, z, *input.vae_tiles, report)
+                                         : vae_->decode(z, report);
 #else
-  const Tensor video = vae_->decode(z, report);
+  const Tensor video = input.vae_tiles ? vae::decode_tiled(*vae_, z, *input.vae_tiles, report)
+                                       : vae_->decode(z, report);
 #endif
   decode.finish();
   output.frames = video_to_frames(video);
@@ -282,6 +287,11 @@ WanGenerationInput wan_input_from_request(const Request& request, const WanPipel
   input.flow_shift = request.flow_shift;
   input.seed = request.seed;
   input.cuda = request.device == "cuda";
+  if (request.vae_tiling) {
+    const int64_t factor = pipeline.vae_spatial_factor();
+    input.vae_tiles =
+        vae::TileLayout{request.vae_tile_size / factor, request.vae_tile_overlap / factor};
+  }
   if (request.latents) input.initial_latents = read_tensor_file(*request.latents);
   return input;
 }

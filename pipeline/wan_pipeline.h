@@ -15,6 +15,7 @@
 #include "models/dit/wan_transformer.h"
 #include "models/text_encoders/umt5_encoder.h"
 #include "models/tokenizers/tokenizer.h"
+#include "models/vae/tiled_decode.h"
 #include "models/vae/wan_vae_decoder.h"
 #include "pipeline/model_index.h"
 #include "pipeline/request.h"
@@ -37,6 +38,8 @@ struct WanGenerationInput {
   uint64_t seed = 0;
   Tensor initial_latents;  // when defined, used instead of noise drawn from `seed`
   bool cuda = false;  // transformer and VAE decoder on the GPU (--device cuda; CUDA builds only)
+  // --vae-tiling: decode in spatial tiles (latent pixels); nullopt decodes the whole frame.
+  std::optional<vae::TileLayout> vae_tiles;
 };
 
 struct WanGenerationOutput {
@@ -58,6 +61,8 @@ class WanPipeline {
 
   // The initial latent shape for a request.
   Shape latent_shape(int64_t height, int64_t width, int64_t num_frames) const;
+  // Output pixels per latent pixel (8 for Wan2.1).
+  int64_t vae_spatial_factor() const { return vae_->config().spatial_factor(); }
 
   WanGenerationOutput generate(const WanGenerationInput& input,
                                bool keep_step_latents = false) const;

@@ -157,6 +157,66 @@ TEST(Cli, PromptFileReportsAFailedPromptAndGoesOn) {
   EXPECT_TRUE(fs::is_regular_file(out / "blocked_1.npy"));
 }
 
+TEST(Cli, AnExistingOutputIsKeptUnlessOverwrite) {
+  const fs::path out = testing::scratch_dir("cli-overwrite");
+  { std::ofstream(out / "clip.npy") << "earlier work"; }
+  auto refused =
+      run_command(mmgen() + " generate" + tiny_run(out) + " --prompt fox --output-file-name clip");
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_EQ(refused.err, "mmgen: error: " + (out / "clip.npy").string() +
+                             " already exists; pass --overwrite to replace it or choose another "
+                             "--output-file-name\n");
+  EXPECT_EQ(read_text_file(out / "clip.npy"), "earlier work");
+  auto replaced = run_command(mmgen() + " generate" + tiny_run(out) +
+                              " --prompt fox --output-file-name clip --overwrite");
+  ASSERT_EQ(replaced.exit_code, 0) << replaced.err;
+  EXPECT_EQ(shape_string(read_npy(out / "clip.npy").shape()), "[5, 32, 48, 3]");
+}
+
+TEST(Cli, VaeTilingMatchesTheUntiledVideo) {
+  const fs::path out = testing::scratch_dir("cli-tiling");
+  auto run = [&](const std::string& name, const std::string& flags) {
+    auto result = run_command(mmgen() + " generate" + tiny_run(out) + " --prompt fox" + flags +
+                              " --output-file-name " + name);
+    EXPECT_EQ(result.exit_code, 0) << result.err;
+    return read_npy(out / (name + ".npy"));
+  };
+  const Tensor untiled = run("untiled", "");
+  // One 256-pixel tile covers the 48x32 frame: the same bits.
+  EXPECT_EQ(testing::max_abs_diff(run("one_tile", " --vae-tiling"), untiled), 0.0);
+  // 16-pixel cores overlapping by 8: 3 x 5 tiles.
+  EXPECT_LT(testing::max_abs_diff(
+                run("tiles", " --vae-tiling --vae-tile-size 16 --vae-tile-overlap 8"), untiled),
+            2e-3);
+  auto bad = run_command(mmgen() + " generate" + tiny_run(out) +
+                         " --prompt fox --vae-tiling --vae-tile-size 20 --vae-tile-overlap 8");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("both must be multiples of 8"), std::string::npos) << bad.err;
+}
+
+TEST(Cli, InfoLogsOneLinePerStageAndASummaryQuietLogsNothing) {
+  const fs::path out = testing::scratch_dir("cli-logging");
+  std::string flags = tiny_run(out);
+  flags.replace(flags.find("--log-level error"), 17, "--log-level info");
+  auto info = run_command(mmgen() + " generate" + flags + " --prompt fox");
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  auto count = [&](const std::string& text) {
+    size_t n = 0;
+    for (size_t at = info.err.find(text); at != std::string::npos; at = info.err.find(text, at + 1))
+      ++n;
+    return n;
+  };
+  for (const std::string stage :
+       {"load: ", "encode: ", "denoise: 2 steps in ", "decode: 2 latent frames in ",
+        "write: ", "done: 1 output(s) in "})
+    EXPECT_EQ(count("] info " + stage), 1u) << stage << "\n" << info.err;
+  EXPECT_NE(info.err.find("s/step"), std::string::npos) << info.err;
+  EXPECT_NE(info.err.find(", peak memory "), std::string::npos) << info.err;
+  auto quiet = run_command(mmgen() + " generate" + flags + " --prompt fox --quiet");
+  ASSERT_EQ(quiet.exit_code, 0) << quiet.err;
+  EXPECT_EQ(quiet.err, "");
+}
+
 TEST(Cli, BackendsListsTheCatalogue) {
   auto result = run_command(mmgen() + " backends --json");
   ASSERT_EQ(result.exit_code, 0) << result.err;

@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "core/error.h"
 #include "core/npy.h"
@@ -69,6 +70,64 @@ TEST(Output, BatchIndexMakesFileNamesDistinct) {
   request.prompt = "a fox";
   EXPECT_TRUE(output_file_path(request, 3).filename().string().ends_with("_3.npy"));
   EXPECT_TRUE(output_file_path(request, 3).filename().string().starts_with("a_fox_"));
+}
+
+TEST(Output, GeneratedNamesArePromptTimestampAndAStableHash) {
+  Request request;
+  request.output_path = "out";
+  request.output_format = "mp4";
+  request.prompt = "A fox / in *snow*: \"quiet\" morning?";
+  request.settings = {{"prompt", request.prompt}, {"seed", 3}};
+  const std::string name = output_file_path(request).filename().string();
+  // {sanitised prompt}_{YYYYmmdd-HHMMSS}_{8 hex digits}.{ext}
+  const std::regex pattern(
+      R"(A_fox___in__snow____quiet__morning_[0-9]{8}-[0-9]{6}_[0-9a-f]{8}\.mp4)");
+  EXPECT_TRUE(std::regex_match(name, pattern)) << name;
+  // The hash depends on the settings only: the same settings, the same hash, on every machine.
+  // FNV-1a 64 of {"prompt":...,"seed":3}, top 32 bits, worked out independently below.
+  uint64_t fnv = 0xcbf29ce484222325ull;
+  for (unsigned char c : request.settings.dump()) fnv = (fnv ^ c) * 0x100000001b3ull;
+  EXPECT_TRUE(name.ends_with(fmt::format("_{:08x}.mp4", uint32_t(fnv >> 32)))) << name;
+  request.settings["seed"] = 4;
+  EXPECT_FALSE(output_file_path(request).filename().string().ends_with(
+      fmt::format("_{:08x}.mp4", uint32_t(fnv >> 32))));
+  // Long prompts keep their first 100 characters; an empty one is "output".
+  request.prompt = std::string(300, 'x');
+  EXPECT_TRUE(
+      output_file_path(request).filename().string().starts_with(std::string(100, 'x') + "_"));
+  request.prompt = "";
+  EXPECT_TRUE(output_file_path(request).filename().string().starts_with("output_"));
+}
+
+TEST(Output, ExistingFilesAreNeverReplacedWithoutOverwrite) {
+  const fs::path dir = testing::scratch_dir("no-overwrite");
+  Request request;
+  request.output_path = dir;
+  request.output_format = "npy";
+  request.output_file_name = "clip";
+  std::ofstream(dir / "clip.npy") << "earlier work";
+  const std::string message = testing::error_message([&] { output_file_path(request); });
+  EXPECT_NE(message.find("clip.npy already exists; pass --overwrite"), std::string::npos)
+      << message;
+  request.overwrite = true;
+  EXPECT_EQ(output_file_path(request), dir / "clip.npy");
+  // A generated name that is taken gets a counter instead.
+  request.overwrite = false;
+  request.output_file_name.reset();
+  request.prompt = "a fox";
+  // Retried if the clock's second turns between the two calls (the names then differ anyway).
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    const fs::path first = output_file_path(request);
+    std::ofstream(first) << "taken";
+    const fs::path second = output_file_path(request);
+    if (second.filename().string().substr(0, 21) != first.filename().string().substr(0, 21))
+      continue;
+    EXPECT_EQ(second.filename().string(), first.stem().string() + "_1.npy");
+    std::ofstream(second) << "taken too";
+    EXPECT_EQ(output_file_path(request).filename().string(), first.stem().string() + "_2.npy");
+    return;
+  }
+  FAIL() << "the clock kept turning";
 }
 
 TEST(Output, UnwritableFolderIsAClearError) {

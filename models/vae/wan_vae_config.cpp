@@ -1,5 +1,7 @@
 #include "models/vae/wan_vae_config.h"
 
+#include <cmath>
+
 #include "core/error.h"
 
 namespace mmgen::vae {
@@ -126,6 +128,19 @@ WanVaeConfig WanVaeConfig::from_file(const fs::path& config_json) {
   json config = json::parse(text, nullptr, /*allow_exceptions=*/false);
   check(!config.is_discarded(), "{} is not valid JSON", config_json.string());
   return from_json(config, config_json.string());
+}
+
+int64_t WanVaeConfig::tail_radius() const {
+  // Per up block: two convolutions in each of its num_res_blocks + 1 residual blocks at the
+  // block's scale; then, except after the last, the upsampler's convolution at twice the scale.
+  // conv_out at full scale closes.
+  double radius = 0, pixel = 1;
+  for (size_t block = 0; block < dim_mult.size(); ++block) {
+    radius += 2.0 * double(num_res_blocks + 1) * pixel;
+    if (block + 1 < dim_mult.size()) pixel /= 2, radius += pixel;
+  }
+  radius += pixel;
+  return int64_t(std::ceil(radius)) + 1;
 }
 
 }  // namespace mmgen::vae

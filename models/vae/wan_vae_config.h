@@ -45,6 +45,11 @@ struct WanVaeConfig {
     return 1 + temporal_factor() * (latent_frames - 1);
   }
 
+  // Latent pixels of context that the decoder's up blocks, norm_out and conv_out reach (every
+  // 3x3 convolution widens the reach by a pixel at its scale), rounded up, plus one for the
+  // nearest-neighbour upsampling's rounding: tiles decoded with this halo are exact inside.
+  int64_t tail_radius() const;
+
   // Keys left out take diffusers' AutoencoderKLWan defaults. Wan2.2 features (is_residual,
   // patch_size > 1) are refused. `where` names the source in error messages.
   static WanVaeConfig from_json(const nlohmann::json& json,

@@ -54,18 +54,28 @@ WanVaeDecoder WanVaeDecoder::open_folder(const fs::path& folder) {
                        WeightStore::open_folder(folder));
 }
 
-Tensor WanVaeDecoder::decode_chunk(const Tensor& x, StreamState& state) const {
+Tensor WanVaeDecoder::head(const Tensor& x, StreamState& state) const {
   const WeightStore& store = weights_;
-  Tensor h = conv_in_.forward(store, x, &state);
+  Tensor h = post_quant_conv_.forward(store, x, nullptr);
+  h = conv_in_.forward(store, h, &state);
   h = mid_resnets_[0].forward(store, h, state);
   h = mid_attention_->forward(store, h, attention_backend_.get());
-  h = mid_resnets_[1].forward(store, h, state);
+  return mid_resnets_[1].forward(store, h, state);
+}
+
+Tensor WanVaeDecoder::tail(const Tensor& x, StreamState& state) const {
+  const WeightStore& store = weights_;
+  Tensor h = x;
   for (const UpBlock& block : up_blocks_) {
     for (const ResidualBlock& resnet : block.resnets) h = resnet.forward(store, h, state);
     if (block.upsampler) h = block.upsampler->forward(store, h, state);
   }
   channel_rms_norm(h, store.get_f32("decoder.norm_out.gamma"), /*silu=*/true, h);
   return conv_out_.forward(store, h, &state);
+}
+
+int64_t WanVaeDecoder::tail_radius() const {
+  return config_.tail_radius();
 }
 
 Tensor WanVaeDecoder::decode(const Tensor& z, const DecodeProgress& progress) const {
@@ -88,8 +98,7 @@ Tensor WanVaeDecoder::decode(const Tensor& z, const DecodeProgress& progress) co
       // Latent frame i as one [1, z_dim, h, w] frame (post_quant_conv is 1×1×1, so applying it per
       // frame equals diffusers applying it to all frames at once).
       Tensor frame = latents.select(0, b).select(1, i).unsqueeze(0).contiguous();
-      Tensor x = post_quant_conv_.forward(weights_, frame, nullptr);
-      Tensor chunk = decode_chunk(x, state);  // [n, channels, out_h, out_w]
+      Tensor chunk = tail(head(frame, state), state);  // [n, channels, out_h, out_w]
       const int64_t first = i == 0 ? 0 : 1 + (i - 1) * temporal;
       const int64_t expected = i == 0 ? 1 : temporal;
       check(chunk.size(0) == expected && chunk.size(2) == out_h && chunk.size(3) == out_w,

@@ -41,6 +41,19 @@ class WanVaeDecoder {
   // The checked checkpoint (the GPU decoder uploads from it).
   const WeightStore& weights() const { return weights_; }
 
+  // The decode of one latent frame in two parts, for tiled decoding (models/vae/tiled_decode.h):
+  // `head` runs post_quant_conv, conv_in and the mid block (whose attention spans the whole
+  // frame) at latent resolution on x [1, z_dim, h, w]; `tail` runs the up blocks, norm_out and
+  // conv_out, which are convolutions only, so an output pixel depends on the head's output within
+  // tail_radius() latent pixels of it. tail(head(x)) is what decode computes for that frame, bit
+  // for bit. Each part carries its causal caches in `state` (one state may serve both).
+  Tensor head(const Tensor& x, StreamState& state) const;
+  Tensor tail(const Tensor& h, StreamState& state) const;
+  StreamState new_state() const { return slots_.make_state(); }
+  // Latent pixels of context the tail's convolutions reach (3x3 kernels at each scale), rounded
+  // up.
+  int64_t tail_radius() const;
+
   // The dense attention backend the mid block's attention runs through (the attention plan's
   // choice for the VAE); without one it uses its built-in dense path.
   void set_attention_backend(std::shared_ptr<attention::AttentionBackend> backend) {
@@ -48,9 +61,6 @@ class WanVaeDecoder {
   }
 
  private:
-  // One latent frame (of one batch element) through conv_in .. conv_out.
-  Tensor decode_chunk(const Tensor& x, StreamState& state) const;
-
   struct UpBlock {
     std::vector<ResidualBlock> resnets;
     std::unique_ptr<Resample> upsampler;  // null for the last block

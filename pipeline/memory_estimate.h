@@ -1,0 +1,31 @@
+// How much host memory a request needs, from the model's headers and configs alone (nothing is
+// loaded): the weights that stay mapped while the pipeline runs, plus the largest of its stages'
+// working sets (text encoding, denoising, VAE decode with the output frames). `mmgen inspect`
+// prints it; `generate` refuses a request whose total exceeds the free memory before loading
+// anything. Figures are estimates from the buffers the CPU code allocates (documented in each
+// pipeline's estimator); tests hold them against measured peaks.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace mmgen {
+
+struct MemoryEstimate {
+  uint64_t weights = 0;        // component tensors, mapped for the whole run
+  uint64_t overhead = 0;       // runtime, tokenizer tables, libraries
+  uint64_t text_encoding = 0;  // the text encoder's activations
+  uint64_t denoising = 0;      // the transformer's activations, latents and scheduler state
+  uint64_t decoding = 0;       // the VAE decode's working set
+  uint64_t output = 0;         // the decoded video and the frames written (live during decode)
+
+  // The peak: weights and overhead are held throughout; the stages run one after another.
+  uint64_t total() const;
+  // The stage that sets the peak: "text encoding", "denoising" or "VAE decode".
+  std::string largest_stage() const;
+  nlohmann::json to_json() const;
+};
+
+}  // namespace mmgen

@@ -1,0 +1,102 @@
+#include "pipeline/model_inventory.h"
+
+#include <algorithm>
+
+#include "core/safetensors.h"
+
+namespace mmgen {
+
+namespace {
+
+bool folder_has_safetensors(const fs::path& folder) {
+  for (const auto& entry : fs::directory_iterator(folder))
+    if (entry.path().filename().string().ends_with(".safetensors")) return true;
+  return false;
+}
+
+uint64_t folder_bytes(const fs::path& folder) {
+  uint64_t total = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(folder))
+    if (entry.is_regular_file()) total += entry.file_size();
+  return total;
+}
+
+ComponentInventory inventory_of(const ComponentEntry& entry) {
+  ComponentInventory component;
+  component.name = entry.name;
+  component.library = entry.library;
+  component.class_name = entry.class_name;
+  component.path = entry.path;
+  component.overridden = entry.overridden;
+  if (!fs::is_directory(entry.path)) return component;  // check_components reports it
+  component.on_disk_bytes = folder_bytes(entry.path);
+  if (!folder_has_safetensors(entry.path)) return component;
+  // The loader's own choice of files (single file or index shards), so the figures describe what
+  // generate would map.
+  const WeightStore store = WeightStore::open_folder(entry.path);
+  component.weight_files = store.files();
+  for (const auto& name : store.names()) {
+    const TensorInfo& info = store.info(name);
+    int64_t elements = 1;
+    for (int64_t size : info.shape) elements *= size;
+    ++component.tensors;
+    component.parameters += elements;
+    component.dtype_parameters[std::string(dtype_name(info.dtype))] += elements;
+    component.tensor_bytes += info.end - info.begin;
+  }
+  return component;
+}
+
+}  // namespace
+
+const ComponentInventory* ModelInventory::find(const std::string& name) const {
+  for (const auto& component : components)
+    if (component.name == name) return &component;
+  return nullptr;
+}
+
+uint64_t ModelInventory::tensor_bytes() const {
+  uint64_t total = 0;
+  for (const auto& component : components) total += component.tensor_bytes;
+  return total;
+}
+
+uint64_t ModelInventory::on_disk_bytes() const {
+  uint64_t total = 0;
+  for (const auto& component : components) total += component.on_disk_bytes;
+  return total;
+}
+
+int64_t ModelInventory::parameters() const {
+  int64_t total = 0;
+  for (const auto& component : components) total += component.parameters;
+  return total;
+}
+
+ModelInventory take_inventory(const ModelIndex& index) {
+  ModelInventory inventory;
+  inventory.root = index.root;
+  inventory.class_name = index.class_name;
+  for (const auto& [name, entry] : index.components)
+    inventory.components.push_back(inventory_of(entry));
+  return inventory;
+}
+
+nlohmann::json inventory_json(const ModelInventory& inventory) {
+  nlohmann::json components = nlohmann::json::object();
+  for (const auto& c : inventory.components) {
+    nlohmann::json files = nlohmann::json::array();
+    for (const auto& file : c.weight_files) files.push_back(file.filename().string());
+    components[c.name] = {{"class", c.class_name},           {"library", c.library},
+                          {"path", c.path.string()},         {"overridden", c.overridden},
+                          {"weight_files", files},           {"tensors", c.tensors},
+                          {"parameters", c.parameters},      {"dtypes", c.dtype_parameters},
+                          {"tensor_bytes", c.tensor_bytes},  {"float32_bytes", c.float32_bytes()},
+                          {"on_disk_bytes", c.on_disk_bytes}};
+  }
+  return {{"pipeline", inventory.class_name},           {"model_path", inventory.root.string()},
+          {"parameters", inventory.parameters()},       {"tensor_bytes", inventory.tensor_bytes()},
+          {"on_disk_bytes", inventory.on_disk_bytes()}, {"components", components}};
+}
+
+}  // namespace mmgen

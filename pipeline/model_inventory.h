@@ -1,0 +1,52 @@
+// What a model folder holds, read from headers only (model_index.json, component configs and the
+// safetensors headers; no tensor data): per component its class, files, parameter count, dtypes
+// and sizes. `mmgen inspect` prints it and the memory estimate starts from it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "pipeline/model_index.h"
+
+namespace mmgen {
+
+struct ComponentInventory {
+  std::string name;  // model_index.json key
+  std::string library;
+  std::string class_name;
+  fs::path path;
+  bool overridden = false;
+  // Weights (empty for components without safetensors: tokenizer, scheduler).
+  std::vector<fs::path> weight_files;
+  int64_t tensors = 0;
+  int64_t parameters = 0;                           // elements of all tensors
+  std::map<std::string, int64_t> dtype_parameters;  // "bf16" -> elements stored as bf16
+  uint64_t tensor_bytes = 0;   // the tensors' data, as stored (what a memory mapping touches)
+  uint64_t on_disk_bytes = 0;  // every regular file of the folder (weights, configs, vocab)
+
+  bool has_weights() const { return !weight_files.empty(); }
+  // Bytes of the weights once converted to float32, the dtype the CPU kernels compute in.
+  uint64_t float32_bytes() const { return uint64_t(parameters) * 4; }
+};
+
+struct ModelInventory {
+  fs::path root;
+  std::string class_name;
+  std::vector<ComponentInventory> components;  // sorted by name
+
+  const ComponentInventory* find(const std::string& name) const;
+  uint64_t tensor_bytes() const;
+  uint64_t on_disk_bytes() const;
+  int64_t parameters() const;
+};
+
+// Reads every present component's headers. A weight folder that the loader would refuse (several
+// single files, a broken index) is an Error naming it, as loading would be.
+ModelInventory take_inventory(const ModelIndex& index);
+
+nlohmann::json inventory_json(const ModelInventory& inventory);
+
+}  // namespace mmgen

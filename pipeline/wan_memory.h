@@ -1,0 +1,22 @@
+// The memory estimate of WanPipeline on the CPU (see pipeline/memory_estimate.h): buffer sizes
+// follow what models/dit, models/text_encoders and models/vae allocate, from the component
+// configs and the safetensors headers only.
+#pragma once
+
+#include "pipeline/memory_estimate.h"
+#include "pipeline/model_index.h"
+#include "pipeline/model_inventory.h"
+#include "pipeline/request.h"
+
+namespace mmgen {
+
+MemoryEstimate estimate_wan_memory(const Request& request, const ModelIndex& index,
+                                   const ModelInventory& inventory);
+
+// The VAE decoder's working set (activations and causal-convolution caches, without the output
+// video) when it decodes a region of `height` x `width` output pixels from `latent_frames` latent
+// frames; `config_json` is the VAE's config.json.
+uint64_t wan_vae_working_set(const nlohmann::json& config_json, int64_t height, int64_t width,
+                             int64_t latent_frames);
+
+}  // namespace mmgen

@@ -1,0 +1,263 @@
+// `mmgen inspect` and the memory check of `generate`: the inventory against the fixture's real
+// sizes (read here from the safetensors headers and the folder listing, independently of the
+// library), the estimate against measured peaks, and the refusal of a request far beyond memory.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+
+#include "core/system_memory.h"
+#include "pipeline/model_index.h"
+#include "pipeline/model_inventory.h"
+#include "tests/test_support.h"
+
+namespace mmgen {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using testing::run_command;
+
+std::string mmgen() {
+  return testing::mmgen_binary().string();
+}
+
+fs::path wan_tiny() {
+  return testing::source_dir() / "examples/models/wan-tiny";
+}
+
+// What a safetensors file's header says: parameters per dtype and the data section's size.
+struct HeaderSums {
+  int64_t parameters = 0, tensors = 0;
+  uint64_t data_bytes = 0;
+  std::map<std::string, int64_t> dtypes;
+};
+
+HeaderSums read_header(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  uint64_t length = 0;
+  in.read(reinterpret_cast<char*>(&length), 8);
+  std::string text(length, '\0');
+  in.read(text.data(), std::streamsize(length));
+  HeaderSums sums;
+  const json header = json::parse(text);
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") continue;
+    int64_t elements = 1;
+    for (int64_t size : entry["shape"]) elements *= size;
+    std::string dtype = entry["dtype"];
+    std::transform(dtype.begin(), dtype.end(), dtype.begin(), ::tolower);
+    sums.dtypes[dtype] += elements;
+    sums.parameters += elements;
+    ++sums.tensors;
+    sums.data_bytes +=
+        entry["data_offsets"][1].get<uint64_t>() - entry["data_offsets"][0].get<uint64_t>();
+  }
+  return sums;
+}
+
+uint64_t folder_bytes(const fs::path& folder) {
+  uint64_t total = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(folder))
+    if (entry.is_regular_file()) total += entry.file_size();
+  return total;
+}
+
+TEST(Inspect, InventoryMatchesTheSafetensorsHeadersAndTheFolders) {
+  const auto result = run_command(mmgen() + " inspect --json --model-path " + wan_tiny().string());
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const json report = json::parse(result.out);
+  EXPECT_EQ(report["pipeline"], "WanPipeline");
+  int64_t all_parameters = 0;
+  uint64_t all_bytes = 0;
+  for (const char* name : {"text_encoder", "transformer", "vae"}) {
+    SCOPED_TRACE(name);
+    const fs::path folder = wan_tiny() / name;
+    fs::path weights;
+    for (const auto& entry : fs::directory_iterator(folder))
+      if (entry.path().extension() == ".safetensors") weights = entry.path();
+    const HeaderSums sums = read_header(weights);
+    const json& c = report["components"][name];
+    EXPECT_EQ(c["parameters"].get<int64_t>(), sums.parameters);
+    EXPECT_EQ(c["tensors"].get<int64_t>(), sums.tensors);
+    EXPECT_EQ(c["tensor_bytes"].get<uint64_t>(), sums.data_bytes);
+    EXPECT_EQ(c["float32_bytes"].get<uint64_t>(), uint64_t(sums.parameters) * 4);
+    EXPECT_EQ(c["dtypes"], json(sums.dtypes));
+    EXPECT_EQ(c["on_disk_bytes"].get<uint64_t>(), folder_bytes(folder));
+    EXPECT_EQ(c["weight_files"], json::array({weights.filename().string()}));
+    all_parameters += sums.parameters;
+    all_bytes += sums.data_bytes;
+    // The backend the selector gives it, as the dry-run shows it.
+    EXPECT_FALSE(c["attention_backend"].is_null());
+    EXPECT_EQ(c["attention_backend_source"], "auto");
+  }
+  EXPECT_EQ(report["parameters"].get<int64_t>(), all_parameters);
+  EXPECT_EQ(report["tensor_bytes"].get<uint64_t>(), all_bytes);
+  EXPECT_EQ(report["components"]["transformer"]["attention_backend"], "fa");
+  EXPECT_EQ(report["components"]["tokenizer"]["parameters"], 0);
+  EXPECT_EQ(report["components"]["tokenizer"]["on_disk_bytes"].get<uint64_t>(),
+            folder_bytes(wan_tiny() / "tokenizer"));
+  EXPECT_TRUE(report["components"]["scheduler"]["attention_backend"].is_null());
+  // The estimate's weights are the mapped tensors of the components that run.
+  EXPECT_EQ(report["memory"]["weights_bytes"].get<uint64_t>(), all_bytes);
+  EXPECT_EQ(report["memory"]["total_bytes"].get<uint64_t>(),
+            report["memory"]["weights_bytes"].get<uint64_t>() +
+                report["memory"]["overhead_bytes"].get<uint64_t>() +
+                std::max({report["memory"]["text_encoding_bytes"].get<uint64_t>(),
+                          report["memory"]["denoising_bytes"].get<uint64_t>(),
+                          report["memory"]["vae_decode_bytes"].get<uint64_t>() +
+                              report["memory"]["output_bytes"].get<uint64_t>()}));
+}
+
+TEST(Inspect, ShardedBf16FolderIsCountedFromItsIndex) {
+  // A bf16 model folder of the shapes model: its components are single files; the library
+  // counts what the loader maps. Compare with the headers for every component.
+  const fs::path shapes = testing::source_dir() / "examples/models/wan-shapes";
+  if (!fs::exists(shapes)) GTEST_SKIP() << shapes << " not found";
+  const ModelInventory inventory = take_inventory(load_model_index(shapes));
+  for (const char* name : {"text_encoder", "transformer", "vae"}) {
+    SCOPED_TRACE(name);
+    const ComponentInventory* c = inventory.find(name);
+    ASSERT_NE(c, nullptr);
+    ASSERT_EQ(c->weight_files.size(), 1u);
+    const HeaderSums sums = read_header(c->weight_files[0]);
+    EXPECT_EQ(c->parameters, sums.parameters);
+    EXPECT_EQ(c->dtype_parameters.at("bf16"), sums.dtypes.at("bf16"));
+    EXPECT_EQ(c->tensor_bytes, sums.data_bytes);
+  }
+}
+
+TEST(Inspect, HumanReportNamesEveryComponentAndTheVerdict) {
+  const auto result =
+      run_command("MMGEN_AVAILABLE_MEMORY=64G " + mmgen() + " inspect --model-path " +
+                  wan_tiny().string() + " --height 256 --width 512 --num-frames 17");
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  for (const char* text : {"WanPipeline", "UMT5EncoderModel", "WanTransformer3DModel",
+                           "AutoencoderKLWan", "T5Tokenizer", "UniPCMultistepScheduler",
+                           "fa (auto)", "512x256, 17 frame(s)", "(MMGEN_AVAILABLE_MEMORY): fits"})
+    EXPECT_NE(result.out.find(text), std::string::npos) << text << "\n" << result.out;
+}
+
+// Peak resident memory of a generate run, as its final summary line reports it.
+double measured_peak_mib(const std::string& flags) {
+  const fs::path out = testing::scratch_dir("inspect-peak");
+  const auto result =
+      run_command(mmgen() + " generate --model-path " + wan_tiny().string() + flags +
+                  " --prompt fox --num-inference-steps 1 --max-sequence-length 16"
+                  " --output-format npy --log-level info --output-path " +
+                  out.string());
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  std::smatch match;
+  const std::regex peak(R"(peak memory ([0-9.]+) (MiB|GiB))");
+  EXPECT_TRUE(std::regex_search(result.err, match, peak)) << result.err;
+  if (match.empty()) return 0;
+  return std::stod(match[1]) * (match[2] == "GiB" ? 1024 : 1);
+}
+
+double estimated_mib(const std::string& flags) {
+  const auto result = run_command(mmgen() + " inspect --json --model-path " + wan_tiny().string() +
+                                  flags + " --max-sequence-length 16");
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  return json::parse(result.out)["memory"]["total_bytes"].get<double>() / (1 << 20);
+}
+
+TEST(Inspect, EstimateCoversTheMeasuredPeakWithoutWildExcess) {
+  // A video large enough that the VAE decode dominates the process's baseline, tiled and not.
+  for (const std::string flags :
+       {std::string(" --height 256 --width 256 --num-frames 5"),
+        std::string(" --height 256 --width 256 --num-frames 5 --vae-tiling --vae-tile-size 64"
+                    " --vae-tile-overlap 16")}) {
+    SCOPED_TRACE(flags);
+    const double peak = measured_peak_mib(flags), estimate = estimated_mib(flags);
+    std::printf("%s: estimate %.0f MiB, measured peak %.0f MiB\n", flags.c_str(), estimate, peak);
+    EXPECT_GE(estimate, peak * 0.95);
+    EXPECT_LE(estimate, peak * 1.6);
+  }
+}
+
+TEST(Inspect, GenerateRefusesARequestFarBeyondMemoryBeforeLoadingAnything) {
+  const fs::path out = testing::scratch_dir("inspect-refusal");
+  const auto result =
+      run_command(mmgen() + " generate --model-path " + wan_tiny().string() +
+                  " --prompt fox --height 8192 --width 8192 --num-frames 401 --output-path " +
+                  (out / "videos").string() + " --output-file-name huge");
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_EQ(result.err.rfind("mmgen: error: generate: this request needs about ", 0), 0u)
+      << result.err;
+  EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << result.err;
+  EXPECT_NE(result.err.find(" is free ("), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("--skip-memory-check"), std::string::npos) << result.err;
+  // Nothing was written, not even the output folder.
+  EXPECT_FALSE(fs::exists(out / "videos"));
+}
+
+TEST(Inspect, TheRefusalsSuggestionsFitAndTheRequestDoesNot) {
+  // Pretend the machine has 300 MiB free: 512x512x33 on wan-tiny needs more (its VAE decode).
+  const std::string limit = "MMGEN_AVAILABLE_MEMORY=300M ";
+  const std::map<std::string, std::string> request = {{"--model-path", wan_tiny().string()},
+                                                      {"--prompt", "fox"},
+                                                      {"--height", "512"},
+                                                      {"--width", "512"},
+                                                      {"--num-frames", "33"}};
+  auto command = [&](const std::string& verb, const std::map<std::string, std::string>& extra) {
+    std::map<std::string, std::string> flags = request;
+    for (const auto& [flag, value] : extra) flags[flag] = value;
+    std::string text = limit + mmgen() + " " + verb;
+    for (const auto& [flag, value] : flags) text += " " + flag + (value.empty() ? "" : " " + value);
+    return text;
+  };
+  const auto refused = run_command(command("generate", {}));
+  ASSERT_EQ(refused.exit_code, 1) << refused.out;
+  EXPECT_NE(refused.err.find("300 MiB is free (MMGEN_AVAILABLE_MEMORY)"), std::string::npos)
+      << refused.err;
+  EXPECT_EQ(std::count(refused.err.begin(), refused.err.end(), '\n'), 1) << refused.err;
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(refused.err, match, std::regex("what would fit: (.*); --skip")))
+      << refused.err;
+  std::string list = match[1];
+  std::vector<std::string> suggestions;
+  for (size_t at; (at = list.find(" or ")) != std::string::npos; list = list.substr(at + 4))
+    suggestions.push_back(list.substr(0, at));
+  suggestions.push_back(list);
+  EXPECT_GE(suggestions.size(), 2u) << refused.err;
+  // Every suggestion, applied to the request, fits the same 300 MiB.
+  for (const auto& suggestion : suggestions) {
+    SCOPED_TRACE(suggestion);
+    std::map<std::string, std::string> extra;
+    std::istringstream words(suggestion);
+    std::string word, flag;
+    while (words >> word) {
+      if (word.starts_with("--")) {
+        flag = word;
+        extra[flag] = "";
+      } else {
+        extra[flag] = word;
+      }
+    }
+    const auto check = run_command(command("inspect --json", extra));
+    ASSERT_EQ(check.exit_code, 0) << check.err;
+    EXPECT_EQ(json::parse(check.out)["memory_fits"], true);
+  }
+  const auto inspect = run_command(command("inspect --json", {}));
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+  EXPECT_EQ(json::parse(inspect.out)["memory_fits"], false);
+}
+
+TEST(SystemMemory, ByteSizesParseAndPrint) {
+  EXPECT_EQ(parse_byte_size("4096"), 4096u);
+  EXPECT_EQ(parse_byte_size("512M"), 512u << 20);
+  EXPECT_EQ(parse_byte_size("1.5GiB"), 3u << 29);
+  EXPECT_EQ(parse_byte_size("2g"), 2ull << 30);
+  EXPECT_EQ(parse_byte_size("lots"), std::nullopt);
+  EXPECT_EQ(parse_byte_size("3X"), std::nullopt);
+  EXPECT_EQ(format_bytes(7), "7 B");
+  EXPECT_EQ(format_bytes(1536), "1.50 KiB");
+  EXPECT_EQ(format_bytes(300ull << 20), "300 MiB");
+  EXPECT_GT(available_memory().value_or(AvailableMemory{1, ""}).bytes, 0u);
+  EXPECT_GT(peak_resident_bytes(), 0u);
+}
+
+}  // namespace
+}  // namespace mmgen
