@@ -13,6 +13,7 @@
 #include "core/system_memory.h"
 #include "generate/memory_check.h"
 #include "generate/options.h"
+#include "generate/pipeline_defaults.h"
 #include "generate/prompt_file.h"
 #include "generate/settings.h"
 #include "pipeline/output.h"
@@ -55,12 +56,11 @@ ResolvedGenerate resolve_generate(const std::vector<std::string>& arguments) {
   resolved.index = load_model_index(upper["model-path"].get<std::string>(), component_paths);
   resolved.spec =
       &find_pipeline(resolved.index.class_name, resolved.index.root / "model_index.json");
-  const std::string defaults_name = "configs/" + resolved.spec->defaults_file;
-  const SettingsLayer pipeline_defaults = settings_from_document(
-      yaml_to_json(embedded_config(resolved.spec->defaults_file), defaults_name), defaults_name);
+  const PipelineDefaults pipeline_defaults = load_pipeline_defaults(*resolved.spec, resolved.index);
+  resolved.defaults_variant = pipeline_defaults.variant;
 
   SettingsLayer merged =
-      merge_layers({builtin_defaults(), pipeline_defaults, config_file, command_line});
+      merge_layers({builtin_defaults(), pipeline_defaults.layer, config_file, command_line});
   merged.erase("config");
   resolved.request = request_from_settings(merged);
   if (command_line.contains("config")) resolved.request.settings["config"] = command_line["config"];
@@ -68,6 +68,12 @@ ResolvedGenerate resolve_generate(const std::vector<std::string>& arguments) {
   resolved.spec->validate(resolved.request, resolved.index);
   resolved.latent_shape = resolved.spec->latent_shape(resolved.request, resolved.index);
   resolved.attention = attention::plan_attention(resolved.index, resolved.request);
+  const std::string flow_shift_source =
+      command_line.contains("flow-shift")
+          ? "--flow-shift"
+          : "--config " + upper.value("config", std::string("file"));
+  resolved.flow_shift = flow_shift_choice(resolved.request, resolved.index,
+                                          pipeline_defaults.flow_shift_presets, flow_shift_source);
   return resolved;
 }
 
@@ -86,6 +92,9 @@ json dry_run_json(const ResolvedGenerate& resolved) {
               {"components", components},
               {"attention_backend_config", resolved.attention.config_json()}};
   if (!resolved.batch_prompts.empty()) out["prompts"] = resolved.batch_prompts;
+  out["defaults_variant"] =
+      resolved.defaults_variant.empty() ? json() : json(resolved.defaults_variant);
+  out["flow_shift"] = resolved.flow_shift ? resolved.flow_shift->to_json() : json();
   return out;
 }
 
@@ -207,6 +216,10 @@ int run_resolved(const ResolvedGenerate& resolved) {
                resolved.index.class_name, resolved.index.root.string(), request.width,
                request.height, request.num_frames, request.num_inference_steps,
                request.guidance_scale, request.seed);
+  if (!resolved.defaults_variant.empty())
+    spdlog::info("defaults: configs/{} for {}", resolved.spec->defaults_file,
+                 resolved.defaults_variant);
+  if (resolved.flow_shift) spdlog::info("scheduler: {}", resolved.flow_shift->explanation);
   attention::log_attention_plan(resolved.attention);
   // The components are loaded once; every prompt of a batch runs on them.
   const PipelineRunner run = resolved.spec->load(resolved.index, resolved.attention);

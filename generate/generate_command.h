@@ -10,6 +10,7 @@
 
 #include "attention/attention_plan.h"
 #include "core/tensor.h"
+#include "generate/pipeline_defaults.h"
 #include "pipeline/model_index.h"
 #include "pipeline/registry.h"
 #include "pipeline/request.h"
@@ -25,6 +26,10 @@ struct ResolvedGenerate {
   // The prompts of --prompt-file-path, in file order (then request.prompt is empty); empty when
   // the request has one --prompt.
   std::vector<std::string> batch_prompts;
+  // The configs/ variant chosen by the transformer's size ("Wan2.1-T2V-14B"); empty when none.
+  std::string defaults_variant;
+  // The flow_shift that runs, where it came from, and what the size's preset suggests.
+  std::optional<FlowShiftChoice> flow_shift;
 };
 
 // Everything that does not need the weights' values, the attention plan included; throws Error on
@@ -32,7 +37,8 @@ struct ResolvedGenerate {
 ResolvedGenerate resolve_generate(const std::vector<std::string>& arguments);
 
 // The --dry-run object: pipeline, model_path, request, latent_shape, components,
-// attention_backend_config, and `prompts` (the file's prompts) with --prompt-file-path.
+// attention_backend_config, defaults_variant, flow_shift ({value, source, preset, suggested}),
+// and `prompts` (the file's prompts) with --prompt-file-path.
 nlohmann::json dry_run_json(const ResolvedGenerate& resolved);
 
 // The request of prompt `index` of a batch: the resolved request with that prompt.

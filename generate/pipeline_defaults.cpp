@@ -1,0 +1,149 @@
+#include "generate/pipeline_defaults.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace mmgen::cli {
+
+using json = nlohmann::json;
+
+namespace {
+
+void refuse_flow_shift(const json& values, const std::string& where) {
+  for (const char* key : {"flow_shift", "flow-shift"})
+    check(!values.contains(key),
+          "{}: a defaults file may not set flow_shift (it would replace the model's "
+          "scheduler_config.json value); put it in flow_shift_presets",
+          where);
+}
+
+bool in_range(const json& range, int64_t value, const std::string& where) {
+  check(range.is_array() && range.size() == 2 && (range[0].is_number() || range[0].is_null()) &&
+            (range[1].is_number() || range[1].is_null()),
+        "{}: transformer_parameters must be [from, to] (numbers or null)", where);
+  const double v = double(value);
+  return (range[0].is_null() || v >= range[0].get<double>()) &&
+         (range[1].is_null() || v < range[1].get<double>());
+}
+
+}  // namespace
+
+int64_t wan_transformer_parameters(const json& config) {
+  const int64_t heads = config.value("num_attention_heads", int64_t(40));
+  const int64_t head_dim = config.value("attention_head_dim", int64_t(128));
+  const int64_t layers = config.value("num_layers", int64_t(40));
+  const int64_t ffn = config.value("ffn_dim", int64_t(13824));
+  const int64_t d = heads * head_dim;
+  // Per block: self- and cross-attention (q, k, v, out: 4 d x d with biases each), the
+  // feed-forward (d x ffn in and out), norms and modulation.
+  return layers * (8 * (d * d + d) + 2 * d * ffn + ffn + 7 * d);
+}
+
+PipelineDefaults pipeline_defaults_from_yaml(const std::string& yaml, const std::string& where,
+                                             int64_t transformer_parameters) {
+  json document = yaml_to_json(yaml, where);
+  if (document.is_null()) document = json::object();
+  check(document.is_object(), "{}: expected a mapping of option names to values", where);
+  PipelineDefaults defaults;
+  defaults.transformer_parameters = transformer_parameters;
+  json variants = json::array();
+  if (document.contains("variants")) {
+    variants = document["variants"];
+    check(variants.is_array(), "{}: variants must be a list", where);
+    document.erase("variants");
+  }
+  if (document.contains("flow_shift_presets")) {
+    defaults.flow_shift_presets = document["flow_shift_presets"];
+    check(defaults.flow_shift_presets.is_array(), "{}: flow_shift_presets must be a list", where);
+    for (const auto& preset : defaults.flow_shift_presets)
+      check(preset.is_object() && preset.value("flow_shift", json()).is_number() &&
+                (preset.value("max_pixels", json()).is_number() ||
+                 preset.value("max_pixels", json()).is_null()),
+            "{}: each flow_shift preset needs a name, max_pixels (or null) and flow_shift", where);
+    document.erase("flow_shift_presets");
+  }
+  refuse_flow_shift(document, where);
+  json merged = document;
+  for (const auto& variant : variants) {
+    const std::string name = variant.value("name", std::string("unnamed"));
+    const std::string variant_where = fmt::format("{}: variant {}", where, name);
+    check(variant.is_object() && variant.contains("transformer_parameters"),
+          "{}: needs transformer_parameters [from, to]", variant_where);
+    refuse_flow_shift(variant, variant_where);
+    if (!in_range(variant["transformer_parameters"], transformer_parameters, variant_where))
+      continue;
+    defaults.variant = name;
+    for (const auto& [key, value] : variant.items())
+      if (key != "name" && key != "transformer_parameters") merged[key] = value;
+    break;
+  }
+  defaults.layer = settings_from_document(merged, where);
+  return defaults;
+}
+
+PipelineDefaults load_pipeline_defaults(const PipelineSpec& spec, const ModelIndex& index) {
+  int64_t parameters = 0;
+  if (index.has("transformer") && fs::exists(component_config_path(index.component("transformer"))))
+    parameters = wan_transformer_parameters(load_component_config(index.component("transformer")));
+  return pipeline_defaults_from_yaml(embedded_config(spec.defaults_file),
+                                     "configs/" + spec.defaults_file, parameters);
+}
+
+json FlowShiftChoice::to_json() const {
+  return {{"value", value},
+          {"source", source},
+          {"preset", preset.empty() ? json() : json(preset)},
+          {"suggested", suggested ? json(*suggested) : json()}};
+}
+
+std::optional<FlowShiftChoice> flow_shift_choice(const Request& request, const ModelIndex& index,
+                                                 const json& presets,
+                                                 const std::string& flow_shift_source) {
+  if (!index.has("scheduler")) return std::nullopt;
+  const json scheduler = load_component_config(index.component("scheduler"));
+  // UniPC and DPM++ call it flow_shift, FlowMatchEuler shift.
+  std::optional<double> configured;
+  for (const char* key : {"flow_shift", "shift"})
+    if (scheduler.contains(key) && scheduler[key].is_number()) {
+      configured = scheduler[key].get<double>();
+      break;
+    }
+  if (!configured && !request.flow_shift) return std::nullopt;
+  FlowShiftChoice choice;
+  const int64_t pixels = request.height * request.width;
+  for (const auto& preset : presets) {
+    const json& max = preset["max_pixels"];
+    if (max.is_null() || double(pixels) <= max.get<double>()) {
+      choice.preset = preset.value("name", std::string());
+      choice.suggested = preset["flow_shift"].get<double>();
+      break;
+    }
+  }
+  const std::string size = fmt::format("{}x{}", request.width, request.height);
+  const std::string suggestion =
+      choice.suggested
+          ? fmt::format("the {} preset suggests {} for {}", choice.preset, *choice.suggested, size)
+          : std::string("no preset applies");
+  if (request.flow_shift) {
+    choice.value = *request.flow_shift;
+    choice.source = flow_shift_source;
+    choice.explanation = fmt::format(
+        "flow_shift {} from {} (scheduler_config.json has {}; {})", choice.value, choice.source,
+        configured ? fmt::format("{}", *configured) : std::string("none"), suggestion);
+  } else {
+    choice.value = *configured;
+    choice.source = "scheduler_config.json";
+    if (choice.suggested && *choice.suggested != choice.value)
+      choice.explanation = fmt::format(
+          "flow_shift {} from the model's scheduler_config.json, which always wins over presets; "
+          "{} (pass --flow-shift {} to use it)",
+          choice.value, suggestion, *choice.suggested);
+    else
+      choice.explanation = fmt::format("flow_shift {} from the model's scheduler_config.json ({})",
+                                       choice.value, suggestion);
+  }
+  return choice;
+}
+
+}  // namespace mmgen::cli

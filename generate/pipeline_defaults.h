@@ -1,0 +1,51 @@
+// A pipeline's defaults from its configs/ file: the flat sampling options, the variant chosen by
+// the transformer's size, and the flow_shift presets by output size. Presets only suggest: the
+// flow_shift that runs is --flow-shift (command line or --config) when given, else the model's
+// scheduler_config.json; flow_shift_choice() says which and why, for the log and the dry-run.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "generate/settings.h"
+#include "pipeline/model_index.h"
+#include "pipeline/registry.h"
+#include "pipeline/request.h"
+
+namespace mmgen::cli {
+
+struct PipelineDefaults {
+  SettingsLayer layer = nlohmann::json::object();  // the options, the variant's merged in
+  std::string variant;                             // its name; empty when none applies
+  int64_t transformer_parameters = 0;              // from the transformer's config.json
+  nlohmann::json flow_shift_presets = nlohmann::json::array();
+};
+
+// Reads configs/<spec.defaults_file> (embedded in the binary) for the model in `index`. The file
+// may not set flow_shift (it would silently replace the model's value): that is an Error.
+PipelineDefaults load_pipeline_defaults(const PipelineSpec& spec, const ModelIndex& index);
+// The same from YAML text (tests); `where` names it in errors.
+PipelineDefaults pipeline_defaults_from_yaml(const std::string& yaml, const std::string& where,
+                                             int64_t transformer_parameters);
+
+// Parameters of a Wan transformer from its config (blocks' attention, cross-attention and
+// feed-forward weights, which are all but a fraction of a percent of it).
+int64_t wan_transformer_parameters(const nlohmann::json& transformer_config);
+
+struct FlowShiftChoice {
+  double value = 0;
+  std::string source;               // "--flow-shift", "--config FILE" or "scheduler_config.json"
+  std::optional<double> suggested;  // by the preset for this size, when one applies
+  std::string preset;               // its name
+  std::string explanation;          // one sentence for the log
+  nlohmann::json to_json() const;
+};
+
+// `flow_shift_source` names where an explicit request.flow_shift came from. nullopt when the
+// scheduler has no flow shift setting.
+std::optional<FlowShiftChoice> flow_shift_choice(const Request& request, const ModelIndex& index,
+                                                 const nlohmann::json& presets,
+                                                 const std::string& flow_shift_source);
+
+}  // namespace mmgen::cli
