@@ -36,8 +36,10 @@ ResolvedGenerate resolve_generate(const std::vector<std::string>& arguments) {
   const bool batch = upper.contains("prompt-file-path");
   check(!batch || !upper.contains("prompt"),
         "generate: both --prompt and --prompt-file-path are given; pass one of them");
-  check(batch || upper.contains("prompt"),
-        "generate: no prompt; pass --prompt TEXT or --prompt-file-path FILE");
+  check(batch || upper.contains("prompt") || upper.contains("prompt-embeds"),
+        "generate: no prompt; pass --prompt TEXT, --prompt-file-path FILE or --prompt-embeds FILE");
+  check(!batch || !upper.contains("prompt-embeds"),
+        "generate: --prompt-embeds holds one prompt; it cannot go with --prompt-file-path");
 
   std::map<std::string, fs::path> component_paths;
   if (upper.contains("component-paths"))

@@ -45,6 +45,12 @@ const std::vector<OptionSpec>& generate_options() {
        "tile edge in output pixels with --vae-tiling (a multiple of the VAE's 8)"},
       {"vae-tile-overlap", T::Int, 64,
        "overlap of neighbouring tiles in output pixels with --vae-tiling (a multiple of 8)"},
+      {"prompt-embeds", T::Path, nullptr,
+       "the prompt's embedding from `mmgen encode` (a .safetensors file; prompt_embeds.0) instead "
+       "of encoding --prompt"},
+      {"negative-prompt-embeds", T::Path, nullptr,
+       "the negative prompt's embedding from `mmgen encode`, instead of encoding "
+       "--negative-prompt"},
       {"latents", T::Path, nullptr,
        "initial noise from a .npy or .safetensors file instead of the seed"},
       {"config", T::Path, nullptr, "YAML or JSON file with any of these options", {}, false},

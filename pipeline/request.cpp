@@ -40,6 +40,9 @@ Request request_from_settings(const json& settings) {
   r.output_path = text("output-path");
   r.output_file_name = optional_value<std::string>(settings, "output-file-name");
   if (auto latents = optional_value<std::string>(settings, "latents")) r.latents = *latents;
+  if (auto file = optional_value<std::string>(settings, "prompt-embeds")) r.prompt_embeds = *file;
+  if (auto file = optional_value<std::string>(settings, "negative-prompt-embeds"))
+    r.negative_prompt_embeds = *file;
   r.attention_backend = optional_value<std::string>(settings, "attention-backend");
   r.attention_backend_config = settings.value("attention-backend-config", json());
   r.component_attention_backends = settings.value("component-attention-backends", json());

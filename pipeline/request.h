@@ -31,6 +31,8 @@ struct Request {
   std::optional<std::string> output_file_name;
   std::string output_format;  // resolved: png for one frame, mp4 for more, unless given
   std::optional<fs::path> latents;
+  std::optional<fs::path> prompt_embeds;           // `mmgen encode` output for the prompt
+  std::optional<fs::path> negative_prompt_embeds;  // and for the negative prompt
   std::optional<std::string> attention_backend;
   nlohmann::json attention_backend_config;          // null, a string spec, or an object
   nlohmann::json component_attention_backends;      // null, a string spec, or an object

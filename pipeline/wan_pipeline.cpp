@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/npy.h"
 #include "core/random.h"
+#include "core/safetensors.h"
 #include "models/text_encoders/prompt_embedding.h"
 #include "models/tokenizers/prompt_clean.h"
 #include "pipeline/progress.h"
@@ -205,9 +206,15 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
 #endif
   }
   Progress encode_stage("encode", 1);
-  const Tensor prompt_embeds = encode_prompt(input.prompt, input.max_sequence_length);
+  // Precomputed embeddings (--prompt-embeds, from `mmgen encode`) skip the text encoder.
+  const Tensor prompt_embeds = input.prompt_embeds.defined()
+                                   ? input.prompt_embeds
+                                   : encode_prompt(input.prompt, input.max_sequence_length);
   const Tensor negative_embeds =
-      guided ? encode_prompt(input.negative_prompt, input.max_sequence_length) : Tensor();
+      !guided ? Tensor()
+      : input.negative_prompt_embeds.defined()
+          ? input.negative_prompt_embeds
+          : encode_prompt(input.negative_prompt, input.max_sequence_length);
   encode_stage.finish();
 
   auto scheduler = schedulers::make_scheduler(scheduler_config_, input.flow_shift);
@@ -274,6 +281,27 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
   return output;
 }
 
+namespace {
+
+// The first embedding of a `mmgen encode` file (prompt_embeds.0, [tokens, hidden]) as the
+// transformer takes it, [1, tokens, hidden] float32.
+Tensor read_prompt_embeddings(const fs::path& path, int64_t text_dim, const char* flag) {
+  check(fs::is_regular_file(path), "{} {}: no such file", flag, path.string());
+  const WeightStore file = WeightStore::open_file(path);
+  const std::string name = "prompt_embeds.0";
+  check(file.has(name),
+        "{} {}: no tensor '{}'; write the file with `mmgen encode --prompt TEXT --out FILE`", flag,
+        path.string(), name);
+  const Tensor embeds = file.get_f32(name);
+  check(embeds.dim() == 2 && embeds.size(0) > 0 && embeds.size(1) == text_dim,
+        "{} {}: {} is {} but this transformer takes [tokens, {}] (was it encoded with this "
+        "model's text encoder?)",
+        flag, path.string(), name, shape_string(embeds.shape()), text_dim);
+  return embeds.contiguous().clone().view({1, embeds.size(0), embeds.size(1)});
+}
+
+}  // namespace
+
 WanGenerationInput wan_input_from_request(const Request& request, const WanPipeline& pipeline) {
   WanGenerationInput input;
   input.prompt = request.prompt;
@@ -293,6 +321,13 @@ WanGenerationInput wan_input_from_request(const Request& request, const WanPipel
         vae::TileLayout{request.vae_tile_size / factor, request.vae_tile_overlap / factor};
   }
   if (request.latents) input.initial_latents = read_tensor_file(*request.latents);
+  const int64_t text_dim = pipeline.text_embedding_dim();
+  if (request.prompt_embeds)
+    input.prompt_embeds =
+        read_prompt_embeddings(*request.prompt_embeds, text_dim, "--prompt-embeds");
+  if (request.negative_prompt_embeds)
+    input.negative_prompt_embeds = read_prompt_embeddings(*request.negative_prompt_embeds, text_dim,
+                                                          "--negative-prompt-embeds");
   return input;
 }
 

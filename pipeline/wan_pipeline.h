@@ -37,6 +37,8 @@ struct WanGenerationInput {
   std::optional<double> flow_shift;  // replaces the scheduler config's flow_shift
   uint64_t seed = 0;
   Tensor initial_latents;  // when defined, used instead of noise drawn from `seed`
+  // When defined, [1, tokens, text_dim] used instead of encoding prompt / negative_prompt.
+  Tensor prompt_embeds, negative_prompt_embeds;
   bool cuda = false;  // transformer and VAE decoder on the GPU (--device cuda; CUDA builds only)
   // --vae-tiling: decode in spatial tiles (latent pixels); nullopt decodes the whole frame.
   std::optional<vae::TileLayout> vae_tiles;
@@ -63,6 +65,8 @@ class WanPipeline {
   Shape latent_shape(int64_t height, int64_t width, int64_t num_frames) const;
   // Output pixels per latent pixel (8 for Wan2.1).
   int64_t vae_spatial_factor() const { return vae_->config().spatial_factor(); }
+  // Hidden size of the prompt embeddings the transformer takes.
+  int64_t text_embedding_dim() const { return transformer_->config().text_dim; }
 
   WanGenerationOutput generate(const WanGenerationInput& input,
                                bool keep_step_latents = false) const;
