@@ -102,12 +102,15 @@ AttentionPlan plan_attention(const ModelIndex& index, const Request& request,
 
   const SelectionLevels levels = selection_levels(overrides, request.attention_backend, env);
   AttentionPlan plan;
-  // --device cuda runs the diffusion transformers on the GPU (the other components stay on the
-  // CPU so far), so their layers are chosen against the GPU's kernels.
-  const Machine& dit_machine = request.device == "cuda" ? machine_for_device("cuda") : machine;
-  for (const auto& [name, component] : components)
-    plan.components[name] = select_component(
-        component, levels, component.role == ComponentRole::Dit ? dit_machine : machine);
+  // --device cuda runs the diffusion transformers and the text encoders on the GPU, so their
+  // layers are chosen against the GPU's kernels (the text encoders' paged backends: fa3,
+  // flashinfer).
+  const Machine& gpu_machine = request.device == "cuda" ? machine_for_device("cuda") : machine;
+  for (const auto& [name, component] : components) {
+    const bool on_gpu =
+        component.role == ComponentRole::Dit || component.role == ComponentRole::TextEncoder;
+    plan.components[name] = select_component(component, levels, on_gpu ? gpu_machine : machine);
+  }
 
   // The DiT backends the config may speak to: what runs, and what was asked for before a
   // fallback (settings for sage_attn stay valid when it falls back to fa).

@@ -12,6 +12,9 @@
 
 #include "attention/backend.h"
 #include "attention/paged/paged_backend.h"
+#ifdef MMGEN_HAVE_CUDA
+#include "attention/cuda/paged_backend_cuda.h"
+#endif
 #include "core/error.h"
 
 namespace mmgen::attention {
@@ -718,7 +721,7 @@ std::string normalize_backend_name(Family family, std::string_view name) {
   return entry ? std::string(entry->name) : lower(trim(name));
 }
 
-// Kernels are listed here and nowhere else. Today's build: the CPU reference kernels only.
+// Kernels are listed here and nowhere else.
 //  - torch_sdpa on CPU is attention/dense_attention.
 //  - the paged family on CPU: the designs in attention/paged/ (torch_native, triton, flashinfer,
 //    fa3, flex_attention), over a float32 KV pool.
@@ -726,6 +729,8 @@ std::string normalize_backend_name(Family family, std::string_view name) {
 //    so sm 90 exactly): fa (our FlashAttention kernel, head sizes 64 and 128), torch_sdpa (the
 //    plain reference kernel, any head size up to 256), and the block-sparse self-attention
 //    backends driven through that kernel (models/cuda/sparse_attention_cuda.h).
+//  - the paged family on CUDA (MMGEN_CUDA builds): fa3 and flashinfer in attention/cuda/paged_*,
+//    bf16 over a bf16 device KV pool.
 const std::vector<KernelBuild>& compiled_kernels() {
   static const std::vector<KernelBuild> kernels = [] {
     std::vector<KernelBuild> list;
@@ -733,6 +738,16 @@ const std::vector<KernelBuild>& compiled_kernels() {
     for (std::string_view name : paged::cpu_paged_backends())
       list.push_back(
           {.family = Family::Paged, .backend = name, .platform = P::Cpu, .dtypes = {"fp32"}});
+#ifdef MMGEN_HAVE_CUDA
+    // The paged backends with a CUDA implementation in attention/cuda/paged_* (bf16, sm90 build).
+    for (std::string_view name : cuda::paged::cuda_paged_backends())
+      list.push_back({.family = Family::Paged,
+                      .backend = name,
+                      .platform = P::Cuda,
+                      .dtypes = {"bf16"},
+                      .head_sizes = cuda::paged::cuda_paged_head_sizes(),
+                      .min_sm = 90});
+#endif
     // The DiT backends with a CPU implementation in attention/backends/.
     for (std::string_view name : cpu_dit_backends())
       list.push_back(

@@ -1,6 +1,7 @@
 #include "pipeline/wan_pipeline.h"
 
 #ifdef MMGEN_HAVE_CUDA
+#include "models/cuda/umt5_encoder_cuda.h"
 #include "models/cuda/wan_transformer_cuda.h"
 #include "models/cuda/wan_vae_cuda.h"
 #endif
@@ -104,13 +105,46 @@ WanPipeline::WanPipeline(const ModelIndex& index, attention::AttentionPlan plan)
                                                             nlohmann::json::object()));
 }
 
-Tensor WanPipeline::encode_prompt(const std::string& prompt, int64_t max_length) const {
+#ifdef MMGEN_HAVE_CUDA
+namespace {
+
+// --device cuda: the text encoder's paged backend on the GPU. A plan made for --device cuda
+// chose it against the GPU's kernels; a plan made for the CPU (a library caller's default plan)
+// names a CPU design, and the GPU's auto choice (fa3) takes its place.
+std::string gpu_text_backend(const attention::AttentionPlan& plan, int64_t head_dim) {
+  const attention::Machine& gpu = attention::machine_for_device("cuda");
+  auto it = plan.components.find("text_encoder");
+  if (it != plan.components.end() && it->second.has_attention()) {
+    const std::string& name = it->second.primary().backend;
+    if (attention::kernel_availability(gpu, attention::Family::Paged, name, gpu.dtype, head_dim).ok)
+      return name;
+  }
+  return attention::auto_backend(gpu, attention::Family::Paged, gpu.dtype, head_dim);
+}
+
+}  // namespace
+#endif
+
+Tensor WanPipeline::encode_prompt(const std::string& prompt, int64_t max_length, bool cuda) const {
   const tokenizers::Encoding encoding =
       tokenizer_->encode_padded(tokenizers::clean_prompt(prompt), size_t(max_length));
   const Shape shape = {1, int64_t(encoding.ids.size())};
-  return text_encoders::encode_wan_prompt_embeddings(
-      *text_encoder_, Tensor::from_vector(shape, encoding.ids),
-      Tensor::from_vector(shape, encoding.attention_mask));
+  const Tensor ids = Tensor::from_vector(shape, encoding.ids);
+  const Tensor mask = Tensor::from_vector(shape, encoding.attention_mask);
+  if (!cuda) return text_encoders::encode_wan_prompt_embeddings(*text_encoder_, ids, mask);
+#ifdef MMGEN_HAVE_CUDA
+  if (!text_encoder_gpu_) {  // made on first use: precomputed embeddings need no text encoder
+    text_encoder_gpu_ = std::make_shared<cuda::UMT5EncoderCuda>(
+        *text_encoder_, gpu_text_backend(attention_plan_, text_encoder_->config().d_kv));
+    spdlog::info("text encoder on the GPU: {} paged attention",
+                 text_encoder_gpu_->attention_backend());
+  }
+  return text_encoders::zero_fill_after_length(text_encoder_gpu_->forward(ids, mask), mask);
+#else
+  fail(
+      "--device cuda: this build has no CUDA support; rebuild with -DMMGEN_CUDA=ON or use "
+      "--device cpu");
+#endif
 }
 
 Shape WanPipeline::latent_shape(int64_t height, int64_t width, int64_t num_frames) const {
@@ -207,14 +241,15 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
   }
   Progress encode_stage("encode", 1);
   // Precomputed embeddings (--prompt-embeds, from `mmgen encode`) skip the text encoder.
-  const Tensor prompt_embeds = input.prompt_embeds.defined()
-                                   ? input.prompt_embeds
-                                   : encode_prompt(input.prompt, input.max_sequence_length);
+  const Tensor prompt_embeds =
+      input.prompt_embeds.defined()
+          ? input.prompt_embeds
+          : encode_prompt(input.prompt, input.max_sequence_length, input.cuda);
   const Tensor negative_embeds =
       !guided ? Tensor()
       : input.negative_prompt_embeds.defined()
           ? input.negative_prompt_embeds
-          : encode_prompt(input.negative_prompt, input.max_sequence_length);
+          : encode_prompt(input.negative_prompt, input.max_sequence_length, input.cuda);
   encode_stage.finish();
 
   auto scheduler = schedulers::make_scheduler(scheduler_config_, input.flow_shift);

@@ -23,6 +23,7 @@
 namespace mmgen::cuda {
 class WanTransformerCuda;
 class WanVaeDecoderCuda;
+class UMT5EncoderCuda;
 }  // namespace mmgen::cuda
 
 namespace mmgen {
@@ -39,7 +40,7 @@ struct WanGenerationInput {
   Tensor initial_latents;  // when defined, used instead of noise drawn from `seed`
   // When defined, [1, tokens, text_dim] used instead of encoding prompt / negative_prompt.
   Tensor prompt_embeds, negative_prompt_embeds;
-  bool cuda = false;  // transformer and VAE decoder on the GPU (--device cuda; CUDA builds only)
+  bool cuda = false;  // text encoder, transformer and VAE decoder on the GPU (--device cuda)
   // --vae-tiling: decode in spatial tiles (latent pixels); nullopt decodes the whole frame.
   std::optional<vae::TileLayout> vae_tiles;
 };
@@ -58,8 +59,9 @@ class WanPipeline {
   WanPipeline(const ModelIndex& index, attention::AttentionPlan plan);
 
   // The prompt embedding the transformer sees: cleaned, tokenized to max_length, encoded with the
-  // mask, zero-filled after the real tokens. [1, max_length, text_dim].
-  Tensor encode_prompt(const std::string& prompt, int64_t max_length) const;
+  // mask, zero-filled after the real tokens. [1, max_length, text_dim]. `cuda`: on the GPU (the
+  // text encoder's copy made by the first --device cuda run, or made here).
+  Tensor encode_prompt(const std::string& prompt, int64_t max_length, bool cuda = false) const;
 
   // The initial latent shape for a request.
   Shape latent_shape(int64_t height, int64_t width, int64_t num_frames) const;
@@ -88,6 +90,8 @@ class WanPipeline {
   // The transformer's GPU copy, made on the first --device cuda run (CUDA builds).
   mutable std::shared_ptr<cuda::WanTransformerCuda> transformer_gpu_;
   mutable std::shared_ptr<cuda::WanVaeDecoderCuda> vae_gpu_;  // likewise the VAE decoder's
+  // The text encoder's GPU copy, likewise, through the GPU paged backend the plan allows.
+  mutable std::shared_ptr<cuda::UMT5EncoderCuda> text_encoder_gpu_;
 };
 
 // A request's generation input (reads --latents when given, checking its shape).

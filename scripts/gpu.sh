@@ -18,7 +18,8 @@ fi
 cmake --build build-cuda --target mmgen flash_attention_cuda_test flash_attention_cuda_bench \
   sparse_attention_cuda_test sparse_attention_cuda_bench \
   mmgen_attention wan_transformer_cuda_test wan_transformer_cuda_bench wan_pipeline_cuda_test gemm_cuda_test \
-  wan_vae_cuda_test wan_vae_cuda_bench 2>&1 |
+  wan_vae_cuda_test wan_vae_cuda_bench \
+  paged_attention_cuda_test umt5_encoder_cuda_test paged_attention_cuda_bench 2>&1 |
   tee "$OUT/build.log" | grep -E "error|warning|spill|C7515" || true
 
 # The Hopper kernel must run on the warpgroup MMA: count HGMMA instructions in its SASS.
@@ -55,6 +56,10 @@ build-cuda/bench/cuda/flash_attention_cuda_bench --dump "$dump" | tee "$OUT/atte
 python3 bench/cuda/torch_attention_reference.py "$dump" "$OUT" build-cuda/bench/cuda/libmmgen_attention.so |
   tee "$OUT/attention_torch.txt"
 rm -rf "$dump"
+
+echo "== paged text-encoder attention and UMT5 benchmark (torch SDPA on the same ragged shapes)"
+build-cuda/bench/cuda/paged_attention_cuda_bench --json "$OUT/paged_cases.json" | tee "$OUT/paged_bench.txt"
+python3 bench/cuda/torch_paged_reference.py "$OUT/paged_cases.json" | tee "$OUT/paged_torch.txt"
 
 echo "== STA / VSA on the GPU at Wan2.1-1.3B's self-attention shape"
 build-cuda/bench/cuda/sparse_attention_cuda_bench --repeats 10 | tee "$OUT/sparse_attention_bench.txt"

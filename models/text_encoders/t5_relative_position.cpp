@@ -24,16 +24,22 @@ int64_t t5_relative_position_bucket(int64_t relative_position, int64_t num_bucke
   return base + std::min(large, half - 1);
 }
 
+std::vector<int64_t> t5_offset_buckets(int64_t max_len, int64_t num_buckets, int64_t max_distance) {
+  std::vector<int64_t> buckets(size_t(std::max<int64_t>(2 * max_len - 1, 0)));
+  for (int64_t offset = -(max_len - 1); offset <= max_len - 1; ++offset)
+    buckets[size_t(offset + max_len - 1)] =
+        t5_relative_position_bucket(offset, num_buckets, max_distance);
+  return buckets;
+}
+
 Tensor t5_relative_position_bias(const Tensor& table, int64_t length, int64_t max_distance) {
   check(table.dim() == 2, "relative_attention_bias.weight should be [buckets, heads], got {}",
         shape_string(table.shape()));
   const Tensor weights = table.to(DType::F32);
   const int64_t num_buckets = weights.size(0), heads = weights.size(1);
   // The bias depends only on j − i: one bucket per offset in [−(length−1), length−1].
-  std::vector<int64_t> bucket_of_offset(size_t(std::max<int64_t>(2 * length - 1, 0)));
-  for (int64_t offset = -(length - 1); offset <= length - 1; ++offset)
-    bucket_of_offset[size_t(offset + length - 1)] =
-        t5_relative_position_bucket(offset, num_buckets, max_distance);
+  const std::vector<int64_t> bucket_of_offset =
+      t5_offset_buckets(length, num_buckets, max_distance);
 
   Tensor bias = Tensor::empty({heads, length, length});
   const float* w = weights.data<float>();

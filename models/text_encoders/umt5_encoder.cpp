@@ -140,13 +140,12 @@ namespace {
 attention::paged::RelativePositionBias relative_bias(const Tensor& table, int64_t max_len,
                                                      int64_t max_distance) {
   const Tensor t = table.to(DType::F32).contiguous();
-  const int64_t buckets = t.size(0), heads = t.size(1), span = 2 * max_len - 1;
+  const int64_t heads = t.size(1), span = 2 * max_len - 1;
+  const std::vector<int64_t> buckets = t5_offset_buckets(max_len, t.size(0), max_distance);
   Tensor values = Tensor::empty({heads, span});
-  for (int64_t o = 0; o < span; ++o) {
-    const int64_t bucket = t5_relative_position_bucket(o - (max_len - 1), buckets, max_distance);
+  for (int64_t o = 0; o < span; ++o)
     for (int64_t h = 0; h < heads; ++h)
-      values.data<float>()[h * span + o] = t.data<float>()[bucket * heads + h];
-  }
+      values.data<float>()[h * span + o] = t.data<float>()[buckets[size_t(o)] * heads + h];
   return attention::paged::RelativePositionBias(values, max_len);
 }
 

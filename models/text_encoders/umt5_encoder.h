@@ -43,6 +43,10 @@ class UMT5Encoder {
   const std::string& attention_backend() const { return attention_backend_; }
 
   const T5Config& config() const { return config_; }
+  // The checked checkpoint (the GPU encoder uploads from it) and the token embedding as float32
+  // [..., d_model] (the GPU encoder embeds on the host: the table stays mapped as stored).
+  const WeightStore& weights() const { return weights_; }
+  Tensor embed(const Tensor& input_ids) const;
 
  private:
   struct Layer {
@@ -51,7 +55,6 @@ class UMT5Encoder {
     Tensor ffn_norm, wi_0, wi_1, wo;  // wi_0 is `wi` when the FFN is not gated
   };
 
-  Tensor embed(const Tensor& input_ids) const;
   // The stack over packed tokens [tokens] described by `batch` (an encoder-only extend).
   Tensor encode_packed(const Tensor& ids, const attention::paged::ForwardBatch& batch) const;
   Tensor self_attention(const Layer& layer, const Tensor& x,

@@ -1,0 +1,93 @@
+// fa3 on the GPU (SGLang flashattention_backend.py over flash_attn_with_kvcache):
+//  - metadata: cache_seqlens, cu_seqlens_q and a native page table [bs, max_pages] =
+//    req_to_token[row, ::P] / P (a page's first slot divided by P is the page id: a request's
+//    tokens are contiguous within each page), any page size;
+//  - extend and decode: save K/V, then every query reads its keys through the page table, the new
+//    ones included (one run of keys per request, causal by absolute position);
+//  - encoder-only: the varlen path over the packed k/v (no pool, no page table).
+#include "attention/cuda/paged_backend_base.h"
+#include "core/error.h"
+
+namespace mmgen::cuda::paged {
+
+namespace {
+
+class Fa3BackendCuda final : public PagedBackendCudaBase {
+ public:
+  using PagedBackendCudaBase::PagedBackendCudaBase;
+  std::string_view name() const override { return "fa3"; }
+
+  void forward_extend(const DeviceAttentionIo& io, const PagedLayer& layer,
+                      const ForwardBatch& batch, bool save_kv_cache) override {
+    PagedAttentionParams p = query_params(io, layer, batch, true);
+    p.kv_len = at(sections_.seq_len);
+    if (layer.type == attention::paged::AttentionType::EncoderOnly) {  // flash_attn_varlen_func
+      p.source = KeySource::Packed;
+      p.kv_start = at(sections_.q_start);
+      run_extend(p);
+      return;
+    }
+    check(sections_.indices >= 0,
+          "GPU fa3 paged attention layer {}: a decoder layer needs the batch's request table",
+          layer.layer_id);
+    if (save_kv_cache) save_kv(io, layer, batch);
+    set_pool_keys(p, layer);
+    set_decode_keys(p, layer);
+    run_extend(p);
+  }
+
+ protected:
+  void add_key_indices(const ForwardBatch& batch, MetadataBuilder& builder, Sections& s,
+                       const GraphCapacity* graph) override {
+    s.kv_len = s.seq_len;
+    // Encoder-only: varlen, no cache. Graph buffers always hold the table (padding rows: page 0).
+    if (!batch.req_to_token && !graph) return;
+    check(pool_ != nullptr,
+          "GPU fa3 paged attention: the batch has a request table but the "
+          "backend has no device KV pool");
+    const int64_t page = pool_->page_size(), bs = batch.batch_size();
+    const int64_t longest = batch.max_seq_len();
+    s.max_pages = graph ? graph->max_pages : (longest + page - 1) / page;
+    check(longest <= s.max_pages * page,
+          "GPU fa3 paged attention: a sequence of {} tokens exceeds the page table's {} pages of "
+          "{}",
+          longest, s.max_pages, page);
+    const int64_t rows = graph ? graph->batch_size : bs;
+    std::vector<int32_t> table(size_t(rows * s.max_pages), 0);  // padding rows: page 0
+    for (int64_t r = 0; r < bs; ++r) {
+      const int64_t* slots = request_slots(batch, r);
+      if (!slots) continue;
+      const int64_t seq = batch.seq_lens[size_t(r)];
+      for (int64_t j = 0; j < seq; j += page) {
+        check(slots[j] % page == 0,
+              "GPU fa3 paged attention: request {} token {} starts a page at slot {}, which is "
+              "not page-aligned (page size {})",
+              r, j, slots[j], page);
+        table[size_t(r * s.max_pages + j / page)] = int32_t(slots[j] / page);
+      }
+    }
+    s.indices = builder.add(table);
+  }
+
+  int64_t graph_indices_capacity(int64_t max_batch_size) const override {
+    const int64_t page = pool_->page_size();
+    return max_batch_size * ((options_.max_context_len + page - 1) / page);
+  }
+
+  void set_decode_keys(PagedAttentionParams& p, const PagedLayer&) const override {
+    p.source = KeySource::Pages;
+    p.kv_pos0 = nullptr;
+    p.kv_len = at(sections_.seq_len);
+    p.indices = at(sections_.indices);
+    p.max_pages = sections_.max_pages;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<PagedBackendCuda> make_fa3_backend_cuda(DeviceKVPool* pool,
+                                                        const PagedBackendCudaOptions& options) {
+  return std::make_unique<Fa3BackendCuda>(pool, options);
+}
+
+}  // namespace mmgen::cuda::paged

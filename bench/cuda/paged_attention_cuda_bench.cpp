@@ -1,0 +1,280 @@
+// The GPU paged text-encoder backends on the GPU machine:
+//  1. extend over a ragged batch, one layer's attention, median of repeats (CUDA events):
+//     causal (Qwen3-8B-like: 32 query heads, 8 KV heads, head size 128; K/V through a page-16
+//     pool for fa3, packed for flashinfer's ragged pass) and encoder-only with the T5 bias
+//     (UMT5-XXL-like: 64 heads of 64); TFLOP/s on the useful (unpadded, causal-halved) work;
+//  2. decode, per-token latency of a Qwen3-0.6B-like stack's attention (28 layers, 16 query heads,
+//     8 KV heads, 128): eager (metadata built and uploaded every step, 28 layer calls) vs
+//     CUDA-graph replay (replay hook + one graph launch), batch 1, 8 and 32 at ~1000 tokens;
+//  3. a UMT5-XXL-sized encoder (24 layers, d_model 4096, 64 heads x 64, d_ff 10240, random bf16
+//     weights): two 512-token prompts (Wan's prompt and negative prompt) and 8 ragged prompts.
+// `--json FILE` writes the extend cases for bench/cuda/torch_paged_reference.py (torch SDPA on
+// the same shapes, same run).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attention/cuda/paged_backend_cuda.h"
+#include "attention/cuda/paged_graph_runner.h"
+#include "attention/paged/kv_memory.h"
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/t5_ops.h"
+#include "models/cuda/umt5_encoder_cuda.h"
+
+using namespace mmgen;
+namespace ap = mmgen::attention::paged;
+namespace cp = mmgen::cuda::paged;
+
+namespace {
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+// Median milliseconds of `action` over `repeats` runs after a warm-up (CUDA events).
+template <typename Action>
+double time_ms(Action&& action, int repeats, cudaStream_t stream = nullptr) {
+  action();
+  cudaEvent_t start, stop;
+  MMGEN_CUDA_CHECK(cudaEventCreate(&start));
+  MMGEN_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<double> ms;
+  for (int i = 0; i < repeats; ++i) {
+    MMGEN_CUDA_CHECK(cudaEventRecord(start, stream));
+    action();
+    MMGEN_CUDA_CHECK(cudaEventRecord(stop, stream));
+    MMGEN_CUDA_CHECK(cudaEventSynchronize(stop));
+    float elapsed = 0;
+    MMGEN_CUDA_CHECK(cudaEventElapsedTime(&elapsed, start, stop));
+    ms.push_back(elapsed);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return median(ms);
+}
+
+cuda::DeviceBuffer random_bf16(int64_t count, uint64_t seed, float scale = 1.0f) {
+  cuda::DeviceBuffer buffer(size_t(count) * 2);
+  cuda::fill_uniform_bf16(buffer.data(), count, seed, scale);
+  return buffer;
+}
+
+// Pool slots for requests of these lengths, page by page (as alloc_extend hands them out).
+struct PagedRequests {
+  ap::ReqToTokenPool table;
+  ap::PageAllocator allocator;
+  ap::ForwardBatch batch;
+  PagedRequests(const std::vector<int64_t>& lengths, int64_t page, int64_t max_context)
+      : table(int64_t(lengths.size()) + 1, max_context), allocator(1 << 20, page) {
+    batch.mode = ap::ForwardMode::Extend;
+    batch.seq_lens = batch.extend_seq_lens = lengths;
+    batch.extend_prefix_lens.assign(lengths.size(), 0);
+    std::vector<int64_t> last(lengths.size(), -1);
+    for (size_t i = 0; i < lengths.size(); ++i) batch.req_pool_indices.push_back(*table.alloc());
+    allocator.alloc_extend(batch.extend_prefix_lens, batch.seq_lens, last, batch.out_cache_loc);
+    batch.finish_metadata();
+    batch.req_to_token = &table;
+    size_t at = 0;
+    for (size_t i = 0; i < lengths.size(); ++i)
+      for (int64_t j = 0; j < lengths[i]; ++j)
+        table.row(batch.req_pool_indices[i])[j] = batch.out_cache_loc[at++];
+  }
+};
+
+nlohmann::json extend_case(const std::string& name, const std::vector<int64_t>& lengths, int64_t hq,
+                           int64_t hkv, int64_t d, bool causal, int repeats) {
+  const int64_t tokens = std::accumulate(lengths.begin(), lengths.end(), int64_t(0));
+  double pairs = 0;
+  for (int64_t n : lengths) pairs += causal ? double(n) * double(n + 1) / 2 : double(n) * n;
+  const double flops = 4.0 * double(d) * double(hq) * pairs;
+  PagedRequests requests(lengths, 16, 4096);
+  cp::DeviceKVPool pool(1 << 16, 16, 1, hkv, d);
+  cuda::DeviceBuffer q = random_bf16(tokens * hq * d, 1), k = random_bf16(tokens * hkv * d, 2),
+                     v = random_bf16(tokens * hkv * d, 3), out(size_t(tokens * hq * d) * 2);
+  const int64_t max_len = *std::max_element(lengths.begin(), lengths.end());
+  std::vector<float> bias_host(size_t(hq * (2 * max_len - 1)));
+  for (size_t i = 0; i < bias_host.size(); ++i) bias_host[i] = float(int64_t(i % 31) - 15) / 8;
+  cuda::DeviceBuffer bias(bias_host.size() * 4);
+  bias.upload(bias_host.data(), bias_host.size() * 4);
+  ap::PagedLayer layer;
+  layer.num_q_heads = hq;
+  layer.num_kv_heads = hkv;
+  layer.head_dim = d;
+  layer.scaling = causal ? float(1.0 / std::sqrt(double(d))) : 1.0f;
+  layer.type = causal ? ap::AttentionType::Decoder : ap::AttentionType::EncoderOnly;
+  ap::ForwardBatch batch = causal ? requests.batch : ap::ForwardBatch::encoder_only(lengths);
+  cp::DeviceAttentionIo io;
+  io.q = q.data(), io.k = k.data(), io.v = v.data(), io.out = out.data();
+  if (!causal) io.bias = {bias.as<float>(), max_len};
+  nlohmann::json result = {
+      {"name", name},    {"lengths", lengths}, {"q_heads", hq},
+      {"kv_heads", hkv}, {"head_dim", d},      {"causal", causal},
+      {"bias", !causal}, {"flops", flops},     {"mmgen", nlohmann::json::object()}};
+  std::printf("%s: %zu requests, %ld tokens (longest %ld), %ld/%ld heads x %ld%s\n", name.c_str(),
+              lengths.size(), long(tokens), long(max_len), long(hq), long(hkv), long(d),
+              causal ? ", causal" : ", encoder-only + T5 bias");
+  for (const std::string backend : {"fa3", "flashinfer"}) {
+    auto gpu = cp::make_paged_backend_cuda(backend, &pool);
+    gpu->init_forward_metadata(batch);
+    // The layer call alone (metadata is per forward, shared by every layer).
+    const double ms = time_ms([&] { gpu->forward(io, layer, batch, causal); }, repeats);
+    const double tflops = flops / (ms * 1e-3) / 1e12;
+    std::printf("  %-11s %8.3f ms  %6.1f TFLOP/s\n", backend.c_str(), ms, tflops);
+    result["mmgen"][backend] = {{"ms", ms}, {"tflops", tflops}};
+  }
+  return result;
+}
+
+void decode_case(int64_t batch_size, int64_t context, int repeats) {
+  const int64_t layers = 28, hq = 16, hkv = 8, d = 128;
+  std::vector<int64_t> lengths(size_t(batch_size), context);
+  for (size_t i = 0; i < lengths.size(); ++i) lengths[i] = context - int64_t(i * 37 % 200);
+  for (const std::string backend : {"fa3", "flashinfer"}) {
+    PagedRequests requests(lengths, 16, context + 64);
+    cp::DeviceKVPool pool(batch_size * (context + 64) + 256, 16, layers, hkv, d);
+    cp::PagedBackendCudaOptions options;
+    options.max_context_len = context + 64;
+    options.max_q_heads = hq;
+    auto gpu = cp::make_paged_backend_cuda(backend, &pool, options);
+    ap::PagedLayer layer;
+    layer.num_q_heads = hq;
+    layer.num_kv_heads = hkv;
+    layer.head_dim = d;
+    layer.scaling = float(1.0 / std::sqrt(double(d)));
+    // Decode one token per request: slots after each prompt.
+    ap::ForwardBatch step;
+    step.mode = ap::ForwardMode::Decode;
+    step.req_pool_indices = requests.batch.req_pool_indices;
+    std::vector<int64_t> last;
+    for (size_t i = 0; i < lengths.size(); ++i) {
+      step.seq_lens.push_back(lengths[i] + 1);
+      last.push_back(requests.table.row(step.req_pool_indices[i])[lengths[i] - 1]);
+    }
+    requests.allocator.alloc_decode(step.seq_lens, last, step.out_cache_loc);
+    step.finish_metadata();
+    step.req_to_token = &requests.table;
+    for (size_t i = 0; i < lengths.size(); ++i)
+      requests.table.row(step.req_pool_indices[i])[lengths[i]] = step.out_cache_loc[i];
+    cuda::DeviceBuffer q = random_bf16(batch_size * hq * d, 6),
+                       k = random_bf16(batch_size * hkv * d, 7),
+                       v = random_bf16(batch_size * hkv * d, 8),
+                       out(size_t(batch_size * hq * d) * 2);
+    cp::DeviceAttentionIo io;
+    io.q = q.data(), io.k = k.data(), io.v = v.data(), io.out = out.data();
+    {  // the prompts' K/V in every layer: a prefill of random rows
+      const int64_t tokens = requests.batch.num_tokens;
+      cuda::DeviceBuffer pq = random_bf16(tokens * hq * d, 9),
+                         pk = random_bf16(tokens * hkv * d, 10),
+                         pv = random_bf16(tokens * hkv * d, 11), po(size_t(tokens * hq * d) * 2);
+      cp::DeviceAttentionIo prompt;
+      prompt.q = pq.data(), prompt.k = pk.data(), prompt.v = pv.data(), prompt.out = po.data();
+      gpu->init_forward_metadata(requests.batch);
+      for (int64_t l = 0; l < layers; ++l) {
+        layer.layer_id = l;
+        gpu->forward(prompt, layer, requests.batch);
+      }
+      MMGEN_CUDA_CHECK(cudaDeviceSynchronize());
+    }
+    auto layers_step = [&](const ap::ForwardBatch& batch) {
+      for (int64_t l = 0; l < layers; ++l) {
+        layer.layer_id = l;
+        gpu->forward_decode(io, layer, batch);
+      }
+    };
+    cp::DecodeGraphRunner runner(
+        *gpu, batch_size, [&](int64_t, const ap::ForwardBatch& batch) { layers_step(batch); },
+        {batch_size});
+    auto wall_us = [&](auto&& action) {
+      action();
+      MMGEN_CUDA_CHECK(cudaStreamSynchronize(runner.stream()));
+      std::vector<double> us;
+      for (int i = 0; i < repeats; ++i) {
+        const auto start = std::chrono::steady_clock::now();
+        action();
+        MMGEN_CUDA_CHECK(cudaStreamSynchronize(runner.stream()));
+        us.push_back(
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+                .count());
+      }
+      return median(us);
+    };
+    const double eager = wall_us([&] {
+      gpu->init_forward_metadata(step);
+      layers_step(step);
+    });
+    const double graph = wall_us([&] { runner.replay(step); });
+    std::printf(
+        "  %-11s batch %3ld, ~%ld tokens: eager %7.1f us/token-step, graph replay %7.1f "
+        "us (%.2fx)\n",
+        backend.c_str(), long(batch_size), long(context), eager, graph, eager / graph);
+  }
+}
+
+void encoder_case(int repeats) {
+  text_encoders::T5Config config;
+  config.d_model = 4096;
+  config.d_kv = 64;
+  config.num_heads = 64;
+  config.d_ff = 10240;
+  config.num_layers = 24;
+  std::printf(
+      "UMT5-XXL-sized encoder (24 layers, d_model 4096, 64 heads x 64, d_ff 10240, random "
+      "bf16 weights)\n");
+  for (const std::string backend : {"fa3", "flashinfer"}) {
+    const cuda::UMT5EncoderCuda encoder(config, 42, backend);
+    for (const auto& [label, lengths] : std::vector<std::pair<std::string, std::vector<int64_t>>>{
+             {"2 x 512 (prompt + negative, padded)", {512, 512}},
+             {"8 ragged prompts", {512, 120, 37, 300, 512, 80, 226, 400}}}) {
+      const ap::ForwardBatch batch = ap::ForwardBatch::encoder_only(lengths);
+      std::mt19937 rng(3);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      Tensor embeddings = Tensor::empty({batch.num_tokens, config.d_model});
+      for (int64_t i = 0; i < embeddings.numel(); ++i) embeddings.data<float>()[i] = normal(rng);
+      encoder.encode(embeddings, batch);  // warm-up: cuBLASLt plans
+      std::vector<double> seconds;
+      for (int i = 0; i < repeats; ++i) {
+        double device = 0;
+        encoder.encode(embeddings, batch, &device);
+        seconds.push_back(device);
+      }
+      std::printf("  %-11s %-38s %4ld tokens: %7.2f ms (upload to result on the host)\n",
+                  backend.c_str(), label.c_str(), long(batch.num_tokens), median(seconds) * 1e3);
+    }
+    std::printf("  weights on GPU: %.2f GiB\n", double(encoder.weight_bytes()) / double(1 << 30));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  std::string json_path;
+  int repeats = 20;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::string(argv[i]) == "--json") json_path = argv[i + 1];
+    if (std::string(argv[i]) == "--repeats") repeats = std::stoi(argv[i + 1]);
+  }
+  nlohmann::json cases = nlohmann::json::array();
+  std::printf("== paged extend (one layer's attention)\n");
+  cases.push_back(extend_case("causal ragged (Qwen3-8B-like)",
+                              {1024, 512, 300, 77, 1500, 64, 900, 256}, 32, 8, 128, true, repeats));
+  cases.push_back(extend_case("encoder ragged + T5 bias (UMT5-XXL-like)",
+                              {512, 120, 37, 300, 512, 80, 226, 400}, 64, 64, 64, false, repeats));
+  if (!json_path.empty()) std::ofstream(json_path) << cases.dump(2);
+  std::printf("== paged decode, 28 layers of attention (Qwen3-0.6B-like: 16/8 heads x 128)\n");
+  for (int64_t bs : {1, 8, 32}) decode_case(bs, 1000, repeats);
+  std::printf("== text encoder\n");
+  encoder_case(std::max(3, repeats / 4));
+  return 0;
+} catch (const std::exception& error) {
+  std::printf("paged_attention_cuda_bench: error: %s\n", error.what());
+  return 1;
+}
