@@ -194,12 +194,18 @@ PagedAttentionParams PagedBackendCudaBase::query_params(const DeviceAttentionIo&
   p.v = io.v;
   p.k_stride = io.k_stride ? io.k_stride : hkv * d;
   p.v_stride = io.v_stride ? io.v_stride : hkv * d;
-  check(p.q_stride % 8 == 0 && p.out_stride % 8 == 0 && p.k_stride % 8 == 0 &&
-            p.v_stride % 8 == 0 && aligned16(io.q) && aligned16(io.k) && aligned16(io.v) &&
+  const int64_t per16 = io.fp32 ? 4 : 8;  // elements per 16 bytes
+  check(p.q_stride % per16 == 0 && p.out_stride % per16 == 0 && p.k_stride % per16 == 0 &&
+            p.v_stride % per16 == 0 && aligned16(io.q) && aligned16(io.k) && aligned16(io.v) &&
             aligned16(io.out),
         "GPU paged attention layer {}: q, k, v and out must be 16-byte aligned with token "
-        "strides that are multiples of 8 elements",
+        "strides of whole 16-byte chunks",
         layer.layer_id);
+  check(!io.fp32 || layer.type == attention::paged::AttentionType::EncoderOnly,
+        "GPU paged attention layer {}: float32 attention runs encoder-only layers only (the KV "
+        "pool and the decode path are bf16)",
+        layer.layer_id);
+  p.fp32 = io.fp32;
   p.num_tokens = batch.num_tokens;
   p.num_q_heads = hq;
   p.group = layer.group();
@@ -251,7 +257,7 @@ void PagedBackendCudaBase::save_kv(const DeviceAttentionIo& io, const PagedLayer
 }
 
 void PagedBackendCudaBase::run_extend(const PagedAttentionParams& params) {
-  if (paged_tile_kernel_supports(params.head_dim) && !options_.force_row_kernel)
+  if (paged_tile_kernel_supports(params.head_dim) && !options_.force_row_kernel && !params.fp32)
     paged_attention_tiles(params, stream_);
   else
     paged_attention_rows(params, 1, nullptr, nullptr, stream_);

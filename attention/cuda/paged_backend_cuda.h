@@ -50,6 +50,8 @@ struct DeviceAttentionIo {
   // Elements between consecutive tokens; 0: packed (heads · head_dim).
   int64_t q_stride = 0, k_stride = 0, v_stride = 0, out_stride = 0;
   DeviceBias bias;
+  // q, k, v and out in float32 (the exact mode; encoder-only layers, the row kernel).
+  bool fp32 = false;
 };
 
 struct PagedBackendCudaOptions {

@@ -65,6 +65,35 @@ __device__ __forceinline__ void unpack8(const uint4& raw, float (&out)[8]) {
   }
 }
 
+// Eight consecutive elements of a row, as loaded (one 16-byte load of bf16, two of float).
+template <typename T>
+struct Vec8;
+template <>
+struct Vec8<bf16> {
+  uint4 raw = make_uint4(0, 0, 0, 0);
+  __device__ __forceinline__ void load(const bf16* p) { raw = *reinterpret_cast<const uint4*>(p); }
+  __device__ __forceinline__ void unpack(float (&out)[8]) const { unpack8(raw, out); }
+};
+template <>
+struct Vec8<float> {
+  float4 a = make_float4(0, 0, 0, 0), b = make_float4(0, 0, 0, 0);
+  __device__ __forceinline__ void load(const float* p) {
+    a = *reinterpret_cast<const float4*>(p);
+    b = *reinterpret_cast<const float4*>(p + 4);
+  }
+  __device__ __forceinline__ void unpack(float (&out)[8]) const {
+    out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
+    out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+  }
+};
+
+__device__ __forceinline__ void store_value(bf16* p, float value) {
+  *p = __float2bfloat16_rn(value);
+}
+__device__ __forceinline__ void store_value(float* p, float value) {
+  *p = value;
+}
+
 // ------------------------------------------------------------------ tile kernel
 
 constexpr int kTileM = kPagedTileQueries;  // 4 warps x 16 query rows
@@ -278,7 +307,7 @@ __global__ void __launch_bounds__(kThreads) paged_tiles_kernel(const PagedAttent
 // One CTA per (token, query head, split). Lane groups of D/8 lanes each take one key at a time
 // (every lane 8 dimensions, one 16-byte load of K and of V); groups keep their own running max,
 // sum and accumulator, merged across the warp by shuffles and across warps through shared memory.
-template <int D>
+template <int D, typename T>
 __global__ void __launch_bounds__(kThreads)
     paged_rows_kernel(const PagedAttentionParams p, int max_splits, float* partial_out,
                       float* partial_lse) {
@@ -309,9 +338,9 @@ __global__ void __launch_bounds__(kThreads)
 
   float q[8], acc[8];
   {
-    const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const bf16*>(p.q) +
-                                                      token * p.q_stride + head * D + sub * 8);
-    unpack8(raw, q);
+    Vec8<T> raw;
+    raw.load(static_cast<const T*>(p.q) + token * p.q_stride + head * D + sub * 8);
+    raw.unpack(q);
     const float factor = p.scale * kLog2e;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
@@ -320,31 +349,30 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   float running_max = -INFINITY, running_sum = 0.0f;
-  const bf16* k = static_cast<const bf16*>(p.k);
-  const bf16* v = static_cast<const bf16*>(p.v);
+  const T* k = static_cast<const T*>(p.k);
+  const T* v = static_cast<const T*>(p.v);
   const int64_t column = int64_t(kv_head) * D + sub * 8;
   // kRowUnroll keys per group and iteration, their loads issued before any is used: a decode
   // split is latency-bound (page-table read, then the row), so independent loads must overlap.
   // Every lane runs the same number of iterations (the shuffles need the whole warp).
   for (int64_t base = begin; base < end; base += int64_t(kGroups) * kRowUnroll) {
-    uint4 key_raw[kRowUnroll], value_raw[kRowUnroll];
+    Vec8<T> key_raw[kRowUnroll], value_raw[kRowUnroll];
     bool valid[kRowUnroll];
 #pragma unroll
     for (int u = 0; u < kRowUnroll; ++u) {
       const int64_t pos = base + group + u * kGroups;
       valid[u] = pos < end;
-      key_raw[u] = value_raw[u] = make_uint4(0, 0, 0, 0);
       if (valid[u]) {
         const int64_t row = key_row(p, r, pos);
-        key_raw[u] = *reinterpret_cast<const uint4*>(k + row * p.k_stride + column);
-        value_raw[u] = *reinterpret_cast<const uint4*>(v + row * p.v_stride + column);
+        key_raw[u].load(k + row * p.k_stride + column);
+        value_raw[u].load(v + row * p.v_stride + column);
       }
     }
     float dot[kRowUnroll];
 #pragma unroll
     for (int u = 0; u < kRowUnroll; ++u) {
       float key_values[8];
-      unpack8(key_raw[u], key_values);
+      key_raw[u].unpack(key_values);
       dot[u] = 0.0f;
 #pragma unroll
       for (int i = 0; i < 8; ++i) dot[u] = fmaf(q[i], key_values[i], dot[u]);
@@ -372,7 +400,7 @@ __global__ void __launch_bounds__(kThreads)
       const float e = exp2f(dot[u] - new_max);
       running_sum += e;
       float values[8];
-      unpack8(value_raw[u], values);
+      value_raw[u].unpack(values);
 #pragma unroll
       for (int i = 0; i < 8; ++i) acc[i] = fmaf(e, values[i], acc[i]);
     }
@@ -427,16 +455,15 @@ __global__ void __launch_bounds__(kThreads)
     if (lane == 0) partial_lse[entry] = lse;
     return;
   }
-  bf16* out = static_cast<bf16*>(p.out) + token * p.out_stride + head * D + sub * 8;
+  T* out = static_cast<T*>(p.out) + token * p.out_stride + head * D + sub * 8;
 #pragma unroll
-  for (int i = 0; i < 8; i += 2)
-    *reinterpret_cast<uint32_t*>(out + i) =
-        pack_bf16x2(result[i] * inverse, result[i + 1] * inverse);
+  for (int i = 0; i < 8; ++i) store_value(out + i, result[i] * inverse);
   if (p.lse && lane == 0) p.lse[token * p.num_q_heads + head] = lse;
 }
 
 // One CTA of head_dim threads per (token, head): the LSE-weighted sum of the splits, in split
 // order (the same bits whatever the batch around it).
+template <typename T>
 __global__ void merge_splits_kernel(const float* partial_out, const float* partial_lse,
                                     int max_splits, int64_t heads, int64_t head_dim, void* out,
                                     int64_t out_stride, float* lse) {
@@ -454,8 +481,8 @@ __global__ void merge_splits_kernel(const float* partial_out, const float* parti
       total += weight;
       value += weight * partial_out[(entry + s) * head_dim + d];
     }
-  bf16* row = static_cast<bf16*>(out) + token * out_stride + head * head_dim;
-  row[d] = __float2bfloat16_rn(total > 0.0f ? value / total : 0.0f);
+  T* row = static_cast<T*>(out) + token * out_stride + head * head_dim;
+  store_value(row + d, total > 0.0f ? value / total : 0.0f);
   if (lse && d == 0) lse[token * heads + head] = total > 0.0f ? total_max + logf(total) : -INFINITY;
 }
 
@@ -512,7 +539,12 @@ template <int D>
 void launch_rows(const PagedAttentionParams& p, int max_splits, float* partial_out,
                  float* partial_lse, cudaStream_t stream) {
   const dim3 grid(unsigned(p.num_tokens), unsigned(p.num_q_heads), unsigned(max_splits));
-  paged_rows_kernel<D><<<grid, kThreads, 0, stream>>>(p, max_splits, partial_out, partial_lse);
+  if (p.fp32)
+    paged_rows_kernel<D, float>
+        <<<grid, kThreads, 0, stream>>>(p, max_splits, partial_out, partial_lse);
+  else
+    paged_rows_kernel<D, bf16>
+        <<<grid, kThreads, 0, stream>>>(p, max_splits, partial_out, partial_lse);
   MMGEN_CUDA_CHECK_LAUNCH();
 }
 
@@ -569,7 +601,8 @@ void paged_attention_rows(const PagedAttentionParams& p, int64_t max_splits, flo
   }
   if (splits > 1) {
     const dim3 grid(unsigned(p.num_tokens), unsigned(p.num_q_heads));
-    merge_splits_kernel<<<grid, unsigned(p.head_dim), 0, stream>>>(
+    auto merge = p.fp32 ? merge_splits_kernel<float> : merge_splits_kernel<bf16>;
+    merge<<<grid, unsigned(p.head_dim), 0, stream>>>(
         partial_out, partial_lse, splits, p.num_q_heads, p.head_dim, p.out, p.out_stride, p.lse);
     MMGEN_CUDA_CHECK_LAUNCH();
   }

@@ -4,7 +4,8 @@
 // split, what merges — is expressed in PagedAttentionParams; the kernels only follow it:
 //   - the tile kernel (head sizes 64 and 128): a CTA of 4 warps takes 64 query tokens of one
 //     request and one head (mma.sync m16n8k16, K/V double-buffered with cp.async); the extend path;
-//   - the row kernel (head sizes 8 to 256, powers of two): 4 warps on one query token and head,
+//   - the row kernel (head sizes 8 to 256, powers of two; bf16 or float32 tensors): 4 warps on
+//     one query token and head,
 //     keys spread over lane groups of head_dim / 8 lanes, optionally split over CTAs (split-KV)
 //     and merged by LSE in a second kernel; the decode path, and extend where the tile kernel is
 //     not compiled for the head size.
@@ -33,6 +34,8 @@ struct PagedAttentionParams {
   int64_t out_stride = 0;
   float* lse = nullptr;
   int64_t num_tokens = 0, num_q_heads = 0, group = 1, head_dim = 0;
+  // q, k, v and out in float32 instead of bf16 (the row kernel only; no pool): the exact mode.
+  bool fp32 = false;
   float scale = 1.0f;
   bool causal = false;
   int64_t window = -1;

@@ -8,7 +8,8 @@ encoder-only with a T5 bias, mmgen's times) and times torch on the same shapes i
     the T5 bias and the padding mask as one float attn_mask [B, H, S, S] (the memory-efficient
     kernel: the flash kernels take no additive mask), as SGLang's diffusion runtime runs T5;
   - per request: one SDPA call per request, no padding (the sum of the calls).
-TFLOP/s count the useful work only (unpadded, causal pairs), as the bench does. Prints a table.
+TFLOP/s count the useful work only (unpadded, causal pairs), as the bench does. Prints a table,
+then times a UMT5-XXL-sized encoder in torch eager bf16 on the bench's prompt batches (padded).
 """
 import json
 import sys
@@ -86,5 +87,47 @@ def main():
                   f"({ms / best_mmgen:.2f}x mmgen's best)")
 
 
+def t5_encoder_yardstick():
+    """A UMT5-XXL-sized encoder in torch eager bf16 (random weights; the structure
+    transformers runs: RMSNorm, q/k/v/o, T5 bias + padding as an additive mask, gated-GELU FFN),
+    on padded batches: the two 512-token prompts and the 8 ragged prompts padded to 512."""
+    d, heads, dk, ff, layers = 4096, 64, 64, 10240, 24
+    g = torch.Generator(device="cuda").manual_seed(0)
+
+    def weight(out, inp):
+        return (torch.randn(out, inp, device="cuda", generator=g) * inp ** -0.5).to(torch.bfloat16)
+
+    ws = [(weight(3 * heads * dk, d), weight(d, heads * dk), weight(2 * ff, d), weight(d, ff))
+          for _ in range(layers)]
+
+    def rms(x):
+        x32 = x.float()
+        return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + 1e-6)).to(torch.bfloat16)
+
+    def encode(x, mask):
+        B, S, _ = x.shape
+        for qkv_w, o_w, wi_w, wo_w in ws:
+            q, k, v = (rms(x) @ qkv_w.T).view(B, S, 3, heads, dk).permute(2, 0, 3, 1, 4)
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1.0)
+            x = x + a.transpose(1, 2).reshape(B, S, heads * dk) @ o_w.T
+            gate, up = (rms(x) @ wi_w.T).chunk(2, dim=-1)
+            x = x + (F.gelu(gate, approximate="tanh") * up) @ wo_w.T
+        return rms(x)
+
+    print("UMT5-XXL-sized encoder in torch eager bf16 (padded batches, SDPA with the bias mask)")
+    for label, lengths in [("2 x 512 (prompt + negative, padded)", [512, 512]),
+                           ("8 ragged prompts padded to 512", [512, 120, 37, 300, 512, 80, 226, 400])]:
+        B, S = len(lengths), 512
+        x = torch.randn(B, S, d, device="cuda", dtype=torch.bfloat16)
+        mask = torch.randn(1, heads, S, S, device="cuda").repeat(B, 1, 1, 1)
+        for i, n in enumerate(lengths):
+            mask[i, :, :, n:] = float("-inf")
+        mask = mask.to(torch.bfloat16)
+        with torch.no_grad():
+            ms = time_ms(lambda: encode(x, mask))
+        print(f"  {label:<40} {B * S:5d} tokens: {ms:8.2f} ms")
+
+
 if __name__ == "__main__":
     main()
+    t5_encoder_yardstick()

@@ -56,16 +56,17 @@ __device__ __forceinline__ float activate(float v, FfnActivation activation) {
   }
 }
 
-__global__ void ffn_activation_kernel(const float* in, bf16* out, int64_t rows, int64_t width,
+template <typename Out>
+__global__ void ffn_activation_kernel(const float* in, Out* out, int64_t rows, int64_t width,
                                       FfnActivation activation, bool gated) {
   const int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (index >= rows * width) return;
   const int64_t row = index / width, column = index % width;
   if (gated) {
     const float* pair = in + row * 2 * width;
-    out[index] = __float2bfloat16_rn(activate(pair[column], activation) * pair[width + column]);
+    store(out + index, activate(pair[column], activation) * pair[width + column]);
   } else {
-    out[index] = __float2bfloat16_rn(activate(in[index], activation));
+    store(out + index, activate(in[index], activation));
   }
 }
 
@@ -115,8 +116,16 @@ void t5_rms_norm_f32(const float* x, float* out, int64_t rows, int64_t dim, cons
 void t5_ffn_activation(const float* in, void* out, int64_t rows, int64_t width,
                        FfnActivation activation, bool gated, cudaStream_t stream) {
   if (rows * width == 0) return;
-  ffn_activation_kernel<<<blocks_for(rows * width, 256), 256, 0, stream>>>(
+  ffn_activation_kernel<bf16><<<blocks_for(rows * width, 256), 256, 0, stream>>>(
       in, static_cast<bf16*>(out), rows, width, activation, gated);
+  MMGEN_CUDA_CHECK_LAUNCH();
+}
+
+void t5_ffn_activation_f32(const float* in, float* out, int64_t rows, int64_t width,
+                           FfnActivation activation, bool gated, cudaStream_t stream) {
+  if (rows * width == 0) return;
+  ffn_activation_kernel<float>
+      <<<blocks_for(rows * width, 256), 256, 0, stream>>>(in, out, rows, width, activation, gated);
   MMGEN_CUDA_CHECK_LAUNCH();
 }
 

@@ -23,6 +23,9 @@ enum class FfnActivation { Relu, Gelu, GeluTanh, Silu };
 // in [rows, width], out = act(in).
 void t5_ffn_activation(const float* in, void* out, int64_t rows, int64_t width,
                        FfnActivation activation, bool gated, cudaStream_t stream = nullptr);
+// The same with a float32 result (the encoder's exact mode).
+void t5_ffn_activation_f32(const float* in, float* out, int64_t rows, int64_t width,
+                           FfnActivation activation, bool gated, cudaStream_t stream = nullptr);
 
 // out[l, h, o] = tables[l, bucket_of_offset[o], h] for offsets o in [0, span): each layer's
 // [heads, span] bias vector by key − query offset (span = 2·max_len − 1). tables fp32

@@ -8,6 +8,7 @@
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_ops.h"
 #include "core/cuda/gemm.h"
+#include "core/cuda/gemm_f32.h"
 #include "core/cuda/t5_ops.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -62,8 +63,9 @@ DeviceBuffer UMT5EncoderCuda::upload_norm(const Tensor& weight) {
 DeviceBuffer UMT5EncoderCuda::upload_stacked(const std::vector<Tensor>& weights) {
   size_t bytes = 0;
   std::vector<Tensor> converted;
+  const DType dtype = precision_ == EncoderPrecision::F32 ? DType::F32 : DType::BF16;
   for (const Tensor& weight : weights) {
-    converted.push_back(weight.to(DType::BF16).contiguous());
+    converted.push_back(weight.to(dtype).contiguous());
     bytes += converted.back().nbytes();
   }
   std::vector<std::byte> host(bytes);
@@ -79,8 +81,8 @@ DeviceBuffer UMT5EncoderCuda::upload_stacked(const std::vector<Tensor>& weights)
 }
 
 UMT5EncoderCuda::UMT5EncoderCuda(const text_encoders::UMT5Encoder& model,
-                                 const std::string& backend)
-    : model_(&model), config_(model.config()), backend_name_(backend) {
+                                 const std::string& backend, EncoderPrecision precision)
+    : model_(&model), config_(model.config()), backend_name_(backend), precision_(precision) {
   check_supported();
   backend_ = make_backend(backend);
   const WeightStore& weights = model.weights();
@@ -190,44 +192,64 @@ Tensor UMT5EncoderCuda::encode(const Tensor& embeddings,
 
   backend_->init_forward_metadata(batch);
   const int64_t wi_out = config_.gated ? 2 * ff : ff;
-  DeviceBuffer normed(size_t(rows * d) * 2), qkv(size_t(rows * 3 * inner) * 2),
-      attended(size_t(rows * inner) * 2), projected(size_t(rows * d) * 4),
-      gate_up(size_t(rows * wi_out) * 4), hidden(size_t(rows * ff) * 2);
-  MMGEN_CUDA_CHECK(cudaMemset(attended.data(), 0, attended.size()));  // rows attention skips
+  const bool f32 = precision_ == EncoderPrecision::F32;
   const float eps = config_.layer_norm_epsilon;
+  const size_t element = f32 ? 4 : 2;  // activations the products read
+  DeviceBuffer normed(size_t(rows * d) * element), qkv(size_t(rows * 3 * inner) * element),
+      attended(size_t(rows * inner) * element), projected(size_t(rows * d) * 4),
+      gate_up(size_t(rows * wi_out) * 4), hidden(size_t(rows * ff) * element);
+  // y[m, n] = x[m, k] · w[n, k]ᵀ: bf16 products with an fp32 or bf16 result, or float32 ones
+  // (column-major for cuBLASLt: yᵀ = w · xᵀ).
+  auto product = [&](const DeviceBuffer& in, const DeviceBuffer& w, DeviceBuffer& out, int64_t n,
+                     int64_t k, bool f32_out) {
+    if (f32)
+      gemm_f32(true, false, n, rows, k, w.as<float>(), k, in.as<float>(), k, out.as<float>(), n,
+               false);
+    else
+      linear_bf16(in.data(), w.data(), nullptr, out.data(), rows, n, k,
+                  f32_out ? GemmOutput::F32 : GemmOutput::BF16);
+  };
+  auto rms_norm = [&](const DeviceBuffer& weight) {
+    if (f32)
+      t5_rms_norm_f32(x.as<float>(), normed.as<float>(), rows, d, weight.as<float>(), eps);
+    else
+      t5_rms_norm_bf16(x.as<float>(), normed.data(), rows, d, weight.as<float>(), eps);
+  };
+  MMGEN_CUDA_CHECK(cudaMemset(attended.data(), 0, attended.size()));  // rows attention skips
   const FfnActivation activation = ffn_activation(config_.activation);
   attention::paged::PagedLayer paged;
   paged.num_q_heads = paged.num_kv_heads = heads;
   paged.head_dim = config_.d_kv;
   paged.scaling = 1.0f;  // T5 folds 1/√d_kv into its initialisation: scores are raw q·k
   paged.type = attention::paged::AttentionType::EncoderOnly;
-  const auto* qkv_bf16 = static_cast<const uint16_t*>(qkv.data());
+  const auto* qkv_bytes = static_cast<const char*>(qkv.data());
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& layer = layers_[l];
-    t5_rms_norm_bf16(x.as<float>(), normed.data(), rows, d, layer.attention_norm.as<float>(), eps);
-    linear_bf16(normed.data(), layer.qkv.data(), nullptr, qkv.data(), rows, 3 * inner, d,
-                GemmOutput::BF16);
+    rms_norm(layer.attention_norm);
+    product(normed, layer.qkv, qkv, 3 * inner, d, false);
     paged::DeviceAttentionIo io;
-    io.q = qkv_bf16;
-    io.k = qkv_bf16 + inner;
-    io.v = qkv_bf16 + 2 * inner;
+    io.q = qkv_bytes;
+    io.k = qkv_bytes + size_t(inner) * element;
+    io.v = qkv_bytes + size_t(2 * inner) * element;
     io.q_stride = io.k_stride = io.v_stride = 3 * inner;
     io.out = attended.data();
+    io.fp32 = f32;
     io.bias.values =
         bias.as<float>() + std::min<int64_t>(int64_t(l), bias_layers_ - 1) * heads * span;
     io.bias.max_len = max_len;
     paged.layer_id = int64_t(l);
     backend_->forward_extend(io, paged, batch, false);
-    linear_bf16(attended.data(), layer.o.data(), nullptr, projected.data(), rows, d, inner,
-                GemmOutput::F32);
+    product(attended, layer.o, projected, d, inner, true);
     add_gated_f32(x.as<float>(), projected.as<float>(), rows, d, nullptr);
 
-    t5_rms_norm_bf16(x.as<float>(), normed.data(), rows, d, layer.ffn_norm.as<float>(), eps);
-    linear_bf16(normed.data(), layer.wi.data(), nullptr, gate_up.data(), rows, wi_out, d,
-                GemmOutput::F32);
-    t5_ffn_activation(gate_up.as<float>(), hidden.data(), rows, ff, activation, config_.gated);
-    linear_bf16(hidden.data(), layer.wo.data(), nullptr, projected.data(), rows, d, ff,
-                GemmOutput::F32);
+    rms_norm(layer.ffn_norm);
+    product(normed, layer.wi, gate_up, wi_out, d, true);
+    if (f32)
+      t5_ffn_activation_f32(gate_up.as<float>(), hidden.as<float>(), rows, ff, activation,
+                            config_.gated);
+    else
+      t5_ffn_activation(gate_up.as<float>(), hidden.data(), rows, ff, activation, config_.gated);
+    product(hidden, layer.wo, projected, d, ff, true);
     add_gated_f32(x.as<float>(), projected.as<float>(), rows, d, nullptr);
   }
   t5_rms_norm_f32(x.as<float>(), projected.as<float>(), tokens, d, final_norm_.as<float>(), eps);

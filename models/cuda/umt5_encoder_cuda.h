@@ -6,6 +6,9 @@
 // position bias through the backend's bias hook as a [heads, 2S − 1] vector by offset (expanded on
 // the device from the [buckets, heads] tables). Token embedding stays on the host (the table is
 // large and only the prompt's rows are needed).
+// EncoderPrecision::F32 is the exact mode: float32 weights, activations and products (cuBLASLt
+// without TF32) and the paged row kernel in float32 — the CPU encoder's numbers to float32
+// rounding, at several times the memory and time; for checking and small models.
 #pragma once
 
 #include <memory>
@@ -23,12 +26,15 @@ namespace paged {
 class PagedBackendCuda;
 }
 
+enum class EncoderPrecision { BF16, F32 };
+
 class UMT5EncoderCuda {
  public:
   // Uploads the weights of `model`, which must outlive this object; `backend` is a GPU paged
   // backend name (cuda_paged_backends()).
   explicit UMT5EncoderCuda(const text_encoders::UMT5Encoder& model,
-                           const std::string& backend = "fa3");
+                           const std::string& backend = "fa3",
+                           EncoderPrecision precision = EncoderPrecision::BF16);
   // A random checkpoint of `config`'s size made on the device (benchmarks): without a host model
   // only encode() runs.
   UMT5EncoderCuda(const text_encoders::T5Config& config, uint64_t seed,
@@ -52,7 +58,7 @@ class UMT5EncoderCuda {
  private:
   struct Layer {
     DeviceBuffer attention_norm, ffn_norm;  // fp32 [d_model]
-    DeviceBuffer qkv, o, wi, wo;            // bf16 [out, in]; qkv = q|k|v, wi = wi_0|wi_1
+    DeviceBuffer qkv, o, wi, wo;  // bf16 (F32: float32) [out, in]; qkv = q|k|v, wi = wi_0|wi_1
   };
 
   void check_supported() const;
@@ -62,6 +68,7 @@ class UMT5EncoderCuda {
   const text_encoders::UMT5Encoder* model_ = nullptr;
   text_encoders::T5Config config_;
   std::string backend_name_;
+  EncoderPrecision precision_ = EncoderPrecision::BF16;
   std::unique_ptr<paged::PagedBackendCuda> backend_;
   std::vector<Layer> layers_;
   DeviceBuffer final_norm_;

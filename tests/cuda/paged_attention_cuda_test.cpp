@@ -3,12 +3,14 @@
 // double-precision formula) on the same bf16-rounded inputs and the same slots: ragged causal
 // extends, a continued request (its own partial last page), a prefix hit on another request's
 // pages, decode steps, grouped-query attention, a sliding window, page sizes 1 and 16, the tile
-// kernel and the row kernel; encoder-only batches with a T5-style bias, padding and a window;
+// kernel and the row kernel; encoder-only batches with a T5-style bias, padding and a window,
+// in bf16 and in the float32 mode (within 1e-5);
 // CUDA-graph decode replay against eager decode (the same bits) for full and padded buckets;
 // and the errors for what the GPU cannot run.
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <random>
@@ -233,7 +235,8 @@ void decoder_case(const Case& c) {
 }
 
 // Encoder-only: packed prompts, no pool, T5-style bias (scale 1), padding, optional window.
-void encoder_case(const std::string& backend, int64_t d, bool force_rows, int64_t window) {
+void encoder_case(const std::string& backend, int64_t d, bool force_rows, int64_t window,
+                  bool fp32 = false) {
   const std::vector<int64_t> lengths = {1, 63, 64, 65, 200}, valid = {1, 50, 64, 65, 130};
   const int64_t heads = 4, max_len = 200;
   std::mt19937 rng(uint32_t(d + window + 7));
@@ -260,30 +263,45 @@ void encoder_case(const std::string& backend, int64_t d, bool force_rows, int64_
   options.force_row_kernel = force_rows;
   auto gpu = cp::make_paged_backend_cuda(backend, nullptr, options);
   gpu->init_forward_metadata(batch);
-  // q, k, v interleaved per token as a fused QKV product lays them out.
-  std::vector<uint16_t> fused(size_t(n * 3 * heads * d));
-  const size_t row = size_t(heads * d);
-  for (int64_t t = 0; t < n; ++t) {
-    std::copy_n(q.bits.begin() + t * row, row, fused.begin() + t * 3 * row);
-    std::copy_n(k.bits.begin() + t * row, row, fused.begin() + t * 3 * row + row);
-    std::copy_n(v.bits.begin() + t * row, row, fused.begin() + t * 3 * row + 2 * row);
-  }
-  cuda::DeviceBuffer qkv = upload(fused), out(size_t(n) * row * 2);
+  // q, k, v interleaved per token as a fused QKV product lays them out (bf16, or float32).
+  const size_t row = size_t(heads * d), element = fp32 ? 4 : 2;
+  std::vector<std::byte> fused(size_t(n) * 3 * row * element);
+  for (int64_t t = 0; t < n; ++t)
+    for (int part = 0; part < 3; ++part) {
+      const Values& source = part == 0 ? q : part == 1 ? k : v;
+      const void* from = fp32 ? static_cast<const void*>(source.host.data<float>() + t * row)
+                              : static_cast<const void*>(source.bits.data() + t * row);
+      std::memcpy(fused.data() + (size_t(t) * 3 + size_t(part)) * row * element, from,
+                  row * element);
+    }
+  cuda::DeviceBuffer qkv(fused.size()), out(size_t(n) * row * element);
+  qkv.upload(fused.data(), fused.size());
   cuda::DeviceBuffer bias(table.host.nbytes());
   bias.upload(table.host.raw(), table.host.nbytes());
   cp::DeviceAttentionIo io;
-  const auto* base = static_cast<const uint16_t*>(qkv.data());
-  io.q = base, io.k = base + row, io.v = base + 2 * row, io.out = out.data();
+  const auto* base = static_cast<const std::byte*>(qkv.data());
+  io.q = base, io.k = base + row * element, io.v = base + 2 * row * element, io.out = out.data();
   io.q_stride = io.k_stride = io.v_stride = int64_t(3 * row);
   io.bias = {bias.as<float>(), max_len};
+  io.fp32 = fp32;
   gpu->forward(io, layer, batch, false);
-  const std::vector<double> actual = download_bf16(out, expected.numel());
+  std::vector<double> actual;
+  if (fp32) {
+    std::vector<float> values(size_t(expected.numel()));
+    MMGEN_CUDA_CHECK(cudaDeviceSynchronize());
+    out.download(values.data(), values.size() * 4);
+    actual.assign(values.begin(), values.end());
+  } else {
+    actual = download_bf16(out, expected.numel());
+  }
   const double error = finite(actual) ? relative_error(actual, as_doubles(expected)) : INFINITY;
-  expect(error < 1e-2,
-         fmt::format("{} encoder-only D={}{}{}: T5 bias, padding, fused QKV strides vs CPU: "
-                     "relative error {:.2e} < 1e-2",
+  const double bound = fp32 ? 1e-5 : 1e-2;
+  expect(error < bound,
+         fmt::format("{} encoder-only D={}{}{}{}: T5 bias, padding, fused QKV strides vs CPU: "
+                     "relative error {:.2e} < {:.0e}",
                      backend, d, force_rows ? " row kernel" : "",
-                     window >= 0 ? fmt::format(" window={}", window) : "", error));
+                     window >= 0 ? fmt::format(" window={}", window) : "", fp32 ? " float32" : "",
+                     error, bound));
 }
 
 // Decode through captured graphs: replay gives the bits eager decode gives, for a full bucket
@@ -405,6 +423,8 @@ int main() try {
     encoder_case(backend, 64, true, -1);
     encoder_case(backend, 8, false, -1);  // wan-tiny's head size: the row kernel
     encoder_case(backend, 64, false, 20);
+    encoder_case(backend, 8, false, -1, true);  // the exact mode
+    encoder_case(backend, 64, false, 20, true);
   }
   for (const std::string backend : {"fa3", "flashinfer"})
     for (int64_t page : {1, 16}) graph_case(backend, page, 128);
