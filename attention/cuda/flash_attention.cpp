@@ -25,15 +25,20 @@ int device_major() {
   return major;
 }
 
+template <int D, int kMode>
+void launch(const FlashAttentionArgs& args, bool hopper, cudaStream_t stream) {
+  hopper ? launch_flash_attention_hopper<D, kMode>(args, stream)
+         : launch_flash_attention<D, kMode>(args, stream);
+}
+
 template <int D>
 void dispatch(const FlashAttentionArgs& args, bool hopper, cudaStream_t stream) {
-  const bool sparse = args.block_offsets != nullptr;
-  if (hopper)
-    sparse ? launch_flash_attention_hopper<D, true>(args, stream)
-           : launch_flash_attention_hopper<D, false>(args, stream);
+  if (args.block_offsets == nullptr)
+    launch<D, kFlashDense>(args, hopper, stream);
+  else if (args.lists_per_half)
+    launch<D, kFlashPerHalf>(args, hopper, stream);
   else
-    sparse ? launch_flash_attention<D, true>(args, stream)
-           : launch_flash_attention<D, false>(args, stream);
+    launch<D, kFlashSparse>(args, hopper, stream);
 }
 
 }  // namespace
@@ -61,8 +66,8 @@ void flash_attention_forward(const FlashAttentionArgs& args, cudaStream_t stream
         "CUDA attention: sequence lengths {} and {} out of range", args.seq_q, args.seq_k);
   check((args.block_offsets == nullptr) == (args.block_indices == nullptr),
         "CUDA attention: block-sparse mode needs both block_offsets and block_indices");
-  check(args.block_offsets || (!args.key_block_lengths && !args.block_row_halves),
-        "CUDA attention: key_block_lengths and block_row_halves need block-sparse mode");
+  check(args.block_offsets || (!args.key_block_lengths && !args.lists_per_half),
+        "CUDA attention: key_block_lengths and lists_per_half need block-sparse mode");
   if (args.seq_q == 0) return;
   static const bool has_hopper = device_major() == 9;
   check(args.kernel != FlashKernel::Hopper || has_hopper,

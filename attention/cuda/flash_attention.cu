@@ -1,7 +1,9 @@
 // FlashAttention-2-style forward kernel on the warp-level bf16 tensor-core instruction
 // (mma.sync m16n8k16), for head sizes 64 and 128:
 // - a CTA of 4 warps owns 128 query rows (32 per warp, two 16-row MMA tiles) and walks key blocks
-//   of 64 tokens: every key block (dense) or the CTA's list of key blocks (block-sparse);
+//   of 64 tokens: every key block (dense) or the CTA's list of key blocks (block-sparse); with
+//   lists per 64 rows it walks the first half's list, then the second's, each half's warps
+//   ignoring the other's blocks (twice the work, but this kernel is the portable fallback);
 // - Q stays in shared memory; K and V are double-buffered there with cp.async, so the next block
 //   streams in while this one is computed; out-of-range rows are zero-filled by the copy;
 // - shared rows are stored with their 16-byte chunks XOR-swizzled by (row mod 8), so the 8-row
@@ -55,8 +57,9 @@ __device__ __forceinline__ void load_tile_async(bf16* tile, const bf16* head_bas
   }
 }
 
-template <int D, bool kSparse>
+template <int D, int kMode>
 __global__ void __launch_bounds__(kThreads, 2) flash_forward_kernel(const FlashAttentionArgs args) {
+  constexpr bool kSparse = kMode != kFlashDense, kPerHalf = kMode == kFlashPerHalf;
   extern __shared__ __align__(128) unsigned char shared_bytes[];
   bf16* shared_q = reinterpret_cast<bf16*>(shared_bytes);
   bf16* shared_k = shared_q + kFlashBlockM * D;  // two buffers
@@ -74,15 +77,33 @@ __global__ void __launch_bounds__(kThreads, 2) flash_forward_kernel(const FlashA
       static_cast<bf16*>(args.out) + batch * args.out_strides.batch + head * args.out_strides.head;
   const int64_t first_query = int64_t(query_block) * kFlashBlockM;
 
-  int list_begin = 0, list_size = 0;
-  if constexpr (kSparse) {
+  // Entries [0, first_size) come from the first list, the rest (lists per 64 rows) from the
+  // second half's list.
+  int list_begin = 0, list_size = 0, first_size = 0, second_begin = 0;
+  if constexpr (kPerHalf) {
+    const int64_t halves = (args.seq_q + kFlashBlockM / 2 - 1) / (kFlashBlockM / 2);
+    const int64_t base = (int64_t(batch) * args.heads + head) * halves + 2 * int64_t(query_block);
+    list_begin = args.block_offsets[base];
+    first_size = args.block_offsets[base + 1] - list_begin;
+    list_size = first_size;
+    if (2 * int64_t(query_block) + 1 < halves) {
+      second_begin = args.block_offsets[base + 1];
+      list_size += args.block_offsets[base + 2] - second_begin;
+    }
+  } else if constexpr (kSparse) {
     const int64_t entry = (int64_t(batch) * args.heads + head) * gridDim.x + query_block;
     list_begin = args.block_offsets[entry];
     list_size = args.block_offsets[entry + 1] - list_begin;
+    first_size = list_size;
   } else {
     list_size = int((args.seq_k + kFlashBlockN - 1) / kFlashBlockN);
   }
-  auto key_block_at = [&](int j) { return kSparse ? args.block_indices[list_begin + j] : j; };
+  auto key_block_at = [&](int j) {
+    if constexpr (kPerHalf)
+      return j < first_size ? args.block_indices[list_begin + j]
+                            : args.block_indices[second_begin + j - first_size];
+    return kSparse ? args.block_indices[list_begin + j] : j;
+  };
 
   load_tile_async<D, kFlashBlockM>(shared_q, q, args.q_strides.token, first_query, args.seq_q,
                                    thread);
@@ -159,12 +180,11 @@ __global__ void __launch_bounds__(kThreads, 2) flash_forward_kernel(const FlashA
     // length, or in a block of the other half's list take no weight (warps 0-1 are the first 64
     // rows, 2-3 the rest).
     int64_t key_limit = args.seq_k;
-    if constexpr (kSparse) {
+    if constexpr (kSparse)
       if (args.key_block_lengths)
         key_limit = min(key_limit, first_key + args.key_block_lengths[key_block_at(j)]);
-      if (args.block_row_halves && !((args.block_row_halves[list_begin + j] >> (warp / 2)) & 1))
-        key_limit = first_key;
-    }
+    if constexpr (kPerHalf)
+      if ((j < first_size) != (warp / 2 == 0)) key_limit = first_key;
     if (first_key + kFlashBlockN > key_limit) {
 #pragma unroll
       for (int mi = 0; mi < kMTiles; ++mi)
@@ -263,10 +283,10 @@ __global__ void __launch_bounds__(kThreads, 2) flash_forward_kernel(const FlashA
 
 }  // namespace
 
-template <int D, bool kSparse>
+template <int D, int kMode>
 void launch_flash_attention(const FlashAttentionArgs& args, cudaStream_t stream) {
   constexpr int kSharedBytes = (kFlashBlockM + 4 * kFlashBlockN) * D * int(sizeof(bf16));
-  auto kernel = flash_forward_kernel<D, kSparse>;
+  auto kernel = flash_forward_kernel<D, kMode>;
   static const bool configured = [&] {
     MMGEN_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
@@ -279,9 +299,14 @@ void launch_flash_attention(const FlashAttentionArgs& args, cudaStream_t stream)
   MMGEN_CUDA_CHECK_LAUNCH();
 }
 
-template void launch_flash_attention<64, false>(const FlashAttentionArgs&, cudaStream_t);
-template void launch_flash_attention<64, true>(const FlashAttentionArgs&, cudaStream_t);
-template void launch_flash_attention<128, false>(const FlashAttentionArgs&, cudaStream_t);
-template void launch_flash_attention<128, true>(const FlashAttentionArgs&, cudaStream_t);
+#define MMGEN_INSTANTIATE(D, MODE) \
+  template void launch_flash_attention<D, MODE>(const FlashAttentionArgs&, cudaStream_t);
+MMGEN_INSTANTIATE(64, kFlashDense)
+MMGEN_INSTANTIATE(64, kFlashSparse)
+MMGEN_INSTANTIATE(64, kFlashPerHalf)
+MMGEN_INSTANTIATE(128, kFlashDense)
+MMGEN_INSTANTIATE(128, kFlashSparse)
+MMGEN_INSTANTIATE(128, kFlashPerHalf)
+#undef MMGEN_INSTANTIATE
 
 }  // namespace mmgen::cuda

@@ -46,12 +46,10 @@ struct FlashAttentionArgs {
   // its first) are keys; the rest of the block is padding that takes no weight (edge tiles padded
   // to whole blocks). Shared by every batch and head; seq_k still bounds every block.
   const int32_t* key_block_lengths = nullptr;
-  // block_row_halves[e], beside block_indices[e]: which halves of the query block use that key
-  // block, bit 0 the first kFlashBlockM / 2 rows, bit 1 the rest. Lets backends that choose keys
-  // per 64 queries (VSA's cubes) share one 128-row launch: the list is the union of both halves'
-  // lists and each half ignores the blocks that are not its own, so its result is exactly that
-  // of its own list.
-  const uint8_t* block_row_halves = nullptr;
+  // Lists per kFlashBlockM / 2 = 64 query rows instead (backends that choose keys per 64 queries,
+  // VSA's cubes): entry i = (b * heads + h) * ceil(seq_q / 64) + row / 64. On the Hopper kernel
+  // each half of a 128-row CTA then streams its own list, so neither computes the other's blocks.
+  bool lists_per_half = false;
 
   FlashKernel kernel = FlashKernel::Auto;
 };

@@ -10,6 +10,10 @@
 // - tiles sit in the 128-byte swizzle both TMA and wgmma use (rows of 64 elements, 8-row groups
 //   of 1024 bytes), D/64 column halves one after the other; a key tile is two list entries
 //   (128 keys), kStages slots each for K and V;
+// - with lists per 64 query rows (kPerHalf, VSA's cubes) each consumer follows its own list: a key
+//   tile is one entry (64 keys, m64n64 products), each consumer has kStages slots of its own (the
+//   same shared memory in all) and its own producer thread, so neither computes the other's
+//   blocks;
 // - while the tensor cores run O += P·V for one tile, the consumer computes the next tile's softmax
 //   (its Q·Kᵀ was issued just before), and the two consumers take turns issuing their products,
 //   so the exponentials hide behind the matrix work.
@@ -34,17 +38,19 @@ using namespace device;
 
 constexpr int kThreads = 384;  // warpgroup 0: producer; 1 and 2: consumers
 constexpr int kConsumerWarps = 8;
-// A key tile is two list entries (2 x kFlashBlockN = 128 keys): one wgmma m64n128 per step.
-constexpr int kTileKeys = 2 * kFlashBlockN;
-constexpr int kTileRegs = kTileKeys / 2;  // m64n128 fp32 accumulators per thread
 constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;
+// Key tiles: two list entries (128 keys, one wgmma m64n128 per step) shared by both consumers, or
+// with lists per 64 query rows one entry (64 keys) per consumer.
+template <int kMode>
+constexpr int kTileKeysOf = kMode == kFlashPerHalf ? kFlashBlockN : 2 * kFlashBlockN;
 // K and V slots in shared memory. Two keep the copy engine a tile ahead; three (224 KB at head
 // size 128) measured 11% slower dense on an H100 (515 vs 580 TFLOP/s), so two it is.
 constexpr int kStages = 2;
 
-// Barriers in shared memory, after the tiles.
+// Barriers in shared memory, after the tiles; per consumer with lists per 64 query rows (index 0
+// serves both otherwise).
 struct Barriers {
-  uint64_t q_full, k_full[kStages], v_full[kStages], k_empty[kStages], v_empty[kStages];
+  uint64_t q_full, k_full[2][kStages], v_full[2][kStages], k_empty[2][kStages], v_empty[2][kStages];
 };
 
 // Named barriers 1 and 2 (0 is __syncthreads) take turns between the two consumer warpgroups:
@@ -61,6 +67,21 @@ __device__ __forceinline__ void pass_turn(int consumer) {
 struct SoftmaxRows {
   float max[2] = {-INFINITY, -INFINITY};  // scaled, log2 domain
   float sum[2] = {0.0f, 0.0f};            // this thread's share; reduced over the quad at the end
+};
+
+template <int Keys>
+struct ScoreProduct;
+template <>
+struct ScoreProduct<64> {
+  static __device__ __forceinline__ void run(float (&s)[32], uint64_t a, uint64_t b, int acc) {
+    wgmma_m64n64k16_ss(s, a, b, acc);
+  }
+};
+template <>
+struct ScoreProduct<128> {
+  static __device__ __forceinline__ void run(float (&s)[64], uint64_t a, uint64_t b, int acc) {
+    wgmma_m64n128k16_ss(s, a, b, acc);
+  }
 };
 
 template <int D>
@@ -81,7 +102,8 @@ struct OutputProduct<128> {
 // Turns raw scores into unnormalised probabilities in place, masking keys that are not there
 // (entry a's keys from limit_a on, entry b's from limit_b on); returns the factors the
 // accumulated output must be scaled by.
-__device__ __forceinline__ void softmax_tile(float (&scores)[kTileRegs], SoftmaxRows& rows,
+template <int kTileKeys>
+__device__ __forceinline__ void softmax_tile(float (&scores)[kTileKeys / 2], SoftmaxRows& rows,
                                              float scale_log2, bool mask, int64_t first_key_a,
                                              int64_t first_key_b, int64_t limit_a, int64_t limit_b,
                                              int lane, float (&correction)[2]) {
@@ -122,7 +144,8 @@ __device__ __forceinline__ void softmax_tile(float (&scores)[kTileRegs], Softmax
 }
 
 // P as the A operand of the output product: 16 keys per step, the m16n8k16 A-fragment layout.
-__device__ __forceinline__ void pack_probabilities(const float (&p)[kTileRegs],
+template <int kTileKeys>
+__device__ __forceinline__ void pack_probabilities(const float (&p)[kTileKeys / 2],
                                                    uint32_t (&fragments)[kTileKeys / 16][4]) {
 #pragma unroll
   for (int ks = 0; ks < kTileKeys / 16; ++ks) {
@@ -133,7 +156,7 @@ __device__ __forceinline__ void pack_probabilities(const float (&p)[kTileRegs],
   }
 }
 
-template <int D, bool kSparse>
+template <int D, int kMode>
 __global__ void __launch_bounds__(kThreads, 1)
     flash_forward_hopper_kernel(const FlashAttentionArgs args,
                                 const __grid_constant__ CUtensorMap q_map,
@@ -144,9 +167,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t raw_address = shared_address(shared_raw);
   unsigned char* shared_aligned = shared_raw + (((raw_address + 1023) & ~1023u) - raw_address);
   bf16* shared_q = reinterpret_cast<bf16*>(shared_aligned);
-  bf16* shared_k = shared_q + kFlashBlockM * D;         // two [128, D] key tiles
-  bf16* shared_v = shared_k + kStages * kTileKeys * D;  // kStages [128, D] value tiles
-  Barriers* barriers = reinterpret_cast<Barriers*>(shared_v + kStages * kTileKeys * D);
+  constexpr bool kSparse = kMode != kFlashDense, kPerHalf = kMode == kFlashPerHalf;
+  constexpr int kTileKeys = kTileKeysOf<kMode>;
+  constexpr int kTileRegs = kTileKeys / 2;            // m64nKeys fp32 accumulators per thread
+  constexpr int kEntries = kTileKeys / kFlashBlockN;  // list entries per tile
+  bf16* shared_k =
+      shared_q + kFlashBlockM * D;  // kStages [128, D] key tiles (or 2 x kStages [64, D])
+  bf16* shared_v = shared_k + kStages * 2 * kFlashBlockN * D;  // the same for values
+  Barriers* barriers = reinterpret_cast<Barriers*>(shared_v + kStages * 2 * kFlashBlockN * D);
   auto address_of = [](uint64_t& barrier) { return shared_address(&barrier); };
 
   const int query_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
@@ -154,59 +182,88 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int warp_in_group = (thread % 128) / 32, lane = thread % 32;
   const int64_t first_query = int64_t(query_block) * kFlashBlockM;
 
+  // The list of this thread's half of the query block: a consumer's own rows, or the half a
+  // producer warp streams (both halves share one list unless lists are per 64 rows). Scalars, not
+  // arrays indexed by the half: those would live in local memory.
+  const int half_of_thread = warpgroup == 0 ? min(warp_in_group, 1) : warpgroup - 1;
   int list_begin = 0, list_size = 0;
-  if constexpr (kSparse) {
+  bool any_tiles = false;  // in either half
+  if constexpr (kPerHalf) {
+    const int64_t halves = (args.seq_q + kFlashBlockM / 2 - 1) / (kFlashBlockM / 2);
+    const int64_t first = 2 * int64_t(query_block);
+    const int64_t base = (int64_t(batch) * args.heads + head) * halves + first;
+    const int size_0 = args.block_offsets[base + 1] - args.block_offsets[base];
+    const int size_1 =
+        first + 1 < halves ? args.block_offsets[base + 2] - args.block_offsets[base + 1] : 0;
+    list_begin = args.block_offsets[base + half_of_thread];
+    list_size = half_of_thread == 0 ? size_0 : size_1;
+    any_tiles = size_0 + size_1 > 0;
+  } else if constexpr (kSparse) {
     const int64_t entry = (int64_t(batch) * args.heads + head) * gridDim.x + query_block;
     list_begin = args.block_offsets[entry];
     list_size = args.block_offsets[entry + 1] - list_begin;
+    any_tiles = list_size > 0;
   } else {
     list_size = int((args.seq_k + kFlashBlockN - 1) / kFlashBlockN);
+    any_tiles = list_size > 0;
   }
-  const int tiles = (list_size + 1) / 2;
-  // First key of list entry `e` (entries 2t and 2t + 1 make tile t).
+  const int tiles = (list_size + kEntries - 1) / kEntries;
+  // First key of list entry `e` (entries kEntries·t .. make tile t).
   auto first_key_of = [&](int e) {
     return int64_t(kSparse ? args.block_indices[list_begin + e] : e) * kFlashBlockN;
   };
 
+  constexpr int kSets = kPerHalf ? 2 : 1;  // barrier sets and slot sets
   if (thread == 0) {
     barrier_init(address_of(barriers->q_full), 1);
-    for (int s = 0; s < kStages; ++s) {
-      barrier_init(address_of(barriers->k_full[s]), 1);
-      barrier_init(address_of(barriers->v_full[s]), 1);
-      barrier_init(address_of(barriers->k_empty[s]), kConsumerWarps);
-      barrier_init(address_of(barriers->v_empty[s]), kConsumerWarps);
-    }
+    for (int c = 0; c < kSets; ++c)
+      for (int s = 0; s < kStages; ++s) {
+        barrier_init(address_of(barriers->k_full[c][s]), 1);
+        barrier_init(address_of(barriers->v_full[c][s]), 1);
+        barrier_init(address_of(barriers->k_empty[c][s]), kConsumerWarps / kSets);
+        barrier_init(address_of(barriers->v_empty[c][s]), kConsumerWarps / kSets);
+      }
     barrier_init_fence();
   }
   __syncthreads();
+  // Slot s of set c: kStages [kTileKeys, D] tiles per set.
+  auto k_slot = [&](int c, int s) { return shared_k + (c * kStages + s) * kTileKeys * D; };
+  auto v_slot = [&](int c, int s) { return shared_v + (c * kStages + s) * kTileKeys * D; };
 
-  if (warpgroup == 0) {  // producer
+  if (warpgroup == 0) {  // producers: warp 0 (and with lists per 64 rows warp 1), one lane each
     release_registers<kProducerRegisters>();
-    // No tiles: no copies either (a CTA must not exit with copies into its shared memory pending).
-    if (warp_in_group != 0 || lane != 0 || tiles == 0) return;
-    // A tile's rows 0-63 are entry 2t, rows 64-127 entry 2t + 1; a missing second entry loads the
-    // first again (its scores are masked; the values must only be finite).
+    if (lane != 0 || warp_in_group >= kSets) return;
+    const int set = kPerHalf ? warp_in_group : 0;
+    // No tiles: no copies either (a CTA must not exit with copies into its shared memory pending;
+    // a consumer that has tiles waits for Q).
+    if (set == 0 && any_tiles) {
+      barrier_expect_bytes(address_of(barriers->q_full), kFlashBlockM * D * sizeof(bf16));
+      for (int half = 0; half < D / 64; ++half)
+        tensor_copy_4d(shared_address(shared_q + half * kFlashBlockM * 64), &q_map, half * 64,
+                       int(first_query), head, batch, address_of(barriers->q_full));
+    }
+    // A 128-key tile's rows 0-63 are entry 2t, rows 64-127 entry 2t + 1; a missing second entry
+    // loads the first again (its scores are masked; the values must only be finite).
     auto copy_tile = [&](const CUtensorMap* map, bf16* slot, uint64_t& full, int t) {
-      const int64_t key_a = first_key_of(2 * t);
-      const int64_t key_b = 2 * t + 1 < list_size ? first_key_of(2 * t + 1) : key_a;
+      const int64_t key_a = first_key_of(kEntries * t);
+      int64_t key_b = key_a;
+      if constexpr (kEntries == 2)
+        if (2 * t + 1 < list_size) key_b = first_key_of(2 * t + 1);
       barrier_expect_bytes(address_of(full), kTileKeys * D * sizeof(bf16));
       for (int half = 0; half < D / 64; ++half) {
         const uint32_t base = shared_address(slot + half * kTileKeys * 64);
         tensor_copy_4d(base, map, half * 64, int(key_a), head, batch, address_of(full));
-        tensor_copy_4d(base + kFlashBlockN * 128, map, half * 64, int(key_b), head, batch,
-                       address_of(full));
+        if constexpr (kEntries == 2)
+          tensor_copy_4d(base + kFlashBlockN * 128, map, half * 64, int(key_b), head, batch,
+                         address_of(full));
       }
     };
-    barrier_expect_bytes(address_of(barriers->q_full), kFlashBlockM * D * sizeof(bf16));
-    for (int half = 0; half < D / 64; ++half)
-      tensor_copy_4d(shared_address(shared_q + half * kFlashBlockM * 64), &q_map, half * 64,
-                     int(first_query), head, batch, address_of(barriers->q_full));
     for (int t = 0; t < tiles; ++t) {
       const int slot = t % kStages, round = t / kStages;
-      if (round > 0) barrier_wait(address_of(barriers->k_empty[slot]), (round - 1) & 1);
-      copy_tile(&k_map, shared_k + slot * kTileKeys * D, barriers->k_full[slot], t);
-      if (round > 0) barrier_wait(address_of(barriers->v_empty[slot]), (round - 1) & 1);
-      copy_tile(&v_map, shared_v + slot * kTileKeys * D, barriers->v_full[slot], t);
+      if (round > 0) barrier_wait(address_of(barriers->k_empty[set][slot]), (round - 1) & 1);
+      copy_tile(&k_map, k_slot(set, slot), barriers->k_full[set][slot], t);
+      if (round > 0) barrier_wait(address_of(barriers->v_empty[set][slot]), (round - 1) & 1);
+      copy_tile(&v_map, v_slot(set, slot), barriers->v_full[set][slot], t);
     }
     return;
   }
@@ -214,6 +271,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Consumers: warpgroup 1 takes rows 0-63 of the query block, warpgroup 2 rows 64-127.
   claim_registers<kConsumerRegisters>();
   const int consumer = warpgroup - 1;
+  const int set = kPerHalf ? consumer : 0;
   constexpr int kORegs = D / 2;  // m64nD fp32 accumulators per thread
   float acc[kORegs];
 #pragma unroll
@@ -229,46 +287,48 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (lane == 0) barrier_arrive(address_of(empty));
   };
   auto issue_scores = [&](int t) {  // scores = Q·K_tᵀ, asynchronously
-    const uint32_t k_address = shared_address(shared_k + (t % kStages) * kTileKeys * D);
+    const uint32_t k_address = shared_address(k_slot(set, t % kStages));
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t half = kk / 4, step = (kk % 4) * 32;
-      wgmma_m64n128k16_ss(
+      ScoreProduct<kTileKeys>::run(
           scores, swizzle128_descriptor(q_address + half * kFlashBlockM * 128 + step, 16, 1024),
           swizzle128_descriptor(k_address + half * kTileKeys * 128 + step, 16, 1024), kk > 0);
     }
   };
   // O += P_t·V_t, asynchronously; V [keys, D] is N-major for this product (transposed read):
-  // 64-column halves are 128 * 128 bytes apart, 8-key groups 1024 bytes apart.
+  // 64-column halves are kTileKeys * 128 bytes apart, 8-key groups 1024 bytes apart.
   auto issue_output = [&](int t) {
-    const uint32_t v_address = shared_address(shared_v + (t % kStages) * kTileKeys * D);
+    const uint32_t v_address = shared_address(v_slot(set, t % kStages));
 #pragma unroll
     for (int ks = 0; ks < kTileKeys / 16; ++ks)
       OutputProduct<D>::run(
           acc, p_fragments[ks],
           swizzle128_descriptor(v_address + ks * 16 * 128, kTileKeys * 128, 1024));
   };
-  // Where entry e's keys end for this consumer: the sequence's end, the block's valid length,
-  // or its first key when the entry belongs to the other half of the query block.
+  // Where entry e's keys end: the sequence's end or the block's valid length.
   auto key_limit = [&](int e, int64_t first_key) {
     int64_t limit = args.seq_k;
-    if constexpr (kSparse) {
+    if constexpr (kSparse)
       if (args.key_block_lengths)
         limit = min(limit, first_key + args.key_block_lengths[args.block_indices[list_begin + e]]);
-      if (args.block_row_halves && !((args.block_row_halves[list_begin + e] >> consumer) & 1))
-        limit = first_key;
-    }
     return limit;
   };
   auto softmax = [&](int t, float(&correction)[2]) {
-    const int64_t first_key_a = first_key_of(2 * t);
-    const bool has_b = 2 * t + 1 < list_size;
-    const int64_t first_key_b = has_b ? first_key_of(2 * t + 1) : 0;
-    const int64_t limit_a = key_limit(2 * t, first_key_a);
-    const int64_t limit_b = has_b ? key_limit(2 * t + 1, first_key_b) : 0;  // no entry b: masked
-    const bool mask = first_key_a + kFlashBlockN > limit_a || first_key_b + kFlashBlockN > limit_b;
-    softmax_tile(scores, rows, scale_log2, mask, first_key_a, first_key_b, limit_a, limit_b, lane,
-                 correction);
+    const int entry = kEntries * t;
+    const int64_t first_key_a = first_key_of(entry);
+    const int64_t limit_a = key_limit(entry, first_key_a);
+    int64_t first_key_b = 0, limit_b = 0;  // no entry b: masked
+    if constexpr (kEntries == 2) {
+      if (entry + 1 < list_size) {
+        first_key_b = first_key_of(entry + 1);
+        limit_b = key_limit(entry + 1, first_key_b);
+      }
+    }
+    const bool mask = first_key_a + kFlashBlockN > limit_a ||
+                      (kEntries == 2 && first_key_b + kFlashBlockN > limit_b);
+    softmax_tile<kTileKeys>(scores, rows, scale_log2, mask, first_key_a, first_key_b, limit_a,
+                            limit_b, lane, correction);
   };
 
   // Turns: consumer 0 issues first. Every issue phase waits for its turn and passes it on, except
@@ -288,7 +348,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   int phases_left = tiles + 1;  // tile 0's scores, tiles - 1 overlapped steps, the last output
   // (Measured on an H100: turns help D = 64, whose tiles carry half the matrix work, and cost
   // D = 128 a few percent, so they are used for D = 64 only.)
-  constexpr bool kTurns = D == 64;
+  // (Not with lists per 64 rows: the consumers' tile counts differ, turns need them equal.)
+  constexpr bool kTurns = D == 64 && !kPerHalf;
   auto begin_issue = [&] {
     if (kTurns) wait_for_turn(consumer);
   };
@@ -299,7 +360,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (tiles > 0) {
     barrier_wait(address_of(barriers->q_full), 0);
-    barrier_wait(address_of(barriers->k_full[0]), 0);
+    barrier_wait(address_of(barriers->k_full[set][0]), 0);
     pin_registers(scores);
     begin_issue();
     wgmma_fence();
@@ -308,17 +369,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     end_issue();
     wgmma_wait_all();
     pin_registers(scores);
-    release(barriers->k_empty[0]);
+    release(barriers->k_empty[set][0]);
     softmax(0, owed);  // the output is still zero: what it owes is moot
-    pack_probabilities(scores, p_fragments);
+    pack_probabilities<kTileKeys>(scores, p_fragments);
   }
   // Tile t: while the tensor cores run O += P_t·V_t, the threads turn tile t + 1's scores into
   // probabilities; the output is rescaled once that product is done. (The last tile is peeled
   // off so the loop body has no branch around its wgmma: ptxas then keeps them asynchronous.)
   for (int t = 0; t + 1 < tiles; ++t) {
     const int next = t + 1;
-    barrier_wait(address_of(barriers->k_full[next % kStages]), (next / kStages) & 1);
-    barrier_wait(address_of(barriers->v_full[t % kStages]), (t / kStages) & 1);
+    barrier_wait(address_of(barriers->k_full[set][next % kStages]), (next / kStages) & 1);
+    barrier_wait(address_of(barriers->v_full[set][t % kStages]), (t / kStages) & 1);
     pin_registers(scores);
     pin_registers(acc);
     begin_issue();
@@ -333,16 +394,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     end_issue();
     asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // scores of t + 1 done
     pin_registers(scores);
-    release(barriers->k_empty[next % kStages]);
+    release(barriers->k_empty[set][next % kStages]);
     softmax(next, owed);
     wgmma_wait_all();  // O += P_t·V_t done: P_t's registers and O are free again
     pin_registers(acc);
-    release(barriers->v_empty[t % kStages]);
-    pack_probabilities(scores, p_fragments);
+    release(barriers->v_empty[set][t % kStages]);
+    pack_probabilities<kTileKeys>(scores, p_fragments);
   }
   if (tiles > 0) {
     const int last = tiles - 1;
-    barrier_wait(address_of(barriers->v_full[last % kStages]), (last / kStages) & 1);
+    barrier_wait(address_of(barriers->v_full[set][last % kStages]), (last / kStages) & 1);
     settle();
     pin_registers(acc);
     begin_issue();
@@ -412,11 +473,12 @@ CUtensorMap make_tensor_map(const void* base, const AttentionStrides& strides, i
 
 }  // namespace
 
-template <int D, bool kSparse>
+template <int D, int kMode>
 void launch_flash_attention_hopper(const FlashAttentionArgs& args, cudaStream_t stream) {
-  constexpr int kSharedBytes = (kFlashBlockM + 2 * kStages * kTileKeys) * D * int(sizeof(bf16)) +
-                               int(sizeof(Barriers)) + 1024;
-  auto kernel = flash_forward_hopper_kernel<D, kSparse>;
+  constexpr int kSharedBytes =
+      (kFlashBlockM + 2 * kStages * 2 * kFlashBlockN) * D * int(sizeof(bf16)) +
+      int(sizeof(Barriers)) + 1024;
+  auto kernel = flash_forward_hopper_kernel<D, kMode>;
   static const bool configured = [&] {
     MMGEN_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
@@ -437,9 +499,14 @@ void launch_flash_attention_hopper(const FlashAttentionArgs& args, cudaStream_t 
   MMGEN_CUDA_CHECK_LAUNCH();
 }
 
-template void launch_flash_attention_hopper<64, false>(const FlashAttentionArgs&, cudaStream_t);
-template void launch_flash_attention_hopper<64, true>(const FlashAttentionArgs&, cudaStream_t);
-template void launch_flash_attention_hopper<128, false>(const FlashAttentionArgs&, cudaStream_t);
-template void launch_flash_attention_hopper<128, true>(const FlashAttentionArgs&, cudaStream_t);
+#define MMGEN_INSTANTIATE(D, MODE) \
+  template void launch_flash_attention_hopper<D, MODE>(const FlashAttentionArgs&, cudaStream_t);
+MMGEN_INSTANTIATE(64, kFlashDense)
+MMGEN_INSTANTIATE(64, kFlashSparse)
+MMGEN_INSTANTIATE(64, kFlashPerHalf)
+MMGEN_INSTANTIATE(128, kFlashDense)
+MMGEN_INSTANTIATE(128, kFlashSparse)
+MMGEN_INSTANTIATE(128, kFlashPerHalf)
+#undef MMGEN_INSTANTIATE
 
 }  // namespace mmgen::cuda

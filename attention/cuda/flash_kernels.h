@@ -6,11 +6,15 @@
 
 namespace mmgen::cuda {
 
-template <int D, bool kSparse>
+// How the key blocks are chosen: all of them, one list per 128-row query block, or one list per
+// 64-row half (FlashAttentionArgs::lists_per_half).
+inline constexpr int kFlashDense = 0, kFlashSparse = 1, kFlashPerHalf = 2;
+
+template <int D, int kMode>
 void launch_flash_attention(const FlashAttentionArgs& args, cudaStream_t stream);
 
 // The Hopper kernel (flash_attention_hopper.cu): wgmma, sm_90 only.
-template <int D, bool kSparse>
+template <int D, int kMode>
 void launch_flash_attention_hopper(const FlashAttentionArgs& args, cudaStream_t stream);
 
 }  // namespace mmgen::cuda

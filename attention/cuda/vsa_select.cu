@@ -4,9 +4,7 @@
 //   memory, each warp streams key means (lanes along D) and scores all 8 rows at once, then
 //   warp r selects row r's top-k exactly: a bitwise search for the k-th largest score (as
 //   order-preserving integers), then one ordered pass that takes every larger score and the
-//   first ties by index, writing the indices already ascending;
-// - lists: one thread per 128-row query block merges its two cubes' ascending selections, after a
-//   count pass and a one-CTA scan for the offsets.
+//   first ties by index, writing the indices already ascending.
 #include <cmath>
 #include <cstdint>
 
@@ -138,57 +136,6 @@ __global__ void __launch_bounds__(kSelectThreads)
   }
 }
 
-// The union of query block q's two cubes' selections, ascending: counted, or written with halves.
-template <bool kWrite>
-__global__ void merge_kernel(const int32_t* selected, int64_t pairs, int64_t cubes, int64_t topk,
-                             int32_t* counts, const int32_t* offsets, int32_t* indices,
-                             uint8_t* halves) {
-  const int64_t q_blocks = (cubes + 1) / 2;
-  const int64_t entry = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (entry >= pairs * q_blocks) return;
-  const int64_t pair = entry / q_blocks, first_cube = 2 * (entry % q_blocks);
-  const int32_t* a = selected + (pair * cubes + first_cube) * topk;
-  const int32_t* b = a + topk;
-  const int64_t b_size = first_cube + 1 < cubes ? topk : 0;
-  int64_t i = 0, j = 0, n = 0;
-  const int64_t at = kWrite ? offsets[entry] : 0;
-  while (i < topk || j < b_size) {
-    int32_t index;
-    uint8_t mask;
-    if (j >= b_size || (i < topk && a[i] < b[j])) {
-      index = a[i++], mask = 1;
-    } else if (i >= topk || b[j] < a[i]) {
-      index = b[j++], mask = 2;
-    } else {
-      index = a[i], mask = 3, ++i, ++j;
-    }
-    if (kWrite) indices[at + n] = index, halves[at + n] = mask;
-    ++n;
-  }
-  if (!kWrite) counts[entry] = int32_t(n);
-}
-
-// offsets[0] = 0, offsets[i + 1] = counts[0] + ... + counts[i]; one CTA of 1024 threads, each
-// summing a contiguous run first.
-__global__ void scan_kernel(const int32_t* counts, int64_t n, int32_t* offsets) {
-  __shared__ int32_t partial[1024];
-  const int64_t per = (n + 1023) / 1024, begin = threadIdx.x * per;
-  const int64_t end = begin + per < n ? begin + per : n;
-  int32_t sum = 0;
-  for (int64_t i = begin; i < end; ++i) sum += counts[i];
-  partial[threadIdx.x] = sum;
-  __syncthreads();
-  for (int stride = 1; stride < 1024; stride *= 2) {
-    const int32_t add = threadIdx.x >= stride ? partial[threadIdx.x - stride] : 0;
-    __syncthreads();
-    partial[threadIdx.x] += add;
-    __syncthreads();
-  }
-  int32_t running = threadIdx.x > 0 ? partial[threadIdx.x - 1] : 0;
-  if (threadIdx.x == 0) offsets[0] = 0;
-  for (int64_t i = begin; i < end; ++i) offsets[i + 1] = running += counts[i];
-}
-
 int select_shared_bytes(int64_t cubes, int64_t head_dim) {
   return int((kRows * head_dim + kRows * cubes) * sizeof(float));
 }
@@ -221,22 +168,6 @@ void vsa_select(const float* qc, const float* kc, const float* vc, float scale, 
   const dim3 grid(unsigned((cubes + kRows - 1) / kRows), unsigned(batch * heads));
   select_kernel<<<grid, kSelectThreads, bytes, stream>>>(qc, kc, vc, scale, cubes, head_dim, topk,
                                                          selected, coarse);
-  MMGEN_CUDA_CHECK_LAUNCH();
-}
-
-void vsa_block_lists(const int32_t* selected, int64_t pairs, int64_t cubes, int64_t topk,
-                     int32_t* counts, int32_t* offsets, int32_t* indices, uint8_t* halves,
-                     cudaStream_t stream) {
-  const int64_t entries = pairs * ((cubes + 1) / 2);
-  if (entries == 0) return;
-  const unsigned blocks = unsigned((entries + 255) / 256);
-  merge_kernel<false>
-      <<<blocks, 256, 0, stream>>>(selected, pairs, cubes, topk, counts, nullptr, nullptr, nullptr);
-  MMGEN_CUDA_CHECK_LAUNCH();
-  scan_kernel<<<1, 1024, 0, stream>>>(counts, entries, offsets);
-  MMGEN_CUDA_CHECK_LAUNCH();
-  merge_kernel<true>
-      <<<blocks, 256, 0, stream>>>(selected, pairs, cubes, topk, counts, offsets, indices, halves);
   MMGEN_CUDA_CHECK_LAUNCH();
 }
 

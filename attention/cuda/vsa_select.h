@@ -1,8 +1,8 @@
 // Video Sparse Attention's coarse branch on the GPU, over tokens already in the padded cube order
 // of box_layout.h (cube c is slots [64c, 64c + 64), its valid tokens first): cube means, coarse
-// scores, the top-k key cubes of every query cube, the coarse output when a gate needs it, and
-// the block lists the attention kernel takes (one list per 128-row query block = two cubes, with
-// the halves marked). The same choices as the CPU oracle (attention/vsa_coarse.h).
+// scores, the top-k key cubes of every query cube (the attention kernel's lists per 64 query
+// rows: a cube is one 64-row half of a query block and one key block) and the coarse output when
+// a gate needs it. The same choices as the CPU oracle (attention/vsa_coarse.h).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -27,13 +27,5 @@ int64_t vsa_max_cubes();
 void vsa_select(const float* qc, const float* kc, const float* vc, float scale, int64_t batch,
                 int64_t heads, int64_t cubes, int64_t head_dim, int64_t topk, int32_t* selected,
                 float* coarse, cudaStream_t stream = nullptr);
-
-// Block lists for the attention kernel from `selected`: query block q of (b, h) holds cubes 2q and
-// 2q + 1; its list is the ascending union of their selections, with halves bit 0 for cube 2q's
-// and bit 1 for cube 2q + 1's. offsets gets pairs·ceil(cubes / 2) + 1 entries; indices and halves
-// need room for pairs·ceil(cubes / 2)·2·topk; counts is scratch of pairs·ceil(cubes / 2) int32.
-void vsa_block_lists(const int32_t* selected, int64_t pairs, int64_t cubes, int64_t topk,
-                     int32_t* counts, int32_t* offsets, int32_t* indices, uint8_t* halves,
-                     cudaStream_t stream = nullptr);
 
 }  // namespace mmgen::cuda

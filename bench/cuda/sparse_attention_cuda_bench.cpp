@@ -127,6 +127,9 @@ int main(int argc, char** argv) try {
        "sliding_tile_attn",
        {{"mask_strategy_file_path", write_sta_mask({3, 3, 3}, 1, heads).string()},
         {"skip_time_steps", 0}}},
+      {"sliding_tile_attn 6x8x8, window 2x2x2", "sliding_tile_attn",
+       {{"mask_strategy_file_path", write_sta_mask({2, 2, 2}, 1, heads).string()},
+        {"skip_time_steps", 0}}},
       {"video_sparse_attn sparsity 0.9", "video_sparse_attn", {{"sparsity", 0.9}}},
   };
   for (const Row& row : rows) {

@@ -280,7 +280,6 @@ class VideoSparseCuda final : public SparseSelfAttentionCuda {
           "video_sparse_attn on the GPU: {} cubes exceed the {} its selection kernel holds", cubes,
           vsa_max_cubes());
     const int64_t topk = attention::vsa_topk(sparsity_, cubes);
-    const int64_t q_blocks = (cubes + 1) / 2;
 
     SlotBuffers buffers(call, layout);
     const size_t means_bytes = size_t(pairs * cubes * call.head_dim) * sizeof(float);
@@ -299,16 +298,17 @@ class VideoSparseCuda final : public SparseSelfAttentionCuda {
     vsa_select(qc.as<float>(), kc.as<float>(), call.gate ? vc.as<float>() : nullptr, call.scale,
                call.batch, call.heads, cubes, call.head_dim, topk, selected.as<int32_t>(),
                call.gate ? coarse.as<float>() : nullptr);
-    const size_t entries = size_t(pairs * q_blocks);
-    DeviceBuffer counts(entries * sizeof(int32_t)), offsets((entries + 1) * sizeof(int32_t)),
-        indices(entries * 2 * size_t(topk) * sizeof(int32_t)), halves(entries * 2 * size_t(topk));
-    vsa_block_lists(selected.as<int32_t>(), pairs, cubes, topk, counts.as<int32_t>(),
-                    offsets.as<int32_t>(), indices.as<int32_t>(), halves.as<uint8_t>());
-
+    // Every cube keeps topk key cubes: the lists per 64 query rows are `selected` itself.
+    if (offsets_.size() != size_t(pairs * cubes + 1) * sizeof(int32_t) || offsets_topk_ != topk) {
+      std::vector<int32_t> offsets(size_t(pairs * cubes + 1));
+      for (size_t i = 0; i < offsets.size(); ++i) offsets[i] = int32_t(int64_t(i) * topk);
+      offsets_ = upload_vector(offsets);
+      offsets_topk_ = topk;
+    }
     FlashAttentionArgs args = buffers.args(call, layout);
-    args.block_offsets = offsets.as<int32_t>();
-    args.block_indices = indices.as<int32_t>();
-    args.block_row_halves = halves.as<uint8_t>();
+    args.block_offsets = offsets_.as<int32_t>();
+    args.block_indices = selected.as<int32_t>();
+    args.lists_per_half = true;
     run_kernel(args);
     if (call.gate)
       scatter_from_slots_gated(buffers.out.data(), call.out, call.batch, call.tokens, layout.slots,
@@ -339,6 +339,8 @@ class VideoSparseCuda final : public SparseSelfAttentionCuda {
   double sparsity_;
   std::mutex mutex_;
   std::shared_ptr<const SlotLayout> layout_;
+  DeviceBuffer offsets_;  // i·topk: the kernel's list offsets for the last shape
+  int64_t offsets_topk_ = 0;
 };
 
 }  // namespace

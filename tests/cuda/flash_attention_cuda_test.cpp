@@ -23,8 +23,8 @@ struct Case {
   int64_t batch, heads, seq_q, seq_k, head_dim;
   bool sparse;
   bool packed_qkv;  // q, k, v interleaved in one [B, S, 3, H, D] buffer (strided views)
-  // Block-sparse only: random valid lengths per key block (padded edge tiles) and random halves
-  // per list entry (lists chosen per 64 query rows).
+  // Block-sparse only: random valid lengths per key block (padded edge tiles) and lists per 64
+  // query rows instead of 128.
   bool lengths_and_halves = false;
 };
 
@@ -32,10 +32,12 @@ struct Case {
 // query blocks get none (their rows must come out zero with LSE -inf).
 struct BlockLists {
   std::vector<int32_t> offsets, indices, key_lengths;
-  std::vector<uint8_t> halves;
 };
+int64_t rows_per_list(const Case& c) {
+  return c.lengths_and_halves ? kFlashBlockM / 2 : kFlashBlockM;
+}
 BlockLists random_block_lists(const Case& c, double density, std::mt19937& generator) {
-  const int64_t q_blocks = (c.seq_q + kFlashBlockM - 1) / kFlashBlockM;
+  const int64_t q_blocks = (c.seq_q + rows_per_list(c) - 1) / rows_per_list(c);
   const int64_t k_blocks = (c.seq_k + kFlashBlockN - 1) / kFlashBlockN;
   std::uniform_real_distribution<double> uniform;
   BlockLists lists;
@@ -49,11 +51,9 @@ BlockLists random_block_lists(const Case& c, double density, std::mt19937& gener
     lists.offsets.push_back(int32_t(lists.indices.size()));
   }
   if (c.lengths_and_halves) {
-    std::uniform_int_distribution<int> length(0, kFlashBlockN), half(1, 3);
+    std::uniform_int_distribution<int> length(0, kFlashBlockN);
     for (int64_t kb = 0; kb < k_blocks; ++kb)
       lists.key_lengths.push_back(kb % 3 == 0 ? kFlashBlockN : length(generator));
-    for (size_t e = 0; e < lists.indices.size(); ++e)
-      lists.halves.push_back(uint8_t(half(generator)));
   }
   return lists;
 }
@@ -83,17 +83,15 @@ void run_case(const Case& c, FlashKernel kernel, std::mt19937& generator) {
 
   BlockLists lists;
   if (c.sparse) lists = random_block_lists(c, 0.35, generator);
-  const int64_t q_blocks = (Sq + kFlashBlockM - 1) / kFlashBlockM;
+  const int64_t q_blocks = (Sq + rows_per_list(c) - 1) / rows_per_list(c);
   // allowed(b, h, i, j): the key's block is in the list of the query's block.
   auto allowed = [&](int64_t b, int64_t h, int64_t i, int64_t j) {
     if (!c.sparse) return true;
-    const int64_t entry = (b * H + h) * q_blocks + i / kFlashBlockM;
+    const int64_t entry = (b * H + h) * q_blocks + i / rows_per_list(c);
     for (int32_t p = lists.offsets[entry]; p < lists.offsets[entry + 1]; ++p) {
       if (lists.indices[p] != j / kFlashBlockN) continue;
-      if (!c.lengths_and_halves) return true;
-      const int half = int(i % kFlashBlockM) / (kFlashBlockM / 2);
-      return j % kFlashBlockN < lists.key_lengths[size_t(j / kFlashBlockN)] &&
-             ((lists.halves[size_t(p)] >> half) & 1) != 0;
+      return !c.lengths_and_halves ||
+             j % kFlashBlockN < lists.key_lengths[size_t(j / kFlashBlockN)];
     }
     return false;
   };
@@ -135,7 +133,7 @@ void run_case(const Case& c, FlashKernel kernel, std::mt19937& generator) {
   DeviceBuffer device_out(size_t(B * Sq * H * D) * 2), device_lse(size_t(B * H * Sq) * 4);
   device_out.fill_bytes(0xff);  // bf16 0xffff is NaN: an unwritten element cannot pass
   device_lse.fill_bytes(0xff);
-  DeviceBuffer device_offsets, device_indices, device_lengths, device_halves;
+  DeviceBuffer device_offsets, device_indices, device_lengths;
 
   FlashAttentionArgs args;
   args.batch = B, args.heads = H, args.seq_q = Sq, args.seq_k = Sk, args.head_dim = D;
@@ -168,10 +166,8 @@ void run_case(const Case& c, FlashKernel kernel, std::mt19937& generator) {
     if (c.lengths_and_halves) {
       device_lengths = DeviceBuffer(lists.key_lengths.size() * 4);
       device_lengths.upload(lists.key_lengths.data(), lists.key_lengths.size() * 4);
-      device_halves = DeviceBuffer(std::max<size_t>(lists.halves.size(), 1));
-      if (!lists.halves.empty()) device_halves.upload(lists.halves.data(), lists.halves.size());
       args.key_block_lengths = device_lengths.as<int32_t>();
-      args.block_row_halves = device_halves.as<uint8_t>();
+      args.lists_per_half = true;
     }
   }
   flash_attention_forward(args);
@@ -198,9 +194,10 @@ void run_case(const Case& c, FlashKernel kernel, std::mt19937& generator) {
     }
   }
   const double error = relative_error(actual, expected);
-  const std::string name = fmt::format(
-      "B={} H={} Sq={} Sk={} D={}{}{}{}", B, H, Sq, Sk, D, c.sparse ? " block-sparse" : " dense",
-      c.packed_qkv ? " packed-qkv" : "", c.lengths_and_halves ? " key-lengths+halves" : "");
+  const std::string name =
+      fmt::format("B={} H={} Sq={} Sk={} D={}{}{}{}", B, H, Sq, Sk, D,
+                  c.sparse ? " block-sparse" : " dense", c.packed_qkv ? " packed-qkv" : "",
+                  c.lengths_and_halves ? " key lengths, lists per 64 rows" : "");
   expect(all_finite, name + ": every output element written and finite");
   expect(error < 1e-2, fmt::format("{}: relative error {:.2e} < 1e-2", name, error));
   expect(lse_ok && lse_error < 2e-2,
@@ -218,6 +215,7 @@ int main() {
       {1, 2, 1, 64, 64, false, false},          {1, 2, 520, 700, 128, true, false},
       {2, 2, 390, 390, 64, true, true},         {1, 3, 1024, 1100, 128, true, false},
       {2, 2, 520, 700, 128, true, false, true}, {1, 3, 390, 390, 64, true, true, true},
+      {1, 2, 130, 200, 128, true, false, true},  // 3 halves: the last CTA's second has no list
   };
   for (const FlashKernel kernel : {FlashKernel::Portable, FlashKernel::Hopper})
     for (const Case& c : cases) run_case(c, kernel, generator);
