@@ -16,7 +16,7 @@ if [ ! -f build-cuda/build.ninja ]; then
     -DMMGEN_OPENCV=OFF -DMMGEN_TESTS=OFF -DMMGEN_BENCH=OFF > "$OUT/configure.log"
 fi
 cmake --build build-cuda --target mmgen flash_attention_cuda_test flash_attention_cuda_bench \
-  sparse_attention_cuda_test sparse_attention_cuda_bench \
+  sparse_attention_cuda_test sparse_attention_cuda_bench wan_pipeline_sparse_cuda_test \
   mmgen_attention wan_transformer_cuda_test wan_transformer_cuda_bench wan_pipeline_cuda_test gemm_cuda_test \
   wan_vae_cuda_test wan_vae_cuda_bench \
   paged_attention_cuda_test umt5_encoder_cuda_test paged_attention_cuda_bench 2>&1 |

@@ -18,7 +18,9 @@
 #include <vector>
 
 #include "attention/backend_config.h"
+#include "attention/cuda/box_layout.h"
 #include "attention/cuda/flash_attention.h"
+#include "attention/cuda/vsa_select.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_memory.h"
 #include "core/dtype.h"
@@ -127,7 +129,8 @@ int main(int argc, char** argv) try {
        "sliding_tile_attn",
        {{"mask_strategy_file_path", write_sta_mask({3, 3, 3}, 1, heads).string()},
         {"skip_time_steps", 0}}},
-      {"sliding_tile_attn 6x8x8, window 2x2x2", "sliding_tile_attn",
+      {"sliding_tile_attn 6x8x8, window 2x2x2",
+       "sliding_tile_attn",
        {{"mask_strategy_file_path", write_sta_mask({2, 2, 2}, 1, heads).string()},
         {"skip_time_steps", 0}}},
       {"video_sparse_attn sparsity 0.9", "video_sparse_attn", {{"sparsity", 0.9}}},
@@ -156,6 +159,48 @@ int main(int argc, char** argv) try {
   std::printf(
       "(call ms: the whole backend; kernel ms: the block-sparse kernel alone, separate "
       "runs; speedup: dense ms / call ms)\n");
+
+  // Where VSA's time outside the kernel goes: its steps alone at this shape (6x8x13 cubes of 64
+  // slots; the slot map here is a stand-in of the same size, the costs do not depend on it).
+  const int64_t cubes = 6 * 8 * 13, slots = cubes * kVsaCube, width = heads * head_dim;
+  const int64_t topk = 63;
+  std::vector<int32_t> token_of_slot(static_cast<size_t>(slots)),
+      slot_of_token(static_cast<size_t>(tokens)), lengths(static_cast<size_t>(cubes), kVsaCube);
+  for (int64_t i = 0; i < slots; ++i) token_of_slot[size_t(i)] = i < tokens ? int32_t(i) : -1;
+  for (int64_t i = 0; i < tokens; ++i) slot_of_token[size_t(i)] = int32_t(i);
+  DeviceBuffer to_slot(token_of_slot.size() * 4), to_token(slot_of_token.size() * 4),
+      cube_lengths(lengths.size() * 4), padded(size_t(slots * width) * 2),
+      qc(size_t(heads * cubes * head_dim) * 4), kc(size_t(heads * cubes * head_dim) * 4),
+      selected(size_t(heads * cubes * topk) * 4);
+  to_slot.upload(token_of_slot.data(), token_of_slot.size() * 4);
+  to_token.upload(slot_of_token.data(), slot_of_token.size() * 4);
+  cube_lengths.upload(lengths.data(), lengths.size() * 4);
+  auto step_ms = [&](const std::function<void()>& work) {
+    work();
+    std::vector<double> times;
+    for (int i = 0; i < repeats; ++i) times.push_back(elapsed_ms(work));
+    return median(times);
+  };
+  const double gather_ms = step_ms([&] {
+    gather_to_slots(q.data(), padded.data(), 1, tokens, slots, width, to_slot.as<int32_t>());
+  });
+  const double means_ms = step_ms([&] {
+    vsa_cube_means(padded.data(), qc.as<float>(), 1, cubes, heads, head_dim,
+                   cube_lengths.as<int32_t>());
+  });
+  vsa_cube_means(padded.data(), kc.as<float>(), 1, cubes, heads, head_dim,
+                 cube_lengths.as<int32_t>());
+  const double select_ms = step_ms([&] {
+    vsa_select(qc.as<float>(), kc.as<float>(), nullptr, call.scale, 1, heads, cubes, head_dim, topk,
+               selected.as<int32_t>(), nullptr);
+  });
+  const double scatter_ms = step_ms([&] {
+    scatter_from_slots(padded.data(), out.data(), 1, tokens, slots, width, to_token.as<int32_t>());
+  });
+  std::printf(
+      "VSA steps alone: gather %.3f ms (x3: q, k, v), cube means %.3f ms (x2), scores + "
+      "top-%ld %.3f ms, scatter %.3f ms\n",
+      gather_ms, means_ms, long(topk), select_ms, scatter_ms);
   return 0;
 } catch (const std::exception& error) {
   std::fprintf(stderr, "sparse_attention_cuda_bench: %s\n", error.what());
