@@ -3,6 +3,7 @@
 // flash kernel), planned the way `mmgen generate` plans it (the selector against this build's CUDA
 // kernels for --device cuda), against the same request on the CPU with the CPU backends:
 // sliding_tile_attn and video_sparse_attn, 3 steps with guidance, video relative error < 1e-2.
+// Both runs take the same prompt embeddings, so the difference is the transformer and the VAE.
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -68,6 +69,8 @@ Tensor generate(const ModelIndex& index, const std::string& device, const std::s
   input.guidance_scale = 5.0;
   input.max_sequence_length = 16;
   input.seed = 7;
+  input.prompt_embeds = dit::random_tensor({1, 16, 32}, 0.0f, 0.5f, 21, DType::F32);
+  input.negative_prompt_embeds = dit::random_tensor({1, 16, 32}, 0.0f, 0.5f, 22, DType::F32);
   input.cuda = device == "cuda";
   return pipeline.generate(input).frames;
 }
