@@ -15,6 +15,7 @@
 #include "generate/encode_command.h"
 #include "generate/generate_command.h"
 #include "generate/inspect_command.h"
+#include "generate/options_reference.h"
 
 namespace mmgen {
 namespace {
@@ -27,6 +28,7 @@ constexpr const char* kUsage =
     "  inspect    show a model's components, sizes, attention backends and the memory a request\n"
     "             needs (mmgen inspect --help)\n"
     "  encode     write the prompt embeddings of the text encoder (mmgen encode --help)\n"
+    "  options    every generate option, its type, default and meaning (--markdown)\n"
     "  backends   list the attention backends and whether each runs here (--json, --markdown)\n"
     "  attention  run one attention backend on q, k, v .npy files (mmgen attention --help)\n\n"
     "Run `mmgen <command> --help` for a command's options.\n";
@@ -69,6 +71,7 @@ int run_cli(int argc, char** argv) {
       return cli::run_generate(arguments);
     }
     if (command == "backends") return cli::run_backends(arguments);
+    if (command == "options") return cli::run_options(arguments);
     if (command == "inspect") {
       if (wants_help(arguments)) {
         std::cout << cli::inspect_help();
