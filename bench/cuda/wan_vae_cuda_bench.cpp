@@ -7,7 +7,11 @@
 //      decoder on the first --cpu-frames latent frames (default 2: 5 frames), timed and compared
 //      with the GPU on the same latents.
 //
+// --profile adds one decode with every pass timed alone (the table of where the time goes);
+// --variant N picks the convolution kernel's pipeline (see set_conv3d_variant).
+//
 //   wan_vae_cuda_bench [--repeats N] [--latent T,H,W] [--cpu-frames K] [--tiny-vae DIR]
+//                      [--profile 0|1] [--variant N]
 // (run from the repository root, or name the wan-tiny VAE folder with --tiny-vae)
 #include <algorithm>
 #include <chrono>
@@ -18,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cuda/conv3d.h"
 #include "core/cuda/device_memory.h"
 #include "core/error.h"
 #include "models/cuda/wan_vae_cuda.h"
@@ -65,7 +70,7 @@ double time_gpu(const cuda::WanVaeDecoderCuda& gpu, const Tensor& z, int repeats
 }  // namespace
 
 int main(int argc, char** argv) try {
-  int repeats = 3, cpu_frames = 2;
+  int repeats = 3, cpu_frames = 2, profile = 0;
   fs::path tiny_folder = "examples/models/wan-tiny/vae";
   Shape latent = {1, 16, 21, 60, 104};
   for (int i = 1; i < argc; ++i) {
@@ -76,6 +81,10 @@ int main(int argc, char** argv) try {
       repeats = std::max(1, std::atoi(value));
     else if (arg == "--cpu-frames")
       cpu_frames = std::max(0, std::atoi(value));
+    else if (arg == "--profile")
+      profile = std::atoi(value);
+    else if (arg == "--variant")
+      cuda::set_conv3d_variant(std::atoi(value));
     else if (arg == "--tiny-vae")
       tiny_folder = value;
     else if (arg == "--latent")
@@ -129,11 +138,47 @@ int main(int argc, char** argv) try {
         precision == cuda::VaePrecision::TF32 ? "TF32" : "FP32 (3xTF32)", seconds, runs,
         all.c_str(), gpu.last_decode_flops() / 1e12, gpu.last_decode_flops() / seconds / 1e12);
   }
+  {  // what three of the kernel's choices are worth on the whole decode (one decode each)
+    gpu.set_precision(cuda::VaePrecision::TF32);
+    gpu.set_round_in_norms(false);
+    auto start = std::chrono::steady_clock::now();
+    gpu.decode(z);
+    const double unrounded = seconds_since(start);
+    gpu.set_round_in_norms(true);
+    double variants[3] = {0, 0, 0};
+    for (int variant = 1; variant <= 2; ++variant) {
+      cuda::set_conv3d_variant(variant);
+      start = std::chrono::steady_clock::now();
+      gpu.decode(z);
+      variants[variant] = seconds_since(start);
+    }
+    cuda::set_conv3d_variant(0);
+    std::printf(
+        "TF32 decode with the input rounding in the convolution kernel instead of the "
+        "norms: %.3f s; with 16-deep pipeline stages: %.3f s; with 128-thread blocks: "
+        "%.3f s\n",
+        unrounded, variants[1], variants[2]);
+  }
   std::printf(
       "peak GPU memory handed out by the caching allocator: %.2f GiB (weights %.2f GiB), "
       "reserved %.2f GiB\n",
       allocator.peak_bytes_in_use() / 1073741824.0, gpu.weight_bytes() / 1073741824.0,
       allocator.bytes_reserved() / 1073741824.0);
+
+  if (profile) {
+    gpu.set_precision(cuda::VaePrecision::TF32);
+    gpu.set_profiling(true);
+    gpu.decode(z);
+    gpu.set_profiling(false);
+    std::vector<std::pair<double, std::string>> rows;
+    double total = 0;
+    for (const auto& [key, seconds] : gpu.profile())
+      rows.emplace_back(seconds, key), total += seconds;
+    std::sort(rows.rbegin(), rows.rend());
+    std::printf("profile of one TF32 decode (each pass timed alone): %.3f s in all\n", total);
+    for (const auto& [seconds, key] : rows)
+      std::printf("  %7.3f s  %5.1f%%  %s\n", seconds, 100.0 * seconds / total, key.c_str());
+  }
 
   if (cpu_frames > 0) {
     Shape part = latent;

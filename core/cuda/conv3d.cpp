@@ -1,11 +1,20 @@
 #include "core/cuda/conv3d.h"
 
+#include <atomic>
 #include <climits>
 
 #include "core/cuda/conv3d_kernels.h"
 #include "core/error.h"
 
 namespace mmgen::cuda {
+namespace {
+std::atomic<int> pipeline_variant{0};
+}  // namespace
+
+void set_conv3d_variant(int variant) {
+  check(variant >= 0 && variant <= 2, "set_conv3d_variant: no variant {} (0-2)", variant);
+  pipeline_variant = variant;
+}
 
 int conv_block_rows(int64_t out_channels) {
   // The fewest padded rows; among equals the taller block (fewer blocks re-gather the patches).
@@ -19,7 +28,7 @@ int conv_block_rows(int64_t out_channels) {
 }
 
 PackedConvWeights pack_conv_weights(const float* weight, int64_t out_channels, int64_t in_channels,
-                                    int64_t kt, int64_t kh, int64_t kw) {
+                                    int64_t kt, int64_t kh, int64_t kw, bool spatial_inner) {
   check(out_channels > 0 && in_channels > 0 && kt > 0 && kh > 0 && kw > 0,
         "pack_conv_weights: empty convolution [{}, {}, {}, {}, {}]", out_channels, in_channels, kt,
         kh, kw);
@@ -29,11 +38,17 @@ PackedConvWeights pack_conv_weights(const float* weight, int64_t out_channels, i
                 conv_block_rows(out_channels);
   packed.k_pad = (k_total + 15) / 16 * 16;
   packed.values.assign(size_t(packed.rows * packed.k_pad), 0.0f);
+  packed.spatial_inner = spatial_inner && in_channels % 16 == 0;
+  const int64_t taps_2d = kh * kw;
   for (int64_t o = 0; o < out_channels; ++o)
     for (int64_t c = 0; c < in_channels; ++c)
-      for (int64_t tap = 0; tap < taps; ++tap)
-        packed.values[size_t(o * packed.k_pad + tap * in_channels + c)] =
-            weight[(o * in_channels + c) * taps + tap];
+      for (int64_t tap = 0; tap < taps; ++tap) {
+        const int64_t t = tap / taps_2d, s = tap % taps_2d;
+        const int64_t k = packed.spatial_inner
+                              ? ((t * (in_channels / 16) + c / 16) * taps_2d + s) * 16 + c % 16
+                              : tap * in_channels + c;
+        packed.values[size_t(o * packed.k_pad + k)] = weight[(o * in_channels + c) * taps + tap];
+      }
   return packed;
 }
 
@@ -52,6 +67,9 @@ void conv3d_forward(const Conv3dArgs& a, ConvPrecision precision, cudaStream_t s
         "conv3d_forward: kernel {}x{}x{} (odd spatial sizes for 'same' padding)", a.kt, a.kh, a.kw);
   check(a.k_pad == (a.kt * a.kh * a.kw * a.in_channels + 15) / 16 * 16,
         "conv3d_forward: weights packed for another geometry (k_pad {})", a.k_pad);
+  check(!a.spatial_inner || a.in_channels % 16 == 0,
+        "conv3d_forward: the spatial-inner order needs a multiple of 16 input channels, not {}",
+        a.in_channels);
   check(a.history_frames >= 0 && (a.history_frames == 0 || a.history != nullptr),
         "conv3d_forward: {} history frames without a pointer", a.history_frames);
   const int64_t scale = a.upsample2x ? 2 : 1;
@@ -62,7 +80,7 @@ void conv3d_forward(const Conv3dArgs& a, ConvPrecision precision, cudaStream_t s
         "conv3d_forward: frames of {} / {} values ({} frames) exceed the kernel's 32-bit frame "
         "offsets",
         in_frame, out_frame, a.frames);
-  launch_conv3d(a, conv_block_rows(a.out_channels), precision, stream);
+  launch_conv3d(a, conv_block_rows(a.out_channels), precision, pipeline_variant.load(), stream);
 }
 
 }  // namespace mmgen::cuda

@@ -13,13 +13,24 @@
 namespace mmgen::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kPixels = 256;  // pixels per block: one per thread when gathering patches
-constexpr int kDepth = 16;    // K per pipeline stage
-constexpr int kStages = 3;
-// Padded shared-memory rows: the fragment reads of a warp then hit 32 different banks.
-constexpr int kARow = kDepth + 4;
-constexpr int kBRow = kPixels + 8;
+constexpr int kGroup = 16;  // patch rows that share one tap when in_channels % 16 == 0
+// Per-group (tap, channel) decode table in shared memory, filled once per block; convolutions
+// with more groups decode with divisions instead.
+constexpr int kMaxGroups = 1024;
+
+// The K depth of one pipeline stage, the number of stages in flight, and the threads of a block
+// (= its pixels: one per thread when gathering patches; 64 per warp column, 2 warp rows).
+template <int Depth, int Stages, int Threads = 256>
+struct Pipeline {
+  static constexpr int kDepth = Depth, kStages = Stages, kThreads = Threads, kPixels = Threads;
+  static constexpr int kWarpColumns = Threads / 64;
+  static constexpr int kBRow = Threads + 8;  // padded: the fragment reads of a warp hit 32 banks
+  static constexpr int kARow = Depth + 4;    // likewise
+  template <int BM>
+  static constexpr size_t stage_floats() {
+    return size_t(BM) * kARow + size_t(Depth) * kBRow;
+  }
+};
 
 struct Params {
   const float* weight;
@@ -34,6 +45,7 @@ struct Params {
   int k_total, k_pad;
   long long in_frame, out_frame;  // floats per input / output frame
   bool upsample;
+  bool spatial_inner;  // the weights' column order (see pack_conv_weights)
 };
 
 __device__ __forceinline__ uint32_t shared_address(const void* pointer) {
@@ -95,20 +107,53 @@ __device__ __forceinline__ const float* patch_source(const Params& p, int frame,
   return frame_start + (long long)channel * p.src_h * p.src_w + offset;
 }
 
-// Patch rows k0 .. k0 + 15 for this thread's pixel into one B stage ([kDepth][kBRow]).
-__device__ __forceinline__ void load_patches(const Params& p, float* stage, int k0, int frame,
-                                             int y, int x, bool pixel_ok, bool aligned) {
-  float* destination = stage + threadIdx.x;
-  if (aligned) {  // in_channels % 16 == 0: the 16 rows share one tap, consecutive channels
-    const int tap = k0 / p.in_channels, channel = k0 - tap * p.in_channels;
-    const float* source = pixel_ok ? patch_source(p, frame, tap, channel, y, x) : nullptr;
+// One 16-row group of the patch matrix when in_channels % 16 == 0: temporal tap, spatial offset
+// and first channel.
+struct Group {
+  int t, dy, dx, channel;
+};
+
+__device__ __forceinline__ Group decode_group(const Params& p, int k0) {
+  const int taps_2d = p.kh * p.kw;
+  if (p.spatial_inner) {  // k0 / 16 = (t · in/16 + channel group) · kh·kw + spatial tap
+    const int group = k0 / kGroup, per_t = p.in_channels / kGroup * taps_2d;
+    const int t = group / per_t, rest = group - t * per_t;
+    const int channel_group = rest / taps_2d, r = rest - channel_group * taps_2d;
+    return {t, r / p.kw - p.kh / 2, r % p.kw - p.kw / 2, channel_group * kGroup};
+  }
+  const int tap = k0 / p.in_channels;
+  const int t = tap / taps_2d, r = tap - t * taps_2d;
+  return {t, r / p.kw - p.kh / 2, r % p.kw - p.kw / 2, k0 - tap * p.in_channels};
+}
+
+// Patch rows k0 .. k0 + 15 for this thread's pixel into `destination` (rows BRow apart).
+template <int kBRow>
+__device__ __forceinline__ void load_patch_group(const Params& p, float* destination, int k0,
+                                                 int frame, int y, int x, bool pixel_ok,
+                                                 bool aligned, const int4* groups) {
+  if (aligned) {  // the 16 rows share one tap and hold consecutive channels
+    const float* source = nullptr;
+    if (pixel_ok && k0 < p.k_pad) {
+      Group g;
+      if (groups) {
+        const int4 entry = groups[k0 / kGroup];
+        g = {entry.x, entry.y, entry.z, entry.w};
+      } else {
+        g = decode_group(p, k0);
+      }
+      const int yy = y + g.dy, xx = x + g.dx;
+      const float* frame_start = tap_frame(p, frame, g.t);
+      if (frame_start != nullptr && yy >= 0 && yy < p.height && xx >= 0 && xx < p.width)
+        source = frame_start + (long long)g.channel * p.src_h * p.src_w +
+                 (p.upsample ? (yy >> 1) * p.src_w + (xx >> 1) : yy * p.src_w + xx);
+    }
     const int plane = p.src_h * p.src_w;
 #pragma unroll
-    for (int j = 0; j < kDepth; ++j)
+    for (int j = 0; j < kGroup; ++j)
       copy4(destination + j * kBRow, source ? source + j * plane : p.weight, source != nullptr);
   } else {
 #pragma unroll 4
-    for (int j = 0; j < kDepth; ++j) {
+    for (int j = 0; j < kGroup; ++j) {
       const int k = k0 + j;
       const float* source = nullptr;
       if (pixel_ok && k < p.k_total) {
@@ -120,25 +165,39 @@ __device__ __forceinline__ void load_patches(const Params& p, float* stage, int 
   }
 }
 
-// Weight rows m0 .. m0 + BM - 1, columns k0 .. k0 + 15 into one A stage ([BM][kARow]).
-template <int BM>
+// Weight rows m0 .. m0 + BM - 1, columns k0 .. k0 + Depth - 1 into one A stage ([BM][ARow]);
+// columns past k_pad (a deep stage's tail) are zero-filled.
+template <int BM, int Depth, int ARow, int kThreads>
 __device__ __forceinline__ void load_weights(const Params& p, float* stage, int m0, int k0) {
-  for (int v = threadIdx.x; v < BM * 4; v += kThreads) {
-    const int m = v >> 2, quarter = v & 3;
-    copy16(stage + m * kARow + quarter * 4,
-           p.weight + (long long)(m0 + m) * p.k_pad + k0 + quarter * 4);
+  constexpr int kQuads = Depth / 4;
+  for (int v = threadIdx.x; v < BM * kQuads; v += kThreads) {
+    const int m = v / kQuads, quad = v % kQuads;
+    const int k = k0 + quad * 4;
+    float* destination = stage + m * ARow + quad * 4;
+    if (k < p.k_pad) {
+      copy16(destination, p.weight + (long long)(m0 + m) * p.k_pad + k);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) copy4(destination + e, p.weight, false);
+    }
   }
 }
 
-template <int MF, bool kSplit>
-__global__ void __launch_bounds__(kThreads, 1) conv3d_kernel(const Params p) {
+// kMode: 0 TF32 (operands rounded here), 1 TF32 with the input already TF32-rounded (only the
+// weights are rounded here), 2 three TF32 products (float32 accuracy).
+template <int MF, int kMode, class P>
+__global__ void __launch_bounds__(P::kThreads, 256 / P::kThreads) conv3d_kernel(const Params p) {
+  constexpr bool kSplit = kMode == 2, kRoundedInput = kMode == 1;
   constexpr int BM = 32 * MF;  // 2 warps along the channels, MF 16-row fragments each
+  constexpr int kDepth = P::kDepth, kStages = P::kStages, kARow = P::kARow, kBRow = P::kBRow;
+  constexpr int kThreads = P::kThreads, kPixels = P::kPixels;
   extern __shared__ __align__(16) float shared[];
   float* a_stages = shared;
   float* b_stages = shared + kStages * BM * kARow;
+  int4* group_table = reinterpret_cast<int4*>(shared + kStages * P::template stage_floats<BM>());
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int warp_m = warp >> 2, warp_n = warp & 3;
+  const int warp_m = warp / P::kWarpColumns, warp_n = warp % P::kWarpColumns;
   const int g = lane >> 2, t4 = lane & 3;
   const int frame = blockIdx.z;
   const int m0 = blockIdx.y * BM, p0 = blockIdx.x * kPixels;
@@ -146,12 +205,22 @@ __global__ void __launch_bounds__(kThreads, 1) conv3d_kernel(const Params p) {
   const int pixel = p0 + int(threadIdx.x);
   const bool pixel_ok = pixel < pixels;
   const int y = pixel_ok ? pixel / p.width : 0, x = pixel_ok ? pixel - y * p.width : 0;
-  const bool aligned = p.in_channels % kDepth == 0;
+  const bool aligned = p.in_channels % kGroup == 0;
+  const int group_count = p.k_pad / kGroup;
+  const int4* groups = nullptr;
+  if (aligned && group_count <= kMaxGroups) {
+    for (int i = threadIdx.x; i < group_count; i += kThreads) {
+      const Group decoded = decode_group(p, i * kGroup);
+      group_table[i] = make_int4(decoded.t, decoded.dy, decoded.dx, decoded.channel);
+    }
+    __syncthreads();
+    groups = group_table;
+  }
 
   // Temporal taps that reach before the remembered frames only add zeros: skip their columns.
   const int first_tap = max(0, p.kt - 1 - frame - p.history_frames);
-  const int k_begin = first_tap * p.kh * p.kw * p.in_channels / kDepth * kDepth;
-  const int chunks = (p.k_pad - k_begin) / kDepth;
+  const int k_begin = first_tap * p.kh * p.kw * p.in_channels / kGroup * kGroup;
+  const int chunks = (p.k_pad - k_begin + kDepth - 1) / kDepth;
 
   float acc[MF][8][4];
 #pragma unroll
@@ -163,8 +232,12 @@ __global__ void __launch_bounds__(kThreads, 1) conv3d_kernel(const Params p) {
 
   auto load = [&](int chunk, int stage) {
     const int k0 = k_begin + chunk * kDepth;
-    load_weights<BM>(p, a_stages + stage * BM * kARow, m0, k0);
-    load_patches(p, b_stages + stage * kDepth * kBRow, k0, frame, y, x, pixel_ok, aligned);
+    load_weights<BM, kDepth, kARow, kThreads>(p, a_stages + stage * BM * kARow, m0, k0);
+    float* b_stage = b_stages + stage * kDepth * kBRow + threadIdx.x;
+#pragma unroll
+    for (int group = 0; group < kDepth / kGroup; ++group)
+      load_patch_group<kBRow>(p, b_stage + group * kGroup * kBRow, k0 + group * kGroup, frame, y, x,
+                              pixel_ok, aligned, groups);
   };
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
@@ -197,7 +270,8 @@ __global__ void __launch_bounds__(kThreads, 1) conv3d_kernel(const Params p) {
       for (int nf = 0; nf < 8; ++nf) {
         const float v0 = b[(ks + t4) * kBRow + nf * 8 + g];
         const float v1 = b[(ks + t4 + 4) * kBRow + nf * 8 + g];
-        const uint32_t b0 = to_tf32(v0), b1 = to_tf32(v1);
+        const uint32_t b0 = kRoundedInput ? __float_as_uint(v0) : to_tf32(v0);
+        const uint32_t b1 = kRoundedInput ? __float_as_uint(v1) : to_tf32(v1);
         if (kSplit) {
           const uint32_t s0 = to_tf32(v0 - __uint_as_float(b0));
           const uint32_t s1 = to_tf32(v1 - __uint_as_float(b1));
@@ -237,39 +311,50 @@ __global__ void __launch_bounds__(kThreads, 1) conv3d_kernel(const Params p) {
     }
 }
 
-template <int MF, bool kSplit>
+template <int MF, int kMode, class P>
 void launch(const Params& p, int frames, int rows, cudaStream_t stream) {
   constexpr int BM = 32 * MF;
-  constexpr size_t shared_bytes = size_t(kStages) * (BM * kARow + kDepth * kBRow) * sizeof(float);
-  static const bool configured = [] {
-    MMGEN_CUDA_CHECK(cudaFuncSetAttribute(
-        conv3d_kernel<MF, kSplit>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes)));
+  const bool table = p.in_channels % kGroup == 0 && p.k_pad / kGroup <= kMaxGroups;
+  const size_t stage_bytes = size_t(P::kStages) * P::template stage_floats<BM>() * sizeof(float);
+  const size_t shared_bytes = stage_bytes + (table ? size_t(p.k_pad / kGroup) * sizeof(int4) : 0);
+  static const bool configured = [&] {
+    MMGEN_CUDA_CHECK(cudaFuncSetAttribute(conv3d_kernel<MF, kMode, P>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          int(stage_bytes + kMaxGroups * sizeof(int4))));
     return true;
   }();
   (void)configured;
-  const dim3 grid(unsigned((p.height * p.width + kPixels - 1) / kPixels), unsigned(rows / BM),
+  const dim3 grid(unsigned((p.height * p.width + P::kPixels - 1) / P::kPixels), unsigned(rows / BM),
                   unsigned(frames));
-  conv3d_kernel<MF, kSplit><<<grid, kThreads, shared_bytes, stream>>>(p);
+  conv3d_kernel<MF, kMode, P><<<grid, P::kThreads, shared_bytes, stream>>>(p);
   MMGEN_CUDA_CHECK_LAUNCH();
 }
 
-template <bool kSplit>
+// 32-deep stages, three in flight: 10% faster than 16-deep on the Wan VAE's shapes, and a fourth
+// stage gained nothing (H100, conv3d_cuda_bench, 2026-11-24).
+using DefaultPipeline = Pipeline<32, 3>;
+// The benchmark's comparisons (TF32 only, 96- and 128-row blocks): 16-deep stages; blocks of
+// 128 threads and pixels, two per SM, so one computes while the other waits at its barrier.
+using ShallowPipeline = Pipeline<16, 3>;
+using HalfBlockPipeline = Pipeline<32, 3, 128>;
+
+template <int kMode, class P>
 void dispatch(const Params& p, int block_rows, int frames, int rows, cudaStream_t stream) {
   switch (block_rows) {
     case 32:
-      return launch<1, kSplit>(p, frames, rows, stream);
+      return launch<1, kMode, DefaultPipeline>(p, frames, rows, stream);
     case 64:
-      return launch<2, kSplit>(p, frames, rows, stream);
+      return launch<2, kMode, DefaultPipeline>(p, frames, rows, stream);
     case 96:
-      return launch<3, kSplit>(p, frames, rows, stream);
+      return launch<3, kMode, P>(p, frames, rows, stream);
     default:
-      return launch<4, kSplit>(p, frames, rows, stream);
+      return launch<4, kMode, P>(p, frames, rows, stream);
   }
 }
 
 }  // namespace
 
-void launch_conv3d(const Conv3dArgs& args, int block_rows, ConvPrecision precision,
+void launch_conv3d(const Conv3dArgs& args, int block_rows, ConvPrecision precision, int variant,
                    cudaStream_t stream) {
   Params p;
   p.weight = args.weight;
@@ -293,11 +378,16 @@ void launch_conv3d(const Conv3dArgs& args, int block_rows, ConvPrecision precisi
   p.in_frame = (long long)args.in_channels * args.src_h * args.src_w;
   p.out_frame = (long long)args.out_channels * p.height * p.width;
   p.upsample = args.upsample2x;
+  p.spatial_inner = args.spatial_inner;
   const int rows = int((args.out_channels + block_rows - 1) / block_rows * block_rows);
+  const int frames = int(args.frames);
   if (precision == ConvPrecision::TF32x3)
-    dispatch<true>(p, block_rows, int(args.frames), rows, stream);
-  else
-    dispatch<false>(p, block_rows, int(args.frames), rows, stream);
+    return dispatch<2, DefaultPipeline>(p, block_rows, frames, rows, stream);
+  if (variant == 1) return dispatch<0, ShallowPipeline>(p, block_rows, frames, rows, stream);
+  if (variant == 2) return dispatch<0, HalfBlockPipeline>(p, block_rows, frames, rows, stream);
+  if (args.input_tf32_rounded)
+    return dispatch<1, DefaultPipeline>(p, block_rows, frames, rows, stream);
+  dispatch<0, DefaultPipeline>(p, block_rows, frames, rows, stream);
 }
 
 }  // namespace mmgen::cuda

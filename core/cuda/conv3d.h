@@ -23,15 +23,18 @@ enum class ConvPrecision { TF32, TF32x3 };
 int conv_block_rows(int64_t out_channels);
 
 // PyTorch's Conv3d weight [out, in, kt, kh, kw] (or Conv2d [out, in, kh, kw] with kt = 1) as the
-// kernel reads it: [rows, k_pad] with rows = out rounded up to conv_block_rows(out), column
-// k = tap · in + c where tap = (t · kh + y) · kw + x, zero padding after K = kt·kh·kw·in up to a
-// multiple of 16.
+// kernel reads it: [rows, k_pad] with rows = out rounded up to conv_block_rows(out) and zero
+// padding after K = kt·kh·kw·in up to a multiple of 16. Columns: with `spatial_inner` and
+// in % 16 == 0, k = ((t · in/16 + g) · kh·kw + s) · 16 + j for channel 16g + j and spatial tap
+// s = y · kw + x, so the 9 spatial taps of a 16-channel group are neighbours in K and their
+// overlapping patches are read while still in L1; otherwise k = (t·kh·kw + s) · in + c.
 struct PackedConvWeights {
   std::vector<float> values;
   int64_t rows = 0, k_pad = 0;
+  bool spatial_inner = false;  // the order used (pass it on in Conv3dArgs)
 };
 PackedConvWeights pack_conv_weights(const float* weight, int64_t out_channels, int64_t in_channels,
-                                    int64_t kt, int64_t kh, int64_t kw);
+                                    int64_t kt, int64_t kh, int64_t kw, bool spatial_inner = true);
 
 struct Conv3dArgs {
   const float* weight = nullptr;  // packed (see above), device
@@ -45,7 +48,11 @@ struct Conv3dArgs {
   float* output = nullptr;          // [frames, out, h, w]; may be `residual`
   int64_t frames = 0, in_channels = 0, out_channels = 0, src_h = 0, src_w = 0;
   int64_t kt = 1, kh = 1, kw = 1;
-  int64_t k_pad = 0;  // from the packing
+  int64_t k_pad = 0;           // from the packing
+  bool spatial_inner = false;  // from the packing
+  // The input and the history hold TF32-rounded values (see channel_rms_norm_f32), so the TF32
+  // kernel need not round them again: the same bits, fewer instructions. Ignored by TF32x3.
+  bool input_tf32_rounded = false;
   // Read the input enlarged ×2 by nearest neighbour (h = 2·src_h, w = 2·src_w), never
   // materialised: WanResample's upsample then 3×3 convolution in one pass.
   bool upsample2x = false;
@@ -53,6 +60,11 @@ struct Conv3dArgs {
 
 // Checks the geometry (throws mmgen::Error) and launches on `stream`.
 void conv3d_forward(const Conv3dArgs& args, ConvPrecision precision, cudaStream_t stream = nullptr);
+
+// For benchmarks: the TF32 kernel's pipeline for blocks of 96 and 128 rows, process-wide.
+// 0: 32-deep stages, 3 in flight, 256-thread blocks (the default); 1: 16-deep stages (the first
+// version); 2: 128-thread blocks (two per SM). All give the same bits (same products, same order).
+void set_conv3d_variant(int variant);
 
 // Multiply-adds ×2 that conv3d_forward does for `args` (the FLOPs a caller reports).
 double conv3d_flops(const Conv3dArgs& args);

@@ -7,7 +7,8 @@
 namespace mmgen::cuda {
 
 // `block_rows` is conv_block_rows(args.out_channels); the arguments are already checked.
-void launch_conv3d(const Conv3dArgs& args, int block_rows, ConvPrecision precision,
+// `variant`: see set_conv3d_variant.
+void launch_conv3d(const Conv3dArgs& args, int block_rows, ConvPrecision precision, int variant,
                    cudaStream_t stream);
 
 }  // namespace mmgen::cuda

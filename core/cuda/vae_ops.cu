@@ -12,8 +12,15 @@ unsigned blocks_for(int64_t count) {
 }
 
 // One thread per pixel: consecutive threads read consecutive pixels of each channel plane.
+__device__ __forceinline__ float round_to_tf32(float value) {
+  uint32_t bits;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(bits) : "f"(value));
+  return __uint_as_float(bits);
+}
+
 __global__ void channel_rms_norm_kernel(const float* x, const float* gamma, bool silu, float* y,
-                                        int64_t frames, int64_t channels, int64_t positions) {
+                                        int64_t frames, int64_t channels, int64_t positions,
+                                        bool round_tf32) {
   const float scale = sqrtf(float(channels));
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < frames * positions;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -26,7 +33,7 @@ __global__ void channel_rms_norm_kernel(const float* x, const float* gamma, bool
     for (int64_t c = 0; c < channels; ++c) {
       float v = in[c * positions] / denominator * scale * gamma[c];
       if (silu) v = v / (1.0f + expf(-v));
-      out[c * positions] = v;
+      out[c * positions] = round_tf32 ? round_to_tf32(v) : v;
     }
   }
 }
@@ -82,10 +89,11 @@ __global__ void clamp_transpose_kernel(const float* frames, float* out, int64_t 
 }  // namespace
 
 void channel_rms_norm_f32(const float* x, const float* gamma, bool silu, float* y, int64_t frames,
-                          int64_t channels, int64_t positions, cudaStream_t stream) {
+                          int64_t channels, int64_t positions, bool round_tf32,
+                          cudaStream_t stream) {
   if (frames * positions == 0) return;
   channel_rms_norm_kernel<<<blocks_for(frames * positions), kThreads, 0, stream>>>(
-      x, gamma, silu, y, frames, channels, positions);
+      x, gamma, silu, y, frames, channels, positions, round_tf32);
   MMGEN_CUDA_CHECK_LAUNCH();
 }
 

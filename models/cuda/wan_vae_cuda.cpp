@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstring>
 
 #include "core/cuda/conv3d.h"
 #include "core/cuda/cuda_check.h"
@@ -29,9 +31,30 @@ struct WanVaeDecoderCuda::Frames {
   int64_t positions() const { return height * width; }
 };
 
+namespace {
+
+// Page-locked host memory (cudaMallocHost): device-to-host copies into it run at full speed and
+// asynchronously.
+class PinnedBuffer {
+ public:
+  explicit PinnedBuffer(size_t floats) {
+    MMGEN_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&data_), floats * sizeof(float)));
+  }
+  ~PinnedBuffer() { cudaFreeHost(data_); }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  float* data() const { return data_; }
+
+ private:
+  float* data_ = nullptr;
+};
+
+}  // namespace
+
 struct WanVaeDecoderCuda::Conv {
   DeviceBuffer weight, bias;  // packed for conv3d_forward; float32 [out]
   int64_t out = 0, in = 0, kt = 1, kh = 1, kw = 1, k_pad = 0;
+  bool spatial_inner = false;
   int slot = -1;  // history slot of a causal convolution (kt > 1)
 };
 
@@ -64,6 +87,21 @@ struct WanVaeDecoderCuda::State {
   std::vector<History> history;
   std::vector<bool> started;
 };
+
+template <class Pass>
+void WanVaeDecoderCuda::timed(const std::string& key, Pass&& pass) const {
+  if (!profiling_) return pass();
+  MMGEN_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto start = std::chrono::steady_clock::now();
+  pass();
+  MMGEN_CUDA_CHECK(cudaDeviceSynchronize());
+  profile_[key] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::string WanVaeDecoderCuda::norm_key(const Frames& x) const {
+  return profiling_ ? fmt::format("rms_norm+silu {} at {}x{}", x.channels, x.height, x.width)
+                    : std::string();
+}
 
 WanVaeDecoderCuda::WanVaeDecoderCuda(const vae::WanVaeDecoder& decoder, VaePrecision precision)
     : decoder_(decoder), precision_(precision) {
@@ -130,6 +168,7 @@ WanVaeDecoderCuda::Conv WanVaeDecoderCuda::upload_conv(const std::string& prefix
   const PackedConvWeights packed = pack_conv_weights(weight.data<float>(), out, in, kt, kh, kw);
   Conv conv;
   conv.out = out, conv.in = in, conv.kt = kt, conv.kh = kh, conv.kw = kw, conv.k_pad = packed.k_pad;
+  conv.spatial_inner = packed.spatial_inner;
   conv.weight = DeviceBuffer(packed.values.size() * sizeof(float));
   conv.weight.upload(packed.values.data(), packed.values.size() * sizeof(float));
   conv.bias = DeviceBuffer(bias.nbytes());
@@ -162,7 +201,8 @@ WanVaeDecoderCuda::Resnet WanVaeDecoderCuda::upload_resnet(const std::string& pr
 
 void WanVaeDecoderCuda::run_conv(const Conv& conv, const float* input, int64_t frames,
                                  int64_t height, int64_t width, float* output,
-                                 const float* residual, State* state, bool upsample2x) const {
+                                 const float* residual, State* state, bool upsample2x,
+                                 bool rounded) const {
   Conv3dArgs args;
   args.weight = conv.weight.as<float>();
   args.bias = conv.bias.as<float>();
@@ -176,6 +216,8 @@ void WanVaeDecoderCuda::run_conv(const Conv& conv, const float* input, int64_t f
   args.src_w = width;
   args.kt = conv.kt, args.kh = conv.kh, args.kw = conv.kw;
   args.k_pad = conv.k_pad;
+  args.spatial_inner = conv.spatial_inner;
+  args.input_tf32_rounded = rounded;
   args.upsample2x = upsample2x;
   State::History* history = nullptr;
   if (conv.slot >= 0) {
@@ -184,8 +226,16 @@ void WanVaeDecoderCuda::run_conv(const Conv& conv, const float* input, int64_t f
     args.history = history->count > 0 ? history->frames.as<float>() : nullptr;
     args.history_frames = history->count;
   }
-  conv3d_forward(args,
-                 precision_ == VaePrecision::FP32 ? ConvPrecision::TF32x3 : ConvPrecision::TF32);
+  const int64_t scale = upsample2x ? 2 : 1;
+  const std::string key =
+      profiling_ ? fmt::format("conv {:>3}->{:<4} {}x{}x{}{} at {}x{}", conv.in, conv.out, conv.kt,
+                               conv.kh, conv.kw, upsample2x ? " after x2" : "", height * scale,
+                               width * scale)
+                 : std::string();
+  timed(key, [&] {
+    conv3d_forward(args,
+                   precision_ == VaePrecision::FP32 ? ConvPrecision::TF32x3 : ConvPrecision::TF32);
+  });
   flops_ += conv3d_flops(args);
   if (!history) return;
   // Remember the last kt − 1 input frames (of the old history followed by this chunk), as the CPU
@@ -206,10 +256,10 @@ void WanVaeDecoderCuda::run_conv(const Conv& conv, const float* input, int64_t f
 }
 
 WanVaeDecoderCuda::Frames WanVaeDecoderCuda::conv(const Conv& conv, const Frames& x, State* state,
-                                                  const float* residual, bool upsample2x) const {
-  const int64_t scale = upsample2x ? 2 : 1;
-  Frames y(x.frames, conv.out, x.height * scale, x.width * scale);
-  run_conv(conv, x.data(), x.frames, x.height, x.width, y.data(), residual, state, upsample2x);
+                                                  const float* residual, bool rounded) const {
+  Frames y(x.frames, conv.out, x.height, x.width);
+  run_conv(conv, x.data(), x.frames, x.height, x.width, y.data(), residual, state,
+           /*upsample2x=*/false, rounded);
   return y;
 }
 
@@ -223,13 +273,18 @@ WanVaeDecoderCuda::Frames WanVaeDecoderCuda::resnet(const Resnet& block, const F
   Frames h;
   {
     Frames normed(x.frames, x.channels, x.height, x.width);
-    channel_rms_norm_f32(x.data(), block.norm1.as<float>(), /*silu=*/true, normed.data(), x.frames,
-                         x.channels, x.positions());
-    h = conv(block.conv1, normed, &state);
+    timed(norm_key(x), [&] {
+      channel_rms_norm_f32(x.data(), block.norm1.as<float>(), /*silu=*/true, normed.data(),
+                           x.frames, x.channels, x.positions(), round_in_norms());
+    });
+    h = conv(block.conv1, normed, &state, nullptr, round_in_norms());
   }
-  channel_rms_norm_f32(h.data(), block.norm2.as<float>(), /*silu=*/true, h.data(), h.frames,
-                       h.channels, h.positions());
-  return conv(block.conv2, h, &state, identity);  // dropout is the identity at inference
+  timed(norm_key(h), [&] {
+    channel_rms_norm_f32(h.data(), block.norm2.as<float>(), /*silu=*/true, h.data(), h.frames,
+                         h.channels, h.positions(), round_in_norms());
+  });
+  return conv(block.conv2, h, &state, identity,
+              round_in_norms());  // dropout is the identity at inference
 }
 
 WanVaeDecoderCuda::Frames WanVaeDecoderCuda::attention(const Frames& x) const {
@@ -237,7 +292,7 @@ WanVaeDecoderCuda::Frames WanVaeDecoderCuda::attention(const Frames& x) const {
   const bool tf32 = precision_ == VaePrecision::TF32;
   Frames normed(x.frames, channels, x.height, x.width);
   channel_rms_norm_f32(x.data(), attention_gamma_.as<float>(), /*silu=*/false, normed.data(),
-                       x.frames, channels, positions);
+                       x.frames, channels, positions, round_in_norms());
   Frames y(x.frames, channels, x.height, x.width);
   DeviceBuffer qkv(size_t(3 * channels * positions) * sizeof(float));
   DeviceBuffer scores(size_t(positions * positions) * sizeof(float));
@@ -246,18 +301,22 @@ WanVaeDecoderCuda::Frames WanVaeDecoderCuda::attention(const Frames& x) const {
   for (int64_t t = 0; t < x.frames; ++t) {
     const int64_t offset = t * channels * positions;
     run_conv(*to_qkv_, normed.data() + offset, 1, x.height, x.width, qkv.as<float>(), nullptr,
-             nullptr);
+             nullptr, false, round_in_norms());
     // q, k, v are [C, positions] row-major, i.e. column-major [positions, C]. Scores row-major
     // [query, key] = column-major [key, query] = K · Qᵀ in column-major terms.
     const float* q = qkv.as<float>();
     const float* k = q + channels * positions;
     const float* v = k + channels * positions;
-    gemm_f32(false, true, positions, positions, channels, k, positions, q, positions,
-             scores.as<float>(), positions, tf32);
-    softmax_rows_f32(scores.as<float>(), positions, positions, scale);
-    // out row-major [C, query] = column-major [query, C] = Sᵀ(column-major [key, query])ᵀ · V.
-    gemm_f32(true, false, positions, channels, positions, scores.as<float>(), positions, v,
-             positions, attended.as<float>(), positions, tf32);
+    timed(profiling_ ? fmt::format("attention products + softmax at {}x{}", x.height, x.width)
+                     : std::string(),
+          [&] {
+            gemm_f32(false, true, positions, positions, channels, k, positions, q, positions,
+                     scores.as<float>(), positions, tf32);
+            softmax_rows_f32(scores.as<float>(), positions, positions, scale);
+            // out row-major [C, query] = column-major [query, C] = Sᵀ(col-major [key, query])ᵀ·V.
+            gemm_f32(true, false, positions, channels, positions, scores.as<float>(), positions, v,
+                     positions, attended.as<float>(), positions, tf32);
+          });
     flops_ += 4.0 * double(positions) * double(positions) * double(channels);
     run_conv(*proj_, attended.as<float>(), 1, x.height, x.width, y.data() + offset,
              x.data() + offset, nullptr);
@@ -297,9 +356,11 @@ WanVaeDecoderCuda::Frames WanVaeDecoderCuda::decode_chunk(const Frames& x, State
     for (const Resnet& r : block.resnets) h = resnet(r, h, state);
     if (block.upsampler) h = upsample(*block.upsampler, h, state);
   }
-  channel_rms_norm_f32(h.data(), norm_out_gamma_.as<float>(), /*silu=*/true, h.data(), h.frames,
-                       h.channels, h.positions());
-  return conv(*conv_out_, h, &state);
+  timed(norm_key(h), [&] {
+    channel_rms_norm_f32(h.data(), norm_out_gamma_.as<float>(), /*silu=*/true, h.data(), h.frames,
+                         h.channels, h.positions(), round_in_norms());
+  });
+  return conv(*conv_out_, h, &state, nullptr, round_in_norms());
 }
 
 Tensor WanVaeDecoderCuda::decode(const Tensor& z, const vae::DecodeProgress& progress) const {
@@ -318,33 +379,70 @@ Tensor WanVaeDecoderCuda::decode(const Tensor& z, const vae::DecodeProgress& pro
   const int total = int(batch * frames);
   flops_ = 0;
 
-  for (int64_t b = 0; b < batch; ++b) {
-    State state;
-    state.history.resize(size_t(history_slots_));
-    state.started.assign(size_t(started_slots_), false);
-    for (int64_t i = 0; i < frames; ++i) {
-      const Tensor frame = latents.select(0, b).select(1, i).contiguous();  // [z_dim, h, w]
-      Frames input(1, config.z_dim, height, width);
-      input.buffer.upload(frame.raw(), frame.nbytes());
-      const Frames x = conv(*post_quant_conv_, input, nullptr);
-      const Frames chunk = decode_chunk(x, state);  // [n, channels, out_h, out_w]
-      const int64_t first = i == 0 ? 0 : 1 + (i - 1) * temporal;
-      const int64_t expected = i == 0 ? 1 : temporal;
-      check(chunk.frames == expected && chunk.channels == channels && chunk.height == out_h &&
-                chunk.width == out_w,
-            "GPU VAE: latent frame {} decoded to [{}, {}, {}, {}], expected {} frames of {}x{}", i,
-            chunk.frames, chunk.channels, chunk.height, chunk.width, expected, out_h, out_w);
-      // Clamped and channel-major on the device, so each channel's frames are one copy.
-      DeviceBuffer staging(size_t(expected * channels * plane) * sizeof(float));
-      clamp_to_channel_major_f32(chunk.data(), staging.as<float>(), expected, channels, plane);
+  // Each chunk goes down through one of two pinned buffers; its copy into `video` (on the host)
+  // happens while the device decodes the next chunk.
+  const size_t chunk_floats = size_t(temporal * channels * plane);
+  struct Download {
+    PinnedBuffer host;
+    cudaEvent_t done = nullptr;
+    int64_t batch = -1, first = 0, count = 0;
+  };
+  Download downloads[2] = {{PinnedBuffer(chunk_floats)}, {PinnedBuffer(chunk_floats)}};
+  for (Download& d : downloads)
+    MMGEN_CUDA_CHECK(cudaEventCreateWithFlags(&d.done, cudaEventDisableTiming));
+  auto finish = [&](Download& d) {
+    if (d.batch < 0) return;
+    timed(profiling_ ? "copy into the video (host)" : "", [&] {
+      MMGEN_CUDA_CHECK(cudaEventSynchronize(d.done));
       for (int64_t c = 0; c < channels; ++c)
-        MMGEN_CUDA_CHECK(
-            cudaMemcpy(video.data<float>() + ((b * channels + c) * out_frames + first) * plane,
-                       staging.as<float>() + c * expected * plane,
-                       size_t(expected * plane) * sizeof(float), cudaMemcpyDeviceToHost));
-      if (progress) progress(int(b * frames + i + 1), total);
+        std::memcpy(video.data<float>() + ((d.batch * channels + c) * out_frames + d.first) * plane,
+                    d.host.data() + c * d.count * plane, size_t(d.count * plane) * sizeof(float));
+    });
+    d.batch = -1;
+  };
+
+  int64_t done_chunks = 0;
+  try {
+    for (int64_t b = 0; b < batch; ++b) {
+      State state;
+      state.history.resize(size_t(history_slots_));
+      state.started.assign(size_t(started_slots_), false);
+      for (int64_t i = 0; i < frames; ++i) {
+        const Tensor frame = latents.select(0, b).select(1, i).contiguous();  // [z_dim, h, w]
+        Frames input(1, config.z_dim, height, width);
+        input.buffer.upload(frame.raw(), frame.nbytes());
+        const Frames x = conv(*post_quant_conv_, input, nullptr);
+        const Frames chunk = decode_chunk(x, state);  // [n, channels, out_h, out_w]
+        const int64_t first = i == 0 ? 0 : 1 + (i - 1) * temporal;
+        const int64_t expected = i == 0 ? 1 : temporal;
+        check(chunk.frames == expected && chunk.channels == channels && chunk.height == out_h &&
+                  chunk.width == out_w,
+              "GPU VAE: latent frame {} decoded to [{}, {}, {}, {}], expected {} frames of {}x{}",
+              i, chunk.frames, chunk.channels, chunk.height, chunk.width, expected, out_h, out_w);
+        // Clamped and channel-major on the device, so each channel's frames are one block.
+        Download& d = downloads[done_chunks % 2];
+        finish(d);  // the chunk before last: its buffer is needed again
+        DeviceBuffer staging(size_t(expected * channels * plane) * sizeof(float));
+        timed(profiling_ ? "clamp + copy to pinned host memory" : "", [&] {
+          clamp_to_channel_major_f32(chunk.data(), staging.as<float>(), expected, channels, plane);
+          MMGEN_CUDA_CHECK(cudaMemcpyAsync(d.host.data(), staging.as<float>(),
+                                           size_t(expected * channels * plane) * sizeof(float),
+                                           cudaMemcpyDeviceToHost, nullptr));
+          MMGEN_CUDA_CHECK(cudaEventRecord(d.done, nullptr));
+        });
+        d.batch = b, d.first = first, d.count = expected;
+        finish(downloads[(done_chunks + 1) % 2]);  // the previous chunk, done by now or soon
+        ++done_chunks;
+        if (progress) progress(int(b * frames + i + 1), total);
+      }
     }
+    finish(downloads[0]);
+    finish(downloads[1]);
+  } catch (...) {
+    for (Download& d : downloads) cudaEventDestroy(d.done);
+    throw;
   }
+  for (Download& d : downloads) MMGEN_CUDA_CHECK(cudaEventDestroy(d.done));
   return video;
 }
 

@@ -13,6 +13,7 @@
 // products and a softmax kernel.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,9 +47,17 @@ class WanVaeDecoderCuda {
 
   VaePrecision precision() const { return precision_; }
   void set_precision(VaePrecision precision) { precision_ = precision; }
+  // TF32 only: the RMS norms round their outputs to TF32 so the convolutions reading them skip
+  // that rounding (on by default; the same bits either way — the switch is for benchmarks).
+  void set_round_in_norms(bool on) { round_in_norms_ = on; }
   size_t weight_bytes() const { return weight_bytes_; }
   // Floating-point operations of the convolutions and attention products of the last decode.
   double last_decode_flops() const { return flops_; }
+  // With profiling on, every pass is timed alone (the device synchronised around it, so decodes
+  // get slower) and its seconds are summed per kind and shape until the profile is cleared.
+  void set_profiling(bool on) { profiling_ = on; }
+  const std::map<std::string, double>& profile() const { return profile_; }
+  void clear_profile() { profile_.clear(); }
 
  private:
   struct Frames;
@@ -65,14 +74,21 @@ class WanVaeDecoderCuda {
   // Runs `conv` over `frames` input frames [frames, conv.in, h, w] into `output`
   // ([frames, conv.out, h', w']), adding `residual` when given; a causal convolution reads and
   // then updates its history in `state`.
+  // `rounded`: the input (and so the history) was rounded to TF32 by the norm before it.
   void run_conv(const Conv& conv, const float* input, int64_t frames, int64_t height, int64_t width,
-                float* output, const float* residual, State* state, bool upsample2x = false) const;
+                float* output, const float* residual, State* state, bool upsample2x = false,
+                bool rounded = false) const;
   Frames conv(const Conv& conv, const Frames& x, State* state, const float* residual = nullptr,
-              bool upsample2x = false) const;
+              bool rounded = false) const;
+  bool round_in_norms() const { return round_in_norms_ && precision_ == VaePrecision::TF32; }
   Frames resnet(const Resnet& block, const Frames& x, State& state) const;
   Frames attention(const Frames& x) const;
   Frames upsample(const Upsampler& block, const Frames& x, State& state) const;
   Frames decode_chunk(const Frames& x, State& state) const;
+  // Runs `pass`, timed under `key` when profiling.
+  template <class Pass>
+  void timed(const std::string& key, Pass&& pass) const;
+  std::string norm_key(const Frames& x) const;  // the profile's key of an RMS norm pass
 
   const vae::WanVaeDecoder& decoder_;
   VaePrecision precision_;
@@ -85,6 +101,9 @@ class WanVaeDecoderCuda {
   int64_t mid_dim_ = 0, out_dim_ = 0;
   size_t weight_bytes_ = 0;
   mutable double flops_ = 0;
+  bool profiling_ = false;
+  bool round_in_norms_ = true;
+  mutable std::map<std::string, double> profile_;
 };
 
 }  // namespace mmgen::cuda

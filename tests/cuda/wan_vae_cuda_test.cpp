@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include "core/cuda/device_memory.h"
@@ -59,6 +60,13 @@ void check_against_cpu(const std::string& name, const vae::WanVaeDecoder& cpu,
                                         "CPU decoder (max abs {:.2e})",
                                         name, shape_string(latents.shape()),
                                         shape_string(tf32.shape()), d.relative, d.max_abs));
+  // Rounding to TF32 in the norms instead of in the convolution kernel changes no bit.
+  gpu.set_round_in_norms(false);
+  const Tensor unrounded = gpu.decode(latents);
+  gpu.set_round_in_norms(true);
+  expect(unrounded.shape() == tf32.shape() &&
+             std::memcmp(unrounded.raw(), tf32.raw(), tf32.nbytes()) == 0,
+         name + ", TF32: rounding in the norms gives the same bits as rounding in the kernel");
   gpu.set_precision(cuda::VaePrecision::FP32);
   const Difference exact = compare(gpu.decode(latents), expected);
   expect(exact.relative < 5e-5, fmt::format("{}, FP32 (3xTF32): relative error {:.2e} < 5e-5 vs "
