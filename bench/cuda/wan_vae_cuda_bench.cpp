@@ -155,7 +155,8 @@ int main(int argc, char** argv) try {
     cuda::set_conv3d_variant(0);
     std::printf(
         "TF32 decode with the input rounding in the convolution kernel instead of the "
-        "norms: %.3f s; with 16-deep pipeline stages: %.3f s; with 128-thread blocks: "
+        "norms: %.3f s; 16-deep stages, 256 threads (the first kernel): %.3f s; 32-deep, 256 "
+        "threads: "
         "%.3f s\n",
         unrounded, variants[1], variants[2]);
   }

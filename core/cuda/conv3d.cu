@@ -1,9 +1,10 @@
 // The implicit-GEMM convolution kernel (see conv3d.h). One block computes a tile of
-// [block rows (output channels) × 256 pixels] of one output frame: C = W · P, where W is the packed
-// weight matrix and P the patch matrix (row k = (tap, input channel), column = pixel), which is
-// never stored: each stage of 16 rows is gathered from the frames into shared memory with
+// [block rows (output channels) × 128 or 256 pixels] of one output frame: C = W · P, where W is the
+// packed weight matrix and P the patch matrix (row k = (tap, input channel), column = pixel), which
+// is never stored: each stage of 32 rows is gathered from the frames into shared memory with
 // cp.async (zero-filled where a tap falls outside the frame or before the remembered frames), three
-// stages in flight. 8 warps (2 along the channels × 4 along the pixels) run mma.sync m16n8k8 TF32
+// stages in flight. 4 or 8 warps (2 along the channels × 2 or 4 along the pixels, 64 pixels each)
+// run mma.sync m16n8k8 TF32
 // with fp32 accumulators; the epilogue adds the bias and an optional residual.
 #include <cstdint>
 
@@ -330,26 +331,34 @@ void launch(const Params& p, int frames, int rows, cudaStream_t stream) {
   MMGEN_CUDA_CHECK_LAUNCH();
 }
 
-// 32-deep stages, three in flight: 10% faster than 16-deep on the Wan VAE's shapes, and a fourth
-// stage gained nothing (H100, conv3d_cuda_bench, 2026-11-24).
-using DefaultPipeline = Pipeline<32, 3>;
-// The benchmark's comparisons (TF32 only, 96- and 128-row blocks): 16-deep stages; blocks of
-// 128 threads and pixels, two per SM, so one computes while the other waits at its barrier.
-using ShallowPipeline = Pipeline<16, 3>;
-using HalfBlockPipeline = Pipeline<32, 3, 128>;
+// Measured on an H100 (conv3d_cuda_bench, 2026-11-24): 32-deep stages are 5-10% faster than
+// 16-deep and a fourth stage gained nothing; 128-thread blocks (two per SM, so one computes while
+// the other waits at its barrier) are 5-10% faster for 96-row blocks but slower for 128-row
+// blocks, whose shared memory leaves room for one block per SM only.
+using Wide = Pipeline<32, 3, 256>;
+using Half = Pipeline<32, 3, 128>;
+using Shallow = Pipeline<16, 3, 256>;  // the first version, kept for the benchmark
 
-template <int kMode, class P>
+template <int kMode, class P96, class P128>
 void dispatch(const Params& p, int block_rows, int frames, int rows, cudaStream_t stream) {
   switch (block_rows) {
     case 32:
-      return launch<1, kMode, DefaultPipeline>(p, frames, rows, stream);
+      return launch<1, kMode, Wide>(p, frames, rows, stream);
     case 64:
-      return launch<2, kMode, DefaultPipeline>(p, frames, rows, stream);
+      return launch<2, kMode, Wide>(p, frames, rows, stream);
     case 96:
-      return launch<3, kMode, P>(p, frames, rows, stream);
+      return launch<3, kMode, P96>(p, frames, rows, stream);
     default:
-      return launch<4, kMode, P>(p, frames, rows, stream);
+      return launch<4, kMode, P128>(p, frames, rows, stream);
   }
+}
+
+template <int kMode>
+void dispatch_variant(const Params& p, int variant, int block_rows, int frames, int rows,
+                      cudaStream_t stream) {
+  if (variant == 1) return dispatch<kMode, Shallow, Shallow>(p, block_rows, frames, rows, stream);
+  if (variant == 2) return dispatch<kMode, Wide, Wide>(p, block_rows, frames, rows, stream);
+  dispatch<kMode, Half, Wide>(p, block_rows, frames, rows, stream);
 }
 
 }  // namespace
@@ -382,12 +391,10 @@ void launch_conv3d(const Conv3dArgs& args, int block_rows, ConvPrecision precisi
   const int rows = int((args.out_channels + block_rows - 1) / block_rows * block_rows);
   const int frames = int(args.frames);
   if (precision == ConvPrecision::TF32x3)
-    return dispatch<2, DefaultPipeline>(p, block_rows, frames, rows, stream);
-  if (variant == 1) return dispatch<0, ShallowPipeline>(p, block_rows, frames, rows, stream);
-  if (variant == 2) return dispatch<0, HalfBlockPipeline>(p, block_rows, frames, rows, stream);
+    return dispatch<2, Wide, Wide>(p, block_rows, frames, rows, stream);
   if (args.input_tf32_rounded)
-    return dispatch<1, DefaultPipeline>(p, block_rows, frames, rows, stream);
-  dispatch<0, DefaultPipeline>(p, block_rows, frames, rows, stream);
+    return dispatch_variant<1>(p, variant, block_rows, frames, rows, stream);
+  dispatch_variant<0>(p, variant, block_rows, frames, rows, stream);
 }
 
 }  // namespace mmgen::cuda

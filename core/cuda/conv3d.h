@@ -62,8 +62,9 @@ struct Conv3dArgs {
 void conv3d_forward(const Conv3dArgs& args, ConvPrecision precision, cudaStream_t stream = nullptr);
 
 // For benchmarks: the TF32 kernel's pipeline for blocks of 96 and 128 rows, process-wide.
-// 0: 32-deep stages, 3 in flight, 256-thread blocks (the default); 1: 16-deep stages (the first
-// version); 2: 128-thread blocks (two per SM). All give the same bits (same products, same order).
+// 0 (the default): 32-deep stages, 3 in flight, blocks of 128 threads for 96-row blocks and of
+// 256 for 128-row ones; 1: 16-deep stages, 256 threads (the first version); 2: 32-deep stages,
+// 256 threads for both. All give the same bits (same products in the same order).
 void set_conv3d_variant(int variant);
 
 // Multiply-adds ×2 that conv3d_forward does for `args` (the FLOPs a caller reports).

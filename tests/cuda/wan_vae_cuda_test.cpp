@@ -2,8 +2,9 @@
 // on the same weights and latents, in both precisions: TF32 within the 3e-3 per-component
 // bound, FP32 (three-TF32 products) at float32 rounding level. Models: wan-tiny (8 channels: the
 // kernel's general gather path), a random-weight decoder with Wan2.1's structure at a third of its
-// width (16-aligned channels, batch 2, several pixel tiles), and an odd-sized one (20/40 channels,
-// 5x7 latents). Then the wan-tiny fixture latents against diffusers' decoded video
+// width (16-aligned channels, batch 2, several pixel tiles), one with 48/96-channel layers (the
+// kernel's 96-row blocks) and an odd-sized one (20/40 channels, 5x7 latents). Then the wan-tiny
+// fixture latents against diffusers' decoded video
 // ($MMGEN_FIXTURES or ../shared/fixtures; without it the test fails, saying so).
 #include "models/cuda/wan_vae_cuda.h"
 
@@ -95,6 +96,14 @@ int main() try {
   check_against_cpu("random base-32 decoder",
                     random_decoder(third, "mmgen_vae_cuda_test_32.safetensors"),
                     dit::random_tensor({2, 16, 3, 12, 20}, 0.0f, 1.5f, 6, DType::F32));
+
+  vae::WanVaeConfig wide;  // 96-channel blocks: the 128-thread kernel blocks, as the real VAE's
+  wide.base_dim = 48;
+  wide.dim_mult = {1, 2, 2, 2};
+  wide.num_res_blocks = 1;
+  check_against_cpu("random base-48 decoder",
+                    random_decoder(wide, "mmgen_vae_cuda_test_48.safetensors"),
+                    dit::random_tensor({1, 16, 2, 8, 10}, 0.0f, 1.5f, 8, DType::F32));
 
   vae::WanVaeConfig odd;  // channels 20/40: the general gather path on several tiles
   odd.base_dim = 20;
