@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <map>
 
 #include "attention/backend.h"
 #include "attention/backend_config.h"
@@ -372,9 +373,19 @@ std::function<Tensor(const Request&)> load_wan_pipeline(const ModelIndex& index,
   auto pipeline = std::make_shared<const WanPipeline>(index, plan);
   load.finish();
   // generate() is const and builds fresh attention state per run, so runs do not affect each
-  // other: each gives what a single run of its request gives.
-  return [pipeline](const Request& request) {
-    return pipeline->generate(wan_input_from_request(request, *pipeline)).frames;
+  // other: each gives what a single run of its request gives. A batch shares its negative prompt,
+  // so its embedding is computed once (on the CPU path; the encoder is deterministic, so the
+  // reused embedding is the one a fresh encode would give).
+  auto negatives = std::make_shared<std::map<std::pair<std::string, int64_t>, Tensor>>();
+  return [pipeline, negatives](const Request& request) {
+    WanGenerationInput input = wan_input_from_request(request, *pipeline);
+    if (!input.cuda && input.guidance_scale > 1.0 && !input.negative_prompt_embeds.defined()) {
+      Tensor& cached = (*negatives)[{input.negative_prompt, input.max_sequence_length}];
+      if (!cached.defined())
+        cached = pipeline->encode_prompt(input.negative_prompt, input.max_sequence_length);
+      input.negative_prompt_embeds = cached;
+    }
+    return pipeline->generate(input).frames;
   };
 }
 
