@@ -18,7 +18,7 @@ fi
 cmake --build build-cuda --target mmgen flash_attention_cuda_test flash_attention_cuda_bench \
   sparse_attention_cuda_test sparse_attention_cuda_bench wan_pipeline_sparse_cuda_test \
   mmgen_attention wan_transformer_cuda_test wan_transformer_cuda_bench wan_pipeline_cuda_test gemm_cuda_test \
-  wan_vae_cuda_test wan_vae_cuda_bench \
+  wan_vae_cuda_test wan_vae_cuda_bench conv3d_cuda_bench \
   paged_attention_cuda_test umt5_encoder_cuda_test paged_attention_cuda_bench 2>&1 |
   tee "$OUT/build.log" | grep -E "error|warning|spill|C7515" || true
 
@@ -66,7 +66,8 @@ build-cuda/bench/cuda/sparse_attention_cuda_bench --repeats 10 | tee "$OUT/spars
 
 echo "== Wan transformer benchmark (dense, STA, VSA)"
 build-cuda/bench/cuda/wan_transformer_cuda_bench --repeats 5 | tee "$OUT/wan_transformer_bench.txt"
-echo "== Wan VAE decoder benchmark (wan-tiny, and Wan2.1-sized 480x832x81 with random weights)"
+echo "== Wan VAE decoder: the convolution kernel alone, then wan-tiny and Wan2.1-sized 480x832x81 decodes"
+build-cuda/bench/cuda/conv3d_cuda_bench | tee "$OUT/conv3d_bench.txt" || status=1
 build-cuda/bench/cuda/wan_vae_cuda_bench --repeats 3 | tee "$OUT/wan_vae_bench.txt"
 echo "== mmgen generate --device cuda on the wan-tiny fixture (seed 42) against diffusers"
 build-cuda/mmgen generate --device cuda --model-path examples/models/wan-tiny \
