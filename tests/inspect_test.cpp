@@ -8,6 +8,7 @@
 #include <regex>
 #include <sstream>
 
+#include "core/safetensors.h"
 #include "core/system_memory.h"
 #include "pipeline/model_index.h"
 #include "pipeline/model_inventory.h"
@@ -65,8 +66,15 @@ uint64_t folder_bytes(const fs::path& folder) {
   return total;
 }
 
+// The reference fixture's model folder (../shared), else its copy in examples/models.
+fs::path fixture_model() {
+  const fs::path shared = testing::shared_dir() / "fixtures/wan-tiny/model";
+  return !testing::shared_dir().empty() && fs::exists(shared) ? shared : wan_tiny();
+}
+
 TEST(Inspect, InventoryMatchesTheSafetensorsHeadersAndTheFolders) {
-  const auto result = run_command(mmgen() + " inspect --json --model-path " + wan_tiny().string());
+  const fs::path model = fixture_model();
+  const auto result = run_command(mmgen() + " inspect --json --model-path " + model.string());
   ASSERT_EQ(result.exit_code, 0) << result.err;
   const json report = json::parse(result.out);
   EXPECT_EQ(report["pipeline"], "WanPipeline");
@@ -74,7 +82,7 @@ TEST(Inspect, InventoryMatchesTheSafetensorsHeadersAndTheFolders) {
   uint64_t all_bytes = 0;
   for (const char* name : {"text_encoder", "transformer", "vae"}) {
     SCOPED_TRACE(name);
-    const fs::path folder = wan_tiny() / name;
+    const fs::path folder = model / name;
     fs::path weights;
     for (const auto& entry : fs::directory_iterator(folder))
       if (entry.path().extension() == ".safetensors") weights = entry.path();
@@ -98,7 +106,7 @@ TEST(Inspect, InventoryMatchesTheSafetensorsHeadersAndTheFolders) {
   EXPECT_EQ(report["components"]["transformer"]["attention_backend"], "fa");
   EXPECT_EQ(report["components"]["tokenizer"]["parameters"], 0);
   EXPECT_EQ(report["components"]["tokenizer"]["on_disk_bytes"].get<uint64_t>(),
-            folder_bytes(wan_tiny() / "tokenizer"));
+            folder_bytes(model / "tokenizer"));
   EXPECT_TRUE(report["components"]["scheduler"]["attention_backend"].is_null());
   // The estimate's weights are the mapped tensors of the components that run.
   EXPECT_EQ(report["memory"]["weights_bytes"].get<uint64_t>(), all_bytes);
@@ -111,9 +119,8 @@ TEST(Inspect, InventoryMatchesTheSafetensorsHeadersAndTheFolders) {
                               report["memory"]["output_bytes"].get<uint64_t>()}));
 }
 
-TEST(Inspect, ShardedBf16FolderIsCountedFromItsIndex) {
-  // A bf16 model folder of the shapes model: its components are single files; the library
-  // counts what the loader maps. Compare with the headers for every component.
+TEST(Inspect, Bf16ComponentsMatchTheirHeaders) {
+  // The shapes model stores bf16: parameters and mapped bytes from the headers, float32 twice.
   const fs::path shapes = testing::source_dir() / "examples/models/wan-shapes";
   if (!fs::exists(shapes)) GTEST_SKIP() << shapes << " not found";
   const ModelInventory inventory = take_inventory(load_model_index(shapes));
@@ -126,7 +133,42 @@ TEST(Inspect, ShardedBf16FolderIsCountedFromItsIndex) {
     EXPECT_EQ(c->parameters, sums.parameters);
     EXPECT_EQ(c->dtype_parameters.at("bf16"), sums.dtypes.at("bf16"));
     EXPECT_EQ(c->tensor_bytes, sums.data_bytes);
+    EXPECT_EQ(c->float32_bytes(), 2 * c->tensor_bytes);
   }
+}
+
+TEST(Inspect, ShardedWeightsAreCountedFromTheIndex) {
+  // A component saved in two shards with an index, plus a stray file the index does not name
+  // (the loader ignores it, and so must the count).
+  const fs::path model = testing::scratch_dir("inspect-sharded") / "model";
+  fs::copy(wan_tiny(), model, fs::copy_options::recursive);
+  const fs::path folder = model / "transformer";
+  const fs::path single = folder / "diffusion_pytorch_model.safetensors";
+  const WeightStore store = WeightStore::open_file(single);
+  NamedTensors first, second;
+  nlohmann::json weight_map = nlohmann::json::object();
+  int i = 0;
+  for (const auto& name : store.names()) {
+    const bool in_first = i++ % 2 == 0;
+    (in_first ? first : second).emplace_back(name, store.get(name).clone());
+    weight_map[name] = in_first ? "part-00001.safetensors" : "part-00002.safetensors";
+  }
+  write_safetensors(folder / "part-00001.safetensors", first);
+  write_safetensors(folder / "part-00002.safetensors", second);
+  std::ofstream(folder / "diffusion_pytorch_model.safetensors.index.json")
+      << nlohmann::json({{"metadata", nlohmann::json::object()}, {"weight_map", weight_map}});
+  const HeaderSums whole = read_header(single);
+  fs::rename(single, folder / "unused.safetensors");
+  const ModelInventory inventory = take_inventory(load_model_index(model));
+  const ComponentInventory* c = inventory.find("transformer");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->weight_files.size(), 2u);
+  const HeaderSums a = read_header(folder / "part-00001.safetensors");
+  const HeaderSums b = read_header(folder / "part-00002.safetensors");
+  EXPECT_EQ(c->parameters, whole.parameters);
+  EXPECT_EQ(c->parameters, a.parameters + b.parameters);
+  EXPECT_EQ(c->tensors, whole.tensors);
+  EXPECT_EQ(c->tensor_bytes, a.data_bytes + b.data_bytes);
 }
 
 TEST(Inspect, HumanReportNamesEveryComponentAndTheVerdict) {
