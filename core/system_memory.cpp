@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 namespace mmgen {
 
@@ -36,13 +38,42 @@ std::optional<uint64_t> read_number_file(const std::string& path) {
   return uint64_t(value);
 }
 
-// The cgroup v2 folder of this process ("0::/some/path" in /proc/self/cgroup).
-std::optional<std::string> cgroup_folder() {
+// The value of `key` in a cgroup's memory.stat ("key 1234" lines, bytes).
+std::optional<uint64_t> stat_value(const std::string& file, const std::string& key) {
+  std::ifstream in(file);
+  std::string name;
+  uint64_t value = 0;
+  while (in >> name >> value)
+    if (name == key) return value;
+  return std::nullopt;
+}
+
+// A memory cgroup hierarchy: its root folder and the files that hold the limit, the usage and the
+// inactive page cache (cgroup v2, or v1's memory controller).
+struct CgroupLayout {
+  std::string root, limit, usage, inactive_cache;
+};
+
+// This process's folder in each hierarchy it belongs to (/proc/self/cgroup lines
+// "0::/path" for v2, "N:memory:/path" for v1).
+std::vector<std::pair<CgroupLayout, std::string>> cgroup_folders() {
+  std::vector<std::pair<CgroupLayout, std::string>> folders;
   std::ifstream in("/proc/self/cgroup");
   std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("0::", 0) == 0) return "/sys/fs/cgroup" + line.substr(3);
-  return std::nullopt;
+  while (std::getline(in, line)) {
+    const size_t first = line.find(':'), second = line.find(':', first + 1);
+    if (first == std::string::npos || second == std::string::npos) continue;
+    const std::string controllers = line.substr(first + 1, second - first - 1);
+    const std::string path = line.substr(second + 1);
+    if (line.rfind("0::", 0) == 0)
+      folders.push_back({{"/sys/fs/cgroup", "memory.max", "memory.current", "inactive_file"},
+                         "/sys/fs/cgroup" + path});
+    else if (controllers == "memory")
+      folders.push_back({{"/sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.usage_in_bytes",
+                          "total_inactive_file"},
+                         "/sys/fs/cgroup/memory" + path});
+  }
+  return folders;
 }
 
 }  // namespace
@@ -77,18 +108,23 @@ std::optional<AvailableMemory> available_memory() {
   std::optional<AvailableMemory> result;
   if (auto bytes = proc_kib("/proc/meminfo", "MemAvailable"))
     result = AvailableMemory{*bytes, "MemAvailable"};
-  // Walk up the cgroup tree: any ancestor's limit binds too.
-  if (auto folder = cgroup_folder()) {
-    for (std::string dir = *folder; dir.size() >= std::string("/sys/fs/cgroup").size();) {
-      auto limit = read_number_file(dir + "/memory.max");
-      auto usage = read_number_file(dir + "/memory.current");
-      if (limit && usage) {
-        const uint64_t left = *limit > *usage ? *limit - *usage : 0;
+  // Walk up each cgroup tree: any ancestor's limit binds too.
+  for (const auto& [layout, folder] : cgroup_folders()) {
+    for (std::string dir = folder; dir.size() >= layout.root.size();) {
+      const auto limit = read_number_file(dir + "/" + layout.limit);
+      const auto usage = read_number_file(dir + "/" + layout.usage);
+      // v1 reports "no limit" as a number near 2^63.
+      if (limit && usage && *limit < (uint64_t(1) << 62)) {
+        // The usage counts page cache, which the kernel reclaims before it kills anything:
+        // discount the inactive part, as container runtimes' "working set" does.
+        const uint64_t cache = stat_value(dir + "/memory.stat", layout.inactive_cache).value_or(0);
+        const uint64_t working = *usage > cache ? *usage - cache : 0;
+        const uint64_t left = *limit > working ? *limit - working : 0;
         if (!result || left < result->bytes)
           result = AvailableMemory{left, "the cgroup limit of " + dir};
       }
       const size_t slash = dir.find_last_of('/');
-      if (slash == std::string::npos || dir == "/sys/fs/cgroup") break;
+      if (slash == std::string::npos || dir == layout.root) break;
       dir.resize(slash);
     }
   }

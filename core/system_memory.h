@@ -15,10 +15,11 @@ struct AvailableMemory {
 };
 
 // The memory a new allocation can get without swapping: /proc/meminfo's MemAvailable, lowered to
-// the cgroup's limit minus its usage when the process runs in a memory-limited cgroup (containers,
-// CI runners), whose OOM killer would strike first. The environment variable
-// MMGEN_AVAILABLE_MEMORY (bytes, or a number with K/M/G/T) replaces the measurement, so tests and
-// users sharing a machine can pretend to have less. nullopt when nothing can be read.
+// the cgroup's limit minus its working set (usage less inactive page cache) when the process runs
+// in a memory-limited cgroup (containers, CI runners), whose OOM killer would strike first. The
+// environment variable MMGEN_AVAILABLE_MEMORY (bytes, or a number with K/M/G/T) replaces the
+// measurement, so tests and users sharing a machine can pretend to have less. nullopt when nothing
+// can be read.
 std::optional<AvailableMemory> available_memory();
 
 // Peak resident set size of this process so far (VmHWM), 0 when unknown.
