@@ -185,6 +185,15 @@ MemoryEstimate estimate_wan_memory(const Request& request, const ModelIndex& ind
   // The decoded video; after the decode it becomes frames (two copies while it is permuted) and
   // 8-bit pixels for the writer, hence at least twice the video while the decoder has finished.
   estimate.output = video;
+  if (request.device == "cuda") {
+    // The text encoder, the transformer and the VAE decoder run on the GPU: the host holds the
+    // mapped weights, the latents and the video coming back (GPU memory is not estimated yet).
+    uint64_t latent_elements = 1;
+    for (int64_t size : latent) latent_elements *= uint64_t(size);
+    estimate.text_encoding = 0;
+    estimate.denoising = 2 * latent_elements * kFloat;
+    estimate.decoding = 0;
+  }
   estimate.decoding = std::max(estimate.decoding, video + video / 4);
   for (uint64_t* stage : {&estimate.text_encoding, &estimate.denoising, &estimate.decoding})
     *stage = uint64_t(double(*stage) * kAllocatorSlack);

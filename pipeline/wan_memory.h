@@ -1,6 +1,7 @@
-// The memory estimate of WanPipeline on the CPU (see pipeline/memory_estimate.h): buffer sizes
-// follow what models/dit, models/text_encoders and models/vae allocate, from the component
-// configs and the safetensors headers only.
+// The host memory estimate of WanPipeline (see pipeline/memory_estimate.h): buffer sizes follow
+// what models/dit, models/text_encoders and models/vae allocate on the CPU, from the component
+// configs and the safetensors headers only. With --device cuda the stages run on the GPU and the
+// host keeps the mapped weights, the latents and the decoded video; GPU memory is not estimated.
 #pragma once
 
 #include "pipeline/memory_estimate.h"

@@ -12,6 +12,7 @@
 #include "core/system_memory.h"
 #include "pipeline/model_index.h"
 #include "pipeline/model_inventory.h"
+#include "pipeline/wan_memory.h"
 #include "tests/test_support.h"
 
 namespace mmgen {
@@ -285,6 +286,27 @@ TEST(Inspect, TheRefusalsSuggestionsFitAndTheRequestDoesNot) {
   const auto inspect = run_command(command("inspect --json", {}));
   ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
   EXPECT_EQ(json::parse(inspect.out)["memory_fits"], false);
+}
+
+TEST(Inspect, OnTheGpuTheHostKeepsWeightsLatentsAndTheVideo) {
+  const ModelIndex index = load_model_index(wan_tiny());
+  const ModelInventory inventory = take_inventory(index);
+  Request request;
+  request.height = 256;
+  request.width = 256;
+  request.num_frames = 9;
+  request.max_sequence_length = 16;
+  const MemoryEstimate cpu = estimate_wan_memory(request, index, inventory);
+  request.device = "cuda";
+  const MemoryEstimate gpu = estimate_wan_memory(request, index, inventory);
+  EXPECT_EQ(gpu.weights, cpu.weights);
+  EXPECT_EQ(gpu.output, cpu.output);
+  EXPECT_EQ(gpu.text_encoding, 0u);
+  // Latents [1, 16, 3, 32, 32] and the step's output, float32, with the allocator allowance.
+  EXPECT_EQ(gpu.denoising, uint64_t(2 * 16 * 3 * 32 * 32 * 4 * 1.75));
+  // The video coming back (9 x 3 x 256 x 256 float32) and its 8-bit copy.
+  EXPECT_EQ(gpu.decoding, uint64_t((cpu.output + cpu.output / 4) * 1.75));
+  EXPECT_LT(gpu.total(), cpu.total());
 }
 
 TEST(SystemMemory, ByteSizesParseAndPrint) {
