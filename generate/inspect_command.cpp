@@ -38,6 +38,13 @@ InspectArguments split_arguments(const std::vector<std::string>& arguments) {
       has_prompt = true;
     result.generate.push_back(argument);
   }
+  const auto given = [&](const char* flag) {
+    return std::any_of(arguments.begin(), arguments.end(), [&](const std::string& a) {
+      return a == flag || a.starts_with(std::string(flag) + "=");
+    });
+  };
+  check(given("--model-path") || given("--config"),
+        "inspect: no model; pass --model-path DIR (a folder with model_index.json)");
   // The prompt does not change the memory a request needs; inspect does not ask for one.
   if (!has_prompt) result.generate.insert(result.generate.end(), {"--prompt", ""});
   return result;
