@@ -248,8 +248,8 @@ void PagedBackendCudaBase::save_kv(const DeviceAttentionIo& io, const PagedLayer
         "GPU paged attention layer {}: a decoder layer needs a KV pool and one cache slot per new "
         "token",
         layer.layer_id);
-  PagedAttentionParams keys;
-  set_pool_keys(keys, layer);
+  PagedAttentionParams unused;
+  set_pool_keys(unused, layer);  // checks the layer against the pool
   const int64_t row = layer.num_kv_heads * layer.head_dim;
   store_kv(io.k, io.k_stride ? io.k_stride : row, io.v, io.v_stride ? io.v_stride : row,
            at(sections_.out_loc), batch.num_tokens, pool_->key_buffer(layer.layer_id),

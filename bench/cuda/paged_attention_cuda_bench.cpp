@@ -240,14 +240,22 @@ void encoder_case(int repeats) {
       Tensor embeddings = Tensor::empty({batch.num_tokens, config.d_model});
       for (int64_t i = 0; i < embeddings.numel(); ++i) embeddings.data<float>()[i] = normal(rng);
       encoder.encode(embeddings, batch);  // warm-up: cuBLASLt plans
-      std::vector<double> seconds;
+      std::vector<double> total, compute;
       for (int i = 0; i < repeats; ++i) {
-        double device = 0;
-        encoder.encode(embeddings, batch, &device);
-        seconds.push_back(device);
+        cuda::UMT5EncoderCuda::Timings timings;
+        encoder.encode(embeddings, batch, &timings);
+        total.push_back(timings.total_seconds);
+        compute.push_back(timings.compute_seconds);
       }
-      std::printf("  %-11s %-38s %4ld tokens: %7.2f ms (upload to result on the host)\n",
-                  backend.c_str(), label.c_str(), long(batch.num_tokens), median(seconds) * 1e3);
+      // GEMM FLOPs of the stack (2 per multiply-add), for the device rate.
+      const double d = double(config.d_model), inner = double(config.inner_dim()),
+                   ff = double(config.d_ff), layer_flops = 2 * d * (4 * inner + 3 * ff);
+      const double flops = double(batch.num_tokens) * layer_flops * double(config.num_layers);
+      std::printf(
+          "  %-11s %-38s %4ld tokens: %7.2f ms on the device (%.0f TFLOP/s in the "
+          "products), %7.2f ms with the host copies\n",
+          backend.c_str(), label.c_str(), long(batch.num_tokens), median(compute) * 1e3,
+          flops / median(compute) / 1e12, median(total) * 1e3);
     }
     std::printf("  weights on GPU: %.2f GiB\n", double(encoder.weight_bytes()) / double(1 << 30));
   }

@@ -161,7 +161,7 @@ UMT5EncoderCuda::~UMT5EncoderCuda() = default;
 
 Tensor UMT5EncoderCuda::encode(const Tensor& embeddings,
                                const attention::paged::ForwardBatch& batch,
-                               double* device_seconds) const {
+                               Timings* timings) const {
   const int64_t tokens = batch.num_tokens, d = config_.d_model, inner = config_.inner_dim(),
                 ff = config_.d_ff, heads = config_.num_heads;
   check(embeddings.dim() == 2 && embeddings.size(0) == tokens && embeddings.size(1) == d &&
@@ -191,6 +191,12 @@ Tensor UMT5EncoderCuda::encode(const Tensor& embeddings,
                           heads, span);
 
   backend_->init_forward_metadata(batch);
+  cudaEvent_t compute_start = nullptr, compute_end = nullptr;
+  if (timings) {
+    MMGEN_CUDA_CHECK(cudaEventCreate(&compute_start));
+    MMGEN_CUDA_CHECK(cudaEventCreate(&compute_end));
+    MMGEN_CUDA_CHECK(cudaEventRecord(compute_start));
+  }
   const int64_t wi_out = config_.gated ? 2 * ff : ff;
   const bool f32 = precision_ == EncoderPrecision::F32;
   const float eps = config_.layer_norm_epsilon;
@@ -253,12 +259,19 @@ Tensor UMT5EncoderCuda::encode(const Tensor& embeddings,
     add_gated_f32(x.as<float>(), projected.as<float>(), rows, d, nullptr);
   }
   t5_rms_norm_f32(x.as<float>(), projected.as<float>(), tokens, d, final_norm_.as<float>(), eps);
+  if (timings) MMGEN_CUDA_CHECK(cudaEventRecord(compute_end));
   Tensor out = Tensor::empty({tokens, d});
   MMGEN_CUDA_CHECK(cudaDeviceSynchronize());
   projected.download(out.data<float>(), out.nbytes());
-  if (device_seconds)
-    *device_seconds =
+  if (timings) {
+    float ms = 0;
+    MMGEN_CUDA_CHECK(cudaEventElapsedTime(&ms, compute_start, compute_end));
+    cudaEventDestroy(compute_start);
+    cudaEventDestroy(compute_end);
+    timings->compute_seconds = ms * 1e-3;
+    timings->total_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
   return out;
 }
 

@@ -46,10 +46,14 @@ class UMT5EncoderCuda {
   std::vector<Tensor> forward_unpadded(const std::vector<std::vector<int64_t>>& prompts) const;
 
   // The stack on embedded tokens: embeddings [tokens, d_model] float32 on the host, packed as the
-  // encoder-only `batch` describes. Returns [tokens, d_model] float32 on the host;
-  // `device_seconds` (may be null) gets the time from upload to result.
+  // encoder-only `batch` describes. Returns [tokens, d_model] float32 on the host; `timings` (may
+  // be null) gets where the time went.
+  struct Timings {
+    double total_seconds = 0;    // from the call to the result on the host
+    double compute_seconds = 0;  // the stack on the device (CUDA events), uploads excluded
+  };
   Tensor encode(const Tensor& embeddings, const attention::paged::ForwardBatch& batch,
-                double* device_seconds = nullptr) const;
+                Timings* timings = nullptr) const;
 
   const std::string& attention_backend() const { return backend_name_; }
   const text_encoders::T5Config& config() const { return config_; }
