@@ -739,14 +739,16 @@ const std::vector<KernelBuild>& compiled_kernels() {
       list.push_back(
           {.family = Family::Paged, .backend = name, .platform = P::Cpu, .dtypes = {"fp32"}});
 #ifdef MMGEN_HAVE_CUDA
-    // The paged backends with a CUDA implementation in attention/cuda/paged_* (bf16, sm90 build).
+    // The paged backends with a CUDA implementation in attention/cuda/paged_* (bf16; built for
+    // sm_90a only, as the DiT kernels below are, so sm 90 exactly).
     for (std::string_view name : cuda::paged::cuda_paged_backends())
       list.push_back({.family = Family::Paged,
                       .backend = name,
                       .platform = P::Cuda,
                       .dtypes = {"bf16"},
                       .head_sizes = cuda::paged::cuda_paged_head_sizes(),
-                      .min_sm = 90});
+                      .min_sm = 90,
+                      .max_sm = 90});
 #endif
     // The DiT backends with a CPU implementation in attention/backends/.
     for (std::string_view name : cpu_dit_backends())

@@ -6,7 +6,8 @@
 // kernel and the row kernel; encoder-only batches with a T5-style bias, padding and a window,
 // in bf16 and in the float32 mode (within 1e-5);
 // CUDA-graph decode replay against eager decode (the same bits) for full and padded buckets;
-// and the errors for what the GPU cannot run.
+// what the catalogue reports for this build on this GPU; and the errors for what the GPU cannot
+// run.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -17,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/catalogue.h"
 #include "attention/cuda/paged_backend_cuda.h"
 #include "attention/cuda/paged_graph_runner.h"
 #include "attention/paged/backends.h"
@@ -376,6 +378,25 @@ void graph_case(const std::string& backend, int64_t page_size, int64_t d) {
   }
 }
 
+// What the catalogue and the selector say about this build on this GPU: fa3 first for text
+// encoders, flashinfer too, at the head sizes the kernels take; CPU-only designs refused.
+void catalogue_case() {
+  namespace at = mmgen::attention;
+  const at::Machine& gpu = at::machine_for_device("cuda");
+  const std::string chosen = at::auto_backend(gpu, at::Family::Paged, "bf16", 64);
+  expect(chosen == "fa3", "the text encoders' auto choice on this GPU is fa3: " + chosen);
+  bool all = true;
+  for (const std::string name : {"fa3", "flashinfer"})
+    for (int head : {8, 64, 128, 256})
+      all = all && at::kernel_availability(gpu, at::Family::Paged, name, "bf16", head).ok;
+  expect(all, "fa3 and flashinfer run on this GPU at head sizes 8, 64, 128 and 256");
+  const at::Availability odd = at::kernel_availability(gpu, at::Family::Paged, "fa3", "bf16", 12);
+  const at::Availability triton =
+      at::kernel_availability(gpu, at::Family::Paged, "triton", "bf16", 64);
+  expect(!odd.ok && !triton.ok, "head size 12 and the triton design are refused on the GPU: " +
+                                    odd.reason + "; " + triton.reason);
+}
+
 void error_cases() {
   const std::string unknown = error_message([] { cp::make_paged_backend_cuda("triton", nullptr); });
   expect(
@@ -429,6 +450,7 @@ int main() try {
   for (const std::string backend : {"fa3", "flashinfer"})
     for (int64_t page : {1, 16}) graph_case(backend, page, 128);
   graph_case("fa3", 16, 64);
+  catalogue_case();
   error_cases();
   return finish("paged_attention_cuda_test");
 } catch (const std::exception& error) {
