@@ -48,6 +48,11 @@ if [ "${MMGEN_GPU_SANITIZE:-0}" = 1 ]; then
   compute-sanitizer --tool memcheck --error-exitcode 9 build-cuda/tests/cuda/wan_transformer_cuda_test \
     > "$OUT/sanitize_transformer.log" 2>&1 || status=1
   echo "compute-sanitizer memcheck (transformer): $(grep SUMMARY "$OUT/sanitize_transformer.log")"
+  for test in paged_attention_cuda_test umt5_encoder_cuda_test; do
+    compute-sanitizer --tool memcheck --error-exitcode 9 "build-cuda/tests/cuda/$test" \
+      > "$OUT/sanitize_$test.log" 2>&1 || status=1
+    echo "compute-sanitizer memcheck ($test): $(grep SUMMARY "$OUT/sanitize_$test.log")"
+  done
 fi
 
 echo "== attention benchmark"
