@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the CUDA code and runs the GPU tests and benchmarks in one go, on a machine with an
 # NVIDIA Hopper GPU, nvcc, cmake, ninja and python3 with torch (for the yardsticks). No OpenCV
-# needed. Results and logs go to $OUT (default out/gpu). The fixture checks read
+# needed (MMGEN_GPU_BENCH=0 skips the benchmarks). Results and logs go to $OUT (default out/gpu). The fixture checks read
 # ../shared/fixtures, or .gpu-fixtures/ where ../shared does not travel (copy
 # ../shared/fixtures/wan-tiny/reference into .gpu-fixtures/wan-tiny/reference and carry it).
 set -euo pipefail
@@ -55,6 +55,8 @@ if [ "${MMGEN_GPU_SANITIZE:-0}" = 1 ]; then
   done
 fi
 
+# MMGEN_GPU_BENCH=0: tests and the fixture check only (a few minutes instead of ten).
+if [ "${MMGEN_GPU_BENCH:-1}" = 1 ]; then
 echo "== attention benchmark"
 dump="$(mktemp -d)"
 build-cuda/bench/cuda/flash_attention_cuda_bench --dump "$dump" | tee "$OUT/attention_bench.txt"
@@ -74,6 +76,7 @@ build-cuda/bench/cuda/wan_transformer_cuda_bench --repeats 5 | tee "$OUT/wan_tra
 echo "== Wan VAE decoder: the convolution kernel alone, then wan-tiny and Wan2.1-sized 480x832x81 decodes"
 build-cuda/bench/cuda/conv3d_cuda_bench | tee "$OUT/conv3d_bench.txt" || status=1
 build-cuda/bench/cuda/wan_vae_cuda_bench --repeats 3 | tee "$OUT/wan_vae_bench.txt"
+fi
 echo "== mmgen generate --device cuda on the wan-tiny fixture (seed 42) against diffusers"
 build-cuda/mmgen generate --device cuda --model-path examples/models/wan-tiny \
   --prompt "a red fox running through snow" --negative-prompt "blurry, low quality, static" \
