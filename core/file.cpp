@@ -11,6 +11,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "core/interrupt.h"
 
 namespace mmgen {
 namespace {
@@ -77,16 +78,20 @@ void write_atomically(const fs::path& path, const std::function<void(const fs::p
   // Keep the extension last: OpenCV picks the encoder from it.
   temporary.replace_filename("." + path.stem().string() + ".partial-" + std::to_string(random()) +
                              path.extension().string());
+  // A second Ctrl-C while writing deletes the temporary (core/interrupt.h).
+  set_partial_output(temporary.string());
   try {
     write(temporary);
     std::error_code error;
     fs::rename(temporary, path, error);
     check(!error, "cannot move the finished output to {}: {}", path.string(), error.message());
   } catch (...) {
+    set_partial_output("");
     std::error_code ignored;
     fs::remove(temporary, ignored);
     throw;
   }
+  set_partial_output("");
 }
 
 }  // namespace mmgen

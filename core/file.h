@@ -8,17 +8,12 @@
 #include <memory>
 #include <string>
 
+#include "core/limits.h"
 #include "core/tensor.h"
 
 namespace mmgen {
 
 namespace fs = std::filesystem;
-
-// Limits on what we read from untrusted files, in one place.
-struct Limits {
-  static constexpr size_t kMaxTextFile = 256ull << 20;           // JSON / YAML / tokenizer files
-  static constexpr size_t kMaxSafetensorsHeader = 100ull << 20;  // as the safetensors crate
-};
 
 // Reads a regular file of at most `max_bytes`. Errors name the file and the problem.
 std::string read_text_file(const fs::path& path, size_t max_bytes = Limits::kMaxTextFile);

@@ -97,7 +97,7 @@ void write_npy(const fs::path& path, const Tensor& tensor) {
   header.push_back('\n');
   write_atomically(path, [&](const fs::path& temporary) {
     std::ofstream out(temporary, std::ios::binary);
-    check(bool(out), "cannot write {}", temporary.string());
+    check(bool(out), "cannot write {}; check that the folder is writable", path.string());
     out.write("\x93NUMPY\x01\x00", 8);
     const uint16_t length = uint16_t(header.size());
     const char length_bytes[2] = {char(length & 0xff), char(length >> 8)};

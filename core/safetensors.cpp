@@ -256,7 +256,7 @@ void write_safetensors(const fs::path& path, const NamedTensors& tensors,
   text.append((8 - text.size() % 8) % 8, ' ');  // keep the data section 8-byte aligned
   write_atomically(path, [&](const fs::path& temporary) {
     std::ofstream out(temporary, std::ios::binary);
-    check(bool(out), "cannot write {}", temporary.string());
+    check(bool(out), "cannot write {}; check that the folder is writable", path.string());
     uint64_t length = text.size();
     char length_bytes[8];
     for (int i = 0; i < 8; ++i) length_bytes[i] = char((length >> (8 * i)) & 0xff);

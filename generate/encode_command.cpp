@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <iostream>
 #include <map>
 #include <set>
@@ -11,6 +12,8 @@
 
 #include "attention/catalogue.h"
 #include "core/error.h"
+#include "core/interrupt.h"
+#include "core/limits.h"
 #include "core/safetensors.h"
 #include "generate/options.h"
 #include "generate/prompt_file.h"
@@ -30,8 +33,6 @@ namespace {
 
 // Z-Image's `_encode_prompt` default; the registry has no Z-Image defaults file yet.
 constexpr int64_t kZImageMaxSequenceLength = 512;
-// Prompts longer than this are cut anyway; larger values are certainly typos.
-constexpr int64_t kMaxSequenceLengthLimit = 1 << 16;
 
 const std::vector<std::string>& flag_names() {
   static const std::vector<std::string> names = {
@@ -213,7 +214,7 @@ EncodeOptions parse_encode_arguments(const std::vector<std::string>& arguments) 
     else if (flag == "page-size")
       options.page_size = parse_positive(flag, value, 4096);
     else if (flag == "max-sequence-length")
-      options.max_sequence_length = parse_positive(flag, value, kMaxSequenceLengthLimit);
+      options.max_sequence_length = parse_positive(flag, value, Limits::kMaxSequenceLength);
     else if (flag == "out")
       options.out = value;
     else if (!dotted_component.empty())
@@ -283,7 +284,14 @@ int run_encode(const std::vector<std::string>& arguments) {
       return 0;
     }
   const EncodeOptions options = parse_encode_arguments(arguments);
+  // Ctrl-C / SIGTERM: the encode finishes its batch, then nothing is written (core/interrupt.h).
+  install_stop_handlers();
   const EncodeResult result = encode_prompts(options);
+  if (const int signal_number = stop_signal()) {
+    std::fprintf(stderr, "mmgen: stopped by %s before writing; nothing was written\n",
+                 signal_description(signal_number).c_str());
+    return 128 + signal_number;
+  }
   NamedTensors tensors;
   for (size_t i = 0; i < result.embeddings.size(); ++i)
     tensors.emplace_back(fmt::format("prompt_embeds.{}", i), result.embeddings[i]);

@@ -4,12 +4,14 @@
 #include <omp.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <new>
 
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "core/system_memory.h"
 #include "generate/memory_check.h"
 #include "generate/options.h"
@@ -136,17 +138,20 @@ void apply_runtime_settings(const Request& request) {
 #endif
 }
 
-// Runs one request on the loaded pipeline and writes its output to `path`.
+// Runs one request on the loaded pipeline and writes its output to `path`; the files written are
+// added to `kept`.
 void generate_one(const PipelineRunner& run, const ResolvedGenerate& resolved,
-                  const Request& request, const fs::path& path) {
+                  const Request& request, const fs::path& path, std::vector<fs::path>& kept) {
   const Tensor frames = run(request);
   // The file may have appeared while this request ran (another mmgen writing the same name).
   check(request.overwrite || !fs::exists(path),
         "{} appeared while generating; pass --overwrite to replace it", path.string());
   Progress write("write", 1);
   for (const auto& written : write_frames(frames, request.output_format, path,
-                                          output_settings(resolved, request), request.fps))
+                                          output_settings(resolved, request), request.fps)) {
     spdlog::info("wrote {}", written.string());
+    kept.push_back(written);
+  }
   write.finish();
 }
 
@@ -155,17 +160,41 @@ std::string short_prompt(const std::string& prompt) {
   return prompt.size() <= 60 ? prompt : prompt.substr(0, 57) + "...";
 }
 
+// Prompts of a batch whose embeddings are encoded together, ahead of their runs: one pass of the
+// text encoder instead of one per prompt, with the embeddings of this many prompts held at once
+// (8 MiB each for Wan2.1's 512 x 4096).
+constexpr size_t kEncodeAhead = 32;
+
+// Encodes prompts [first, first + kEncodeAhead) of the batch in one pass. When that fails (a
+// prompt the tokenizer refuses), each prompt is encoded by its own run instead, so the failure is
+// reported for that prompt alone.
+void encode_chunk_ahead(const PipelineRunner& run, const ResolvedGenerate& resolved, size_t first) {
+  if (!run.encode_ahead) return;
+  std::vector<Request> chunk;
+  for (size_t i = first; i < std::min(first + kEncodeAhead, resolved.batch_prompts.size()); ++i)
+    chunk.push_back(batch_request(resolved, i));
+  try {
+    run.encode_ahead(chunk);
+  } catch (const Error& e) {
+    spdlog::warn("encode: the batch could not be encoded together ({}); encoding prompt by prompt",
+                 e.what());
+  }
+}
+
 // Every prompt of the file through the pipeline loaded once; a failure is reported on one line
 // and the batch goes on. Returns the number of failed prompts.
-size_t generate_batch(const PipelineRunner& run, const ResolvedGenerate& resolved) {
+size_t generate_batch(const PipelineRunner& run, const ResolvedGenerate& resolved,
+                      std::vector<fs::path>& kept) {
   const size_t count = resolved.batch_prompts.size();
   size_t failed = 0;
   for (size_t i = 0; i < count; ++i) {
+    stop_if_requested();
+    if (i % kEncodeAhead == 0) encode_chunk_ahead(run, resolved, i);
     const Request request = batch_request(resolved, i);
     spdlog::info("prompt {} of {}: {}", i + 1, count, request.prompt);
     std::string problem;
     try {
-      generate_one(run, resolved, request, output_file_path(request, i));
+      generate_one(run, resolved, request, output_file_path(request, i), kept);
     } catch (const Error& e) {
       problem = e.what();
     } catch (const std::bad_alloc&) {
@@ -206,6 +235,20 @@ void check_memory(const ResolvedGenerate& resolved) {
   fail("generate: {}", memory_refusal(memory, request));
 }
 
+// The one line printed when a signal stopped the run: what was kept, and that nothing partial is.
+std::string interruption_message(const Interrupted& stop, const std::vector<fs::path>& kept) {
+  std::string text =
+      fmt::format("stopped by {} at a step boundary; ", signal_description(stop.signal_number));
+  if (kept.empty()) return text + "nothing was written (no partial output is left)";
+  constexpr size_t kListed = 4;
+  std::string names;
+  for (size_t i = 0; i < kept.size() && i < kListed; ++i)
+    names += (i ? ", " : "") + kept[i].string();
+  if (kept.size() > kListed) names += fmt::format(" and {} more", kept.size() - kListed);
+  return text + fmt::format("kept {} finished file(s): {} (no partial output is left)", kept.size(),
+                            names);
+}
+
 int run_resolved(const ResolvedGenerate& resolved) {
   const auto start = std::chrono::steady_clock::now();
   const Request& request = resolved.request;
@@ -223,22 +266,31 @@ int run_resolved(const ResolvedGenerate& resolved) {
                  resolved.defaults_variant);
   if (resolved.flow_shift) spdlog::info("scheduler: {}", resolved.flow_shift->explanation);
   attention::log_attention_plan(resolved.attention);
-  // The components are loaded once; every prompt of a batch runs on them.
-  const PipelineRunner run = resolved.spec->load(resolved.index, resolved.attention);
-  const auto summary = [&](size_t outputs) {
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    spdlog::info("done: {} output(s) in {:.2f} s, peak memory {}", outputs, seconds,
-                 format_bytes(peak_resident_bytes()));
-  };
-  if (resolved.batch_prompts.empty()) {
-    generate_one(run, resolved, request, path);
-    summary(1);
-    return 0;
+  // From here a Ctrl-C or SIGTERM stops at the next step boundary (core/interrupt.h).
+  install_stop_handlers();
+  std::vector<fs::path> kept;
+  try {
+    // The components are loaded once; every prompt of a batch runs on them.
+    const PipelineRunner run = resolved.spec->load(resolved.index, resolved.attention);
+    const auto summary = [&](size_t outputs) {
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      spdlog::info("done: {} output(s) in {:.2f} s, peak memory {}", outputs, seconds,
+                   format_bytes(peak_resident_bytes()));
+    };
+    if (resolved.batch_prompts.empty()) {
+      stop_if_requested();
+      generate_one(run, resolved, request, path, kept);
+      summary(1);
+      return 0;
+    }
+    const size_t failed = generate_batch(run, resolved, kept);
+    summary(resolved.batch_prompts.size() - failed);
+    return failed == 0 ? 0 : 1;
+  } catch (const Interrupted& stop) {
+    std::fprintf(stderr, "mmgen: %s\n", interruption_message(stop, kept).c_str());
+    return 128 + stop.signal_number;
   }
-  const size_t failed = generate_batch(run, resolved);
-  summary(resolved.batch_prompts.size() - failed);
-  return failed == 0 ? 0 : 1;
 }
 
 }  // namespace

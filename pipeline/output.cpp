@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/file.h"
 #include "core/npy.h"
+#include "pipeline/mp4_check.h"
 
 namespace mmgen {
 
@@ -162,11 +163,19 @@ std::vector<fs::path> write_frames(const Tensor& frames, const std::string& form
   fs::create_directories(path.parent_path().empty() ? fs::path(".") : path.parent_path(), error);
   check(!error, "cannot create output folder {}: {}", path.parent_path().string(), error.message());
   const std::string text = settings.dump();
+  // The output and its settings are one result: when the sidecar cannot be written (a full
+  // disk), the output written just before is removed too and the error goes on.
   auto write_sidecar = [&] {
     fs::path sidecar = path;
     sidecar += ".json";
     const std::string pretty = settings.dump(2) + "\n";
-    write_bytes(sidecar, std::vector<uint8_t>(pretty.begin(), pretty.end()));
+    try {
+      write_bytes(sidecar, std::vector<uint8_t>(pretty.begin(), pretty.end()));
+    } catch (...) {
+      std::error_code ignored;
+      fs::remove(path, ignored);
+      throw;
+    }
     return sidecar;
   };
 
@@ -179,6 +188,9 @@ std::vector<fs::path> write_frames(const Tensor& frames, const std::string& form
     const std::vector<uint8_t> rgb = frames_to_u8(frames, /*round=*/false);
     write_atomically(path, [&](const fs::path& temporary) {
       write_mp4(rgb, count, height, width, fps, temporary);
+      // A video cut short is never renamed into place (the writer reports no errors itself).
+      check(mp4_is_complete(temporary), "writing {} failed (disk full?): the video is incomplete",
+            path.string());
     });
     return {path, write_sidecar()};
   }

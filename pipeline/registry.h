@@ -15,10 +15,16 @@
 
 namespace mmgen {
 
-// A pipeline whose components are loaded: runs one request at a time (the prompt and anything
-// else may change between calls; the attention plan it was loaded with stays); returns frames
-// [F, H, W, 3] in [0, 1].
-using PipelineRunner = std::function<Tensor(const Request&)>;
+// A pipeline whose components are loaded.
+struct PipelineRunner {
+  // Runs one request at a time (the prompt and anything else may change between calls; the
+  // attention plan it was loaded with stays); returns frames [F, H, W, 3] in [0, 1].
+  std::function<Tensor(const Request&)> run;
+  // Optional: encodes the prompts of several requests in one pass of the text encoder, ahead of
+  // their run() calls, which then take the stored embeddings (a batch from a prompt file).
+  std::function<void(const std::vector<Request>&)> encode_ahead;
+  Tensor operator()(const Request& request) const { return run(request); }
+};
 
 struct PipelineSpec {
   std::string class_name;

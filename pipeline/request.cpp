@@ -1,6 +1,9 @@
 #include "pipeline/request.h"
 
+#include <cmath>
+
 #include "core/error.h"
+#include "core/limits.h"
 
 namespace mmgen {
 
@@ -64,21 +67,43 @@ Request request_from_settings(const json& settings) {
   const std::string format = text("output-format");
   r.output_format = !format.empty() ? format : (r.num_frames == 1 ? "png" : "mp4");
 
-  check(r.height > 0 && r.width > 0, "--height and --width must be positive (got {}x{})", r.height,
+  // Every number is bounded before any work (core/limits.h), so no size computed from them can
+  // overflow; whether the request fits this machine is the memory estimate's job.
+  check(r.height > 0 && r.width > 0 && r.height <= Limits::kMaxImageSide &&
+            r.width <= Limits::kMaxImageSide,
+        "--height and --width must be from 1 to {} (got {}x{})", Limits::kMaxImageSide, r.height,
         r.width);
-  check(r.num_frames > 0, "--num-frames must be at least 1 (got {})", r.num_frames);
-  check(r.num_inference_steps > 0, "--num-inference-steps must be at least 1 (got {})",
+  check(r.num_frames > 0 && r.num_frames <= Limits::kMaxFrames,
+        "--num-frames must be from 1 to {} (got {})", Limits::kMaxFrames, r.num_frames);
+  check(r.num_inference_steps > 0 && r.num_inference_steps <= Limits::kMaxInferenceSteps,
+        "--num-inference-steps must be from 1 to {} (got {})", Limits::kMaxInferenceSteps,
         r.num_inference_steps);
-  check(r.max_sequence_length > 0, "--max-sequence-length must be at least 1 (got {})",
+  check(r.max_sequence_length > 0 && r.max_sequence_length <= Limits::kMaxSequenceLength,
+        "--max-sequence-length must be from 1 to {} (got {})", Limits::kMaxSequenceLength,
         r.max_sequence_length);
-  check(r.fps > 0, "--fps must be positive (got {})", r.fps);
-  check(r.threads >= 0, "--threads must be 0 (all cores) or more (got {})", r.threads);
+  for (const auto& [flag, text] :
+       {std::pair{"--prompt", &r.prompt}, std::pair{"--negative-prompt", &r.negative_prompt}})
+    check(text->size() <= Limits::kMaxPromptBytes,
+          "{} is {} bytes long; at most {} are taken (the text encoder keeps only "
+          "--max-sequence-length tokens)",
+          flag, text->size(), Limits::kMaxPromptBytes);
+  // Written as "in range" so that NaN, which compares false, is refused too.
+  check(r.guidance_scale >= 0 && r.guidance_scale <= Limits::kMaxGuidanceScale,
+        "--guidance-scale must be from 0 to {} (got {})", Limits::kMaxGuidanceScale,
+        r.guidance_scale);
+  check(r.fps > 0 && r.fps <= Limits::kMaxFps, "--fps must be above 0 and at most {} (got {})",
+        Limits::kMaxFps, r.fps);
+  check(r.threads >= 0 && r.threads <= Limits::kMaxThreads,
+        "--threads must be 0 (all cores) to {} (got {})", Limits::kMaxThreads, r.threads);
   if (r.vae_tiling)
-    check(r.vae_tile_size > 0 && r.vae_tile_overlap >= 0 && r.vae_tile_overlap < r.vae_tile_size,
-          "--vae-tile-overlap {} must be from 0 to less than --vae-tile-size {}",
-          r.vae_tile_overlap, r.vae_tile_size);
+    check(r.vae_tile_size > 0 && r.vae_tile_size <= Limits::kMaxImageSide &&
+              r.vae_tile_overlap >= 0 && r.vae_tile_overlap < r.vae_tile_size,
+          "--vae-tile-size {} must be from 1 to {} and --vae-tile-overlap {} from 0 to less than "
+          "the tile size",
+          r.vae_tile_size, Limits::kMaxImageSide, r.vae_tile_overlap);
   if (r.flow_shift)
-    check(*r.flow_shift > 0, "--flow-shift must be positive (got {})", *r.flow_shift);
+    check(*r.flow_shift > 0 && std::isfinite(*r.flow_shift),
+          "--flow-shift must be a positive number (got {})", *r.flow_shift);
   const bool still_image =
       r.output_format == "png" || r.output_format == "jpg" || r.output_format == "webp";
   check(!still_image || r.num_frames == 1,

@@ -9,11 +9,13 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 
 #include "attention/backend.h"
 #include "attention/backend_config.h"
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "core/npy.h"
 #include "core/random.h"
 #include "core/safetensors.h"
@@ -146,6 +148,26 @@ Tensor WanPipeline::encode_prompt(const std::string& prompt, int64_t max_length,
       "--device cuda: this build has no CUDA support; rebuild with -DMMGEN_CUDA=ON or use "
       "--device cpu");
 #endif
+}
+
+std::vector<Tensor> WanPipeline::encode_prompts(const std::vector<std::string>& prompts,
+                                                int64_t max_length) const {
+  if (prompts.empty()) return {};
+  const int64_t count = int64_t(prompts.size());
+  std::vector<int64_t> ids, mask;
+  for (const std::string& prompt : prompts) {
+    const tokenizers::Encoding encoding =
+        tokenizer_->encode_padded(tokenizers::clean_prompt(prompt), size_t(max_length));
+    ids.insert(ids.end(), encoding.ids.begin(), encoding.ids.end());
+    mask.insert(mask.end(), encoding.attention_mask.begin(), encoding.attention_mask.end());
+  }
+  const int64_t length = int64_t(ids.size()) / count;
+  const Tensor embeds = text_encoders::encode_wan_prompt_embeddings(
+      *text_encoder_, Tensor::from_vector({count, length}, ids),
+      Tensor::from_vector({count, length}, mask));
+  std::vector<Tensor> out;
+  for (int64_t i = 0; i < count; ++i) out.push_back(embeds.slice(0, i, i + 1).contiguous());
+  return out;
 }
 
 Shape WanPipeline::latent_shape(int64_t height, int64_t width, int64_t num_frames) const {
@@ -284,6 +306,7 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
   const int steps = scheduler->num_inference_steps();
   Progress denoise("denoise", steps, "step");
   for (int i = 0; i < steps; ++i) {
+    stop_if_requested();  // Ctrl-C / SIGTERM: the step boundary is where a run stops
     Tensor prediction = predict(prompt_embeds, i, steps, 0);
     if (guided) {
       const Tensor unconditional = predict(negative_embeds, i, steps, 1);
@@ -301,7 +324,10 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
 
   Progress decode("decode", int(shape[2]), "latent frame");
   const Tensor z = vae_->denormalize(latents);
-  auto report = [&](int done, int total) { decode.update(done, total); };
+  auto report = [&](int done, int total) {
+    decode.update(done, total);
+    stop_if_requested();  // between latent frames (or tiles) of the decode
+  };
 #ifdef MMGEN_HAVE_CUDA
   if (input.cuda && input.vae_tiles)
     spdlog::warn("--vae-tiling: the GPU decoder does not tile yet; decoding the whole frame");
@@ -367,18 +393,26 @@ WanGenerationInput wan_input_from_request(const Request& request, const WanPipel
   return input;
 }
 
-std::function<Tensor(const Request&)> load_wan_pipeline(const ModelIndex& index,
-                                                        const attention::AttentionPlan& plan) {
+PipelineRunner load_wan_pipeline(const ModelIndex& index, const attention::AttentionPlan& plan) {
   Progress load("load", 1);
   auto pipeline = std::make_shared<const WanPipeline>(index, plan);
   load.finish();
   // generate() is const and builds fresh attention state per run, so runs do not affect each
-  // other: each gives what a single run of its request gives. A batch shares its negative prompt,
-  // so its embedding is computed once (on the CPU path; the encoder is deterministic, so the
-  // reused embedding is the one a fresh encode would give).
-  auto negatives = std::make_shared<std::map<std::pair<std::string, int64_t>, Tensor>>();
-  return [pipeline, negatives](const Request& request) {
+  // other. Embeddings encoded ahead (a batch's prompts, in one pass) wait here for their run;
+  // a batch's shared negative prompt is encoded once and kept (the CPU path).
+  using Key = std::pair<std::string, int64_t>;  // prompt, max_sequence_length
+  auto ahead = std::make_shared<std::map<Key, Tensor>>();
+  auto negatives = std::make_shared<std::map<Key, Tensor>>();
+  PipelineRunner runner;
+  runner.run = [pipeline, ahead, negatives](const Request& request) {
     WanGenerationInput input = wan_input_from_request(request, *pipeline);
+    if (!input.cuda && !input.prompt_embeds.defined()) {
+      auto found = ahead->find({input.prompt, input.max_sequence_length});
+      if (found != ahead->end()) {
+        input.prompt_embeds = found->second;
+        ahead->erase(found);  // each is used once; the memory goes back
+      }
+    }
     if (!input.cuda && input.guidance_scale > 1.0 && !input.negative_prompt_embeds.defined()) {
       Tensor& cached = (*negatives)[{input.negative_prompt, input.max_sequence_length}];
       if (!cached.defined())
@@ -387,6 +421,21 @@ std::function<Tensor(const Request&)> load_wan_pipeline(const ModelIndex& index,
     }
     return pipeline->generate(input).frames;
   };
+  runner.encode_ahead = [pipeline, ahead](const std::vector<Request>& requests) {
+    std::map<int64_t, std::vector<std::string>> by_length;  // one forward per max length
+    for (const Request& request : requests)
+      if (request.device != "cuda" && !request.prompt_embeds)
+        by_length[request.max_sequence_length].push_back(request.prompt);
+    for (const auto& [length, prompts] : by_length) {
+      const auto start = std::chrono::steady_clock::now();
+      const std::vector<Tensor> embeds = pipeline->encode_prompts(prompts, length);
+      for (size_t i = 0; i < prompts.size(); ++i) (*ahead)[{prompts[i], length}] = embeds[i];
+      spdlog::info("encode: {} prompt(s) in one batch of the text encoder, {:.2f} s",
+                   prompts.size(),
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+  };
+  return runner;
 }
 
 Tensor run_wan_pipeline(const Request& request, const ModelIndex& index,

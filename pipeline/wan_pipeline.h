@@ -18,6 +18,7 @@
 #include "models/vae/tiled_decode.h"
 #include "models/vae/wan_vae_decoder.h"
 #include "pipeline/model_index.h"
+#include "pipeline/registry.h"
 #include "pipeline/request.h"
 
 namespace mmgen::cuda {
@@ -62,6 +63,10 @@ class WanPipeline {
   // mask, zero-filled after the real tokens. [1, max_length, text_dim]. `cuda`: on the GPU (the
   // text encoder's copy made by the first --device cuda run, or made here).
   Tensor encode_prompt(const std::string& prompt, int64_t max_length, bool cuda = false) const;
+  // encode_prompt for several prompts in one forward of the text encoder (CPU): the [n,
+  // max_length] batch diffusers encodes when given a list of prompts. One embedding per prompt.
+  std::vector<Tensor> encode_prompts(const std::vector<std::string>& prompts,
+                                     int64_t max_length) const;
 
   // The initial latent shape for a request.
   Shape latent_shape(int64_t height, int64_t width, int64_t num_frames) const;
@@ -99,9 +104,9 @@ WanGenerationInput wan_input_from_request(const Request& request, const WanPipel
 
 // Loads the pipeline from `index` with the attention backends of `plan` (what plan_attention made
 // of the requests to run) and returns a runner: each call runs one request, frames [F, H, W, 3]
-// in [0, 1]. The components are loaded once and shared by every call.
-std::function<Tensor(const Request&)> load_wan_pipeline(const ModelIndex& index,
-                                                        const attention::AttentionPlan& plan);
+// in [0, 1]; encode_ahead encodes a batch's prompts together first. The components are loaded
+// once and shared by every call.
+PipelineRunner load_wan_pipeline(const ModelIndex& index, const attention::AttentionPlan& plan);
 
 // load_wan_pipeline, then one request.
 Tensor run_wan_pipeline(const Request& request, const ModelIndex& index,

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/npy.h"
+#include "pipeline/mp4_check.h"
 #include "tests/test_support.h"
 
 namespace mmgen {
@@ -48,6 +49,19 @@ TEST(Output, Mp4AndItsJsonSidecar) {
   ASSERT_EQ(written.size(), 2u);
   EXPECT_GT(fs::file_size(dir / "v.mp4"), 100u);
   EXPECT_EQ(nlohmann::json::parse(slurp(dir / "v.mp4.json"))["seed"], 1);
+}
+
+TEST(Output, AnMp4CutShortIsToldApartFromAWholeOne) {
+  fs::path dir = testing::scratch_dir("mp4-cut");
+  write_frames(gradient_frames(5, 32, 48), "mp4", dir / "v.mp4", {}, 16);
+  EXPECT_TRUE(mp4_is_complete(dir / "v.mp4"));
+  const std::vector<uint8_t> bytes = slurp(dir / "v.mp4");
+  for (size_t keep : {bytes.size() - 1, bytes.size() / 2, size_t(8), size_t(0)}) {
+    std::ofstream(dir / "cut.mp4", std::ios::binary | std::ios::trunc)
+        .write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(keep));
+    EXPECT_FALSE(mp4_is_complete(dir / "cut.mp4")) << keep << " of " << bytes.size() << " bytes";
+  }
+  EXPECT_FALSE(mp4_is_complete(dir / "missing.mp4"));
 }
 
 TEST(Output, NpyIsExact) {

@@ -111,7 +111,11 @@ TEST(T5Config, RejectsWhatItDoesNotSupport) {
   EXPECT_NE(error(R"({"feed_forward_proj": "gated-tanhshrink"})").find("not supported"),
             std::string::npos);
   EXPECT_NE(error(R"({"feed_forward_proj": "fancy-gelu"})").find("gated-ACT"), std::string::npos);
-  EXPECT_NE(error(R"({"d_model": -4})").find("positive integer"), std::string::npos);
+  EXPECT_NE(error(R"({"d_model": -4})").find("an integer from 1 to 16777216, got -4"),
+            std::string::npos);
+  // Past the bound of core/limits.h, so no size computed from it can overflow.
+  EXPECT_NE(error(R"({"d_model": 4294967296})").find("an integer from 1 to 16777216"),
+            std::string::npos);
   EXPECT_NE(error(R"({"num_heads": "8"})").find("x/config.json"), std::string::npos);
 }
 

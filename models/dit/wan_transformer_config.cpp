@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/limits.h"
 
 namespace mmgen::dit {
 namespace {
@@ -16,7 +17,10 @@ bool is_set(const json& config, const char* key) {
 int64_t read_int(const json& config, const char* key, int64_t fallback, const std::string& where) {
   if (!is_set(config, key)) return fallback;
   const json& value = config.at(key);
-  check(value.is_number_integer(), "{}: '{}' must be an integer, got {}", where, key, value.dump());
+  check(value.is_number_integer() && value.get<int64_t>() >= 0 &&
+            value.get<int64_t>() <= Limits::kMaxConfigInteger,
+        "{}: '{}' must be an integer from 0 to {}, got {}", where, key, Limits::kMaxConfigInteger,
+        value.dump());
   return value.get<int64_t>();
 }
 

@@ -1,6 +1,7 @@
 #include "models/text_encoders/qwen3_config.h"
 
 #include "core/error.h"
+#include "core/limits.h"
 
 namespace mmgen::text_encoders {
 namespace {
@@ -15,9 +16,10 @@ int64_t positive_int(const json& object, const char* key, int64_t fallback,
                      const std::string& where) {
   if (!present(object, key)) return fallback;
   const json& value = object[key];
-  check(value.is_number_integer() && value.get<int64_t>() > 0,
-        "{}: \"{}\" must be a positive integer, got {}; fix the text encoder's config.json", where,
-        key, value.dump());
+  check(value.is_number_integer() && value.get<int64_t>() > 0 &&
+            value.get<int64_t>() <= Limits::kMaxConfigInteger,
+        "{}: \"{}\" must be an integer from 1 to {}, got {}; fix the text encoder's config.json",
+        where, key, Limits::kMaxConfigInteger, value.dump());
   return value.get<int64_t>();
 }
 
@@ -25,9 +27,11 @@ int64_t non_negative_int(const json& object, const char* key, int64_t fallback,
                          const std::string& where) {
   if (!present(object, key)) return fallback;
   const json& value = object[key];
-  check(value.is_number_integer() && value.get<int64_t>() >= 0,
-        "{}: \"{}\" must be a whole number (0 or more), got {}; fix the text encoder's config.json",
-        where, key, value.dump());
+  check(value.is_number_integer() && value.get<int64_t>() >= 0 &&
+            value.get<int64_t>() <= Limits::kMaxConfigInteger,
+        "{}: \"{}\" must be a whole number from 0 to {}, got {}; fix the text encoder's "
+        "config.json",
+        where, key, Limits::kMaxConfigInteger, value.dump());
   return value.get<int64_t>();
 }
 

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/limits.h"
 
 namespace mmgen::text_encoders {
 namespace {
@@ -13,9 +14,10 @@ int64_t positive_int(const nlohmann::json& json, const char* key, int64_t fallba
                      const std::string& where) {
   if (!json.contains(key) || json[key].is_null()) return fallback;
   const nlohmann::json& value = json[key];
-  check(value.is_number_integer() && value.get<int64_t>() > 0,
-        "{}: \"{}\" must be a positive integer, got {}; fix the text encoder's config.json", where,
-        key, value.dump());
+  check(value.is_number_integer() && value.get<int64_t>() > 0 &&
+            value.get<int64_t>() <= Limits::kMaxConfigInteger,
+        "{}: \"{}\" must be an integer from 1 to {}, got {}; fix the text encoder's config.json",
+        where, key, Limits::kMaxConfigInteger, value.dump());
   return value.get<int64_t>();
 }
 

@@ -42,7 +42,9 @@ Tokenizer::~Tokenizer() = default;
 
 std::unique_ptr<Tokenizer> Tokenizer::load(const std::filesystem::path& folder) {
   std::filesystem::path file = folder / "tokenizer.json";
-  check(std::filesystem::is_regular_file(file),
+  // exists(), not is_regular_file(): a tokenizer.json that is a FIFO or a device is there but
+  // refused by read_text_file, which says so.
+  check(std::filesystem::exists(file),
         "no tokenizer.json in {}: mmgen reads Hugging Face tokenizers in that format; save one "
         "with transformers' AutoTokenizer.from_pretrained(...).save_pretrained(folder)",
         folder.string());

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/limits.h"
 
 namespace mmgen::vae {
 namespace {
@@ -18,9 +19,10 @@ int64_t integer(const json& config, const char* key, int64_t fallback, int64_t m
                 const std::string& where) {
   if (!present(config, key)) return fallback;
   const json& value = config[key];
-  check(value.is_number_integer() && value.get<int64_t>() >= minimum,
-        "{}: \"{}\" must be an integer >= {}, got {}; fix the VAE's config.json", where, key,
-        minimum, value.dump());
+  check(value.is_number_integer() && value.get<int64_t>() >= minimum &&
+            value.get<int64_t>() <= Limits::kMaxConfigInteger,
+        "{}: \"{}\" must be an integer from {} to {}, got {}; fix the VAE's config.json", where,
+        key, minimum, Limits::kMaxConfigInteger, value.dump());
   return value.get<int64_t>();
 }
 

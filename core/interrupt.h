@@ -1,0 +1,37 @@
+// Ctrl-C and SIGTERM stop a run at the next step boundary rather than wherever they land, so a
+// finished output is never lost and a half-written one never left behind. The first signal only
+// sets a flag (and says so on stderr); the long-running loops call stop_if_requested() between
+// steps, which throws Interrupted. A second signal stops at once: it deletes the output file being
+// written, if any, and exits with 128 + the signal number.
+#pragma once
+
+#include <string>
+
+namespace mmgen {
+
+// Thrown at a step boundary after SIGINT / SIGTERM. Not an mmgen::Error (nor a std::exception), so
+// the handlers that report one failed prompt of a batch and go on let it through.
+struct Interrupted {
+  int signal_number;
+};
+
+// Installs the SIGINT and SIGTERM handlers (once; later calls do nothing).
+void install_stop_handlers();
+
+// The signal that asked to stop, 0 when none did.
+int stop_signal();
+
+// Throws Interrupted when a stop was asked for. Call it only outside parallel regions.
+void stop_if_requested();
+
+// "SIGINT (Ctrl-C)" / "SIGTERM" for the final message.
+std::string signal_description(int signal_number);
+
+// The temporary output being written now, deleted by a second signal; empty path when none.
+// At most one at a time (outputs are written one after another).
+void set_partial_output(const std::string& path);
+
+// For tests: forgets a stop that was asked for.
+void reset_stop_request();
+
+}  // namespace mmgen

@@ -1,0 +1,39 @@
+// Every bound mmgen puts on what it reads from untrusted input, in one place: model directories
+// and the files in them, config and prompt files, and the request a user asks for. A value past
+// a bound is refused with a clear error before any work that depends on it, so no file or flag
+// can make mmgen allocate without bound or overflow a size computation. docs/security.md lists
+// them and says why each is where it is.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mmgen {
+
+struct Limits {
+  // Files.
+  static constexpr size_t kMaxTextFile = 256ull << 20;           // JSON / YAML / tokenizer files
+  static constexpr size_t kMaxSafetensorsHeader = 100ull << 20;  // as the safetensors crate
+  static constexpr size_t kMaxPromptFile = 64ull << 20;          // --prompt-file-path
+
+  // Integers in a component's config.json (layers, widths, heads, vocabulary sizes): generous for
+  // any real model, small enough that the product of two never overflows 64 bits.
+  static constexpr int64_t kMaxConfigInteger = int64_t(1) << 24;
+
+  // Requests: far beyond any model's use (Wan2.1 is trained up to 1280x720, 81 frames, 50 steps,
+  // 512 tokens) yet small enough that no product of them overflows 64 bits. The memory estimate
+  // then refuses what cannot fit this machine.
+  static constexpr int64_t kMaxImageSide = 16384;         // --height, --width (pixels)
+  static constexpr int64_t kMaxFrames = 4097;             // --num-frames
+  static constexpr int64_t kMaxInferenceSteps = 10000;    // --num-inference-steps
+  static constexpr int64_t kMaxSequenceLength = 1 << 16;  // --max-sequence-length (tokens)
+  static constexpr double kMaxGuidanceScale = 1000.0;     // --guidance-scale
+  static constexpr double kMaxFps = 1000.0;               // --fps
+  static constexpr int64_t kMaxThreads = 4096;            // --threads
+  static constexpr int64_t kMaxPromptsPerFile = 100000;   // lines of --prompt-file-path
+  // One prompt's bytes: text encoders keep at most a few thousand tokens, so this only stops
+  // megabytes of text from being tokenized only to be cut.
+  static constexpr size_t kMaxPromptBytes = 1ull << 20;
+};
+
+}  // namespace mmgen
