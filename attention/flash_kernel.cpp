@@ -12,6 +12,11 @@
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define MMGEN_FLASH_AVX2 1
+// AVX-512: a 16-key panel is one register, so the micro-kernel holds 12 rows' accumulators
+// (12 of 32 registers) where AVX2 holds 6 rows' in two registers each.
+#if defined(__AVX512F__)
+#define MMGEN_FLASH_AVX512 1
+#endif
 #endif
 
 namespace mmgen::attention::flash {
@@ -26,8 +31,9 @@ constexpr int64_t kTileRows = 48;
 constexpr int64_t kChunk = 128;
 // Keys (and value columns) per micro-kernel panel: two 8-float AVX registers.
 constexpr int64_t kPanel = 16;
-// Rows of the micro-kernel: 6 x 16 accumulators are 12 of the 16 AVX registers.
-constexpr int64_t kKernelRows = 6;
+// Rows of the micro-kernels (Ops::kRows): 6 with AVX2 (6 x 16 accumulators are 12 of the 16
+// registers), 12 with AVX-512; the tile's rows are a multiple of both.
+static_assert(kTileRows % 12 == 0);
 // Packed keys and values of at most this many floats (256 MB) are built at a time; more heads are
 // processed group by group.
 constexpr int64_t kPackBudget = int64_t(64) << 20;
@@ -119,6 +125,36 @@ void micro_avx2(const float* a, int64_t lda, const float* b, int64_t k, float* c
 }
 #undef MMGEN_FLASH_ROWS
 
+#ifdef MMGEN_FLASH_AVX512
+// c[M x 16] (+)= a[M x k] · b[k x 16] with M ≤ 12 accumulators of one 512-bit register each.
+#define MMGEN_FLASH_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+template <int M>
+void micro_avx512(const float* a, int64_t lda, const float* b, int64_t k, float* c, int64_t ldc,
+                  bool accumulate) {
+#define MMGEN_FLASH_DECLARE(r) __m512 acc##r = _mm512_setzero_ps();
+  MMGEN_FLASH_ROWS(MMGEN_FLASH_DECLARE)
+#undef MMGEN_FLASH_DECLARE
+  if (accumulate) {
+#define MMGEN_FLASH_LOAD(r) \
+  if constexpr (M > r) acc##r = _mm512_loadu_ps(c + r * ldc);
+    MMGEN_FLASH_ROWS(MMGEN_FLASH_LOAD)
+#undef MMGEN_FLASH_LOAD
+  }
+  for (int64_t p = 0; p < k; ++p) {
+    const __m512 bp = _mm512_load_ps(b + p * kPanel);
+#define MMGEN_FLASH_STEP(r) \
+  if constexpr (M > r) acc##r = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + p]), bp, acc##r);
+    MMGEN_FLASH_ROWS(MMGEN_FLASH_STEP)
+#undef MMGEN_FLASH_STEP
+  }
+#define MMGEN_FLASH_STORE(r) \
+  if constexpr (M > r) _mm512_storeu_ps(c + r * ldc, acc##r);
+  MMGEN_FLASH_ROWS(MMGEN_FLASH_STORE)
+#undef MMGEN_FLASH_STORE
+}
+#undef MMGEN_FLASH_ROWS
+#endif
+
 // 2^x for x ≤ 0: 2^round(x) through the exponent bits times a degree-7 Taylor polynomial of 2^f
 // on f ∈ [−½, ½] (truncation error 5e-9, below float rounding); exactly 0 below kExp2Floor.
 inline __m256 exp2_avx2(__m256 x) {
@@ -156,6 +192,7 @@ float horizontal_sum(__m256 v) {
 
 // The operations one tile needs, in a portable and (when compiled in) an AVX2 flavour.
 struct PortableOps {
+  static constexpr int64_t kRows = 6;
   template <int M>
   static void micro(const float* a, int64_t lda, const float* b, int64_t k, float* c, int64_t ldc,
                     bool accumulate) {
@@ -180,6 +217,7 @@ struct PortableOps {
 
 #ifdef MMGEN_FLASH_AVX2
 struct Avx2Ops {
+  static constexpr int64_t kRows = 6;
   template <int M>
   static void micro(const float* a, int64_t lda, const float* b, int64_t k, float* c, int64_t ldc,
                     bool accumulate) {
@@ -220,25 +258,25 @@ struct Avx2Ops {
 };
 #endif
 
-// c[rows x 16] (+)= a[rows x k] · panel, for any rows ≤ 6.
-template <typename Ops>
+#ifdef MMGEN_FLASH_AVX512
+// AVX-512 products; the softmax row operations stay AVX2 (a small share of the time).
+struct Avx512Ops : Avx2Ops {
+  static constexpr int64_t kRows = 12;
+  template <int M>
+  static void micro(const float* a, int64_t lda, const float* b, int64_t k, float* c, int64_t ldc,
+                    bool accumulate) {
+    micro_avx512<M>(a, lda, b, k, c, ldc, accumulate);
+  }
+};
+#endif
+
+// c[rows x 16] (+)= a[rows x k] · panel, for any rows ≤ Ops::kRows.
+template <typename Ops, int M = int(Ops::kRows)>
 void micro_rows(int64_t rows, const float* a, int64_t lda, const float* b, int64_t k, float* c,
                 int64_t ldc, bool accumulate) {
-  switch (rows) {
-    case 6:
-      return Ops::template micro<6>(a, lda, b, k, c, ldc, accumulate);
-    case 5:
-      return Ops::template micro<5>(a, lda, b, k, c, ldc, accumulate);
-    case 4:
-      return Ops::template micro<4>(a, lda, b, k, c, ldc, accumulate);
-    case 3:
-      return Ops::template micro<3>(a, lda, b, k, c, ldc, accumulate);
-    case 2:
-      return Ops::template micro<2>(a, lda, b, k, c, ldc, accumulate);
-    case 1:
-      return Ops::template micro<1>(a, lda, b, k, c, ldc, accumulate);
-    default:
-      return;
+  if constexpr (M >= 1) {
+    if (rows == M) return Ops::template micro<M>(a, lda, b, k, c, ldc, accumulate);
+    return micro_rows<Ops, M - 1>(rows, a, lda, b, k, c, ldc, accumulate);
   }
 }
 
@@ -353,8 +391,8 @@ void attend_tile(const TileArgs& t, Workspace& ws) {
       // scores[rows x padded] = queries · keysᵀ, one 16-key panel at a time.
       for (int64_t p = 0; p < padded / kPanel; ++p) {
         const float* panel = keys + (c0 / kPanel + p) * dim * kPanel;
-        for (int64_t i = 0; i < rows; i += kKernelRows)
-          micro_rows<Ops>(std::min(kKernelRows, rows - i), queries + i * dim, dim, panel, dim,
+        for (int64_t i = 0; i < rows; i += Ops::kRows)
+          micro_rows<Ops>(std::min(Ops::kRows, rows - i), queries + i * dim, dim, panel, dim,
                           scores + i * padded + p * kPanel, padded, false);
       }
       // Online softmax: new running max, rescale what was accumulated, exponentiate.
@@ -375,8 +413,8 @@ void attend_tile(const TileArgs& t, Workspace& ws) {
       // acc[rows x Dp] += P · values, one 16-column value panel at a time.
       for (int64_t q = 0; q < pdim / kPanel; ++q) {
         const float* panel = values + q * padded_length * kPanel + c0 * kPanel;
-        for (int64_t i = 0; i < rows; i += kKernelRows)
-          micro_rows<Ops>(std::min(kKernelRows, rows - i), scores + i * padded, padded, panel,
+        for (int64_t i = 0; i < rows; i += Ops::kRows)
+          micro_rows<Ops>(std::min(Ops::kRows, rows - i), scores + i * padded, padded, panel,
                           padded, acc + i * pdim + q * kPanel, pdim, true);
       }
     }
@@ -504,13 +542,28 @@ bool simd_available() {
 #endif
 }
 
+const char* best_kernel_name() {
+#if defined(MMGEN_FLASH_AVX512)
+  return "AVX-512";
+#elif defined(MMGEN_FLASH_AVX2)
+  return "AVX2/FMA";
+#else
+  return "portable C++";
+#endif
+}
+
 void run_block_sparse(const float* q, const float* k, const float* v, int64_t batch, int64_t q_len,
                       int64_t kv_len, int64_t heads, int64_t head_dim, float scale,
                       const std::vector<BlockSparsePattern>& patterns, float* out, float* lse,
                       KernelPath path) {
   if (batch * heads * q_len * kv_len * head_dim == 0 || patterns.empty()) return;
-#ifdef MMGEN_FLASH_AVX2
+#ifdef MMGEN_FLASH_AVX512
   if (path == KernelPath::Best)
+    return run<Avx512Ops>(q, k, v, batch, q_len, kv_len, heads, head_dim, scale, patterns, out,
+                          lse);
+#endif
+#ifdef MMGEN_FLASH_AVX2
+  if (path != KernelPath::Portable)
     return run<Avx2Ops>(q, k, v, batch, q_len, kv_len, heads, head_dim, scale, patterns, out, lse);
 #else
   (void)path;

@@ -13,12 +13,15 @@
 
 namespace mmgen::attention::flash {
 
-// Best: the SIMD path when compiled in (else the portable one); Portable: plain C++ (tests use it
-// to check the fallback on machines that have AVX2).
-enum class KernelPath { Best, Portable };
+// Best: the widest SIMD micro-kernel compiled in (AVX-512, else AVX2/FMA, else portable);
+// Avx2: the AVX2/FMA one even where AVX-512 is there (tests check it, the bench compares);
+// Portable: plain C++ (tests use it to check the fallback on machines that have SIMD).
+enum class KernelPath { Best, Avx2, Portable };
 
-// True when this build has the AVX2/FMA micro-kernel.
+// True when this build has the AVX2/FMA micro-kernel (and so KernelPath::Avx2).
 bool simd_available();
+// The micro-kernel KernelPath::Best runs: "AVX-512", "AVX2/FMA" or "portable C++".
+const char* best_kernel_name();
 
 // The core both callers use. q [B, Sq, H, D], k and v [B, Sk, H, D], contiguous float32;
 // `patterns` as block_sparse_attention takes them (1, H or B·H), already validated. `out`
