@@ -210,7 +210,9 @@ std::vector<BadInput> bad_inputs() {
                 "--output-format mp4 --output-path " +
                 out.string();
        },
-       "disk full", "trap '' XFSZ; ulimit -f 1;"},
+       // 2 KiB: the video (about 2.6 KiB) is cut short while its 1.2 KiB sidecar would fit, so
+       // only the check of the video's boxes stands between a truncated file and the output name.
+       "the video is incomplete", "trap '' XFSZ; ulimit -f 2;"},
       {"disk full while writing png",
        [](const fs::path& out) { return generate_args(wan_tiny(), out, "--output-format png"); },
        "disk full", "trap '' XFSZ; ulimit -f 1;"},
