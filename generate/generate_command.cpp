@@ -178,6 +178,11 @@ void encode_chunk_ahead(const PipelineRunner& run, const ResolvedGenerate& resol
   } catch (const Error& e) {
     spdlog::warn("encode: the batch could not be encoded together ({}); encoding prompt by prompt",
                  e.what());
+  } catch (const std::bad_alloc&) {
+    spdlog::warn(
+        "encode: not enough memory to encode {} prompts together; encoding prompt by "
+        "prompt",
+        chunk.size());
   }
 }
 
