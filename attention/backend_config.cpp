@@ -6,10 +6,11 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <regex>
 
 #include "core/error.h"
 #include "core/file.h"
+#include "core/json.h"
+#include "core/text.h"
 #include "generate/options.h"
 #include "generate/settings.h"
 #include "pipeline/model_index.h"
@@ -95,8 +96,8 @@ size_t find_equals(std::string_view text) {
   return std::string_view::npos;
 }
 
-// Types one value of a key=value pair.
-json coerce_value(const std::string& raw, const std::string& where) {
+// Types one value of a key=value pair; `depth` counts the lists around it.
+json coerce_value(const std::string& raw, const std::string& where, int depth = 0) {
   const std::string text = trim(raw);
   if (text.size() >= 2 && (text.front() == '"' || text.front() == '\'') &&
       text.back() == text.front()) {
@@ -109,33 +110,43 @@ json coerce_value(const std::string& raw, const std::string& where) {
   }
   if (!text.empty() && text.front() == '[') {
     check(text.back() == ']', "{}: the list '{}' must end with ']'", where, text);
+    // Each level copies the text and recurses: bounded as JSON nesting is (core/json.h).
+    check(depth < kMaxJsonDepth, "{}: lists nested deeper than {} levels; no setting takes that",
+          where, kMaxJsonDepth);
     json list = json::array();
     const std::string inside = trim(std::string_view(text).substr(1, text.size() - 2));
     if (inside.empty()) return list;
     for (const auto& item : split_top_level(inside, where)) {
       check(!trim(item).empty(), "{}: empty item in the list '{}'", where, text);
-      list.push_back(coerce_value(item, where));
+      list.push_back(coerce_value(item, where, depth + 1));
     }
     return list;
   }
   const std::string folded = lower(text);
   if (folded == "true") return true;
   if (folded == "false") return false;
-  static const std::regex integer(R"([-+]?[0-9]+)");
-  static const std::regex real(R"([-+]?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)([eE][-+]?[0-9]+)?)");
-  if (std::regex_match(text, integer)) {
+  // A number past double's range stays text: validation then rejects it by name.
+  if (is_integer_text(text)) {
     try {
       return int64_t(std::stoll(text));
     } catch (const std::out_of_range&) {
-      return std::stod(text);
     }
   }
-  if (std::regex_match(text, real)) return std::stod(text);
+  if (is_decimal_text(text)) {
+    try {
+      return std::stod(text);
+    } catch (const std::out_of_range&) {
+    }
+  }
   return text;
 }
 
 // Sets `object[a][b]...` for a dotted key, refusing to set a key twice.
 void set_dotted(json& object, const std::string& key, json value, const std::string& where) {
+  // Each dot nests an object, and printing or copying JSON recurses per level (core/json.h).
+  check(std::count(key.begin(), key.end(), '.') < kMaxJsonDepth,
+        "{}: a key with more than {} dots; settings nest one or two levels deep", where,
+        kMaxJsonDepth - 1);
   json* node = &object;
   size_t start = 0;
   while (true) {
@@ -315,10 +326,15 @@ std::string describe_accepted(const ConfigKey& key) {
 json parse_backend_config_spec(const json& spec, const std::string& where) {
   if (spec.is_null()) return json::object();
   if (spec.is_object()) return spec;
-  check(spec.is_string(), "{}: expected a file, a JSON object or key=value pairs, got {}", where,
-        spec.dump());
+  // dump() only once it is known to fail: it throws on a string that is not UTF-8.
+  if (!spec.is_string())
+    fail("{}: expected a file, a JSON object or key=value pairs, got {}", where, spec.dump());
   const std::string text = trim(spec.get<std::string>());
   if (text.empty()) return json::object();
+  // Keys and values become JSON strings, which nlohmann::json cannot print unless they are UTF-8.
+  const size_t bad = invalid_utf8_offset(text);
+  check(bad == std::string::npos,
+        "{}: the settings are not valid UTF-8 (byte {}); write them as UTF-8 text", where, bad + 1);
 
   // 1. An existing file.
   std::error_code error;
@@ -326,15 +342,7 @@ json parse_backend_config_spec(const json& spec, const std::string& where) {
     return parse_file(text, where);
   // 2. A JSON object.
   if (text.front() == '{') {
-    json value;
-    try {
-      value = json::parse(text);
-    } catch (const json::parse_error& e) {
-      std::string message = e.what();
-      auto position = message.find("parse error");
-      fail("{}: malformed JSON object ({}); check the quotes and braces", where,
-           position == std::string::npos ? message : message.substr(position));
-    }
+    const json value = parse_json(text, where, "check the quotes and braces");
     check(value.is_object(), "{}: expected a JSON object", where);
     return value;
   }
@@ -453,19 +461,31 @@ StaMaskStrategy StaMaskStrategy::load(const fs::path& path) {
   };
   std::vector<Entry> entries;
   entries.reserve(document.size());
-  static const std::regex key_pattern(R"(([0-9]+)_([0-9]+)_([0-9]+))");
   StaMaskStrategy mask;
   mask.path_ = path;
   for (auto it = document.begin(); it != document.end(); ++it) {
-    std::smatch match;
-    mmgen::check(std::regex_match(it.key(), match, key_pattern),
+    // "step_layer_head": three runs of digits joined by '_' (split by hand: std::regex recurses
+    // per character and overflowed the stack on a 60 000-digit key).
+    const std::string& key = it.key();
+    std::array<std::string, 3> parts;
+    size_t part = 0;
+    bool well_formed = true;
+    for (char c : key) {
+      if (c == '_' && part < 2 && !parts[part].empty())
+        ++part;
+      else if (c >= '0' && c <= '9')
+        parts[part] += c;
+      else
+        well_formed = false;
+    }
+    mmgen::check(well_formed && part == 2 && !parts[2].empty(),
                  "{}: key '{}' is not \"step_layer_head\" (three whole numbers, e.g. \"0_3_7\")",
-                 where, it.key());
+                 where, key);
     Entry entry{};
     try {
-      entry.step = std::stoll(match[1].str());
-      entry.layer = std::stoll(match[2].str());
-      entry.head = std::stoll(match[3].str());
+      entry.step = std::stoll(parts[0]);
+      entry.layer = std::stoll(parts[1]);
+      entry.head = std::stoll(parts[2]);
     } catch (const std::out_of_range&) {
       fail("{}: key '{}' has a number too large", where, it.key());
     }

@@ -15,6 +15,16 @@ struct Limits {
   static constexpr size_t kMaxTextFile = 256ull << 20;           // JSON / YAML / tokenizer files
   static constexpr size_t kMaxSafetensorsHeader = 100ull << 20;  // as the safetensors crate
   static constexpr size_t kMaxPromptFile = 64ull << 20;          // --prompt-file-path
+  // numpy's own max_header_size; std::regex recursion on longer ones overflowed the stack.
+  static constexpr size_t kMaxNpyHeader = 10000;
+
+  // Structure: nesting depth of JSON (serde_json, which Hugging Face's tokenizers read
+  // tokenizer.json with, stops at the same depth; real files use under 10), values of a YAML file
+  // once its aliases are expanded (a few lines of aliases can stand for billions of values; a
+  // config file holds a few dozen), and group nesting of a tokenizer's regex.
+  static constexpr int kMaxJsonDepth = 128;
+  static constexpr size_t kMaxYamlValues = size_t(1) << 20;
+  static constexpr int kMaxRegexGroupDepth = 256;
 
   // Integers in a component's config.json (layers, widths, heads, vocabulary sizes): generous for
   // any real model, small enough that the product of two never overflows 64 bits.

@@ -1,10 +1,12 @@
 #include "core/npy.h"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <regex>
 
 #include "core/error.h"
+#include "core/limits.h"
 #include "core/safetensors.h"
 
 namespace mmgen {
@@ -39,8 +41,14 @@ Tensor read_npy(const fs::path& path) {
                     size_t(bytes[11]) << 24;
     prefix = 12;
   }
-  check(header_length <= 1 << 20 && prefix + header_length <= size,
-        "{}: .npy header runs past the end of the file", where);
+  check(prefix + header_length <= size, "{}: .npy header runs past the end of the file", where);
+  // numpy itself refuses longer headers (np.load's max_header_size); the std::regex searches below
+  // recurse per character and overflowed the stack on a 60 KB one.
+  constexpr size_t kMaxNpyHeader = Limits::kMaxNpyHeader;
+  check(header_length <= kMaxNpyHeader,
+        "{}: .npy header of {} bytes is longer than the {} numpy reads; re-save the array with "
+        "np.save",
+        where, header_length, kMaxNpyHeader);
   const std::string header(reinterpret_cast<const char*>(bytes + prefix), header_length);
 
   std::smatch match;
@@ -62,13 +70,17 @@ Tensor read_npy(const fs::path& path) {
   Shape shape;
   const std::string dims = match[1];
   std::regex number(R"(\d+)");
-  uint64_t bytes_needed = dtype_size(type->dtype);
+  // `span` multiplies the non-zero extents: a zero extent empties the array, but the strides are
+  // still products of the others and must fit in int64 ((0, 10^12, 10^12) overflowed them).
+  uint64_t bytes_needed = dtype_size(type->dtype), span = bytes_needed;
   for (auto it = std::sregex_iterator(dims.begin(), dims.end(), number);
        it != std::sregex_iterator(); ++it) {
     check(it->str().size() <= 12, "{}: .npy shape entry {} is too large", where, it->str());
     int64_t extent = std::stoll(it->str());
-    check(!__builtin_mul_overflow(bytes_needed, uint64_t(extent), &bytes_needed),
+    check(!__builtin_mul_overflow(span, uint64_t(std::max<int64_t>(extent, 1)), &span) &&
+              span <= uint64_t(INT64_MAX),
           "{}: .npy shape too large", where);
+    bytes_needed *= uint64_t(extent);  // at most span
     shape.push_back(extent);
   }
   const size_t data_start = prefix + header_length;

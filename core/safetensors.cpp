@@ -37,13 +37,17 @@ TensorInfo parse_entry(const std::string& where, const std::string& name, const 
   const json& shape = entry["shape"];
   check(shape.is_array() && shape.size() <= 16, "{}: tensor '{}' has a malformed shape", where,
         name);
-  uint64_t bytes = dtype_size(info.dtype);
+  // `span` multiplies the non-zero extents: a zero extent empties the tensor, but the strides are
+  // still products of the others and must fit in int64 ([0, 2^62, 2^62] overflowed them).
+  uint64_t bytes = dtype_size(info.dtype), span = bytes;
   for (const json& extent : shape) {
     check(extent.is_number_unsigned() || (extent.is_number_integer() && extent.get<int64_t>() >= 0),
           "{}: tensor '{}' has a shape entry that is not a non-negative integer", where, name);
     uint64_t value = extent.get<uint64_t>();
-    check(value <= uint64_t(INT64_MAX) && !__builtin_mul_overflow(bytes, value, &bytes),
+    check(!__builtin_mul_overflow(span, std::max<uint64_t>(value, 1), &span) &&
+              span <= uint64_t(INT64_MAX),
           "{}: tensor '{}' has a shape too large to address", where, name);
+    bytes *= value;  // at most span
     info.shape.push_back(int64_t(value));
   }
 
@@ -123,7 +127,12 @@ const TensorInfo& SafetensorsFile::info(const std::string& name) const {
 
 Tensor SafetensorsFile::tensor(const std::string& name) const {
   const TensorInfo& entry = info(name);
-  return Tensor::wrap(file_, data_start_ + entry.begin, entry.shape, entry.dtype);
+  const size_t offset = data_start_ + entry.begin;
+  Tensor view = Tensor::wrap(file_, offset, entry.shape, entry.dtype);
+  // The format does not align tensors (writers pad the header to 8 bytes, but need not), and the
+  // kernels read through typed pointers: a misaligned tensor is copied into aligned memory.
+  if (offset % dtype_size(entry.dtype) != 0) return view.clone();
+  return view;
 }
 
 std::vector<std::string> SafetensorsFile::names() const {

@@ -30,7 +30,8 @@ class SafetensorsFile {
 
   bool has(const std::string& name) const { return tensors_.count(name) > 0; }
   const TensorInfo& info(const std::string& name) const;
-  Tensor tensor(const std::string& name) const;  // a view into the mapping, in the stored dtype
+  // A view into the mapping (a copy where the file misaligns the data), in the stored dtype.
+  Tensor tensor(const std::string& name) const;
   std::vector<std::string> names() const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const fs::path& path() const { return file_->path(); }

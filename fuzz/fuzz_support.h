@@ -18,17 +18,19 @@ namespace mmgen::fuzz {
 
 inline std::filesystem::path scratch_file(const std::string& name) {
   static const std::filesystem::path dir = [] {
-    auto path = std::filesystem::temp_directory_path() / ("mmgen-fuzz-" + std::to_string(::getpid()));
+    auto path =
+        std::filesystem::temp_directory_path() / ("mmgen-fuzz-" + std::to_string(::getpid()));
     std::filesystem::create_directories(path);
     return path;
   }();
   return dir / name;
 }
 
-inline std::filesystem::path write_scratch(const std::string& name, const uint8_t* data, size_t size) {
+inline std::filesystem::path write_scratch(const std::string& name, const uint8_t* data,
+                                           size_t size) {
   const auto path = scratch_file(name);
-  std::ofstream(path, std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(data),
-                                                                 std::streamsize(size));
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      .write(reinterpret_cast<const char*>(data), std::streamsize(size));
   return path;
 }
 

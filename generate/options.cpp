@@ -111,7 +111,9 @@ json convert_option_value(const OptionSpec& option, const json& value, const std
       return text;
     case OptionType::Int: {
       if (value.is_number_integer()) return value;
-      if (value.is_number_float() && std::floor(value.get<double>()) == value.get<double>())
+      // A whole float (1e3) counts; past int64's range converting it would be undefined.
+      if (value.is_number_float() && std::floor(value.get<double>()) == value.get<double>() &&
+          std::fabs(value.get<double>()) < 0x1p63)
         return int64_t(value.get<double>());
       check(value.is_string(), "{}: expected a whole number, got {}", where, value.dump());
       size_t used = 0;

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/file.h"
+#include "core/json.h"
 
 namespace mmgen {
 
@@ -28,17 +29,8 @@ std::string join(const std::vector<std::string>& names) {
 }  // namespace
 
 json read_json_object(const fs::path& path) {
-  const std::string text = read_text_file(path);
-  json value;
-  try {
-    value = json::parse(text);
-  } catch (const json::parse_error& e) {
-    // nlohmann's message starts with "[json.exception.parse_error.101] parse error at line 3, ...".
-    std::string message = e.what();
-    auto position = message.find("parse error");
-    fail("{}: malformed JSON ({}); fix the file or download it again", path.string(),
-         position == std::string::npos ? message : message.substr(position));
-  }
+  const json value =
+      parse_json(read_text_file(path), path.string(), "fix the file or download it again");
   check(value.is_object(), "{}: expected a JSON object at the top level", path.string());
   return value;
 }

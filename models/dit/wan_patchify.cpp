@@ -10,7 +10,8 @@ Tensor patchify(const Tensor& latents, const std::array<int64_t, 3>& patch, cons
   const Tensor x = latents.to(DType::F32);
   const int64_t batch = x.size(0), channels = x.size(1);
   const int64_t frames = x.size(2), height = x.size(3), width = x.size(4);
-  const auto [pt, ph, pw] = patch;
+  // Plain variables, not a structured binding: clang 14 cannot use one inside the OpenMP loop.
+  const int64_t pt = patch[0], ph = patch[1], pw = patch[2];
   const int64_t row = channels * pt * ph * pw;
   Tensor out = Tensor::empty({batch, grid.tokens(), row});
   const float* src = x.data<float>();
@@ -35,7 +36,8 @@ Tensor patchify(const Tensor& latents, const std::array<int64_t, 3>& patch, cons
 
 Tensor unpatchify(const Tensor& rows, const std::array<int64_t, 3>& patch, const PatchGrid& grid,
                   int64_t channels) {
-  const auto [pt, ph, pw] = patch;
+  // Plain variables, not a structured binding: clang 14 cannot use one inside the OpenMP loop.
+  const int64_t pt = patch[0], ph = patch[1], pw = patch[2];
   const int64_t batch = rows.size(0), row = rows.size(2);
   check(row == channels * pt * ph * pw, "unpatchify: rows of {} for {} channels", row, channels);
   const int64_t frames = grid.t * pt, height = grid.h * ph, width = grid.w * pw;

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/limits.h"
 #include "models/tokenizers/unicode_data.h"
 #include "models/tokenizers/utf8.h"
 
@@ -208,6 +209,7 @@ class Parser {
   const std::string& source_;
   std::vector<Node>& nodes_;
   size_t pos_ = 0;
+  int depth_ = 0;
   bool fold_case_ = false;
 
   [[noreturn]] void error(const std::string& what) const {
@@ -339,6 +341,11 @@ class Parser {
   }
 
   int parse_group() {
+    // The parser and the matcher recurse per level: 30 000 nested groups overflowed the stack.
+    // Tokenizer patterns nest two or three deep.
+    constexpr int kMaxGroupDepth = Limits::kMaxRegexGroupDepth;
+    if (++depth_ > kMaxGroupDepth)
+      error(fmt::format("groups nested deeper than {} levels", kMaxGroupDepth));
     bool saved_fold = fold_case_;
     int result;
     if (accept('?')) {
@@ -355,6 +362,7 @@ class Parser {
         if (!accept('i')) error("unsupported group flag");
         if (accept(')')) {  // (?i): applies to the rest of the enclosing group
           fold_case_ = on;
+          --depth_;
           return -1;
         }
         if (!accept(':')) error("unsupported group flag");
@@ -368,6 +376,7 @@ class Parser {
     }
     if (!accept(')')) error("missing ')'");
     fold_case_ = saved_fold;
+    --depth_;
     return result;
   }
 

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/file.h"
+#include "core/json.h"
 #include "models/tokenizers/added_vocabulary.h"
 #include "models/tokenizers/decoders.h"
 #include "models/tokenizers/json_fields.h"
@@ -14,19 +15,12 @@
 namespace mmgen::tokenizers {
 namespace {
 
-Json parse_json(std::string_view text, const std::string& source) {
-  try {
-    return Json::parse(text);
-  } catch (const Json::parse_error& e) {
-    fail("{} is not valid JSON ({}); re-download the model or re-save its tokenizer", source,
-         e.what());
-  }
-}
+constexpr std::string_view kReSave = "re-download the model or re-save its tokenizer";
 
 // The pad token named in tokenizer_config.json ("pad_token": "<pad>" or {"content": ...}).
 std::optional<std::string> pad_token_from_config(const std::filesystem::path& path) {
   if (!std::filesystem::exists(path)) return std::nullopt;
-  Json config = parse_json(read_text_file(path), path.string());
+  Json config = parse_json(read_text_file(path), path.string(), kReSave);
   if (!config.is_object() || !config.contains("pad_token")) return std::nullopt;
   const Json& pad = config["pad_token"];
   if (pad.is_string()) return pad.get<std::string>();
@@ -55,7 +49,7 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::filesystem::path& folder) 
 std::unique_ptr<Tokenizer> Tokenizer::from_json(std::string_view json_text,
                                                 const std::string& source,
                                                 std::optional<std::string> pad_token) {
-  Json root = parse_json(json_text, source);
+  Json root = parse_json(json_text, source, kReSave);
   check(root.is_object(), "{} is not a JSON object; it is not a tokenizer.json", source);
   auto where = [&](const char* path) { return fmt::format("{}: {}", source, path); };
   auto optional = [&](const char* key) -> const Json& {

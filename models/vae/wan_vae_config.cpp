@@ -1,6 +1,7 @@
 #include "models/vae/wan_vae_config.h"
 
 #include <cmath>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/limits.h"
@@ -34,8 +35,10 @@ std::vector<T> number_list(const json& config, const char* key, std::vector<T> f
   check(value.is_array(), "{}: \"{}\" must be a list of numbers, got {}", where, key, value.dump());
   std::vector<T> result;
   for (const json& item : value) {
-    check(item.is_number(), "{}: \"{}\" must be a list of numbers, got {}", where, key,
-          value.dump());
+    // An integer list takes whole numbers only: a float such as 1e30 does not convert to one.
+    check(std::is_integral_v<T> ? item.is_number_integer() : item.is_number(),
+          "{}: \"{}\" must be a list of {}, got {}", where, key,
+          std::is_integral_v<T> ? "whole numbers" : "numbers", value.dump());
     result.push_back(item.get<T>());
   }
   return result;

@@ -1,10 +1,25 @@
 #include "pipeline/schedulers/config_reader.h"
 
 #include <cmath>
+#include <limits>
 
 #include "core/error.h"
 
 namespace mmgen::schedulers {
+namespace {
+
+// A JSON whole number (or whole float: Python writes 1000.0 at times) within int's range; past
+// it, converting a float is undefined and an int64 would silently wrap.
+std::optional<int> as_int(const nlohmann::json& value) {
+  if (!value.is_number()) return std::nullopt;
+  const double number = value.get<double>();
+  if (value.is_number_float() && std::floor(number) != number) return std::nullopt;
+  if (number < std::numeric_limits<int>::min() || number > std::numeric_limits<int>::max())
+    return std::nullopt;
+  return value.is_number_integer() ? int(value.get<int64_t>()) : int(number);
+}
+
+}  // namespace
 
 ConfigReader::ConfigReader(const nlohmann::json& config, std::string class_name)
     : config_(config), class_name_(std::move(class_name)) {
@@ -45,11 +60,9 @@ std::optional<double> ConfigReader::optional_number(const std::string& key) cons
 int ConfigReader::integer(const std::string& key, int fallback) const {
   const nlohmann::json* value = find(key);
   if (!value) return fallback;
-  // Python writes whole floats as 1000.0 at times; accept those.
-  if (value->is_number_integer()) return value->get<int>();
-  if (value->is_number_float() && std::floor(value->get<double>()) == value->get<double>())
-    return int(value->get<double>());
-  wrong_type(key, "a whole number");
+  const std::optional<int> number = as_int(*value);
+  if (!number) wrong_type(key, "a whole number from -2^31 to 2^31 - 1");
+  return *number;
 }
 
 bool ConfigReader::boolean(const std::string& key, bool fallback) const {
@@ -72,8 +85,9 @@ std::vector<int> ConfigReader::integers(const std::string& key) const {
   if (!value->is_array()) wrong_type(key, "a list of whole numbers");
   std::vector<int> out;
   for (const auto& item : *value) {
-    if (!item.is_number_integer()) wrong_type(key, "a list of whole numbers");
-    out.push_back(item.get<int>());
+    const std::optional<int> number = item.is_number_integer() ? as_int(item) : std::nullopt;
+    if (!number) wrong_type(key, "a list of whole numbers from -2^31 to 2^31 - 1");
+    out.push_back(*number);
   }
   return out;
 }

@@ -29,6 +29,9 @@ FlowMatchEulerConfig FlowMatchEulerConfig::from_json(const nlohmann::json& json)
     read.unsupported(
         fmt::format("num_train_timesteps must be positive (got {})", c.num_train_timesteps));
   c.shift = read.number("shift", 1.0);
+  // As --flow-shift: σ·s / (1 + (s − 1)·σ) is 0/0 at σ = 1 for s = 0.
+  if (!(c.shift > 0))
+    read.unsupported(fmt::format("shift must be a positive number (got {})", c.shift));
   c.use_dynamic_shifting = read.boolean("use_dynamic_shifting", false);
   c.base_shift = read.number("base_shift", 0.5);
   c.max_shift = read.number("max_shift", 1.15);

@@ -152,6 +152,10 @@ UniPCConfig UniPCConfig::from_json(const nlohmann::json& json) {
   c.lower_order_final = read.boolean("lower_order_final", true);
   c.disable_corrector = read.integers("disable_corrector");
   c.flow_shift = read.number("flow_shift", 1.0);
+  // As --flow-shift: σ·s / (1 + (s − 1)·σ) is 0/0 at σ = 1 for s = 0, a NaN timestep that does
+  // not convert to an integer; s < 0 moves the sigmas out of [0, 1].
+  if (!(c.flow_shift > 0))
+    read.unsupported(fmt::format("flow_shift must be a positive number (got {})", c.flow_shift));
   const std::string final_sigmas = read.string("final_sigmas_type", "zero");
   if (final_sigmas != "zero" && final_sigmas != "sigma_min")
     read.unsupported(
@@ -166,6 +170,10 @@ UniPCConfig UniPCConfig::from_json(const nlohmann::json& json) {
   // diffusers tests `if shift_terminal:`, so 0 means off.
   c.shift_terminal = read.optional_number("shift_terminal");
   if (c.shift_terminal && *c.shift_terminal == 0.0) c.shift_terminal.reset();
+  // The last sigma is stretched to it, so it must be a sigma itself: in (0, 1).
+  if (c.shift_terminal && !(*c.shift_terminal > 0 && *c.shift_terminal < 1))
+    read.unsupported(
+        fmt::format("shift_terminal must be between 0 and 1 (got {})", *c.shift_terminal));
   if (c.num_train_timesteps < 1)
     read.unsupported(
         fmt::format("num_train_timesteps must be positive (got {})", c.num_train_timesteps));

@@ -1,0 +1,22 @@
+// Checks on text from untrusted files and flags, written as plain loops: std::regex's matcher
+// recurses once per character and overflows the stack on long input (a 60 KB number in a config
+// file crashed it), and nlohmann::json throws on strings that are not UTF-8 when it dumps them.
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+
+namespace mmgen {
+
+// The offset of the first byte that does not belong to valid UTF-8 (overlong forms, surrogates
+// and code points past U+10FFFF are invalid), or std::string_view::npos when all of it is valid.
+size_t invalid_utf8_offset(std::string_view text);
+
+// [-+]?[0-9]+
+bool is_integer_text(std::string_view text);
+
+// [-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)? : a decimal number as YAML and key=value
+// settings write it (integers included).
+bool is_decimal_text(std::string_view text);
+
+}  // namespace mmgen
