@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs the Debian packages mmgen builds with. Idempotent: packages already present are skipped,
-# so a second run does nothing. Needs root (or sudo) only when something is missing.
+# so a second run does nothing. Needs root (or sudo) only when something is missing. Arguments name
+# further packages a script needs (scripts/tsan.sh: clang).
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config libcli11-dev libyaml-cpp-dev nlohmann-json3-dev
-  libopencv-dev libeigen3-dev libomp-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev)
+  libopencv-dev libeigen3-dev libomp-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev
+  "$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
