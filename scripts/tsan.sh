@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # Builds the tests of the OpenMP kernels with ThreadSanitizer (cmake --preset tsan: clang with
-# LLVM's libomp, into build-tsan/) and runs them with ctest at OMP_NUM_THREADS=2; a failed test or
-# any data race report fails the run. Not part of CI (it takes long); run it after changing
-# parallel code. A second run rebuilds only what changed.
-#   scripts/tsan.sh [TEST_EXECUTABLE...]   (default: the list below)
+# LLVM's libomp, into build-tsan/) and runs them with ctest at OMP_NUM_THREADS=2, then runs mmgen
+# generate and encode on examples/models/wan-shapes with each CPU attention backend; a failed test
+# or run, or any data race report, fails the run. Not part of CI (it takes long); run it after
+# changing parallel code. A second run rebuilds only what changed.
+#   scripts/tsan.sh [TEST_EXECUTABLE...]   (default: the list below, and the runs)
+#
+# The runs are there because the tests' tensors are small: many kernels go parallel only above a
+# size (an OpenMP if clause), which the tests stay below. At 256x256, 5 frames, the transformer,
+# text encoder and VAE kernels run on two threads.
 #
 # TSan sees only instrumented code, and libomp is not instrumented: without help every barrier,
 # reduction and the end of each parallel region would look unsynchronised. Archer (libarcher.so,
@@ -31,10 +36,35 @@ mkdir -p "$logs"
 export OMP_TOOL_LIBRARIES="$archer"
 export TSAN_OPTIONS="ignore_noninstrumented_modules=1:second_deadlock_stack=1:log_path=$logs/tsan"
 
+export OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive  # what ctest gives the tests, for the runs
+
 labels=$(IFS='|'; echo "${tests[*]}")
 status=0
 (cd build-tsan && ctest --output-on-failure --parallel "$(nproc)" --timeout 1800 --no-tests=error \
   -L "^($labels)\$") || status=1
+
+if [ $# -eq 0 ]; then
+  out=build-tsan/tsan-outputs
+  generate() {
+    echo "tsan: mmgen generate $*"
+    build-tsan/mmgen generate --model-path examples/models/wan-shapes --prompt "a red circle" \
+      --height 256 --width 256 --num-frames 5 --num-inference-steps 2 --output-format npy \
+      --output-path "$out" --output-file-name tsan --overwrite --quiet "$@" || status=1
+  }
+  generate --vae-tiling --vae-tile-size 128 --vae-tile-overlap 32
+  generate --attention-backend sparse_video_gen_2_attn
+  generate --attention-backend vmoba_attn --attention-backend-config examples/vmoba/vmoba.yaml
+  generate --attention-backend video_sparse_attn --attention-backend-config sparsity=0.75
+  generate --attention-backend sla_attn
+  generate --attention-backend sage_attn
+  for backend in torch_native triton flashinfer fa3 flex_attention; do
+    echo "tsan: mmgen encode, text encoder attention $backend"
+    build-tsan/mmgen encode --model-path examples/models/wan-shapes --prompt "a red circle" \
+      --prompt "a red circle on a green background" --prompt "two yellow squares" --page-size 16 \
+      --component-attention-backends "text_encoder=$backend" --out "$out/tsan.safetensors" \
+      > /dev/null || status=1
+  done
+fi
 if compgen -G "$logs/*" > /dev/null; then
   echo "tsan: reports:"
   cat "$logs"/*
