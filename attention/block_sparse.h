@@ -51,9 +51,9 @@ Tensor block_sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v,
 // k_orders[p][kv_blocks.start[j] ..+ length[j]] (an order of null / an empty vector is the
 // identity), so the result equals scatter(block_sparse_attention(gather(q), gather(k), gather(v)))
 // per (batch, head) without building the reordered tensors. `q_orders` / `k_orders` hold one order
-// per pattern. Each query block's keys are gathered, whatever blocks they come from, into chunks of
-// up to 512 contiguous keys, so many small key blocks (Sparse VideoGen 2's clusters of ~16 tokens)
-// cost what few large ones do: one softmax rescale per chunk and two GEMMs per (query tile, chunk).
+// per pattern. Each query tile's keys are gathered, whatever blocks they come from, into chunks of
+// 128 keys in the flash kernel's panel layout, so many small key blocks (Sparse VideoGen 2's
+// clusters of ~16 tokens) cost what few large ones do: one softmax rescale per chunk.
 // Same arguments and results as block_sparse_attention otherwise (query tokens in no block, and
 // blocks with an empty list, get zeros and LSE −inf).
 Tensor gathered_block_sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v,

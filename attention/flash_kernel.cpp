@@ -2,284 +2,17 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
-#include <limits>
-#include <memory>
+#include <vector>
 
+#include "attention/flash_ops.h"
 #include "core/error.h"
-
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#define MMGEN_FLASH_AVX2 1
-// AVX-512: a 16-key panel is one register, so the micro-kernel holds 12 rows' accumulators
-// (12 of 32 registers) where AVX2 holds 6 rows' in two registers each.
-#if defined(__AVX512F__)
-#define MMGEN_FLASH_AVX512 1
-#endif
-#endif
 
 namespace mmgen::attention::flash {
 
 namespace {
 
-// Query rows per tile: a multiple of the micro-kernel's 6 rows, small enough that the tile's
-// queries, scores and accumulator (3 · 48 · D floats) stay in L2 next to one key chunk.
-constexpr int64_t kTileRows = 48;
-// Keys per chunk of the online softmax: a 128 x D key chunk and its value panels stay cache
-// resident while all the tile's rows use them.
-constexpr int64_t kChunk = 128;
-// Keys (and value columns) per micro-kernel panel: two 8-float AVX registers.
-constexpr int64_t kPanel = 16;
-// Rows of the micro-kernels (Ops::kRows): 6 with AVX2 (6 x 16 accumulators are 12 of the 16
-// registers), 12 with AVX-512; the tile's rows are a multiple of both.
-static_assert(kTileRows % 12 == 0);
-// Packed keys and values of at most this many floats (256 MB) are built at a time; more heads are
-// processed group by group.
-constexpr int64_t kPackBudget = int64_t(64) << 20;
-// Exponents below this (base 2) give a weight of exactly 0, so no denormal reaches P·V.
-constexpr float kExp2Floor = -125.0f;
-constexpr float kNegativeInfinity = -std::numeric_limits<float>::infinity();
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-
-int64_t round_up(int64_t value, int64_t multiple) {
-  return (value + multiple - 1) / multiple * multiple;
-}
-
-// 64-byte aligned float buffer (packed panels are read with aligned loads' speed).
-struct AlignedBuffer {
-  struct Free {
-    void operator()(float* p) const { std::free(p); }
-  };
-  std::unique_ptr<float, Free> data;
-  int64_t capacity = 0;
-  float* get(int64_t floats) {
-    if (floats > capacity) {
-      const size_t bytes = size_t(round_up(std::max<int64_t>(floats, 16) * 4, 64));
-      float* p = static_cast<float*>(std::aligned_alloc(64, bytes));
-      if (!p) throw std::bad_alloc();
-      data.reset(p);
-      capacity = int64_t(bytes / 4);
-    }
-    return data.get();
-  }
-};
-
-// ----------------------------------------------------------------------------- micro-kernels
-
-// c[M x 16] (+)= a[M x k] (row stride lda) · b[k x 16] (16 floats per k, contiguous).
-template <int M>
-void micro_portable(const float* a, int64_t lda, const float* b, int64_t k, float* c, int64_t ldc,
-                    bool accumulate) {
-  float acc[M][kPanel];
-  for (int r = 0; r < M; ++r)
-    for (int j = 0; j < kPanel; ++j) acc[r][j] = accumulate ? c[r * ldc + j] : 0.0f;
-  for (int64_t p = 0; p < k; ++p) {
-    const float* bp = b + p * kPanel;
-    for (int r = 0; r < M; ++r) {
-      const float ar = a[r * lda + p];
-      for (int j = 0; j < kPanel; ++j) acc[r][j] += ar * bp[j];
-    }
-  }
-  for (int r = 0; r < M; ++r)
-    for (int j = 0; j < kPanel; ++j) c[r * ldc + j] = acc[r][j];
-}
-
-#ifdef MMGEN_FLASH_AVX2
-// The same with the 2·M accumulators in named registers (arrays of __m256 end up in memory).
-#define MMGEN_FLASH_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
-template <int M>
-void micro_avx2(const float* a, int64_t lda, const float* b, int64_t k, float* c, int64_t ldc,
-                bool accumulate) {
-#define MMGEN_FLASH_DECLARE(r) __m256 lo##r = _mm256_setzero_ps(), hi##r = _mm256_setzero_ps();
-  MMGEN_FLASH_ROWS(MMGEN_FLASH_DECLARE)
-#undef MMGEN_FLASH_DECLARE
-  if (accumulate) {
-#define MMGEN_FLASH_LOAD(r)                   \
-  if constexpr (M > r) {                      \
-    lo##r = _mm256_loadu_ps(c + r * ldc);     \
-    hi##r = _mm256_loadu_ps(c + r * ldc + 8); \
-  }
-    MMGEN_FLASH_ROWS(MMGEN_FLASH_LOAD)
-#undef MMGEN_FLASH_LOAD
-  }
-  for (int64_t p = 0; p < k; ++p) {
-    const __m256 b0 = _mm256_load_ps(b + p * kPanel), b1 = _mm256_load_ps(b + p * kPanel + 8);
-#define MMGEN_FLASH_STEP(r)                                 \
-  if constexpr (M > r) {                                    \
-    const __m256 ar = _mm256_broadcast_ss(a + r * lda + p); \
-    lo##r = _mm256_fmadd_ps(ar, b0, lo##r);                 \
-    hi##r = _mm256_fmadd_ps(ar, b1, hi##r);                 \
-  }
-    MMGEN_FLASH_ROWS(MMGEN_FLASH_STEP)
-#undef MMGEN_FLASH_STEP
-  }
-#define MMGEN_FLASH_STORE(r)                  \
-  if constexpr (M > r) {                      \
-    _mm256_storeu_ps(c + r * ldc, lo##r);     \
-    _mm256_storeu_ps(c + r * ldc + 8, hi##r); \
-  }
-  MMGEN_FLASH_ROWS(MMGEN_FLASH_STORE)
-#undef MMGEN_FLASH_STORE
-}
-#undef MMGEN_FLASH_ROWS
-
-#ifdef MMGEN_FLASH_AVX512
-// c[M x 16] (+)= a[M x k] · b[k x 16] with M ≤ 12 accumulators of one 512-bit register each.
-#define MMGEN_FLASH_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
-template <int M>
-void micro_avx512(const float* a, int64_t lda, const float* b, int64_t k, float* c, int64_t ldc,
-                  bool accumulate) {
-#define MMGEN_FLASH_DECLARE(r) __m512 acc##r = _mm512_setzero_ps();
-  MMGEN_FLASH_ROWS(MMGEN_FLASH_DECLARE)
-#undef MMGEN_FLASH_DECLARE
-  if (accumulate) {
-#define MMGEN_FLASH_LOAD(r) \
-  if constexpr (M > r) acc##r = _mm512_loadu_ps(c + r * ldc);
-    MMGEN_FLASH_ROWS(MMGEN_FLASH_LOAD)
-#undef MMGEN_FLASH_LOAD
-  }
-  for (int64_t p = 0; p < k; ++p) {
-    const __m512 bp = _mm512_load_ps(b + p * kPanel);
-#define MMGEN_FLASH_STEP(r) \
-  if constexpr (M > r) acc##r = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + p]), bp, acc##r);
-    MMGEN_FLASH_ROWS(MMGEN_FLASH_STEP)
-#undef MMGEN_FLASH_STEP
-  }
-#define MMGEN_FLASH_STORE(r) \
-  if constexpr (M > r) _mm512_storeu_ps(c + r * ldc, acc##r);
-  MMGEN_FLASH_ROWS(MMGEN_FLASH_STORE)
-#undef MMGEN_FLASH_STORE
-}
-#undef MMGEN_FLASH_ROWS
-#endif
-
-// 2^x for x ≤ 0: 2^round(x) through the exponent bits times a degree-7 Taylor polynomial of 2^f
-// on f ∈ [−½, ½] (truncation error 5e-9, below float rounding); exactly 0 below kExp2Floor.
-inline __m256 exp2_avx2(__m256 x) {
-  const __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(kExp2Floor), _CMP_GE_OQ);
-  x = _mm256_max_ps(x, _mm256_set1_ps(kExp2Floor));
-  const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m256 f = _mm256_sub_ps(x, n);
-  __m256 p = _mm256_set1_ps(1.5252733804059841e-05f);
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.5403530393381608e-04f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.3333558146428443e-03f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.6181291076284772e-03f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.5504108664821580e-02f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022650695910071e-01f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.9314718055994531e-01f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
-  const __m256i bits =
-      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(bits)), keep);
-}
-
-float horizontal_max(__m256 v) {
-  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-  m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
-  return _mm_cvtss_f32(m);
-}
-
-float horizontal_sum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-  return _mm_cvtss_f32(s);
-}
-#endif
-
-// The operations one tile needs, in a portable and (when compiled in) an AVX2 flavour.
-struct PortableOps {
-  static constexpr int64_t kRows = 6;
-  template <int M>
-  static void micro(const float* a, int64_t lda, const float* b, int64_t k, float* c, int64_t ldc,
-                    bool accumulate) {
-    micro_portable<M>(a, lda, b, k, c, ldc, accumulate);
-  }
-  static float row_max(const float* s, int64_t n) {
-    float m = kNegativeInfinity;
-    for (int64_t j = 0; j < n; ++j) m = std::max(m, s[j]);
-    return m;
-  }
-  // s[j] := 2^(s[j] − shift) for j < n; returns their sum.
-  static float exp2_row(float* s, int64_t n, float shift) {
-    float sum = 0;
-    for (int64_t j = 0; j < n; ++j) {
-      const float x = s[j] - shift;
-      s[j] = x < kExp2Floor ? 0.0f : std::exp2(x);
-      sum += s[j];
-    }
-    return sum;
-  }
-};
-
-#ifdef MMGEN_FLASH_AVX2
-struct Avx2Ops {
-  static constexpr int64_t kRows = 6;
-  template <int M>
-  static void micro(const float* a, int64_t lda, const float* b, int64_t k, float* c, int64_t ldc,
-                    bool accumulate) {
-    micro_avx2<M>(a, lda, b, k, c, ldc, accumulate);
-  }
-  static float row_max(const float* s, int64_t n) {
-    int64_t j = 0;
-    float m = kNegativeInfinity;
-    if (n >= 8) {
-      __m256 v = _mm256_loadu_ps(s);
-      for (j = 8; j + 8 <= n; j += 8) v = _mm256_max_ps(v, _mm256_loadu_ps(s + j));
-      m = horizontal_max(v);
-    }
-    for (; j < n; ++j) m = std::max(m, s[j]);
-    return m;
-  }
-  static float exp2_row(float* s, int64_t n, float shift) {
-    const __m256 vshift = _mm256_set1_ps(shift);
-    __m256 vsum = _mm256_setzero_ps();
-    int64_t j = 0;
-    for (; j + 8 <= n; j += 8) {
-      const __m256 e = exp2_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j), vshift));
-      _mm256_storeu_ps(s + j, e);
-      vsum = _mm256_add_ps(vsum, e);
-    }
-    if (j < n) {  // the tail through a padded register (s has room up to the panel edge)
-      alignas(32) float tail[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      for (int64_t t = j; t < n; ++t) tail[t - j] = s[t] - shift;
-      const __m256 mask = _mm256_castsi256_ps(_mm256_cmpgt_epi32(
-          _mm256_set1_epi32(int(n - j)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
-      const __m256 e = _mm256_and_ps(exp2_avx2(_mm256_load_ps(tail)), mask);
-      _mm256_store_ps(tail, e);
-      for (int64_t t = j; t < n; ++t) s[t] = tail[t - j];
-      vsum = _mm256_add_ps(vsum, e);
-    }
-    return horizontal_sum(vsum);
-  }
-};
-#endif
-
-#ifdef MMGEN_FLASH_AVX512
-// AVX-512 products; the softmax row operations stay AVX2 (a small share of the time).
-struct Avx512Ops : Avx2Ops {
-  static constexpr int64_t kRows = 12;
-  template <int M>
-  static void micro(const float* a, int64_t lda, const float* b, int64_t k, float* c, int64_t ldc,
-                    bool accumulate) {
-    micro_avx512<M>(a, lda, b, k, c, ldc, accumulate);
-  }
-};
-#endif
-
-// c[rows x 16] (+)= a[rows x k] · panel, for any rows ≤ Ops::kRows.
-template <typename Ops, int M = int(Ops::kRows)>
-void micro_rows(int64_t rows, const float* a, int64_t lda, const float* b, int64_t k, float* c,
-                int64_t ldc, bool accumulate) {
-  if constexpr (M >= 1) {
-    if (rows == M) return Ops::template micro<M>(a, lda, b, k, c, ldc, accumulate);
-    return micro_rows<Ops, M - 1>(rows, a, lda, b, k, c, ldc, accumulate);
-  }
-}
-
+using namespace detail;
 // ----------------------------------------------------------------------------- packing
 
 // Where each key block of a pattern lives in a (batch, head)'s packed slab. Block j of L tokens
@@ -372,13 +105,18 @@ void attend_tile(const TileArgs& t, Workspace& ws) {
   const float factor = t.scale * kLog2e;
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t d = 0; d < dim; ++d) queries[i * dim + d] = t.q[i * t.row + d] * factor;
-  float* scores = ws.scores.get(rows * kChunk);
   float* acc = ws.accumulator.get(rows * pdim);
   std::fill(acc, acc + rows * pdim, 0.0f);
   ws.running_max.assign(size_t(rows), kNegativeInfinity);
   ws.running_sum.assign(size_t(rows), 0.0f);
-  float* running_max = ws.running_max.data();
-  float* running_sum = ws.running_sum.data();
+  TileState state{queries,
+                  rows,
+                  dim,
+                  pdim,
+                  ws.scores.get(rows * kChunk),
+                  acc,
+                  ws.running_max.data(),
+                  ws.running_sum.data()};
 
   for (int64_t e = 0; e < t.list_length; ++e) {
     const int32_t block = t.list[e];
@@ -386,47 +124,12 @@ void attend_tile(const TileArgs& t, Workspace& ws) {
     const int64_t padded_length = round_up(length, kPanel);
     const float* keys = t.slab + t.layout->key_offset[size_t(block)];
     const float* values = t.slab + t.layout->value_offset[size_t(block)];
-    for (int64_t c0 = 0; c0 < length; c0 += kChunk) {
-      const int64_t width = std::min(kChunk, length - c0), padded = round_up(width, kPanel);
-      // scores[rows x padded] = queries · keysᵀ, one 16-key panel at a time.
-      for (int64_t p = 0; p < padded / kPanel; ++p) {
-        const float* panel = keys + (c0 / kPanel + p) * dim * kPanel;
-        for (int64_t i = 0; i < rows; i += Ops::kRows)
-          micro_rows<Ops>(std::min(Ops::kRows, rows - i), queries + i * dim, dim, panel, dim,
-                          scores + i * padded + p * kPanel, padded, false);
-      }
-      // Online softmax: new running max, rescale what was accumulated, exponentiate.
-      for (int64_t i = 0; i < rows; ++i) {
-        float* s = scores + i * padded;
-        const float new_max = std::max(running_max[i], Ops::row_max(s, width));
-        const float correction =
-            running_max[i] == kNegativeInfinity ? 0.0f : std::exp2(running_max[i] - new_max);
-        const float sum = Ops::exp2_row(s, width, new_max);
-        std::fill(s + width, s + padded, 0.0f);
-        running_sum[i] = running_sum[i] * correction + sum;
-        if (correction != 1.0f) {
-          float* a = acc + i * pdim;
-          for (int64_t d = 0; d < pdim; ++d) a[d] *= correction;
-        }
-        running_max[i] = new_max;
-      }
-      // acc[rows x Dp] += P · values, one 16-column value panel at a time.
-      for (int64_t q = 0; q < pdim / kPanel; ++q) {
-        const float* panel = values + q * padded_length * kPanel + c0 * kPanel;
-        for (int64_t i = 0; i < rows; i += Ops::kRows)
-          micro_rows<Ops>(std::min(Ops::kRows, rows - i), scores + i * padded, padded, panel,
-                          padded, acc + i * pdim + q * kPanel, pdim, true);
-      }
-    }
+    for (int64_t c0 = 0; c0 < length; c0 += kChunk)
+      attend_chunk<Ops>(state, keys + c0 * dim, values + c0 * kPanel, padded_length * kPanel,
+                        std::min(kChunk, length - c0));
   }
-  for (int64_t i = 0; i < rows; ++i) {
-    if (running_sum[i] <= 0) continue;  // empty list: zeros and −inf stay
-    const float inverse = 1.0f / running_sum[i];
-    float* o = t.out + i * t.row;
-    const float* a = acc + i * pdim;
-    for (int64_t d = 0; d < dim; ++d) o[d] = a[d] * inverse;
-    if (t.lse) t.lse[i] = running_max[i] * kLn2 + std::log(running_sum[i]);
-  }
+  for (int64_t i = 0; i < rows; ++i)
+    finish_row(state, i, t.out + i * t.row, t.lse ? t.lse + i : nullptr);
 }
 
 // One unit of parallel work: `rows` query rows from `first` of query block `q_block`.

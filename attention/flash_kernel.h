@@ -1,6 +1,6 @@
 // The FlashAttention-2 style CPU kernel that `fa` and the block-sparse core share: per query tile,
-// online softmax over key chunks, with Q·Kᵀ and P·V computed by one register-blocked 6x16
-// micro-kernel (AVX2/FMA when the build targets a CPU that has it, plain C++ otherwise). Keys and
+// online softmax over key chunks, with Q·Kᵀ and P·V computed by one register-blocked micro-kernel
+// (12x16 with AVX-512, 6x16 with AVX2/FMA, plain C++ otherwise; attention/flash_ops.h). Keys and
 // values are packed once per (batch, head) into 16-wide panels, so every visited key block is
 // read from contiguous memory.
 #pragma once
@@ -31,6 +31,18 @@ void run_block_sparse(const float* q, const float* k, const float* v, int64_t ba
                       int64_t kv_len, int64_t heads, int64_t head_dim, float scale,
                       const std::vector<BlockSparsePattern>& patterns, float* out, float* lse,
                       KernelPath path = KernelPath::Best);
+
+// The same with the token reorder folded in, as gathered_block_sparse_attention defines it: query
+// block i of pattern p is the query tokens q_orders[p][q_blocks.start[i] ..+ length[i]], key block
+// j the key tokens k_orders[p][kv_blocks.start[j] ..+ length[j]]. `q_orders` and `k_orders` are
+// empty or hold one order per pattern (a null pointer: the identity), already validated. Output
+// rows and LSE entries are written at the original token positions.
+void run_gathered(const float* q, const float* k, const float* v, int64_t batch, int64_t q_len,
+                  int64_t kv_len, int64_t heads, int64_t head_dim, float scale,
+                  const std::vector<BlockSparsePattern>& patterns,
+                  const std::vector<const int64_t*>& q_orders,
+                  const std::vector<const int64_t*>& k_orders, float* out, float* lse,
+                  KernelPath path = KernelPath::Best);
 
 // Dense attention: softmax(scale · q·kᵀ)·v over every key. q [B, Sq, H, D], k and v [B, Sk, H, D]
 // float32 (any strides). Returns [B, Sq, H, D]; `lse` (if non-null) receives [B, H, Sq], the

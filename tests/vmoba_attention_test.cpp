@@ -329,7 +329,9 @@ void expect_matches_oracle(const nlohmann::json& overrides, bool expect_sparse) 
       const int64_t total = c.batch * c.heads * mask.video * mask.count();
       EXPECT_EQ(stats.visited_blocks, chosen);
       EXPECT_EQ(stats.total_blocks, total);
-      if (expect_sparse && mask.count() > 3) EXPECT_LT(stats.density(), 1.0);
+      if (expect_sparse && mask.count() > 3) {
+        EXPECT_LT(stats.density(), 1.0);
+      }
       min_density = std::min(min_density, stats.density());
       max_error = std::max(max_error, error);
     }
