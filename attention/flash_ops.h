@@ -159,6 +159,45 @@ void micro_avx512(const float* a, int64_t lda, const float* b, int64_t k, float*
   MMGEN_FLASH_ROWS(MMGEN_FLASH_STORE)
 #undef MMGEN_FLASH_STORE
 }
+
+// c[M x 32] (+)= a[M x k] · [b0 | b1], two 16-column panels side by side (c's 32 columns are
+// contiguous): 2·M accumulators, and per step of k two panel loads and M broadcasts feed 2·M
+// fused multiply-adds, where the one-panel kernel spends M + 1 loads on M. Loads, not FMAs, bound
+// the one-panel kernel on CPUs with two 512-bit FMA units and two 512-bit loads per cycle.
+template <int M>
+void micro_avx512_wide(const float* a, int64_t lda, const float* b0, const float* b1, int64_t k,
+                       float* c, int64_t ldc, bool accumulate) {
+#define MMGEN_FLASH_DECLARE(r) __m512 lo##r = _mm512_setzero_ps(), hi##r = _mm512_setzero_ps();
+  MMGEN_FLASH_ROWS(MMGEN_FLASH_DECLARE)
+#undef MMGEN_FLASH_DECLARE
+  if (accumulate) {
+#define MMGEN_FLASH_LOAD(r)                    \
+  if constexpr (M > r) {                       \
+    lo##r = _mm512_loadu_ps(c + r * ldc);      \
+    hi##r = _mm512_loadu_ps(c + r * ldc + 16); \
+  }
+    MMGEN_FLASH_ROWS(MMGEN_FLASH_LOAD)
+#undef MMGEN_FLASH_LOAD
+  }
+  for (int64_t p = 0; p < k; ++p) {
+    const __m512 x0 = _mm512_load_ps(b0 + p * kPanel), x1 = _mm512_load_ps(b1 + p * kPanel);
+#define MMGEN_FLASH_STEP(r)                           \
+  if constexpr (M > r) {                              \
+    const __m512 ar = _mm512_set1_ps(a[r * lda + p]); \
+    lo##r = _mm512_fmadd_ps(ar, x0, lo##r);           \
+    hi##r = _mm512_fmadd_ps(ar, x1, hi##r);           \
+  }
+    MMGEN_FLASH_ROWS(MMGEN_FLASH_STEP)
+#undef MMGEN_FLASH_STEP
+  }
+#define MMGEN_FLASH_STORE(r)                   \
+  if constexpr (M > r) {                       \
+    _mm512_storeu_ps(c + r * ldc, lo##r);      \
+    _mm512_storeu_ps(c + r * ldc + 16, hi##r); \
+  }
+  MMGEN_FLASH_ROWS(MMGEN_FLASH_STORE)
+#undef MMGEN_FLASH_STORE
+}
 #undef MMGEN_FLASH_ROWS
 #endif
 
@@ -200,6 +239,7 @@ inline float horizontal_sum(__m256 v) {
 // The operations one tile needs, in a portable and (when compiled in) an AVX2 flavour.
 struct PortableOps {
   static constexpr int64_t kRows = 6;
+  static constexpr bool kWide = false;  // has micro_wide (two panels per call)
   template <int M>
   static void micro(const float* a, int64_t lda, const float* b, int64_t k, float* c, int64_t ldc,
                     bool accumulate) {
@@ -225,6 +265,7 @@ struct PortableOps {
 #ifdef MMGEN_FLASH_AVX2
 struct Avx2Ops {
   static constexpr int64_t kRows = 6;
+  static constexpr bool kWide = false;
   template <int M>
   static void micro(const float* a, int64_t lda, const float* b, int64_t k, float* c, int64_t ldc,
                     bool accumulate) {
@@ -288,10 +329,16 @@ inline __m512 exp2_avx512(__m512 x) {
 // AVX-512 products and softmax row operations (tails through masked loads and stores).
 struct Avx512Ops {
   static constexpr int64_t kRows = 12;
+  static constexpr bool kWide = true;
   template <int M>
   static void micro(const float* a, int64_t lda, const float* b, int64_t k, float* c, int64_t ldc,
                     bool accumulate) {
     micro_avx512<M>(a, lda, b, k, c, ldc, accumulate);
+  }
+  template <int M>
+  static void micro_wide(const float* a, int64_t lda, const float* b0, const float* b1, int64_t k,
+                         float* c, int64_t ldc, bool accumulate) {
+    micro_avx512_wide<M>(a, lda, b0, b1, k, c, ldc, accumulate);
   }
   static __mmask16 tail_mask(int64_t count) { return __mmask16((1u << count) - 1u); }
   // Horizontal reductions through memory (GCC 12's _mm512_reduce_* trip -Wmaybe-uninitialized).
@@ -347,6 +394,33 @@ void micro_rows(int64_t rows, const float* a, int64_t lda, const float* b, int64
   }
 }
 
+// c[rows x 32] (+)= a[rows x k] · [b0 | b1], for any rows ≤ Ops::kRows (Ops::kWide only).
+template <typename Ops, int M = int(Ops::kRows)>
+void micro_rows_wide(int64_t rows, const float* a, int64_t lda, const float* b0, const float* b1,
+                     int64_t k, float* c, int64_t ldc, bool accumulate) {
+  if constexpr (M >= 1) {
+    if (rows == M) return Ops::template micro_wide<M>(a, lda, b0, b1, k, c, ldc, accumulate);
+    return micro_rows_wide<Ops, M - 1>(rows, a, lda, b0, b1, k, c, ldc, accumulate);
+  }
+}
+
+// c[rows x 16·panels] (+)= a[rows x k] · panels, panel p at b + p·stride: two panels per
+// micro-kernel call where Ops has the wide kernel.
+template <typename Ops>
+void multiply_panels(int64_t rows, const float* a, int64_t lda, const float* b, int64_t stride,
+                     int64_t panels, int64_t k, float* c, int64_t ldc, bool accumulate) {
+  int64_t p = 0;
+  if constexpr (Ops::kWide)
+    for (; p + 2 <= panels; p += 2)
+      for (int64_t i = 0; i < rows; i += Ops::kRows)
+        micro_rows_wide<Ops>(std::min(Ops::kRows, rows - i), a + i * lda, lda, b + p * stride,
+                             b + (p + 1) * stride, k, c + i * ldc + p * kPanel, ldc, accumulate);
+  for (; p < panels; ++p)
+    for (int64_t i = 0; i < rows; i += Ops::kRows)
+      micro_rows<Ops>(std::min(Ops::kRows, rows - i), a + i * lda, lda, b + p * stride, k,
+                      c + i * ldc + p * kPanel, ldc, accumulate);
+}
+
 // ----------------------------------------------------------------------------- one chunk
 
 // The running state of one query tile's online softmax (base 2): its queries, already scaled by
@@ -368,13 +442,9 @@ template <typename Ops>
 void attend_chunk(TileState& t, const float* key_panels, const float* value_panels,
                   int64_t value_stride, int64_t width) {
   const int64_t rows = t.rows, dim = t.dim, pdim = t.padded_dim, padded = round_up(width, kPanel);
-  // scores[rows x padded] = queries · keysᵀ, one 16-key panel at a time.
-  for (int64_t p = 0; p < padded / kPanel; ++p) {
-    const float* panel = key_panels + p * dim * kPanel;
-    for (int64_t i = 0; i < rows; i += Ops::kRows)
-      micro_rows<Ops>(std::min(Ops::kRows, rows - i), t.queries + i * dim, dim, panel, dim,
-                      t.scores + i * padded + p * kPanel, padded, false);
-  }
+  // scores[rows x padded] = queries · keysᵀ.
+  multiply_panels<Ops>(rows, t.queries, dim, key_panels, dim * kPanel, padded / kPanel, dim,
+                       t.scores, padded, false);
   // Online softmax: new running max, rescale what was accumulated, exponentiate.
   for (int64_t i = 0; i < rows; ++i) {
     float* s = t.scores + i * padded;
@@ -390,13 +460,9 @@ void attend_chunk(TileState& t, const float* key_panels, const float* value_pane
     }
     t.running_max[i] = new_max;
   }
-  // accumulator[rows x Dp] += P · values, one 16-column value panel at a time.
-  for (int64_t q = 0; q < pdim / kPanel; ++q) {
-    const float* panel = value_panels + q * value_stride;
-    for (int64_t i = 0; i < rows; i += Ops::kRows)
-      micro_rows<Ops>(std::min(Ops::kRows, rows - i), t.scores + i * padded, padded, panel, padded,
-                      t.accumulator + i * pdim + q * kPanel, pdim, true);
-  }
+  // accumulator[rows x Dp] += P · values.
+  multiply_panels<Ops>(rows, t.scores, padded, value_panels, value_stride, pdim / kPanel, padded,
+                       t.accumulator, pdim, true);
 }
 
 // Row i's normalised output into out_row (dim floats) and, when lse is non-null, its natural-log
