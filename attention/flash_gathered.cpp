@@ -142,7 +142,7 @@ void attend_gathered(const GatherArgs& a, const GatherTask& task, GatherWorkspac
                   ws.running_sum.data()};
 
   // One chunk of gathered keys: key panel p at keys + p·dim·16, value panel q at
-  // values + q·kChunk·16 (the layouts attend_chunk reads); the chunk's tokens are collected first
+  // values + q·kChunk·16 (the layouts of a KeySegment); the chunk's tokens are collected first
   // and packed 16 at a time.
   float* keys = ws.keys.get(kChunk * dim);
   float* values = ws.values.get(kChunk * pdim);
@@ -157,7 +157,8 @@ void attend_gathered(const GatherArgs& a, const GatherTask& task, GatherWorkspac
       pack_panel<Ops>(key_rows + p * kPanel, value_rows + p * kPanel,
                       std::min(kPanel, filled - p * kPanel), dim, pdim, keys + p * dim * kPanel,
                       values + p * kPanel * kPanel, value_stride);
-    attend_chunk<Ops>(state, keys, values, value_stride, filled);
+    const KeySegment chunk{keys, values, value_stride, filled};
+    attend_segments<Ops>(state, &chunk, 1);
     filled = 0;
   };
   for (int64_t e = pattern.indptr[size_t(task.q_block)];

@@ -118,16 +118,27 @@ void attend_tile(const TileArgs& t, Workspace& ws) {
                   ws.running_max.data(),
                   ws.running_sum.data()};
 
+  // Key blocks in pieces of at most kChunk keys; consecutive pieces of the list share one
+  // softmax step while their padded widths fit in kChunk.
+  KeySegment segments[kChunk / kPanel];
+  int64_t count = 0, width = 0;
   for (int64_t e = 0; e < t.list_length; ++e) {
     const int32_t block = t.list[e];
     const int64_t length = t.pattern->kv_blocks.length[size_t(block)];
     const int64_t padded_length = round_up(length, kPanel);
     const float* keys = t.slab + t.layout->key_offset[size_t(block)];
     const float* values = t.slab + t.layout->value_offset[size_t(block)];
-    for (int64_t c0 = 0; c0 < length; c0 += kChunk)
-      attend_chunk<Ops>(state, keys + c0 * dim, values + c0 * kPanel, padded_length * kPanel,
-                        std::min(kChunk, length - c0));
+    for (int64_t c0 = 0; c0 < length; c0 += kChunk) {
+      const int64_t piece = std::min(kChunk, length - c0);
+      if (width + round_up(piece, kPanel) > kChunk) {
+        attend_segments<Ops>(state, segments, count);
+        count = width = 0;
+      }
+      segments[count++] = {keys + c0 * dim, values + c0 * kPanel, padded_length * kPanel, piece};
+      width += round_up(piece, kPanel);
+    }
   }
+  if (count > 0) attend_segments<Ops>(state, segments, count);
   for (int64_t i = 0; i < rows; ++i)
     finish_row(state, i, t.out + i * t.row, t.lse ? t.lse + i : nullptr);
 }

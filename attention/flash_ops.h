@@ -434,25 +434,45 @@ struct TileState {
   float* running_sum;  // [rows]
 };
 
-// One online-softmax step of the tile over `width` (<= kChunk) keys in packed panels: key panel p
-// is key_panels + p·dim·16, holding element (d, t) at d·16 + t; value panel q (16 output columns)
-// is value_panels + q·value_stride, holding row r at r·16. Panels run to the next multiple of 16
-// keys; the padding must be finite (its weights are zeroed, and 0 · inf would be NaN).
+// A run of `width` keys in packed panels: key panel p is key_panels + p·dim·16, holding element
+// (d, t) at d·16 + t; value panel q (16 output columns) is value_panels + q·value_stride, holding
+// row r at r·16. Panels run to the next multiple of 16 keys; the padding must be finite (its
+// weights are zeroed, and 0 · inf would be NaN).
+struct KeySegment {
+  const float* key_panels;
+  const float* value_panels;
+  int64_t value_stride;
+  int64_t width;
+};
+
+// One online-softmax step of the tile over several key segments whose padded widths add up to at
+// most kChunk: their scores sit side by side in one row, so small key blocks (VSA's 64-token
+// cubes) share one maximum, one rescale of the accumulator and one exponentiation pass.
 template <typename Ops>
-void attend_chunk(TileState& t, const float* key_panels, const float* value_panels,
-                  int64_t value_stride, int64_t width) {
-  const int64_t rows = t.rows, dim = t.dim, pdim = t.padded_dim, padded = round_up(width, kPanel);
-  // scores[rows x padded] = queries · keysᵀ.
-  multiply_panels<Ops>(rows, t.queries, dim, key_panels, dim * kPanel, padded / kPanel, dim,
-                       t.scores, padded, false);
+void attend_segments(TileState& t, const KeySegment* segments, int64_t count) {
+  const int64_t rows = t.rows, dim = t.dim, pdim = t.padded_dim;
+  int64_t padded = 0;
+  for (int64_t g = 0; g < count; ++g) padded += round_up(segments[g].width, kPanel);
+  // scores[rows x padded] = queries · keysᵀ, segment after segment; the columns of each
+  // segment's padding get −inf, so the row operations give them a weight of exactly 0.
+  for (int64_t g = 0, column = 0; g < count; ++g) {
+    const KeySegment& segment = segments[g];
+    const int64_t panels = round_up(segment.width, kPanel) / kPanel;
+    multiply_panels<Ops>(rows, t.queries, dim, segment.key_panels, dim * kPanel, panels, dim,
+                         t.scores + column, padded, false);
+    if (segment.width < panels * kPanel)
+      for (int64_t i = 0; i < rows; ++i)
+        std::fill(t.scores + i * padded + column + segment.width,
+                  t.scores + i * padded + column + panels * kPanel, kNegativeInfinity);
+    column += panels * kPanel;
+  }
   // Online softmax: new running max, rescale what was accumulated, exponentiate.
   for (int64_t i = 0; i < rows; ++i) {
     float* s = t.scores + i * padded;
     const float old_max = t.running_max[i];
-    const float new_max = std::max(old_max, Ops::row_max(s, width));
+    const float new_max = std::max(old_max, Ops::row_max(s, padded));
     const float correction = old_max == kNegativeInfinity ? 0.0f : std::exp2(old_max - new_max);
-    const float sum = Ops::exp2_row(s, width, new_max);
-    std::fill(s + width, s + padded, 0.0f);
+    const float sum = Ops::exp2_row(s, padded, new_max);
     t.running_sum[i] = t.running_sum[i] * correction + sum;
     if (correction != 1.0f) {
       float* a = t.accumulator + i * pdim;
@@ -460,9 +480,14 @@ void attend_chunk(TileState& t, const float* key_panels, const float* value_pane
     }
     t.running_max[i] = new_max;
   }
-  // accumulator[rows x Dp] += P · values.
-  multiply_panels<Ops>(rows, t.scores, padded, value_panels, value_stride, pdim / kPanel, padded,
-                       t.accumulator, pdim, true);
+  // accumulator[rows x Dp] += P · values, segment after segment.
+  for (int64_t g = 0, column = 0; g < count; ++g) {
+    const KeySegment& segment = segments[g];
+    const int64_t width = round_up(segment.width, kPanel);
+    multiply_panels<Ops>(rows, t.scores + column, padded, segment.value_panels,
+                         segment.value_stride, pdim / kPanel, width, t.accumulator, pdim, true);
+    column += width;
+  }
 }
 
 // Row i's normalised output into out_row (dim floats) and, when lse is non-null, its natural-log
