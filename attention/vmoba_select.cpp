@@ -148,24 +148,21 @@ class Selector {
   // Mean key of every chunk, per (batch, head), accumulated in double.
   void key_means(const Tensor& k) {
     means_.assign(size_t(batch_ * heads_), RowMatrix());
+    for (RowMatrix& means : means_) means.resize(count_, dim_);  // every entry is written below
     const int64_t row = heads_ * dim_, kv_len = k.size(1);
     const float* data = k.data<float>();
+    // One job per (batch, head, chunk): a single head still spreads over the threads.
 #pragma omp parallel for schedule(dynamic)
-    for (int64_t bh = 0; bh < batch_ * heads_; ++bh) {
-      const int64_t b = bh / heads_, h = bh % heads_;
-      RowMatrix& means = means_[size_t(bh)];
-      means.setZero(count_, dim_);
-      std::vector<double> sum(static_cast<size_t>(dim_));
-      for (int64_t c = 0; c < count_; ++c) {
-        std::fill(sum.begin(), sum.end(), 0.0);
-        const int64_t start = chunks_.start[size_t(c)], length = chunks_.length[size_t(c)];
-        for (int64_t s = start; s < start + length; ++s) {
-          const float* x = data + (b * kv_len + s) * row + h * dim_;
-          for (int64_t d = 0; d < dim_; ++d) sum[size_t(d)] += x[d];
-        }
-        for (int64_t d = 0; d < dim_; ++d)
-          means(c, d) = length ? float(sum[size_t(d)] / double(length)) : 0.0f;
+    for (int64_t job = 0; job < batch_ * heads_ * count_; ++job) {
+      const int64_t bh = job / count_, c = job % count_, b = bh / heads_, h = bh % heads_;
+      std::vector<double> sum(static_cast<size_t>(dim_), 0.0);
+      const int64_t start = chunks_.start[size_t(c)], length = chunks_.length[size_t(c)];
+      for (int64_t s = start; s < start + length; ++s) {
+        const float* x = data + (b * kv_len + s) * row + h * dim_;
+        for (int64_t d = 0; d < dim_; ++d) sum[size_t(d)] += x[d];
       }
+      for (int64_t d = 0; d < dim_; ++d)
+        means_[size_t(bh)](c, d) = length ? float(sum[size_t(d)] / double(length)) : 0.0f;
     }
   }
 

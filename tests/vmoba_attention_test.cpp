@@ -293,6 +293,10 @@ const std::vector<Case> kCases = {
     {{4, 4, 6}, 1, 3, 8, 0},   // every chunk size divides it
     {{1, 5, 7}, 1, 2, 16, 0},  // a single frame
     {{3, 4, 5}, 1, 2, 16, 6},  // with text tokens after the video
+    // Frames of 64 and 72 tokens: query blocks of a full 64 rows in both passes, and experts
+    // with hundreds of queries per chunk.
+    {{5, 8, 8}, 1, 2, 16, 5},
+    {{4, 8, 9}, 2, 1, 8, 0},
 };
 
 void expect_matches_oracle(const nlohmann::json& overrides, bool expect_sparse) {
