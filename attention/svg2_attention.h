@@ -6,7 +6,7 @@
 // contiguous block; one block-sparse call with a pattern per (batch, head) does the attention and
 // the output is permuted back. The permutation is folded into the call
 // (gathered_block_sparse_attention): each query cluster's selected key clusters are gathered from
-// k and v into chunks of up to 512 keys, so the ~16-token key clusters of 1000 clusters per head
+// k and v into chunks of up to 128 keys, so the ~16-token key clusters of 1000 clusters per head
 // do not each pay a softmax rescale, and no permuted copies of q, k, v or the output are built.
 //
 // Decisions, where this differs from or pins down the reference:
