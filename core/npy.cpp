@@ -69,14 +69,25 @@ Tensor read_npy(const fs::path& path) {
         "{}: .npy header has no shape", where);
   Shape shape;
   const std::string dims = match[1];
-  std::regex number(R"(\d+)");
   // `span` multiplies the non-zero extents: a zero extent empties the array, but the strides are
   // still products of the others and must fit in int64 ((0, 10^12, 10^12) overflowed them).
   uint64_t bytes_needed = dtype_size(type->dtype), span = bytes_needed;
-  for (auto it = std::sregex_iterator(dims.begin(), dims.end(), number);
-       it != std::sregex_iterator(); ++it) {
-    check(it->str().size() <= 12, "{}: .npy shape entry {} is too large", where, it->str());
-    int64_t extent = std::stoll(it->str());
+  // The tuple as numpy writes it: "()", "(5,)", "(2, 3)"; every entry a non-negative integer.
+  size_t begin = 0;
+  while (begin < dims.size()) {
+    size_t end = dims.find(',', begin);
+    if (end == std::string::npos) end = dims.size();
+    std::string entry = dims.substr(begin, end - begin);
+    entry.erase(0, entry.find_first_not_of(" \t"));
+    entry.erase(entry.find_last_not_of(" \t") + 1);
+    begin = end + 1;
+    if (entry.empty() && end == dims.size() && !shape.empty()) break;  // "(5,)"
+    check(!entry.empty() && entry.find_first_not_of("0123456789") == std::string::npos,
+          "{}: .npy shape ({}) has an entry '{}' that is not a non-negative integer; re-save the "
+          "array with np.save",
+          where, dims, entry);
+    check(entry.size() <= 12, "{}: .npy shape entry {} is too large", where, entry);
+    const int64_t extent = std::stoll(entry);
     check(!__builtin_mul_overflow(span, uint64_t(std::max<int64_t>(extent, 1)), &span) &&
               span <= uint64_t(INT64_MAX),
           "{}: .npy shape too large", where);

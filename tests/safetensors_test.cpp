@@ -156,5 +156,42 @@ TEST(Npy, RoundTripAndRejectsGarbage) {
   EXPECT_THROW(read_npy(dir / "bad.npy"), Error);
 }
 
+// A version-1 .npy file with the given header dictionary and data bytes.
+fs::path write_raw_npy(const fs::path& path, const std::string& dictionary, size_t data_bytes) {
+  std::string header = dictionary;
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::ofstream out(path, std::ios::binary);
+  out.write("\x93NUMPY\x01\x00", 8);
+  out.put(char(header.size() & 0xff));
+  out.put(char(header.size() >> 8));
+  out << header << std::string(data_bytes, '\0');
+  return path;
+}
+
+// The shape tuple is read entry by entry: a 0-d array, a 1-tuple with its trailing comma, and
+// entries that are not non-negative integers ('-3' was read as 3, '1e5' as the two extents 1 and
+// 5).
+TEST(Npy, ShapeTupleEntriesAreNonNegativeIntegers) {
+  fs::path dir = scratch_dir("npy-shapes");
+  auto dictionary = [](const std::string& shape) {
+    return "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }";
+  };
+  EXPECT_EQ(read_npy(write_raw_npy(dir / "scalar.npy", dictionary("()"), 4)).shape(), Shape{});
+  EXPECT_EQ(read_npy(write_raw_npy(dir / "one.npy", dictionary("(3,)"), 12)).shape(), Shape{3});
+  EXPECT_EQ(read_npy(write_raw_npy(dir / "two.npy", dictionary("(2, 3)"), 24)).shape(),
+            (Shape{2, 3}));
+  EXPECT_EQ(read_npy(write_raw_npy(dir / "empty.npy", dictionary("(0, 4)"), 0)).shape(),
+            (Shape{0, 4}));
+  // Each with data sized for what the digits alone would give ((3), (1, 5), (5, 2), (2), (),
+  // (3, 0)), so only the shape check can refuse it.
+  const std::vector<std::pair<std::string, size_t>> bad = {
+      {"(-3,)", 12}, {"(1e5,)", 20}, {"(5,,2)", 40}, {"(2, x)", 8}, {"(,)", 4}, {"(3.0,)", 0}};
+  for (const auto& [shape, bytes] : bad) {
+    SCOPED_TRACE(shape);
+    EXPECT_THROW(read_npy(write_raw_npy(dir / "bad.npy", dictionary(shape), bytes)), Error);
+  }
+}
+
 }  // namespace
 }  // namespace mmgen
