@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "generate/options.h"
 
 namespace mmgen::attention {
@@ -316,12 +317,7 @@ ComponentOverrides parse_component_attention_backends(const json& spec, const st
   const std::string text = trim(spec.get<std::string>());
   if (text.empty()) return overrides;
   if (text.front() == '{') {
-    json object;
-    try {
-      object = json::parse(text);
-    } catch (const json::parse_error& e) {
-      fail("{}: malformed JSON object ({}); check the quotes and braces", where, e.what());
-    }
+    const json object = parse_json(text, where, "check the quotes and braces");
     check(object.is_object(), "{}: expected a JSON object of component: backend", where);
     return parse_component_attention_backends(object, where);
   }

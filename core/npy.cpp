@@ -83,9 +83,9 @@ Tensor read_npy(const fs::path& path) {
     begin = end + 1;
     if (entry.empty() && end == dims.size() && !shape.empty()) break;  // "(5,)"
     check(!entry.empty() && entry.find_first_not_of("0123456789") == std::string::npos,
-          "{}: .npy shape ({}) has an entry '{}' that is not a non-negative integer; re-save the "
-          "array with np.save",
-          where, dims, entry);
+          "{}: .npy shape entry '{}' is not a non-negative integer; re-save the array with "
+          "np.save",
+          where, entry.substr(0, 24));
     check(entry.size() <= 12, "{}: .npy shape entry {} is too large", where, entry);
     const int64_t extent = std::stoll(entry);
     check(!__builtin_mul_overflow(span, uint64_t(std::max<int64_t>(extent, 1)), &span) &&

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace mmgen {
 namespace {
@@ -88,8 +89,8 @@ SafetensorsFile SafetensorsFile::open(const fs::path& path) {
         "{}: header length {} runs past the end of the {}-byte file (truncated?)", where,
         header_length, size);
   const char* header_begin = reinterpret_cast<const char*>(result.file_->data() + 8);
-  json header = json::parse(header_begin, header_begin + header_length, nullptr, false);
-  check(!header.is_discarded(), "{}: the header is not valid JSON", where);
+  const json header = parse_json(std::string_view(header_begin, size_t(header_length)),
+                                 where + " header", "the file is damaged or not safetensors");
   check(header.is_object(), "{}: the header is not a JSON object", where);
 
   result.data_start_ = size_t(8 + header_length);
@@ -179,9 +180,9 @@ WeightStore WeightStore::open_folder(const fs::path& folder) {
         folder.string(), indexes.size());
 
   const fs::path& index_path = indexes[0];
-  json index = json::parse(read_text_file(index_path), nullptr, false);
-  check(!index.is_discarded() && index.is_object(), "{}: not a valid JSON object",
-        index_path.string());
+  const json index =
+      parse_json(read_text_file(index_path), index_path.string(), "re-download the weight index");
+  check(index.is_object(), "{}: not a JSON object", index_path.string());
   check(index.contains("weight_map") && index["weight_map"].is_object(),
         "{}: no 'weight_map' object", index_path.string());
   WeightStore store;

@@ -72,7 +72,11 @@ TEST(Safetensors, RejectsHeaderLengthPastEnd) {
 TEST(Safetensors, RejectsBadJson) {
   fs::path dir = scratch_dir("st-bad3");
   write_raw(dir / "x.safetensors", "{\"a\": ", 0);
-  EXPECT_NE(error_of(dir / "x.safetensors").find("not valid JSON"), std::string::npos);
+  EXPECT_NE(error_of(dir / "x.safetensors").find("x.safetensors header: malformed JSON"),
+            std::string::npos);
+  // Nesting past the JSON depth bound (core/json.h) is refused like any malformed header.
+  write_raw(dir / "deep.safetensors", std::string(5000, '[') + std::string(5000, ']'), 0);
+  EXPECT_NE(error_of(dir / "deep.safetensors").find("nested deeper than"), std::string::npos);
   write_raw(dir / "y.safetensors", "[1, 2]", 0);
   EXPECT_NE(error_of(dir / "y.safetensors").find("not a JSON object"), std::string::npos);
 }

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "core/limits.h"
 
 namespace mmgen::dit {
@@ -90,12 +91,8 @@ WanTransformerConfig WanTransformerConfig::from_json(const json& config, const s
 
 WanTransformerConfig WanTransformerConfig::from_file(const fs::path& config_json) {
   const std::string text = read_text_file(config_json);
-  json parsed;
-  try {
-    parsed = json::parse(text);
-  } catch (const json::exception& e) {
-    fail("{}: not valid JSON ({})", config_json.string(), e.what());
-  }
+  const json parsed =
+      parse_json(text, config_json.string(), "re-download the transformer's config.json");
   return from_json(parsed, config_json.string());
 }
 

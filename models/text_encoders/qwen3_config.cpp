@@ -1,6 +1,7 @@
 #include "models/text_encoders/qwen3_config.h"
 
 #include "core/error.h"
+#include "core/json.h"
 #include "core/limits.h"
 
 namespace mmgen::text_encoders {
@@ -164,8 +165,8 @@ Qwen3Config Qwen3Config::from_json(const json& object, const std::string& where)
 Qwen3Config Qwen3Config::from_file(const fs::path& config_json) {
   check(fs::exists(config_json), "text encoder config {} does not exist", config_json.string());
   const std::string text = read_text_file(config_json);
-  json object = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  check(!object.is_discarded(), "{} is not valid JSON", config_json.string());
+  const json object =
+      parse_json(text, config_json.string(), "re-download the text encoder's config.json");
   return from_json(object, config_json.string());
 }
 

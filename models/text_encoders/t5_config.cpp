@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "core/limits.h"
 
 namespace mmgen::text_encoders {
@@ -96,8 +97,8 @@ T5Config T5Config::from_json(const nlohmann::json& json, const std::string& wher
 
 T5Config T5Config::from_file(const fs::path& config_json) {
   const std::string text = read_text_file(config_json);
-  nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  check(!json.is_discarded(), "{} is not valid JSON", config_json.string());
+  const nlohmann::json json =
+      parse_json(text, config_json.string(), "re-download the text encoder's config.json");
   return from_json(json, config_json.string());
 }
 

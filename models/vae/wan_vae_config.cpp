@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "core/limits.h"
 
 namespace mmgen::vae {
@@ -130,8 +131,7 @@ WanVaeConfig WanVaeConfig::from_json(const json& config, const std::string& wher
 
 WanVaeConfig WanVaeConfig::from_file(const fs::path& config_json) {
   const std::string text = read_text_file(config_json);
-  json config = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  check(!config.is_discarded(), "{} is not valid JSON", config_json.string());
+  const json config = parse_json(text, config_json.string(), "re-download the VAE's config.json");
   return from_json(config, config_json.string());
 }
 
