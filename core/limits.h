@@ -25,6 +25,13 @@ struct Limits {
   static constexpr int kMaxJsonDepth = 128;
   static constexpr size_t kMaxYamlValues = size_t(1) << 20;
   static constexpr int kMaxRegexGroupDepth = 256;
+  // Matching a tokenizer's regex: recursion depth (a repeated group recurses per repetition; real
+  // patterns repeat single characters, which do not recurse; 4096 levels stay well inside an 8 MB
+  // stack), and backtracking steps per search, linear in the text (Qwen3's pattern took 2 to 20
+  // per character on 100 000-character prompts; (a+)+b backtracks exponentially).
+  static constexpr int kMaxRegexMatchDepth = 4096;
+  static constexpr size_t kRegexStepsPerCharacter = 1000;
+  static constexpr size_t kRegexBaseSteps = size_t(1) << 20;
 
   // Integers in a component's config.json (layers, widths, heads, vocabulary sizes): generous for
   // any real model, small enough that the product of two never overflows 64 bits.

@@ -121,6 +121,38 @@ TEST(Tokenizer, RegexFollowsOnigurumaSemantics) {
   EXPECT_THROW(tokenizers::Regex("[abc"), Error);
 }
 
+// Matching is bounded (core/limits.h): a repeated group recurses once per repetition and a nested
+// quantifier backtracks exponentially; both are refused with one Error naming the pattern, where
+// they would overflow the stack or hang. Qwen's pattern on a long prompt stays inside the bounds.
+TEST(Tokenizer, RegexMatchingIsBounded) {
+  std::string error;
+  try {
+    tokenizers::Regex("(?:ab)+").find_all([] {
+      std::string text;
+      for (int i = 0; i < 20000; ++i) text += "ab";
+      return text;
+    }());
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("'(?:ab)+' recurses deeper than"), std::string::npos) << error;
+
+  error.clear();
+  try {
+    tokenizers::Regex("(a+)+b").find_all(std::string(40, 'a'));
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("'(a+)+b' needs more than"), std::string::npos) << error;
+
+  tokenizers::Regex qwen(
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)");
+  std::string text;
+  for (int i = 0; i < 20000; ++i) text += i % 7 ? "word, " : "  \n\n12 it's ";
+  EXPECT_GT(qwen.find_all(text).size(), 20000u);
+  EXPECT_EQ(qwen.find_all(std::string(200000, ' ') + "x").size(), 2u);
+}
+
 std::string error_of(const std::string& json) {
   try {
     Tokenizer::from_json(json, "bad/tokenizer.json");

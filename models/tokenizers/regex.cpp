@@ -118,12 +118,34 @@ struct Regex::Program {
   std::vector<Node> nodes;
   int root = -1;
 
-  // Matching state for one search.
+  // Matching state for one search. Backtracking recurses once per node on the way to a match,
+  // so a repeated group recurses once per repetition, and a pattern like (a+)+b backtracks
+  // exponentially: both are bounded (core/limits.h) and refused with an Error naming the pattern,
+  // where they would overflow the stack or hang. The tokenizers' real patterns stay far below.
   struct Matcher {
     const Program& program;
     const std::u32string& text;
+    const std::string& pattern;
+    size_t step_budget;
+    mutable size_t steps = 0;
+    mutable int depth = 0;
 
     bool match(int index, size_t pos, Continuation next) const {
+      check(++steps <= step_budget,
+            "tokenizer regex '{}' needs more than {} steps on a text of {} characters (its "
+            "backtracking grows too fast); this tokenizer.json pattern is not supported",
+            pattern, step_budget, text.size());
+      check(depth < Limits::kMaxRegexMatchDepth,
+            "tokenizer regex '{}' recurses deeper than {} levels on this text (a repeated group "
+            "matched too many times); shorten the prompt or use a supported tokenizer",
+            pattern, Limits::kMaxRegexMatchDepth);
+      ++depth;
+      const bool found = match_node(index, pos, next);
+      --depth;
+      return found;
+    }
+
+    bool match_node(int index, size_t pos, Continuation next) const {
       const Node& node = program.nodes[size_t(index)];
       switch (node.kind) {
         case Kind::Char:
@@ -533,7 +555,9 @@ std::vector<Regex::Match> Regex::find_all(std::string_view text) const {
   }
   offsets.push_back(text.size());
 
-  Program::Matcher matcher{*program_, codepoints};
+  Program::Matcher matcher{
+      *program_, codepoints, pattern_,
+      Limits::kRegexStepsPerCharacter * (codepoints.size() + 1) + Limits::kRegexBaseSteps};
   std::vector<Match> matches;
   size_t start = 0;
   while (start < codepoints.size()) {
