@@ -26,8 +26,8 @@ struct GatherTask {
 };
 
 struct GatherWorkspace {
-  AlignedBuffer queries, scores, accumulator, keys, values;
-  std::vector<float> running_max, running_sum;
+  TileBuffers tile;
+  AlignedBuffer keys, values;  // one chunk of gathered keys in panel layout
 };
 
 struct GatherArgs {
@@ -121,25 +121,8 @@ void attend_gathered(const GatherArgs& a, const GatherTask& task, GatherWorkspac
   const float* k_head = a.k + b * a.kv_len * row + h * dim;
   const float* v_head = a.v + b * a.kv_len * row + h * dim;
 
-  // Queries scaled by scale·log2(e): the softmax works in base 2.
-  float* queries = ws.queries.get(rows * dim);
-  const float factor = a.scale * kLog2e;
-  for (int64_t i = 0; i < rows; ++i) {
-    const float* src = q_head + q_token(i) * row;
-    for (int64_t d = 0; d < dim; ++d) queries[i * dim + d] = src[d] * factor;
-  }
-  float* acc = ws.accumulator.get(rows * pdim);
-  std::fill(acc, acc + rows * pdim, 0.0f);
-  ws.running_max.assign(size_t(rows), kNegativeInfinity);
-  ws.running_sum.assign(size_t(rows), 0.0f);
-  TileState state{queries,
-                  rows,
-                  dim,
-                  pdim,
-                  ws.scores.get(rows * kChunk),
-                  acc,
-                  ws.running_max.data(),
-                  ws.running_sum.data()};
+  TileState state =
+      ws.tile.start(rows, dim, pdim, a.scale, [&](int64_t i) { return q_head + q_token(i) * row; });
 
   // One chunk of gathered keys: key panel p at keys + p·dim·16, value panel q at
   // values + q·kChunk·16 (the layouts of a KeySegment); the chunk's tokens are collected first
@@ -245,20 +228,10 @@ void run_gathered(const float* q, const float* k, const float* v, int64_t batch,
                   const std::vector<const int64_t*>& k_orders, float* out, float* lse,
                   KernelPath path) {
   if (batch * heads * q_len * kv_len * head_dim == 0 || patterns.empty()) return;
-#ifdef MMGEN_FLASH_AVX512
-  if (path == KernelPath::Best)
-    return run<Avx512Ops>(q, k, v, batch, q_len, kv_len, heads, head_dim, scale, patterns, q_orders,
-                          k_orders, out, lse);
-#endif
-#ifdef MMGEN_FLASH_AVX2
-  if (path != KernelPath::Portable)
-    return run<Avx2Ops>(q, k, v, batch, q_len, kv_len, heads, head_dim, scale, patterns, q_orders,
-                        k_orders, out, lse);
-#else
-  (void)path;
-#endif
-  run<PortableOps>(q, k, v, batch, q_len, kv_len, heads, head_dim, scale, patterns, q_orders,
-                   k_orders, out, lse);
+  with_kernel_path(path, [&](auto ops) {
+    run<decltype(ops)>(q, k, v, batch, q_len, kv_len, heads, head_dim, scale, patterns, q_orders,
+                       k_orders, out, lse);
+  });
 }
 
 }  // namespace mmgen::attention::flash

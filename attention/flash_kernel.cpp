@@ -77,11 +77,6 @@ void pack_block(const float* k, const float* v, int64_t row, int64_t start, int6
 
 // ----------------------------------------------------------------------------- one query tile
 
-struct Workspace {
-  AlignedBuffer queries, scores, accumulator;
-  std::vector<float> running_max, running_sum;
-};
-
 struct TileArgs {
   const float* q;  // first query row of the tile, rows `row` apart
   int64_t row;
@@ -98,25 +93,10 @@ struct TileArgs {
 };
 
 template <typename Ops>
-void attend_tile(const TileArgs& t, Workspace& ws) {
-  const int64_t rows = t.rows, dim = t.head_dim, pdim = t.padded_dim;
-  // Queries scaled by scale·log2(e) so the softmax works in base 2 (exp2 is the cheap one).
-  float* queries = ws.queries.get(rows * dim);
-  const float factor = t.scale * kLog2e;
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t d = 0; d < dim; ++d) queries[i * dim + d] = t.q[i * t.row + d] * factor;
-  float* acc = ws.accumulator.get(rows * pdim);
-  std::fill(acc, acc + rows * pdim, 0.0f);
-  ws.running_max.assign(size_t(rows), kNegativeInfinity);
-  ws.running_sum.assign(size_t(rows), 0.0f);
-  TileState state{queries,
-                  rows,
-                  dim,
-                  pdim,
-                  ws.scores.get(rows * kChunk),
-                  acc,
-                  ws.running_max.data(),
-                  ws.running_sum.data()};
+void attend_tile(const TileArgs& t, TileBuffers& buffers) {
+  const int64_t dim = t.head_dim;
+  TileState state =
+      buffers.start(t.rows, dim, t.padded_dim, t.scale, [&](int64_t i) { return t.q + i * t.row; });
 
   // Key blocks in pieces of at most kChunk keys; consecutive pieces of the list share one
   // softmax step while their padded widths fit in kChunk.
@@ -139,7 +119,7 @@ void attend_tile(const TileArgs& t, Workspace& ws) {
     }
   }
   if (count > 0) attend_segments<Ops>(state, segments, count);
-  for (int64_t i = 0; i < rows; ++i)
+  for (int64_t i = 0; i < t.rows; ++i)
     finish_row(state, i, t.out + i * t.row, t.lse ? t.lse + i : nullptr);
 }
 
@@ -216,7 +196,7 @@ void run(const float* q, const float* k, const float* v, int64_t batch, int64_t 
 
 #pragma omp parallel if (parallel)
     {
-      Workspace ws;
+      TileBuffers buffers;
 #pragma omp for schedule(dynamic)
       for (size_t n = 0; n < work.size(); ++n) {
         const auto [bh, t] = work[n];
@@ -239,7 +219,7 @@ void run(const float* q, const float* k, const float* v, int64_t batch, int64_t 
             pattern.indptr[size_t(task.q_block) + 1] - pattern.indptr[size_t(task.q_block)];
         args.out = out + (b * q_len + task.first) * row + h * head_dim;
         args.lse = lse ? lse + bh * q_len + task.first : nullptr;
-        attend_tile<Ops>(args, ws);
+        attend_tile<Ops>(args, buffers);
       }
     }
     g0 = g1;
@@ -271,18 +251,9 @@ void run_block_sparse(const float* q, const float* k, const float* v, int64_t ba
                       const std::vector<BlockSparsePattern>& patterns, float* out, float* lse,
                       KernelPath path) {
   if (batch * heads * q_len * kv_len * head_dim == 0 || patterns.empty()) return;
-#ifdef MMGEN_FLASH_AVX512
-  if (path == KernelPath::Best)
-    return run<Avx512Ops>(q, k, v, batch, q_len, kv_len, heads, head_dim, scale, patterns, out,
-                          lse);
-#endif
-#ifdef MMGEN_FLASH_AVX2
-  if (path != KernelPath::Portable)
-    return run<Avx2Ops>(q, k, v, batch, q_len, kv_len, heads, head_dim, scale, patterns, out, lse);
-#else
-  (void)path;
-#endif
-  run<PortableOps>(q, k, v, batch, q_len, kv_len, heads, head_dim, scale, patterns, out, lse);
+  with_kernel_path(path, [&](auto ops) {
+    run<decltype(ops)>(q, k, v, batch, q_len, kv_len, heads, head_dim, scale, patterns, out, lse);
+  });
 }
 
 BlockSparsePattern dense_pattern(int64_t q_len, int64_t kv_len) {

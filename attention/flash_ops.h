@@ -13,6 +13,8 @@
 #include <new>
 #include <vector>
 
+#include "attention/flash_kernel.h"
+
 // GCC 12's AVX-512 intrinsics initialise registers from themselves (_mm512_undefined_ps), which
 // -Wmaybe-uninitialized reports wherever they are inlined (GCC bug 105593, fixed in GCC 13).
 #pragma GCC diagnostic push
@@ -488,6 +490,49 @@ void attend_segments(TileState& t, const KeySegment* segments, int64_t count) {
                          segment.value_stride, pdim / kPanel, width, t.accumulator, pdim, true);
     column += width;
   }
+}
+
+// Per-thread buffers of one query tile, grown to the largest tile seen.
+struct TileBuffers {
+  AlignedBuffer queries, scores, accumulator;
+  std::vector<float> running_max, running_sum;
+
+  // Starts a tile of `rows` queries: row i is query_row(i) (dim floats) scaled by scale·log2(e),
+  // so the softmax works in base 2 (exp2 is the cheap one); the accumulator is zero and no key has
+  // been seen.
+  template <typename QueryRow>
+  TileState start(int64_t rows, int64_t dim, int64_t padded_dim, float scale, QueryRow query_row) {
+    float* q = queries.get(rows * dim);
+    const float factor = scale * kLog2e;
+    for (int64_t i = 0; i < rows; ++i) {
+      const float* src = query_row(i);
+      for (int64_t d = 0; d < dim; ++d) q[i * dim + d] = src[d] * factor;
+    }
+    float* acc = accumulator.get(rows * padded_dim);
+    std::fill(acc, acc + rows * padded_dim, 0.0f);
+    running_max.assign(size_t(rows), kNegativeInfinity);
+    running_sum.assign(size_t(rows), 0.0f);
+    return {q,
+            rows,
+            dim,
+            padded_dim,
+            scores.get(rows * kChunk),
+            acc,
+            running_max.data(),
+            running_sum.data()};
+  }
+};
+
+// Calls f(Ops{}) with the operations `path` selects: for Best the widest compiled in.
+template <typename F>
+void with_kernel_path(KernelPath path, F&& f) {
+#ifdef MMGEN_FLASH_AVX512
+  if (path == KernelPath::Best) return f(Avx512Ops{});
+#endif
+#ifdef MMGEN_FLASH_AVX2
+  if (path != KernelPath::Portable) return f(Avx2Ops{});
+#endif
+  f(PortableOps{});
 }
 
 // Row i's normalised output into out_row (dim floats) and, when lse is non-null, its natural-log
