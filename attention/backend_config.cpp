@@ -11,9 +11,7 @@
 #include "core/file.h"
 #include "core/json.h"
 #include "core/text.h"
-#include "generate/options.h"
-#include "generate/settings.h"
-#include "pipeline/model_index.h"
+#include "core/yaml.h"
 
 namespace mmgen::attention {
 
@@ -193,7 +191,7 @@ json parse_file(const fs::path& path, const std::string& where) {
         "{} {}: backend config files must end in .json, .yaml or .yml", where, path.string());
   check(fs::is_regular_file(path), "{} {}: not a regular file", where, path.string());
   if (extension == ".json") return read_json_object(path);
-  json document = cli::yaml_to_json(read_text_file(path), path.string());
+  json document = yaml_to_json(read_text_file(path), path.string());
   if (document.is_null()) return json::object();  // an empty file sets nothing
   check(document.is_object(), "{}: expected a mapping of setting names to values", path.string());
   return document;
@@ -387,7 +385,7 @@ json validate_backend_config(const json& settings, std::string_view backend_name
                                                              fmt::join(owners, ", "));
       check(!backend->config.empty(), "{}: {} takes no settings, but got '{}'{}", where,
             backend->name, given, owned);
-      const std::string nearest = cli::nearest_name(name, key_names(*backend));
+      const std::string nearest = nearest_name(name, key_names(*backend));
       fail("{}: unknown key '{}' for {}; valid keys: {}{}{}", where, given, backend->name,
            fmt::join(key_names(*backend), ", "),
            nearest.empty() ? std::string() : fmt::format(" (did you mean {}?)", nearest), owned);

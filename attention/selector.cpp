@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "core/json.h"
-#include "generate/options.h"
+#include "core/text.h"
 
 namespace mmgen::attention {
 
@@ -41,7 +41,7 @@ std::string join_notes(const std::string& a, const std::string& b) {
 [[noreturn]] void fail_unknown_backend(const std::string& what, const std::string& name) {
   std::vector<std::string> all = backend_names(Family::Dit, true);
   for (const auto& n : backend_names(Family::Paged)) all.push_back(n);
-  const std::string nearest = cli::nearest_name(lower(name), all);
+  const std::string nearest = nearest_name(lower(name), all);
   fail("{}: unknown attention backend '{}'{}; DiT backends: {}; paged backends (text encoders): {}",
        what, name, nearest.empty() ? std::string() : fmt::format(" (did you mean {}?)", nearest),
        fmt::join(backend_names(Family::Dit), ", "), fmt::join(backend_names(Family::Paged), ", "));
@@ -353,7 +353,7 @@ void check_override_components(const ComponentOverrides& overrides,
           "{}: {} is not part of this model (model_index.json lists it as [null, null]); "
           "components with attention: {}",
           where, component, fmt::join(with_attention, ", "));
-    const std::string nearest = cli::nearest_name(component, with_attention);
+    const std::string nearest = nearest_name(component, with_attention);
     fail("{}: unknown component '{}'{}; this model's components with attention: {}", where,
          component, nearest.empty() ? std::string() : fmt::format(" (did you mean {}?)", nearest),
          fmt::join(with_attention, ", "));

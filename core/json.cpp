@@ -1,6 +1,7 @@
 #include "core/json.h"
 
 #include "core/error.h"
+#include "core/file.h"
 
 namespace mmgen {
 
@@ -23,6 +24,13 @@ json parse_json(std::string_view text, const std::string& where, std::string_vie
       reason.erase(0, at + 2);
     fail("{}: malformed JSON ({}); {}", where, reason, fix);
   }
+}
+
+json read_json_object(const std::filesystem::path& path) {
+  const json value =
+      parse_json(read_text_file(path), path.string(), "fix the file or download it again");
+  check(value.is_object(), "{}: expected a JSON object at the top level", path.string());
+  return value;
 }
 
 }  // namespace mmgen

@@ -4,6 +4,7 @@
 // per level, so a file of 60 000 nested brackets overflowed the stack later on.
 #pragma once
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -17,5 +18,8 @@ constexpr int kMaxJsonDepth = Limits::kMaxJsonDepth;
 
 // Parses `text`. Errors read "<where>: malformed JSON (<reason>); <fix>".
 nlohmann::json parse_json(std::string_view text, const std::string& where, std::string_view fix);
+
+// Parses a JSON file into an object, with one-line errors naming the file and the position.
+nlohmann::json read_json_object(const std::filesystem::path& path);
 
 }  // namespace mmgen

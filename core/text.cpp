@@ -1,5 +1,8 @@
 #include "core/text.h"
 
+#include <algorithm>
+#include <cstdint>
+
 namespace mmgen {
 namespace {
 
@@ -67,6 +70,31 @@ bool is_decimal_text(std::string_view text) {
     if (skip_digits(text, pos) == 0) return false;
   }
   return pos == text.size();
+}
+
+std::string nearest_name(std::string_view name, const std::vector<std::string>& candidates) {
+  auto distance = [](std::string_view a, std::string_view b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      size_t diagonal = row[0];
+      row[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j) {
+        size_t up = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+        diagonal = up;
+      }
+    }
+    return row[b.size()];
+  };
+  std::string best;
+  size_t best_distance = SIZE_MAX;
+  for (const auto& candidate : candidates) {
+    size_t d = distance(name, candidate);
+    if (d < best_distance) best_distance = d, best = candidate;
+  }
+  // Beyond about a third of the name, a suggestion is noise.
+  return best_distance <= std::max<size_t>(2, name.size() / 3) ? best : "";
 }
 
 }  // namespace mmgen

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace mmgen {
 
@@ -18,5 +20,9 @@ bool is_integer_text(std::string_view text);
 // [-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)? : a decimal number as YAML and key=value
 // settings write it (integers included).
 bool is_decimal_text(std::string_view text);
+
+// The closest of `candidates` to `name` (edit distance), for "did you mean" hints; empty if none
+// is reasonably close.
+std::string nearest_name(std::string_view name, const std::vector<std::string>& candidates);
 
 }  // namespace mmgen

@@ -15,6 +15,8 @@
 #include "core/interrupt.h"
 #include "core/limits.h"
 #include "core/safetensors.h"
+#include "core/text.h"
+#include "core/yaml.h"
 #include "generate/options.h"
 #include "generate/prompt_file.h"
 #include "generate/settings.h"

@@ -71,7 +71,7 @@ ResolvedGenerate resolve_generate(const std::vector<std::string>& arguments) {
   check_components(*resolved.spec, resolved.index);
   resolved.spec->validate(resolved.request, resolved.index);
   resolved.latent_shape = resolved.spec->latent_shape(resolved.request, resolved.index);
-  resolved.attention = attention::plan_attention(resolved.index, resolved.request);
+  resolved.attention = plan_attention(resolved.index, resolved.request);
   const std::string flow_shift_source =
       command_line.contains("flow-shift")
           ? "--flow-shift"
@@ -270,7 +270,7 @@ int run_resolved(const ResolvedGenerate& resolved) {
     spdlog::info("defaults: configs/{} for {}", resolved.spec->defaults_file,
                  resolved.defaults_variant);
   if (resolved.flow_shift) spdlog::info("scheduler: {}", resolved.flow_shift->explanation);
-  attention::log_attention_plan(resolved.attention);
+  log_attention_plan(resolved.attention);
   // From here a Ctrl-C or SIGTERM stops at the next step boundary (core/interrupt.h).
   install_stop_handlers();
   std::vector<fs::path> kept;

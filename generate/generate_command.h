@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "attention/attention_plan.h"
 #include "core/tensor.h"
 #include "generate/pipeline_defaults.h"
+#include "pipeline/attention_plan.h"
 #include "pipeline/model_index.h"
 #include "pipeline/registry.h"
 #include "pipeline/request.h"
@@ -22,7 +22,7 @@ struct ResolvedGenerate {
   ModelIndex index;
   const PipelineSpec* spec = nullptr;
   Shape latent_shape;
-  attention::AttentionPlan attention;  // every component's backends and the backend config
+  AttentionPlan attention;  // every component's backends and the backend config
   // The prompts of --prompt-file-path, in file order (then request.prompt is empty); empty when
   // the request has one --prompt.
   std::vector<std::string> batch_prompts;

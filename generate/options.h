@@ -33,8 +33,4 @@ std::string normalize_option_name(std::string_view name);
 nlohmann::json convert_option_value(const OptionSpec& option, const nlohmann::json& value,
                                     const std::string& where);
 
-// The closest of `candidates` to `name` (edit distance), for "did you mean" hints; empty if none
-// is reasonably close.
-std::string nearest_name(std::string_view name, const std::vector<std::string>& candidates);
-
 }  // namespace mmgen::cli

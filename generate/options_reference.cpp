@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "core/error.h"
+#include "core/yaml.h"
 #include "generate/generate_command.h"
 #include "generate/options.h"
 #include "generate/settings.h"
@@ -71,9 +72,10 @@ std::string pipeline_defaults_markdown() {
       out += fmt::format("| `{}` | `{}` |\n", key, cell(text));
     }
     if (document.contains("variants")) {
-      out += "\nBy the transformer's size (parameters counted from its `config.json`), the first "
-             "matching variant adds:\n\n| variant | transformer parameters | settings |\n"
-             "|---|---|---|\n";
+      out +=
+          "\nBy the transformer's size (parameters counted from its `config.json`), the first "
+          "matching variant adds:\n\n| variant | transformer parameters | settings |\n"
+          "|---|---|---|\n";
       for (const auto& variant : document["variants"]) {
         const json& range = variant["transformer_parameters"];
         const auto bound = [](const json& v) {
@@ -82,22 +84,23 @@ std::string pipeline_defaults_markdown() {
         std::string settings;
         for (const auto& [key, value] : variant.items())
           if (key != "name" && key != "transformer_parameters")
-            settings += fmt::format("{}`{}: {}`", settings.empty() ? "" : ", ", key,
-                                    value_text(value));
+            settings +=
+                fmt::format("{}`{}: {}`", settings.empty() ? "" : ", ", key, value_text(value));
         out += fmt::format("| {} | [{}, {}) | {} |\n", variant.value("name", std::string()),
                            bound(range[0]), bound(range[1]), settings);
       }
     }
     if (document.contains("flow_shift_presets")) {
-      out += "\nflow_shift suggestions by pixels per frame. They never replace the model's "
-             "`scheduler_config.json`: the log and the dry-run's `flow_shift` say which value "
-             "runs, where it came from and what the preset suggests; `--flow-shift` applies "
-             "one.\n\n| preset | up to pixels | suggested flow_shift |\n|---|---|---|\n";
+      out +=
+          "\nflow_shift suggestions by pixels per frame. They never replace the model's "
+          "`scheduler_config.json`: the log and the dry-run's `flow_shift` say which value "
+          "runs, where it came from and what the preset suggests; `--flow-shift` applies "
+          "one.\n\n| preset | up to pixels | suggested flow_shift |\n|---|---|---|\n";
       for (const auto& preset : document["flow_shift_presets"])
-        out += fmt::format("| {} | {} | {} |\n", preset.value("name", std::string()),
-                           preset["max_pixels"].is_null() ? std::string("any")
-                                                          : value_text(preset["max_pixels"]),
-                           value_text(preset["flow_shift"]));
+        out += fmt::format(
+            "| {} | {} | {} |\n", preset.value("name", std::string()),
+            preset["max_pixels"].is_null() ? std::string("any") : value_text(preset["max_pixels"]),
+            value_text(preset["flow_shift"]));
     }
     out += "\n";
   }
@@ -143,9 +146,10 @@ std::string configuration_markdown() {
                        default_text.empty() ? "" : "`" + cell(default_text) + "`",
                        option.in_config ? "yes" : "no", cell(std::string(option.help)));
   }
-  out += "\n## Pipeline defaults (configs/)\n\n"
-         "Compiled into the binary. They sit between a `--config` file and the built-in "
-         "defaults.\n\n";
+  out +=
+      "\n## Pipeline defaults (configs/)\n\n"
+      "Compiled into the binary. They sit between a `--config` file and the built-in "
+      "defaults.\n\n";
   out += pipeline_defaults_markdown();
   while (out.ends_with("\n\n")) out.pop_back();
   return out;

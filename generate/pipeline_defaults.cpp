@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/yaml.h"
 
 namespace mmgen::cli {
 

@@ -1,13 +1,12 @@
 #include "generate/settings.h"
 
-#include <yaml-cpp/yaml.h>
-
 #include <CLI/CLI.hpp>
 
 #include "core/error.h"
 #include "core/file.h"
 #include "core/limits.h"
 #include "core/text.h"
+#include "core/yaml.h"
 #include "generate/options.h"
 #include "pipeline/model_index.h"
 
@@ -31,73 +30,6 @@ std::string hint(const std::string& name, const std::vector<std::string>& candid
                          : fmt::format(" (did you mean {}{}?)", prefix, nearest);
 }
 
-// Text from the file must be UTF-8: yaml-cpp passes any bytes through, and a JSON string that is
-// not UTF-8 makes nlohmann::json throw when it is printed (in an error message, say).
-const std::string& checked_utf8(const std::string& text, const YAML::Node& node,
-                                const std::string& where) {
-  const size_t bad = invalid_utf8_offset(text);
-  check(bad == std::string::npos,
-        "{}: line {}, column {}: the text is not valid UTF-8 (byte {} of the value); save the "
-        "file as UTF-8",
-        where, node.Mark().line + 1, node.Mark().column + 1, bad + 1);
-  return text;
-}
-
-// Aliases let a few lines of YAML stand for billions of values (each *alias is the whole anchored
-// node again), so the values converted are counted against Limits::kMaxYamlValues.
-constexpr size_t kMaxYamlValues = Limits::kMaxYamlValues;
-
-json yaml_node_to_json(const YAML::Node& node, const std::string& where, size_t& budget) {
-  check(budget > 0,
-        "{}: more than {} values once YAML aliases are expanded; write the values out or use "
-        "fewer aliases",
-        where, kMaxYamlValues);
-  --budget;
-  switch (node.Type()) {
-    case YAML::NodeType::Null:
-    case YAML::NodeType::Undefined:
-      return nullptr;
-    case YAML::NodeType::Sequence: {
-      json list = json::array();
-      for (const auto& item : node) list.push_back(yaml_node_to_json(item, where, budget));
-      return list;
-    }
-    case YAML::NodeType::Map: {
-      json object = json::object();
-      for (const auto& item : node) {
-        const std::string key = item.first.as<std::string>();
-        object[checked_utf8(key, item.first, where)] =
-            yaml_node_to_json(item.second, where, budget);
-      }
-      return object;
-    }
-    case YAML::NodeType::Scalar: {
-      const std::string& text = checked_utf8(node.Scalar(), node, where);
-      if (node.Tag() != "?") return text;  // quoted: always a string
-      // Numbers out of range stay text, for the option's conversion to reject by name.
-      if (is_integer_text(text)) {
-        try {
-          return std::stoll(text);
-        } catch (const std::out_of_range&) {
-          return text;
-        }
-      }
-      if (is_decimal_text(text)) {
-        try {
-          return std::stod(text);
-        } catch (const std::out_of_range&) {
-          return text;
-        }
-      }
-      if (text == "true" || text == "True" || text == "TRUE") return true;
-      if (text == "false" || text == "False" || text == "FALSE") return false;
-      if (text == "null" || text == "~" || text == "Null" || text == "NULL") return nullptr;
-      return text;
-    }
-  }
-  return nullptr;
-}
-
 // Adds a component path; `where` names the source.
 void add_component_path(SettingsLayer& layer, const std::string& component, const json& value,
                         const std::string& where) {
@@ -107,16 +39,6 @@ void add_component_path(SettingsLayer& layer, const std::string& component, cons
 }
 
 }  // namespace
-
-json yaml_to_json(const std::string& text, const std::string& where) {
-  try {
-    size_t budget = kMaxYamlValues;
-    return yaml_node_to_json(YAML::Load(text), where, budget);
-  } catch (const YAML::Exception& e) {
-    fail("{}: malformed YAML at line {}, column {}: {}", where, e.mark.line + 1, e.mark.column + 1,
-         e.msg);
-  }
-}
 
 SettingsLayer settings_from_document(const json& document, const std::string& where) {
   SettingsLayer layer = json::object();

@@ -32,7 +32,4 @@ SettingsLayer builtin_defaults();
 // Later layers override earlier ones key by key (component-paths merges per component).
 SettingsLayer merge_layers(const std::vector<SettingsLayer>& lowest_first);
 
-// YAML text to JSON; plain scalars become numbers/booleans/null where YAML would type them.
-nlohmann::json yaml_to_json(const std::string& text, const std::string& where);
-
 }  // namespace mmgen::cli

@@ -28,13 +28,6 @@ std::string join(const std::vector<std::string>& names) {
 
 }  // namespace
 
-json read_json_object(const fs::path& path) {
-  const json value =
-      parse_json(read_text_file(path), path.string(), "fix the file or download it again");
-  check(value.is_object(), "{}: expected a JSON object at the top level", path.string());
-  return value;
-}
-
 const ComponentEntry& ModelIndex::component(const std::string& name) const {
   auto it = components.find(name);
   check(it != components.end(), "{}: model_index.json has no component '{}' (it has: {})",

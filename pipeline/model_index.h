@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "core/json.h"
+
 namespace mmgen {
 
 namespace fs = std::filesystem;
@@ -48,8 +50,5 @@ nlohmann::json load_component_config(const ComponentEntry& component);
 
 // The config file a component folder holds, checked to exist.
 fs::path component_config_path(const ComponentEntry& component);
-
-// Parses a JSON file into an object, with one-line errors naming the file and the position.
-nlohmann::json read_json_object(const fs::path& path);
 
 }  // namespace mmgen

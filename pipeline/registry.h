@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "attention/attention_plan.h"
 #include "core/tensor.h"
+#include "pipeline/attention_plan.h"
 #include "pipeline/memory_estimate.h"
 #include "pipeline/model_index.h"
 #include "pipeline/model_inventory.h"
@@ -37,7 +37,7 @@ struct PipelineSpec {
   std::function<Shape(const Request&, const ModelIndex&)> latent_shape;
   // Loads the components once, with the attention backends of the plan made for the requests
   // it will run; a batch of prompts shares one load.
-  std::function<PipelineRunner(const ModelIndex&, const attention::AttentionPlan&)> load;
+  std::function<PipelineRunner(const ModelIndex&, const AttentionPlan&)> load;
   // The host memory a request needs (pipeline/memory_estimate.h), from headers and configs only.
   std::function<MemoryEstimate(const Request&, const ModelIndex&, const ModelInventory&)>
       estimate_memory;

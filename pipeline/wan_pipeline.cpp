@@ -48,7 +48,7 @@ Tensor video_to_frames(const Tensor& video) {
 
 // The validated config of `backend` from the plan; defaults when the plan has none for it (the
 // dense cross-attention backend, which no --attention-backend-config speaks to).
-nlohmann::json backend_config(const attention::AttentionPlan& plan, const std::string& backend) {
+nlohmann::json backend_config(const AttentionPlan& plan, const std::string& backend) {
   auto it = plan.backend_configs.find(backend);
   if (it != plan.backend_configs.end()) return it->second;
   return attention::validate_backend_config(nlohmann::json::object(), backend);
@@ -84,9 +84,9 @@ attention::LayerWeights layer_weights(const WeightStore& store,
 }  // namespace
 
 WanPipeline::WanPipeline(const ModelIndex& index)
-    : WanPipeline(index, attention::plan_attention(index, Request{})) {}
+    : WanPipeline(index, plan_attention(index, Request{})) {}
 
-WanPipeline::WanPipeline(const ModelIndex& index, attention::AttentionPlan plan)
+WanPipeline::WanPipeline(const ModelIndex& index, AttentionPlan plan)
     : index_(index), attention_plan_(std::move(plan)) {
   tokenizer_ = tokenizers::Tokenizer::load(index.component("tokenizer").path);
   text_encoder_ = std::make_unique<text_encoders::UMT5Encoder>(
@@ -114,7 +114,7 @@ namespace {
 // --device cuda: the text encoder's paged backend on the GPU. A plan made for --device cuda
 // chose it against the GPU's kernels; a plan made for the CPU (a library caller's default plan)
 // names a CPU design, and the GPU's auto choice (fa3) takes its place.
-std::string gpu_text_backend(const attention::AttentionPlan& plan, int64_t head_dim) {
+std::string gpu_text_backend(const AttentionPlan& plan, int64_t head_dim) {
   const attention::Machine& gpu = attention::machine_for_device("cuda");
   auto it = plan.components.find("text_encoder");
   if (it != plan.components.end() && it->second.has_attention()) {
@@ -218,8 +218,7 @@ namespace {
 // (sliding_tile_attn, video_sparse_attn). The selector planned against the GPU's kernels; this
 // only guards against a plan made for another machine. Returns the GPU self-attention backend,
 // null for dense.
-std::unique_ptr<cuda::SparseSelfAttentionCuda> gpu_self_attention(
-    const attention::AttentionPlan& plan) {
+std::unique_ptr<cuda::SparseSelfAttentionCuda> gpu_self_attention(const AttentionPlan& plan) {
   auto it = plan.components.find("transformer");
   if (it == plan.components.end()) return nullptr;
   std::string sparse;
@@ -393,7 +392,7 @@ WanGenerationInput wan_input_from_request(const Request& request, const WanPipel
   return input;
 }
 
-PipelineRunner load_wan_pipeline(const ModelIndex& index, const attention::AttentionPlan& plan) {
+PipelineRunner load_wan_pipeline(const ModelIndex& index, const AttentionPlan& plan) {
   Progress load("load", 1);
   auto pipeline = std::make_shared<const WanPipeline>(index, plan);
   load.finish();
@@ -439,7 +438,7 @@ PipelineRunner load_wan_pipeline(const ModelIndex& index, const attention::Atten
 }
 
 Tensor run_wan_pipeline(const Request& request, const ModelIndex& index,
-                        const attention::AttentionPlan& plan) {
+                        const AttentionPlan& plan) {
   return load_wan_pipeline(index, plan)(request);
 }
 

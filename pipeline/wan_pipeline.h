@@ -10,13 +10,13 @@
 #include <string>
 #include <vector>
 
-#include "attention/attention_plan.h"
 #include "core/tensor.h"
 #include "models/dit/wan_transformer.h"
 #include "models/text_encoders/umt5_encoder.h"
 #include "models/tokenizers/tokenizer.h"
 #include "models/vae/tiled_decode.h"
 #include "models/vae/wan_vae_decoder.h"
+#include "pipeline/attention_plan.h"
 #include "pipeline/model_index.h"
 #include "pipeline/registry.h"
 #include "pipeline/request.h"
@@ -57,7 +57,7 @@ class WanPipeline {
   // the transformer's attention backends (self- and cross-attention, per layer); the first form
   // plans with default settings (auto selection, MMGEN_ATTENTION_BACKEND honoured).
   explicit WanPipeline(const ModelIndex& index);
-  WanPipeline(const ModelIndex& index, attention::AttentionPlan plan);
+  WanPipeline(const ModelIndex& index, AttentionPlan plan);
 
   // The prompt embedding the transformer sees: cleaned, tokenized to max_length, encoded with the
   // mask, zero-filled after the real tokens. [1, max_length, text_dim]. `cuda`: on the GPU (the
@@ -78,7 +78,7 @@ class WanPipeline {
   WanGenerationOutput generate(const WanGenerationInput& input,
                                bool keep_step_latents = false) const;
 
-  const attention::AttentionPlan& attention_plan() const { return attention_plan_; }
+  const AttentionPlan& attention_plan() const { return attention_plan_; }
   // The transformer's attention for one run: per layer, the planned self- and cross-attention
   // backends with their validated configs and the extra checkpoint weights the self-attention
   // backend uses (fresh layer states).
@@ -91,7 +91,7 @@ class WanPipeline {
   std::unique_ptr<dit::WanTransformer> transformer_;
   std::unique_ptr<vae::WanVaeDecoder> vae_;
   nlohmann::json scheduler_config_;
-  attention::AttentionPlan attention_plan_;
+  AttentionPlan attention_plan_;
   // The transformer's GPU copy, made on the first --device cuda run (CUDA builds).
   mutable std::shared_ptr<cuda::WanTransformerCuda> transformer_gpu_;
   mutable std::shared_ptr<cuda::WanVaeDecoderCuda> vae_gpu_;  // likewise the VAE decoder's
@@ -106,10 +106,9 @@ WanGenerationInput wan_input_from_request(const Request& request, const WanPipel
 // of the requests to run) and returns a runner: each call runs one request, frames [F, H, W, 3]
 // in [0, 1]; encode_ahead encodes a batch's prompts together first. The components are loaded
 // once and shared by every call.
-PipelineRunner load_wan_pipeline(const ModelIndex& index, const attention::AttentionPlan& plan);
+PipelineRunner load_wan_pipeline(const ModelIndex& index, const AttentionPlan& plan);
 
 // load_wan_pipeline, then one request.
-Tensor run_wan_pipeline(const Request& request, const ModelIndex& index,
-                        const attention::AttentionPlan& plan);
+Tensor run_wan_pipeline(const Request& request, const ModelIndex& index, const AttentionPlan& plan);
 
 }  // namespace mmgen

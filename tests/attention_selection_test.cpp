@@ -11,11 +11,11 @@
 #include <set>
 #include <sstream>
 
-#include "attention/attention_plan.h"
 #include "attention/catalogue.h"
 #include "attention/selector.h"
 #include "core/error.h"
 #include "generate/backends_command.h"
+#include "pipeline/attention_plan.h"
 #include "tests/test_support.h"
 
 namespace mmgen::attention {

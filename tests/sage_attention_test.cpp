@@ -9,13 +9,13 @@
 #include <cstdio>
 #include <vector>
 
-#include "attention/attention_plan.h"
 #include "attention/backend.h"
 #include "attention/dense_attention.h"
 #include "attention/sage_quant.h"
 #include "core/file.h"
 #include "core/random.h"
 #include "core/safetensors.h"
+#include "pipeline/attention_plan.h"
 #include "pipeline/model_index.h"
 #include "pipeline/wan_pipeline.h"
 #include "tests/test_support.h"
@@ -286,7 +286,7 @@ std::vector<Tensor> run_wan_fixture(const std::string& backend, const Safetensor
   request.attention_backend = backend;
   request.num_inference_steps = p["num_inference_steps"];
   const ModelIndex index = load_model_index(wan_fixture() / "model");
-  const WanPipeline pipeline(index, attention::plan_attention(index, request));
+  const WanPipeline pipeline(index, plan_attention(index, request));
   EXPECT_EQ(pipeline.attention_plan().main_backend, backend);
   WanGenerationInput input;
   input.prompt = p["prompt"];

@@ -11,12 +11,12 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "attention/attention_plan.h"
 #include "attention/backend.h"
 #include "attention/backend_config.h"
 #include "attention/sta_tiling.h"
 #include "core/error.h"
 #include "core/random.h"
+#include "pipeline/attention_plan.h"
 #include "pipeline/model_index.h"
 #include "pipeline/wan_pipeline.h"
 #include "tests/test_support.h"

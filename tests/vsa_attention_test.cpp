@@ -9,7 +9,6 @@
 #include <functional>
 #include <numeric>
 
-#include "attention/attention_plan.h"
 #include "attention/backend.h"
 #include "attention/backend_config.h"
 #include "attention/vsa_coarse.h"
@@ -17,6 +16,7 @@
 #include "core/error.h"
 #include "core/ops.h"
 #include "core/random.h"
+#include "pipeline/attention_plan.h"
 #include "pipeline/model_index.h"
 #include "pipeline/wan_pipeline.h"
 #include "tests/test_support.h"

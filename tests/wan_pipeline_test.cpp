@@ -84,7 +84,7 @@ TEST_F(WanPipelineTest, EachDenseAttentionBackendReproducesEveryStep) {
     request.attention_backend = backend;
     request.num_inference_steps = settings_["pipeline"]["num_inference_steps"];
     const ModelIndex index = load_model_index(fixture() / "model");
-    const WanPipeline pipeline(index, attention::plan_attention(index, request));
+    const WanPipeline pipeline(index, plan_attention(index, request));
     ASSERT_EQ(pipeline.attention_plan().main_backend, backend);
     WanGenerationInput input = fixture_input();
     input.initial_latents = reference_->tensor("pipeline.noise").clone();

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "attention/attention_plan.h"
+#include "pipeline/attention_plan.h"
 #include "core/file.h"
 #include "core/safetensors.h"
 #include "cuda_test_support.h"
@@ -53,7 +53,7 @@ Tensor generate(const ModelIndex& index, const std::string& device, const std::s
   request.attention_backend = backend;
   request.attention_backend_config = backend_config;
   request.num_inference_steps = 3;
-  const attention::AttentionPlan plan = attention::plan_attention(index, request);
+  const AttentionPlan plan = plan_attention(index, request);
   const auto& transformer = plan.components.at("transformer");
   expect(transformer.primary().backend == backend,
          fmt::format("{} --device {}: the plan runs the transformer with {} ({})", label, device,

@@ -15,17 +15,17 @@
 #include "pipeline/model_index.h"
 #include "pipeline/request.h"
 
-namespace mmgen::attention {
+namespace mmgen {
 
 struct AttentionPlan {
   // Every component of the model index, with or without attention layers.
-  std::map<std::string, ComponentChoice> components;
+  std::map<std::string, attention::ComponentChoice> components;
   // The validated settings (defaults filled in) for each DiT backend that DiT self-attention uses.
   std::map<std::string, nlohmann::json> backend_configs;
   // The backend of the main DiT ("transformer", else the first DiT component); empty when none.
   std::string main_backend;
   // Loaded and checked when sliding_tile_attn runs in STA_inference mode.
-  std::optional<StaMaskStrategy> sta_mask;
+  std::optional<attention::StaMaskStrategy> sta_mask;
 
   // The settings of the main DiT backend: the dry-run's `attention_backend_config`.
   nlohmann::json config_json() const;
@@ -37,12 +37,13 @@ struct AttentionPlan {
 // Builds the plan. `env` is MMGEN_ATTENTION_BACKEND (read from the environment by default); the
 // global force is read as it is now. Throws Error for any bad flag, config or mask file.
 AttentionPlan plan_attention(const ModelIndex& index, const Request& request,
-                             const Machine& machine = this_machine());
+                             const attention::Machine& machine = attention::this_machine());
 AttentionPlan plan_attention(const ModelIndex& index, const Request& request,
-                             const Machine& machine, const std::optional<std::string>& env);
+                             const attention::Machine& machine,
+                             const std::optional<std::string>& env);
 
 // One info line per component with attention ("transformer: sliding_tile_attn (cli);
 // cross-attention torch_sdpa"), and a warning per fallback.
 void log_attention_plan(const AttentionPlan& plan);
 
-}  // namespace mmgen::attention
+}  // namespace mmgen

@@ -1,4 +1,4 @@
-#include "attention/attention_plan.h"
+#include "pipeline/attention_plan.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -9,7 +9,9 @@
 
 #include "core/error.h"
 
-namespace mmgen::attention {
+namespace mmgen {
+
+using namespace attention;
 
 using json = nlohmann::json;
 
@@ -193,4 +195,4 @@ void log_attention_plan(const AttentionPlan& plan) {
   }
 }
 
-}  // namespace mmgen::attention
+}  // namespace mmgen
