@@ -7,6 +7,7 @@
 #include <set>
 
 #include "attention/backend_config.h"
+#include "attention/device_choice.h"
 #include "core/error.h"
 
 namespace mmgen::cli {
@@ -244,21 +245,23 @@ std::string backends_markdown() {
 
 int run_backends(const std::vector<std::string>& arguments) {
   bool as_json = false, as_markdown = false;
-  std::string device = "cpu";
+  std::string device = "auto";
   for (size_t i = 0; i < arguments.size(); ++i) {
     const std::string& argument = arguments[i];
     if (argument == "--device") {
-      check(i + 1 < arguments.size() && (arguments[i + 1] == "cpu" || arguments[i + 1] == "cuda"),
-            "backends: --device takes cpu or cuda");
+      check(i + 1 < arguments.size() && (arguments[i + 1] == "auto" || arguments[i + 1] == "cpu" ||
+                                         arguments[i + 1] == "cuda"),
+            "backends: --device takes auto, cpu or cuda");
       device = arguments[++i];
     } else if (argument == "--json") {
       as_json = true;
     } else if (argument == "--markdown") {
       as_markdown = true;
     } else if (argument == "--help" || argument == "-h") {
-      std::cout << "Usage: mmgen backends [--device cpu|cuda] [--json | --markdown]\n\n"
+      std::cout << "Usage: mmgen backends [--device auto|cpu|cuda] [--json | --markdown]\n\n"
                    "Lists the attention backends with their status on this machine and build.\n"
-                   "  --device    where the models would run (cuda: this build's GPU kernels)\n"
+                   "  --device    where the models would run (default auto: the GPU when this\n"
+                   "              build has CUDA and a supported GPU is present, else the CPU)\n"
                    "  --json      the catalogue and statuses as JSON\n"
                    "  --markdown  docs/attention-backends.md (from the catalogue alone)\n";
       return 0;
@@ -267,12 +270,18 @@ int run_backends(const std::vector<std::string>& arguments) {
     }
   }
   check(!(as_json && as_markdown), "backends: use --json or --markdown, not both");
-  if (as_markdown)
+  const DeviceChoice choice = choose_device(device);
+  const Machine& machine = machine_for_device(choice.device);
+  if (as_markdown) {
     std::cout << backends_markdown();
-  else if (as_json)
-    std::cout << backends_json(machine_for_device(device)).dump(2) << "\n";
-  else
-    std::cout << backends_text(machine_for_device(device));
+  } else if (as_json) {
+    json info = backends_json(machine);
+    info["device"] = {{"device", choice.device}, {"reason", choice.reason}};
+    std::cout << info.dump(2) << "\n";
+  } else {
+    std::cout << fmt::format("Device: {} ({}).\n", choice.device, choice.reason)
+              << backends_text(machine);
+  }
   return 0;
 }
 

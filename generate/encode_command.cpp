@@ -13,6 +13,7 @@
 #include "attention/catalogue.h"
 #include "core/error.h"
 #include "core/interrupt.h"
+#include "core/json.h"
 #include "core/limits.h"
 #include "core/safetensors.h"
 #include "core/text.h"
@@ -35,27 +36,6 @@ namespace {
 
 // Z-Image's `_encode_prompt` default; the registry has no Z-Image defaults file yet.
 constexpr int64_t kZImageMaxSequenceLength = 512;
-
-const std::vector<std::string>& flag_names() {
-  static const std::vector<std::string> names = {
-      "model-path",          "component", "prompt",
-      "prompt-file-path",    "page-size", "component-attention-backends",
-      "max-sequence-length", "out"};
-  return names;
-}
-
-int64_t parse_positive(const std::string& flag, const std::string& text, int64_t limit) {
-  size_t used = 0;
-  long long value = 0;
-  try {
-    value = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  check(used == text.size() && !text.empty() && value > 0 && value <= limit,
-        "--{} {}: expected a whole number from 1 to {}", flag, text, limit);
-  return value;
-}
 
 // "text_encoder=NAME" (several separated by commas); only the encoded component may be named.
 void parse_backends(const std::string& text, std::map<std::string, std::string>& backends) {
@@ -170,59 +150,43 @@ std::vector<Tensor> encode_qwen3(const ModelIndex& index, const EncodeOptions& o
 }  // namespace
 
 EncodeOptions parse_encode_arguments(const std::vector<std::string>& arguments) {
+  const SettingsLayer given = parse_arguments(Command::Encode, arguments);
+  const SettingsLayer values = merge_layers({builtin_defaults(Command::Encode), given});
   EncodeOptions options;
+  options.model_path = values.value("model-path", std::string());
+  options.component = values.value("component", options.component);
+  if (values.contains("prompt")) options.prompts = values["prompt"].get<std::vector<std::string>>();
+  if (values.contains("prompt-file-path"))
+    options.prompt_file = fs::path(values["prompt-file-path"].get<std::string>());
+  options.page_size = values.value("page-size", options.page_size);
+  check(options.page_size >= 1 && options.page_size <= 4096,
+        "--page-size {}: expected a whole number from 1 to 4096", options.page_size);
+  if (values.contains("max-sequence-length")) {
+    const int64_t length = values["max-sequence-length"];
+    check(length >= 1 && length <= Limits::kMaxSequenceLength,
+          "--max-sequence-length {}: expected a whole number from 1 to {}", length,
+          Limits::kMaxSequenceLength);
+    options.max_sequence_length = length;
+  }
+  options.out = values.value("out", std::string());
   std::map<std::string, std::string> backends;
-  std::set<std::string> seen;
-  for (size_t i = 0; i < arguments.size(); ++i) {
-    std::string flag = arguments[i], value;
-    check(flag.rfind("--", 0) == 0 && flag.size() > 2,
-          "encode: unexpected argument '{}'; options start with -- (see mmgen encode --help)",
-          flag);
-    flag = flag.substr(2);
-    const size_t equals = flag.find('=');
-    const bool inline_value = equals != std::string::npos;
-    if (inline_value) {
-      value = flag.substr(equals + 1);
-      flag = flag.substr(0, equals);
+  if (values.contains("component-attention-backends")) {
+    const nlohmann::json& spec = values["component-attention-backends"];
+    if (spec.is_object()) {  // the dotted form, or a JSON object
+      for (auto it = spec.begin(); it != spec.end(); ++it) {
+        check(it->is_string(), "--component-attention-backends.{}: expected a backend name",
+              it.key());
+        backends[it.key()] = it->get<std::string>();
+      }
+    } else if (spec.get<std::string>().starts_with("{")) {
+      const nlohmann::json object =
+          parse_json(spec.get<std::string>(), "--component-attention-backends",
+                     "write a JSON object of component -> backend");
+      for (auto it = object.begin(); it != object.end(); ++it)
+        backends[it.key()] = it->is_string() ? it->get<std::string>() : it->dump();
+    } else {
+      parse_backends(spec.get<std::string>(), backends);
     }
-    flag = normalize_option_name(flag);
-    std::string dotted_component;  // --component-attention-backends.<component> NAME
-    const std::string backends_prefix = "component-attention-backends.";
-    if (flag.rfind(backends_prefix, 0) == 0) {
-      dotted_component = arguments[i].substr(2 + backends_prefix.size());
-      if (inline_value) dotted_component = dotted_component.substr(0, dotted_component.find('='));
-      flag = "component-attention-backends";
-    }
-    if (std::find(flag_names().begin(), flag_names().end(), flag) == flag_names().end()) {
-      const std::string hint = nearest_name(flag, flag_names());
-      fail("encode: unknown option --{}{}", flag,
-           hint.empty() ? std::string("; see mmgen encode --help")
-                        : " (did you mean --" + hint + "?)");
-    }
-    if (!inline_value) {
-      check(i + 1 < arguments.size(), "encode: --{} needs a value", flag);
-      value = arguments[++i];
-    }
-    check(flag == "prompt" || flag == "component-attention-backends" || seen.insert(flag).second,
-          "encode: --{} given twice", flag);
-    if (flag == "model-path")
-      options.model_path = value;
-    else if (flag == "component")
-      options.component = value;
-    else if (flag == "prompt")
-      options.prompts.push_back(value);
-    else if (flag == "prompt-file-path")
-      options.prompt_file = fs::path(value);
-    else if (flag == "page-size")
-      options.page_size = parse_positive(flag, value, 4096);
-    else if (flag == "max-sequence-length")
-      options.max_sequence_length = parse_positive(flag, value, Limits::kMaxSequenceLength);
-    else if (flag == "out")
-      options.out = value;
-    else if (!dotted_component.empty())
-      backends[dotted_component] = value;
-    else
-      parse_backends(value, backends);
   }
   check(!options.model_path.empty(),
         "encode: no model; pass --model-path DIR (a folder with model_index.json)");
@@ -324,20 +288,8 @@ std::string encode_help() {
          "Writes the prompt embeddings the pipeline would use: one float32 tensor per prompt,\n"
          "prompt_embeds.{i} in prompt order, [tokens, hidden]. Only the text components that\n"
          "model_index.json lists are needed. Wan (UMT5): zero-filled to --max-sequence-length;\n"
-         "Z-Image (Qwen3): the real tokens' rows of hidden_states[-2].\n\n"
-         "Options:\n"
-         "  --model-path DIR                    a diffusers model folder (model_index.json)\n"
-         "  --component NAME                    the text encoder component [default: "
-         "text_encoder]\n"
-         "  --prompt TEXT                       a prompt; repeat for several\n"
-         "  --prompt-file-path FILE             more prompts, one per line (blank lines and lines\n"
-         "                                      starting with # are skipped)\n"
-         "  --max-sequence-length N             token budget [default: the pipeline's, 512]\n"
-         "  --page-size N                       tokens per KV page (paged attention) [default: "
-         "1]\n"
-         "  --component-attention-backends C=B  the text encoder's paged attention backend, e.g.\n"
-         "                                      text_encoder=torch_native\n"
-         "  --out FILE.safetensors              where to write (atomically)\n";
+         "Z-Image (Qwen3): the real tokens' rows of hidden_states[-2].\n\n" +
+         options_help(Command::Encode);
 }
 
 }  // namespace mmgen::cli

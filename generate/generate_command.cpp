@@ -26,7 +26,7 @@ namespace mmgen::cli {
 using json = nlohmann::json;
 
 ResolvedGenerate resolve_generate(const std::vector<std::string>& arguments) {
-  const SettingsLayer command_line = parse_generate_arguments(arguments);
+  const SettingsLayer command_line = parse_arguments(Command::Generate, arguments);
   SettingsLayer config_file = json::object();
   if (command_line.contains("config"))
     config_file = load_config_file(command_line["config"].get<std::string>());
@@ -89,12 +89,14 @@ json dry_run_json(const ResolvedGenerate& resolved) {
     component.update(resolved.attention.component_json(name));
     components[name] = component;
   }
-  json out = {{"pipeline", resolved.index.class_name},
-              {"model_path", resolved.index.root.string()},
-              {"request", resolved.request.settings},
-              {"latent_shape", resolved.latent_shape},
-              {"components", components},
-              {"attention_backend_config", resolved.attention.config_json()}};
+  json out = {
+      {"pipeline", resolved.index.class_name},
+      {"model_path", resolved.index.root.string()},
+      {"request", resolved.request.settings},
+      {"device", {{"device", resolved.request.device}, {"reason", resolved.request.device_reason}}},
+      {"latent_shape", resolved.latent_shape},
+      {"components", components},
+      {"attention_backend_config", resolved.attention.config_json()}};
   if (!resolved.batch_prompts.empty()) out["prompts"] = resolved.batch_prompts;
   out["defaults_variant"] =
       resolved.defaults_variant.empty() ? json() : json(resolved.defaults_variant);
@@ -269,6 +271,7 @@ int run_resolved(const ResolvedGenerate& resolved) {
   if (!resolved.defaults_variant.empty())
     spdlog::info("defaults: configs/{} for {}", resolved.spec->defaults_file,
                  resolved.defaults_variant);
+  spdlog::info("device: {} ({})", request.device, request.device_reason);
   if (resolved.flow_shift) spdlog::info("scheduler: {}", resolved.flow_shift->explanation);
   log_attention_plan(resolved.attention);
   // From here a Ctrl-C or SIGTERM stops at the next step boundary (core/interrupt.h).
@@ -318,20 +321,8 @@ std::string generate_help() {
       "Per component: --<component>-path DIR replaces a component's folder;\n"
       "               --component-attention-backends.<component> NAME sets one component's "
       "attention backend.\n\n"
-      "Options:\n";
-  for (const auto& option : generate_options()) {
-    std::string flag = "  --" + std::string(option.name);
-    if (option.type != OptionType::Flag) flag += " VALUE";
-    if (flag.size() < 36) flag.resize(36, ' ');
-    text += flag + " " + std::string(option.help);
-    if (!option.builtin_default.is_null() && option.type != OptionType::Flag)
-      text += " [default: " +
-              (option.builtin_default.is_string() ? option.builtin_default.get<std::string>()
-                                                  : option.builtin_default.dump()) +
-              "]";
-    text += "\n";
-  }
-  return text;
+      "\n";
+  return text + options_help(Command::Generate);
 }
 
 }  // namespace mmgen::cli

@@ -9,15 +9,33 @@ namespace mmgen::cli {
 
 using json = nlohmann::json;
 
-const std::vector<OptionSpec>& generate_options() {
+namespace {
+
+const std::vector<OptionSpec>& option_table() {
   using T = OptionType;
+  using C = Command;
   static const std::vector<OptionSpec> options = {
-      {"model-path", T::Path, nullptr, "diffusers model folder (holds model_index.json)"},
+      {"model-path",
+       T::Path,
+       nullptr,
+       "diffusers model folder (holds model_index.json)",
+       {},
+       true,
+       {C::Generate, C::Encode},
+       false,
+       "DIR"},
       {"prompt", T::String, nullptr, "what to draw"},
       {"negative-prompt", T::String, nullptr, "what to steer away from (used when guidance > 1)"},
-      {"prompt-file-path", T::Path, nullptr,
+      {"prompt-file-path",
+       T::Path,
+       nullptr,
        "instead of --prompt: a file of prompts, one per line (blank lines and lines starting "
-       "with # skipped); one output per prompt"},
+       "with # skipped); one output per prompt (encode: after the --prompt values)",
+       {},
+       true,
+       {C::Generate, C::Encode},
+       false,
+       "FILE"},
       {"height", T::Int, 480, "output height in pixels (multiple of 16)"},
       {"width", T::Int, 832, "output width in pixels (multiple of 16)"},
       {"num-frames", T::Int, 1, "frames to generate; video models need (frames - 1) % 4 == 0"},
@@ -56,12 +74,35 @@ const std::vector<OptionSpec>& generate_options() {
       {"config", T::Path, nullptr, "YAML or JSON file with any of these options", {}, false},
       {"attention-backend", T::String, nullptr,
        "attention backend for every component (see `mmgen backends`)"},
-      {"attention-backend-config", T::Spec, nullptr,
-       "sparse/quantized backend settings: a .json/.yaml file, a JSON object or key=value pairs"},
-      {"component-attention-backends", T::Spec, nullptr,
-       "per-component backends: text_encoder=torch_native,transformer=fa or a JSON object"},
+      {"attention-backend-config",
+       T::Spec,
+       nullptr,
+       "sparse/quantized backend settings: a .json/.yaml file, a JSON object or key=value pairs",
+       {},
+       true,
+       {C::Generate, C::Attention},
+       false,
+       "SPEC"},
+      {"component-attention-backends",
+       T::Spec,
+       nullptr,
+       "per-component backends: text_encoder=torch_native,transformer=fa or a JSON object "
+       "(encode: the encoded component only)",
+       {},
+       true,
+       {C::Generate, C::Encode},
+       false,
+       "SPEC"},
       {"device", T::Choice, "auto", "where to run", {"auto", "cpu", "cuda"}},
-      {"threads", T::Int, 0, "CPU threads (0: all cores)"},
+      {"threads",
+       T::Int,
+       0,
+       "CPU threads (0: all cores)",
+       {},
+       true,
+       {C::Generate, C::Attention},
+       false,
+       "N"},
       {"log-level",
        T::Choice,
        "info",
@@ -72,8 +113,203 @@ const std::vector<OptionSpec>& generate_options() {
        "run even when the memory estimate exceeds the free memory"},
       {"dry-run", T::Flag, false,
        "resolve everything, print it as JSON, and stop before loading weights"},
+
+      // encode: the text components alone.
+      {.name = "component",
+       .type = T::String,
+       .builtin_default = "text_encoder",
+       .help = "the text encoder to run (a model_index.json component)",
+       .commands = {C::Encode},
+       .value_name = "NAME"},
+      {.name = "prompt",
+       .type = T::String,
+       .builtin_default = nullptr,
+       .help = "a prompt to encode (repeat for several)",
+       .commands = {C::Encode},
+       .repeatable = true,
+       .value_name = "TEXT"},
+      {.name = "page-size",
+       .type = T::Int,
+       .builtin_default = 1,
+       .help = "tokens per KV-cache page of the paged attention",
+       .commands = {C::Encode},
+       .value_name = "N"},
+      {.name = "max-sequence-length",
+       .type = T::Int,
+       .builtin_default = nullptr,
+       .help = "text tokens the encoder sees (default: the pipeline's, else 512)",
+       .commands = {C::Encode},
+       .value_name = "N"},
+      {.name = "out",
+       .type = T::Path,
+       .builtin_default = nullptr,
+       .help = "the .safetensors file to write (prompt_embeds.0, .1, ...); required",
+       .commands = {C::Encode},
+       .value_name = "FILE"},
+
+      // attention: one backend call on .npy inputs.
+      {.name = "backend",
+       .type = T::String,
+       .builtin_default = nullptr,
+       .help = "DiT attention backend (see `mmgen backends`); required",
+       .commands = {C::Attention},
+       .value_name = "NAME"},
+      {.name = "q",
+       .type = T::Path,
+       .builtin_default = nullptr,
+       .help = "queries, float32 [batch, seq, heads, head_dim]; required",
+       .commands = {C::Attention},
+       .value_name = "Q.npy"},
+      {.name = "k",
+       .type = T::Path,
+       .builtin_default = nullptr,
+       .help = "keys, float32 [batch, kv_seq, heads, head_dim]; required",
+       .commands = {C::Attention},
+       .value_name = "K.npy"},
+      {.name = "v",
+       .type = T::Path,
+       .builtin_default = nullptr,
+       .help = "values, float32 like the keys; required",
+       .commands = {C::Attention},
+       .value_name = "V.npy"},
+      {.name = "out",
+       .type = T::Path,
+       .builtin_default = nullptr,
+       .help = "where to write the output [batch, seq, heads, head_dim]; required",
+       .commands = {C::Attention},
+       .value_name = "OUT.npy"},
+      {.name = "grid",
+       .type = T::String,
+       .builtin_default = nullptr,
+       .help = "latent grid after patchify of the video tokens (first in the sequence)",
+       .commands = {C::Attention},
+       .value_name = "T,H,W"},
+      {.name = "text-len",
+       .type = T::Int,
+       .builtin_default = 0,
+       .help = "text tokens after the video tokens",
+       .commands = {C::Attention},
+       .value_name = "N"},
+      {.name = "step",
+       .type = T::Int,
+       .builtin_default = 0,
+       .help = "denoising step, 0-based",
+       .commands = {C::Attention},
+       .value_name = "I"},
+      {.name = "num-steps",
+       .type = T::Int,
+       .builtin_default = 1,
+       .help = "denoising steps",
+       .commands = {C::Attention},
+       .value_name = "N"},
+      {.name = "timestep",
+       .type = T::Float,
+       .builtin_default = 0,
+       .help = "the scheduler's timestep value",
+       .commands = {C::Attention},
+       .value_name = "T"},
+      {.name = "layer",
+       .type = T::Int,
+       .builtin_default = 0,
+       .help = "transformer block, 0-based",
+       .commands = {C::Attention},
+       .value_name = "L"},
+      {.name = "num-layers",
+       .type = T::Int,
+       .builtin_default = nullptr,
+       .help = "transformer blocks (default: layer + 1)",
+       .commands = {C::Attention},
+       .value_name = "N"},
+      {.name = "cross",
+       .type = T::Flag,
+       .builtin_default = false,
+       .help = "the call is cross-attention",
+       .commands = {C::Attention}},
+      {.name = "gate",
+       .type = T::Path,
+       .builtin_default = nullptr,
+       .help = "video_sparse_attn: to_gate_compress weight [heads*head_dim, heads*head_dim] (bias "
+               "zero); the gate is computed from it and --attention-input",
+       .commands = {C::Attention},
+       .value_name = "W.npy"},
+      {.name = "attention-input",
+       .type = T::Path,
+       .builtin_default = nullptr,
+       .help = "video_sparse_attn with --gate: the block's attention input [batch, seq, "
+               "heads*head_dim] (what to_q/to_k/to_v read); gate = X·Wᵀ per head",
+       .commands = {C::Attention},
+       .value_name = "X.npy"},
+      {.name = "proj",
+       .type = T::Path,
+       .builtin_default = nullptr,
+       .help = "sla_attn / sage_sla_attn: proj_l weight [head_dim, head_dim] (bias zero) of the "
+               "linear branch",
+       .commands = {C::Attention},
+       .value_name = "W.npy"},
+      {.name = "scale",
+       .type = T::Float,
+       .builtin_default = nullptr,
+       .help = "score scale (default: 1/sqrt(head_dim))",
+       .commands = {C::Attention},
+       .value_name = "S"},
+      {.name = "repeat",
+       .type = T::Int,
+       .builtin_default = 1,
+       .help = "runs to time; the median is printed",
+       .commands = {C::Attention},
+       .value_name = "N"},
   };
   return options;
+}
+
+}  // namespace
+
+std::string_view command_name(Command command) {
+  switch (command) {
+    case Command::Generate:
+      return "generate";
+    case Command::Encode:
+      return "encode";
+    case Command::Attention:
+      return "attention";
+  }
+  return "?";
+}
+
+const std::vector<OptionSpec>& command_options(Command command) {
+  static const auto select = [](Command c) {
+    std::vector<OptionSpec> selected;
+    for (const auto& option : option_table())
+      if (std::find(option.commands.begin(), option.commands.end(), c) != option.commands.end())
+        selected.push_back(option);
+    return selected;
+  };
+  static const std::vector<OptionSpec> generate = select(Command::Generate),
+                                       encode = select(Command::Encode),
+                                       attention = select(Command::Attention);
+  return command == Command::Generate ? generate : command == Command::Encode ? encode : attention;
+}
+
+const std::vector<OptionSpec>& generate_options() {
+  return command_options(Command::Generate);
+}
+
+std::string options_help(Command command) {
+  std::string text = "Options:\n";
+  for (const auto& option : command_options(command)) {
+    std::string flag = "  --" + std::string(option.name);
+    if (option.type != OptionType::Flag)
+      flag += " " + std::string(option.value_name.empty() ? "VALUE" : option.value_name);
+    if (flag.size() < 36) flag.resize(36, ' ');
+    text += flag + " " + std::string(option.help);
+    if (!option.builtin_default.is_null() && option.type != OptionType::Flag)
+      text += " [default: " +
+              (option.builtin_default.is_string() ? option.builtin_default.get<std::string>()
+                                                  : option.builtin_default.dump()) +
+              "]";
+    text += "\n";
+  }
+  return text;
 }
 
 std::string normalize_option_name(std::string_view name) {
@@ -82,9 +318,9 @@ std::string normalize_option_name(std::string_view name) {
   return normalized;
 }
 
-const OptionSpec* find_option(std::string_view name) {
+const OptionSpec* find_option(std::string_view name, Command command) {
   const std::string normalized = normalize_option_name(name);
-  for (const auto& option : generate_options())
+  for (const auto& option : command_options(command))
     if (option.name == normalized) return &option;
   return nullptr;
 }

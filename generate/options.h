@@ -1,5 +1,6 @@
-// The table of `generate` options: one row per option with its type, built-in default and help.
-// The CLI, config-file validation, the dry-run's request object and docs/configuration.md all come
+// The table of the subcommands' options (generate, encode, attention): one row per option with
+// its type, built-in default and help, and the commands it belongs to. Each command's parser and
+// --help, config-file validation, the dry-run's request object and docs/configuration.md all come
 // from this table, so they cannot drift apart.
 #pragma once
 
@@ -13,6 +14,10 @@ namespace mmgen::cli {
 
 enum class OptionType { String, Path, Int, Float, Bool, Flag, Choice, Spec };
 
+// The subcommands that read their options from the table.
+enum class Command { Generate, Encode, Attention };
+std::string_view command_name(Command command);  // "generate", "encode", "attention"
+
 struct OptionSpec {
   std::string_view name;  // flag name without dashes, words joined by '-'
   OptionType type;
@@ -20,10 +25,19 @@ struct OptionSpec {
   std::string_view help;
   std::vector<std::string_view> choices = {};  // for Choice
   bool in_config = true;                       // may appear in a --config file
+  std::vector<Command> commands = {Command::Generate};
+  bool repeatable = false;           // given several times, its values are kept in order
+  std::string_view value_name = {};  // what --help shows after the flag ("" : VALUE)
 };
 
-const std::vector<OptionSpec>& generate_options();
-const OptionSpec* find_option(std::string_view name);
+// A command's options, in table order.
+const std::vector<OptionSpec>& command_options(Command command);
+const std::vector<OptionSpec>& generate_options();  // command_options(Command::Generate)
+const OptionSpec* find_option(std::string_view name, Command command = Command::Generate);
+
+// The "Options:" part of a command's --help: one line per option with its value, help and
+// built-in default.
+std::string options_help(Command command);
 
 // "num_frames" and "num-frames" both name --num-frames.
 std::string normalize_option_name(std::string_view name);

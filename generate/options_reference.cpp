@@ -146,6 +146,23 @@ std::string configuration_markdown() {
                        default_text.empty() ? "" : "`" + cell(default_text) + "`",
                        option.in_config ? "yes" : "no", cell(std::string(option.help)));
   }
+  // The other commands read the same table (their own rows and the ones they share).
+  for (const auto& [command, what] :
+       {std::pair{Command::Encode, "writes a text encoder's prompt embeddings"},
+        std::pair{Command::Attention, "runs one DiT attention backend on .npy inputs"}}) {
+    out += fmt::format(
+        "\n## `mmgen {}` options\n\n`mmgen {}` {}; command line only.\n\n"
+        "| Option | Type | Default | What it does |\n|---|---|---|---|\n",
+        command_name(command), command_name(command), what);
+    for (const auto& option : command_options(command)) {
+      const std::string default_text =
+          option.type == OptionType::Flag ? "off" : value_text(option.builtin_default);
+      out +=
+          fmt::format("| `--{}` | {} | {} | {} |\n", option.name, cell(type_name(option)),
+                      default_text.empty() ? "" : "`" + cell(default_text) + "`",
+                      cell(std::string(option.help)) + (option.repeatable ? " (repeatable)" : ""));
+    }
+  }
   out +=
       "\n## Pipeline defaults (configs/)\n\n"
       "Compiled into the binary. They sit between a `--config` file and the built-in "

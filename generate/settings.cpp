@@ -16,17 +16,17 @@ using json = nlohmann::json;
 
 namespace {
 
-std::vector<std::string> option_names(bool config_only) {
+std::vector<std::string> option_names(bool config_only, Command command = Command::Generate) {
   std::vector<std::string> names;
-  for (const auto& option : generate_options())
+  for (const auto& option : command_options(command))
     if (!config_only || option.in_config) names.emplace_back(option.name);
   return names;
 }
 
 std::string hint(const std::string& name, const std::vector<std::string>& candidates,
-                 const char* prefix) {
+                 const char* prefix, Command command = Command::Generate) {
   std::string nearest = nearest_name(name, candidates);
-  return nearest.empty() ? std::string(" (see mmgen generate --help)")
+  return nearest.empty() ? fmt::format(" (see mmgen {} --help)", command_name(command))
                          : fmt::format(" (did you mean {}{}?)", prefix, nearest);
 }
 
@@ -76,9 +76,9 @@ SettingsLayer load_config_file(const fs::path& path) {
   return settings_from_document(yaml_to_json(read_text_file(path), path.string()), path.string());
 }
 
-SettingsLayer builtin_defaults() {
+SettingsLayer builtin_defaults(Command command) {
   SettingsLayer layer = json::object();
-  for (const auto& option : generate_options())
+  for (const auto& option : command_options(command))
     if (!option.builtin_default.is_null()) layer[std::string(option.name)] = option.builtin_default;
   return layer;
 }
@@ -96,72 +96,96 @@ SettingsLayer merge_layers(const std::vector<SettingsLayer>& lowest_first) {
   return merged;
 }
 
-SettingsLayer parse_generate_arguments(const std::vector<std::string>& arguments) {
-  CLI::App app{"mmgen generate", "mmgen generate"};
+SettingsLayer parse_arguments(Command command, const std::vector<std::string>& arguments) {
+  const std::string_view prefix = command_name(command);
+  CLI::App app{fmt::format("mmgen {}", prefix), fmt::format("mmgen {}", prefix)};
   app.allow_extras();
   app.set_help_flag();  // --help is handled by the caller
-  std::map<std::string, std::string> raw;
+  // Every option collects all its values, so "given twice" is ours to report in one line.
+  std::map<std::string, std::vector<std::string>> raw;
+  std::map<std::string, bool> flags;  // --overwrite, --overwrite=false
   std::map<std::string, CLI::Option*> parsed;
-  bool flag_value = false;
-  for (const auto& option : generate_options()) {
+  for (const auto& option : command_options(command)) {
     const std::string name(option.name);
-    if (option.type == OptionType::Flag)
-      parsed[name] = app.add_flag("--" + name, flag_value, std::string(option.help));
-    else
-      parsed[name] =
-          app.add_option("--" + name, raw[name], std::string(option.help))->allow_extra_args(false);
+    CLI::Option* cli_option = option.type == OptionType::Flag
+                                  ? app.add_flag("--" + name, flags[name], std::string(option.help))
+                                  : app.add_option("--" + name, raw[name], std::string(option.help))
+                                        ->allow_extra_args(false)
+                                        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+    parsed[name] = cli_option;
+  }
+  // A valued option with nothing after it: one line of ours rather than CLI11's wording.
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    if (!arguments[i].starts_with("--") || arguments[i].find('=') != std::string::npos) continue;
+    const OptionSpec* option = find_option(arguments[i].substr(2), command);
+    if (option && option->type != OptionType::Flag)
+      check(i + 1 < arguments.size() && !arguments[i + 1].starts_with("--"),
+            "{}: {} needs a value", prefix, arguments[i]);
   }
   // CLI11 wants argv in reverse order when given a vector.
   std::vector<std::string> reversed(arguments.rbegin(), arguments.rend());
   try {
     app.parse(reversed);
   } catch (const CLI::ParseError& e) {
-    fail("generate: {}", e.what());
+    fail("{}: {}", prefix, e.what());
   }
 
   SettingsLayer layer = json::object();
-  for (const auto& option : generate_options()) {
+  for (const auto& option : command_options(command)) {
     const std::string name(option.name);
-    CLI::Option* cli_option = parsed[name];
-    if (cli_option->count() == 0) continue;
-    layer[name] = option.type == OptionType::Flag
-                      ? json(flag_value)
-                      : convert_option_value(option, raw[name], "--" + name);
+    const size_t count = parsed[name]->count();
+    if (count == 0) continue;
+    if (option.type == OptionType::Flag) {
+      layer[name] = flags[name];
+      continue;
+    }
+    check(count == 1 || option.repeatable, "{}: --{} given twice; give it once", prefix, name);
+    if (option.repeatable) {
+      layer[name] = json::array();
+      for (const auto& value : raw[name])
+        layer[name].push_back(convert_option_value(option, value, "--" + name));
+    } else {
+      layer[name] = convert_option_value(option, raw[name].at(0), "--" + name);
+    }
   }
 
   // What CLI11 did not know: per-component flags, or mistakes.
+  const bool per_component = command != Command::Attention;
   std::vector<std::string> extras = app.remaining();
   for (size_t i = 0; i < extras.size(); ++i) {
     std::string token = extras[i];
-    check(token.starts_with("--"),
-          "generate: unexpected argument '{}'; every value follows a --flag", token);
+    check(token.starts_with("--"), "{}: unexpected argument '{}'; every value follows a --flag",
+          prefix, token);
     std::string value;
     auto equals = token.find('=');
     if (equals != std::string::npos) {
       value = token.substr(equals + 1);
       token = token.substr(0, equals);
-    } else {
-      check(i + 1 < extras.size() && !extras[i + 1].starts_with("--"), "{} needs a value", token);
+    } else if (i + 1 < extras.size() && !extras[i + 1].starts_with("--")) {
       value = extras[++i];
+    } else if (per_component) {
+      fail("{}: {} needs a value", prefix, token);
     }
     const std::string name = token.substr(2);
     const std::string dotted_backends = "component-attention-backends.";
     const std::string dotted_paths = "component-paths.";
-    if (name.starts_with(dotted_backends)) {
+    if (per_component && name.starts_with(dotted_backends)) {
       check(!layer.contains("component-attention-backends") ||
                 layer["component-attention-backends"].is_object(),
             "{}: use either --component-attention-backends SPEC or the dotted form, not both",
             token);
       layer["component-attention-backends"][name.substr(dotted_backends.size())] = value;
-    } else if (name.starts_with(dotted_paths)) {
+    } else if (command == Command::Generate && name.starts_with(dotted_paths)) {
       add_component_path(layer, name.substr(dotted_paths.size()), value, token);
-    } else if (name.ends_with("-path") && name.size() > 5 && !find_option(name)) {
+    } else if (command == Command::Generate && name.ends_with("-path") && name.size() > 5 &&
+               !find_option(name)) {
       // --transformer-path DIR; the component name is checked against model_index.json later.
       std::string component = name.substr(0, name.size() - 5);
       std::replace(component.begin(), component.end(), '-', '_');
       add_component_path(layer, component, value, token);
     } else {
-      fail("generate: unknown flag {}{}", token, hint(name, option_names(false), "--"));
+      fail("{}: unknown flag {}{}", prefix, token,
+           hint(name, option_names(false, command), "--", command));
     }
   }
   return layer;

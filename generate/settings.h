@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "generate/options.h"
+
 namespace mmgen::cli {
 
 namespace fs = std::filesystem;
@@ -17,8 +19,11 @@ namespace fs = std::filesystem;
 // of component -> folder when given.
 using SettingsLayer = nlohmann::json;
 
-// Parses the arguments after `generate` (argv-style, without the program and subcommand names).
-SettingsLayer parse_generate_arguments(const std::vector<std::string>& arguments);
+// Parses the arguments after a subcommand (argv-style, without the program and subcommand names)
+// against the command's rows of the option table (generate/options.h): values are typed and
+// checked there; a repeatable option gives a list; --component-attention-backends.<component> NAME
+// (generate, encode) and --<component>-path DIR (generate) are read as well.
+SettingsLayer parse_arguments(Command command, const std::vector<std::string>& arguments);
 
 // Reads a --config file: .yaml/.yml as YAML, .json as JSON; any other extension is an error.
 SettingsLayer load_config_file(const fs::path& path);
@@ -26,8 +31,8 @@ SettingsLayer load_config_file(const fs::path& path);
 // Converts a YAML/JSON document of options (e.g. a configs/ file) into a layer; `where` names it.
 SettingsLayer settings_from_document(const nlohmann::json& document, const std::string& where);
 
-// The built-in defaults from the option table.
-SettingsLayer builtin_defaults();
+// The built-in defaults of a command's options, from the option table.
+SettingsLayer builtin_defaults(Command command = Command::Generate);
 
 // Later layers override earlier ones key by key (component-paths merges per component).
 SettingsLayer merge_layers(const std::vector<SettingsLayer>& lowest_first);

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "attention/device_choice.h"
 #include "core/error.h"
 #include "core/limits.h"
 
@@ -58,7 +59,10 @@ Request request_from_settings(const json& settings) {
   r.vae_tile_overlap = settings.value("vae-tile-overlap", int64_t(64));
   r.overwrite = settings.value("overwrite", false);
   r.skip_memory_check = settings.value("skip-memory-check", false);
-  r.device = settings.value("device", std::string("auto"));
+  const attention::DeviceChoice device =
+      attention::choose_device(settings.value("device", std::string("auto")));
+  r.device = device.device;
+  r.device_reason = device.reason;
   r.threads = settings.value("threads", int64_t(0));
   r.log_level = settings.value("log-level", std::string("info"));
   r.quiet = settings.value("quiet", false);
@@ -116,6 +120,7 @@ Request request_from_settings(const json& settings) {
     r.settings[key] = *it;
   }
   r.settings["output_format"] = r.output_format;
+  r.settings["device"] = r.device;  // what runs, so the sidecar records it
   return r;
 }
 

@@ -42,7 +42,8 @@ struct Request {
   int64_t vae_tile_overlap = 64;  // output pixels
   bool overwrite = false;
   bool skip_memory_check = false;
-  std::string device = "auto";
+  std::string device = "cpu";  // resolved: "cpu" or "cuda" (--device auto chooses one)
+  std::string device_reason;   // why: "auto: ...", "--device cuda"
   int64_t threads = 0;
   std::string log_level = "info";
   bool quiet = false;

@@ -13,6 +13,6 @@ if [ ! -f build-cuda/build.ninja ]; then
   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DMMGEN_CUDA=ON -DMMGEN_OPENCV=OFF \
     -DMMGEN_TESTS=OFF -DMMGEN_BENCH=OFF -DCMAKE_CUDA_COMPILER="$nvcc" > /dev/null
 fi
-targets=$(find tests/cuda bench/cuda -name '*_test.cpp' -o -name '*_bench.cpp' | xargs -n1 basename | sed 's/\.cpp$//')
-cmake --build build-cuda --parallel "$(nproc)" --target mmgen_cuda mmgen_attention $targets
+# Everything the CUDA build has: the layers with their CUDA code, mmgen, GPU tests and benchmarks.
+cmake --build build-cuda --parallel "$(nproc)"
 echo "build_cuda: CUDA kernels, GPU tests and benchmarks compiled (run them with scripts/gpu.sh)"

@@ -181,7 +181,7 @@ TEST(AttentionCommand, HelpAndErrors) {
       {"--backend fa --q " + (in.dir / "q.npy").string() + out, "--k is required"},
       {"--backend fa" + in.flags() + out + " --grid 2,3", "--grid expects"},
       {"--backend fa" + in.flags() + out + " --grid 1,2,3", "does not match 10 queries"},
-      {"--backend fa" + in.flags() + out + " --bogus 1", "unknown option --bogus"},
+      {"--backend fa" + in.flags() + out + " --bogus 1", "unknown flag --bogus"},
       {"--backend fa" + in.flags() + out + " --step 4 --num-steps 4", "--step 4 is outside"},
       {"--backend torch_sdpa --attention-backend-config sparsity=0.5" + in.flags() + out,
        "takes no settings"},

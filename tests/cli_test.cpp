@@ -58,6 +58,46 @@ TEST(Cli, DryRunPrintsTheResolvedRequestAsJson) {
   EXPECT_TRUE(out["components"]["tokenizer"]["attention_backend"].is_null());
 }
 
+// --device auto (the default) resolves before anything runs, and every report says where and why.
+// This build has no CUDA, so auto is the CPU; tests/cuda/device_auto_cuda_test checks the GPU
+// machine's side (a CUDA build there picks the GPU).
+TEST(Cli, DeviceAutoIsResolvedAndExplained) {
+  const std::string base = mmgen() + " generate --dry-run --model-path " + wan_tiny() +
+                           " --prompt x --num-frames 1 --height 32 --width 32";
+  const auto automatic = run_command(base);
+  ASSERT_EQ(automatic.exit_code, 0) << automatic.err;
+  const nlohmann::json out = nlohmann::json::parse(automatic.out);
+  EXPECT_EQ(out["request"]["device"], "cpu");
+  EXPECT_EQ(out["device"]["device"], "cpu");
+  EXPECT_EQ(out["device"]["reason"],
+            "auto: this build has no CUDA support (-DMMGEN_CUDA=ON adds it)");
+  const auto asked = run_command(base + " --device cpu");
+  ASSERT_EQ(asked.exit_code, 0) << asked.err;
+  EXPECT_EQ(nlohmann::json::parse(asked.out)["device"]["reason"], "--device cpu");
+
+  const auto backends = run_command(mmgen() + " backends");
+  ASSERT_EQ(backends.exit_code, 0) << backends.err;
+  EXPECT_EQ(backends.out.substr(0, backends.out.find('\n')),
+            "Device: cpu (auto: this build has no CUDA support (-DMMGEN_CUDA=ON adds it)).");
+  const auto json_report = run_command(mmgen() + " backends --json");
+  ASSERT_EQ(json_report.exit_code, 0) << json_report.err;
+  const nlohmann::json info = nlohmann::json::parse(json_report.out);
+  EXPECT_EQ(info["device"]["device"], "cpu");
+  EXPECT_EQ(info["machine"], "cpu");
+
+  // The run's log names the device too (one line, before the stages).
+  const fs::path out_dir = testing::scratch_dir("cli-device-auto");
+  const auto run = run_command(mmgen() + " generate --model-path " + wan_tiny() +
+                               " --prompt x --num-frames 1 --height 32 --width 32 "
+                               "--num-inference-steps 1 --output-format npy --overwrite "
+                               "--output-path " +
+                               out_dir.string());
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE((run.out + run.err).find("device: cpu (auto: this build has no CUDA support"),
+            std::string::npos)
+      << run.out << run.err;
+}
+
 TEST(Cli, BadInputGetsOneLineAndNonZeroExit) {
   const fs::path empty_prompts = testing::scratch_dir("cli-empty-prompts") / "prompts.txt";
   std::ofstream(empty_prompts) << "# nothing here\n\n";

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/text.h"
 #include "generate/generate_command.h"
 #include "generate/options.h"
 #include "tests/test_support.h"

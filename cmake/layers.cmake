@@ -1,0 +1,49 @@
+# The layers of mmgen as libraries the build holds to the rules of docs/architecture.md.
+#
+# mmgen_layer(NAME FOLDER [LOWER_LIBRARY]) makes mmgen_NAME from FOLDER/**.cpp, linked to the layer
+# below it. Each layer compiles against an include view, ${MMGEN_LAYER_VIEWS}/FOLDER, that holds
+# links to its own folder and the folders of the layers declared before it, and nothing else: an
+# `#include "pipeline/..."` in attention/ finds no such file and the build stops there. (Include
+# the source root instead, and a wrong include would compile and link quietly.)
+#
+# CUDA-only code (needs nvcc, built with -DMMGEN_CUDA=ON): .cu files, anything under a cuda/
+# folder, and files named *_cuda.cpp. Each joins the library of the layer it lives in.
+set(MMGEN_LAYER_VIEWS ${CMAKE_BINARY_DIR}/layers)
+set(MMGEN_LAYER_FOLDERS "")
+
+function(mmgen_layer name folder)
+  set(lower ${ARGN})
+  file(GLOB_RECURSE sources CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/${folder}/*.cpp
+       ${CMAKE_SOURCE_DIR}/${folder}/*.cu)
+  list(FILTER sources EXCLUDE REGEX "/generate/main\\.cpp$")
+  if(NOT MMGEN_CUDA)
+    list(FILTER sources EXCLUDE REGEX "(/cuda/|_cuda\\.cpp$|\\.cu$)")
+  endif()
+  if(NOT MMGEN_OPENCV)
+    # (output_no_opencv.cpp stays: it holds the stand-ins that say how to get a picture anyway.)
+    list(FILTER sources EXCLUDE REGEX "/output_opencv\\.cpp$")
+  endif()
+
+  # The view: this layer's folder and every lower one.
+  set(folders ${MMGEN_LAYER_FOLDERS} ${folder})
+  set(MMGEN_LAYER_FOLDERS ${folders} PARENT_SCOPE)
+  set(view ${MMGEN_LAYER_VIEWS}/${folder})
+  file(REMOVE_RECURSE ${view})
+  file(MAKE_DIRECTORY ${view})
+  foreach(allowed ${folders})
+    file(CREATE_LINK ${CMAKE_SOURCE_DIR}/${allowed} ${view}/${allowed} SYMBOLIC)
+  endforeach()
+
+  add_library(mmgen_${name} STATIC ${sources})
+  target_include_directories(mmgen_${name} PRIVATE ${view})
+  if(lower)
+    target_link_libraries(mmgen_${name} PUBLIC ${lower})
+  endif()
+  if(MMGEN_CUDA)
+    # The .cu files are C++17 (CMake 3.25 knows no CUDA20), built for Hopper (cmake/cuda.cmake);
+    # position-independent, as bench/cuda links them into a shared library.
+    set_target_properties(mmgen_${name} PROPERTIES CUDA_ARCHITECTURES OFF CUDA_STANDARD 17
+                          CUDA_STANDARD_REQUIRED ON POSITION_INDEPENDENT_CODE ON)
+    target_compile_options(mmgen_${name} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${MMGEN_CUDA_FLAGS}>)
+  endif()
+endfunction()
