@@ -119,8 +119,8 @@ SettingsLayer parse_arguments(Command command, const std::vector<std::string>& a
     if (!arguments[i].starts_with("--") || arguments[i].find('=') != std::string::npos) continue;
     const OptionSpec* option = find_option(arguments[i].substr(2), command);
     if (option && option->type != OptionType::Flag)
-      check(i + 1 < arguments.size() && !arguments[i + 1].starts_with("--"),
-            "{}: {} needs a value", prefix, arguments[i]);
+      check(i + 1 < arguments.size() && !arguments[i + 1].starts_with("--"), "{}: {} needs a value",
+            prefix, arguments[i]);
   }
   // CLI11 wants argv in reverse order when given a vector.
   std::vector<std::string> reversed(arguments.rbegin(), arguments.rend());
