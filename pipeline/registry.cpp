@@ -21,7 +21,7 @@ struct WanGeometry {
 WanGeometry wan_geometry(const ModelIndex& index) {
   WanGeometry geometry;
   if (!index.has("vae")) return geometry;
-  const nlohmann::json config = load_component_config(index.component("vae"));
+  const nlohmann::json& config = index.config("vae");
   geometry.z_dim = config.value("z_dim", geometry.z_dim);
   geometry.temporal = config.value("scale_factor_temporal", geometry.temporal);
   geometry.spatial = config.value("scale_factor_spatial", geometry.spatial);

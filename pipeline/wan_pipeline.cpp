@@ -88,14 +88,22 @@ WanPipeline::WanPipeline(const ModelIndex& index)
 
 WanPipeline::WanPipeline(const ModelIndex& index, AttentionPlan plan)
     : index_(index), attention_plan_(std::move(plan)) {
+  // Each model is built from the config the index parsed, which the dry run, the memory estimate
+  // and the latent shape read too: one parse of each file per run.
+  auto where = [&](const char* name) { return component_config_path(index.component(name)); };
   tokenizer_ = tokenizers::Tokenizer::load(index.component("tokenizer").path);
   text_encoder_ = std::make_unique<text_encoders::UMT5Encoder>(
-      text_encoders::UMT5Encoder::from_folder(index.component("text_encoder").path));
+      text_encoders::T5Config::from_json(index.config("text_encoder"),
+                                         where("text_encoder").string()),
+      WeightStore::open_folder(index.component("text_encoder").path));
   transformer_ = std::make_unique<dit::WanTransformer>(
-      dit::WanTransformer::load(index.component("transformer").path));
+      dit::WanTransformerConfig::from_json(index.config("transformer"),
+                                           where("transformer").string()),
+      WeightStore::open_folder(index.component("transformer").path));
   vae_ = std::make_unique<vae::WanVaeDecoder>(
-      vae::WanVaeDecoder::open_folder(index.component("vae").path));
-  scheduler_config_ = load_component_config(index.component("scheduler"));
+      vae::WanVaeConfig::from_json(index.config("vae"), where("vae").string()),
+      WeightStore::open_folder(index.component("vae").path));
+  scheduler_config_ = index.config("scheduler");
   schedulers::make_scheduler(scheduler_config_);  // reject an unsupported scheduler before any work
   // The text encoder runs through the paged backend the plan chose for it (encoder-only layers).
   auto text_choice = attention_plan_.components.find("text_encoder");
