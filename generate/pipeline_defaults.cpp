@@ -103,13 +103,14 @@ std::optional<FlowShiftChoice> flow_shift_choice(const Request& request, const M
                                                  const std::string& flow_shift_source) {
   if (!index.has("scheduler")) return std::nullopt;
   const json& scheduler = index.config("scheduler");
-  // UniPC and DPM++ call it flow_shift, FlowMatchEuler shift.
+  // UniPC and DPM++ call it flow_shift, FlowMatchEuler shift; the class model_index.json names is
+  // the one that runs (a config saved for another class may hold the other key).
+  const char* key = index.component("scheduler").class_name == "FlowMatchEulerDiscreteScheduler"
+                        ? "shift"
+                        : "flow_shift";
   std::optional<double> configured;
-  for (const char* key : {"flow_shift", "shift"})
-    if (scheduler.contains(key) && scheduler[key].is_number()) {
-      configured = scheduler[key].get<double>();
-      break;
-    }
+  if (scheduler.contains(key) && scheduler[key].is_number())
+    configured = scheduler[key].get<double>();
   if (!configured && !request.flow_shift) return std::nullopt;
   FlowShiftChoice choice;
   const int64_t pixels = request.height * request.width;

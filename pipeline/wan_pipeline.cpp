@@ -81,6 +81,18 @@ attention::LayerWeights layer_weights(const WeightStore& store,
   return weights;
 }
 
+// diffusers builds the class model_index.json names from any scheduler_config.json (swapping a
+// scheduler is saving the index with another class); a config saved for another class is legal
+// but worth a word, since only the settings both classes share carry over.
+void warn_if_scheduler_config_differs(const std::string& class_name, const nlohmann::json& config,
+                                      const fs::path& where) {
+  auto saved = config.find("_class_name");
+  if (saved == config.end() || !saved->is_string() || saved->get<std::string>() == class_name)
+    return;
+  spdlog::warn("scheduler: model_index.json names {} but {} was saved for {}; using {}", class_name,
+               where.string(), saved->get<std::string>(), class_name);
+}
+
 }  // namespace
 
 WanPipeline::WanPipeline(const ModelIndex& index)
@@ -103,8 +115,11 @@ WanPipeline::WanPipeline(const ModelIndex& index, AttentionPlan plan)
   vae_ = std::make_unique<vae::WanVaeDecoder>(
       vae::WanVaeConfig::from_json(index.config("vae"), where("vae").string()),
       WeightStore::open_folder(index.component("vae").path));
+  scheduler_class_ = index.component("scheduler").class_name;
   scheduler_config_ = index.config("scheduler");
-  schedulers::make_scheduler(scheduler_config_);  // reject an unsupported scheduler before any work
+  warn_if_scheduler_config_differs(scheduler_class_, scheduler_config_, where("scheduler"));
+  // Reject settings the scheduler does not implement before any work.
+  schedulers::make_scheduler(scheduler_class_, scheduler_config_);
   // The text encoder runs through the paged backend the plan chose for it (encoder-only layers).
   auto text_choice = attention_plan_.components.find("text_encoder");
   if (text_choice != attention_plan_.components.end() && text_choice->second.has_attention())
@@ -282,7 +297,8 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
           : encode_prompt(input.negative_prompt, input.max_sequence_length, input.cuda);
   encode_stage.finish();
 
-  auto scheduler = schedulers::make_scheduler(scheduler_config_, input.flow_shift);
+  auto scheduler =
+      schedulers::make_scheduler(scheduler_class_, scheduler_config_, input.flow_shift);
   scheduler->set_timesteps(int(input.num_inference_steps));
 
   const Shape shape = latent_shape(input.height, input.width, input.num_frames);
