@@ -100,6 +100,9 @@ WanPipeline::WanPipeline(const ModelIndex& index)
 
 WanPipeline::WanPipeline(const ModelIndex& index, AttentionPlan plan)
     : index_(index), attention_plan_(std::move(plan)) {
+  // The classes model_index.json names, refused before any weights are mapped (the CLI checked
+  // already; a library caller may not have).
+  check_components(find_pipeline("WanPipeline", index.root / "model_index.json"), index);
   // Each model is built from the config the index parsed, which the dry run, the memory estimate
   // and the latent shape read too: one parse of each file per run.
   auto where = [&](const char* name) { return component_config_path(index.component(name)); };

@@ -1,7 +1,7 @@
-// model_index.json drives loading, seen from what a user runs: the scheduler is the class the
-// index names (not the one its scheduler_config.json was saved for), and a run opens each
-// component config once. Only the executable and the WanPipeline API are used, so the file builds
-// against older mmgen too.
+// model_index.json drives loading, seen from what a user runs: the executable refuses a class it
+// does not load in one line, the scheduler is the class the index names (not the one its
+// scheduler_config.json was saved for), and a run opens each component config once. Only the
+// executable and the WanPipeline API are used, so the file builds against older mmgen too.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -44,6 +44,32 @@ void set_class(const fs::path& model, const std::string& component, const std::s
   json index = read_json(model / "model_index.json");
   index[component] = {library, class_name};
   write_json(model / "model_index.json", index);
+}
+
+// The real executable: generate (dry run or not) and inspect refuse the model with that one line,
+// exit code 1 and nothing on stdout.
+TEST(ModelIndexDriven, TheCommandsRefuseAnUnsupportedSchedulerInOneLine) {
+  const fs::path model = copy_of_wan_tiny("ddim");
+  set_class(model, "scheduler", "diffusers", "DDIMScheduler");
+  const std::string expected =
+      "mmgen: error: " + (model / "model_index.json").string() +
+      ": scheduler class 'DDIMScheduler' is not supported by WanPipeline (supported schedulers: "
+      "FlowMatchEulerDiscreteScheduler, UniPCMultistepScheduler)\n";
+  const fs::path out = testing::scratch_dir("index-driven-out");
+  const std::string run = testing::mmgen_binary().string() + " ";
+  const std::string request = " --model-path " + model.string() +
+                              " --height 32 --width 48 --num-frames 1 --num-inference-steps 2";
+  for (const std::string& command :
+       {run + "generate --prompt x --dry-run" + request,
+        run + "generate --prompt x --quiet --output-path " + out.string() + request,
+        run + "inspect" + request, run + "inspect --json" + request}) {
+    SCOPED_TRACE(command);
+    const auto result = testing::run_command(command);
+    EXPECT_EQ(result.exit_code, 1);
+    EXPECT_EQ(result.err, expected);
+    EXPECT_EQ(result.out, "");
+  }
+  EXPECT_TRUE(fs::is_empty(out));
 }
 
 Tensor generate_frames(const fs::path& model) {
