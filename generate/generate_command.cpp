@@ -60,6 +60,9 @@ ResolvedGenerate resolve_generate(const std::vector<std::string>& arguments) {
   resolved.index = load_model_index(upper["model-path"].get<std::string>(), component_paths);
   resolved.spec =
       &find_pipeline(resolved.index.class_name, resolved.index.root / "model_index.json");
+  // The component classes first: nothing below (defaults, validation, memory) reads a config of a
+  // class the pipeline cannot load.
+  check_components(*resolved.spec, resolved.index);
   const PipelineDefaults pipeline_defaults = load_pipeline_defaults(*resolved.spec, resolved.index);
   resolved.defaults_variant = pipeline_defaults.variant;
 
@@ -68,7 +71,6 @@ ResolvedGenerate resolve_generate(const std::vector<std::string>& arguments) {
   merged.erase("config");
   resolved.request = request_from_settings(merged);
   if (command_line.contains("config")) resolved.request.settings["config"] = command_line["config"];
-  check_components(*resolved.spec, resolved.index);
   resolved.spec->validate(resolved.request, resolved.index);
   resolved.latent_shape = resolved.spec->latent_shape(resolved.request, resolved.index);
   resolved.attention = plan_attention(resolved.index, resolved.request);

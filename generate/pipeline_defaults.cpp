@@ -86,7 +86,7 @@ PipelineDefaults pipeline_defaults_from_yaml(const std::string& yaml, const std:
 PipelineDefaults load_pipeline_defaults(const PipelineSpec& spec, const ModelIndex& index) {
   int64_t parameters = 0;
   if (index.has("transformer") && fs::exists(component_config_path(index.component("transformer"))))
-    parameters = wan_transformer_parameters(load_component_config(index.component("transformer")));
+    parameters = wan_transformer_parameters(index.config("transformer"));
   return pipeline_defaults_from_yaml(embedded_config(spec.defaults_file),
                                      "configs/" + spec.defaults_file, parameters);
 }
@@ -102,14 +102,15 @@ std::optional<FlowShiftChoice> flow_shift_choice(const Request& request, const M
                                                  const json& presets,
                                                  const std::string& flow_shift_source) {
   if (!index.has("scheduler")) return std::nullopt;
-  const json scheduler = load_component_config(index.component("scheduler"));
-  // UniPC and DPM++ call it flow_shift, FlowMatchEuler shift.
+  const json& scheduler = index.config("scheduler");
+  // UniPC and DPM++ call it flow_shift, FlowMatchEuler shift; the class model_index.json names is
+  // the one that runs (a config saved for another class may hold the other key).
+  const char* key = index.component("scheduler").class_name == "FlowMatchEulerDiscreteScheduler"
+                        ? "shift"
+                        : "flow_shift";
   std::optional<double> configured;
-  for (const char* key : {"flow_shift", "shift"})
-    if (scheduler.contains(key) && scheduler[key].is_number()) {
-      configured = scheduler[key].get<double>();
-      break;
-    }
+  if (scheduler.contains(key) && scheduler[key].is_number())
+    configured = scheduler[key].get<double>();
   if (!configured && !request.flow_shift) return std::nullopt;
   FlowShiftChoice choice;
   const int64_t pixels = request.height * request.width;

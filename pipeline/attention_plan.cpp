@@ -36,9 +36,9 @@ int64_t head_size_of(const json& config) {
 
 // A component's config, or an empty object when it cannot be read (the pipeline's own checks
 // report unreadable components; attention only needs hints from it).
-json config_or_empty(const ComponentEntry& entry) {
+json config_or_empty(const ModelIndex& index, const std::string& component) {
   try {
-    return load_component_config(entry);
+    return index.config(component);
   } catch (const Error&) {
     return json::object();
   }
@@ -64,7 +64,7 @@ void check_sta_mask(AttentionPlan& plan, const ModelIndex& index, const Request&
     if (choice.role != ComponentRole::Dit || !choice.has_attention() ||
         choice.primary().backend != "sliding_tile_attn")
       continue;
-    const json model = config_or_empty(index.component(name));
+    const json model = config_or_empty(index, name);
     const int64_t layers = integer_field(model, "num_layers");
     const int64_t heads = integer_field(model, "num_attention_heads");
     check(layers > 0 && heads > 0,
@@ -96,7 +96,7 @@ AttentionPlan plan_attention(const ModelIndex& index, const Request& request,
       without_attention.push_back(name);
     } else {
       with_attention.push_back(name);
-      component.head_size = head_size_of(config_or_empty(entry));
+      component.head_size = head_size_of(config_or_empty(index, name));
     }
     components[name] = component;
   }

@@ -112,8 +112,17 @@ fs::path component_config_path(const ComponentEntry& component) {
        component.path.string());
 }
 
-json load_component_config(const ComponentEntry& component) {
-  return read_json_object(component_config_path(component));
+const json& ModelIndex::config(const std::string& name) const {
+  const fs::path path = component_config_path(component(name));
+  std::lock_guard lock(configs->mutex);
+  auto it = configs->parsed.find(path);
+  if (it != configs->parsed.end()) return it->second;
+  return configs->parsed.emplace(path, read_json_object(path)).first->second;
+}
+
+size_t ModelIndex::config_parses() const {
+  std::lock_guard lock(configs->mutex);
+  return configs->parsed.size();
 }
 
 }  // namespace mmgen

@@ -7,6 +7,8 @@
 
 #include <filesystem>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -26,6 +28,14 @@ struct ComponentEntry {
   bool overridden = false;
 };
 
+// The component configs an index has parsed, by file: shared by every copy of the index (the
+// generate command, the memory check and the loaded pipeline each hold one), so a run parses each
+// config.json once whatever reads it.
+struct ComponentConfigCache {
+  std::mutex mutex;
+  std::map<fs::path, nlohmann::json> parsed;
+};
+
 struct ModelIndex {
   fs::path root;
   std::string class_name;
@@ -37,16 +47,21 @@ struct ModelIndex {
   bool has(const std::string& component) const { return components.count(component) > 0; }
   const ComponentEntry& component(const std::string& name) const;
   std::vector<std::string> component_names() const;  // present ones, sorted
+
+  // The component's JSON config (`config.json`, or `scheduler_config.json` for schedulers), parsed
+  // on first use and kept; errors name the file. The reference stays valid while any copy of this
+  // index lives.
+  const nlohmann::json& config(const std::string& component) const;
+  // How many config files this index and its copies have parsed (at most one per file).
+  size_t config_parses() const;
+
+  std::shared_ptr<ComponentConfigCache> configs = std::make_shared<ComponentConfigCache>();
 };
 
 // Reads `<root>/model_index.json`. `path_overrides` replaces component folders (--<name>-path);
 // naming a component the index does not list is an error that lists the valid names.
 ModelIndex load_model_index(const fs::path& root,
                             const std::map<std::string, fs::path>& path_overrides = {});
-
-// Reads a component's JSON config (`config.json`, or `scheduler_config.json` for schedulers),
-// naming the file in every error.
-nlohmann::json load_component_config(const ComponentEntry& component);
 
 // The config file a component folder holds, checked to exist.
 fs::path component_config_path(const ComponentEntry& component);

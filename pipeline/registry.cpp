@@ -1,5 +1,6 @@
 #include "pipeline/registry.h"
 
+#include <algorithm>
 #include <map>
 
 #include "core/error.h"
@@ -21,7 +22,7 @@ struct WanGeometry {
 WanGeometry wan_geometry(const ModelIndex& index) {
   WanGeometry geometry;
   if (!index.has("vae")) return geometry;
-  const nlohmann::json config = load_component_config(index.component("vae"));
+  const nlohmann::json& config = index.config("vae");
   geometry.z_dim = config.value("z_dim", geometry.z_dim);
   geometry.temporal = config.value("scale_factor_temporal", geometry.temporal);
   geometry.spatial = config.value("scale_factor_spatial", geometry.spatial);
@@ -66,8 +67,12 @@ const std::vector<PipelineSpec>& pipeline_registry() {
   static const std::vector<PipelineSpec> registry = {
       {"WanPipeline",
        "wan.yaml",
-       {"text_encoder", "tokenizer", "transformer", "vae", "scheduler"},
-       {"transformer_2"},
+       {{"text_encoder", ComponentKind::TextEncoder, {"UMT5EncoderModel"}},
+        {"tokenizer", ComponentKind::Tokenizer, {"T5Tokenizer", "T5TokenizerFast"}},
+        {"transformer", ComponentKind::Transformer, {"WanTransformer3DModel"}},
+        {"vae", ComponentKind::Vae, {"AutoencoderKLWan"}},
+        // Wan's flow-matching schedule runs with any of them, as in diffusers.
+        {"scheduler", ComponentKind::Scheduler, component_class_names(ComponentKind::Scheduler)}},
        validate_wan,
        wan_latent_shape,
        load_wan_pipeline,
@@ -87,13 +92,28 @@ const PipelineSpec& find_pipeline(const std::string& class_name, const fs::path&
 }
 
 void check_components(const PipelineSpec& spec, const ModelIndex& index) {
-  for (const auto& name : spec.required_components) {
-    check(index.has(name), "{}: {} needs a '{}' component but model_index.json does not list one",
-          index.root.string(), spec.class_name, name);
-    const ComponentEntry& entry = index.component(name);
+  const std::string where = (index.root / "model_index.json").string();
+  std::vector<std::string> loaded;
+  for (const ComponentSlot& slot : spec.components) loaded.push_back(slot.name);
+  for (const auto& [name, entry] : index.components) {
+    auto slot = std::find_if(spec.components.begin(), spec.components.end(),
+                             [&](const ComponentSlot& s) { return s.name == name; });
+    check(slot != spec.components.end(),
+          "{}: component '{}' ({}) is not supported by {} yet (it loads only: {})", where, name,
+          entry.class_name, spec.class_name, join(loaded));
+    check(std::find(slot->classes.begin(), slot->classes.end(), entry.class_name) !=
+              slot->classes.end(),
+          "{}: {} class '{}' is not supported by {} (supported {}: {})", where, name,
+          entry.class_name, spec.class_name, kind_name(slot->kind, true), join(slot->classes));
+  }
+  for (const ComponentSlot& slot : spec.components) {
+    check(index.has(slot.name),
+          "{}: {} needs a '{}' component but model_index.json does not list one", where,
+          spec.class_name, slot.name);
+    const ComponentEntry& entry = index.component(slot.name);
     check(fs::is_directory(entry.path),
-          "component '{}' ({}) is missing: no folder {}; download it or pass --{}-path DIR", name,
-          entry.class_name, entry.path.string(), name);
+          "component '{}' ({}) is missing: no folder {}; download it or pass --{}-path DIR",
+          slot.name, entry.class_name, entry.path.string(), slot.name);
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include "core/tensor.h"
 #include "pipeline/attention_plan.h"
+#include "pipeline/component_classes.h"
 #include "pipeline/memory_estimate.h"
 #include "pipeline/model_index.h"
 #include "pipeline/model_inventory.h"
@@ -26,11 +27,19 @@ struct PipelineRunner {
   Tensor operator()(const Request& request) const { return run(request); }
 };
 
+// One component a pipeline loads: its model_index.json key and the classes it can be.
+struct ComponentSlot {
+  std::string name;  // "scheduler", "text_encoder", ...
+  ComponentKind kind;
+  std::vector<std::string> classes;  // of component_classes(), the ones this pipeline runs there
+};
+
 struct PipelineSpec {
   std::string class_name;
   std::string defaults_file;  // a file of configs/, embedded in the binary
-  std::vector<std::string> required_components;
-  std::vector<std::string> optional_components;
+  // Every component it loads, each required. A model listing another component (Wan2.2's
+  // transformer_2) is refused rather than run without it.
+  std::vector<ComponentSlot> components;
   // Checks the request against what the pipeline can do; throws Error before any work starts.
   std::function<void(const Request&, const ModelIndex&)> validate;
   // The initial latent's shape for a request (reads component configs, never weights).
@@ -46,7 +55,9 @@ struct PipelineSpec {
 const std::vector<PipelineSpec>& pipeline_registry();
 // The spec for `class_name`; an unknown name is an error listing the known ones.
 const PipelineSpec& find_pipeline(const std::string& class_name, const fs::path& where);
-// Checks that every required component is present, with its folder.
+// Checks model_index.json against the pipeline before anything is loaded: every component it lists
+// is one the pipeline loads, of a class it supports there, and each component the pipeline needs
+// is present with its folder. Each refusal is one line naming what is supported.
 void check_components(const PipelineSpec& spec, const ModelIndex& index);
 
 // The YAML text of a configs/ file compiled into the binary; throws if there is none.

@@ -47,7 +47,7 @@ uint64_t text_encoder_bytes(const Request& request, const ModelIndex& index,
                             const ModelInventory& inventory) {
   if (!index.has("text_encoder")) return 0;
   const auto config = text_encoders::T5Config::from_json(
-      load_component_config(index.component("text_encoder")),
+      index.config("text_encoder"),
       component_config_path(index.component("text_encoder")).string());
   const uint64_t s = uint64_t(request.max_sequence_length);
   const uint64_t inner = uint64_t(config.inner_dim()), model = uint64_t(config.d_model);
@@ -67,8 +67,7 @@ uint64_t text_encoder_bytes(const Request& request, const ModelIndex& index,
 uint64_t transformer_bytes(const Request& request, const ModelIndex& index,
                            const ModelInventory& inventory, const Shape& latent) {
   const auto config = dit::WanTransformerConfig::from_json(
-      load_component_config(index.component("transformer")),
-      component_config_path(index.component("transformer")).string());
+      index.config("transformer"), component_config_path(index.component("transformer")).string());
   const auto [pt, ph, pw] = config.patch_size;
   const uint64_t tokens = uint64_t((latent[2] / pt) * (latent[3] / ph) * (latent[4] / pw));
   const uint64_t dim = uint64_t(config.inner_dim());
@@ -155,7 +154,7 @@ MemoryEstimate estimate_wan_memory(const Request& request, const ModelIndex& ind
   estimate.overhead =
       kRuntimeBytes + (tokenizer ? tokenizer->on_disk_bytes * kTokenizerExpansion : 0);
 
-  const nlohmann::json vae_json = load_component_config(index.component("vae"));
+  const nlohmann::json& vae_json = index.config("vae");
   const auto vae_config = vae::WanVaeConfig::from_json(vae_json);
   const int64_t spatial = vae_config.scale_factor_spatial;
   const Shape latent = {1, vae_config.z_dim,

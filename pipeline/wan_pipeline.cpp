@@ -81,6 +81,18 @@ attention::LayerWeights layer_weights(const WeightStore& store,
   return weights;
 }
 
+// diffusers builds the class model_index.json names from any scheduler_config.json (swapping a
+// scheduler is saving the index with another class); a config saved for another class is legal
+// but worth a word, since only the settings both classes share carry over.
+void warn_if_scheduler_config_differs(const std::string& class_name, const nlohmann::json& config,
+                                      const fs::path& where) {
+  auto saved = config.find("_class_name");
+  if (saved == config.end() || !saved->is_string() || saved->get<std::string>() == class_name)
+    return;
+  spdlog::warn("scheduler: model_index.json names {} but {} was saved for {}; using {}", class_name,
+               where.string(), saved->get<std::string>(), class_name);
+}
+
 }  // namespace
 
 WanPipeline::WanPipeline(const ModelIndex& index)
@@ -88,15 +100,29 @@ WanPipeline::WanPipeline(const ModelIndex& index)
 
 WanPipeline::WanPipeline(const ModelIndex& index, AttentionPlan plan)
     : index_(index), attention_plan_(std::move(plan)) {
+  // The classes model_index.json names, refused before any weights are mapped (the CLI checked
+  // already; a library caller may not have).
+  check_components(find_pipeline("WanPipeline", index.root / "model_index.json"), index);
+  // Each model is built from the config the index parsed, which the dry run, the memory estimate
+  // and the latent shape read too: one parse of each file per run.
+  auto where = [&](const char* name) { return component_config_path(index.component(name)); };
   tokenizer_ = tokenizers::Tokenizer::load(index.component("tokenizer").path);
   text_encoder_ = std::make_unique<text_encoders::UMT5Encoder>(
-      text_encoders::UMT5Encoder::from_folder(index.component("text_encoder").path));
+      text_encoders::T5Config::from_json(index.config("text_encoder"),
+                                         where("text_encoder").string()),
+      WeightStore::open_folder(index.component("text_encoder").path));
   transformer_ = std::make_unique<dit::WanTransformer>(
-      dit::WanTransformer::load(index.component("transformer").path));
+      dit::WanTransformerConfig::from_json(index.config("transformer"),
+                                           where("transformer").string()),
+      WeightStore::open_folder(index.component("transformer").path));
   vae_ = std::make_unique<vae::WanVaeDecoder>(
-      vae::WanVaeDecoder::open_folder(index.component("vae").path));
-  scheduler_config_ = load_component_config(index.component("scheduler"));
-  schedulers::make_scheduler(scheduler_config_);  // reject an unsupported scheduler before any work
+      vae::WanVaeConfig::from_json(index.config("vae"), where("vae").string()),
+      WeightStore::open_folder(index.component("vae").path));
+  scheduler_class_ = index.component("scheduler").class_name;
+  scheduler_config_ = index.config("scheduler");
+  warn_if_scheduler_config_differs(scheduler_class_, scheduler_config_, where("scheduler"));
+  // Reject settings the scheduler does not implement before any work.
+  schedulers::make_scheduler(scheduler_class_, scheduler_config_);
   // The text encoder runs through the paged backend the plan chose for it (encoder-only layers).
   auto text_choice = attention_plan_.components.find("text_encoder");
   if (text_choice != attention_plan_.components.end() && text_choice->second.has_attention())
@@ -274,7 +300,8 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
           : encode_prompt(input.negative_prompt, input.max_sequence_length, input.cuda);
   encode_stage.finish();
 
-  auto scheduler = schedulers::make_scheduler(scheduler_config_, input.flow_shift);
+  auto scheduler =
+      schedulers::make_scheduler(scheduler_class_, scheduler_config_, input.flow_shift);
   scheduler->set_timesteps(int(input.num_inference_steps));
 
   const Shape shape = latent_shape(input.height, input.width, input.num_frames);

@@ -90,6 +90,7 @@ class WanPipeline {
   std::unique_ptr<text_encoders::UMT5Encoder> text_encoder_;
   std::unique_ptr<dit::WanTransformer> transformer_;
   std::unique_ptr<vae::WanVaeDecoder> vae_;
+  std::string scheduler_class_;  // model_index.json's, which picks the scheduler
   nlohmann::json scheduler_config_;
   AttentionPlan attention_plan_;
   // The transformer's GPU copy, made on the first --device cuda run (CUDA builds).

@@ -134,6 +134,15 @@ std::vector<BadInput> bad_inputs() {
          return generate_args(model, out);
        },
        "is not a plain folder name"},
+      {"scheduler class mmgen does not implement",
+       [](const fs::path& out) {
+         const fs::path model = copy_of_wan_tiny("ddim");
+         replace_once(model / "model_index.json", "\"UniPCMultistepScheduler\"",
+                      "\"DDIMScheduler\"");
+         return generate_args(model, out);
+       },
+       "scheduler class 'DDIMScheduler' is not supported by WanPipeline (supported schedulers: "
+       "FlowMatchEulerDiscreteScheduler, UniPCMultistepScheduler)"},
       {"malformed model_index.json",
        [](const fs::path& out) {
          const fs::path model = copy_of_wan_tiny("index-json");

@@ -5,6 +5,8 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "generate/generate_command.h"
+#include "generate/memory_check.h"
 #include "pipeline/registry.h"
 #include "tests/test_support.h"
 
@@ -40,8 +42,7 @@ TEST(ModelIndex, InRepoModelsParse) {
     EXPECT_EQ(index.extras["expand_timesteps"], false);
     EXPECT_EQ(index.component("transformer").class_name, "WanTransformer3DModel");
     EXPECT_EQ(index.component("tokenizer").library, "transformers");
-    EXPECT_EQ(load_component_config(index.component("scheduler"))["_class_name"],
-              "UniPCMultistepScheduler");
+    EXPECT_EQ(index.config("scheduler")["_class_name"], "UniPCMultistepScheduler");
     check_components(find_pipeline(index.class_name, index.root), index);
   }
 }
@@ -50,11 +51,11 @@ TEST(ModelIndex, SharedFixturesParse) {
   MMGEN_REQUIRE_SHARED();
   ModelIndex wan = load_model_index(testing::shared_dir() / "fixtures/wan-tiny/model");
   EXPECT_EQ(wan.components.size(), 5u);
-  EXPECT_EQ(load_component_config(wan.component("transformer"))["num_layers"], 2);
+  EXPECT_EQ(wan.config("transformer")["num_layers"], 2);
   ModelIndex qwen = load_model_index(testing::shared_dir() / "fixtures/qwen3-tiny/model");
   EXPECT_EQ(qwen.class_name, "ZImagePipeline");
   EXPECT_EQ(qwen.component_names(), (std::vector<std::string>{"text_encoder", "tokenizer"}));
-  EXPECT_EQ(load_component_config(qwen.component("text_encoder"))["num_key_value_heads"], 2);
+  EXPECT_EQ(qwen.config("text_encoder")["num_key_value_heads"], 2);
   ModelIndex shapes = load_model_index(testing::shared_dir() / "examples/wan-shapes");
   EXPECT_EQ(shapes.class_name, "WanPipeline");
 }
@@ -80,7 +81,7 @@ TEST(ModelIndex, MalformedJsonIsItsOwnError) {
   fs::path model2 = copy_wan_tiny_skeleton("bad-config");
   std::ofstream(model2 / "transformer/config.json") << "[not an object";
   ModelIndex index = load_model_index(model2);
-  message = testing::error_message([&] { load_component_config(index.component("transformer")); });
+  message = testing::error_message([&] { index.config("transformer"); });
   EXPECT_NE(message.find("transformer/config.json: malformed JSON"), std::string::npos) << message;
 }
 
@@ -122,6 +123,25 @@ TEST(ModelIndex, MissingModelIndexAndPathOverrides) {
     load_model_index(model, {{"vea", other_vae}});
   });
   EXPECT_NE(message.find("no component 'vea'"), std::string::npos) << message;
+}
+
+// A run's steps in process, as generate takes them (resolve, the dry run's fields, the memory
+// check with its search for flags that fit, load, run): each of the four component configs is
+// parsed once, however often they are consulted.
+TEST(ModelIndex, ARunParsesEachConfigOnce) {
+  const cli::ResolvedGenerate resolved = cli::resolve_generate(
+      {"--model-path", (testing::source_dir() / "examples/models/wan-tiny").string(), "--prompt",
+       "a red fox", "--height", "32", "--width", "48", "--num-frames", "1", "--num-inference-steps",
+       "2", "--max-sequence-length", "16"});
+  (void)cli::dry_run_json(resolved);
+  const ModelInventory inventory = take_inventory(resolved.index);
+  // 1 byte free: the check estimates again for every alternative it tries.
+  const cli::MemoryCheck memory = cli::check_request_memory(
+      *resolved.spec, resolved.request, resolved.index, inventory, AvailableMemory{1, "test"});
+  EXPECT_FALSE(memory.fits());
+  const PipelineRunner run = resolved.spec->load(resolved.index, resolved.attention);
+  EXPECT_EQ(run(resolved.request).shape(), (Shape{1, 32, 48, 3}));
+  EXPECT_EQ(resolved.index.config_parses(), 4u);  // scheduler, text_encoder, transformer, vae
 }
 
 }  // namespace

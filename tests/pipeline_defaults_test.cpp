@@ -142,5 +142,17 @@ TEST(PipelineDefaults, TheLogSaysWhichFlowShiftRunsAndWhy) {
             "suggests 3 for 832x480)");
 }
 
+// The shift reported is the key of the class that runs (model_index.json's): FlowMatchEuler's
+// `shift`, not the `flow_shift` of the UniPC config it was given.
+TEST(PipelineDefaults, TheFlowShiftIsTheKeyOfTheSchedulerThatRuns) {
+  const fs::path tiny = testing::source_dir() / "examples/models/wan-tiny";
+  ModelIndex index = load_model_index(tiny);
+  index.components["scheduler"].class_name = "FlowMatchEulerDiscreteScheduler";
+  Request request;
+  request.height = 480;
+  request.width = 832;
+  EXPECT_FALSE(flow_shift_choice(request, index, json::array(), "--flow-shift"));
+}
+
 }  // namespace
 }  // namespace mmgen::cli

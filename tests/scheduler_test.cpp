@@ -81,6 +81,29 @@ TEST(FlowMatchEuler, MatchesFixtureScheduleAndTrajectory) {
   check_fixture_trajectory(*scheduler, "scheduler.euler");
 }
 
+// The class comes from model_index.json, as diffusers' from_pretrained takes it: a config saved for
+// another scheduler gives the settings the two share; the config's own `_class_name` is ignored.
+TEST(Schedulers, TheClassNamedWinsOverTheConfigsClassName) {
+  const nlohmann::json unipc = {{"_class_name", "UniPCMultistepScheduler"},
+                                {"use_flow_sigmas", true},
+                                {"prediction_type", "flow_prediction"},
+                                {"flow_shift", 3.0},
+                                {"shift", 2.0}};
+  auto euler = make_scheduler("FlowMatchEulerDiscreteScheduler", unipc);
+  EXPECT_EQ(euler->class_name(), "FlowMatchEulerDiscreteScheduler");
+  auto reference =
+      make_scheduler({{"_class_name", "FlowMatchEulerDiscreteScheduler"}, {"shift", 2.0}});
+  euler->set_timesteps(4);
+  reference->set_timesteps(4);
+  EXPECT_EQ(euler->sigmas(), reference->sigmas());
+  EXPECT_EQ(make_scheduler("UniPCMultistepScheduler", unipc)->class_name(),
+            "UniPCMultistepScheduler");
+  EXPECT_EQ(testing::error_message([&] { make_scheduler("DDIMScheduler", unipc); }),
+            "scheduler class 'DDIMScheduler' is not supported (supported schedulers: "
+            "FlowMatchEulerDiscreteScheduler, UniPCMultistepScheduler); use a model whose "
+            "model_index.json names one of them");
+}
+
 // Schedules below were computed once with python diffusers 0.42.1 / torch 2.15 / numpy 2.4 (CPU):
 //   s = <Scheduler>.from_config(config); s.set_timesteps(N, ...)
 // and printed with '%.9g' (exact for float32).

@@ -3,7 +3,7 @@
 // (float32 results, the schedule computed in the precision diffusers uses), configured from the
 // component's scheduler_config.json.
 //
-// Use: make_scheduler(config) → set_timesteps(N) → for i in 0..N-1: run the model at
+// Use: make_scheduler(class, config) → set_timesteps(N) → for i in 0..N-1: run the model at
 // timesteps()[i], then sample = step(model_output, i, sample). set_timesteps() and begin() start a
 // new run (multistep solvers keep a history of earlier steps).
 #pragma once
@@ -60,11 +60,17 @@ class Scheduler {
   std::vector<float> sigmas_;
 };
 
-// Builds the scheduler a scheduler_config.json describes, keyed on `_class_name`
-// (UniPCMultistepScheduler, FlowMatchEulerDiscreteScheduler). Omitted keys take the class
+// Builds the scheduler `class_name` (UniPCMultistepScheduler, FlowMatchEulerDiscreteScheduler)
+// configured by a scheduler_config.json. The class is the one model_index.json names, as diffusers
+// loads it; the config's own `_class_name` is not consulted, so a config saved for another
+// scheduler gives its shared settings (other keys are ignored). Omitted keys take the class
 // defaults. `flow_shift_override` (the CLI's --flow-shift) replaces `flow_shift` (UniPC) or
 // `shift` (FlowMatchEuler). Unknown classes and settings this engine does not implement are
 // Errors that say what is supported.
+std::unique_ptr<Scheduler> make_scheduler(const std::string& class_name,
+                                          const nlohmann::json& config,
+                                          std::optional<double> flow_shift_override = std::nullopt);
+// The same, keyed on the config's `_class_name` (a scheduler_config.json on its own).
 std::unique_ptr<Scheduler> make_scheduler(const nlohmann::json& config,
                                           std::optional<double> flow_shift_override = std::nullopt);
 

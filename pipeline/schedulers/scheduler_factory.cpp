@@ -1,6 +1,8 @@
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <cmath>
+#include <functional>
 
 #include "core/error.h"
 #include "pipeline/schedulers/flow_match_euler.h"
@@ -9,8 +11,56 @@
 
 namespace mmgen::schedulers {
 
+namespace {
+
+using Maker =
+    std::function<std::unique_ptr<Scheduler>(const nlohmann::json&, std::optional<double>)>;
+
+struct SchedulerClass {
+  const char* name;
+  Maker make;
+};
+
+// Every scheduler mmgen implements, by diffusers class name: the one place a class is added.
+const std::vector<SchedulerClass>& scheduler_classes() {
+  static const std::vector<SchedulerClass> classes = {
+      {"FlowMatchEulerDiscreteScheduler",
+       [](const nlohmann::json& config, std::optional<double> shift) {
+         FlowMatchEulerConfig c = FlowMatchEulerConfig::from_json(config);
+         if (shift) c.shift = *shift;
+         return std::unique_ptr<Scheduler>(new FlowMatchEulerDiscreteScheduler(std::move(c)));
+       }},
+      {"UniPCMultistepScheduler",
+       [](const nlohmann::json& config, std::optional<double> shift) {
+         UniPCConfig c = UniPCConfig::from_json(config);
+         if (shift) c.flow_shift = *shift;
+         return std::unique_ptr<Scheduler>(new UniPCMultistepScheduler(std::move(c)));
+       }},
+  };
+  return classes;
+}
+
+}  // namespace
+
 std::vector<std::string> supported_scheduler_classes() {
-  return {"FlowMatchEulerDiscreteScheduler", "UniPCMultistepScheduler"};
+  std::vector<std::string> names;
+  for (const SchedulerClass& entry : scheduler_classes()) names.push_back(entry.name);
+  return names;
+}
+
+std::unique_ptr<Scheduler> make_scheduler(const std::string& class_name,
+                                          const nlohmann::json& config,
+                                          std::optional<double> flow_shift_override) {
+  check(config.is_object(), "scheduler_config.json must hold a JSON object");
+  if (flow_shift_override)
+    check(std::isfinite(*flow_shift_override) && *flow_shift_override > 0,
+          "--flow-shift must be a positive number (got {})", *flow_shift_override);
+  for (const SchedulerClass& entry : scheduler_classes())
+    if (class_name == entry.name) return entry.make(config, flow_shift_override);
+  fail(
+      "scheduler class '{}' is not supported (supported schedulers: {}); use a model whose "
+      "model_index.json names one of them",
+      class_name, fmt::join(supported_scheduler_classes(), ", "));
 }
 
 std::unique_ptr<Scheduler> make_scheduler(const nlohmann::json& config,
@@ -21,25 +71,7 @@ std::unique_ptr<Scheduler> make_scheduler(const nlohmann::json& config,
         "scheduler_config.json has no '_class_name' string; it must name the scheduler class "
         "(supported: {})",
         fmt::join(supported_scheduler_classes(), ", "));
-  const std::string name = it->get<std::string>();
-  if (flow_shift_override)
-    check(std::isfinite(*flow_shift_override) && *flow_shift_override > 0,
-          "--flow-shift must be a positive number (got {})", *flow_shift_override);
-
-  if (name == "UniPCMultistepScheduler") {
-    UniPCConfig c = UniPCConfig::from_json(config);
-    if (flow_shift_override) c.flow_shift = *flow_shift_override;
-    return std::make_unique<UniPCMultistepScheduler>(std::move(c));
-  }
-  if (name == "FlowMatchEulerDiscreteScheduler") {
-    FlowMatchEulerConfig c = FlowMatchEulerConfig::from_json(config);
-    if (flow_shift_override) c.shift = *flow_shift_override;
-    return std::make_unique<FlowMatchEulerDiscreteScheduler>(std::move(c));
-  }
-  fail(
-      "scheduler class '{}' is not supported (supported: {}); use a model whose "
-      "scheduler_config.json names one of them",
-      name, fmt::join(supported_scheduler_classes(), ", "));
+  return make_scheduler(it->get<std::string>(), config, flow_shift_override);
 }
 
 }  // namespace mmgen::schedulers

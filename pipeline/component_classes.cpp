@@ -1,0 +1,74 @@
+#include "pipeline/component_classes.h"
+
+#include "pipeline/schedulers/scheduler.h"
+
+namespace mmgen {
+
+namespace {
+
+std::vector<ComponentClass> make_table() {
+  std::vector<ComponentClass> table = {
+      {"WanTransformer3DModel", ComponentKind::Transformer, "diffusers", "dit::WanTransformer"},
+      {"AutoencoderKLWan", ComponentKind::Vae, "diffusers", "vae::WanVaeDecoder"},
+      {"UMT5EncoderModel", ComponentKind::TextEncoder, "transformers",
+       "text_encoders::UMT5Encoder"},
+      {"Qwen3Model", ComponentKind::TextEncoder, "transformers", "text_encoders::Qwen3TextModel"},
+      {"Qwen3ForCausalLM", ComponentKind::TextEncoder, "transformers",
+       "text_encoders::Qwen3TextModel"},
+      // The tokenizer is read from tokenizer.json whatever the class (the slow classes' folders
+      // hold one too when saved by a recent transformers), so these differ only in the vocabulary
+      // their model expects; a pipeline names the ones that fit its text encoder.
+      {"T5Tokenizer", ComponentKind::Tokenizer, "transformers", "tokenizers::Tokenizer"},
+      {"T5TokenizerFast", ComponentKind::Tokenizer, "transformers", "tokenizers::Tokenizer"},
+      {"Qwen2Tokenizer", ComponentKind::Tokenizer, "transformers", "tokenizers::Tokenizer"},
+      {"Qwen2TokenizerFast", ComponentKind::Tokenizer, "transformers", "tokenizers::Tokenizer"},
+  };
+  // The schedulers are whatever the scheduler factory builds, so the two lists cannot drift.
+  for (const std::string& name : schedulers::supported_scheduler_classes())
+    table.push_back({name, ComponentKind::Scheduler, "diffusers", "schedulers::make_scheduler"});
+  return table;
+}
+
+}  // namespace
+
+const std::vector<ComponentClass>& component_classes() {
+  static const std::vector<ComponentClass> table = make_table();
+  return table;
+}
+
+const ComponentClass* find_component_class(const std::string& name) {
+  for (const ComponentClass& entry : component_classes())
+    if (entry.name == name) return &entry;
+  return nullptr;
+}
+
+std::vector<std::string> component_class_names(ComponentKind kind) {
+  std::vector<std::string> names;
+  for (const ComponentClass& entry : component_classes())
+    if (entry.kind == kind) names.push_back(entry.name);
+  return names;
+}
+
+std::string kind_name(ComponentKind kind, bool plural) {
+  const char* name = "component";
+  switch (kind) {
+    case ComponentKind::Scheduler:
+      name = "scheduler";
+      break;
+    case ComponentKind::Tokenizer:
+      name = "tokenizer";
+      break;
+    case ComponentKind::TextEncoder:
+      name = "text encoder";
+      break;
+    case ComponentKind::Transformer:
+      name = "transformer";
+      break;
+    case ComponentKind::Vae:
+      name = "VAE";
+      break;
+  }
+  return plural ? std::string(name) + "s" : std::string(name);
+}
+
+}  // namespace mmgen

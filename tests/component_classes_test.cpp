@@ -1,0 +1,144 @@
+// The component-class table and the checks model_index.json gets from it: each component's class
+// must be one mmgen loads for the pipeline, refused in one line otherwise, before any weights are
+// read. tests/model_index_driven_test.cpp holds the same seen from the executable.
+#include "pipeline/component_classes.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <set>
+
+#include "core/error.h"
+#include "pipeline/model_index.h"
+#include "pipeline/registry.h"
+#include "pipeline/schedulers/scheduler.h"
+#include "tests/test_support.h"
+
+namespace mmgen {
+namespace {
+
+using json = nlohmann::json;
+
+fs::path wan_tiny() {
+  return testing::source_dir() / "examples/models/wan-tiny";
+}
+
+// A private copy of wan-tiny (2 MB, weights included) to edit.
+fs::path copy_of_wan_tiny(const std::string& name) {
+  const fs::path copy = testing::scratch_dir("component-classes-" + name) / "model";
+  fs::copy(wan_tiny(), copy, fs::copy_options::recursive);
+  return copy;
+}
+
+json read_json(const fs::path& path) {
+  std::ifstream in(path);
+  return json::parse(in);
+}
+
+void write_json(const fs::path& path, const json& value) {
+  std::ofstream(path, std::ios::trunc) << value.dump(2);
+}
+
+// Sets model_index.json's entry `component` to [library, class_name].
+void set_class(const fs::path& model, const std::string& component, const std::string& library,
+               const std::string& class_name) {
+  json index = read_json(model / "model_index.json");
+  index[component] = {library, class_name};
+  write_json(model / "model_index.json", index);
+}
+
+std::string check_message(const fs::path& model) {
+  const ModelIndex index = load_model_index(model);
+  return testing::error_message(
+      [&] { check_components(find_pipeline(index.class_name, model), index); });
+}
+
+TEST(ComponentClasses, EveryPipelineSlotNamesKnownClassesOfItsKind) {
+  for (const PipelineSpec& spec : pipeline_registry()) {
+    EXPECT_FALSE(spec.components.empty()) << spec.class_name;
+    for (const ComponentSlot& slot : spec.components) {
+      EXPECT_FALSE(slot.classes.empty()) << spec.class_name << " " << slot.name;
+      for (const std::string& name : slot.classes) {
+        const ComponentClass* known = find_component_class(name);
+        ASSERT_NE(known, nullptr) << spec.class_name << " " << slot.name << ": " << name;
+        EXPECT_EQ(known->kind, slot.kind) << name;
+      }
+    }
+  }
+  // Class names are unique, so a name says its kind.
+  std::set<std::string> names;
+  for (const ComponentClass& entry : component_classes())
+    EXPECT_TRUE(names.insert(entry.name).second) << entry.name;
+}
+
+TEST(ComponentClasses, SchedulersAreWhatTheFactoryBuilds) {
+  EXPECT_EQ(component_class_names(ComponentKind::Scheduler),
+            schedulers::supported_scheduler_classes());
+  const json config = read_json(wan_tiny() / "scheduler/scheduler_config.json");
+  for (const std::string& name : component_class_names(ComponentKind::Scheduler))
+    EXPECT_EQ(schedulers::make_scheduler(name, config)->class_name(), name);
+  EXPECT_EQ(testing::error_message([&] { schedulers::make_scheduler("DDIMScheduler", config); }),
+            "scheduler class 'DDIMScheduler' is not supported (supported schedulers: "
+            "FlowMatchEulerDiscreteScheduler, UniPCMultistepScheduler); use a model whose "
+            "model_index.json names one of them");
+}
+
+TEST(ComponentClasses, TheInRepoModelsPass) {
+  for (const char* model : {"examples/models/wan-tiny", "examples/models/wan-shapes"})
+    EXPECT_EQ(check_message(testing::source_dir() / model), "") << model;
+}
+
+// Each component of WanPipeline given a class mmgen does not load there: one line naming the
+// classes it does load.
+TEST(ComponentClasses, AnUnsupportedClassIsRefusedInOneLine) {
+  struct Case {
+    std::string component, library, class_name, supported;
+  };
+  const std::vector<Case> cases = {
+      {"scheduler", "diffusers", "DDIMScheduler",
+       "supported schedulers: FlowMatchEulerDiscreteScheduler, UniPCMultistepScheduler"},
+      {"text_encoder", "transformers", "Qwen3ForCausalLM",
+       "supported text encoders: UMT5EncoderModel"},
+      {"tokenizer", "transformers", "CLIPTokenizer",
+       "supported tokenizers: T5Tokenizer, T5TokenizerFast"},
+      {"transformer", "diffusers", "FluxTransformer2DModel",
+       "supported transformers: WanTransformer3DModel"},
+      {"vae", "diffusers", "AutoencoderKL", "supported VAEs: AutoencoderKLWan"},
+  };
+  const fs::path model = testing::scratch_dir("component-classes-skeleton") / "model";
+  fs::copy(wan_tiny(), model, fs::copy_options::recursive);
+  const json original = read_json(model / "model_index.json");
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.component);
+    write_json(model / "model_index.json", original);
+    set_class(model, c.component, c.library, c.class_name);
+    EXPECT_EQ(check_message(model), (model / "model_index.json").string() + ": " + c.component +
+                                        " class '" + c.class_name +
+                                        "' is not supported by WanPipeline (" + c.supported + ")");
+  }
+}
+
+// Wan2.2 A14B's second transformer: running without it would not be the saved model.
+TEST(ComponentClasses, AComponentThePipelineDoesNotLoadIsRefused) {
+  const fs::path model = copy_of_wan_tiny("transformer-2");
+  fs::copy(model / "transformer", model / "transformer_2", fs::copy_options::recursive);
+  set_class(model, "transformer_2", "diffusers", "WanTransformer3DModel");
+  EXPECT_EQ(check_message(model),
+            (model / "model_index.json").string() +
+                ": component 'transformer_2' (WanTransformer3DModel) is not supported by "
+                "WanPipeline yet (it loads only: text_encoder, tokenizer, transformer, vae, "
+                "scheduler)");
+}
+
+TEST(ComponentClasses, ZImageIsRefusedAsAPipeline) {
+  MMGEN_REQUIRE_SHARED();
+  const fs::path model = testing::shared_dir() / "fixtures/zimage-tiny/model";
+  const ModelIndex index = load_model_index(model);
+  EXPECT_EQ(testing::error_message([&] { find_pipeline(index.class_name, model); }),
+            model.string() +
+                ": pipeline class 'ZImagePipeline' is not supported by this mmgen (supported: "
+                "WanPipeline)");
+}
+
+}  // namespace
+}  // namespace mmgen
