@@ -12,6 +12,7 @@ std::vector<ComponentClass> make_table() {
       {"AutoencoderKLWan", ComponentKind::Vae, "diffusers", "vae::WanVaeDecoder"},
       {"UMT5EncoderModel", ComponentKind::TextEncoder, "transformers",
        "text_encoders::UMT5Encoder"},
+      {"T5EncoderModel", ComponentKind::TextEncoder, "transformers", "text_encoders::UMT5Encoder"},
       {"Qwen3Model", ComponentKind::TextEncoder, "transformers", "text_encoders::Qwen3TextModel"},
       {"Qwen3ForCausalLM", ComponentKind::TextEncoder, "transformers",
        "text_encoders::Qwen3TextModel"},

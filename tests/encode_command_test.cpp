@@ -185,13 +185,16 @@ TEST(EncodeCommand, BadInputGetsOneLineAndNonZeroExit) {
        "whole number"},
       {"encode --model-path " + qwen + " --prompt x --out " + out +
            " --component-attention-backends text_encoder=warp_drive",
+       "unknown attention backend 'warp_drive'"},
+      {"encode --model-path " + qwen + " --prompt x --out " + out +
+           " --component-attention-backends text_encoder=sliding_tile_attn",
        "not a text-encoder (paged) attention backend"},
       {"encode --model-path " + qwen + " --prompt x --out " + out +
            " --component-attention-backends transformer=triton",
        "only the encoded component"},
       {"encode --model-path " + qwen + " --prompt x --out " + out +
            " --component-attention-backends triton",
-       "COMPONENT=BACKEND"},
+       "'triton' is not component=backend"},
       {"encode --model-path /nonexistent --prompt x --out " + out, "/nonexistent"},
       {"encode --model-path " + qwen + " --prompt x --out " + out + " --component vae",
        "no component 'vae'"},

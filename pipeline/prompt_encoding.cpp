@@ -1,0 +1,142 @@
+#include "pipeline/prompt_encoding.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/yaml.h"
+#include "models/text_encoders/prompt_embedding.h"
+#include "models/text_encoders/qwen3_model.h"
+#include "models/text_encoders/qwen3_paged.h"
+#include "models/text_encoders/qwen3_prompt_embedding.h"
+#include "models/text_encoders/umt5_encoder.h"
+#include "models/tokenizers/prompt_clean.h"
+#include "models/tokenizers/tokenizer.h"
+#include "pipeline/component_classes.h"
+#include "pipeline/model_index.h"
+#include "pipeline/registry.h"
+
+namespace mmgen {
+namespace {
+
+// Z-Image's `_encode_prompt` default; the registry has no Z-Image defaults file yet.
+constexpr int64_t kZImageMaxSequenceLength = 512;
+
+// The class decides the recipe; the class table (pipeline/component_classes.h) knows which model
+// a text-encoder class loads into.
+bool is_umt5(const ComponentEntry& entry, const fs::path& index_path) {
+  const ComponentClass* known = find_component_class(entry.class_name);
+  std::string supported;
+  for (const auto& name : component_class_names(ComponentKind::TextEncoder))
+    supported += (supported.empty() ? "" : ", ") + name;
+  check(known != nullptr && known->kind == ComponentKind::TextEncoder,
+        "{}: component '{}' is a {}, which mmgen encode does not support (supported: {})",
+        index_path.string(), entry.name, entry.class_name, supported);
+  return known->builds == "text_encoders::UMT5Encoder";
+}
+
+// text_encoder → tokenizer, text_encoder_2 → tokenizer_2, as diffusers pairs them.
+std::string tokenizer_component(const std::string& component) {
+  const std::string prefix = "text_encoder";
+  if (component.rfind(prefix, 0) == 0) return "tokenizer" + component.substr(prefix.size());
+  return "tokenizer";
+}
+
+const ComponentEntry& existing_component(const ModelIndex& index, const std::string& name) {
+  const ComponentEntry& entry = index.component(name);
+  check(fs::is_directory(entry.path), "component '{}' ({}) is missing: no folder {}", name,
+        entry.class_name, entry.path.string());
+  return entry;
+}
+
+// The pipeline's max_sequence_length default (configs/), or Z-Image's / diffusers' 512.
+int64_t default_max_sequence_length(const ModelIndex& index) {
+  for (const PipelineSpec& spec : pipeline_registry()) {
+    if (spec.class_name != index.class_name) continue;
+    const std::string where = "configs/" + spec.defaults_file;
+    const nlohmann::json defaults = yaml_to_json(embedded_config(spec.defaults_file), where);
+    if (defaults.contains("max_sequence_length"))
+      return defaults["max_sequence_length"].get<int64_t>();
+  }
+  return kZImageMaxSequenceLength;
+}
+
+std::vector<Tensor> encode_umt5(const ModelIndex& index, const PromptEncodingRequest& request,
+                                const std::vector<std::string>& prompts, int64_t max_length,
+                                PromptEncodingResult& result) {
+  const auto tokenizer = tokenizers::Tokenizer::load(
+      existing_component(index, tokenizer_component(request.component)).path);
+  auto encoder =
+      text_encoders::UMT5Encoder::from_folder(existing_component(index, request.component).path);
+  if (!request.attention_backend.empty())
+    encoder.set_attention_backend(request.attention_backend, request.page_size);
+  // Encoder-only (bidirectional): no KV is kept, so there is nothing to page or prefix-cache.
+  result.attention = fmt::format("paged {}, encoder-only (no KV pool, no prefix cache)",
+                                 encoder.attention_backend());
+  const int64_t count = int64_t(prompts.size());
+  std::vector<int64_t> ids, mask;
+  for (const std::string& prompt : prompts) {
+    const tokenizers::Encoding encoding =
+        tokenizer->encode_padded(tokenizers::clean_prompt(prompt), size_t(max_length));
+    ids.insert(ids.end(), encoding.ids.begin(), encoding.ids.end());
+    mask.insert(mask.end(), encoding.attention_mask.begin(), encoding.attention_mask.end());
+  }
+  const Tensor embeddings = text_encoders::encode_wan_prompt_embeddings(
+      encoder, Tensor::from_vector({count, max_length}, ids),
+      Tensor::from_vector({count, max_length}, mask));
+  std::vector<Tensor> rows;
+  for (int64_t i = 0; i < count; ++i) rows.push_back(embeddings.select(0, i).contiguous());
+  return rows;
+}
+
+// Through the paged backends with the prefix cache: prompts sharing the chat template's start
+// reuse its KV and hidden states.
+std::vector<Tensor> encode_qwen3(const ModelIndex& index, const PromptEncodingRequest& request,
+                                 const std::vector<std::string>& prompts, int64_t max_length,
+                                 PromptEncodingResult& result) {
+  const auto tokenizer = tokenizers::Tokenizer::load(
+      existing_component(index, tokenizer_component(request.component)).path);
+  const auto model =
+      text_encoders::Qwen3TextModel::from_folder(existing_component(index, request.component).path);
+  const auto ids = text_encoders::z_image_prompt_ids(*tokenizer, prompts, max_length);
+  attention::paged::PagedRunnerOptions runner;
+  runner.backend = request.attention_backend;
+  runner.page_size = request.page_size;
+  runner.prefix_cache = true;
+  runner.max_context_len = std::max<int64_t>(max_length, 1);
+  runner.pool_tokens = std::max<int64_t>(runner.pool_tokens, 4 * runner.max_context_len);
+  text_encoders::Qwen3PagedEncoder encoder(model, runner);
+  std::vector<Tensor> embeddings = encoder.encode(ids);
+  result.prefix_cache_used = model.config().num_hidden_layers > 1;
+  result.prompt_tokens = encoder.report().prompt_tokens;
+  result.prefix_cache_hit_tokens = encoder.report().hit_tokens;
+  result.prompts_hit = encoder.report().prompts_hit;
+  result.attention = result.prefix_cache_used
+                         ? fmt::format("paged {} (page size {})", encoder.runner().backend_name(),
+                                       request.page_size)
+                         : "none (one layer: hidden_states[-2] is the embedding)";
+  return embeddings;
+}
+
+}  // namespace
+
+PromptEncodingResult encode_prompts(const PromptEncodingRequest& request) {
+  const std::vector<std::string>& prompts = request.prompts;
+  const ModelIndex index = load_model_index(request.model_path);
+  const ComponentEntry& entry = existing_component(index, request.component);
+  const bool umt5 = is_umt5(entry, index.root / "model_index.json");
+
+  PromptEncodingResult result;
+  result.text_encoder_class = entry.class_name;
+  result.max_sequence_length =
+      request.max_sequence_length.value_or(default_max_sequence_length(index));
+  if (umt5) {
+    result.embeddings = encode_umt5(index, request, prompts, result.max_sequence_length, result);
+  } else {
+    result.embeddings = encode_qwen3(index, request, prompts, result.max_sequence_length, result);
+  }
+  return result;
+}
+
+}  // namespace mmgen

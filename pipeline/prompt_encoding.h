@@ -1,0 +1,47 @@
+// The prompt embeddings a pipeline would feed its transformer, computed from the text components
+// alone (`mmgen encode` writes them to a file; users precompute embeddings with it, tests compare
+// them with the references).
+//
+// The text encoder's class (model_index.json, through pipeline/component_classes.h) decides the
+// recipe:
+//   UMT5EncoderModel / T5EncoderModel (Wan): cleaned prompt, padded to the max sequence length,
+//     encoded with the mask, zero-filled after the real tokens: [max_sequence_length, hidden];
+//   Qwen3Model / Qwen3ForCausalLM (Z-Image): chat template, truncated to the max sequence length,
+//     hidden_states[-2] at the real tokens: [tokens, hidden].
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace mmgen {
+
+struct PromptEncodingRequest {
+  std::filesystem::path model_path;
+  std::string component = "text_encoder";
+  std::vector<std::string> prompts;            // in order
+  int64_t page_size = 1;                       // tokens per KV page (paged attention)
+  std::string attention_backend;               // paged-family backend; empty: automatic
+  std::optional<int64_t> max_sequence_length;  // empty: the pipeline's default, else 512
+};
+
+struct PromptEncodingResult {
+  std::vector<Tensor> embeddings;  // per prompt, [tokens, hidden] float32
+  std::string text_encoder_class;
+  int64_t max_sequence_length = 0;
+  std::string attention;  // what ran the attention, in words
+  // Prompt tokens whose KV came from the prefix cache instead of being computed.
+  int64_t prefix_cache_hit_tokens = 0;
+  int64_t prompt_tokens = 0;
+  int64_t prompts_hit = 0;  // prompts with at least one token from the cache
+  bool prefix_cache_used = false;
+};
+
+// Loads the text components and encodes every prompt (writes nothing).
+PromptEncodingResult encode_prompts(const PromptEncodingRequest& request);
+
+}  // namespace mmgen
