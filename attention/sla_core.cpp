@@ -244,4 +244,35 @@ Tensor sla_forward(std::string_view name, const Tensor& q_in, const Tensor& k_in
   return out;
 }
 
+std::vector<ConfigKey> config_keys() {
+  return {
+      {.name = "topk",
+       .type = ConfigType::Float,
+       .default_value = 0.1,
+       .help = "fraction of key blocks each query block attends with softmax attention (at least "
+               "one block is kept)",
+       .min = 0.0,
+       .max = 1.0,
+       .min_inclusive = false,
+       .aliases = {"topk_ratio"}},
+      {.name = "block_q",
+       .type = ConfigType::Int,
+       .default_value = 128,
+       .help = "query block size in tokens",
+       .min = 1,
+       .aliases = {"BLKQ"}},
+      {.name = "block_k",
+       .type = ConfigType::Int,
+       .default_value = 64,
+       .help = "key block size in tokens",
+       .min = 1,
+       .aliases = {"BLKK"}},
+      {.name = "feature_map",
+       .type = ConfigType::Choice,
+       .default_value = "softmax",
+       .help = "feature map of the linear-attention branch",
+       .choices = {"softmax", "elu", "relu"}},
+  };
+}
+
 }  // namespace mmgen::attention::sla

@@ -19,9 +19,14 @@
 
 #include "attention/backend.h"
 #include "attention/block_sparse.h"
+#include "attention/catalogue.h"
 #include "core/tensor.h"
 
 namespace mmgen::attention::sla {
+
+// The --attention-backend-config settings sla_attn and sage_sla_attn share (their catalogue rows'
+// schema); only the sparse kernel differs.
+std::vector<ConfigKey> config_keys();
 
 enum class FeatureMap { Softmax, Elu, Relu };
 

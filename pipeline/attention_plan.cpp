@@ -59,7 +59,8 @@ void check_sta_mask(AttentionPlan& plan, const ModelIndex& index, const Request&
   if (config.value("sta_mode", "") != "STA_inference" ||
       !config.contains("mask_strategy_file_path"))
     return;
-  plan.sta_mask = StaMaskStrategy::load(config["mask_strategy_file_path"].get<std::string>());
+  plan.sta_mask = std::make_shared<const StaMaskStrategy>(
+      StaMaskStrategy::load(config["mask_strategy_file_path"].get<std::string>()));
   for (const auto& [name, choice] : plan.components) {
     if (choice.role != ComponentRole::Dit || !choice.has_attention() ||
         choice.primary().backend != "sliding_tile_attn")

@@ -14,6 +14,7 @@
 
 #include "attention/backend.h"
 #include "attention/backend_config.h"
+#include "attention/backends/descriptor.h"
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "core/npy.h"
@@ -56,11 +57,11 @@ nlohmann::json backend_config(const AttentionPlan& plan, const std::string& back
 
 // The checkpoint weights a self-attention backend uses beyond a plain Wan block, by the name
 // fragment they carry (any module path inside the block: blocks.3.to_gate_compress.weight,
-// blocks.3.attn1.proj_l.weight, ...).
+// blocks.3.attn1.proj_l.weight, ...), as its descriptor lists them.
 std::vector<std::string> extra_weight_names(const std::string& backend) {
-  if (backend == "video_sparse_attn") return {"to_gate_compress."};
-  if (backend == "sla_attn" || backend == "sage_sla_attn") return {"proj_l."};
-  return {};
+  const attention::BackendDescriptor* descriptor = attention::find_dit_descriptor(backend);
+  if (!descriptor) return {};
+  return {descriptor->extra_weights.begin(), descriptor->extra_weights.end()};
 }
 
 // Extra weights of block `layer`: keyed by the fragment and what follows it
@@ -199,8 +200,10 @@ dit::WanAttention WanPipeline::build_attention() const {
   attention.layers.resize(size_t(layers));
   for (int64_t i = 0; i < layers; ++i) {
     dit::WanLayerAttention& layer = attention.layers[size_t(i)];
-    layer.self_attention = attention::make_dit_backend(self_backend, self_config);
-    layer.cross_attention = attention::make_dit_backend(cross_backend, cross_config);
+    layer.self_attention =
+        attention::make_dit_backend(self_backend, self_config, attention_plan_.resources());
+    layer.cross_attention =
+        attention::make_dit_backend(cross_backend, cross_config, attention_plan_.resources());
     layer.self_weights = layer_weights(transformer_->weights(), names, fragments, i);
     with_weights += !layer.self_weights.empty();
   }
@@ -232,7 +235,8 @@ std::unique_ptr<cuda::SparseSelfAttentionCuda> gpu_self_attention(const Attentio
     if (self && cuda::has_cuda_self_attention(layer.backend)) sparse = layer.backend;
   }
   if (sparse.empty()) return nullptr;
-  return cuda::make_sparse_self_attention_cuda(sparse, backend_config(plan, sparse));
+  return cuda::make_sparse_self_attention_cuda(sparse, backend_config(plan, sparse),
+                                               plan.resources());
 }
 #endif
 

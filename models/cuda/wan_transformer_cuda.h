@@ -12,9 +12,9 @@
 #include <memory>
 #include <vector>
 
+#include "attention/sparse_self_attention_cuda.h"
 #include "core/cuda/device_memory.h"
 #include "core/tensor.h"
-#include "models/cuda/sparse_attention_cuda.h"
 #include "models/dit/wan_transformer.h"
 
 namespace mmgen::cuda {
