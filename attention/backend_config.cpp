@@ -278,9 +278,10 @@ json coerce_setting(const ConfigKey& key, const json& value, std::string_view ba
   reject(where, backend, key, value);
 }
 
-// Aliases that hold a group of settings (SGLang reads V-MoBA's from a nested `moba_config`).
+// Aliases that hold a group of settings (SGLang reads V-MoBA's from a nested `moba_config`), as
+// the backend's catalogue row names them.
 bool is_group_alias(const BackendInfo& backend, const std::string& name) {
-  return name == "moba_config" && backend.name == "vmoba_attn";
+  return !backend.config_group.empty() && name == backend.config_group;
 }
 
 }  // namespace
@@ -362,8 +363,8 @@ json validate_backend_config(const json& settings, std::string_view backend_name
     std::string name = it.key();
     std::replace(name.begin(), name.end(), '-', '_');
     if (is_group_alias(*backend, name)) {
-      check(it->is_object(), "{}: {} must be an object of V-MoBA settings, got {}", where, name,
-            it->dump());
+      check(it->is_object(), "{}: {} must be an object of {} settings, got {}", where, name,
+            backend->config_group_label, it->dump());
       for (auto inner = it->begin(); inner != it->end(); ++inner)
         flat.emplace_back(inner.key(), *inner);
     } else {

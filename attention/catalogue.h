@@ -62,6 +62,10 @@ struct BackendInfo {
   std::string_view fallback = {};           // used when this one cannot run here ("" : none)
   std::string_view paged_counterpart = {};  // DiT entries: the paged backend text encoders use
   std::vector<ConfigKey> config = {};       // its --attention-backend-config settings
+  // A key that holds a group of its settings as a nested object (SGLang's `moba_config` for
+  // V-MoBA); "" : none.
+  std::string_view config_group = {};
+  std::string_view config_group_label = {};  // what the group holds, for errors ("V-MoBA")
 };
 
 // The whole catalogue, DiT family first, in documentation order.

@@ -12,7 +12,6 @@
 
 #include "attention/backend.h"
 #include "attention/backend_config.h"
-#include "attention/backends/sliding_tile_attn/sta_mask.h"
 #include "attention/catalogue.h"
 #include "attention/selector.h"
 #include "pipeline/model_index.h"
@@ -27,12 +26,10 @@ struct AttentionPlan {
   std::map<std::string, nlohmann::json> backend_configs;
   // The backend of the main DiT ("transformer", else the first DiT component); empty when none.
   std::string main_backend;
-  // Loaded and checked when sliding_tile_attn runs in STA_inference mode; handed to every layer's
-  // backend (resources()) so the file is read once per run.
-  std::shared_ptr<const attention::StaMaskStrategy> sta_mask;
-
-  // What the plan loaded, for the backends it builds (make_dit_backend and the GPU factories).
-  attention::BackendResources resources() const { return {.sta_mask = sta_mask}; }
+  // What the backends load once per run (their descriptors' load_resources: sliding_tile_attn's
+  // mask-strategy file in STA_inference mode), checked against the model, and handed to every
+  // layer's backend (make_dit_backend and the GPU factories) so no file is read again.
+  attention::BackendResources resources;
 
   // The settings of the main DiT backend: the dry-run's `attention_backend_config`.
   nlohmann::json config_json() const;

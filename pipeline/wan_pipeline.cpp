@@ -6,6 +6,7 @@
 #include "models/cuda/wan_vae_cuda.h"
 #endif
 
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -201,9 +202,9 @@ dit::WanAttention WanPipeline::build_attention() const {
   for (int64_t i = 0; i < layers; ++i) {
     dit::WanLayerAttention& layer = attention.layers[size_t(i)];
     layer.self_attention =
-        attention::make_dit_backend(self_backend, self_config, attention_plan_.resources());
+        attention::make_dit_backend(self_backend, self_config, attention_plan_.resources);
     layer.cross_attention =
-        attention::make_dit_backend(cross_backend, cross_config, attention_plan_.resources());
+        attention::make_dit_backend(cross_backend, cross_config, attention_plan_.resources);
     layer.self_weights = layer_weights(transformer_->weights(), names, fragments, i);
     with_weights += !layer.self_weights.empty();
   }
@@ -217,26 +218,40 @@ namespace {
 
 #ifdef MMGEN_HAVE_CUDA
 // --device cuda: the GPU transformer runs dense attention (the CUDA fa kernel, or the reference
-// kernel for head sizes it is not compiled for) or, for self-attention, a GPU sparse backend
-// (sliding_tile_attn, video_sparse_attn). The selector planned against the GPU's kernels; this
-// only guards against a plan made for another machine. Returns the GPU self-attention backend,
-// null for dense.
+// kernel for head sizes it is not compiled for) or, for self-attention, a GPU sparse backend (one
+// whose descriptor has a CUDA factory). The selector planned against the GPU's kernels; this only
+// guards against a plan made for another machine. Returns the GPU self-attention backend, null
+// for dense.
 std::unique_ptr<cuda::SparseSelfAttentionCuda> gpu_self_attention(const AttentionPlan& plan) {
   auto it = plan.components.find("transformer");
   if (it == plan.components.end()) return nullptr;
+  // What the GPU runs, from the descriptors: dense backends with a CUDA kernel row run in the
+  // model's own attention; the others need a GPU factory (self-attention only).
+  std::vector<std::string> dense, sparse_ok;
+  for (const attention::BackendDescriptor* backend : attention::dit_backends()) {
+    bool cuda_row = false;
+    for (const auto& kernel : backend->kernels)
+      cuda_row |= kernel.platform == attention::Platform::Cuda;
+    if (backend->cuda)
+      sparse_ok.emplace_back(backend->info.name);
+    else if (cuda_row && !backend->info.sparse)
+      dense.emplace_back(backend->info.name);
+  }
+  const auto contains = [](const std::vector<std::string>& names, const std::string& name) {
+    return std::find(names.begin(), names.end(), name) != names.end();
+  };
   std::string sparse;
   for (const auto& layer : it->second.layers) {
     const bool self = layer.kind == attention::LayerKind::SelfAttention;
-    check(layer.backend == "fa" || layer.backend == "torch_sdpa" ||
-              (self && cuda::has_cuda_self_attention(layer.backend)),
+    check(contains(dense, layer.backend) || (self && contains(sparse_ok, layer.backend)),
           "--device cuda: the transformer's {} attention backend runs on the CPU only so far; use "
-          "fa, sliding_tile_attn or video_sparse_attn with --device cuda, or --device cpu",
-          layer.backend);
-    if (self && cuda::has_cuda_self_attention(layer.backend)) sparse = layer.backend;
+          "{} or {} (self-attention) with --device cuda, or --device cpu",
+          layer.backend, fmt::join(dense, ", "), fmt::join(sparse_ok, ", "));
+    if (self && contains(sparse_ok, layer.backend)) sparse = layer.backend;
   }
   if (sparse.empty()) return nullptr;
   return cuda::make_sparse_self_attention_cuda(sparse, backend_config(plan, sparse),
-                                               plan.resources());
+                                               plan.resources);
 }
 #endif
 

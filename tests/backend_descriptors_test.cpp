@@ -15,6 +15,7 @@
 #include "attention/backends/descriptor.h"
 #include "attention/backends/sliding_tile_attn/sta_mask.h"
 #include "attention/catalogue.h"
+#include "attention/selector.h"
 #include "core/tensor.h"
 #include "test_support.h"
 
@@ -142,6 +143,31 @@ TEST(BackendDescriptors, StaMaskIsHandedOverNotReread) {
     EXPECT_NE(make_dit_backend("sliding_tile_attn", settings, resources), nullptr);
   EXPECT_FALSE(
       testing::error_message([&] { make_dit_backend("sliding_tile_attn", settings); }).empty());
+}
+
+// One rule for a backend without a kernel on the run's device (docs/attention-backends.md): its
+// catalogue fallback runs and the choice says so; without a fallback the explicit choice is
+// refused. On a Hopper GPU with dense kernels (fa, torch_sdpa), sage_attn (no GPU kernel, fallback
+// fa) runs fa while vmoba_attn (no GPU kernel, no fallback) is refused.
+TEST(BackendDescriptors, OneFallbackRuleOnTheGpu) {
+  Machine gpu;
+  gpu.platform = Platform::Cuda;
+  gpu.sm = 90;
+  gpu.dtype = "bf16";
+  gpu.description = "cuda sm90";
+  for (const BackendDescriptor* backend : dit_backends())
+    if (backend->info.name == "fa" || backend->info.name == "torch_sdpa")
+      gpu.kernels.push_back(hopper_kernel(backend->info.name, {}));
+  const ComponentAttention transformer{
+      .name = "transformer", .role = ComponentRole::Dit, .head_size = 128};
+  const auto choose = [&](const std::string& backend) {
+    return select_component(transformer, selection_levels({}, backend, std::nullopt), gpu);
+  };
+  const ComponentChoice sage = choose("sage_attn");
+  EXPECT_EQ(sage.primary().backend, "fa");
+  EXPECT_NE(sage.primary().fallback.find("its fallback fa is used"), std::string::npos)
+      << sage.primary().fallback;
+  EXPECT_ERROR_HAS(choose("vmoba_attn"), "vmoba_attn cannot run here");
 }
 
 }  // namespace

@@ -6,9 +6,11 @@
 // all read that list, so nothing else has to agree with it.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -28,6 +30,21 @@ using BackendFactory = std::function<std::unique_ptr<AttentionBackend>(
 using CudaBackendFactory = std::function<std::unique_ptr<cuda::SparseSelfAttentionCuda>(
     const nlohmann::json& settings, const BackendResources& resources)>;
 
+// A model component that runs the backend, for checking what the backend loads against it.
+struct ResourceUse {
+  std::string where;      // for errors: the model folder
+  std::string component;  // model_index.json name ("transformer")
+  int64_t layers = 0;     // 0: its config does not say
+  int64_t heads = 0;
+};
+
+// Loads what the backend needs once per run besides its settings (sliding_tile_attn: the
+// mask-strategy file) into `resources`, checked against the run's steps and every component that
+// uses the backend. The attention plan calls it before any weights are read.
+using ResourceLoader =
+    std::function<void(const nlohmann::json& settings, int64_t steps,
+                       const std::vector<ResourceUse>& uses, BackendResources& resources)>;
+
 struct BackendDescriptor {
   BackendInfo info = {};  // the catalogue row, settings schema included
   std::vector<KernelBuild> kernels =
@@ -39,6 +56,7 @@ struct BackendDescriptor {
   // Checkpoint tensors it reads per transformer block, as fragments of the weight name after the
   // block prefix ("proj_l." matches blocks.3.attn1.proj_l.weight); empty: none.
   std::vector<std::string_view> extra_weights = {};
+  ResourceLoader load_resources = {};  // empty: nothing to load
 };
 
 // The CPU kernel row every backend with a CPU implementation has (float32, any head size).

@@ -204,6 +204,8 @@ const BackendDescriptor& descriptor() {
 #ifdef MMGEN_HAVE_CUDA
       .cuda = make_cuda,
 #endif
+      .extra_weights = {},
+      .load_resources = load_resources,
   };
   return d;
 }

@@ -1,6 +1,7 @@
 #include "attention/backends/sliding_tile_attn/sta_settings.h"
 
 #include <string>
+#include <utility>
 
 #include "core/error.h"
 
@@ -27,6 +28,24 @@ Settings Settings::from(const nlohmann::json& settings, const BackendResources& 
         std::make_shared<const StaMaskStrategy>(StaMaskStrategy::load(path->get<std::string>()));
   }
   return result;
+}
+
+void load_resources(const nlohmann::json& settings, int64_t steps,
+                    const std::vector<ResourceUse>& uses, BackendResources& resources) {
+  const auto path = settings.find("mask_strategy_file_path");
+  if (settings.value("sta_mode", "") != "STA_inference" || path == settings.end() ||
+      !path->is_string())
+    return;
+  auto mask =
+      std::make_shared<const StaMaskStrategy>(StaMaskStrategy::load(path->get<std::string>()));
+  for (const ResourceUse& use : uses) {
+    check(use.layers > 0 && use.heads > 0,
+          "{}: sliding_tile_attn needs num_layers and num_attention_heads in {}'s config to check "
+          "the mask strategy",
+          use.where, use.component);
+    mask->check(steps, use.layers, use.heads, settings.value("skip_time_steps", int64_t(0)));
+  }
+  resources.sta_mask = std::move(mask);
 }
 
 }  // namespace mmgen::attention::sliding_tile_attn

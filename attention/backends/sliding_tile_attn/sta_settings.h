@@ -5,8 +5,10 @@
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "attention/backend.h"
+#include "attention/backends/descriptor.h"
 #include "attention/backends/sliding_tile_attn/sta_mask.h"
 #include "attention/sta_tiling.h"
 
@@ -22,5 +24,10 @@ struct Settings {
   // mode other than STA_inference (search and tuning are not implemented) or without a mask.
   static Settings from(const nlohmann::json& settings, const BackendResources& resources);
 };
+
+// The descriptor's resource loader: in STA_inference mode, the mask-strategy file, loaded once and
+// checked to cover every step, layer and head each use needs.
+void load_resources(const nlohmann::json& settings, int64_t steps,
+                    const std::vector<ResourceUse>& uses, BackendResources& resources);
 
 }  // namespace mmgen::attention::sliding_tile_attn

@@ -388,7 +388,9 @@ const BackendDescriptor& descriptor() {
                         .default_value = 1,
                         .help = "spatio-temporal layers per cycle",
                         .min = 0},
-                   }},
+                   },
+               .config_group = "moba_config",
+               .config_group_label = "V-MoBA"},
       .kernels = {cpu_kernel("vmoba_attn")},
       .cpu = [](const json& settings, const BackendResources&)
           -> std::unique_ptr<AttentionBackend> { return std::make_unique<VmobaBackend>(settings); },
