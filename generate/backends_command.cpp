@@ -176,7 +176,10 @@ std::string backends_markdown() {
       "and `--dry-run` say so; without one, an explicit choice is refused with the reason. This "
       "is the one rule on every device: the sparse backends have no fallback on purpose (dense "
       "attention would change the result), so `--device cuda --attention-backend vmoba_attn` is "
-      "refused while `--attention-backend sage_attn` runs `fa` with a warning.\n\n"
+      "refused while `--attention-backend sage_attn` runs `fa` with a warning.\n"
+      "- What the plan chooses is what runs, on the GPU too: with `--device cuda`, dense layers "
+      "planned as `fa` run the FlashAttention kernel and those planned as `torch_sdpa` the plain "
+      "reference kernel.\n\n"
       "`--dry-run` shows, per component, `attention_backend`, `attention_backend_source` "
       "(forced, component, cli, env, auto), `attention_backend_fallback` and every layer's "
       "choice; `attention_backend_config` holds the validated settings.\n\n";

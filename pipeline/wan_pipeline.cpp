@@ -217,14 +217,20 @@ dit::WanAttention WanPipeline::build_attention() const {
 namespace {
 
 #ifdef MMGEN_HAVE_CUDA
-// --device cuda: the GPU transformer runs dense attention (the CUDA fa kernel, or the reference
-// kernel for head sizes it is not compiled for) or, for self-attention, a GPU sparse backend (one
-// whose descriptor has a CUDA factory). The selector planned against the GPU's kernels; this only
-// guards against a plan made for another machine. Returns the GPU self-attention backend, null
-// for dense.
-std::unique_ptr<cuda::SparseSelfAttentionCuda> gpu_self_attention(const AttentionPlan& plan) {
+// --device cuda: what the GPU transformer runs for attention, as the plan says. Dense layers run
+// the model's own kernels: `fa` the FlashAttention kernel, `torch_sdpa` the reference kernel.
+// Self-attention may instead run a GPU sparse backend (one whose descriptor has a CUDA factory).
+// The selector planned against the GPU's kernels; the check only guards against a plan made for
+// another machine.
+struct GpuAttention {
+  std::unique_ptr<cuda::SparseSelfAttentionCuda> sparse;  // null: dense self-attention
+  cuda::DenseKernels dense;
+};
+
+GpuAttention gpu_attention(const AttentionPlan& plan) {
+  GpuAttention result;
   auto it = plan.components.find("transformer");
-  if (it == plan.components.end()) return nullptr;
+  if (it == plan.components.end()) return result;
   // What the GPU runs, from the descriptors: dense backends with a CUDA kernel row run in the
   // model's own attention; the others need a GPU factory (self-attention only).
   std::vector<std::string> dense, sparse_ok;
@@ -240,6 +246,7 @@ std::unique_ptr<cuda::SparseSelfAttentionCuda> gpu_self_attention(const Attentio
   const auto contains = [](const std::vector<std::string>& names, const std::string& name) {
     return std::find(names.begin(), names.end(), name) != names.end();
   };
+  using Kernel = cuda::DenseKernel;
   std::string sparse;
   for (const auto& layer : it->second.layers) {
     const bool self = layer.kind == attention::LayerKind::SelfAttention;
@@ -247,11 +254,17 @@ std::unique_ptr<cuda::SparseSelfAttentionCuda> gpu_self_attention(const Attentio
           "--device cuda: the transformer's {} attention backend runs on the CPU only so far; use "
           "{} or {} (self-attention) with --device cuda, or --device cpu",
           layer.backend, fmt::join(dense, ", "), fmt::join(sparse_ok, ", "));
-    if (self && contains(sparse_ok, layer.backend)) sparse = layer.backend;
+    if (self && contains(sparse_ok, layer.backend)) {
+      sparse = layer.backend;
+      continue;
+    }
+    const Kernel kernel = layer.backend == "torch_sdpa" ? Kernel::Reference : Kernel::Flash;
+    (self ? result.dense.self : result.dense.cross) = kernel;
   }
-  if (sparse.empty()) return nullptr;
-  return cuda::make_sparse_self_attention_cuda(sparse, backend_config(plan, sparse),
-                                               plan.resources);
+  if (!sparse.empty())
+    result.sparse =
+        cuda::make_sparse_self_attention_cuda(sparse, backend_config(plan, sparse), plan.resources);
+  return result;
 }
 #endif
 
@@ -262,12 +275,13 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
   const bool guided = input.guidance_scale > 1.0;
   // --device cuda: checked and the weights uploaded before any other work.
 #ifdef MMGEN_HAVE_CUDA
-  // The GPU self-attention backend: fresh per run, like the CPU attention state.
-  std::unique_ptr<cuda::SparseSelfAttentionCuda> gpu_attention;
+  // The GPU attention (sparse self-attention backend, dense kernels): fresh per run, like the CPU
+  // attention state.
+  GpuAttention gpu;
 #endif
   if (input.cuda) {
 #ifdef MMGEN_HAVE_CUDA
-    gpu_attention = gpu_self_attention(attention_plan_);
+    gpu = gpu_attention(attention_plan_);
     if (!transformer_gpu_) {
       Progress upload("upload", 1);
       transformer_gpu_ = std::make_shared<cuda::WanTransformerCuda>(*transformer_);
@@ -315,7 +329,7 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
                                    &attention);
 #ifdef MMGEN_HAVE_CUDA
     return transformer_gpu_->forward(latents, step_timestep(step), embeds, nullptr,
-                                     gpu_attention.get(), step);
+                                     gpu.sparse.get(), step, gpu.dense);
 #else
     return Tensor();
 #endif
