@@ -69,10 +69,10 @@ const Tensor* find_weight(const LayerWeights* weights, const std::string& name) 
 SlaSettings SlaSettings::from_json(const nlohmann::json& config, bool int8_qk) {
   SlaSettings s;
   s.int8_qk = int8_qk;
-  s.topk = config.value("topk", s.topk);
-  s.block_q = config.value("block_q", s.block_q);
-  s.block_k = config.value("block_k", s.block_k);
-  const std::string map = config.value("feature_map", std::string("softmax"));
+  config.at("topk").get_to(s.topk);
+  config.at("block_q").get_to(s.block_q);
+  config.at("block_k").get_to(s.block_k);
+  const std::string map = config.at("feature_map").get<std::string>();
   if (map == "softmax")
     s.feature_map = FeatureMap::Softmax;
   else if (map == "elu")

@@ -36,7 +36,7 @@ struct SlaSettings {
   FeatureMap feature_map = FeatureMap::Softmax;
   bool int8_qk = false;  // SageSLA: sparse-branch Q·K in INT8
 
-  // From the validated backend config (attention/backend_config.h).
+  // From the validated backend config (attention/backend_config.h: every key present).
   static SlaSettings from_json(const nlohmann::json& config, bool int8_qk);
 };
 

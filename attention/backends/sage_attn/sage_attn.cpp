@@ -14,9 +14,8 @@ using json = nlohmann::json;
 class SageAttnBackend final : public AttentionBackend {
  public:
   explicit SageAttnBackend(const nlohmann::json& config) {
-    options_.granularity =
-        sage::parse_granularity(config.value("qk_quant_gran", std::string("per_block")));
-    options_.smooth_k = config.value("smooth_k", true);
+    options_.granularity = sage::parse_granularity(config.at("qk_quant_gran").get<std::string>());
+    options_.smooth_k = config.at("smooth_k").get<bool>();
   }
   std::string_view name() const override { return "sage_attn"; }
   Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale,

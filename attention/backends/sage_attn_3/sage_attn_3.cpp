@@ -15,7 +15,7 @@ using json = nlohmann::json;
 class SageAttn3Backend final : public AttentionBackend {
  public:
   explicit SageAttn3Backend(const nlohmann::json& config) {
-    options_.per_block_mean = config.value("per_block_mean", true);
+    options_.per_block_mean = config.at("per_block_mean").get<bool>();
   }
   std::string_view name() const override { return "sage_attn_3"; }
   Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale,

@@ -33,8 +33,7 @@ Settings Settings::from(const nlohmann::json& settings, const BackendResources& 
 void load_resources(const nlohmann::json& settings, int64_t steps,
                     const std::vector<ResourceUse>& uses, BackendResources& resources) {
   const auto path = settings.find("mask_strategy_file_path");
-  if (settings.value("sta_mode", "") != "STA_inference" || path == settings.end() ||
-      !path->is_string())
+  if (settings.at("sta_mode") != "STA_inference" || path == settings.end() || !path->is_string())
     return;
   auto mask =
       std::make_shared<const StaMaskStrategy>(StaMaskStrategy::load(path->get<std::string>()));
@@ -43,7 +42,7 @@ void load_resources(const nlohmann::json& settings, int64_t steps,
           "{}: sliding_tile_attn needs num_layers and num_attention_heads in {}'s config to check "
           "the mask strategy",
           use.where, use.component);
-    mask->check(steps, use.layers, use.heads, settings.value("skip_time_steps", int64_t(0)));
+    mask->check(steps, use.layers, use.heads, settings.at("skip_time_steps").get<int64_t>());
   }
   resources.sta_mask = std::move(mask);
 }

@@ -47,15 +47,15 @@ bool has_backend(std::string_view name) {
 
 Options Options::from_json(const nlohmann::json& config) {
   Options o;
-  o.num_q_centroids = config.value("num_q_centroids", o.num_q_centroids);
-  o.num_k_centroids = config.value("num_k_centroids", o.num_k_centroids);
-  o.top_p_kmeans = config.value("top_p_kmeans", o.top_p_kmeans);
-  o.min_kc_ratio = config.value("min_kc_ratio", o.min_kc_ratio);
-  o.kmeans_iter_init = config.value("kmeans_iter_init", o.kmeans_iter_init);
-  o.kmeans_iter_step = config.value("kmeans_iter_step", o.kmeans_iter_step);
-  o.zero_step_kmeans_init = config.value("zero_step_kmeans_init", o.zero_step_kmeans_init);
-  o.first_layers_fp = config.value("first_layers_fp", o.first_layers_fp);
-  o.first_times_fp = config.value("first_times_fp", o.first_times_fp);
+  config.at("num_q_centroids").get_to(o.num_q_centroids);
+  config.at("num_k_centroids").get_to(o.num_k_centroids);
+  config.at("top_p_kmeans").get_to(o.top_p_kmeans);
+  config.at("min_kc_ratio").get_to(o.min_kc_ratio);
+  config.at("kmeans_iter_init").get_to(o.kmeans_iter_init);
+  config.at("kmeans_iter_step").get_to(o.kmeans_iter_step);
+  config.at("zero_step_kmeans_init").get_to(o.zero_step_kmeans_init);
+  config.at("first_layers_fp").get_to(o.first_layers_fp);
+  config.at("first_times_fp").get_to(o.first_times_fp);
   check(o.num_q_centroids >= 1 && o.num_k_centroids >= 1,
         "sparse_video_gen_2_attn: num_q_centroids and num_k_centroids must be at least 1");
   check(o.top_p_kmeans > 0 && o.top_p_kmeans <= 1,

@@ -57,7 +57,8 @@ struct Options {
   double first_layers_fp = 0.03;
   double first_times_fp = 0.2;
 
-  // From the validated config (attention/backend_config.h); missing keys keep the defaults.
+  // From the validated config (attention/backend_config.h: every key present, the defaults
+  // being the catalogue row's).
   static Options from_json(const nlohmann::json& config);
   int64_t dense_layers(int64_t num_layers) const;
   int64_t dense_steps(int64_t num_steps) const;

@@ -53,17 +53,17 @@ struct VmobaSettings {
 
   static VmobaSettings from_json(const nlohmann::json& config) {
     VmobaSettings s;
-    s.temporal_chunk = config.value("temporal_chunk_size", s.temporal_chunk);
-    s.temporal_topk = config.value("temporal_topk", s.temporal_topk);
-    s.spatial_chunk = config.value("spatial_chunk_size", s.spatial_chunk);
-    s.spatial_topk = config.value("spatial_topk", s.spatial_topk);
-    s.st_chunk = config.value("st_chunk_size", s.st_chunk);
-    s.st_topk = config.value("st_topk", s.st_topk);
-    const std::string mode = config.value("moba_select_mode", std::string("threshold"));
+    config.at("temporal_chunk_size").get_to(s.temporal_chunk);
+    config.at("temporal_topk").get_to(s.temporal_topk);
+    config.at("spatial_chunk_size").get_to(s.spatial_chunk);
+    config.at("spatial_topk").get_to(s.spatial_topk);
+    config.at("st_chunk_size").get_to(s.st_chunk);
+    config.at("st_topk").get_to(s.st_topk);
+    const std::string mode = config.at("moba_select_mode").get<std::string>();
     check(mode == "threshold" || mode == "topk",
           "vmoba_attn: moba_select_mode '{}' is not threshold or topk", mode);
     s.mode = mode == "topk" ? vmoba::SelectMode::TopK : vmoba::SelectMode::Threshold;
-    const std::string type = config.value("moba_threshold_type", std::string("query_head"));
+    const std::string type = config.at("moba_threshold_type").get<std::string>();
     if (type == "query_head")
       s.group = vmoba::SelectGroup::QueryHead;
     else if (type == "head_global")
@@ -72,12 +72,12 @@ struct VmobaSettings {
       s.group = vmoba::SelectGroup::Overall;
     else
       fail("vmoba_attn: moba_threshold_type '{}' is not query_head, head_global or overall", type);
-    s.threshold = config.value("moba_threshold", s.threshold);
-    s.first_full_step = config.value("first_full_step", s.first_full_step);
-    s.first_full_layer = config.value("first_full_layer", s.first_full_layer);
-    s.temporal_layers = config.value("temporal_layer", s.temporal_layers);
-    s.spatial_layers = config.value("spatial_layer", s.spatial_layers);
-    s.st_layers = config.value("st_layer", s.st_layers);
+    config.at("moba_threshold").get_to(s.threshold);
+    config.at("first_full_step").get_to(s.first_full_step);
+    config.at("first_full_layer").get_to(s.first_full_layer);
+    config.at("temporal_layer").get_to(s.temporal_layers);
+    config.at("spatial_layer").get_to(s.spatial_layers);
+    config.at("st_layer").get_to(s.st_layers);
     check(s.temporal_chunk >= 1 && s.spatial_chunk[0] >= 1 && s.spatial_chunk[1] >= 1 &&
               s.st_chunk[0] >= 1 && s.st_chunk[1] >= 1 && s.st_chunk[2] >= 1,
           "vmoba_attn: chunk sizes must be at least 1");
