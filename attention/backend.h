@@ -1,4 +1,4 @@
-// The interface every DiT-family attention backend implements (one backend, one file under
+// The interface every DiT-family attention backend implements (one backend, one folder under
 // attention/backends/), and the per-call context that carries what sparse backends need beyond
 // q, k and v. Models never pick a backend: the selector decides (attention/selector.h), the
 // pipeline builds the chosen backend once per layer, and the model calls it through this interface.
@@ -63,13 +63,21 @@ class AttentionBackend {
                          const AttentionContext& context, AttentionStats* stats = nullptr) = 0;
 };
 
-// Builds a DiT-family backend by canonical name with its validated config (defaults filled in, as
-// attention/backend_config.h returns it). Throws Error when this build has no CPU kernel for it.
-std::unique_ptr<AttentionBackend> make_dit_backend(std::string_view name,
-                                                   const nlohmann::json& config);
+class StaMaskStrategy;  // attention/backends/sliding_tile_attn/sta_mask.h
 
-// Names of the DiT backends this build can construct on the CPU (feeds the catalogue's kernel
-// table).
-std::vector<std::string_view> cpu_dit_backends();
+// What the attention plan (pipeline/attention_plan.h) loaded once for a run and hands to every
+// layer's backend, so no backend reads a file again. Null members: not loaded; a backend that
+// needs one then loads it from its settings itself (tests, `mmgen attention`).
+struct BackendResources {
+  std::shared_ptr<const StaMaskStrategy> sta_mask;  // sliding_tile_attn's mask-strategy file
+};
+
+// Builds a DiT-family backend by canonical name. `config` is validated against the backend's
+// settings in the catalogue here (defaults filled in; an already validated object passes
+// unchanged), so the backend's catalogue row is the only place its defaults live. Throws Error
+// when this build has no CPU kernel for it.
+std::unique_ptr<AttentionBackend> make_dit_backend(std::string_view name,
+                                                   const nlohmann::json& config,
+                                                   const BackendResources& resources = {});
 
 }  // namespace mmgen::attention

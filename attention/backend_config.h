@@ -1,5 +1,5 @@
 // --attention-backend-config: parsing the SPEC, validating it against the selected backend's
-// settings in the catalogue (defaults filled in), and the STA mask-strategy file.
+// settings in the catalogue (defaults filled in).
 //
 // SPEC is tried in this order:
 //   1. an existing file: .json or .yaml/.yml (another extension is an error);
@@ -48,34 +48,5 @@ std::vector<nlohmann::json> validate_backend_configs(
 
 // What a setting accepts, in words: "a number in [0, 1)", "one of threshold, topk".
 std::string describe_accepted(const ConfigKey& key);
-
-// The STA mask-strategy file: a JSON object keyed "step_layer_head" with [wt, wh, ww] windows
-// counted in tiles.
-class StaMaskStrategy {
- public:
-  using Window = std::array<int32_t, 3>;
-
-  static StaMaskStrategy load(const fs::path& path);
-
-  // The window for one (step, layer, head); nullopt when the file has no entry for it.
-  std::optional<Window> window(int64_t step, int64_t layer, int64_t head) const;
-
-  // Throws Error, naming the file, unless the file fits the model and the run: no layer or head
-  // beyond the model's, and a window for every head of every layer at every step from
-  // `skip_time_steps` (full attention before) to `steps`. Extra steps are fine (unused).
-  void check(int64_t steps, int64_t layers, int64_t heads, int64_t skip_time_steps) const;
-
-  const fs::path& path() const { return path_; }
-  int64_t steps() const { return steps_; }  // 1 + the largest step in the file
-  int64_t layers() const { return layers_; }
-  int64_t heads() const { return heads_; }
-  size_t entries() const { return entries_; }
-
- private:
-  fs::path path_;
-  int64_t steps_ = 0, layers_ = 0, heads_ = 0;
-  size_t entries_ = 0;
-  std::vector<Window> table_;  // [steps][layers][heads]; {0,0,0} where the file has no entry
-};
 
 }  // namespace mmgen::attention

@@ -11,6 +11,7 @@
 #endif
 
 #include "attention/backend.h"
+#include "attention/backends/descriptor.h"
 #include "attention/paged/paged_backend.h"
 #ifdef MMGEN_HAVE_CUDA
 #include "attention/cuda/paged_backend_cuda.h"
@@ -23,7 +24,6 @@ namespace {
 
 using json = nlohmann::json;
 using P = Platform;
-using T = ConfigType;
 
 constexpr std::string_view kNotNative = "1 (larger pages are converted to slots)";
 constexpr std::string_view kNative = "native (> 1)";
@@ -32,376 +32,10 @@ constexpr std::string_view kUnconfirmed = "unconfirmed";
 const std::vector<Platform> kAllPlatforms = {P::Cuda, P::Rocm, P::Xpu, P::Musa,
                                              P::Mps,  P::Npu,  P::Cpu};
 
-// The settings SLA and SageSLA share; only the sparse kernel differs.
-std::vector<ConfigKey> sla_settings() {
-  return {
-      {.name = "topk",
-       .type = T::Float,
-       .default_value = 0.1,
-       .help = "fraction of key blocks each query block attends with softmax attention (at least "
-               "one block is kept)",
-       .min = 0.0,
-       .max = 1.0,
-       .min_inclusive = false,
-       .aliases = {"topk_ratio"}},
-      {.name = "block_q",
-       .type = T::Int,
-       .default_value = 128,
-       .help = "query block size in tokens",
-       .min = 1,
-       .aliases = {"BLKQ"}},
-      {.name = "block_k",
-       .type = T::Int,
-       .default_value = 64,
-       .help = "key block size in tokens",
-       .min = 1,
-       .aliases = {"BLKK"}},
-      {.name = "feature_map",
-       .type = T::Choice,
-       .default_value = "softmax",
-       .help = "feature map of the linear-attention branch",
-       .choices = {"softmax", "elu", "relu"}},
-  };
-}
-
-const std::vector<BackendInfo>& build_catalogue() {
+// The paged family's rows. (The DiT family's rows are its descriptors' catalogue rows, one per
+// folder under attention/backends/.)
+const std::vector<BackendInfo>& paged_catalogue() {
   static const std::vector<BackendInfo> catalogue = {
-      // ---------------------------------------------------------------- DiT family
-      {.name = "fa",
-       .family = Family::Dit,
-       .summary = "FlashAttention: exact dense attention, tiled with an online softmax",
-       .aliases = {"fa3", "fa4"},
-       .platforms = {P::Cuda, P::Rocm, P::Cpu},
-       .build_needs = "CUDA: the FlashAttention kernel (FA3 on Hopper, FA4 on Blackwell); "
-                      "CPU: mmgen's tiled CPU kernel",
-       .gpu_arch = "sm80 to sm10x (not sm12x)",
-       .dtypes = {"bf16", "fp16", "fp32 (CPU)"},
-       .head_sizes = "GPU: 32 to 256 in steps of 32; CPU: any",
-       .fallback = "torch_sdpa",
-       .paged_counterpart = "fa3"},
-      {.name = "torch_sdpa",
-       .family = Family::Dit,
-       .summary = "plain dense attention (scores, softmax, weighted sum); the reference every "
-                  "other backend is checked against",
-       .aliases = {},
-       .platforms = kAllPlatforms,
-       .build_needs = "nothing (always built)",
-       .dtypes = {"fp32", "bf16", "fp16"},
-       .head_sizes = "any",
-       .paged_counterpart = "torch_native"},
-      {.name = "sliding_tile_attn",
-       .family = Family::Dit,
-       .summary = "Sliding Tile Attention: each query tile of 6x8x8 tokens attends a window of "
-                  "key tiles chosen per step, layer and head",
-       .aliases = {},
-       .platforms = {P::Cuda, P::Cpu},
-       .build_needs = "CUDA: the STA kernel; CPU: mmgen's block-sparse kernel",
-       .gpu_arch = "sm90",
-       .dtypes = {"bf16", "fp32 (CPU)"},
-       .head_sizes = "GPU: 128; CPU: any",
-       .sparse = true,
-       .per_step_state = "step index, layer index, latent grid; windows from the mask-strategy "
-                         "file",
-       .config =
-           {
-               {.name = "mask_strategy_file_path",
-                .type = T::Path,
-                .default_value = nullptr,
-                .help = "JSON file of \"step_layer_head\": [wt, wh, ww] windows in tiles",
-                .required_when = "sta_mode=STA_inference"},
-               {.name = "sta_mode",
-                .type = T::Choice,
-                .default_value = "STA_inference",
-                .help = "run with a mask file, or search / tune one",
-                .choices = {"STA_inference", "STA_searching", "STA_tuning", "STA_tuning_cfg"},
-                .aliases = {"STA_mode"}},
-               {.name = "skip_time_steps",
-                .type = T::Int,
-                .default_value = 15,
-                .help = "leading denoising steps that use full attention",
-                .min = 0},
-               {.name = "tile_size",
-                .type = T::IntList,
-                .default_value = {6, 8, 8},
-                .help = "tile size in latent tokens [t, h, w]",
-                .min = 1,
-                .list_length = 3},
-           }},
-      {.name = "sage_attn",
-       .family = Family::Dit,
-       .summary = "SageAttention: dense attention with INT8 Q and K (K mean-smoothed)",
-       .aliases = {},
-       .platforms = {P::Cuda, P::Cpu},
-       .build_needs = "CUDA: the SageAttention kernels; CPU: mmgen's INT8 kernel",
-       .gpu_arch = "sm80+",
-       .dtypes = {"bf16", "fp16", "fp32 (CPU)"},
-       .head_sizes = "GPU: 64, 128 (smaller ones padded); CPU: any",
-       .fallback = "fa",
-       .config =
-           {
-               {.name = "qk_quant_gran",
-                .type = T::Choice,
-                .default_value = "per_block",
-                .help = "granularity of the Q and K quantisation scales",
-                .choices = {"per_block", "per_warp", "per_thread"}},
-               {.name = "smooth_k",
-                .type = T::Bool,
-                .default_value = true,
-                .help = "subtract the mean of K before quantising it"},
-           }},
-      {.name = "sage_attn_3",
-       .family = Family::Dit,
-       .summary = "SageAttention3: FP4 (e2m1) attention with an e4m3 scale per 16 values",
-       .aliases = {},
-       .platforms = {P::Cuda, P::Cpu},
-       .build_needs = "CUDA 12.8+: the SageAttention3 kernels; CPU: mmgen's FP4 emulation",
-       .gpu_arch = "sm100 or sm120 (Blackwell)",
-       .dtypes = {"bf16", "fp16", "fp32 (CPU)"},
-       .head_sizes = "64, 128",
-       .fallback = "torch_sdpa",
-       .config =
-           {
-               {.name = "per_block_mean",
-                .type = T::Bool,
-                .default_value = true,
-                .help = "smooth Q by its per-block mean before quantising"},
-           }},
-      {.name = "video_sparse_attn",
-       .family = Family::Dit,
-       .summary = "Video Sparse Attention: coarse attention over 4x4x4 cube means picks the "
-                  "top-k key cubes; fine attention inside them; gated sum of both",
-       .aliases = {},
-       .platforms = {P::Cuda, P::Cpu},
-       .build_needs = "CUDA: the VSA kernel; CPU: mmgen's block-sparse kernel",
-       .gpu_arch = "sm90",
-       .dtypes = {"bf16", "fp32 (CPU)"},
-       .head_sizes = "64, 128",
-       .sparse = true,
-       .extra_weights = "to_gate_compress projection (VSA-trained checkpoints); zero gate "
-                        "without it",
-       .per_step_state = "latent grid",
-       .config =
-           {
-               {.name = "sparsity",
-                .type = T::Float,
-                .default_value = 0.0,
-                .help = "fraction of key cubes dropped",
-                .min = 0.0,
-                .max = 1.0,
-                .max_inclusive = false,
-                .aliases = {"VSA_sparsity"}},
-           }},
-      {.name = "vmoba_attn",
-       .family = Family::Dit,
-       .summary = "V-MoBA: mixture of block attention; temporal, spatial and spatio-temporal "
-                  "chunks cycle by layer and each query keeps its most similar chunks",
-       .aliases = {},
-       .platforms = {P::Cuda, P::Cpu},
-       .build_needs = "CUDA: the V-MoBA varlen kernel; CPU: mmgen's block-sparse kernel",
-       .gpu_arch = "sm80+",
-       .dtypes = {"bf16", "fp16", "fp32 (CPU)"},
-       .head_sizes = "any FlashAttention head size (GPU); any (CPU)",
-       .sparse = true,
-       .per_step_state = "step index, layer index, latent grid",
-       // Chunk sizes default to FastVideo's wan_1.3B_77_480_832.json so the backend runs without
-       // a config; the cycle is temporal, spatial, spatio-temporal layers.
-       .config =
-           {
-               {.name = "temporal_chunk_size",
-                .type = T::Int,
-                .default_value = 2,
-                .help = "frames per temporal chunk",
-                .min = 1},
-               {.name = "temporal_topk",
-                .type = T::Int,
-                .default_value = 3,
-                .help = "chunks kept per query in topk mode (temporal layers)",
-                .min = 1},
-               {.name = "spatial_chunk_size",
-                .type = T::IntList,
-                .default_value = {3, 4},
-                .help = "spatial chunk [h, w] in latent tokens",
-                .min = 1,
-                .list_length = 2},
-               {.name = "spatial_topk",
-                .type = T::Int,
-                .default_value = 20,
-                .help = "chunks kept per query in topk mode (spatial layers)",
-                .min = 1},
-               {.name = "st_chunk_size",
-                .type = T::IntList,
-                .default_value = {4, 6, 4},
-                .help = "spatio-temporal chunk [t, h, w] in latent tokens",
-                .min = 1,
-                .list_length = 3},
-               {.name = "st_topk",
-                .type = T::Int,
-                .default_value = 15,
-                .help = "chunks kept per query in topk mode (spatio-temporal layers)",
-                .min = 1},
-               {.name = "moba_select_mode",
-                .type = T::Choice,
-                .default_value = "threshold",
-                .help = "keep chunks up to a similarity mass, or a fixed number",
-                .choices = {"threshold", "topk"}},
-               {.name = "moba_threshold",
-                .type = T::Float,
-                .default_value = 0.25,
-                .help = "cumulative normalised similarity kept in threshold mode",
-                .min = 0.0,
-                .max = 1.0,
-                .min_inclusive = false},
-               {.name = "moba_threshold_type",
-                .type = T::Choice,
-                .default_value = "query_head",
-                .help = "over what the threshold is applied",
-                .choices = {"query_head", "head_global", "overall"}},
-               {.name = "first_full_step",
-                .type = T::Int,
-                .default_value = 12,
-                .help = "leading denoising steps that use full attention",
-                .min = 0},
-               {.name = "first_full_layer",
-                .type = T::Int,
-                .default_value = 0,
-                .help = "leading layers that use full attention",
-                .min = 0},
-               {.name = "temporal_layer",
-                .type = T::Int,
-                .default_value = 1,
-                .help = "temporal layers per cycle",
-                .min = 0},
-               {.name = "spatial_layer",
-                .type = T::Int,
-                .default_value = 1,
-                .help = "spatial layers per cycle",
-                .min = 0},
-               {.name = "st_layer",
-                .type = T::Int,
-                .default_value = 1,
-                .help = "spatio-temporal layers per cycle",
-                .min = 0},
-           }},
-      {.name = "sla_attn",
-       .family = Family::Dit,
-       .summary = "Sparse-Linear Attention: softmax attention on the top key blocks, linear "
-                  "attention on the rest through a learned projection",
-       .aliases = {},
-       .platforms = {P::Cuda, P::Cpu},
-       .build_needs = "CUDA: the SLA Triton kernels; CPU: mmgen's block-sparse kernel",
-       .gpu_arch = "sm80+",
-       .dtypes = {"bf16", "fp16", "fp32 (CPU)"},
-       .head_sizes = "64, 128",
-       .sparse = true,
-       .extra_weights = "proj_l per layer (SLA-trained checkpoints such as TurboWan); zero "
-                        "without it",
-       .per_step_state = "step index",
-       .config = sla_settings()},
-      {.name = "sage_sla_attn",
-       .family = Family::Dit,
-       .summary = "SageSLA: SLA whose sparse branch uses SageAttention's INT8 Q·K and FP8 P·V",
-       .aliases = {},
-       .platforms = {P::Cuda, P::Cpu},
-       .build_needs = "CUDA: the SpargeAttn (spas_sage_attn) kernels; CPU: mmgen's kernel",
-       .gpu_arch = "sm80+",
-       .dtypes = {"bf16", "fp16", "fp32 (CPU)"},
-       .head_sizes = "64, 128",
-       .sparse = true,
-       .extra_weights = "proj_l per layer (SLA-trained checkpoints); zero without it",
-       .per_step_state = "step index",
-       .config = sla_settings()},
-      {.name = "sparse_video_gen_2_attn",
-       .family = Family::Dit,
-       .summary = "Sparse VideoGen 2: k-means clusters of queries and keys per head, permuted "
-                  "contiguous; the top-p cluster pairs are attended",
-       .aliases = {},
-       .platforms = {P::Cuda, P::Cpu},
-       .build_needs = "CUDA: the Sparse-VideoGen kernels; CPU: mmgen's block-sparse kernel",
-       .gpu_arch = "sm80+",
-       .dtypes = {"bf16", "fp16", "fp32 (CPU)"},
-       .head_sizes = "64, 128, 256",
-       .sparse = true,
-       .per_step_state = "k-means centroids per layer, warm-started across steps; timestep; "
-                         "latent grid",
-       .config =
-           {
-               {.name = "num_q_centroids",
-                .type = T::Int,
-                .default_value = 300,
-                .help = "query clusters per head",
-                .min = 1,
-                .aliases = {"svg2_num_q_centroids"}},
-               {.name = "num_k_centroids",
-                .type = T::Int,
-                .default_value = 1000,
-                .help = "key clusters per head",
-                .min = 1,
-                .aliases = {"svg2_num_k_centroids"}},
-               {.name = "top_p_kmeans",
-                .type = T::Float,
-                .default_value = 0.9,
-                .help = "attention mass the kept cluster pairs must cover",
-                .min = 0.0,
-                .max = 1.0,
-                .min_inclusive = false,
-                .aliases = {"svg2_top_p_kmeans"}},
-               {.name = "min_kc_ratio",
-                .type = T::Float,
-                .default_value = 0.1,
-                .help = "minimum fraction of key clusters kept",
-                .min = 0.0,
-                .max = 1.0,
-                .aliases = {"svg2_min_kc_ratio"}},
-               {.name = "kmeans_iter_init",
-                .type = T::Int,
-                .default_value = 50,
-                .help = "k-means iterations the first time a layer clusters",
-                .min = 1,
-                .aliases = {"svg2_kmeans_iter_init"}},
-               {.name = "kmeans_iter_step",
-                .type = T::Int,
-                .default_value = 2,
-                .help = "warm-started k-means iterations on later steps",
-                .min = 0,
-                .aliases = {"svg2_kmeans_iter_step"}},
-               {.name = "zero_step_kmeans_init",
-                .type = T::Bool,
-                .default_value = false,
-                .help = "also cluster during the dense steps",
-                .aliases = {"svg2_zero_step_kmeans_init"}},
-               {.name = "first_layers_fp",
-                .type = T::Float,
-                .default_value = 0.03,
-                .help = "leading dense layers: a fraction of the layers if <= 1, else a count",
-                .min = 0.0,
-                .aliases = {"svg2_first_layers_fp"}},
-               {.name = "first_times_fp",
-                .type = T::Float,
-                .default_value = 0.2,
-                .help = "leading dense steps: a fraction of the steps if <= 1, else a count",
-                .min = 0.0,
-                .aliases = {"svg2_first_times_fp"}},
-           }},
-      {.name = "aiter",
-       .family = Family::Dit,
-       .summary = "AMD AITER dense attention kernels",
-       .aliases = {},
-       .platforms = {P::Rocm},
-       .build_needs = "a ROCm build with AITER",
-       .gpu_arch = "gfx942 / gfx950 (MI300 / MI355)",
-       .dtypes = {"bf16", "fp16"},
-       .head_sizes = "64, 128",
-       .paged_counterpart = "aiter"},
-      {.name = "aiter_sage",
-       .family = Family::Dit,
-       .summary = "AMD AITER attention with SageAttention-style INT8 quantisation",
-       .aliases = {},
-       .platforms = {P::Rocm},
-       .build_needs = "a ROCm build with AITER",
-       .gpu_arch = "gfx942 / gfx950 (MI300 / MI355)",
-       .dtypes = {"bf16", "fp16"},
-       .head_sizes = "64, 128"},
-
       // ---------------------------------------------------------------- paged family
       {.name = "torch_native",
        .family = Family::Paged,
@@ -687,7 +321,13 @@ std::string_view platform_name(Platform platform) {
 }
 
 const std::vector<BackendInfo>& backend_catalogue() {
-  return build_catalogue();
+  static const std::vector<BackendInfo> catalogue = [] {
+    std::vector<BackendInfo> rows;
+    for (const BackendDescriptor* backend : dit_backends()) rows.push_back(backend->info);
+    for (const BackendInfo& row : paged_catalogue()) rows.push_back(row);
+    return rows;
+  }();
+  return catalogue;
 }
 
 const BackendInfo* find_backend(Family family, std::string_view name) {
@@ -721,14 +361,10 @@ std::string normalize_backend_name(Family family, std::string_view name) {
   return entry ? std::string(entry->name) : lower(trim(name));
 }
 
-// Kernels are listed here and nowhere else.
-//  - torch_sdpa on CPU is attention/dense_attention.
+// The kernel table: the paged family's kernels from attention/paged/ and attention/cuda/paged_*,
+// the DiT family's from their descriptors (attention/backends/<name>/).
 //  - the paged family on CPU: the designs in attention/paged/ (torch_native, triton, flashinfer,
 //    fa3, flex_attention), over a float32 KV pool.
-//  - with MMGEN_CUDA: the GPU kernels in attention/cuda/ (built for sm_90a only, cmake/cuda.cmake,
-//    so sm 90 exactly): fa (our FlashAttention kernel, head sizes 64 and 128), torch_sdpa (the
-//    plain reference kernel, any head size up to 256), and the block-sparse self-attention
-//    backends driven through that kernel (models/cuda/sparse_attention_cuda.h).
 //  - the paged family on CUDA (MMGEN_CUDA builds): fa3 and flashinfer in attention/cuda/paged_*,
 //    bf16 over a bf16 device KV pool.
 const std::vector<KernelBuild>& compiled_kernels() {
@@ -750,26 +386,11 @@ const std::vector<KernelBuild>& compiled_kernels() {
                       .min_sm = 90,
                       .max_sm = 90});
 #endif
-    // The DiT backends with a CPU implementation in attention/backends/.
-    for (std::string_view name : cpu_dit_backends())
-      list.push_back(
-          {.family = Family::Dit, .backend = name, .platform = P::Cpu, .dtypes = {"fp32"}});
-#ifdef MMGEN_HAVE_CUDA
-    for (std::string_view name : {"fa", "sliding_tile_attn", "video_sparse_attn"})
-      list.push_back({.family = Family::Dit,
-                      .backend = name,
-                      .platform = P::Cuda,
-                      .dtypes = {"bf16"},
-                      .head_sizes = {64, 128},
-                      .min_sm = 90,
-                      .max_sm = 90});
-    list.push_back({.family = Family::Dit,
-                    .backend = "torch_sdpa",
-                    .platform = P::Cuda,
-                    .dtypes = {"bf16"},
-                    .min_sm = 90,
-                    .max_sm = 90});
-#endif
+    // The DiT backends' kernels, from their descriptors: every CPU kernel, then every GPU one.
+    for (const Platform platform : {P::Cpu, P::Cuda})
+      for (const BackendDescriptor* backend : dit_backends())
+        for (const KernelBuild& kernel : backend->kernels)
+          if (kernel.platform == platform) list.push_back(kernel);
     return list;
   }();
   return kernels;

@@ -1,6 +1,8 @@
 // The attention-backend catalogue: every backend mmgen knows by name, in one table. Selection,
 // fallbacks, config validation, `mmgen backends` and docs/attention-backends.md all read this
-// table, so a backend's name, platforms, needs, fallback and settings are written down once.
+// table, so a backend's name, platforms, needs, fallback and settings are written down once. The
+// DiT family's rows are the descriptors listed in attention/backends/all.cpp (one folder per
+// backend); the paged family's rows are in catalogue.cpp.
 //
 // Two families share some names: the DiT family (diffusion attention over [batch, seq, heads,
 // head_dim]) and the paged family (LLM-style attention over a paged KV cache, used by text
@@ -60,6 +62,10 @@ struct BackendInfo {
   std::string_view fallback = {};           // used when this one cannot run here ("" : none)
   std::string_view paged_counterpart = {};  // DiT entries: the paged backend text encoders use
   std::vector<ConfigKey> config = {};       // its --attention-backend-config settings
+  // A key that holds a group of its settings as a nested object (SGLang's `moba_config` for
+  // V-MoBA); "" : none.
+  std::string_view config_group = {};
+  std::string_view config_group_label = {};  // what the group holds, for errors ("V-MoBA")
 };
 
 // The whole catalogue, DiT family first, in documentation order.
@@ -85,9 +91,9 @@ struct KernelBuild {
   int max_sm = 0;                             // 0: no upper bound
 };
 
-// THE single registration point for kernels: a kernel issue adds its row here, and selection,
-// auto choice, fallbacks and `mmgen backends` pick it up (e.g. the CPU `fa` kernel turns CPU auto
-// from torch_sdpa into fa).
+// The kernels this build has. A DiT backend's rows come from its descriptor
+// (attention/backends/<name>/), the paged family's from attention/paged/ and attention/cuda/;
+// selection, auto choice, fallbacks and `mmgen backends` read this table.
 const std::vector<KernelBuild>& compiled_kernels();
 
 // The machine and build selection runs against. Tests build hypothetical ones.

@@ -69,10 +69,10 @@ const Tensor* find_weight(const LayerWeights* weights, const std::string& name) 
 SlaSettings SlaSettings::from_json(const nlohmann::json& config, bool int8_qk) {
   SlaSettings s;
   s.int8_qk = int8_qk;
-  s.topk = config.value("topk", s.topk);
-  s.block_q = config.value("block_q", s.block_q);
-  s.block_k = config.value("block_k", s.block_k);
-  const std::string map = config.value("feature_map", std::string("softmax"));
+  config.at("topk").get_to(s.topk);
+  config.at("block_q").get_to(s.block_q);
+  config.at("block_k").get_to(s.block_k);
+  const std::string map = config.at("feature_map").get<std::string>();
   if (map == "softmax")
     s.feature_map = FeatureMap::Softmax;
   else if (map == "elu")
@@ -242,6 +242,37 @@ Tensor sla_forward(std::string_view name, const Tensor& q_in, const Tensor& k_in
       stats->total_blocks += pattern.total();
     }
   return out;
+}
+
+std::vector<ConfigKey> config_keys() {
+  return {
+      {.name = "topk",
+       .type = ConfigType::Float,
+       .default_value = 0.1,
+       .help = "fraction of key blocks each query block attends with softmax attention (at least "
+               "one block is kept)",
+       .min = 0.0,
+       .max = 1.0,
+       .min_inclusive = false,
+       .aliases = {"topk_ratio"}},
+      {.name = "block_q",
+       .type = ConfigType::Int,
+       .default_value = 128,
+       .help = "query block size in tokens",
+       .min = 1,
+       .aliases = {"BLKQ"}},
+      {.name = "block_k",
+       .type = ConfigType::Int,
+       .default_value = 64,
+       .help = "key block size in tokens",
+       .min = 1,
+       .aliases = {"BLKK"}},
+      {.name = "feature_map",
+       .type = ConfigType::Choice,
+       .default_value = "softmax",
+       .help = "feature map of the linear-attention branch",
+       .choices = {"softmax", "elu", "relu"}},
+  };
 }
 
 }  // namespace mmgen::attention::sla

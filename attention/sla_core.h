@@ -19,9 +19,14 @@
 
 #include "attention/backend.h"
 #include "attention/block_sparse.h"
+#include "attention/catalogue.h"
 #include "core/tensor.h"
 
 namespace mmgen::attention::sla {
+
+// The --attention-backend-config settings sla_attn and sage_sla_attn share (their catalogue rows'
+// schema); only the sparse kernel differs.
+std::vector<ConfigKey> config_keys();
 
 enum class FeatureMap { Softmax, Elu, Relu };
 
@@ -31,7 +36,7 @@ struct SlaSettings {
   FeatureMap feature_map = FeatureMap::Softmax;
   bool int8_qk = false;  // SageSLA: sparse-branch Q·K in INT8
 
-  // From the validated backend config (attention/backend_config.h).
+  // From the validated backend config (attention/backend_config.h: every key present).
   static SlaSettings from_json(const nlohmann::json& config, bool int8_qk);
 };
 

@@ -20,6 +20,7 @@
 
 #include "attention/backend.h"
 #include "attention/backend_config.h"
+#include "attention/backends/descriptor.h"
 #include "attention/flash_kernel.h"
 #include "core/ops.h"
 
@@ -191,8 +192,8 @@ void run_sparse(benchmark::State& state, const std::string& backend, const Qkv& 
 void BM_Sparse(benchmark::State& state, const std::string& variant) {
   const int64_t dim = state.range(0), tokens = kGrid[0] * kGrid[1] * kGrid[2];
   const std::string backend = variant.substr(0, variant.find(':'));  // "name:setting" variants
-  const auto available = attention::cpu_dit_backends();
-  if (std::find(available.begin(), available.end(), backend) == available.end()) {
+  const attention::BackendDescriptor* descriptor = attention::find_dit_descriptor(backend);
+  if (!descriptor || !descriptor->cpu) {
     state.SkipWithError((backend + " has no CPU kernel in this build yet").c_str());
     return;
   }

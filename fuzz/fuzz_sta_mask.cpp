@@ -1,5 +1,6 @@
 // STA mask-strategy files ("step_layer_head": [wt, wh, ww]).
 #include "attention/backend_config.h"
+#include "attention/backends/sliding_tile_attn/sta_mask.h"
 #include "fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

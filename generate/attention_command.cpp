@@ -12,8 +12,8 @@
 
 #include "attention/backend.h"
 #include "attention/backend_config.h"
+#include "attention/backends/video_sparse_attn/vsa_gate.h"
 #include "attention/catalogue.h"
-#include "attention/vsa_gate.h"
 #include "core/error.h"
 #include "core/npy.h"
 #include "generate/options.h"

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "attention/backends/descriptor.h"
 #include "core/error.h"
 
 namespace mmgen {
@@ -54,25 +55,24 @@ json null_if_empty(const std::string& text) {
   return text.empty() ? json() : json(text);
 }
 
-void check_sta_mask(AttentionPlan& plan, const ModelIndex& index, const Request& request,
-                    const json& config) {
-  if (config.value("sta_mode", "") != "STA_inference" ||
-      !config.contains("mask_strategy_file_path"))
-    return;
-  plan.sta_mask = StaMaskStrategy::load(config["mask_strategy_file_path"].get<std::string>());
-  for (const auto& [name, choice] : plan.components) {
-    if (choice.role != ComponentRole::Dit || !choice.has_attention() ||
-        choice.primary().backend != "sliding_tile_attn")
-      continue;
-    const json model = config_or_empty(index, name);
-    const int64_t layers = integer_field(model, "num_layers");
-    const int64_t heads = integer_field(model, "num_attention_heads");
-    check(layers > 0 && heads > 0,
-          "{}: sliding_tile_attn needs num_layers and num_attention_heads in {}'s config to check "
-          "the mask strategy",
-          index.root.string(), name);
-    plan.sta_mask->check(request.num_inference_steps, layers, heads,
-                         config.value("skip_time_steps", int64_t(0)));
+// What the DiT backends of the plan load once per run (sliding_tile_attn: its mask-strategy file),
+// each checked against the components that use it; their descriptors say how.
+void load_backend_resources(AttentionPlan& plan, const ModelIndex& index, const Request& request) {
+  for (const auto& [backend, config] : plan.backend_configs) {
+    const BackendDescriptor* descriptor = find_dit_descriptor(backend);
+    if (!descriptor || !descriptor->load_resources) continue;
+    std::vector<ResourceUse> uses;
+    for (const auto& [name, choice] : plan.components) {
+      if (choice.role != ComponentRole::Dit || !choice.has_attention() ||
+          choice.primary().backend != backend)
+        continue;
+      const json model = config_or_empty(index, name);
+      uses.push_back({.where = index.root.string(),
+                      .component = name,
+                      .layers = integer_field(model, "num_layers"),
+                      .heads = integer_field(model, "num_attention_heads")});
+    }
+    descriptor->load_resources(config, request.num_inference_steps, uses, plan.resources);
   }
 }
 
@@ -144,8 +144,7 @@ AttentionPlan plan_attention(const ModelIndex& index, const Request& request,
   const std::vector<json> configs = validate_backend_configs(settings, dit_backends);
   for (size_t i = 0; i < dit_backends.size(); ++i)
     plan.backend_configs[dit_backends[i]] = configs[i];
-  if (plan.backend_configs.count("sliding_tile_attn"))
-    check_sta_mask(plan, index, request, plan.backend_configs["sliding_tile_attn"]);
+  load_backend_resources(plan, index, request);
   return plan;
 }
 

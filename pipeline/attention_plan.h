@@ -5,10 +5,12 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
+#include "attention/backend.h"
 #include "attention/backend_config.h"
 #include "attention/catalogue.h"
 #include "attention/selector.h"
@@ -24,8 +26,10 @@ struct AttentionPlan {
   std::map<std::string, nlohmann::json> backend_configs;
   // The backend of the main DiT ("transformer", else the first DiT component); empty when none.
   std::string main_backend;
-  // Loaded and checked when sliding_tile_attn runs in STA_inference mode.
-  std::optional<attention::StaMaskStrategy> sta_mask;
+  // What the backends load once per run (their descriptors' load_resources: sliding_tile_attn's
+  // mask-strategy file in STA_inference mode), checked against the model, and handed to every
+  // layer's backend (make_dit_backend and the GPU factories) so no file is read again.
+  attention::BackendResources resources;
 
   // The settings of the main DiT backend: the dry-run's `attention_backend_config`.
   nlohmann::json config_json() const;

@@ -6,6 +6,7 @@
 #include "models/cuda/wan_vae_cuda.h"
 #endif
 
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 
 #include "attention/backend.h"
 #include "attention/backend_config.h"
+#include "attention/backends/descriptor.h"
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "core/npy.h"
@@ -56,11 +58,11 @@ nlohmann::json backend_config(const AttentionPlan& plan, const std::string& back
 
 // The checkpoint weights a self-attention backend uses beyond a plain Wan block, by the name
 // fragment they carry (any module path inside the block: blocks.3.to_gate_compress.weight,
-// blocks.3.attn1.proj_l.weight, ...).
+// blocks.3.attn1.proj_l.weight, ...), as its descriptor lists them.
 std::vector<std::string> extra_weight_names(const std::string& backend) {
-  if (backend == "video_sparse_attn") return {"to_gate_compress."};
-  if (backend == "sla_attn" || backend == "sage_sla_attn") return {"proj_l."};
-  return {};
+  const attention::BackendDescriptor* descriptor = attention::find_dit_descriptor(backend);
+  if (!descriptor) return {};
+  return {descriptor->extra_weights.begin(), descriptor->extra_weights.end()};
 }
 
 // Extra weights of block `layer`: keyed by the fragment and what follows it
@@ -225,8 +227,10 @@ dit::WanAttention WanPipeline::build_attention() const {
   attention.layers.resize(size_t(layers));
   for (int64_t i = 0; i < layers; ++i) {
     dit::WanLayerAttention& layer = attention.layers[size_t(i)];
-    layer.self_attention = attention::make_dit_backend(self_backend, self_config);
-    layer.cross_attention = attention::make_dit_backend(cross_backend, cross_config);
+    layer.self_attention =
+        attention::make_dit_backend(self_backend, self_config, attention_plan_.resources);
+    layer.cross_attention =
+        attention::make_dit_backend(cross_backend, cross_config, attention_plan_.resources);
     layer.self_weights = layer_weights(transformer_->weights(), names, fragments, i);
     with_weights += !layer.self_weights.empty();
   }
@@ -239,26 +243,54 @@ dit::WanAttention WanPipeline::build_attention() const {
 namespace {
 
 #ifdef MMGEN_HAVE_CUDA
-// --device cuda: the GPU transformer runs dense attention (the CUDA fa kernel, or the reference
-// kernel for head sizes it is not compiled for) or, for self-attention, a GPU sparse backend
-// (sliding_tile_attn, video_sparse_attn). The selector planned against the GPU's kernels; this
-// only guards against a plan made for another machine. Returns the GPU self-attention backend,
-// null for dense.
-std::unique_ptr<cuda::SparseSelfAttentionCuda> gpu_self_attention(const AttentionPlan& plan) {
+// --device cuda: what the GPU transformer runs for attention, as the plan says. Dense layers run
+// the model's own kernels: `fa` the FlashAttention kernel, `torch_sdpa` the reference kernel.
+// Self-attention may instead run a GPU sparse backend (one whose descriptor has a CUDA factory).
+// The selector planned against the GPU's kernels; the check only guards against a plan made for
+// another machine.
+struct GpuAttention {
+  std::unique_ptr<cuda::SparseSelfAttentionCuda> sparse;  // null: dense self-attention
+  cuda::DenseKernels dense;
+};
+
+GpuAttention gpu_attention(const AttentionPlan& plan) {
+  GpuAttention result;
   auto it = plan.components.find("transformer");
-  if (it == plan.components.end()) return nullptr;
+  if (it == plan.components.end()) return result;
+  // What the GPU runs, from the descriptors: dense backends with a CUDA kernel row run in the
+  // model's own attention; the others need a GPU factory (self-attention only).
+  std::vector<std::string> dense, sparse_ok;
+  for (const attention::BackendDescriptor* backend : attention::dit_backends()) {
+    bool cuda_row = false;
+    for (const auto& kernel : backend->kernels)
+      cuda_row |= kernel.platform == attention::Platform::Cuda;
+    if (backend->cuda)
+      sparse_ok.emplace_back(backend->info.name);
+    else if (cuda_row && !backend->info.sparse)
+      dense.emplace_back(backend->info.name);
+  }
+  const auto contains = [](const std::vector<std::string>& names, const std::string& name) {
+    return std::find(names.begin(), names.end(), name) != names.end();
+  };
+  using Kernel = cuda::DenseKernel;
   std::string sparse;
   for (const auto& layer : it->second.layers) {
     const bool self = layer.kind == attention::LayerKind::SelfAttention;
-    check(layer.backend == "fa" || layer.backend == "torch_sdpa" ||
-              (self && cuda::has_cuda_self_attention(layer.backend)),
+    check(contains(dense, layer.backend) || (self && contains(sparse_ok, layer.backend)),
           "--device cuda: the transformer's {} attention backend runs on the CPU only so far; use "
-          "fa, sliding_tile_attn or video_sparse_attn with --device cuda, or --device cpu",
-          layer.backend);
-    if (self && cuda::has_cuda_self_attention(layer.backend)) sparse = layer.backend;
+          "{} or {} (self-attention) with --device cuda, or --device cpu",
+          layer.backend, fmt::join(dense, ", "), fmt::join(sparse_ok, ", "));
+    if (self && contains(sparse_ok, layer.backend)) {
+      sparse = layer.backend;
+      continue;
+    }
+    const Kernel kernel = layer.backend == "torch_sdpa" ? Kernel::Reference : Kernel::Flash;
+    (self ? result.dense.self : result.dense.cross) = kernel;
   }
-  if (sparse.empty()) return nullptr;
-  return cuda::make_sparse_self_attention_cuda(sparse, backend_config(plan, sparse));
+  if (!sparse.empty())
+    result.sparse =
+        cuda::make_sparse_self_attention_cuda(sparse, backend_config(plan, sparse), plan.resources);
+  return result;
 }
 #endif
 
@@ -269,12 +301,13 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
   const bool guided = input.guidance_scale > 1.0;
   // --device cuda: checked and the weights uploaded before any other work.
 #ifdef MMGEN_HAVE_CUDA
-  // The GPU self-attention backend: fresh per run, like the CPU attention state.
-  std::unique_ptr<cuda::SparseSelfAttentionCuda> gpu_attention;
+  // The GPU attention (sparse self-attention backend, dense kernels): fresh per run, like the CPU
+  // attention state.
+  GpuAttention gpu;
 #endif
   if (input.cuda) {
 #ifdef MMGEN_HAVE_CUDA
-    gpu_attention = gpu_self_attention(attention_plan_);
+    gpu = gpu_attention(attention_plan_);
     if (!transformer_gpu_) {
       Progress upload("upload", 1);
       transformer_gpu_ = std::make_shared<cuda::WanTransformerCuda>(*transformer_);
@@ -323,7 +356,7 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
                                    &attention);
 #ifdef MMGEN_HAVE_CUDA
     return transformer_gpu_->forward(latents, step_timestep(step), embeds, nullptr,
-                                     gpu_attention.get(), step);
+                                     gpu.sparse.get(), step, gpu.dense);
 #else
     return Tensor();
 #endif

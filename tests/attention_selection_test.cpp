@@ -733,7 +733,7 @@ TEST_F(WanTinyPlan, StaDryRunFieldsOnceTheKernelExists) {
   request.attention_backend_config =
       "mask_strategy_file_path=" + mask_path.string() + ",skip_time_steps=2";
   const AttentionPlan p = plan(cpu_with({"fa", "sliding_tile_attn"}));
-  ASSERT_TRUE(p.sta_mask);
+  ASSERT_TRUE(p.resources.sta_mask);
   EXPECT_EQ(p.config_json(), json({{"mask_strategy_file_path", mask_path.string()},
                                    {"sta_mode", "STA_inference"},
                                    {"skip_time_steps", 2},

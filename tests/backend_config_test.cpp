@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "attention/backends/sliding_tile_attn/sta_mask.h"
 #include "core/error.h"
 #include "tests/test_support.h"
 

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "attention/backend_config.h"
+#include "attention/backends/sliding_tile_attn/sta_mask.h"
 #include "core/error.h"
 #include "core/npy.h"
 #include "core/safetensors.h"

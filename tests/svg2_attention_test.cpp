@@ -2,7 +2,7 @@
 // against dense attention under a token-level mask built straight from the definition (token i
 // attends token j iff the pair (cluster of i, cluster of j) is selected), top-p 1 against plain
 // dense attention, and the dense-step / dense-layer / warm-start rules across steps.
-#include "attention/svg2_attention.h"
+#include "attention/backends/sparse_video_gen_2_attn/svg2_attention.h"
 
 #include <gtest/gtest.h>
 
@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "attention/backend.h"
+#include "attention/backends/sparse_video_gen_2_attn/svg2_kmeans.h"
+#include "attention/backends/sparse_video_gen_2_attn/svg2_plan.h"
 #include "attention/dense_attention.h"
 #include "attention/flash_kernel.h"
-#include "attention/svg2_kmeans.h"
-#include "attention/svg2_plan.h"
 #include "core/error.h"
 #include "core/file.h"
 #include "core/random.h"

@@ -13,8 +13,8 @@
 
 #include "attention/backend.h"
 #include "attention/backend_config.h"
+#include "attention/backends/vmoba_attn/vmoba_layout.h"
 #include "attention/dense_attention.h"
-#include "attention/vmoba_layout.h"
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "models/dit/wan_transformer.h"

@@ -11,8 +11,8 @@
 
 #include "attention/backend.h"
 #include "attention/backend_config.h"
-#include "attention/vsa_coarse.h"
-#include "attention/vsa_gate.h"
+#include "attention/backends/video_sparse_attn/vsa_coarse.h"
+#include "attention/backends/video_sparse_attn/vsa_gate.h"
 #include "core/error.h"
 #include "core/ops.h"
 #include "core/random.h"

@@ -2,7 +2,8 @@
 // of box_layout.h (cube c is slots [64c, 64c + 64), its valid tokens first): cube means, coarse
 // scores, the top-k key cubes of every query cube (the attention kernel's lists per 64 query
 // rows: a cube is one 64-row half of a query block and one key block) and the coarse output when
-// a gate needs it. The same choices as the CPU oracle (attention/vsa_coarse.h).
+// a gate needs it. The same choices as the CPU oracle
+// (attention/backends/video_sparse_attn/vsa_coarse.h).
 #pragma once
 
 #include <cuda_runtime.h>

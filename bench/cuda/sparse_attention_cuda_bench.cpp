@@ -21,10 +21,10 @@
 #include "attention/cuda/box_layout.h"
 #include "attention/cuda/flash_attention.h"
 #include "attention/cuda/vsa_select.h"
+#include "attention/sparse_self_attention_cuda.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_memory.h"
 #include "core/dtype.h"
-#include "models/cuda/sparse_attention_cuda.h"
 
 using namespace mmgen;
 using namespace mmgen::cuda;

@@ -28,9 +28,11 @@ DeviceBuffer upload_floats(const std::vector<float>& values) {
   return buffer;
 }
 
-// Attention over bf16 [batch, seq, heads, head_dim] buffers packed as [batch·seq, dim].
+// Attention over bf16 [batch, seq, heads, head_dim] buffers packed as [batch·seq, dim], with the
+// plan's dense kernel.
 void attend(const DeviceBuffer& q, const DeviceBuffer& k, const DeviceBuffer& v, DeviceBuffer& out,
-            int64_t batch, int64_t q_len, int64_t kv_len, int64_t heads, int64_t head_dim) {
+            int64_t batch, int64_t q_len, int64_t kv_len, int64_t heads, int64_t head_dim,
+            DenseKernel kernel) {
   FlashAttentionArgs args;
   args.q = q.data(), args.k = k.data(), args.v = v.data(), args.out = out.data();
   args.batch = batch, args.heads = heads, args.seq_q = q_len, args.seq_k = kv_len;
@@ -39,7 +41,10 @@ void attend(const DeviceBuffer& q, const DeviceBuffer& k, const DeviceBuffer& v,
   const int64_t dim = heads * head_dim;
   args.q_strides = args.out_strides = {q_len * dim, dim, head_dim};
   args.k_strides = args.v_strides = {kv_len * dim, dim, head_dim};
-  attention_forward(args);
+  if (kernel == DenseKernel::Reference)
+    reference_attention_forward(args);
+  else
+    attention_forward(args);
 }
 
 }  // namespace
@@ -122,7 +127,7 @@ WanTransformerCuda::~WanTransformerCuda() = default;
 
 Tensor WanTransformerCuda::forward(const Tensor& latents, float timestep, const Tensor& text_embeds,
                                    Timings* timings, SparseSelfAttentionCuda* self_attention,
-                                   int64_t step) const {
+                                   int64_t step, DenseKernels dense) const {
   const auto start = std::chrono::steady_clock::now();
   const dit::WanTransformerConfig& config = model_.config();
   const auto [pt, ph, pw] = config.patch_size;
@@ -227,7 +232,7 @@ Tensor WanTransformerCuda::forward(const Tensor& latents, float timestep, const 
       }
       self_attention->forward(call);
     } else {
-      attend(q, k, v, attended, batch, tokens, tokens, heads, head_dim);
+      attend(q, k, v, attended, batch, tokens, tokens, heads, head_dim, dense.self);
     }
     run(block.o, attended, projected, rows, GemmOutput::F32);
     add_gated_f32(residual, projected.as<float>(), rows, dim, m + 2 * dim);
@@ -244,7 +249,7 @@ Tensor WanTransformerCuda::forward(const Tensor& latents, float timestep, const 
                        tokens, head_dim);
     rms_norm_rope_bf16(cross_k.data(), batch * text_len, dim, block.cross_norm_k.as<float>(), eps,
                        nullptr, nullptr, text_len, head_dim);
-    attend(q, cross_k, cross_v, attended, batch, tokens, text_len, heads, head_dim);
+    attend(q, cross_k, cross_v, attended, batch, tokens, text_len, heads, head_dim, dense.cross);
     run(block.cross_o, attended, projected, rows, GemmOutput::F32);
     add_gated_f32(residual, projected.as<float>(), rows, dim, nullptr);
     // 3. Feed-forward (GELU, tanh form); gated residual.

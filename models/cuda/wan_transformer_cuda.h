@@ -12,12 +12,21 @@
 #include <memory>
 #include <vector>
 
+#include "attention/sparse_self_attention_cuda.h"
 #include "core/cuda/device_memory.h"
 #include "core/tensor.h"
-#include "models/cuda/sparse_attention_cuda.h"
 #include "models/dit/wan_transformer.h"
 
 namespace mmgen::cuda {
+
+// The dense attention kernel of a layer kind, as the attention plan chose it: Flash for `fa`
+// (the FlashAttention kernel where the head size is compiled in, else the reference kernel; the
+// plan only picks fa where it is), Reference for `torch_sdpa` (the plain reference kernel).
+enum class DenseKernel { Flash, Reference };
+struct DenseKernels {
+  DenseKernel self = DenseKernel::Flash;
+  DenseKernel cross = DenseKernel::Flash;
+};
 
 class WanTransformerCuda {
  public:
@@ -32,12 +41,13 @@ class WanTransformerCuda {
   };
 
   // The same contract as dit::WanTransformer::forward; returns float32 on the host. `timings` may
-  // be null. Self-attention is dense (the fa kernel) unless `self_attention` is given: a GPU
+  // be null. Self-attention is dense (`dense.self`) unless `self_attention` is given: a GPU
   // sparse backend, told the denoising `step` (STA's windows and skipped steps depend on it) and
-  // handed VSA's gate where the checkpoint has to_gate_compress.
+  // handed VSA's gate where the checkpoint has to_gate_compress. Cross-attention is dense
+  // (`dense.cross`).
   Tensor forward(const Tensor& latents, float timestep, const Tensor& text_embeds,
                  Timings* timings = nullptr, SparseSelfAttentionCuda* self_attention = nullptr,
-                 int64_t step = 0) const;
+                 int64_t step = 0, DenseKernels dense = {}) const;
 
   size_t weight_bytes() const { return weight_bytes_; }
 

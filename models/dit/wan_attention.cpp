@@ -2,8 +2,8 @@
 
 #include <cmath>
 
+#include "attention/backends/video_sparse_attn/vsa_gate.h"
 #include "attention/dense_attention.h"
-#include "attention/vsa_gate.h"
 #include "core/error.h"
 
 namespace mmgen::dit {

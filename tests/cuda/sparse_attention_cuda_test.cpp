@@ -2,8 +2,6 @@
 // (attention/backends/) on small video grids whose edges are partial tiles/cubes, from the same
 // bf16 inputs: relative error < 1e-2. STA with different windows per head, the default 6x8x8
 // tile and a small custom one, skipped steps (dense); VSA with and without the gate.
-#include "models/cuda/sparse_attention_cuda.h"
-
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -13,7 +11,8 @@
 
 #include "attention/backend.h"
 #include "attention/backend_config.h"
-#include "attention/vsa_gate.h"
+#include "attention/backends/video_sparse_attn/vsa_gate.h"
+#include "attention/sparse_self_attention_cuda.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_memory.h"
 #include "cuda_test_support.h"

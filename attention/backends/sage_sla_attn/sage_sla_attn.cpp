@@ -1,0 +1,60 @@
+// sage_sla_attn: SageSLA, SLA (attention/sla_core.h) whose sparse branch computes Q·K in INT8 as
+// SageAttention does (attention/sla_quant.h: smoothed K, per-block scales), emulated on the CPU by
+// quantising and dequantising before the float block-sparse kernel. P·V stays float32 (the GPU
+// kernel's FP8 P·V is not emulated). Block map, linear branch and proj_l as in sla_attn.
+#include "attention/backends/descriptor.h"
+#include "attention/sla_core.h"
+
+namespace mmgen::attention::sage_sla_attn {
+
+namespace {
+
+using P = Platform;
+
+using json = nlohmann::json;
+
+class SageSlaBackend final : public AttentionBackend {
+ public:
+  explicit SageSlaBackend(const nlohmann::json& config)
+      : settings_(sla::SlaSettings::from_json(config, /*int8_qk=*/true)) {}
+
+  std::string_view name() const override { return "sage_sla_attn"; }
+
+  Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
+                 const AttentionContext& context, AttentionStats* stats) override {
+    return sla::sla_forward(name(), q, k, v, scale, settings_, context.weights, stats);
+  }
+
+ private:
+  sla::SlaSettings settings_;
+};
+
+}  // namespace
+
+const BackendDescriptor& descriptor() {
+  static const BackendDescriptor d = {
+      .info = {.name = "sage_sla_attn",
+               .family = Family::Dit,
+               .summary =
+                   "SageSLA: SLA whose sparse branch uses SageAttention's INT8 Q·K and FP8 P·V",
+               .aliases = {},
+               .platforms = {P::Cuda, P::Cpu},
+               .build_needs = "CUDA: the SpargeAttn (spas_sage_attn) kernels; CPU: mmgen's kernel",
+               .gpu_arch = "sm80+",
+               .dtypes = {"bf16", "fp16", "fp32 (CPU)"},
+               .head_sizes = "64, 128",
+               .sparse = true,
+               .extra_weights = "proj_l per layer (SLA-trained checkpoints); zero without it",
+               .per_step_state = "step index",
+               .config = sla::config_keys()},
+      .kernels = {cpu_kernel("sage_sla_attn")},
+      .cpu = [](const json& settings,
+                const BackendResources&) -> std::unique_ptr<AttentionBackend> {
+        return std::make_unique<SageSlaBackend>(settings);
+      },
+      .extra_weights = {"proj_l."},
+  };
+  return d;
+}
+
+}  // namespace mmgen::attention::sage_sla_attn

@@ -1,0 +1,59 @@
+// sla_attn: Sparse-Linear Attention (attention/sla_core.h): softmax attention over the top key
+// blocks of each query block plus a linear-attention branch through the layer's proj_l weights
+// ("proj_l.weight" / "proj_l.bias" in the layer's LayerWeights; zero branch without them).
+#include "attention/backends/descriptor.h"
+#include "attention/sla_core.h"
+
+namespace mmgen::attention::sla_attn {
+
+namespace {
+
+using P = Platform;
+
+using json = nlohmann::json;
+
+class SlaBackend final : public AttentionBackend {
+ public:
+  explicit SlaBackend(const nlohmann::json& config)
+      : settings_(sla::SlaSettings::from_json(config, /*int8_qk=*/false)) {}
+
+  std::string_view name() const override { return "sla_attn"; }
+
+  Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
+                 const AttentionContext& context, AttentionStats* stats) override {
+    return sla::sla_forward(name(), q, k, v, scale, settings_, context.weights, stats);
+  }
+
+ private:
+  sla::SlaSettings settings_;
+};
+
+}  // namespace
+
+const BackendDescriptor& descriptor() {
+  static const BackendDescriptor d = {
+      .info = {.name = "sla_attn",
+               .family = Family::Dit,
+               .summary =
+                   "Sparse-Linear Attention: softmax attention on the top key blocks, linear "
+                   "attention on the rest through a learned projection",
+               .aliases = {},
+               .platforms = {P::Cuda, P::Cpu},
+               .build_needs = "CUDA: the SLA Triton kernels; CPU: mmgen's block-sparse kernel",
+               .gpu_arch = "sm80+",
+               .dtypes = {"bf16", "fp16", "fp32 (CPU)"},
+               .head_sizes = "64, 128",
+               .sparse = true,
+               .extra_weights = "proj_l per layer (SLA-trained checkpoints such as TurboWan); zero "
+                                "without it",
+               .per_step_state = "step index",
+               .config = sla::config_keys()},
+      .kernels = {cpu_kernel("sla_attn")},
+      .cpu = [](const json& settings, const BackendResources&)
+          -> std::unique_ptr<AttentionBackend> { return std::make_unique<SlaBackend>(settings); },
+      .extra_weights = {"proj_l."},
+  };
+  return d;
+}
+
+}  // namespace mmgen::attention::sla_attn

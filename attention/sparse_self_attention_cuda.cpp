@@ -1,0 +1,104 @@
+#include "attention/sparse_self_attention_cuda.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "attention/backend_config.h"
+#include "attention/backends/descriptor.h"
+#include "core/cuda/cuda_check.h"
+#include "core/error.h"
+
+namespace mmgen::cuda {
+
+// Attention args over bf16 [batch, seq, heads·head_dim] buffers.
+FlashAttentionArgs packed_args(const void* q, const void* k, const void* v, void* out,
+                               int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                               float scale) {
+  FlashAttentionArgs args;
+  args.q = q, args.k = k, args.v = v, args.out = out;
+  args.batch = batch, args.heads = heads, args.seq_q = seq, args.seq_k = seq;
+  args.head_dim = head_dim, args.scale = scale;
+  const int64_t width = heads * head_dim;
+  args.q_strides = args.k_strides = args.v_strides =
+      args.out_strides = {seq * width, width, head_dim};
+  return args;
+}
+
+void check_call(const char* backend, const SelfAttentionCall& call) {
+  check(call.grid[0] > 0 && call.grid[1] > 0 && call.grid[2] > 0 &&
+            call.tokens == call.grid[0] * call.grid[1] * call.grid[2],
+        "{} on the GPU: the sequence must be the video tokens of the latent grid ({} tokens for "
+        "{}x{}x{}), got {}",
+        backend, call.grid[0] * call.grid[1] * call.grid[2], call.grid[0], call.grid[1],
+        call.grid[2], call.tokens);
+  check(flash_attention_supports_head_dim(call.head_dim),
+        "{} on the GPU: head size {} is not compiled in (64 and 128 are); use --device cpu",
+        backend, call.head_dim);
+}
+
+std::shared_ptr<const SlotLayout> make_layout(const attention::BoxTiling& tiling, int64_t stride) {
+  auto layout = std::make_shared<SlotLayout>();
+  layout->grid = tiling.grid;
+  layout->boxes = tiling.box_count();
+  layout->stride = stride;
+  layout->slots = layout->boxes * stride;
+  check(layout->slots < (int64_t(1) << 31), "GPU sparse attention: {} padded tokens is too many",
+        layout->slots);
+  std::vector<int32_t> token_of_slot(size_t(layout->slots), -1),
+      slot_of_token(size_t(tiling.video_tokens)), key_lengths(size_t(layout->slots / kFlashBlockN));
+  for (int64_t b = 0; b < layout->boxes; ++b) {
+    const int64_t start = tiling.video_blocks.start[size_t(b)];
+    const int64_t length = tiling.video_blocks.length[size_t(b)];
+    layout->lengths.push_back(length);
+    for (int64_t p = 0; p < length; ++p) {
+      const int64_t token = tiling.order[size_t(start + p)], slot = b * stride + p;
+      token_of_slot[size_t(slot)] = int32_t(token);
+      slot_of_token[size_t(token)] = int32_t(slot);
+    }
+    for (int64_t j = 0; j < stride / kFlashBlockN; ++j)
+      key_lengths[size_t(b * stride / kFlashBlockN + j)] =
+          int32_t(std::clamp<int64_t>(length - j * kFlashBlockN, 0, kFlashBlockN));
+  }
+  layout->token_of_slot = upload_vector(token_of_slot);
+  layout->slot_of_token = upload_vector(slot_of_token);
+  layout->key_lengths = upload_vector(key_lengths);
+  return layout;
+}
+
+FlashAttentionArgs dense_args(const SelfAttentionCall& call) {
+  return (packed_args(call.q, call.k, call.v, call.out, call.batch, call.tokens, call.heads,
+                      call.head_dim, call.scale));
+}
+
+void SparseSelfAttentionCuda::run_kernel(const FlashAttentionArgs& args) {
+  if (!timing_) return flash_attention_forward(args);
+  cudaEvent_t start, stop;
+  MMGEN_CUDA_CHECK(cudaEventCreate(&start));
+  MMGEN_CUDA_CHECK(cudaEventCreate(&stop));
+  MMGEN_CUDA_CHECK(cudaEventRecord(start));
+  flash_attention_forward(args);
+  MMGEN_CUDA_CHECK(cudaEventRecord(stop));
+  MMGEN_CUDA_CHECK(cudaEventSynchronize(stop));
+  float milliseconds = 0;
+  MMGEN_CUDA_CHECK(cudaEventElapsedTime(&milliseconds, start, stop));
+  kernel_seconds_ += milliseconds / 1000.0;
+  MMGEN_CUDA_CHECK(cudaEventDestroy(start));
+  MMGEN_CUDA_CHECK(cudaEventDestroy(stop));
+}
+
+bool has_cuda_self_attention(std::string_view backend) {
+  const attention::BackendDescriptor* descriptor = attention::find_dit_descriptor(backend);
+  return descriptor && descriptor->cuda;
+}
+
+std::unique_ptr<SparseSelfAttentionCuda> make_sparse_self_attention_cuda(
+    std::string_view backend, const nlohmann::json& config,
+    const attention::BackendResources& resources) {
+  check(has_cuda_self_attention(backend),
+        "--device cuda: the {} attention backend has no GPU version yet; use --device cpu",
+        backend);
+  return attention::find_dit_descriptor(backend)->cuda(
+      attention::validate_backend_config(config, backend), resources);
+}
+
+}  // namespace mmgen::cuda

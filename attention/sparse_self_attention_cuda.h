@@ -1,0 +1,141 @@
+// The interface of the block-sparse DiT self-attention backends on the GPU (CUDA builds only), and
+// what their GPU halves share. Each backend's GPU half lives in its folder
+// (attention/backends/sliding_tile_attn/sliding_tile_attn_cuda.cpp,
+// attention/backends/video_sparse_attn/video_sparse_attn_cuda.cpp), with the same settings and the
+// same results as its CPU implementation (to bf16 rounding): it regroups the video tokens into its
+// boxes on the device (attention/cuda/box_layout.h, edge boxes padded and masked exactly), drives
+// the block-sparse attention kernel with per-query-block key-block lists, and undoes the
+// regrouping. V-MoBA, SLA and SVG2 have no GPU version yet.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "attention/backend.h"
+#include "attention/cuda/box_layout.h"
+#include "attention/cuda/flash_attention.h"
+#include "attention/sta_tiling.h"
+#include "core/cuda/device_memory.h"
+
+namespace mmgen::cuda {
+
+// One self-attention call of the GPU transformer: bf16 [batch, tokens, heads·head_dim] buffers on
+// the device (q and k normed and rotated), video tokens only (Wan's self-attention sequence).
+struct SelfAttentionCall {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* out = nullptr;
+  int64_t batch = 0, tokens = 0, heads = 0, head_dim = 0;
+  std::array<int64_t, 3> grid{};  // the latent patch grid (t, h, w): tokens = t·h·w
+  int64_t step = 0, layer = 0;
+  float scale = 1.0f;
+  // VSA only: to_gate_compress(attention input) as [batch, tokens, heads·head_dim] float32, or
+  // null (a checkpoint without the gate: the output is the fine branch alone, as on the CPU).
+  const float* gate = nullptr;
+};
+
+// What the backend's calls visited, in query-key token pairs (padding excluded), so density and
+// the FLOPs of the kept blocks (4·head_dim per pair) can be reported. Filled only when asked
+// (VSA's lists live on the device; counting them costs a download).
+struct SparseAttentionStats {
+  double kept_pairs = 0, total_pairs = 0;
+  double density() const { return total_pairs > 0 ? kept_pairs / total_pairs : 1.0; }
+};
+
+class SparseSelfAttentionCuda {
+ public:
+  virtual ~SparseSelfAttentionCuda() = default;
+  virtual std::string_view name() const = 0;
+  // On the default stream; throws mmgen::Error for shapes it cannot take.
+  virtual void forward(const SelfAttentionCall& call) = 0;
+  // Whether `layer`'s calls should carry the VSA gate (the backend uses it).
+  virtual bool wants_gate() const { return false; }
+
+  void count_pairs(bool enabled) { counting_ = enabled; }
+  const SparseAttentionStats& stats() const { return stats_; }
+  // Benchmarks: accumulate the attention kernel's own time (CUDA events around each launch,
+  // synchronising), apart from the regrouping and list building around it.
+  void time_kernel(bool enabled) { timing_ = enabled; }
+  double kernel_seconds() const { return kernel_seconds_; }
+
+ protected:
+  void run_kernel(const FlashAttentionArgs& args);
+
+  bool counting_ = false, timing_ = false;
+  SparseAttentionStats stats_;
+  double kernel_seconds_ = 0;
+};
+
+// The DiT self-attention backends that have a GPU version in this build (their descriptors have a
+// CUDA factory).
+bool has_cuda_self_attention(std::string_view backend);
+
+// The GPU backend for `backend` (canonical name) with its --attention-backend-config (validated
+// here, as make_dit_backend does) and the plan's resources; throws Error for a backend without a
+// GPU version.
+std::unique_ptr<SparseSelfAttentionCuda> make_sparse_self_attention_cuda(
+    std::string_view backend, const nlohmann::json& config,
+    const attention::BackendResources& resources = {});
+
+// ---- shared by the backends' GPU halves
+
+template <typename T>
+DeviceBuffer upload_vector(const std::vector<T>& values) {
+  DeviceBuffer buffer(std::max<size_t>(values.size(), 1) * sizeof(T));
+  if (!values.empty()) buffer.upload(values.data(), values.size() * sizeof(T));
+  return buffer;
+}
+
+// Attention args over bf16 [batch, seq, heads·head_dim] buffers.
+FlashAttentionArgs packed_args(const void* q, const void* k, const void* v, void* out,
+                               int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                               float scale);
+// Dense attention over the call's own buffers.
+FlashAttentionArgs dense_args(const SelfAttentionCall& call);
+// Throws Error, naming `backend`, for a call the GPU backends cannot take.
+void check_call(const char* backend, const SelfAttentionCall& call);
+
+// The video tokens of a tiling in padded box order: box b is slots [b·stride, (b + 1)·stride),
+// its valid tokens first (the CPU tiling's order inside the box), padding after.
+struct SlotLayout {
+  attention::Grid3 grid{};
+  int64_t boxes = 0, stride = 0, slots = 0;
+  std::vector<int64_t> lengths;  // valid tokens per box
+  DeviceBuffer token_of_slot, slot_of_token;
+  DeviceBuffer key_lengths;  // valid tokens per key block of kFlashBlockN slots
+};
+
+std::shared_ptr<const SlotLayout> make_layout(const attention::BoxTiling& tiling, int64_t stride);
+
+// q, k and v regrouped into a layout's slots, attention through `args` (lists set by the caller),
+// and the result put back in token order.
+struct SlotBuffers {
+  DeviceBuffer q, k, v, out;
+  SlotBuffers(const SelfAttentionCall& call, const SlotLayout& layout) {
+    const int64_t width = call.heads * call.head_dim;
+    const size_t bytes = size_t(call.batch * layout.slots * width) * 2;
+    q = DeviceBuffer(bytes), k = DeviceBuffer(bytes), v = DeviceBuffer(bytes),
+    out = DeviceBuffer(bytes);
+    gather_to_slots(call.q, q.data(), call.batch, call.tokens, layout.slots, width,
+                    layout.token_of_slot.as<int32_t>());
+    gather_to_slots(call.k, k.data(), call.batch, call.tokens, layout.slots, width,
+                    layout.token_of_slot.as<int32_t>());
+    gather_to_slots(call.v, v.data(), call.batch, call.tokens, layout.slots, width,
+                    layout.token_of_slot.as<int32_t>());
+  }
+  FlashAttentionArgs args(const SelfAttentionCall& call, const SlotLayout& layout) {
+    FlashAttentionArgs a = packed_args(q.data(), k.data(), v.data(), out.data(), call.batch,
+                                       layout.slots, call.heads, call.head_dim, call.scale);
+    a.key_block_lengths = layout.key_lengths.as<int32_t>();
+    return a;
+  }
+};
+
+}  // namespace mmgen::cuda
