@@ -208,7 +208,7 @@ double estimated_mib(const std::string& flags) {
 
 TEST(Inspect, EstimateCoversTheMeasuredPeakWithoutWildExcess) {
   // A video large enough that the VAE decode dominates the process's baseline, tiled and not.
-  for (const std::string flags :
+  for (const std::string& flags :
        {std::string(" --height 256 --width 256 --num-frames 5"),
         std::string(" --height 256 --width 256 --num-frames 5 --vae-tiling --vae-tile-size 64"
                     " --vae-tile-overlap 16")}) {

@@ -433,7 +433,9 @@ TEST(Qwen3Paged, EncoderMatchesDenseOnEveryBackendPageSizeAndCacheSetting) {
           continue;
         }
         // The template's "<|im_start|>user\n" (3 tokens) is shared by all; whole pages only.
-        if (page_size == 1) EXPECT_EQ(report.prompts_hit, int64_t(ids.size()) - 1) << backend;
+        if (page_size == 1) {
+          EXPECT_EQ(report.prompts_hit, int64_t(ids.size()) - 1) << backend;
+        }
         // The repeated prompt reuses its whole-page prefix, capped at length − 1.
         const int64_t repeat = (int64_t(ids[0].size()) - 1) / page_size * page_size;
         EXPECT_GE(report.hit_tokens, repeat) << backend << " page " << page_size;

@@ -54,7 +54,10 @@ std::unique_ptr<PostProcessor> make_template(const Json& spec, const std::string
     std::string name = string_field(special, "id", item + ".SpecialToken");
     check(specials.is_object() && specials.contains(name),
           "{}: special token '{}' is used but not listed in special_tokens", item, name);
-    const Json& ids = array_field(specials[name], "ids", fmt::format("{}.special_tokens", where));
+    // (A named string, not a temporary: GCC 13 takes a reference returned next to a temporary
+    // argument for a dangling one.)
+    const std::string specials_where = fmt::format("{}.special_tokens", where);
+    const Json& ids = array_field(specials[name], "ids", specials_where);
     for (const Json& id : ids) {
       check(id.is_number_integer(), "{}.special_tokens['{}'].ids should be integers", where, name);
       (seen_sequence ? after : before).push_back(id.get<int64_t>());
