@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "pipeline/model_index.h"
 #include "pipeline/registry.h"
 #include "pipeline/schedulers/scheduler.h"
@@ -21,30 +22,6 @@ using json = nlohmann::json;
 
 fs::path wan_tiny() {
   return testing::source_dir() / "examples/models/wan-tiny";
-}
-
-// A private copy of wan-tiny (2 MB, weights included) to edit.
-fs::path copy_of_wan_tiny(const std::string& name) {
-  const fs::path copy = testing::scratch_dir("component-classes-" + name) / "model";
-  fs::copy(wan_tiny(), copy, fs::copy_options::recursive);
-  return copy;
-}
-
-json read_json(const fs::path& path) {
-  std::ifstream in(path);
-  return json::parse(in);
-}
-
-void write_json(const fs::path& path, const json& value) {
-  std::ofstream(path, std::ios::trunc) << value.dump(2);
-}
-
-// Sets model_index.json's entry `component` to [library, class_name].
-void set_class(const fs::path& model, const std::string& component, const std::string& library,
-               const std::string& class_name) {
-  json index = read_json(model / "model_index.json");
-  index[component] = {library, class_name};
-  write_json(model / "model_index.json", index);
 }
 
 std::string check_message(const fs::path& model) {
@@ -74,7 +51,7 @@ TEST(ComponentClasses, EveryPipelineSlotNamesKnownClassesOfItsKind) {
 TEST(ComponentClasses, SchedulersAreWhatTheFactoryBuilds) {
   EXPECT_EQ(component_class_names(ComponentKind::Scheduler),
             schedulers::supported_scheduler_classes());
-  const json config = read_json(wan_tiny() / "scheduler/scheduler_config.json");
+  const json config = read_json_object(wan_tiny() / "scheduler/scheduler_config.json");
   for (const std::string& name : component_class_names(ComponentKind::Scheduler))
     EXPECT_EQ(schedulers::make_scheduler(name, config)->class_name(), name);
   EXPECT_EQ(testing::error_message([&] { schedulers::make_scheduler("DDIMScheduler", config); }),
@@ -107,11 +84,11 @@ TEST(ComponentClasses, AnUnsupportedClassIsRefusedInOneLine) {
   };
   const fs::path model = testing::scratch_dir("component-classes-skeleton") / "model";
   fs::copy(wan_tiny(), model, fs::copy_options::recursive);
-  const json original = read_json(model / "model_index.json");
+  const json original = read_json_object(model / "model_index.json");
   for (const Case& c : cases) {
     SCOPED_TRACE(c.component);
-    write_json(model / "model_index.json", original);
-    set_class(model, c.component, c.library, c.class_name);
+    testing::write_json_file(model / "model_index.json", original);
+    testing::set_component_class(model, c.component, c.library, c.class_name);
     EXPECT_EQ(check_message(model), (model / "model_index.json").string() + ": " + c.component +
                                         " class '" + c.class_name +
                                         "' is not supported by WanPipeline (" + c.supported + ")");
@@ -120,9 +97,9 @@ TEST(ComponentClasses, AnUnsupportedClassIsRefusedInOneLine) {
 
 // Wan2.2 A14B's second transformer: running without it would not be the saved model.
 TEST(ComponentClasses, AComponentThePipelineDoesNotLoadIsRefused) {
-  const fs::path model = copy_of_wan_tiny("transformer-2");
+  const fs::path model = testing::copy_of_wan_tiny("component-classes-transformer-2");
   fs::copy(model / "transformer", model / "transformer_2", fs::copy_options::recursive);
-  set_class(model, "transformer_2", "diffusers", "WanTransformer3DModel");
+  testing::set_component_class(model, "transformer_2", "diffusers", "WanTransformer3DModel");
   EXPECT_EQ(check_message(model),
             (model / "model_index.json").string() +
                 ": component 'transformer_2' (WanTransformer3DModel) is not supported by "

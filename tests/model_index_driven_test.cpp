@@ -8,6 +8,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "core/json.h"
 #include "pipeline/model_index.h"
 #include "pipeline/wan_pipeline.h"
 #include "tests/test_support.h"
@@ -22,35 +23,11 @@ fs::path wan_tiny() {
   return testing::source_dir() / "examples/models/wan-tiny";
 }
 
-// A private copy of wan-tiny (2 MB, weights included) to edit.
-fs::path copy_of_wan_tiny(const std::string& name) {
-  const fs::path copy = testing::scratch_dir("index-driven-" + name) / "model";
-  fs::copy(wan_tiny(), copy, fs::copy_options::recursive);
-  return copy;
-}
-
-json read_json(const fs::path& path) {
-  std::ifstream in(path);
-  return json::parse(in);
-}
-
-void write_json(const fs::path& path, const json& value) {
-  std::ofstream(path, std::ios::trunc) << value.dump(2);
-}
-
-// Sets model_index.json's entry `component` to [library, class_name].
-void set_class(const fs::path& model, const std::string& component, const std::string& library,
-               const std::string& class_name) {
-  json index = read_json(model / "model_index.json");
-  index[component] = {library, class_name};
-  write_json(model / "model_index.json", index);
-}
-
 // The real executable: generate (dry run or not) and inspect refuse the model with that one line,
 // exit code 1 and nothing on stdout.
 TEST(ModelIndexDriven, TheCommandsRefuseAnUnsupportedSchedulerInOneLine) {
-  const fs::path model = copy_of_wan_tiny("ddim");
-  set_class(model, "scheduler", "diffusers", "DDIMScheduler");
+  const fs::path model = testing::copy_of_wan_tiny("index-driven-ddim");
+  testing::set_component_class(model, "scheduler", "diffusers", "DDIMScheduler");
   const std::string expected =
       "mmgen: error: " + (model / "model_index.json").string() +
       ": scheduler class 'DDIMScheduler' is not supported by WanPipeline (supported schedulers: "
@@ -88,14 +65,15 @@ Tensor generate_frames(const fs::path& model) {
 // diffusers builds the scheduler model_index.json names, whatever scheduler_config.json was saved
 // for; so does mmgen (it used to take the config's `_class_name` and ignore the index).
 TEST(ModelIndexDriven, TheSchedulerIsTheClassTheIndexNames) {
-  const fs::path unipc = copy_of_wan_tiny("unipc");
-  const fs::path index_only = copy_of_wan_tiny("euler-index");
-  set_class(index_only, "scheduler", "diffusers", "FlowMatchEulerDiscreteScheduler");
-  const fs::path both = copy_of_wan_tiny("euler-both");
-  set_class(both, "scheduler", "diffusers", "FlowMatchEulerDiscreteScheduler");
-  json config = read_json(both / "scheduler/scheduler_config.json");
+  const fs::path unipc = testing::copy_of_wan_tiny("index-driven-unipc");
+  const fs::path index_only = testing::copy_of_wan_tiny("index-driven-euler-index");
+  testing::set_component_class(index_only, "scheduler", "diffusers",
+                               "FlowMatchEulerDiscreteScheduler");
+  const fs::path both = testing::copy_of_wan_tiny("index-driven-euler-both");
+  testing::set_component_class(both, "scheduler", "diffusers", "FlowMatchEulerDiscreteScheduler");
+  json config = read_json_object(both / "scheduler/scheduler_config.json");
   config["_class_name"] = "FlowMatchEulerDiscreteScheduler";
-  write_json(both / "scheduler/scheduler_config.json", config);
+  testing::write_json_file(both / "scheduler/scheduler_config.json", config);
 
   const Tensor from_unipc = generate_frames(unipc);
   const Tensor from_index = generate_frames(index_only);

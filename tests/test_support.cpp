@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace mmgen::testing {
 
@@ -82,6 +83,24 @@ CommandResult run_command(const std::string& command) {
     return text.str();
   };
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(dir / "out"), slurp(dir / "err")};
+}
+
+fs::path copy_of_wan_tiny(const std::string& name) {
+  const fs::path copy = scratch_dir(name) / "model";
+  fs::copy(source_dir() / "examples/models/wan-tiny", copy, fs::copy_options::recursive);
+  return copy;
+}
+
+void write_json_file(const fs::path& path, const nlohmann::json& value) {
+  std::ofstream(path, std::ios::trunc) << value.dump(2);
+}
+
+void set_component_class(const fs::path& model, const std::string& component,
+                         const std::string& library, const std::string& class_name) {
+  const fs::path path = model / "model_index.json";
+  nlohmann::json index = read_json_object(path);
+  index[component] = {library, class_name};
+  write_json_file(path, index);
 }
 
 }  // namespace mmgen::testing

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "core/tensor.h"
@@ -35,6 +36,15 @@ struct CommandResult {
   std::string err;
 };
 CommandResult run_command(const std::string& command);
+
+// A private copy of examples/models/wan-tiny (2 MB, weights included) to edit, in a scratch
+// folder named after `name`.
+fs::path copy_of_wan_tiny(const std::string& name);
+// Writes `value` as indented JSON, replacing the file.
+void write_json_file(const fs::path& path, const nlohmann::json& value);
+// Sets the copy's model_index.json entry `component` to [library, class_name].
+void set_component_class(const fs::path& model, const std::string& component,
+                         const std::string& library, const std::string& class_name);
 
 }  // namespace mmgen::testing
 
