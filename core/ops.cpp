@@ -4,6 +4,17 @@
 #include <cmath>
 
 #include "core/error.h"
+#ifdef MMGEN_HAVE_CUDA
+#include "core/cuda/ops_cuda.h"
+#endif
+
+// An op whose first tensor lives on the GPU returns its CUDA implementation's result.
+#ifdef MMGEN_HAVE_CUDA
+#define MMGEN_ON_DEVICE(x, call) \
+  if ((x).device() == Device::CUDA) return cuda::ops::call
+#else
+#define MMGEN_ON_DEVICE(x, call)
+#endif
 
 namespace mmgen::ops {
 namespace {
@@ -16,12 +27,15 @@ using Map = Eigen::Map<RowMatrix>;
 constexpr int64_t kParallelThreshold = 1 << 15;
 
 void require_f32_contiguous(const Tensor& x, const char* what) {
-  check(x.dtype() == DType::F32 && x.is_contiguous(), "{}: expects a contiguous float32 tensor", what);
+  check(x.dtype() == DType::F32 && x.is_contiguous(), "{}: expects a contiguous float32 tensor",
+        what);
 }
 
 }  // namespace
 
-Tensor as_f32(const Tensor& x) { return x.to(DType::F32); }
+Tensor as_f32(const Tensor& x) {
+  return x.to(DType::F32);
+}
 
 void gemm(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n) {
   Map(c, m, n).noalias() = MapConst(a, m, k) * MapConst(b, k, n);
@@ -31,7 +45,22 @@ void gemm_bt(const float* a, const float* b, float* c, int64_t m, int64_t k, int
   Map(c, m, n).noalias() = MapConst(a, m, k) * MapConst(b, n, k).transpose();
 }
 
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, DType out) {
+  MMGEN_ON_DEVICE(x, linear(x, weight, bias, out));
+  Tensor y = linear(x, weight, bias);
+  return out == DType::F32 ? y : y.to(out);
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, DType out,
+              Activation activation) {
+  MMGEN_ON_DEVICE(x, linear(x, weight, bias, out, activation));
+  Tensor y = linear(x, weight, bias);
+  activate_(y, activation);
+  return out == DType::F32 ? y : y.to(out);
+}
+
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  MMGEN_ON_DEVICE(x, linear(x, weight, bias, DType::F32));
   require_f32_contiguous(x, "linear");
   check(weight.dim() == 2, "linear: weight must be 2-d, got {}", shape_string(weight.shape()));
   const int64_t in = weight.size(1), out = weight.size(0);
@@ -46,16 +75,25 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   if (bias.defined()) {
     check(bias.numel() == out, "linear: bias of {} for {} outputs", bias.numel(), out);
     Tensor b = as_f32(bias);
-    Map(y.data<float>(), rows, out).rowwise() += Eigen::Map<const Eigen::RowVectorXf>(b.data<float>(), out);
+    Map(y.data<float>(), rows, out).rowwise() +=
+        Eigen::Map<const Eigen::RowVectorXf>(b.data<float>(), out);
   }
   return y;
 }
 
+Tensor layer_norm(const Tensor& x, float eps, const Tensor& weight, const Tensor& bias, DType out) {
+  MMGEN_ON_DEVICE(x, layer_norm(x, eps, weight, bias, out));
+  Tensor y = layer_norm(x, eps, weight, bias);
+  return out == DType::F32 ? y : y.to(out);
+}
+
 Tensor layer_norm(const Tensor& x, float eps, const Tensor& weight, const Tensor& bias) {
+  MMGEN_ON_DEVICE(x, layer_norm(x, eps, weight, bias, DType::F32));
   require_f32_contiguous(x, "layer_norm");
   const int64_t dim = x.size(-1), rows = x.numel() / dim;
   Tensor y = Tensor::empty(x.shape());
-  Tensor w = weight.defined() ? as_f32(weight) : Tensor(), b = bias.defined() ? as_f32(bias) : Tensor();
+  Tensor w = weight.defined() ? as_f32(weight) : Tensor(),
+         b = bias.defined() ? as_f32(bias) : Tensor();
   const float* in = x.data<float>();
   float* out = y.data<float>();
 #pragma omp parallel for schedule(static) if (rows * dim > kParallelThreshold)
@@ -79,7 +117,8 @@ Tensor layer_norm(const Tensor& x, float eps, const Tensor& weight, const Tensor
   return y;
 }
 
-Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) {
+Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps, DType out_dtype) {
+  MMGEN_ON_DEVICE(x, rms_norm(x, weight, eps, out_dtype));
   require_f32_contiguous(x, "rms_norm");
   const int64_t dim = x.size(-1), rows = x.numel() / dim;
   Tensor y = Tensor::empty(x.shape());
@@ -93,12 +132,37 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) {
     for (int64_t i = 0; i < dim; ++i) sum += double(row[i]) * row[i];
     const float inv = float(1.0 / std::sqrt(sum / double(dim) + double(eps)));
     float* dst = out + r * dim;
-    for (int64_t i = 0; i < dim; ++i) dst[i] = row[i] * inv * (w.defined() ? w.data<float>()[i] : 1.0f);
+    for (int64_t i = 0; i < dim; ++i)
+      dst[i] = row[i] * inv * (w.defined() ? w.data<float>()[i] : 1.0f);
   }
-  return y;
+  return out_dtype == DType::F32 ? y : y.to(out_dtype);
+}
+
+void activate_(Tensor& x, Activation activation) {
+  MMGEN_ON_DEVICE(x, activate_(x, activation));
+  switch (activation) {
+    case Activation::GeluTanh:
+      return gelu_tanh_(x);
+    case Activation::Silu:
+      return silu_(x);
+    case Activation::Relu:
+    case Activation::Gelu:
+      break;
+  }
+  require_f32_contiguous(x, "activation");
+  float* p = x.data<float>();
+  const int64_t n = x.numel();
+  if (activation == Activation::Relu) {
+#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+    for (int64_t i = 0; i < n; ++i) p[i] = p[i] > 0.0f ? p[i] : 0.0f;
+  } else {  // the exact (erf) GELU
+#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+    for (int64_t i = 0; i < n; ++i) p[i] = 0.5f * p[i] * (1.0f + std::erf(p[i] * float(M_SQRT1_2)));
+  }
 }
 
 void silu_(Tensor& x) {
+  MMGEN_ON_DEVICE(x, activate_(x, Activation::Silu));
   require_f32_contiguous(x, "silu");
   float* p = x.data<float>();
   const int64_t n = x.numel();
@@ -107,6 +171,7 @@ void silu_(Tensor& x) {
 }
 
 void gelu_tanh_(Tensor& x) {
+  MMGEN_ON_DEVICE(x, activate_(x, Activation::GeluTanh));
   require_f32_contiguous(x, "gelu_tanh");
   float* p = x.data<float>();
   const int64_t n = x.numel();
@@ -119,8 +184,10 @@ void gelu_tanh_(Tensor& x) {
 }
 
 void add_(Tensor& x, const Tensor& y) {
+  MMGEN_ON_DEVICE(x, add_(x, y));
   require_f32_contiguous(x, "add");
-  check(x.shape() == y.shape(), "add: shapes {} and {} differ", shape_string(x.shape()), shape_string(y.shape()));
+  check(x.shape() == y.shape(), "add: shapes {} and {} differ", shape_string(x.shape()),
+        shape_string(y.shape()));
   Tensor other = y.to(DType::F32);
   float* p = x.data<float>();
   const float* q = other.data<float>();
@@ -128,15 +195,44 @@ void add_(Tensor& x, const Tensor& y) {
 }
 
 void mul_(Tensor& x, const Tensor& y) {
+  MMGEN_ON_DEVICE(x, mul_(x, y));
   require_f32_contiguous(x, "mul");
-  check(x.shape() == y.shape(), "mul: shapes {} and {} differ", shape_string(x.shape()), shape_string(y.shape()));
+  check(x.shape() == y.shape(), "mul: shapes {} and {} differ", shape_string(x.shape()),
+        shape_string(y.shape()));
   Tensor other = y.to(DType::F32);
   float* p = x.data<float>();
   const float* q = other.data<float>();
   for (int64_t i = 0; i < x.numel(); ++i) p[i] *= q[i];
 }
 
+Tensor random_uniform(const Shape& shape, DType dtype, Device device, uint64_t seed, float scale) {
+#ifdef MMGEN_HAVE_CUDA
+  if (device == Device::CUDA) return cuda::ops::random_uniform(shape, dtype, seed, scale);
+#endif
+  check(dtype == DType::BF16 || dtype == DType::F32, "random_uniform: bf16 or float32, not {}",
+        dtype_name(dtype));
+  Tensor values = Tensor::empty(shape, dtype, device);
+  const int64_t count = values.numel();
+  // The hash and arithmetic of the GPU fill (core/cuda/t5_ops.cu), value for value; the bf16
+  // values are rounded from the float32 ones, so float32 is their float32 form.
+#pragma omp parallel for schedule(static) if (count > kParallelThreshold)
+  for (int64_t i = 0; i < count; ++i) {
+    uint64_t z = seed * 0x9e3779b97f4a7c15ull + uint64_t(i);  // splitmix64's finaliser
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    const float unit = float(z >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+    const float value = bf16_to_f32(f32_to_bf16((2.0f * unit - 1.0f) * scale));
+    if (dtype == DType::BF16)
+      values.data<uint16_t>()[i] = f32_to_bf16(value);
+    else
+      values.data<float>()[i] = value;
+  }
+  return values;
+}
+
 void scale_(Tensor& x, float factor) {
+  MMGEN_ON_DEVICE(x, scale_(x, factor));
   require_f32_contiguous(x, "scale");
   float* p = x.data<float>();
   for (int64_t i = 0; i < x.numel(); ++i) p[i] *= factor;

@@ -1,8 +1,12 @@
-// The float32 CPU building blocks the models are written in. Inputs are contiguous float32 unless
-// a function says otherwise; weights may be stored in bf16/f16 and are converted as they are used,
-// so a model's resident memory stays close to its checkpoint's size.
+// The building blocks the models are written in, one call for every device: an op runs where its
+// input lives (a CUDA build sends GPU tensors to core/cuda/ops_cuda.h). On the CPU inputs are
+// contiguous float32 unless a function says otherwise, and weights may be stored in bf16/f16 and
+// are converted as they are used, so a model's resident memory stays close to its checkpoint's
+// size. On the GPU products read bf16 activations and weights (float32 in the exact mode) and
+// accumulate in float32; norms and element-wise ops work in float32.
 #pragma once
 
+#include "core/activation.h"
 #include "core/tensor.h"
 
 namespace mmgen::ops {
@@ -10,6 +14,13 @@ namespace mmgen::ops {
 // y[..., out] = x[..., in] · weightᵀ + bias, with weight [out, in] (any float dtype), bias [out] or
 // undefined. GEMM through Eigen (OpenMP-parallel).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+// The same with the result in `out` (the dtype the next op reads: bf16 for a GPU product's input;
+// float32 for the residual stream). The CPU computes in float32 and converts.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, DType out);
+// The same with `activation` applied to the result (on the GPU in the product's epilogue, where
+// cuBLASLt has it: the tanh GELU; elsewhere in float32 before the conversion to `out`).
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, DType out,
+              Activation activation);
 
 // c[m, n] = a[m, k] · b[k, n] (row-major, contiguous float32).
 void gemm(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n);
@@ -17,16 +28,43 @@ void gemm(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_
 void gemm_bt(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n);
 
 // Normalisations over the last dimension. `weight` / `bias` may be undefined (no affine part).
-Tensor layer_norm(const Tensor& x, float eps, const Tensor& weight = Tensor(), const Tensor& bias = Tensor());
+Tensor layer_norm(const Tensor& x, float eps, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor());
+// The same with the result in `out` (GPU: float32 x, affine weight and bias required, bf16 out).
+Tensor layer_norm(const Tensor& x, float eps, const Tensor& weight, const Tensor& bias, DType out);
 // y = x / sqrt(mean(x²) + eps) · weight (torch.nn.RMSNorm / T5LayerNorm).
-Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps);
+Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps, DType out = DType::F32);
 
-// In-place activations.
+// In-place activations (float32).
+void activate_(Tensor& x, Activation activation);
 void silu_(Tensor& x);
-void gelu_tanh_(Tensor& x);  // 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
+void gelu_tanh_(Tensor& x);             // 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
 void add_(Tensor& x, const Tensor& y);  // same shape
 void mul_(Tensor& x, const Tensor& y);  // same shape
 void scale_(Tensor& x, float factor);
+
+// `shape` of values uniform in [−scale, scale) from a counter hash of (seed, index), made on
+// `device` (random benchmark checkpoints); float32 or bf16, the same numbers on every device.
+Tensor random_uniform(const Shape& shape, DType dtype, Device device, uint64_t seed, float scale);
+
+// The row-wise ops of a DiT block (core/row_ops.cpp on the CPU). Rows are x's last dimension.
+// out = LayerNorm(x, no affine) · scale_plus_one + shift per row: a block's timestep modulation
+// (1 already added to the scale); shift and scale are `dim` float32 values on x's device.
+Tensor modulated_layer_norm(const Tensor& x, const Tensor& shift, const Tensor& scale_plus_one,
+                            float eps, DType out = DType::F32);
+// x += y · gate (gate: `dim` float32 values broadcast over rows), or x += y when gate is
+// undefined. float32.
+void add_gated_(Tensor& x, const Tensor& y, const Tensor& gate = Tensor());
+// Interleaved-pair rotary embedding in place: pair j of every head of row r turns (x1, x2) into
+// (x1·cos − x2·sin, x1·sin + x2·cos), cos and sin float32 [tokens, head_dim / 2] with row r using
+// table row r mod tokens (rows are [batch, tokens] flattened). CPU only; the GPU fuses it below.
+void rope_(Tensor& x, const Tensor& cos, const Tensor& sin, int64_t head_dim);
+// x = RMSNorm(x) · weight per row, in place, then rope_ when cos is defined: q/k normalisation
+// across heads (float32 on the CPU; bf16, the product's output, on the GPU, in one pass).
+void rms_norm_rope_(Tensor& x, const Tensor& weight, float eps, const Tensor& cos = Tensor(),
+                    const Tensor& sin = Tensor(), int64_t head_dim = 0);
+// A weight as float32 (in parallel for bf16): the stored tensor when it already is.
+Tensor weight_to_f32(const Tensor& weight);
 
 // float32 weights: the stored tensor when it already is, else a converted copy.
 Tensor as_f32(const Tensor& x);

@@ -5,11 +5,31 @@
 #include <new>
 
 #include "core/error.h"
+#ifdef MMGEN_HAVE_CUDA
+#include "core/cuda/device_storage.h"
+#endif
 
 namespace mmgen {
 
 // Below this many elements a loop runs on one thread: starting an OpenMP team costs more.
 constexpr int64_t kParallelThreshold = 1 << 15;
+
+const char* device_name(Device device) {
+  return device == Device::CUDA ? "cuda" : "cpu";
+}
+
+namespace {
+
+std::shared_ptr<Storage> allocate(size_t bytes, Device device) {
+  if (device == Device::CPU) return std::make_shared<OwnedStorage>(bytes);
+#ifdef MMGEN_HAVE_CUDA
+  return cuda::make_device_storage(bytes);
+#else
+  fail("a CUDA tensor was asked for, but this build has no CUDA support; use --device cpu");
+#endif
+}
+
+}  // namespace
 
 std::string shape_string(const Shape& shape) {
   std::string text = "[";
@@ -44,19 +64,25 @@ OwnedStorage::~OwnedStorage() {
   std::free(data_);
 }
 
-Tensor Tensor::empty(const Shape& shape, DType dtype) {
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   for (int64_t extent : shape)
     check(extent >= 0, "negative tensor extent in shape {}", shape_string(shape));
   Tensor tensor;
   tensor.shape_ = shape;
   tensor.strides_ = contiguous_strides(shape);
   tensor.dtype_ = dtype;
-  tensor.storage_ = std::make_shared<OwnedStorage>(size_t(shape_numel(shape)) * dtype_size(dtype));
+  tensor.storage_ = allocate(size_t(shape_numel(shape)) * dtype_size(dtype), device);
   return tensor;
 }
 
-Tensor Tensor::zeros(const Shape& shape, DType dtype) {
-  Tensor tensor = empty(shape, dtype);
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
+  Tensor tensor = empty(shape, dtype, device);
+#ifdef MMGEN_HAVE_CUDA
+  if (device == Device::CUDA) {
+    cuda::fill_device_bytes(tensor.raw(), 0, tensor.nbytes());
+    return tensor;
+  }
+#endif
   std::memset(tensor.raw(), 0, tensor.nbytes());
   return tensor;
 }
@@ -316,21 +342,66 @@ void store_from_double(std::byte* p, DType dtype, double value) {
 
 }  // namespace
 
+void Tensor::require_cpu(const char* what) const {
+  check(is_cpu(),
+        "{} of a {} tensor on the GPU: the host helper cannot read device memory; move it with "
+        ".to(Device::CPU) first",
+        what, shape_string(shape_));
+}
+
 Tensor Tensor::contiguous() const {
   if (is_contiguous()) return *this;
+  require_cpu("a strided copy");
   Tensor result = empty(shape_, dtype_);
   strided_copy(*this, result.raw());
   return result;
 }
 
 Tensor Tensor::clone() const {
+#ifdef MMGEN_HAVE_CUDA
+  if (!is_cpu()) {
+    check(is_contiguous(), "clone of a strided {} tensor on the GPU is not supported",
+          shape_string(shape_));
+    Tensor result = empty(shape_, dtype_, device());
+    cuda::copy_device_to_device(result.raw(), raw(), nbytes());
+    return result;
+  }
+#endif
   Tensor result = empty(shape_, dtype_);
   strided_copy(*this, result.raw());
   return result;
 }
 
+Tensor Tensor::to(Device device) const {
+  if (device == this->device()) return *this;
+#ifdef MMGEN_HAVE_CUDA
+  if (device == Device::CUDA) {
+    const Tensor source = contiguous();
+    Tensor result = empty(shape_, dtype_, Device::CUDA);
+    cuda::copy_host_to_device(result.raw(), source.raw(), nbytes());
+    return result;
+  }
+  check(is_contiguous(), "copying a strided {} tensor from the GPU is not supported",
+        shape_string(shape_));
+  Tensor result = empty(shape_, dtype_);
+  cuda::copy_device_to_host(result.raw(), raw(), nbytes());
+  return result;
+#else
+  fail("a CUDA tensor was asked for, but this build has no CUDA support; use --device cpu");
+#endif
+}
+
 Tensor Tensor::to(DType dtype) const {
   if (dtype == dtype_) return contiguous();
+#ifdef MMGEN_HAVE_CUDA
+  if (!is_cpu()) {
+    check(is_contiguous(), "converting a strided {} tensor on the GPU is not supported",
+          shape_string(shape_));
+    Tensor result = empty(shape_, dtype, device());
+    cuda::convert_on_device(raw(), dtype_, result.raw(), dtype, numel());
+    return result;
+  }
+#endif
   Tensor source = contiguous();
   Tensor result = empty(shape_, dtype);
   const int64_t count = numel();
@@ -339,6 +410,13 @@ Tensor Tensor::to(DType dtype) const {
     float* to = result.data<float>();
 #pragma omp parallel for schedule(static) if (count > kParallelThreshold)
     for (int64_t i = 0; i < count; ++i) to[i] = bf16_to_f32(from[i]);
+    return result;
+  }
+  if (dtype_ == DType::F32 && dtype == DType::BF16) {  // weights placed on a GPU, activations
+    const float* from = source.data<float>();
+    uint16_t* to = result.data<uint16_t>();
+#pragma omp parallel for schedule(static) if (count > kParallelThreshold)
+    for (int64_t i = 0; i < count; ++i) to[i] = f32_to_bf16(from[i]);
     return result;
   }
   const size_t from_size = dtype_size(dtype_), to_size = dtype_size(dtype);
@@ -352,11 +430,14 @@ void Tensor::copy_from(const Tensor& source) {
   check(source.shape() == shape_, "copy from {} into {}", shape_string(source.shape()),
         shape_string(shape_));
   check(is_contiguous(), "copy into a non-contiguous tensor");
+  require_cpu("copy_from");
+  source.require_cpu("copy_from");
   Tensor converted = source.to(dtype_);
   std::memcpy(raw(), converted.raw(), nbytes());
 }
 
 float Tensor::item_f32(const std::vector<int64_t>& index) const {
+  require_cpu("item_f32");
   check(int64_t(index.size()) == dim(), "index of {} entries for a {}-d tensor", index.size(),
         dim());
   int64_t offset = 0;

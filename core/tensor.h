@@ -1,6 +1,10 @@
 // A small n-dimensional array for the kernels: shape, strides (in elements), dtype, device, and
-// shared storage that is either an owned buffer or a region of a memory-mapped file. Views
-// (slice, select, permute, view) share storage; contiguous(), clone() and to() copy.
+// shared storage that is either an owned buffer, a region of a memory-mapped file, or (in CUDA
+// builds) a block of GPU memory. Views (slice, select, permute, view) share storage on either
+// device; contiguous(), clone() and to() copy. A model is written once over these tensors and the
+// ops in core/ops.h, which run where their inputs live.
+// On the GPU, data() is a device pointer (for kernels only) and the element-wise host helpers
+// (item_f32, strided copies, conversions other than float32 <-> bf16) refuse to run.
 #pragma once
 
 #include <cstddef>
@@ -15,6 +19,7 @@
 namespace mmgen {
 
 enum class Device { CPU, CUDA };
+const char* device_name(Device device);  // "cpu", "cuda"
 using Shape = std::vector<int64_t>;
 
 std::string shape_string(const Shape& shape);  // "[1, 16, 2]"
@@ -27,7 +32,7 @@ class Storage {
   virtual ~Storage() = default;
   virtual std::byte* data() = 0;
   virtual size_t size() const = 0;
-  Device device() const { return Device::CPU; }
+  virtual Device device() const { return Device::CPU; }
 };
 
 class OwnedStorage final : public Storage {
@@ -51,8 +56,8 @@ class Tensor {
  public:
   Tensor() = default;
 
-  static Tensor empty(const Shape& shape, DType dtype = DType::F32);
-  static Tensor zeros(const Shape& shape, DType dtype = DType::F32);
+  static Tensor empty(const Shape& shape, DType dtype = DType::F32, Device device = Device::CPU);
+  static Tensor zeros(const Shape& shape, DType dtype = DType::F32, Device device = Device::CPU);
   static Tensor full(const Shape& shape, float value);
   static Tensor from_vector(const Shape& shape, const std::vector<float>& values);
   static Tensor from_vector(const Shape& shape, const std::vector<int64_t>& values);
@@ -67,7 +72,8 @@ class Tensor {
   int64_t size(int64_t d) const;  // negative d counts from the end
   int64_t numel() const { return shape_numel(shape_); }
   DType dtype() const { return dtype_; }
-  Device device() const { return Device::CPU; }
+  Device device() const { return storage_ ? storage_->device() : Device::CPU; }
+  bool is_cpu() const { return device() == Device::CPU; }
   size_t nbytes() const { return size_t(numel()) * dtype_size(dtype_); }
   bool is_contiguous() const;
 
@@ -96,13 +102,15 @@ class Tensor {
   Tensor contiguous() const;                 // shares storage when already contiguous
   Tensor clone() const;
   Tensor to(DType dtype) const;          // converts; shares storage when nothing changes
-  void copy_from(const Tensor& source);  // same shape; converts dtype
+  Tensor to(Device device) const;        // copies (contiguously); shares when already there
+  void copy_from(const Tensor& source);  // same shape; converts dtype (host tensors)
 
   // Element access for tests and small host code (converts to float).
   float item_f32(const std::vector<int64_t>& index) const;
 
  private:
   void check_element_size(size_t size) const;
+  void require_cpu(const char* what) const;
   int64_t normalize_dim(int64_t d, int64_t rank) const;
 
   std::shared_ptr<Storage> storage_;

@@ -1,8 +1,8 @@
 #include "pipeline/wan_pipeline.h"
 
 #ifdef MMGEN_HAVE_CUDA
-#include "models/cuda/umt5_encoder_cuda.h"
-#include "models/cuda/wan_transformer_cuda.h"
+#include "attention/backends/video_sparse_attn/vsa_gate.h"
+#include "attention/sparse_self_attention_cuda.h"
 #include "models/cuda/wan_vae_cuda.h"
 #endif
 
@@ -162,15 +162,18 @@ Tensor WanPipeline::encode_prompt(const std::string& prompt, int64_t max_length,
   const Shape shape = {1, int64_t(encoding.ids.size())};
   const Tensor ids = Tensor::from_vector(shape, encoding.ids);
   const Tensor mask = Tensor::from_vector(shape, encoding.attention_mask);
-  if (!cuda) return text_encoders::encode_wan_prompt_embeddings(*text_encoder_, ids, mask);
-#ifdef MMGEN_HAVE_CUDA
-  if (!text_encoder_gpu_) {  // made on first use: precomputed embeddings need no text encoder
-    text_encoder_gpu_ = std::make_shared<cuda::UMT5EncoderCuda>(
-        *text_encoder_, gpu_text_backend(attention_plan_, text_encoder_->config().d_kv));
-    spdlog::info("text encoder on the GPU: {} paged attention",
-                 text_encoder_gpu_->attention_backend());
+  if (!cuda) {
+    if (text_encoder_->device() != Device::CPU) text_encoder_->set_device(Device::CPU);
+    return text_encoders::encode_wan_prompt_embeddings(*text_encoder_, ids, mask);
   }
-  return text_encoders::zero_fill_after_length(text_encoder_gpu_->forward(ids, mask), mask);
+#ifdef MMGEN_HAVE_CUDA
+  if (text_encoder_->device() != Device::CUDA) {  // moved on first use: precomputed embeddings
+                                                  // need no text encoder
+    text_encoder_->set_device(Device::CUDA, DType::BF16,
+                              gpu_text_backend(attention_plan_, text_encoder_->config().d_kv));
+    spdlog::info("text encoder on the GPU: {} paged attention", text_encoder_->attention_backend());
+  }
+  return text_encoders::zero_fill_after_length(text_encoder_->forward(ids, mask), mask);
 #else
   fail(
       "--device cuda: this build has no CUDA support; rebuild with -DMMGEN_CUDA=ON or use "
@@ -248,13 +251,8 @@ namespace {
 // Self-attention may instead run a GPU sparse backend (one whose descriptor has a CUDA factory).
 // The selector planned against the GPU's kernels; the check only guards against a plan made for
 // another machine.
-struct GpuAttention {
-  std::unique_ptr<cuda::SparseSelfAttentionCuda> sparse;  // null: dense self-attention
-  cuda::DenseKernels dense;
-};
-
-GpuAttention gpu_attention(const AttentionPlan& plan) {
-  GpuAttention result;
+attention::GpuAttention gpu_attention(const AttentionPlan& plan) {
+  attention::GpuAttention result;
   auto it = plan.components.find("transformer");
   if (it == plan.components.end()) return result;
   // What the GPU runs, from the descriptors: dense backends with a CUDA kernel row run in the
@@ -272,7 +270,7 @@ GpuAttention gpu_attention(const AttentionPlan& plan) {
   const auto contains = [](const std::vector<std::string>& names, const std::string& name) {
     return std::find(names.begin(), names.end(), name) != names.end();
   };
-  using Kernel = cuda::DenseKernel;
+  using Kernel = attention::DenseKernel;
   std::string sparse;
   for (const auto& layer : it->second.layers) {
     const bool self = layer.kind == attention::LayerKind::SelfAttention;
@@ -292,6 +290,28 @@ GpuAttention gpu_attention(const AttentionPlan& plan) {
         cuda::make_sparse_self_attention_cuda(sparse, backend_config(plan, sparse), plan.resources);
   return result;
 }
+
+// A GPU run's attention: the plan's kernels, and for a backend that reads VSA's gate the
+// checkpoint's to_gate_compress of every block on the GPU (bf16 weight, float32 bias: a bf16
+// product with a float32 result, as the model's other products).
+dit::WanAttention gpu_wan_attention(const AttentionPlan& plan, const dit::WanTransformer& model) {
+  dit::WanAttention attention;
+  attention.gpu = gpu_attention(plan);
+  if (!attention.gpu.sparse || !attention::sparse_backend_wants_gate(*attention.gpu.sparse))
+    return attention;
+  const std::vector<std::string> fragments =
+      extra_weight_names(std::string(attention.gpu.sparse->name()));
+  const std::vector<std::string> names = model.weights().names();
+  attention.layers.resize(size_t(model.config().num_layers));
+  for (size_t i = 0; i < attention.layers.size(); ++i) {
+    attention::LayerWeights& weights = attention.layers[i].self_weights;
+    weights = layer_weights(model.weights(), names, fragments, int64_t(i));
+    for (auto& [key, tensor] : weights)
+      tensor = key == attention::kVsaGateWeightKey ? tensor.to(DType::BF16).to(Device::CUDA)
+                                                   : tensor.to(Device::CUDA);
+  }
+  return attention;
+}
 #endif
 
 }  // namespace
@@ -299,18 +319,13 @@ GpuAttention gpu_attention(const AttentionPlan& plan) {
 WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
                                           bool keep_step_latents) const {
   const bool guided = input.guidance_scale > 1.0;
-  // --device cuda: checked and the weights uploaded before any other work.
-#ifdef MMGEN_HAVE_CUDA
-  // The GPU attention (sparse self-attention backend, dense kernels): fresh per run, like the CPU
-  // attention state.
-  GpuAttention gpu;
-#endif
+  // --device cuda: checked and the weights uploaded before any other work. The attention state
+  // (CPU backends, or the GPU's kernels and sparse backend) is built fresh per run below.
   if (input.cuda) {
 #ifdef MMGEN_HAVE_CUDA
-    gpu = gpu_attention(attention_plan_);
-    if (!transformer_gpu_) {
+    if (transformer_->device() != Device::CUDA) {  // the weights go up once per pipeline
       Progress upload("upload", 1);
-      transformer_gpu_ = std::make_shared<cuda::WanTransformerCuda>(*transformer_);
+      transformer_->set_device(Device::CUDA);
       upload.finish();
     }
     if (!vae_gpu_) vae_gpu_ = std::make_shared<cuda::WanVaeDecoderCuda>(*vae_);
@@ -348,18 +363,17 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
     latents = randn(shape, input.seed);
   }
 
+#ifdef MMGEN_HAVE_CUDA
+  dit::WanAttention attention =
+      input.cuda ? gpu_wan_attention(attention_plan_, *transformer_) : build_attention();
+#else
   dit::WanAttention attention = build_attention();
+#endif
+  if (!input.cuda && transformer_->device() != Device::CPU) transformer_->set_device(Device::CPU);
   auto step_timestep = [&](int step) { return scheduler->timesteps()[size_t(step)]; };
   auto predict = [&](const Tensor& embeds, int step, int steps, int call) {
-    if (!input.cuda)
-      return transformer_->forward(latents, step_timestep(step), embeds, {step, steps, call},
-                                   &attention);
-#ifdef MMGEN_HAVE_CUDA
-    return transformer_gpu_->forward(latents, step_timestep(step), embeds, nullptr,
-                                     gpu.sparse.get(), step, gpu.dense);
-#else
-    return Tensor();
-#endif
+    return transformer_->forward(latents, step_timestep(step), embeds, {step, steps, call},
+                                 &attention);
   };
   WanGenerationOutput output;
   const int steps = scheduler->num_inference_steps();

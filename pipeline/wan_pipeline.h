@@ -22,9 +22,7 @@
 #include "pipeline/request.h"
 
 namespace mmgen::cuda {
-class WanTransformerCuda;
 class WanVaeDecoderCuda;
-class UMT5EncoderCuda;
 }  // namespace mmgen::cuda
 
 namespace mmgen {
@@ -93,11 +91,9 @@ class WanPipeline {
   std::string scheduler_class_;  // model_index.json's, which picks the scheduler
   nlohmann::json scheduler_config_;
   AttentionPlan attention_plan_;
-  // The transformer's GPU copy, made on the first --device cuda run (CUDA builds).
-  mutable std::shared_ptr<cuda::WanTransformerCuda> transformer_gpu_;
-  mutable std::shared_ptr<cuda::WanVaeDecoderCuda> vae_gpu_;  // likewise the VAE decoder's
-  // The text encoder's GPU copy, likewise, through the GPU paged backend the plan allows.
-  mutable std::shared_ptr<cuda::UMT5EncoderCuda> text_encoder_gpu_;
+  // The VAE decoder's GPU copy, made on the first --device cuda run (CUDA builds). The text
+  // encoder and the transformer are one class each and move to the GPU themselves.
+  mutable std::shared_ptr<cuda::WanVaeDecoderCuda> vae_gpu_;
 };
 
 // A request's generation input (reads --latents when given, checking its shape).

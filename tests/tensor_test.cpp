@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "core/error.h"
+#include "core/ops.h"
 
 namespace mmgen {
 namespace {
@@ -92,6 +95,64 @@ TEST(Tensor, DTypeConversionRoundTrip) {
   Tensor i = t.to(DType::I64);
   EXPECT_EQ(i.data<int64_t>()[1], -2);
   EXPECT_THROW(t.data<int64_t>(), Error);
+}
+
+TEST(Tensor, DeviceIsTheStoragesAndCpuMovesShare) {
+  const Tensor t = arange({2, 3});
+  EXPECT_EQ(t.device(), Device::CPU);
+  EXPECT_EQ(Tensor().device(), Device::CPU);
+  const Tensor moved = t.to(Device::CPU);
+  EXPECT_EQ(moved.raw(), t.raw());  // already there: no copy
+  EXPECT_STREQ(device_name(Device::CUDA), "cuda");
+#ifndef MMGEN_HAVE_CUDA
+  try {
+    (void)Tensor::empty({2}, DType::F32, Device::CUDA);
+    FAIL() << "a CUDA tensor in a CPU-only build must be refused";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("no CUDA support"), std::string::npos) << error.what();
+  }
+#endif
+}
+
+TEST(Ops, ActivationsFollowTheirFormulas) {
+  const std::vector<float> values = {-3.0f, -0.5f, 0.0f, 0.25f, 2.0f};
+  const struct {
+    Activation activation;
+    double (*formula)(double);
+  } cases[] = {
+      {Activation::Relu, [](double v) { return v > 0 ? v : 0.0; }},
+      {Activation::Gelu, [](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); }},
+      {Activation::GeluTanh,
+       [](double v) {
+         return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+       }},
+      {Activation::Silu, [](double v) { return v / (1 + std::exp(-v)); }},
+  };
+  for (const auto& c : cases) {
+    Tensor x = Tensor::from_vector({5}, values);
+    ops::activate_(x, c.activation);
+    for (size_t i = 0; i < values.size(); ++i)
+      EXPECT_NEAR(x.data<float>()[i], c.formula(values[i]), 1e-6) << int(c.activation);
+  }
+}
+
+TEST(Ops, RandomUniformIsSeededBoundedAndRoundedThroughBf16) {
+  const Tensor a = ops::random_uniform({4096}, DType::F32, Device::CPU, 7, 0.5f);
+  const Tensor b = ops::random_uniform({4096}, DType::F32, Device::CPU, 7, 0.5f);
+  const Tensor c = ops::random_uniform({4096}, DType::F32, Device::CPU, 8, 0.5f);
+  const Tensor h = ops::random_uniform({4096}, DType::BF16, Device::CPU, 7, 0.5f);
+  double mean = 0;
+  int differing = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const float v = a.data<float>()[i];
+    EXPECT_TRUE(v >= -0.5f && v <= 0.5f) << v;
+    EXPECT_EQ(v, b.data<float>()[i]);
+    EXPECT_EQ(v, bf16_to_f32(h.data<uint16_t>()[i]));  // the bf16 values are the float32 ones
+    differing += v != c.data<float>()[i];
+    mean += v;
+  }
+  EXPECT_GT(differing, 4000);  // another seed, other numbers
+  EXPECT_NEAR(mean / double(a.numel()), 0.0, 0.02);
 }
 
 }  // namespace

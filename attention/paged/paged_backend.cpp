@@ -1,4 +1,7 @@
 #include "attention/paged/paged_backend.h"
+#ifdef MMGEN_HAVE_CUDA
+#include "attention/cuda/paged_tensor_backend_cuda.h"
+#endif
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -68,6 +71,19 @@ std::unique_ptr<PagedAttentionBackend> make_paged_backend(std::string_view name,
   if (name == "flex_attention") return make_flex_attention_backend();
   fail("paged attention backend '{}' has no CPU implementation in this build; these do: {}", name,
        fmt::join(cpu_paged_backends(), ", "));
+}
+
+std::unique_ptr<PagedAttentionBackend> make_paged_backend(std::string_view name, Device device,
+                                                          const PagedBackendOptions& options) {
+  if (device == Device::CPU) return make_paged_backend(name, options);
+#ifdef MMGEN_HAVE_CUDA
+  cuda::paged::PagedBackendCudaOptions cuda_options;
+  cuda_options.flashinfer_use_ragged = options.flashinfer_use_ragged;
+  return cuda::paged::make_tensor_paged_backend_cuda(name, cuda_options);
+#else
+  fail("paged attention backend '{}' on the GPU: this build has no CUDA support; use --device cpu",
+       name);
+#endif
 }
 
 }  // namespace mmgen::attention::paged

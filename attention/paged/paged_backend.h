@@ -79,6 +79,11 @@ struct PagedBackendOptions {
 // implementation (listing those that have one).
 std::unique_ptr<PagedAttentionBackend> make_paged_backend(std::string_view name,
                                                           const PagedBackendOptions& options = {});
+// The same on `device`: on the GPU the backend takes device tensors (bf16, or float32 in the exact
+// mode) and runs the CUDA kernels of that design (attention/cuda/paged_tensor_backend_cuda.h).
+// Encoder-only use (no K/V pool).
+std::unique_ptr<PagedAttentionBackend> make_paged_backend(std::string_view name, Device device,
+                                                          const PagedBackendOptions& options = {});
 
 // The paged backends this build implements on the CPU (feeds the catalogue's kernel table).
 std::vector<std::string_view> cpu_paged_backends();

@@ -26,12 +26,14 @@ class ScoreBias {
 
 // A bias that depends only on key position − query position: values [heads, 2·max_len − 1],
 // entry (h, (k − q) + max_len − 1). T5's buckets give such a table, [heads, 2S − 1] floats per
-// layer instead of the [heads, S, S] matrix.
+// layer instead of the [heads, S, S] matrix. The values live where the layer's q, k, v live: the
+// CPU backends call add(); the GPU ones hand values() to their kernels.
 class RelativePositionBias final : public ScoreBias {
  public:
   RelativePositionBias(Tensor values, int64_t max_len);
   void add(int64_t head, int64_t q_pos, int64_t k_pos, int64_t count, float* scores) const override;
   int64_t max_len() const { return max_len_; }
+  const Tensor& values() const { return values_; }
 
  private:
   Tensor values_;  // contiguous float32

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "attention/backend_config.h"
+#include "attention/sparse_self_attention_cuda.h"
 #include "core/cuda/device_memory.h"
 #include "core/safetensors.h"
-#include "models/cuda/wan_transformer_cuda.h"
 #include "models/dit/wan_random_checkpoint.h"
 #include "models/dit/wan_transformer.h"
 
@@ -35,9 +35,9 @@ int main(int argc, char** argv) try {
   const fs::path file = fs::temp_directory_path() / "mmgen_wan_1_3b_random.safetensors";
   if (!fs::exists(file))
     write_safetensors(file, dit::random_checkpoint(config), {{"format", "pt"}});
-  const dit::WanTransformer cpu(config, WeightStore::open_file(file));
+  dit::WanTransformer gpu(config, WeightStore::open_file(file));
   const auto load_start = std::chrono::steady_clock::now();
-  const cuda::WanTransformerCuda gpu(cpu);
+  gpu.set_device(Device::CUDA);
   const double load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
 
@@ -64,41 +64,35 @@ int main(int argc, char** argv) try {
   };
   std::printf("Wan2.1-1.3B-sized transformer, 480x832x81 frames (32760 tokens), 512 text tokens\n");
   std::printf("weights on GPU: %.2f GiB (uploaded in %.1f s)\n",
-              gpu.weight_bytes() / double(1 << 30), load_seconds);
+              gpu.resident_weight_bytes() / double(1 << 30), load_seconds);
   for (const Mode& mode : modes) {
-    std::unique_ptr<cuda::SparseSelfAttentionCuda> sparse;
+    dit::WanAttention attention;
     if (!mode.backend.empty())
-      sparse = cuda::make_sparse_self_attention_cuda(
+      attention.gpu.sparse = cuda::make_sparse_self_attention_cuda(
           mode.backend, attention::validate_backend_config(mode.config, mode.backend));
-    Tensor out = gpu.forward(latents, 999.0f, text, nullptr, sparse.get());  // warm-up
+    cuda::SparseSelfAttentionCuda* sparse = attention.gpu.sparse.get();
+    Tensor out = gpu.forward(latents, 999.0f, text, {}, &attention);  // warm-up
     double density = 1.0;
     if (sparse) {
       sparse->count_pairs(true);
-      gpu.forward(latents, 999.0f, text, nullptr, sparse.get());
+      gpu.forward(latents, 999.0f, text, {}, &attention);
       density = sparse->stats().density();
       sparse->count_pairs(false);
     }
-    std::vector<double> seconds, host, device;
+    std::vector<double> seconds;
     for (int i = 0; i < repeats; ++i) {
       const auto start = std::chrono::steady_clock::now();
-      cuda::WanTransformerCuda::Timings timings;
-      out = gpu.forward(latents, 999.0f - 10.0f * float(i), text, &timings, sparse.get());
-      host.push_back(timings.host_seconds);
-      device.push_back(timings.device_seconds);
+      out = gpu.forward(latents, 999.0f - 10.0f * float(i), text, {}, &attention);
       seconds.push_back(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
     std::sort(seconds.begin(), seconds.end());
-    std::sort(host.begin(), host.end());
-    std::sort(device.begin(), device.end());
     double sum_abs = 0;
     for (int64_t i = 0; i < out.numel(); ++i) sum_abs += std::abs(out.data<float>()[i]);
     const double gib = double(1 << 30);
     std::printf("%s (self-attention density %.3f)\n", mode.label, density);
     std::printf("forward: median %.3f s, min %.3f s, max %.3f s over %d repeats\n",
                 seconds[seconds.size() / 2], seconds.front(), seconds.back(), repeats);
-    std::printf("  of which host preparation (median) %.3f s, device work and download %.3f s\n",
-                host[host.size() / 2], device[device.size() / 2]);
     std::printf("peak GPU memory (allocator): %.2f GiB; output mean |x| %.4f\n",
                 cuda::CachingAllocator::instance().peak_bytes_in_use() / gib,
                 sum_abs / double(out.numel()));

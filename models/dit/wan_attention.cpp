@@ -26,6 +26,19 @@ Tensor wan_attention(const Tensor& q, const Tensor& k, const Tensor& v,
           call.attention->layers.size());
     layer = &call.attention->layers[size_t(call.layer)];
   }
+  if (q.device() == Device::CUDA) {
+    const attention::GpuAttention gpu =
+        call.attention ? call.attention->gpu : attention::GpuAttention{};
+    if (call.is_cross || !gpu.sparse)
+      return attention::dense_attention_gpu(q, k, v, scale,
+                                            call.is_cross ? gpu.dense.cross : gpu.dense.self);
+    Tensor gate;
+    if (layer && call.attention_input && attention::sparse_backend_wants_gate(*gpu.sparse))
+      gate = attention::vsa_gate(layer->self_weights, *call.attention_input, q.size(2));
+    return attention::sparse_self_attention_gpu(*gpu.sparse, q, k, v,
+                                                {call.grid_t, call.grid_h, call.grid_w},
+                                                call.step.index, call.layer, scale, gate);
+  }
   attention::AttentionBackend* backend =
       layer ? (call.is_cross ? layer->cross_attention : layer->self_attention).get() : nullptr;
   if (!backend) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "attention/backend.h"
+#include "attention/device_attention.h"
 #include "core/tensor.h"
 
 namespace mmgen::dit {
@@ -30,6 +31,9 @@ struct WanLayerAttention {
 struct WanAttention {
   std::vector<WanLayerAttention> layers;
   attention::AttentionStats self_attention_stats;  // summed over the run's self-attention calls
+  // A GPU run: the plan's dense kernels and the GPU sparse self-attention backend, if any (the
+  // per-layer CPU backends above stay null; self_weights hold VSA's gate on the GPU).
+  attention::GpuAttention gpu;
 };
 
 // Where a forward pass sits in the denoising loop.

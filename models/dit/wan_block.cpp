@@ -1,11 +1,9 @@
 #include "models/dit/wan_block.h"
 
 #include <algorithm>
-#include <vector>
 
 #include "core/error.h"
 #include "core/ops.h"
-#include "models/dit/wan_kernels.h"
 #include "models/dit/wan_weights.h"
 
 namespace mmgen::dit {
@@ -44,31 +42,27 @@ void check_attention(const WeightStore& store, const std::string& prefix, int64_
 }
 
 // Attention of `queries` [B, S, D] over `context` [B, L, D] (the queries themselves for
-// self-attention), through the projections, q/k RMSNorm across heads and, for self-attention,
-// RoPE. Returns the output projection [B, S, D].
+// self-attention), both in the compute dtype, through the projections, q/k RMSNorm across heads
+// and, for self-attention, RoPE. Returns the output projection [B, S, D] float32.
 Tensor attend(const Tensor& queries, const Tensor& context, const WanAttentionWeights& w,
-              const WanTransformerConfig& config, const WanRope* rope,
+              const WanTransformerConfig& config, const WanRopeTables* rope, DType compute,
               const WanAttentionCall& call) {
   const int64_t batch = queries.size(0), q_len = queries.size(1), kv_len = context.size(1);
   const int64_t dim = config.inner_dim(), heads = config.num_attention_heads,
                 head_dim = config.attention_head_dim;
+  const Tensor cos = rope ? rope->cos : Tensor(), sin = rope ? rope->sin : Tensor();
   Tensor attended;
   {
-    Tensor q = ops::linear(queries, w.q_weight, w.q_bias);
-    rms_norm_rows_(q.data<float>(), batch * q_len, dim, w.norm_q.data<float>(), config.eps);
-    Tensor k = ops::linear(context, w.k_weight, w.k_bias);
-    rms_norm_rows_(k.data<float>(), batch * kv_len, dim, w.norm_k.data<float>(), config.eps);
-    Tensor v = ops::linear(context, w.v_weight, w.v_bias);
-    q = q.view({batch, q_len, heads, head_dim});
-    k = k.view({batch, kv_len, heads, head_dim});
-    v = v.view({batch, kv_len, heads, head_dim});
-    if (rope) {
-      rope->apply_(q, call.grid_t, call.grid_h, call.grid_w);
-      rope->apply_(k, call.grid_t, call.grid_h, call.grid_w);
-    }
+    Tensor q = ops::linear(queries, w.q_weight, w.q_bias, compute);
+    ops::rms_norm_rope_(q, w.norm_q, config.eps, cos, sin, head_dim);
+    Tensor k = ops::linear(context, w.k_weight, w.k_bias, compute);
+    ops::rms_norm_rope_(k, w.norm_k, config.eps, cos, sin, head_dim);
+    Tensor v = ops::linear(context, w.v_weight, w.v_bias, compute);
     WanAttentionCall with_input = call;
     if (!call.is_cross) with_input.attention_input = &queries;
-    attended = wan_attention(q, k, v, with_input);
+    attended = wan_attention(q.view({batch, q_len, heads, head_dim}),
+                             k.view({batch, kv_len, heads, head_dim}),
+                             v.view({batch, kv_len, heads, head_dim}), with_input);
   }  // q, k, v released before the output projection allocates
   return ops::linear(attended.view({batch, q_len, dim}), w.out_weight, w.out_bias);
 }
@@ -110,64 +104,72 @@ void check_block_weights(const WeightStore& store, int64_t layer,
   expect_weight(store, prefix + "scale_shift_table", {1, 6, dim});
 }
 
-void run_wan_block(Tensor& x, const Tensor& text, const float* timestep_proj,
+WanBlockWeights WanBlockWeights::placed(Device device, DType compute) const {
+  // A product's weight in the compute dtype; its bias in the product's output dtype (compute
+  // where the next op reads it, float32 where it joins the residual stream).
+  const auto product = [&](const Tensor& t) { return t.to(compute).to(device); };
+  const auto f32 = [&](const Tensor& t) { return t.defined() ? t.to(device) : t; };
+  const auto attention = [&](const WanAttentionWeights& a) {
+    WanAttentionWeights p;
+    p.q_weight = product(a.q_weight), p.q_bias = product(a.q_bias);
+    p.k_weight = product(a.k_weight), p.k_bias = product(a.k_bias);
+    p.v_weight = product(a.v_weight), p.v_bias = product(a.v_bias);
+    p.out_weight = product(a.out_weight), p.out_bias = f32(a.out_bias);
+    p.norm_q = f32(a.norm_q), p.norm_k = f32(a.norm_k);
+    return p;
+  };
+  WanBlockWeights p;
+  p.self_attention = attention(self_attention);
+  p.cross_attention = attention(cross_attention);
+  p.norm2_weight = f32(norm2_weight), p.norm2_bias = f32(norm2_bias);
+  p.ffn_in_weight = product(ffn_in_weight), p.ffn_in_bias = product(ffn_in_bias);
+  p.ffn_out_weight = product(ffn_out_weight), p.ffn_out_bias = f32(ffn_out_bias);
+  p.modulation = modulation;  // read on the host
+  return p;
+}
+
+void run_wan_block(Tensor& x, const Tensor& text, const WanModulation& m,
                    const WanBlockWeights& weights, const WanTransformerConfig& config,
-                   const WanRope& rope, const WanAttentionCall& call) {
+                   const WanRopeTables& rope, DType compute, const WanAttentionCall& call) {
   const int64_t batch = x.size(0), tokens = x.size(1), dim = x.size(2);
   const int64_t rows = batch * tokens;
 
-  // (shift, scale, gate, c_shift, c_scale, c_gate) = scale_shift_table + timestep_proj, in this
-  // order; the scales are used as (1 + scale).
-  std::vector<float> modulation(size_t(6 * dim));
-  const float* table = weights.modulation.data<float>();
-  for (int64_t i = 0; i < 6 * dim; ++i) modulation[size_t(i)] = table[i] + timestep_proj[i];
-  const float* shift = modulation.data();
-  const float* gate = modulation.data() + 2 * dim;
-  const float* ffn_shift = modulation.data() + 3 * dim;
-  const float* ffn_gate = modulation.data() + 5 * dim;
-  std::vector<float> scale_plus_one(static_cast<size_t>(dim)),
-      ffn_scale_plus_one(static_cast<size_t>(dim));
-  for (int64_t i = 0; i < dim; ++i) {
-    scale_plus_one[size_t(i)] = 1.0f + modulation[size_t(dim + i)];
-    ffn_scale_plus_one[size_t(i)] = 1.0f + modulation[size_t(4 * dim + i)];
-  }
-  float* residual = x.data<float>();
-
   // 1. Self-attention, gated residual.
   {
-    Tensor normed = Tensor::empty(x.shape());
-    modulated_layer_norm(residual, normed.data<float>(), rows, dim, shift, scale_plus_one.data(),
-                         config.eps);
+    const Tensor normed =
+        ops::modulated_layer_norm(x, m.shift, m.scale_plus_one, config.eps, compute);
     WanAttentionCall self_call = call;
     self_call.is_cross = false;
-    Tensor out = attend(normed, normed, weights.self_attention, config, &rope, self_call);
-    add_gated_(residual, out.data<float>(), rows, dim, gate);
+    const Tensor out =
+        attend(normed, normed, weights.self_attention, config, &rope, compute, self_call);
+    ops::add_gated_(x, out, m.gate);
   }
 
   // 2. Cross-attention to the text, plain residual (no gate).
   {
-    Tensor normed = config.cross_attn_norm
-                        ? ops::layer_norm(x, config.eps, weights.norm2_weight, weights.norm2_bias)
-                        : x;
+    const Tensor normed =
+        config.cross_attn_norm
+            ? ops::layer_norm(x, config.eps, weights.norm2_weight, weights.norm2_bias, compute)
+            : x.to(compute);
     WanAttentionCall cross_call = call;
     cross_call.is_cross = true;
-    Tensor out = attend(normed, text, weights.cross_attention, config, nullptr, cross_call);
-    add_gated_(residual, out.data<float>(), rows, dim, nullptr);
+    const Tensor out =
+        attend(normed, text, weights.cross_attention, config, nullptr, compute, cross_call);
+    ops::add_gated_(x, out);
   }
 
-  // 3. Feed-forward, gated residual, over chunks of rows so the hidden activation stays bounded.
-  const int64_t chunk_rows = std::min(rows, kFfnChunkRows);
-  Tensor normed = Tensor::empty({chunk_rows, dim});
+  // 3. Feed-forward (GELU, tanh form), gated residual. On the CPU over chunks of rows, so the
+  // hidden activation stays bounded; the GPU takes all rows at once.
+  const int64_t chunk_rows = x.is_cpu() ? std::min(rows, kFfnChunkRows) : rows;
+  const Tensor flat = x.view({rows, dim});
   for (int64_t start = 0; start < rows; start += chunk_rows) {
-    const int64_t count = std::min(chunk_rows, rows - start);
-    float* rows_in = residual + start * dim;
-    modulated_layer_norm(rows_in, normed.data<float>(), count, dim, ffn_shift,
-                         ffn_scale_plus_one.data(), config.eps);
-    Tensor hidden =
-        ops::linear(normed.slice(0, 0, count), weights.ffn_in_weight, weights.ffn_in_bias);
-    ops::gelu_tanh_(hidden);
-    Tensor out = ops::linear(hidden, weights.ffn_out_weight, weights.ffn_out_bias);
-    add_gated_(rows_in, out.data<float>(), count, dim, ffn_gate);
+    Tensor rows_in = flat.slice(0, start, std::min(rows, start + chunk_rows));
+    const Tensor normed =
+        ops::modulated_layer_norm(rows_in, m.ffn_shift, m.ffn_scale_plus_one, config.eps, compute);
+    const Tensor hidden = ops::linear(normed, weights.ffn_in_weight, weights.ffn_in_bias, compute,
+                                      Activation::GeluTanh);
+    ops::add_gated_(rows_in, ops::linear(hidden, weights.ffn_out_weight, weights.ffn_out_bias),
+                    m.ffn_gate);
   }
 }
 

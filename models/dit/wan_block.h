@@ -12,32 +12,49 @@
 
 namespace mmgen::dit {
 
-// One attention layer's projections (float32).
+// One attention layer's projections, on the model's device (see WanBlockWeights).
 struct WanAttentionWeights {
   Tensor q_weight, q_bias, k_weight, k_bias, v_weight, v_bias, out_weight, out_bias;
   Tensor norm_q, norm_k;  // RMSNorm weights over the whole inner dim
 };
 
-// A block's weights as float32: loaded (converted from bf16 where stored so) just before the block
-// runs and released after it, so only one block's float32 copy is ever resident.
+// A block's weights where the model runs. On the CPU, float32: loaded (converted from bf16
+// where stored so) just before the block runs and released after it, so only one block's float32
+// copy is ever resident. On the GPU, resident: the products' weights in the compute dtype, each
+// bias in its product's output dtype, norms float32.
 struct WanBlockWeights {
   WanAttentionWeights self_attention, cross_attention;
   Tensor norm2_weight, norm2_bias;  // undefined when cross_attn_norm is false
   Tensor ffn_in_weight, ffn_in_bias, ffn_out_weight, ffn_out_bias;
-  Tensor modulation;  // scale_shift_table [1, 6, D]
+  Tensor modulation;  // scale_shift_table [1, 6, D], float32 on the host
 
   static WanBlockWeights load(const WeightStore& store, int64_t layer,
                               const WanTransformerConfig& config);
+  // These float32 weights placed on `device` for products that read `compute`.
+  WanBlockWeights placed(Device device, DType compute) const;
+};
+
+// One block's timestep modulation for a forward, each [D] float32 on the model's device: shift,
+// scale + 1 and gate of the self-attention, the same three of the feed-forward.
+struct WanModulation {
+  Tensor shift, scale_plus_one, gate, ffn_shift, ffn_scale_plus_one, ffn_gate;
+};
+
+// The self-attention's RoPE rotation for the forward's latent grid: float32 [tokens,
+// head_dim / 2] on the model's device (WanRope::pair_tables).
+struct WanRopeTables {
+  Tensor cos, sin;
 };
 
 // Checks that the store holds every tensor of block `layer` with the shape the config implies.
 void check_block_weights(const WeightStore& store, int64_t layer,
                          const WanTransformerConfig& config);
 
-// Runs block `layer` on x [B, S, D] in place. text is the embedded text [B, L, D];
-// timestep_proj holds the 6·D modulation values from the condition embedder (shared by the batch).
-void run_wan_block(Tensor& x, const Tensor& text, const float* timestep_proj,
+// Runs block `call.layer` on x [B, S, D] (float32, the residual stream) in place, where x lives.
+// text is the embedded text [B, L, D] in `compute`, the dtype the products read (float32 on the
+// CPU; bf16 on the GPU).
+void run_wan_block(Tensor& x, const Tensor& text, const WanModulation& modulation,
                    const WanBlockWeights& weights, const WanTransformerConfig& config,
-                   const WanRope& rope, const WanAttentionCall& call);
+                   const WanRopeTables& rope, DType compute, const WanAttentionCall& call);
 
 }  // namespace mmgen::dit

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/ops.h"
 
 namespace mmgen::dit {
 
@@ -44,39 +45,11 @@ void WanRope::apply_(Tensor& x, int64_t grid_t, int64_t grid_h, int64_t grid_w) 
         shape_string(x.shape()));
   check(x.size(1) == grid_t * grid_h * grid_w, "RoPE: {} tokens for a {}x{}x{} grid", x.size(1),
         grid_t, grid_h, grid_w);
-  check(
-      grid_t <= max_seq_len_ && grid_h <= max_seq_len_ && grid_w <= max_seq_len_,
-      "latent grid {}x{}x{} (after patchify) exceeds the transformer's rope_max_seq_len {}: use a "
-      "smaller size",
-      grid_t, grid_h, grid_w, max_seq_len_);
-  const int64_t batch = x.size(0), tokens = x.size(1), heads = x.size(2);
-  const int64_t half = head_dim_ / 2;
-  float* data = x.data<float>();
-#pragma omp parallel if (x.numel() > (1 << 15))
-  {
-    std::vector<float> cos_pair(static_cast<size_t>(half)), sin_pair(static_cast<size_t>(half));
-#pragma omp for schedule(static)
-    for (int64_t token = 0; token < tokens; ++token) {
-      const int64_t rows[3] = {token / (grid_h * grid_w), (token / grid_w) % grid_h,
-                               token % grid_w};
-      // diffusers rotates pair j by cos from channel 2j and sin from channel 2j+1 of the table.
-      for (int64_t j = 0; j < half; ++j) {
-        const int64_t even = 2 * j, odd = 2 * j + 1;
-        cos_pair[size_t(j)] = cos_[size_t(rows[axis_of_channel_[size_t(even)]] * head_dim_ + even)];
-        sin_pair[size_t(j)] = sin_[size_t(rows[axis_of_channel_[size_t(odd)]] * head_dim_ + odd)];
-      }
-      for (int64_t b = 0; b < batch; ++b)
-        for (int64_t h = 0; h < heads; ++h) {
-          float* v = data + ((b * tokens + token) * heads + h) * head_dim_;
-          for (int64_t j = 0; j < half; ++j) {
-            const float x1 = v[2 * j], x2 = v[2 * j + 1];
-            const float c = cos_pair[size_t(j)], s = sin_pair[size_t(j)];
-            v[2 * j] = x1 * c - x2 * s;
-            v[2 * j + 1] = x1 * s + x2 * c;
-          }
-        }
-    }
-  }
+  std::vector<float> cos, sin;
+  pair_tables(grid_t, grid_h, grid_w, cos, sin);  // checks the grid against rope_max_seq_len
+  const Shape shape = {x.size(1), head_dim_ / 2};
+  Tensor rows = x.view({x.size(0) * x.size(1), x.size(2) * head_dim_});
+  ops::rope_(rows, Tensor::from_vector(shape, cos), Tensor::from_vector(shape, sin), head_dim_);
 }
 
 void WanRope::pair_tables(int64_t grid_t, int64_t grid_h, int64_t grid_w, std::vector<float>& cos,

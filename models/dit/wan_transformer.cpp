@@ -5,33 +5,11 @@
 
 #include "core/error.h"
 #include "core/ops.h"
-#include "models/dit/wan_block.h"
-#include "models/dit/wan_kernels.h"
 #include "models/dit/wan_patchify.h"
 #include "models/dit/wan_weights.h"
 
 namespace mmgen::dit {
 namespace {
-
-// The condition embedder's outputs for one timestep (shared by the batch) and the text.
-struct Conditioning {
-  TimeConditioning time;
-  Tensor text;  // [B, L, D]
-};
-
-Conditioning embed_conditions(const WeightStore& store, const WanTransformerConfig& config,
-                              float timestep, const Tensor& text_embeds) {
-  Conditioning result;
-  result.time = time_conditioning(TimeEmbedderWeights::load(store), config, timestep);
-  Tensor text = ops::linear(text_embeds,
-                            load_weight(store, "condition_embedder.text_embedder.linear_1.weight"),
-                            load_weight(store, "condition_embedder.text_embedder.linear_1.bias"));
-  ops::gelu_tanh_(text);
-  result.text =
-      ops::linear(text, load_weight(store, "condition_embedder.text_embedder.linear_2.weight"),
-                  load_weight(store, "condition_embedder.text_embedder.linear_2.bias"));
-  return result;
-}
 
 void check_top_level_weights(const WeightStore& store, const WanTransformerConfig& config) {
   const int64_t dim = config.inner_dim();
@@ -98,12 +76,91 @@ WanTransformer::WanTransformer(WanTransformerConfig config, WeightStore weights)
   check_top_level_weights(weights_, config_);
   for (int64_t layer = 0; layer < config_.num_layers; ++layer)
     check_block_weights(weights_, layer, config_);
+  time_weights_ = TimeEmbedderWeights::load(weights_);
 }
 
 WanTransformer WanTransformer::load(const fs::path& folder) {
   check(fs::is_directory(folder), "transformer folder {} does not exist", folder.string());
   WanTransformerConfig config = WanTransformerConfig::from_file(folder / "config.json");
   return WanTransformer(std::move(config), WeightStore::open_folder(folder));
+}
+
+void WanTransformer::set_device(Device device, DType compute) {
+  device_ = device;
+  compute_ = device == Device::CPU ? DType::F32 : compute;
+  resident_blocks_.clear();
+  resident_outer_ = {};
+  resident_bytes_ = 0;
+  rope_grid_ = {-1, -1, -1};
+  if (device == Device::CPU) return;
+  check(compute_ == DType::BF16, "GPU transformer: the products read bf16, not {}",
+        dtype_name(compute_));
+  // Loaded on the host block by block (float32), then uploaded in the dtype each op reads.
+  const auto count = [&](const Tensor& t) { resident_bytes_ += t.defined() ? t.nbytes() : 0; };
+  for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
+    const WanBlockWeights placed =
+        WanBlockWeights::load(weights_, layer, config_).placed(device_, compute_);
+    for (const WanAttentionWeights* a : {&placed.self_attention, &placed.cross_attention})
+      for (const Tensor* t : {&a->q_weight, &a->q_bias, &a->k_weight, &a->k_bias, &a->v_weight,
+                              &a->v_bias, &a->out_weight, &a->out_bias, &a->norm_q, &a->norm_k})
+        count(*t);
+    for (const Tensor* t : {&placed.norm2_weight, &placed.norm2_bias, &placed.ffn_in_weight,
+                            &placed.ffn_in_bias, &placed.ffn_out_weight, &placed.ffn_out_bias})
+      count(*t);
+    resident_blocks_.push_back(placed);
+  }
+  device_ = Device::CPU;  // outer_weights() loads on the host; placed below
+  const OuterWeights host = outer_weights();
+  device_ = device;
+  const auto product = [&](const Tensor& t) { return t.to(compute_).to(device_); };
+  const auto f32 = [&](const Tensor& t) { return t.to(device_); };
+  resident_outer_.patch_weight = product(host.patch_weight);
+  resident_outer_.patch_bias = f32(host.patch_bias);
+  resident_outer_.text_1_weight = product(host.text_1_weight);
+  resident_outer_.text_1_bias = product(host.text_1_bias);
+  resident_outer_.text_2_weight = product(host.text_2_weight);
+  resident_outer_.text_2_bias = product(host.text_2_bias);
+  resident_outer_.proj_weight = product(host.proj_weight);
+  resident_outer_.proj_bias = f32(host.proj_bias);
+  for (const Tensor* t :
+       {&resident_outer_.patch_weight, &resident_outer_.patch_bias, &resident_outer_.text_1_weight,
+        &resident_outer_.text_1_bias, &resident_outer_.text_2_weight, &resident_outer_.text_2_bias,
+        &resident_outer_.proj_weight, &resident_outer_.proj_bias})
+    count(*t);
+}
+
+WanTransformer::OuterWeights WanTransformer::outer_weights() const {
+  if (device_ != Device::CPU) return resident_outer_;
+  const std::string text = "condition_embedder.text_embedder.";
+  OuterWeights w;
+  // A Conv3d with kernel = stride = patch is a linear layer over the flattened patches.
+  w.patch_weight = load_weight(weights_, "patch_embedding.weight").view({config_.inner_dim(), -1});
+  w.patch_bias = load_weight(weights_, "patch_embedding.bias");
+  w.text_1_weight = load_weight(weights_, text + "linear_1.weight");
+  w.text_1_bias = load_weight(weights_, text + "linear_1.bias");
+  w.text_2_weight = load_weight(weights_, text + "linear_2.weight");
+  w.text_2_bias = load_weight(weights_, text + "linear_2.bias");
+  w.proj_weight = load_weight(weights_, "proj_out.weight");
+  w.proj_bias = load_weight(weights_, "proj_out.bias");
+  return w;
+}
+
+WanBlockWeights WanTransformer::block_weights(int64_t layer) const {
+  if (device_ != Device::CPU) return resident_blocks_[size_t(layer)];
+  return WanBlockWeights::load(weights_, layer, config_);
+}
+
+const WanRopeTables& WanTransformer::rope_tables(int64_t grid_t, int64_t grid_h,
+                                                 int64_t grid_w) const {
+  if (rope_grid_ != std::array<int64_t, 3>{grid_t, grid_h, grid_w}) {
+    std::vector<float> cos, sin;
+    rope_.pair_tables(grid_t, grid_h, grid_w, cos, sin);
+    const Shape shape = {grid_t * grid_h * grid_w, config_.attention_head_dim / 2};
+    rope_tables_.cos = Tensor::from_vector(shape, cos).to(device_);
+    rope_tables_.sin = Tensor::from_vector(shape, sin).to(device_);
+    rope_grid_ = {grid_t, grid_h, grid_w};
+  }
+  return rope_tables_;
 }
 
 Tensor WanTransformer::forward(const Tensor& latents, float timestep, const Tensor& text_embeds,
@@ -128,13 +185,40 @@ Tensor WanTransformer::forward(const Tensor& latents, float timestep, const Tens
         grid.h, grid.w, config_.rope_max_seq_len);
   const int64_t dim = config_.inner_dim();
 
-  const Conditioning conditions =
-      embed_conditions(weights_, config_, timestep, text_embeds.to(DType::F32).contiguous());
+  // The time branch on the host (float32), then every block's modulation where the model runs:
+  // (shift, scale, gate, ffn shift, ffn scale, ffn gate) = scale_shift_table + timestep_proj,
+  // with 1 added to the scales; the output head's (shift, scale) = its table + temb.
+  const TimeConditioning time = time_conditioning(time_weights_, config_, timestep);
+  Tensor modulation = Tensor::empty({config_.num_layers, 6, dim});
+  for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
+    const Tensor table =
+        device_ == Device::CPU
+            ? load_weight(weights_, "blocks." + std::to_string(layer) + ".scale_shift_table")
+            : resident_blocks_[size_t(layer)].modulation;
+    float* out = modulation.data<float>() + layer * 6 * dim;
+    for (int64_t i = 0; i < 6 * dim; ++i) {
+      out[i] = table.data<float>()[i] + time.timestep_proj[size_t(i)];
+      if (i / dim == 1 || i / dim == 4) out[i] = 1.0f + out[i];
+    }
+  }
+  modulation = modulation.to(device_);
+  const Tensor head_table = load_weight(weights_, "scale_shift_table");
+  Tensor head = Tensor::empty({2, dim});
+  for (int64_t i = 0; i < dim; ++i) {
+    head.data<float>()[i] = head_table.data<float>()[i] + time.temb[size_t(i)];
+    head.data<float>()[dim + i] = 1.0f + (head_table.data<float>()[dim + i] + time.temb[size_t(i)]);
+  }
+  head = head.to(device_);
 
-  // Patch embedding: a Conv3d with kernel = stride = patch is a linear layer over the patches.
-  Tensor x = ops::linear(patchify(latents, config_.patch_size, grid),
-                         load_weight(weights_, "patch_embedding.weight").view({dim, -1}),
-                         load_weight(weights_, "patch_embedding.bias"));
+  const OuterWeights outer = outer_weights();
+  // The text MLP (GELU, tanh form) into the dtype the cross-attention products read.
+  const Tensor text_in = text_embeds.to(DType::F32).to(compute_).to(device_);
+  const Tensor text = ops::linear(
+      ops::linear(text_in, outer.text_1_weight, outer.text_1_bias, compute_, Activation::GeluTanh),
+      outer.text_2_weight, outer.text_2_bias, compute_);
+  // Patch embedding: the residual stream x [B, S, D], float32.
+  Tensor x = ops::linear(patchify(latents, config_.patch_size, grid).to(compute_).to(device_),
+                         outer.patch_weight, outer.patch_bias);
 
   WanAttentionCall call;
   call.grid_t = grid.t;
@@ -145,25 +229,19 @@ Tensor WanTransformer::forward(const Tensor& latents, float timestep, const Tens
   call.timestep = timestep;
   call.step = step;
   call.attention = attention;
+  const WanRopeTables& rope = rope_tables(grid.t, grid.h, grid.w);
   for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
     call.layer = layer;
-    const WanBlockWeights block = WanBlockWeights::load(weights_, layer, config_);
-    run_wan_block(x, conditions.text, conditions.time.timestep_proj.data(), block, config_, rope_,
-                  call);
+    const Tensor m = modulation.select(0, layer);
+    const WanModulation block_modulation{m.select(0, 0), m.select(0, 1), m.select(0, 2),
+                                         m.select(0, 3), m.select(0, 4), m.select(0, 5)};
+    run_wan_block(x, text, block_modulation, block_weights(layer), config_, rope, compute_, call);
   }
 
-  // Output head: (shift, scale) = scale_shift_table + temb, in this order.
-  Tensor table = load_weight(weights_, "scale_shift_table");
-  std::vector<float> shift(static_cast<size_t>(dim)), scale_plus_one(static_cast<size_t>(dim));
-  for (int64_t i = 0; i < dim; ++i) {
-    shift[size_t(i)] = table.data<float>()[i] + conditions.time.temb[size_t(i)];
-    scale_plus_one[size_t(i)] =
-        1.0f + (table.data<float>()[dim + i] + conditions.time.temb[size_t(i)]);
-  }
-  modulated_layer_norm(x.data<float>(), x.data<float>(), batch * grid.tokens(), dim, shift.data(),
-                       scale_plus_one.data(), config_.eps);
-  Tensor out = ops::linear(x, load_weight(weights_, "proj_out.weight"),
-                           load_weight(weights_, "proj_out.bias"));
+  // Output head: modulated LayerNorm, projection, back to the host, unpatchify.
+  const Tensor normed =
+      ops::modulated_layer_norm(x, head.select(0, 0), head.select(0, 1), config_.eps, compute_);
+  const Tensor out = ops::linear(normed, outer.proj_weight, outer.proj_bias).to(Device::CPU);
   return unpatchify(out, config_.patch_size, grid, config_.out_channels);
 }
 

@@ -1,13 +1,22 @@
-// WanTransformer3DModel, the Wan2.1 / Wan2.2 text-to-video diffusion transformer, in float32 on the
-// CPU. Weights stay memory-mapped in their stored dtype (bf16 for the released checkpoints) and are
-// converted to float32 one block at a time as the forward reaches them, so resident memory is
-// about the checkpoint's size plus one block's float32 weights and activations.
+// WanTransformer3DModel, the Wan2.1 / Wan2.2 text-to-video diffusion transformer, written once
+// over the device-neutral ops (core/ops.h) and run where set_device() puts it.
+// On the CPU (the default) it computes in float32: weights stay memory-mapped in their stored
+// dtype (bf16 for the released checkpoints) and are converted to float32 one block at a time as
+// the forward reaches them, so resident memory is about the checkpoint's size plus one block's
+// float32 weights and activations (and the time embedder's, converted once).
+// On the GPU the weights are uploaded once in the compute dtype (bf16): bf16 products with
+// float32 accumulation (bias and GELU in cuBLASLt's epilogue), fused row kernels between them
+// (modulated LayerNorm, q/k RMSNorm with RoPE, gated residual), the residual stream in float32,
+// attention through the GPU kernels the plan chose. The time embedder runs on the host in float32
+// on both (as diffusers keeps it), and so do patchify and unpatchify.
 #pragma once
 
+#include <array>
 #include <vector>
 
 #include "core/safetensors.h"
 #include "models/dit/wan_attention.h"
+#include "models/dit/wan_block.h"
 #include "models/dit/wan_rope.h"
 #include "models/dit/wan_transformer_config.h"
 
@@ -36,18 +45,47 @@ class WanTransformer {
   const WanTransformerConfig& config() const { return config_; }
   const WeightStore& weights() const { return weights_; }
 
+  // Runs the model on `device` from now on; `compute` is the dtype the GPU's products read (bf16;
+  // the CPU computes in float32). Moving to the GPU uploads every weight once.
+  void set_device(Device device, DType compute = DType::BF16);
+  Device device() const { return device_; }
+  // Bytes of weights resident on the GPU (0 on the CPU, where they stay mapped).
+  size_t resident_weight_bytes() const { return resident_bytes_; }
+
   // latents [B, in_channels, F, H, W] (F, H, W divisible by the patch size), one timestep for the
-  // whole batch (the scheduler's value, e.g. 999.0), text_embeds [B, L, text_dim].
-  // Returns the prediction [B, out_channels, F, H, W], float32. `step` says where this forward
-  // sits in the denoising loop; `attention` holds the per-layer backends the pipeline built (null:
-  // the dense reference everywhere) and is passed on to every attention call.
+  // whole batch (the scheduler's value, e.g. 999.0), text_embeds [B, L, text_dim], both on the
+  // host. Returns the prediction [B, out_channels, F, H, W], float32 on the host. `step` says
+  // where this forward sits in the denoising loop; `attention` holds the per-layer backends the
+  // pipeline built (null: the dense reference everywhere; a GPU run: its dense kernels and sparse
+  // backend) and is passed on to every attention call.
   Tensor forward(const Tensor& latents, float timestep, const Tensor& text_embeds,
                  const WanStep& step = {}, WanAttention* attention = nullptr) const;
 
  private:
+  // The condition embedder's text MLP, the patch embedding and the output projection where the
+  // model runs (see WanBlockWeights for the dtypes).
+  struct OuterWeights {
+    Tensor patch_weight, patch_bias, text_1_weight, text_1_bias, text_2_weight, text_2_bias,
+        proj_weight, proj_bias;
+  };
+  OuterWeights outer_weights() const;
+  WanBlockWeights block_weights(int64_t layer) const;
+  const WanRopeTables& rope_tables(int64_t grid_t, int64_t grid_h, int64_t grid_w) const;
+
   WanTransformerConfig config_;
   WeightStore weights_;
   WanRope rope_;
+  // float32 on the host, converted once: every forward runs the time branch there.
+  TimeEmbedderWeights time_weights_;
+  Device device_ = Device::CPU;
+  DType compute_ = DType::F32;
+  // The GPU's resident weights (empty on the CPU, which loads them as the forward goes).
+  std::vector<WanBlockWeights> resident_blocks_;
+  OuterWeights resident_outer_;
+  size_t resident_bytes_ = 0;
+  // RoPE tables for the last latent grid (the same for every step of a run).
+  mutable std::array<int64_t, 3> rope_grid_{-1, -1, -1};
+  mutable WanRopeTables rope_tables_;
 };
 
 }  // namespace mmgen::dit

@@ -1,7 +1,7 @@
 #include "models/dit/wan_weights.h"
 
 #include "core/error.h"
-#include "models/dit/wan_kernels.h"
+#include "core/ops.h"
 
 namespace mmgen::dit {
 
@@ -20,7 +20,7 @@ void expect_weight(const WeightStore& store, const std::string& name, const Shap
 }
 
 Tensor load_weight(const WeightStore& store, const std::string& name) {
-  return weight_to_f32(store.get(name));
+  return ops::weight_to_f32(store.get(name));
 }
 
 }  // namespace mmgen::dit

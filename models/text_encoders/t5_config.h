@@ -5,12 +5,13 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/activation.h"
 #include "core/file.h"
 
 namespace mmgen::text_encoders {
 
 // The feed-forward activation (transformers' `dense_act_fn`, derived from `feed_forward_proj`).
-enum class T5Activation { Relu, Gelu, GeluTanh, Silu };
+using T5Activation = Activation;  // the feed-forward's (core/activation.h)
 
 struct T5Config {
   // "umt5": every layer owns a relative-position table; "t5": block 0's table serves every layer.

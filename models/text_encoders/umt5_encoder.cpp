@@ -1,8 +1,8 @@
 #include "models/text_encoders/umt5_encoder.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <optional>
 #include <string>
 #include <utility>
 
@@ -79,9 +79,86 @@ UMT5Encoder::UMT5Encoder(T5Config config, WeightStore weights)
 
 void UMT5Encoder::set_attention_backend(const std::string& name, int64_t page_size) {
   check(page_size >= 1, "--page-size must be at least 1, got {}", page_size);
-  attention::paged::make_paged_backend(name);  // throws for a backend this build cannot run
+  attention::paged::make_paged_backend(name, device_);  // throws where this build cannot run it
   attention_backend_ = name;
   page_size_ = page_size;
+}
+
+void UMT5Encoder::check_device_support() const {
+  if (device_ == Device::CPU) {
+    check(compute_ == DType::F32, "text encoder: the CPU computes in float32, not {}",
+          dtype_name(compute_));
+    return;
+  }
+  check(compute_ == DType::BF16 || compute_ == DType::F32,
+        "GPU text encoder: products read bf16 or float32, not {}", dtype_name(compute_));
+  check(config_.d_model % 8 == 0 && config_.d_ff % 8 == 0 && config_.inner_dim() % 8 == 0,
+        "GPU text encoder: d_model {}, d_ff {} and heads x d_kv {} must be multiples of 8; use "
+        "--device cpu",
+        config_.d_model, config_.d_ff, config_.inner_dim());
+}
+
+void UMT5Encoder::set_device(Device device, DType compute, const std::string& attention_backend) {
+  if (device == Device::CPU) compute = DType::F32;
+  const Device from = device_;
+  device_ = device;
+  compute_ = compute;
+  check_device_support();
+  if (!attention_backend.empty()) attention_backend_ = attention_backend;
+  attention::paged::make_paged_backend(attention_backend_, device_);
+  if (device == from && device == Device::CPU) return;
+  // The GPU keeps products' weights in the compute dtype and norms in float32, uploaded once.
+  resident_bytes_ = 0;
+  auto place = [&](Tensor& weight, DType dtype) {
+    if (!weight.defined()) return;
+    weight = device == Device::CPU ? weight.to(Device::CPU) : weight.to(dtype).to(device);
+    if (device != Device::CPU) resident_bytes_ += weight.nbytes();
+  };
+  for (Layer& layer : layers_) {
+    for (Tensor* weight :
+         {&layer.q, &layer.k, &layer.v, &layer.o, &layer.wi_0, &layer.wi_1, &layer.wo})
+      place(*weight, compute);
+    place(layer.attention_norm, DType::F32);
+    place(layer.ffn_norm, DType::F32);
+  }
+  place(final_norm_, DType::F32);
+}
+
+UMT5Encoder UMT5Encoder::random(const T5Config& config, uint64_t seed, Device device) {
+  UMT5Encoder encoder;
+  encoder.config_ = config;
+  const int64_t d = config.d_model, inner = config.inner_dim(), ff = config.d_ff;
+  const int64_t buckets = config.relative_attention_num_buckets, heads = config.num_heads;
+  auto weight = [&](int64_t out, int64_t in) {
+    return ops::random_uniform({out, in}, DType::BF16, device, seed++, 1.0f / std::sqrt(float(in)));
+  };
+  for (int64_t i = 0; i < config.num_layers; ++i) {
+    Layer layer;
+    layer.attention_norm = Tensor::full({d}, 1.0f).to(device);
+    layer.ffn_norm = Tensor::full({d}, 1.0f).to(device);
+    layer.q = weight(inner, d);
+    layer.k = weight(inner, d);
+    layer.v = weight(inner, d);
+    layer.o = weight(d, inner);
+    layer.wi_0 = weight(ff, d);
+    if (config.gated) layer.wi_1 = weight(ff, d);
+    layer.wo = weight(d, ff);
+    if (i == 0 || config.per_layer_position_bias())
+      layer.position_table =
+          ops::random_uniform({buckets, heads}, DType::F32, Device::CPU, seed++, 1.0f);
+    encoder.layers_.push_back(std::move(layer));
+  }
+  encoder.final_norm_ = Tensor::full({d}, 1.0f).to(device);
+  encoder.device_ = device;
+  encoder.compute_ = device == Device::CPU ? DType::F32 : DType::BF16;
+  encoder.check_device_support();
+  encoder.attention_backend_ = attention::auto_backend(
+      attention::this_machine(), attention::Family::Paged, "fp32", config.d_kv);
+  for (const Layer& layer : encoder.layers_)
+    for (const Tensor* w : {&layer.q, &layer.k, &layer.v, &layer.o, &layer.wi_0, &layer.wi_1,
+                            &layer.wo, &layer.attention_norm, &layer.ffn_norm})
+      if (device != Device::CPU && w->defined()) encoder.resident_bytes_ += w->nbytes();
+  return encoder;
 }
 
 UMT5Encoder UMT5Encoder::from_folder(const fs::path& folder) {
@@ -112,33 +189,11 @@ Tensor UMT5Encoder::embed(const Tensor& input_ids) const {
   return x;
 }
 
-void UMT5Encoder::activate_(Tensor& x) const {
-  float* p = x.data<float>();
-  const int64_t n = x.numel();
-  switch (config_.activation) {
-    case T5Activation::GeluTanh:
-      ops::gelu_tanh_(x);
-      return;
-    case T5Activation::Silu:
-      ops::silu_(x);
-      return;
-    case T5Activation::Relu:
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-      for (int64_t i = 0; i < n; ++i) p[i] = p[i] > 0.0f ? p[i] : 0.0f;
-      return;
-    case T5Activation::Gelu:  // the exact (erf) GELU
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-      for (int64_t i = 0; i < n; ++i)
-        p[i] = 0.5f * p[i] * (1.0f + std::erf(p[i] * float(M_SQRT1_2)));
-      return;
-  }
-}
-
 namespace {
 
 // The layer's relative position bias by key − query offset: values [heads, 2·max_len − 1].
 attention::paged::RelativePositionBias relative_bias(const Tensor& table, int64_t max_len,
-                                                     int64_t max_distance) {
+                                                     int64_t max_distance, Device device) {
   const Tensor t = table.to(DType::F32).contiguous();
   const int64_t heads = t.size(1), span = 2 * max_len - 1;
   const std::vector<int64_t> buckets = t5_offset_buckets(max_len, t.size(0), max_distance);
@@ -146,7 +201,7 @@ attention::paged::RelativePositionBias relative_bias(const Tensor& table, int64_
   for (int64_t o = 0; o < span; ++o)
     for (int64_t h = 0; h < heads; ++h)
       values.data<float>()[h * span + o] = t.data<float>()[buckets[size_t(o)] * heads + h];
-  return attention::paged::RelativePositionBias(values, max_len);
+  return attention::paged::RelativePositionBias(values.to(device), max_len);
 }
 
 }  // namespace
@@ -158,7 +213,8 @@ Tensor UMT5Encoder::self_attention(const Layer& layer, const Tensor& x,
                                    const attention::paged::ForwardBatch& batch) const {
   const int64_t tokens = x.size(0);
   const Shape heads_shape = {tokens, config_.num_heads, config_.d_kv};
-  const Tensor normed = ops::rms_norm(x, layer.attention_norm, config_.layer_norm_epsilon);
+  const Tensor normed =
+      ops::rms_norm(x, layer.attention_norm, config_.layer_norm_epsilon, compute_);
   attention::paged::PagedLayer paged;
   paged.num_q_heads = config_.num_heads;
   paged.num_kv_heads = config_.num_heads;
@@ -166,36 +222,52 @@ Tensor UMT5Encoder::self_attention(const Layer& layer, const Tensor& x,
   paged.scaling = 1.0f;  // T5 folds the 1/√d_kv into its initialisation: scores are raw q·k
   paged.type = attention::paged::AttentionType::EncoderOnly;
   paged.bias = &bias;
-  const Tensor context =
-      backend.forward(ops::linear(normed, layer.q).view(heads_shape),
-                      ops::linear(normed, layer.k).view(heads_shape),
-                      ops::linear(normed, layer.v).view(heads_shape), paged, batch, false);
+  // q, k, v in the compute dtype (what attention reads); the projection back in float32.
+  const Tensor context = backend.forward(
+      ops::linear(normed, layer.q, Tensor(), compute_).view(heads_shape),
+      ops::linear(normed, layer.k, Tensor(), compute_).view(heads_shape),
+      ops::linear(normed, layer.v, Tensor(), compute_).view(heads_shape), paged, batch, false);
   return ops::linear(context.view({tokens, config_.inner_dim()}), layer.o);
 }
 
 Tensor UMT5Encoder::feed_forward(const Layer& layer, const Tensor& x) const {
-  const Tensor normed = ops::rms_norm(x, layer.ffn_norm, config_.layer_norm_epsilon);
+  const Tensor normed = ops::rms_norm(x, layer.ffn_norm, config_.layer_norm_epsilon, compute_);
+  // The activation and the gate in float32; one rounding to the compute dtype before wo.
   Tensor hidden = ops::linear(normed, layer.wi_0);
-  activate_(hidden);
+  ops::activate_(hidden, config_.activation);
   if (config_.gated) ops::mul_(hidden, ops::linear(normed, layer.wi_1));
-  return ops::linear(hidden, layer.wo);
+  return ops::linear(hidden.to(compute_), layer.wo);
+}
+
+Tensor UMT5Encoder::encode_embeddings(const Tensor& embeddings,
+                                      const attention::paged::ForwardBatch& batch) const {
+  check(embeddings.dim() == 2 && embeddings.size(0) == batch.num_tokens &&
+            embeddings.size(1) == config_.d_model && batch.num_tokens > 0,
+        "text encoder: embeddings {} should be [{}, {}]", shape_string(embeddings.shape()),
+        batch.num_tokens, config_.d_model);
+  auto backend = attention::paged::make_paged_backend(attention_backend_, device_);
+  backend->init_forward_metadata(batch);
+  const int64_t max_len = std::max<int64_t>(1, batch.max_seq_len());
+  // Every layer's bias before the first layer runs: on the GPU the uploads then never wait for
+  // queued work. T5 has block 0's only, reused by every layer.
+  std::vector<attention::paged::RelativePositionBias> biases;
+  for (const Layer& layer : layers_)
+    if (layer.position_table.defined())
+      biases.push_back(relative_bias(layer.position_table, max_len,
+                                     config_.relative_attention_max_distance, device_));
+  Tensor x = embeddings.to(DType::F32).to(device_);  // the residual stream, float32
+  if (x.raw() == embeddings.raw()) x = x.clone();    // never write into the caller's tensor
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const auto& bias = biases[std::min(l, biases.size() - 1)];
+    ops::add_(x, self_attention(layers_[l], x, bias, *backend, batch));
+    ops::add_(x, feed_forward(layers_[l], x));
+  }
+  return ops::rms_norm(x, final_norm_, config_.layer_norm_epsilon);
 }
 
 Tensor UMT5Encoder::encode_packed(const Tensor& ids,
                                   const attention::paged::ForwardBatch& batch) const {
-  auto backend = attention::paged::make_paged_backend(attention_backend_);
-  backend->init_forward_metadata(batch);
-  const int64_t max_len = std::max<int64_t>(1, batch.max_seq_len());
-  Tensor x = embed(ids);
-  std::optional<attention::paged::RelativePositionBias> bias;  // T5: block 0's, reused
-  for (const Layer& layer : layers_) {
-    if (layer.position_table.defined())
-      bias.emplace(
-          relative_bias(layer.position_table, max_len, config_.relative_attention_max_distance));
-    ops::add_(x, self_attention(layer, x, *bias, *backend, batch));
-    ops::add_(x, feed_forward(layer, x));
-  }
-  return ops::rms_norm(x, final_norm_, config_.layer_norm_epsilon);
+  return encode_embeddings(embed(ids), batch).to(Device::CPU);
 }
 
 Tensor UMT5Encoder::forward(const Tensor& input_ids, const Tensor& attention_mask) const {

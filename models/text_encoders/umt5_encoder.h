@@ -1,9 +1,13 @@
-// The T5 / UMT5 encoder stack (transformers' T5EncoderModel / UMT5EncoderModel), float32 on the
-// CPU: Wan's text encoder. Weights stay in their stored dtype (often bf16, memory-mapped) and are
-// converted as each layer uses them. Attention runs through a paged backend (attention/paged/)
-// as an encoder-only layer: prompts are packed without padding waste, the relative position bias
-// is an additive per-head bias computed from a [heads, 2S − 1] table (no [heads, S, S] matrix),
-// scores are not scaled, and no K/V is written to a pool.
+// The T5 / UMT5 encoder stack (transformers' T5EncoderModel / UMT5EncoderModel): Wan's text
+// encoder, written once over the device-neutral ops (core/ops.h) and run where set_device() puts
+// it. On the CPU it computes in float32 and weights stay in their stored dtype (often bf16,
+// memory-mapped), converted as each layer uses them. On the GPU the weights are resident in the
+// compute dtype (bf16 products with float32 accumulation, or float32 for the exact mode), the
+// residual stream stays float32, and the token embedding stays on the host (the table is large
+// and only the prompt's rows are needed). Attention runs through a paged backend (attention/
+// paged/) of the same device as an encoder-only layer: prompts are packed without padding waste,
+// the relative position bias is an additive per-head bias computed from a [heads, 2S − 1] table
+// (no [heads, S, S] matrix), scores are not scaled, and no K/V is written to a pool.
 #pragma once
 
 #include <string>
@@ -24,6 +28,18 @@ class UMT5Encoder {
   UMT5Encoder(T5Config config, WeightStore weights);
   // A transformers component folder: config.json and *.safetensors (or a sharded index).
   static UMT5Encoder from_folder(const fs::path& folder);
+  // Random bf16 weights of `config`'s size made where `device` is (benchmarks): no token
+  // embedding, so only encode_embeddings() runs.
+  static UMT5Encoder random(const T5Config& config, uint64_t seed, Device device);
+
+  // Moves the weights to `device` (as the device held them); `compute` is the dtype the products
+  // read there (the CPU: float32 only; the GPU: bf16, or float32 for checks); a non-empty
+  // `attention_backend` replaces the paged backend (a name that device runs). Results still
+  // come back on the host.
+  void set_device(Device device, DType compute = DType::BF16,
+                  const std::string& attention_backend = "");
+  Device device() const { return device_; }
+  DType compute_dtype() const { return compute_; }
 
   // input_ids [B, S] (int64, or int32), attention_mask [B, S] (any dtype; 0 marks padding) or
   // undefined for no padding. Returns last_hidden_state [B, S, d_model] float32. Rows at padded
@@ -35,6 +51,13 @@ class UMT5Encoder {
   // last_hidden_state [length, d_model] (equal to forward()'s rows at the real positions).
   std::vector<Tensor> forward_unpadded(const std::vector<std::vector<int64_t>>& prompts) const;
 
+  // The stack on embedded tokens [tokens, d_model] (float32, any device) packed as the
+  // encoder-only `batch` describes; returns [tokens, d_model] float32 on the encoder's device.
+  Tensor encode_embeddings(const Tensor& embeddings,
+                           const attention::paged::ForwardBatch& batch) const;
+  // Bytes of weights the encoder keeps resident on its device (0 on the CPU: they stay mapped).
+  size_t resident_weight_bytes() const { return resident_bytes_; }
+
   // The paged backend attention runs through (a catalogue name, as the attention plan gives it
   // for the text_encoder component; default: the best one this machine runs). Encoder-only
   // layers keep no KV pool, so `page_size` changes nothing for T5; it is checked and kept for
@@ -43,26 +66,27 @@ class UMT5Encoder {
   const std::string& attention_backend() const { return attention_backend_; }
 
   const T5Config& config() const { return config_; }
-  // The checked checkpoint (the GPU encoder uploads from it) and the token embedding as float32
-  // [..., d_model] (the GPU encoder embeds on the host: the table stays mapped as stored).
-  const WeightStore& weights() const { return weights_; }
+  // The token embedding as float32 [..., d_model] on the host (the table stays mapped as stored).
   Tensor embed(const Tensor& input_ids) const;
 
  private:
   struct Layer {
-    Tensor attention_norm, q, k, v, o;  // stored dtype
-    Tensor position_table;  // [buckets, heads]; undefined where the layer reuses block 0's (T5)
+    Tensor attention_norm, q, k, v, o;  // CPU: stored dtype; GPU: compute dtype (norms float32)
+    Tensor position_table;  // [buckets, heads] float32 on the host; undefined where the layer
+                            // reuses block 0's (T5)
     Tensor ffn_norm, wi_0, wi_1, wo;  // wi_0 is `wi` when the FFN is not gated
   };
+  UMT5Encoder() = default;
+  void check_device_support() const;
 
-  // The stack over packed tokens [tokens] described by `batch` (an encoder-only extend).
+  // The stack over packed tokens [tokens] described by `batch` (an encoder-only extend), back on
+  // the host.
   Tensor encode_packed(const Tensor& ids, const attention::paged::ForwardBatch& batch) const;
   Tensor self_attention(const Layer& layer, const Tensor& x,
                         const attention::paged::ScoreBias& bias,
                         attention::paged::PagedAttentionBackend& backend,
                         const attention::paged::ForwardBatch& batch) const;
   Tensor feed_forward(const Layer& layer, const Tensor& x) const;
-  void activate_(Tensor& x) const;
 
   T5Config config_;
   WeightStore weights_;
@@ -71,6 +95,9 @@ class UMT5Encoder {
   Tensor final_norm_;
   std::string attention_backend_;
   int64_t page_size_ = 1;
+  Device device_ = Device::CPU;
+  DType compute_ = DType::F32;
+  size_t resident_bytes_ = 0;
 };
 
 }  // namespace mmgen::text_encoders

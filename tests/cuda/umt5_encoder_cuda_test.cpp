@@ -1,4 +1,5 @@
-// The GPU UMT5 encoder against the CPU one (float32, itself checked against transformers) through
+// The UMT5 encoder placed on the GPU (one class: UMT5Encoder::set_device) against the same
+// encoder on the CPU (float32, itself checked against transformers) through
 // both GPU paged backends, on a padded batch with its mask and on unpadded prompts: the wan-tiny
 // text encoder (head size 8: the row kernel) and a random UMT5 with head size 64 (the tile kernel)
 // and a T5 (block 0's bias table reused by every layer). The GPU holds bf16 weights, so the CPU
@@ -7,8 +8,6 @@
 // the GPU rounding its weights to bf16 adds that rounding's error, checked as the pipeline runs
 // it (float32 checkpoint on both sides) within 1e-2, the end-to-end bf16 bound. The float32 mode
 // matches the CPU encoder within 1e-5 (float32 rounding and summation order).
-#include "models/cuda/umt5_encoder_cuda.h"
-
 #include <cmath>
 #include <filesystem>
 #include <random>
@@ -16,6 +15,7 @@
 #include "core/safetensors.h"
 #include "cuda_test_support.h"
 #include "models/dit/wan_random_checkpoint.h"
+#include "models/text_encoders/umt5_encoder.h"
 
 using namespace mmgen;
 using namespace mmgen::cuda_testing;
@@ -45,8 +45,7 @@ Tensor random_ids(int64_t batch, int64_t length, int64_t vocab, uint32_t seed) {
 
 void compare(const text_encoders::UMT5Encoder& cpu, const std::string& what, int64_t length,
              const std::vector<int64_t>& valid, const std::vector<int64_t>& prompt_lengths,
-             double tolerance = 3e-3,
-             cuda::EncoderPrecision precision = cuda::EncoderPrecision::BF16) {
+             double tolerance = 3e-3, DType precision = DType::BF16) {
   const int64_t batch = int64_t(valid.size()), vocab = cpu.config().vocab_size;
   const Tensor ids = random_ids(batch, length, vocab, uint32_t(length));
   std::vector<float> mask_values;
@@ -63,7 +62,10 @@ void compare(const text_encoders::UMT5Encoder& cpu, const std::string& what, int
   }
   const std::vector<Tensor> expected_unpadded = cpu.forward_unpadded(prompts);
   for (const std::string backend : {"fa3", "flashinfer"}) {
-    const cuda::UMT5EncoderCuda gpu(cpu, backend, precision);
+    text_encoders::UMT5Encoder gpu = cpu;
+    gpu.set_device(Device::CUDA, precision, backend);
+    expect(gpu.device() == Device::CUDA && cpu.device() == Device::CPU,
+           "set_device moves the copy to the GPU and leaves the CPU encoder where it was");
     const double error = relative_error(gpu.forward(ids, mask), expected);
     expect(error < tolerance, fmt::format("{} ({}): padded batch [{}, {}] with mask, GPU vs CPU "
                                           "relative error {:.2e} < {:.0e}",
@@ -134,7 +136,7 @@ int main() try {
   compare(tiny, "wan-tiny UMT5 (head size 8), float32 checkpoint", 24, {11, 24}, {5, 17, 1}, 1e-2);
   // The exact mode: float32 weights, activations, products and attention.
   compare(tiny, "wan-tiny UMT5 (head size 8), float32 mode", 24, {11, 24}, {5, 17, 1}, 1e-5,
-          cuda::EncoderPrecision::F32);
+          DType::F32);
   fs::remove(tiny_bf16_file);
 
   for (const std::string type : {"umt5", "t5"}) {
@@ -151,7 +153,7 @@ int main() try {
     const auto encoder = random_encoder(config, file);
     compare(encoder, "random " + type + " (head size 64)", 150, {150, 97, 3}, {130, 64, 65});
     compare(encoder, "random " + type + " (head size 64), float32 mode", 150, {150, 97, 3},
-            {130, 64, 65}, 1e-5, cuda::EncoderPrecision::F32);
+            {130, 64, 65}, 1e-5, DType::F32);
     fs::remove(file);
   }
   return finish("umt5_encoder_cuda_test");

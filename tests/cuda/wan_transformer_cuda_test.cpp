@@ -1,15 +1,15 @@
-// The GPU Wan transformer against the CPU one (float32, itself checked against diffusers) on the
-// same random bf16 checkpoint, latents, text and timestep: head size 128 (the flash kernels) and
-// 32 (the reference kernel), batch 1 and 2; and with sliding_tile_attn / video_sparse_attn
-// self-attention on both sides (the GPU backends against the CPU ones inside the model).
-#include "models/cuda/wan_transformer_cuda.h"
-
+// The Wan transformer placed on the GPU (one class: WanTransformer::set_device) against the same
+// model on the CPU (float32, itself checked against diffusers) on the same random bf16 checkpoint,
+// latents, text and timestep: head size 128 (the flash kernels) and 32 (the reference kernel),
+// batch 1 and 2; and with sliding_tile_attn / video_sparse_attn self-attention on both sides (the
+// GPU backends against the CPU ones inside the model).
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 
 #include "attention/backend.h"
 #include "attention/backend_config.h"
+#include "attention/sparse_self_attention_cuda.h"
 #include "core/safetensors.h"
 #include "cuda_test_support.h"
 #include "models/dit/wan_random_checkpoint.h"
@@ -54,26 +54,29 @@ void run_case(int64_t heads, int64_t head_dim, int64_t batch, const Shape& laten
       ("mmgen_wan_cuda_test_" + std::to_string(heads * head_dim) + ".safetensors");
   write_safetensors(file, dit::random_checkpoint(config), {{"format", "pt"}});
   const dit::WanTransformer cpu(config, WeightStore::open_file(file));
-  const cuda::WanTransformerCuda gpu(cpu);
+  dit::WanTransformer gpu(config, WeightStore::open_file(file));
+  gpu.set_device(Device::CUDA);
+  expect(gpu.device() == Device::CUDA && gpu.resident_weight_bytes() > 0,
+         "set_device(CUDA) uploads the weights");
 
   Shape shape = latent_shape;
   shape[0] = batch;
   const Tensor latents = dit::random_tensor(shape, 0.0f, 1.7f, 11, DType::F32);
   const Tensor text = dit::random_tensor({batch, 23, config.text_dim}, 0.0f, 0.5f, 12, DType::F32);
   dit::WanAttention cpu_attention;
-  std::unique_ptr<cuda::SparseSelfAttentionCuda> gpu_attention;
+  dit::WanAttention gpu_attention;
   if (sparse) {
     const nlohmann::json settings =
         attention::validate_backend_config(sparse->config, sparse->backend);
     cpu_attention.layers.resize(size_t(config.num_layers));
     for (auto& layer : cpu_attention.layers)
       layer.self_attention = attention::make_dit_backend(sparse->backend, settings);
-    gpu_attention = cuda::make_sparse_self_attention_cuda(sparse->backend, settings);
+    gpu_attention.gpu.sparse = cuda::make_sparse_self_attention_cuda(sparse->backend, settings);
   }
   for (const float timestep : {999.0f, 431.0f}) {
     const Tensor expected =
         cpu.forward(latents, timestep, text, {}, sparse ? &cpu_attention : nullptr);
-    const Tensor actual = gpu.forward(latents, timestep, text, nullptr, gpu_attention.get());
+    const Tensor actual = gpu.forward(latents, timestep, text, {}, &gpu_attention);
     bool finite = actual.shape() == expected.shape();
     for (int64_t i = 0; finite && i < actual.numel(); ++i)
       finite = std::isfinite(actual.data<float>()[i]);

@@ -18,8 +18,12 @@ Tensor vsa_gate(const LayerWeights& weights, const Tensor& attention_input, int6
   check(heads > 0 && dim % heads == 0, "video_sparse_attn gate: {} heads do not divide dim {}",
         heads, dim);
   const auto bias = weights.find(kVsaGateBiasKey);
-  const Tensor gate = ops::linear(attention_input.to(DType::F32).contiguous(), weight->second,
-                                  bias == weights.end() ? Tensor() : bias->second);
+  // On the GPU the weight is bf16 and so is the input (a bf16 product, float32 out); on the CPU
+  // both are float32.
+  const bool same_dtype = attention_input.dtype() == weight->second.dtype();
+  const Tensor input = same_dtype ? attention_input : attention_input.to(DType::F32).contiguous();
+  const Tensor gate = ops::linear(input, weight->second,
+                                  bias == weights.end() ? Tensor() : bias->second, DType::F32);
   return gate.view({attention_input.size(0), attention_input.size(1), heads, dim / heads});
 }
 

@@ -1,0 +1,100 @@
+#include "attention/device_attention.h"
+
+#include "core/error.h"
+#ifdef MMGEN_HAVE_CUDA
+#include "attention/cuda/reference_attention.h"
+#include "attention/sparse_self_attention_cuda.h"
+#endif
+
+namespace mmgen::attention {
+
+#ifdef MMGEN_HAVE_CUDA
+namespace {
+
+void check_gpu_bf16(const Tensor& x, const char* what, int64_t batch, int64_t heads,
+                    int64_t head_dim) {
+  check(x.device() == Device::CUDA && x.dtype() == DType::BF16 && x.dim() == 4 &&
+            x.is_contiguous() && x.size(0) == batch && x.size(2) == heads && x.size(3) == head_dim,
+        "GPU attention: {} is {} {} on {}, expected contiguous bf16 [{}, tokens, {}, {}] on the "
+        "GPU",
+        what, dtype_name(x.dtype()), shape_string(x.shape()), device_name(x.device()), batch, heads,
+        head_dim);
+}
+
+}  // namespace
+
+Tensor dense_attention_gpu(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
+                           DenseKernel kernel) {
+  check(q.dim() == 4, "GPU attention: q must be [batch, tokens, heads, head_dim], got {}",
+        shape_string(q.shape()));
+  const int64_t batch = q.size(0), q_len = q.size(1), heads = q.size(2), head_dim = q.size(3);
+  check_gpu_bf16(q, "q", batch, heads, head_dim);
+  check_gpu_bf16(k, "k", batch, heads, head_dim);
+  check_gpu_bf16(v, "v", batch, heads, head_dim);
+  check(k.size(1) == v.size(1), "GPU attention: {} keys but {} values", k.size(1), v.size(1));
+  const int64_t kv_len = k.size(1), dim = heads * head_dim;
+  Tensor out = Tensor::empty(q.shape(), DType::BF16, Device::CUDA);
+  cuda::FlashAttentionArgs args;
+  args.q = q.raw(), args.k = k.raw(), args.v = v.raw(), args.out = out.raw();
+  args.batch = batch, args.heads = heads, args.seq_q = q_len, args.seq_k = kv_len;
+  args.head_dim = head_dim;
+  args.scale = scale;
+  args.q_strides = args.out_strides = {q_len * dim, dim, head_dim};
+  args.k_strides = args.v_strides = {kv_len * dim, dim, head_dim};
+  if (kernel == DenseKernel::Reference)
+    cuda::reference_attention_forward(args);
+  else
+    cuda::attention_forward(args);
+  return out;
+}
+
+Tensor sparse_self_attention_gpu(cuda::SparseSelfAttentionCuda& backend, const Tensor& q,
+                                 const Tensor& k, const Tensor& v, std::array<int64_t, 3> grid,
+                                 int64_t step, int64_t layer, float scale, const Tensor& gate) {
+  check(q.dim() == 4, "GPU attention: q must be [batch, tokens, heads, head_dim], got {}",
+        shape_string(q.shape()));
+  const int64_t batch = q.size(0), heads = q.size(2), head_dim = q.size(3);
+  check_gpu_bf16(q, "q", batch, heads, head_dim);
+  check_gpu_bf16(k, "k", batch, heads, head_dim);
+  check_gpu_bf16(v, "v", batch, heads, head_dim);
+  Tensor out = Tensor::empty(q.shape(), DType::BF16, Device::CUDA);
+  cuda::SelfAttentionCall call;
+  call.q = q.raw(), call.k = k.raw(), call.v = v.raw(), call.out = out.raw();
+  call.batch = batch, call.tokens = q.size(1), call.heads = heads, call.head_dim = head_dim;
+  call.grid = grid;
+  call.step = step, call.layer = layer;
+  call.scale = scale;
+  if (gate.defined()) {
+    check(gate.device() == Device::CUDA && gate.dtype() == DType::F32 && gate.is_contiguous() &&
+              gate.numel() == q.numel(),
+          "GPU attention: the VSA gate must be float32 {} on the GPU, got {} {}",
+          shape_string(q.shape()), dtype_name(gate.dtype()), shape_string(gate.shape()));
+    call.gate = gate.data<float>();
+  }
+  backend.forward(call);
+  return out;
+}
+
+bool sparse_backend_wants_gate(const cuda::SparseSelfAttentionCuda& backend) {
+  return backend.wants_gate();
+}
+
+#else
+
+Tensor dense_attention_gpu(const Tensor&, const Tensor&, const Tensor&, float, DenseKernel) {
+  fail("GPU attention: this build has no CUDA support; use --device cpu");
+}
+
+Tensor sparse_self_attention_gpu(cuda::SparseSelfAttentionCuda&, const Tensor&, const Tensor&,
+                                 const Tensor&, std::array<int64_t, 3>, int64_t, int64_t, float,
+                                 const Tensor&) {
+  fail("GPU attention: this build has no CUDA support; use --device cpu");
+}
+
+bool sparse_backend_wants_gate(const cuda::SparseSelfAttentionCuda&) {
+  return false;
+}
+
+#endif
+
+}  // namespace mmgen::attention

@@ -1,0 +1,48 @@
+// Attention on GPU tensors, for models written once over device-neutral ops: when a layer's q, k
+// and v live on the GPU, the model's attention call (e.g. dit::wan_attention) comes here instead
+// of the CPU backends. Dense layers run the kernel the attention plan chose; self-attention may
+// run a GPU sparse backend (attention/sparse_self_attention_cuda.h, built from the backend's
+// folder). In a build without CUDA no GPU tensor exists, and these throw.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+
+#include "core/tensor.h"
+
+namespace mmgen::cuda {
+class SparseSelfAttentionCuda;
+}
+
+namespace mmgen::attention {
+
+// The dense kernel of a layer kind, as the plan chose it: Flash for `fa` (the FlashAttention
+// kernel where the head size is compiled in, else the reference kernel; the plan only picks fa
+// where it is), Reference for `torch_sdpa` (the plain reference kernel).
+enum class DenseKernel { Flash, Reference };
+struct DenseKernels {
+  DenseKernel self = DenseKernel::Flash;
+  DenseKernel cross = DenseKernel::Flash;
+};
+
+// What a GPU run's attention holds beyond the tensors.
+struct GpuAttention {
+  std::shared_ptr<cuda::SparseSelfAttentionCuda> sparse;  // null: dense self-attention
+  DenseKernels dense;
+};
+
+// q [B, Sq, H, D], k and v [B, Sk, H, D], bf16 on the GPU; returns [B, Sq, H, D] bf16 there.
+Tensor dense_attention_gpu(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
+                           DenseKernel kernel);
+
+// Self-attention of video tokens (q, k, v [B, t·h·w, H, D] bf16 on the GPU) through a sparse
+// backend, told the denoising step and layer; `gate` is VSA's to_gate_compress output as
+// float32 [B, S, H, D] on the GPU, or undefined.
+Tensor sparse_self_attention_gpu(cuda::SparseSelfAttentionCuda& backend, const Tensor& q,
+                                 const Tensor& k, const Tensor& v, std::array<int64_t, 3> grid,
+                                 int64_t step, int64_t layer, float scale, const Tensor& gate);
+// Whether the backend reads VSA's gate.
+bool sparse_backend_wants_gate(const cuda::SparseSelfAttentionCuda& backend);
+
+}  // namespace mmgen::attention

@@ -1,0 +1,21 @@
+// Element-wise kernels behind the device-neutral ops (core/ops.h) and Tensor::to(): dtype
+// conversion, activations and products in place, float32 math. Device pointers, default stream.
+#pragma once
+
+#include <cstdint>
+
+#include "core/activation.h"
+
+namespace mmgen::cuda {
+
+void f32_to_bf16(const float* from, void* to, int64_t count);
+void bf16_to_f32(const void* from, float* to, int64_t count);
+
+void activate_f32(float* x, int64_t count, Activation activation);  // in place
+void mul_f32(float* x, const float* y, int64_t count);              // x *= y
+void scale_f32(float* x, float factor, int64_t count);              // x *= factor
+void add_f32(float* x, const float* y, int64_t count);              // x += y
+// x[r, c] += bias[c] for rows × dim float32 x.
+void add_bias_f32(float* x, const float* bias, int64_t rows, int64_t dim);
+
+}  // namespace mmgen::cuda

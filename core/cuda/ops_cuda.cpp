@@ -1,0 +1,202 @@
+#include "core/cuda/ops_cuda.h"
+
+#include "core/cuda/device_ops.h"
+#include "core/cuda/elementwise.h"
+#include "core/cuda/gemm.h"
+#include "core/cuda/gemm_f32.h"
+#include "core/cuda/t5_ops.h"
+#include "core/error.h"
+
+namespace mmgen::cuda::ops {
+namespace {
+
+void require_device(const Tensor& x, const char* op, const char* what) {
+  check(x.device() == Device::CUDA && x.is_contiguous(),
+        "{}: the {} must be a contiguous tensor on the GPU (it is {} on {}); place the model's "
+        "weights and inputs on one device",
+        op, what, shape_string(x.shape()), device_name(x.device()));
+}
+
+void require_f32(const Tensor& x, const char* op) {
+  require_device(x, op, "input");
+  check(x.dtype() == DType::F32, "{}: expects float32 on the GPU, got {}", op,
+        dtype_name(x.dtype()));
+}
+
+}  // namespace
+
+namespace {
+
+// y = act(x · wᵀ + b); `activation` null: none.
+Tensor product(const Tensor& x, const Tensor& weight, const Tensor& bias, DType out,
+               const Activation* activation) {
+  require_device(x, "linear", "input");
+  require_device(weight, "linear", "weight");
+  check(weight.dim() == 2 && x.size(-1) == weight.size(1),
+        "linear: input {} does not match weight {}", shape_string(x.shape()),
+        shape_string(weight.shape()));
+  check(x.dtype() == weight.dtype() && (x.dtype() == DType::BF16 || x.dtype() == DType::F32),
+        "linear on the GPU: input {} and weight {} must both be bf16 (or both float32, the exact "
+        "mode)",
+        dtype_name(x.dtype()), dtype_name(weight.dtype()));
+  check(out == DType::F32 || (out == DType::BF16 && x.dtype() == DType::BF16),
+        "linear on the GPU: a {} result from {} inputs is not supported", dtype_name(out),
+        dtype_name(x.dtype()));
+  const int64_t in = weight.size(1), features = weight.size(0), rows = x.numel() / in;
+  Shape shape = x.shape();
+  shape.back() = features;
+  Tensor y = Tensor::empty(shape, out, Device::CUDA);
+  Tensor b;
+  if (bias.defined()) {
+    require_device(bias, "linear", "bias");
+    check(bias.numel() == features, "linear: bias of {} for {} outputs", bias.numel(), features);
+    b = bias.to(out);
+  }
+  // cuBLASLt's GELU epilogue is the tanh form; other activations run after the product.
+  const bool fused = activation && *activation == Activation::GeluTanh && x.dtype() == DType::BF16;
+  if (fused && !b.defined()) b = Tensor::zeros({features}, out, Device::CUDA);  // it needs a bias
+  const bool separate = activation && !fused;
+  check(!separate || out == DType::F32,
+        "linear on the GPU: this activation runs after the product on a float32 result only");
+  if (x.dtype() == DType::BF16) {
+    // y[m, n] = x[m, k] · w[n, k]ᵀ + b, fp32 accumulation, the bias in the epilogue.
+    linear_bf16(x.raw(), weight.raw(), b.defined() ? b.raw() : nullptr, y.raw(), rows, features, in,
+                out == DType::F32 ? GemmOutput::F32 : GemmOutput::BF16, nullptr,
+                fused ? GemmActivation::GeluTanh : GemmActivation::None);
+  } else {
+    // Column-major for cuBLASLt: yᵀ = w · xᵀ, full float32 (no TF32).
+    gemm_f32(true, false, features, rows, in, weight.data<float>(), in, x.data<float>(), in,
+             y.data<float>(), features, false);
+    if (b.defined()) add_bias_f32(y.data<float>(), b.data<float>(), rows, features);
+  }
+  if (separate) activate_f32(y.data<float>(), y.numel(), *activation);
+  return y;
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, DType out) {
+  return product(x, weight, bias, out, nullptr);
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, DType out,
+              Activation activation) {
+  return product(x, weight, bias, out, &activation);
+}
+
+Tensor layer_norm(const Tensor& x, float eps, const Tensor& weight, const Tensor& bias, DType out) {
+  require_f32(x, "layer_norm");
+  const int64_t dim = x.size(-1), rows = x.numel() / dim;
+  check(weight.defined() && bias.defined() && out == DType::BF16,
+        "layer_norm on the GPU: affine weight and bias and a bf16 result only");
+  require_device(weight, "layer_norm", "weight");
+  require_device(bias, "layer_norm", "bias");
+  Tensor y = Tensor::empty(x.shape(), DType::BF16, Device::CUDA);
+  layer_norm_to_bf16(x.data<float>(), y.raw(), rows, dim, weight.data<float>(), bias.data<float>(),
+                     eps);
+  return y;
+}
+
+Tensor modulated_layer_norm(const Tensor& x, const Tensor& shift, const Tensor& scale_plus_one,
+                            float eps, DType out) {
+  require_f32(x, "modulated_layer_norm");
+  check(out == DType::BF16, "modulated_layer_norm on the GPU: a bf16 result only");
+  require_device(shift, "modulated_layer_norm", "shift");
+  require_device(scale_plus_one, "modulated_layer_norm", "scale");
+  const int64_t dim = x.size(-1), rows = x.numel() / dim;
+  check(shift.numel() == dim && scale_plus_one.numel() == dim,
+        "modulated_layer_norm: {} shift and {} scale values for rows of {}", shift.numel(),
+        scale_plus_one.numel(), dim);
+  Tensor y = Tensor::empty(x.shape(), DType::BF16, Device::CUDA);
+  layer_norm_to_bf16(x.data<float>(), y.raw(), rows, dim, scale_plus_one.data<float>(),
+                     shift.data<float>(), eps);
+  return y;
+}
+
+void add_gated_(Tensor& x, const Tensor& y, const Tensor& gate) {
+  require_f32(x, "add_gated");
+  require_f32(y, "add_gated");
+  check(x.shape() == y.shape(), "add_gated: shapes {} and {} differ", shape_string(x.shape()),
+        shape_string(y.shape()));
+  const int64_t dim = x.size(-1), rows = x.numel() / dim;
+  if (gate.defined()) {
+    require_device(gate, "add_gated", "gate");
+    check(gate.numel() == dim, "add_gated: {} gate values for rows of {}", gate.numel(), dim);
+  }
+  add_gated_f32(x.data<float>(), y.data<float>(), rows, dim,
+                gate.defined() ? gate.data<float>() : nullptr);
+}
+
+void rms_norm_rope_(Tensor& x, const Tensor& weight, float eps, const Tensor& cos,
+                    const Tensor& sin, int64_t head_dim) {
+  require_device(x, "rms_norm_rope", "input");
+  require_device(weight, "rms_norm_rope", "weight");
+  check(x.dtype() == DType::BF16, "rms_norm_rope on the GPU: bf16 rows (a product's output)");
+  const int64_t dim = x.size(-1), rows = x.numel() / dim;
+  check(weight.numel() == dim && weight.dtype() == DType::F32,
+        "rms_norm_rope: weight {} for rows of {}", shape_string(weight.shape()), dim);
+  if (cos.defined()) {
+    require_device(cos, "rms_norm_rope", "cos table");
+    require_device(sin, "rms_norm_rope", "sin table");
+    check(head_dim > 0 && dim % head_dim == 0 && cos.dim() == 2 && cos.size(1) == head_dim / 2 &&
+              sin.shape() == cos.shape(),
+          "rms_norm_rope: tables {} for head size {}", shape_string(cos.shape()), head_dim);
+  }
+  rms_norm_rope_bf16(x.raw(), rows, dim, weight.data<float>(), eps,
+                     cos.defined() ? cos.data<float>() : nullptr,
+                     cos.defined() ? sin.data<float>() : nullptr, cos.defined() ? cos.size(0) : 1,
+                     head_dim > 0 ? head_dim : dim);
+}
+
+Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps, DType out) {
+  require_f32(x, "rms_norm");
+  require_device(weight, "rms_norm", "weight");
+  const int64_t dim = x.size(-1), rows = x.numel() / dim;
+  check(weight.numel() == dim && weight.dtype() == DType::F32,
+        "rms_norm: weight {} {} for rows of {}", dtype_name(weight.dtype()),
+        shape_string(weight.shape()), dim);
+  Tensor y = Tensor::empty(x.shape(), out, Device::CUDA);
+  if (out == DType::BF16)
+    t5_rms_norm_bf16(x.data<float>(), y.raw(), rows, dim, weight.data<float>(), eps);
+  else if (out == DType::F32)
+    t5_rms_norm_f32(x.data<float>(), y.data<float>(), rows, dim, weight.data<float>(), eps);
+  else
+    fail("rms_norm on the GPU: a {} result is not supported", dtype_name(out));
+  return y;
+}
+
+void activate_(Tensor& x, Activation activation) {
+  require_f32(x, "activation");
+  activate_f32(x.data<float>(), x.numel(), activation);
+}
+
+void add_(Tensor& x, const Tensor& y) {
+  require_f32(x, "add");
+  require_f32(y, "add");
+  check(x.shape() == y.shape(), "add: shapes {} and {} differ", shape_string(x.shape()),
+        shape_string(y.shape()));
+  add_f32(x.data<float>(), y.data<float>(), x.numel());
+}
+
+void mul_(Tensor& x, const Tensor& y) {
+  require_f32(x, "mul");
+  require_f32(y, "mul");
+  check(x.shape() == y.shape(), "mul: shapes {} and {} differ", shape_string(x.shape()),
+        shape_string(y.shape()));
+  mul_f32(x.data<float>(), y.data<float>(), x.numel());
+}
+
+void scale_(Tensor& x, float factor) {
+  require_f32(x, "scale");
+  scale_f32(x.data<float>(), factor, x.numel());
+}
+
+Tensor random_uniform(const Shape& shape, DType dtype, uint64_t seed, float scale) {
+  check(dtype == DType::BF16 || dtype == DType::F32,
+        "random_uniform on the GPU: bf16 or float32, not {}", dtype_name(dtype));
+  Tensor values = Tensor::empty(shape, DType::BF16, Device::CUDA);
+  fill_uniform_bf16(values.raw(), values.numel(), seed, scale);
+  return values.to(dtype);
+}
+
+}  // namespace mmgen::cuda::ops

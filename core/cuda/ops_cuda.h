@@ -1,0 +1,28 @@
+// The CUDA implementations of the device-neutral ops (core/ops.h): core/ops.cpp calls these when
+// an op's input lives on the GPU. Same contracts as the CPU ops, plus what the GPU adds: products
+// read bf16 (or float32 in the exact mode) activations and weights of the same dtype, and may
+// write bf16 for the next product.
+#pragma once
+
+#include "core/activation.h"
+#include "core/tensor.h"
+
+namespace mmgen::cuda::ops {
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, DType out,
+              Activation activation);
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, DType out);
+Tensor layer_norm(const Tensor& x, float eps, const Tensor& weight, const Tensor& bias, DType out);
+Tensor modulated_layer_norm(const Tensor& x, const Tensor& shift, const Tensor& scale_plus_one,
+                            float eps, DType out);
+void add_gated_(Tensor& x, const Tensor& y, const Tensor& gate);
+void rms_norm_rope_(Tensor& x, const Tensor& weight, float eps, const Tensor& cos,
+                    const Tensor& sin, int64_t head_dim);
+Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps, DType out);
+void activate_(Tensor& x, Activation activation);
+void add_(Tensor& x, const Tensor& y);
+void mul_(Tensor& x, const Tensor& y);
+void scale_(Tensor& x, float factor);
+Tensor random_uniform(const Shape& shape, DType dtype, uint64_t seed, float scale);
+
+}  // namespace mmgen::cuda::ops
