@@ -37,11 +37,87 @@ std::string join_notes(const std::string& a, const std::string& b) {
   return a + "; " + b;
 }
 
-// "unknown attention backend" with both vocabularies and a did-you-mean.
+struct ForeignName;
+const std::vector<ForeignName>& foreign_names();
+
+// "unknown attention backend" with both vocabularies and a did-you-mean (a misspelt name of
+// another tool suggests the backend it means: flash_atn -> fa).
+[[noreturn]] void fail_unknown_backend(const std::string& what, const std::string& name);
+
+// Names from other tools: diffusers' AttentionBackendName values (src/diffusers/models/
+// attention_dispatch.py), PyTorch's and flash-attn's names, transformers' attn_implementation
+// values. `backend` is ours (empty: none here), `what` says what the name is.
+struct ForeignName {
+  std::string_view name;
+  std::string_view backend;
+  std::string_view what;
+};
+
+const std::vector<ForeignName>& foreign_names() {
+  static const std::vector<ForeignName> names = {
+      {"flash", "fa", "diffusers' flash (FlashAttention 2)"},
+      {"flash_hub", "fa", "diffusers' flash_hub (FlashAttention 2 from the Hub)"},
+      {"flash_varlen", "fa", "diffusers' flash_varlen (FlashAttention 2, variable length)"},
+      {"flash_varlen_hub", "fa", "diffusers' flash_varlen_hub (FlashAttention 2)"},
+      {"_flash_3", "fa", "diffusers' _flash_3 (FlashAttention 3)"},
+      {"_flash_varlen_3", "fa", "diffusers' _flash_varlen_3 (FlashAttention 3)"},
+      {"_flash_3_hub", "fa", "diffusers' _flash_3_hub (FlashAttention 3 from the Hub)"},
+      {"_flash_3_varlen_hub", "fa", "diffusers' _flash_3_varlen_hub (FlashAttention 3)"},
+      {"_flash_varlen_3_hub", "fa", "diffusers' _flash_varlen_3_hub (FlashAttention 3)"},
+      {"flash_attn", "fa", "flash_attn (the FlashAttention package)"},
+      {"flash_attention", "fa", "flash_attention (FlashAttention)"},
+      {"flash_attention_2", "fa", "transformers' flash_attention_2 (FlashAttention 2)"},
+      {"flash_attention_3", "fa", "transformers' flash_attention_3 (FlashAttention 3)"},
+      {"native", "torch_sdpa", "diffusers' native (torch scaled_dot_product_attention)"},
+      {"_native_math", "torch_sdpa", "diffusers' _native_math (torch SDPA, math kernel)"},
+      {"_native_efficient", "torch_sdpa",
+       "diffusers' _native_efficient (torch SDPA, memory-efficient kernel)"},
+      {"_native_flash", "torch_sdpa", "diffusers' _native_flash (torch SDPA, flash kernel)"},
+      {"_native_cudnn", "torch_sdpa", "diffusers' _native_cudnn (torch SDPA, cuDNN kernel)"},
+      {"sdpa", "torch_sdpa", "sdpa (torch scaled_dot_product_attention)"},
+      {"scaled_dot_product_attention", "torch_sdpa", "torch scaled_dot_product_attention"},
+      {"sage", "sage_attn", "diffusers' sage (SageAttention, INT8 Q and K)"},
+      {"sage_hub", "sage_attn", "diffusers' sage_hub (SageAttention)"},
+      {"sage_varlen", "sage_attn", "diffusers' sage_varlen (SageAttention)"},
+      {"_sage_qk_int8_pv_fp8_cuda", "sage_attn",
+       "diffusers' _sage_qk_int8_pv_fp8_cuda (SageAttention)"},
+      {"_sage_qk_int8_pv_fp8_cuda_sm90", "sage_attn",
+       "diffusers' _sage_qk_int8_pv_fp8_cuda_sm90 (SageAttention)"},
+      {"_sage_qk_int8_pv_fp16_cuda", "sage_attn",
+       "diffusers' _sage_qk_int8_pv_fp16_cuda (SageAttention)"},
+      {"_sage_qk_int8_pv_fp16_triton", "sage_attn",
+       "diffusers' _sage_qk_int8_pv_fp16_triton (SageAttention)"},
+      {"sageattention", "sage_attn", "sageattention (SageAttention)"},
+      {"xformers", "",
+       "diffusers' xformers (xformers' memory-efficient attention) has no backend here; fa "
+       "computes "
+       "the same exact attention (torch_sdpa too)"},
+      {"flex", "",
+       "diffusers' flex (PyTorch FlexAttention) has no diffusion-transformer backend here; use fa "
+       "or "
+       "torch_sdpa (text encoders have a paged flex_attention)"},
+      {"_native_npu", "",
+       "diffusers' _native_npu runs on Ascend NPUs, which mmgen's diffusion transformers do not; "
+       "use "
+       "fa or torch_sdpa"},
+      {"_native_xla", "",
+       "diffusers' _native_xla runs on TPUs (XLA), which mmgen does not; use fa or torch_sdpa"},
+      {"eager", "",
+       "transformers' eager attention is plain matmul-softmax-matmul; use torch_sdpa (diffusion "
+       "transformers) or torch_native (text encoders), which compute the same"},
+  };
+  return names;
+}
+
 [[noreturn]] void fail_unknown_backend(const std::string& what, const std::string& name) {
   std::vector<std::string> all = backend_names(Family::Dit, true);
   for (const auto& n : backend_names(Family::Paged)) all.push_back(n);
-  const std::string nearest = nearest_name(lower(name), all);
+  for (const ForeignName& foreign : foreign_names())
+    if (!foreign.backend.empty()) all.emplace_back(foreign.name);
+  std::string nearest = nearest_name(lower(name), all);
+  for (const ForeignName& foreign : foreign_names())
+    if (foreign.name == nearest)
+      nearest = fmt::format("{}, which is {} here", nearest, foreign.backend);
   fail("{}: unknown attention backend '{}'{}; DiT backends: {}; paged backends (text encoders): {}",
        what, name, nearest.empty() ? std::string() : fmt::format(" (did you mean {}?)", nearest),
        fmt::join(backend_names(Family::Dit), ", "), fmt::join(backend_names(Family::Paged), ", "));
@@ -62,9 +138,7 @@ void set_forced(std::optional<std::string> value) {
 }
 
 std::string validated_name(const std::string& name, const std::string& what) {
-  const std::string normalized = lower(trim(name));
-  if (!is_known_backend(normalized)) fail_unknown_backend(what, name);
-  return normalized;
+  return resolve_backend_name(name, what);
 }
 
 // "transformer_2" -> "transformer": SGLang lets a numbered component inherit its base's override.
@@ -264,6 +338,23 @@ LayerChoice select_paged(const ComponentChoice& choice, const ComponentAttention
 
 }  // namespace
 
+// ------------------------------------------------------------------ names from other tools
+
+std::string resolve_backend_name(const std::string& name, const std::string& where,
+                                 std::string* note) {
+  const std::string normalized = lower(trim(name));
+  if (is_known_backend(normalized)) return normalized;
+  std::string dashless = normalized;  // flash-attn, flash-attention-2
+  std::replace(dashless.begin(), dashless.end(), '-', '_');
+  for (const ForeignName& foreign : foreign_names()) {
+    if (foreign.name != dashless) continue;
+    check(!foreign.backend.empty(), "{}: {}", where, foreign.what);
+    if (note) *note = fmt::format("{}: {} is {} here", where, foreign.what, foreign.backend);
+    return std::string(foreign.backend);
+  }
+  fail_unknown_backend(where, name);
+}
+
 // ------------------------------------------------------------------ force
 
 void force_attention_backend(const std::string& name) {
@@ -292,16 +383,18 @@ ForcedAttentionBackend::~ForcedAttentionBackend() {
 
 // ------------------------------------------------------------------ overrides
 
-ComponentOverrides parse_component_attention_backends(const json& spec, const std::string& where) {
+ComponentOverrides parse_component_attention_backends(const json& spec, const std::string& where,
+                                                      std::vector<std::string>* notes) {
   ComponentOverrides overrides;
   if (spec.is_null()) return overrides;
   auto add = [&](std::string key, const std::string& value, const std::string& item) {
     key = trim(key);
     std::replace(key.begin(), key.end(), '-', '_');
     check(!key.empty(), "{}: '{}' has no component name; write component=backend", where, item);
-    const std::string name = lower(trim(value));
-    check(!name.empty(), "{}: '{}' has no backend; write component=backend", where, item);
-    if (!is_known_backend(name)) fail_unknown_backend(fmt::format("{} {}", where, key), value);
+    check(!trim(value).empty(), "{}: '{}' has no backend; write component=backend", where, item);
+    std::string note;
+    const std::string name = resolve_backend_name(value, fmt::format("{} {}", where, key), &note);
+    if (notes && !note.empty()) notes->push_back(note);
     check(overrides.emplace(key, name).second, "{}: component '{}' is given twice; give it once",
           where, key);
   };
@@ -319,7 +412,7 @@ ComponentOverrides parse_component_attention_backends(const json& spec, const st
   if (text.front() == '{') {
     const json object = parse_json(text, where, "check the quotes and braces");
     check(object.is_object(), "{}: expected a JSON object of component: backend", where);
-    return parse_component_attention_backends(object, where);
+    return parse_component_attention_backends(object, where, notes);
   }
   size_t start = 0;
   while (start <= text.size()) {
@@ -426,8 +519,16 @@ SelectionLevels selection_levels(const ComponentOverrides& overrides,
   SelectionLevels levels;
   levels.forced = forced_attention_backend();
   levels.overrides = overrides;
-  if (cli && !trim(*cli).empty()) levels.cli = *cli;
-  if (env && !trim(*env).empty()) levels.env = *env;
+  const auto resolve = [&](const std::string& name, const std::string& where) {
+    std::string note;
+    std::string resolved = resolve_backend_name(name, where, &note);
+    if (!note.empty()) levels.notes.push_back(note);
+    return resolved;
+  };
+  if (cli && !trim(*cli).empty())
+    levels.cli = resolve(*cli, fmt::format("--attention-backend {}", trim(*cli)));
+  if (env && !trim(*env).empty())
+    levels.env = resolve(*env, fmt::format("MMGEN_ATTENTION_BACKEND={}", trim(*env)));
   return levels;
 }
 
@@ -462,8 +563,7 @@ ComponentChoice select_component(const ComponentAttention& component, const Sele
     choice.requested = *levels.env;
   }
   if (choice.source != Source::Auto) {
-    choice.requested = lower(trim(choice.requested));
-    if (!is_known_backend(choice.requested)) fail_unknown_backend(origin(choice), choice.requested);
+    choice.requested = resolve_backend_name(choice.requested, origin(choice));
   }
 
   switch (component.role) {

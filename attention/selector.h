@@ -45,6 +45,17 @@ class ForcedAttentionBackend {
   std::optional<std::string> previous_;
 };
 
+// ------------------------------------------------------------------ names from other tools
+
+// The backend a name means. Catalogue names and their aliases pass through (lower-cased,
+// trimmed). Names people bring from other tools become the backend they mean here, and `note` (when
+// given) gets one line saying which: diffusers' attention backends (attention_dispatch.py's
+// AttentionBackendName: native, flash, _flash_3_hub, sage, ...) and the habitual sdpa, flash_attn,
+// flash_attention_2. A name of another tool with no counterpart here (xformers, flex, ...) and
+// an unknown name are Errors, prefixed with `where`, that say what to use instead.
+std::string resolve_backend_name(const std::string& name, const std::string& where,
+                                 std::string* note = nullptr);
+
 // ------------------------------------------------------------------ level 2: component overrides
 
 // component name (as in model_index.json) -> backend name (lower case, as given).
@@ -54,8 +65,11 @@ using ComponentOverrides = std::map<std::string, std::string>;
 // object (a config file's mapping, or the dotted flags --component-attention-backends.<name>).
 // Keys: '-' becomes '_'. Values must be backend names of either family. Which components exist
 // is checked against the model by the selection below.
+// Other tools' names become ours (resolve_backend_name); `notes` (when given) collects the lines
+// saying so.
 ComponentOverrides parse_component_attention_backends(
-    const nlohmann::json& spec, const std::string& where = "--component-attention-backends");
+    const nlohmann::json& spec, const std::string& where = "--component-attention-backends",
+    std::vector<std::string>* notes = nullptr);
 
 // ------------------------------------------------------------------ selection
 
@@ -84,9 +98,11 @@ struct SelectionLevels {
   ComponentOverrides overrides;       // level 2
   std::optional<std::string> cli;     // level 3
   std::optional<std::string> env;     // level 3, used when `cli` is absent
+  std::vector<std::string> notes;     // other tools' names translated (resolve_backend_name)
 };
 
 // Level 1 from the global force, the rest from the arguments; an empty env value counts as unset.
+// The cli and env names are resolved (resolve_backend_name): an unknown one is an Error here.
 SelectionLevels selection_levels(const ComponentOverrides& overrides,
                                  const std::optional<std::string>& cli,
                                  const std::optional<std::string>& env);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <omp.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <chrono>
@@ -14,6 +15,7 @@
 #include "attention/backend_config.h"
 #include "attention/backends/video_sparse_attn/vsa_gate.h"
 #include "attention/catalogue.h"
+#include "attention/selector.h"
 #include "core/error.h"
 #include "core/npy.h"
 #include "generate/options.h"
@@ -78,7 +80,11 @@ std::string attention_help() {
 int run_attention(const std::vector<std::string>& arguments) {
   const SettingsLayer values = parse_arguments(Command::Attention, arguments);
   check(values.contains("backend"), "attention: --backend is required; see `mmgen backends`");
-  const std::string requested = values["backend"];
+  std::string note;
+  const std::string requested = attention::resolve_backend_name(
+      values["backend"].get<std::string>(),
+      fmt::format("attention: --backend {}", values["backend"].get<std::string>()), &note);
+  if (!note.empty()) spdlog::info("{}", note);
   const attention::BackendInfo* info = attention::find_backend(attention::Family::Dit, requested);
   check(info != nullptr, "attention: '{}' is not a DiT attention backend; see `mmgen backends`",
         requested);

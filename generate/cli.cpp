@@ -3,6 +3,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <new>
@@ -28,10 +29,11 @@ constexpr const char* kUsage =
     "  inspect    show a model's components, sizes, attention backends and the memory a request\n"
     "             needs (mmgen inspect --help)\n"
     "  encode     write the prompt embeddings of the text encoder (mmgen encode --help)\n"
-    "  options    every generate option, its type, default and meaning (--markdown)\n"
+    "  options    every generate option, its type, default and meaning (--markdown, --json)\n"
     "  backends   list the attention backends and whether each runs here (--json, --markdown)\n"
     "  attention  run one attention backend on q, k, v .npy files (mmgen attention --help)\n\n"
-    "Run `mmgen <command> --help` for a command's options.\n";
+    "Run `mmgen <command> --help` for a command's options; `mmgen --version` (-V) prints the\n"
+    "version.\n";
 
 void setup_logging() {
   // Logs go to stderr so that stdout carries only results (the dry-run JSON).
@@ -57,7 +59,9 @@ int run_cli(int argc, char** argv) {
       std::cout << kUsage;
       return arguments.empty() ? 2 : 0;
     }
-    if (arguments[0] == "--version") {
+    // --version (or -V) anywhere: `mmgen generate ... --version` answers too, as --help does.
+    if (std::any_of(arguments.begin(), arguments.end(),
+                    [](const std::string& a) { return a == "--version" || a == "-V"; })) {
       std::cout << "mmgen 0.1.0\n";
       return 0;
     }

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 
 #include <cstdio>
 #include <iostream>
@@ -48,8 +49,11 @@ EncodeOptions parse_encode_arguments(const std::vector<std::string>& arguments) 
   check(!request.prompts.empty() || options.prompt_file,
         "encode: no prompt; pass --prompt TEXT (repeatable) or --prompt-file-path FILE");
   // The same spellings as generate's (a=b pairs, a JSON object, the dotted flags).
+  std::vector<std::string> notes;
   const attention::ComponentOverrides backends = attention::parse_component_attention_backends(
-      values.value("component-attention-backends", nlohmann::json()));
+      values.value("component-attention-backends", nlohmann::json()),
+      "--component-attention-backends", &notes);
+  for (const auto& note : notes) spdlog::info("attention: {}", note);
   for (const auto& [component, backend] : backends) {
     check(component == request.component,
           "--component-attention-backends {}={}: only the encoded component ('{}') can be set "

@@ -46,7 +46,7 @@ ResolvedGenerate resolve_generate(const std::vector<std::string>& arguments) {
   std::map<std::string, fs::path> component_paths;
   if (upper.contains("component-paths"))
     for (auto it = upper["component-paths"].begin(); it != upper["component-paths"].end(); ++it)
-      component_paths[it.key()] = it->get<std::string>();
+      component_paths[it.key()] = it->is_string() ? it->get<std::string>() : std::string();
 
   ResolvedGenerate resolved;
   if (batch) {
@@ -57,7 +57,17 @@ ResolvedGenerate resolve_generate(const std::vector<std::string>& arguments) {
           "are skipped); put one prompt per line",
           file);
   }
-  resolved.index = load_model_index(upper["model-path"].get<std::string>(), component_paths);
+  const fs::path model_path = upper["model-path"].get<std::string>();
+  if (!component_paths.empty()) {
+    // --<component>-path exists only for this model's components: read its index first.
+    const ModelIndex plain = load_model_index(model_path);
+    check_component_paths(command_line, plain.component_names(), plain.absent);
+    check_component_paths(config_file, plain.component_names(), plain.absent,
+                          command_line.contains("config")
+                              ? command_line["config"].get<std::string>()
+                              : std::string());
+  }
+  resolved.index = load_model_index(model_path, component_paths);
   resolved.spec =
       &find_pipeline(resolved.index.class_name, resolved.index.root / "model_index.json");
   // The component classes first: nothing below (defaults, validation, memory) reads a config of a
@@ -270,6 +280,9 @@ int run_resolved(const ResolvedGenerate& resolved) {
                resolved.index.class_name, resolved.index.root.string(), request.width,
                request.height, request.num_frames, request.num_inference_steps,
                request.guidance_scale, request.seed);
+  if (request.settings.value("seed_was_random", false))
+    spdlog::info("seed: {} drawn at random for --seed -1; pass --seed {} to repeat this output",
+                 request.seed, request.seed);
   if (!resolved.defaults_variant.empty())
     spdlog::info("defaults: configs/{} for {}", resolved.spec->defaults_file,
                  resolved.defaults_variant);
@@ -308,6 +321,9 @@ int run_resolved(const ResolvedGenerate& resolved) {
 int run_generate(const std::vector<std::string>& arguments) {
   ResolvedGenerate resolved = resolve_generate(arguments);
   if (resolved.request.dry_run) {
+    spdlog::set_level(resolved.request.quiet ? spdlog::level::err
+                                             : spdlog::level::from_str(resolved.request.log_level));
+    log_attention_notes(resolved.attention);
     std::cout << dry_run_json(resolved).dump(2) << std::endl;
     return 0;
   }
@@ -322,9 +338,14 @@ std::string generate_help() {
       "built-in defaults.\n"
       "Per component: --<component>-path DIR replaces a component's folder;\n"
       "               --component-attention-backends.<component> NAME sets one component's "
-      "attention backend.\n\n"
-      "\n";
-  return text + options_help(Command::Generate);
+      "attention backend.\n"
+      "A flag given twice takes its last value. --seed -1 draws a random seed (logged and stored "
+      "with the output).\n"
+      "Defaults: a pipeline's configs/ file sets some (\"81 from configs/wan.yaml "
+      "(WanPipeline)\"); "
+      "the built-in value applies otherwise.\n\n";
+  return text + options_help(Command::Generate,
+                             [](const OptionSpec& option) { return default_description(option); });
 }
 
 }  // namespace mmgen::cli

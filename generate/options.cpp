@@ -45,15 +45,19 @@ const std::vector<OptionSpec>& option_table() {
       {"flow-shift", T::Float, nullptr,
        "overrides the scheduler's flow_shift from the model folder"},
       {"max-sequence-length", T::Int, 512, "text tokens the encoder sees (padded/truncated)"},
-      {"seed", T::Int, 1024, "random seed for the initial noise (torch CPU generator compatible)"},
+      {"seed", T::Int, 1024,
+       "random seed for the initial noise (torch CPU generator compatible); -1 draws a random one, "
+       "which is logged and stored with the output"},
       {"output-path", T::Path, "outputs", "folder for outputs"},
       {"output-file-name", T::String, nullptr,
-       "output file name (an extension is added if missing); with --prompt-file-path, prompt i's "
-       "file gets _i before the extension (name_0.png, name_1.png, ...)"},
+       "output file name; its extension (.png, .jpg/.jpeg, .webp, .mp4, .npy) picks the format, "
+       "without one the format's is added; with --prompt-file-path, prompt i's file gets _i before "
+       "the extension (name_0.png, name_1.png, ...)"},
       {"output-format",
        T::Choice,
        nullptr,
-       "png, jpg, webp, mp4 or npy (default: png for one frame, mp4 for more)",
+       "png, jpg, webp, mp4 or npy (default: --output-file-name's extension, else png for one "
+       "frame, mp4 for more)",
        {"png", "jpg", "webp", "mp4", "npy"}},
       {"overwrite", T::Flag, false,
        "replace an existing output file (without it, generate refuses before any work)"},
@@ -294,7 +298,8 @@ const std::vector<OptionSpec>& generate_options() {
   return command_options(Command::Generate);
 }
 
-std::string options_help(Command command) {
+std::string options_help(Command command,
+                         const std::function<std::string(const OptionSpec&)>& describe_default) {
   std::string text = "Options:\n";
   for (const auto& option : command_options(command)) {
     std::string flag = "  --" + std::string(option.name);
@@ -302,11 +307,13 @@ std::string options_help(Command command) {
       flag += " " + std::string(option.value_name.empty() ? "VALUE" : option.value_name);
     if (flag.size() < 36) flag.resize(36, ' ');
     text += flag + " " + std::string(option.help);
-    if (!option.builtin_default.is_null() && option.type != OptionType::Flag)
-      text += " [default: " +
-              (option.builtin_default.is_string() ? option.builtin_default.get<std::string>()
-                                                  : option.builtin_default.dump()) +
-              "]";
+    std::string default_text;
+    if (describe_default)
+      default_text = describe_default(option);
+    else if (!option.builtin_default.is_null() && option.type != OptionType::Flag)
+      default_text = option.builtin_default.is_string() ? option.builtin_default.get<std::string>()
+                                                        : option.builtin_default.dump();
+    if (!default_text.empty()) text += " [default: " + default_text + "]";
     text += "\n";
   }
   return text;

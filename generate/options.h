@@ -4,6 +4,7 @@
 // from this table, so they cannot drift apart.
 #pragma once
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -36,8 +37,11 @@ const std::vector<OptionSpec>& generate_options();  // command_options(Command::
 const OptionSpec* find_option(std::string_view name, Command command = Command::Generate);
 
 // The "Options:" part of a command's --help: one line per option with its value, help and
-// built-in default.
-std::string options_help(Command command);
+// default: the built-in one, or what `describe_default` says (generate: the pipelines' configs/
+// defaults too, generate/pipeline_defaults.h); an empty description shows none.
+std::string options_help(
+    Command command,
+    const std::function<std::string(const OptionSpec&)>& describe_default = nullptr);
 
 // "num_frames" and "num-frames" both name --num-frames.
 std::string normalize_option_name(std::string_view name);

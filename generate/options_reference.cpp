@@ -8,6 +8,7 @@
 #include "core/yaml.h"
 #include "generate/generate_command.h"
 #include "generate/options.h"
+#include "generate/pipeline_defaults.h"
 #include "generate/settings.h"
 #include "pipeline/registry.h"
 
@@ -124,7 +125,10 @@ std::string configuration_markdown() {
       "(dashes or underscores: `num_frames` and `num-frames` are the same) to values;\n"
       "3. the pipeline's defaults in `configs/` (below), chosen by `model_index.json`'s "
       "`_class_name` and the transformer's size;\n"
-      "4. the built-in defaults (the table's Default column).\n\n"
+      "4. the built-in defaults.\n\n"
+      "The Default column shows what applies: the value a pipeline's `configs/` file sets (and "
+      "for which pipeline), then the built-in value used otherwise. `generate --help` and "
+      "`mmgen options --json` show the same.\n\n"
       "An unknown flag or key is an error that names the nearest valid one. `--dry-run` prints "
       "the merged request.\n\n"
       "Per component (names from `model_index.json`):\n\n"
@@ -139,13 +143,10 @@ std::string configuration_markdown() {
       "## Options\n\n"
       "| Option | Type | Default | In a config file | What it does |\n"
       "|---|---|---|---|---|\n";
-  for (const auto& option : generate_options()) {
-    const std::string default_text =
-        option.type == OptionType::Flag ? "off" : value_text(option.builtin_default);
+  for (const auto& option : generate_options())
     out += fmt::format("| `--{}` | {} | {} | {} | {} |\n", option.name, cell(type_name(option)),
-                       default_text.empty() ? "" : "`" + cell(default_text) + "`",
+                       cell(default_description(option, /*markdown=*/true)),
                        option.in_config ? "yes" : "no", cell(std::string(option.help)));
-  }
   // The other commands read the same table (their own rows and the ones they share).
   for (const auto& [command, what] :
        {std::pair{Command::Encode, "writes a text encoder's prompt embeddings"},
@@ -172,20 +173,58 @@ std::string configuration_markdown() {
   return out;
 }
 
+json options_json() {
+  json out = json::object();
+  for (const Command command : {Command::Generate, Command::Encode, Command::Attention}) {
+    json rows = json::array();
+    for (const auto& option : command_options(command)) {
+      json row = {
+          {"name", option.name},
+          {"flag", "--" + std::string(option.name)},
+          {"type", type_name(option)},
+          {"builtin_default", option.type == OptionType::Flag && option.builtin_default.is_null()
+                                  ? json(false)
+                                  : option.builtin_default},
+          {"help", option.help},
+          {"in_config", command == Command::Generate && option.in_config},
+          {"repeatable", option.repeatable},
+          {"value_name", option.type == OptionType::Flag
+                             ? json()
+                             : json(option.value_name.empty() ? "VALUE" : option.value_name)}};
+      row["choices"] = json::array();
+      for (auto choice : option.choices) row["choices"].push_back(choice);
+      row["configured_defaults"] = json::array();
+      if (command == Command::Generate)
+        for (const auto& entry : configured_defaults(option))
+          row["configured_defaults"].push_back(entry.to_json());
+      row["default"] = command == Command::Generate ? default_description(option)
+                                                    : value_text(option.builtin_default);
+      rows.push_back(row);
+    }
+    out[std::string(command_name(command))] = rows;
+  }
+  return out;
+}
+
 int run_options(const std::vector<std::string>& arguments) {
-  bool markdown = false;
+  std::string format = "text";
   for (const auto& argument : arguments) {
-    if (argument == "--markdown") {
-      markdown = true;
+    if (argument == "--markdown" || argument == "--json") {
+      check(format == "text", "options: pass one of --markdown and --json");
+      format = argument.substr(2);
     } else if (argument == "--help" || argument == "-h") {
-      std::cout << "Usage: mmgen options [--markdown]\n\n"
-                   "Every `mmgen generate` option; --markdown prints docs/configuration.md.\n";
+      std::cout << "Usage: mmgen options [--markdown | --json]\n\n"
+                   "Every `mmgen generate` option; --markdown prints docs/configuration.md, --json "
+                   "the option table of every command (generate, encode, attention) for tools.\n";
       return 0;
     } else {
-      fail("options: unknown argument '{}'; use --markdown or nothing", argument);
+      fail("options: unknown argument '{}'; use --markdown, --json or nothing", argument);
     }
   }
-  std::cout << (markdown ? configuration_markdown() : generate_help());
+  if (format == "json")
+    std::cout << options_json().dump(2) << std::endl;
+  else
+    std::cout << (format == "markdown" ? configuration_markdown() : generate_help());
   return 0;
 }
 

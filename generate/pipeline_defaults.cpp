@@ -91,6 +91,75 @@ PipelineDefaults load_pipeline_defaults(const PipelineSpec& spec, const ModelInd
                                      "configs/" + spec.defaults_file, parameters);
 }
 
+json ConfiguredDefault::to_json() const {
+  json out = {{"pipeline", pipeline}, {"file", file}, {"value", value}};
+  out["variants"] = json::object();
+  for (const auto& variant : variants) out["variants"][variant[0].get<std::string>()] = variant[1];
+  return out;
+}
+
+std::vector<ConfiguredDefault> configured_defaults(const OptionSpec& option) {
+  std::vector<ConfiguredDefault> found;
+  const auto value_of = [&](const json& values) {
+    for (auto it = values.begin(); it != values.end(); ++it)
+      if (normalize_option_name(it.key()) == option.name) return *it;
+    return json();
+  };
+  for (const PipelineSpec& spec : pipeline_registry()) {
+    const std::string file = "configs/" + spec.defaults_file;
+    const json document = yaml_to_json(embedded_config(spec.defaults_file), file);
+    if (!document.is_object()) continue;
+    ConfiguredDefault entry{spec.class_name, file, value_of(document), json::array()};
+    if (document.contains("variants") && document["variants"].is_array())
+      for (const auto& variant : document["variants"]) {
+        if (!variant.is_object()) continue;
+        const json value = value_of(variant);
+        if (!value.is_null())
+          entry.variants.push_back({variant.value("name", std::string("unnamed")), value});
+      }
+    if (!entry.value.is_null() || !entry.variants.empty()) found.push_back(entry);
+  }
+  return found;
+}
+
+namespace {
+
+std::string default_value_text(const json& value, bool markdown) {
+  std::string text = value.is_string() ? value.get<std::string>() : value.dump();
+  if (text.size() > 20) {
+    size_t cut = 20;  // back to the start of a UTF-8 character
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+    text = text.substr(0, cut) + "...";
+  }
+  if (value.is_string() &&
+      (text.empty() || text.find(' ') != std::string::npos || text.size() > 20))
+    text = "\"" + text + "\"";
+  return markdown ? "`" + text + "`" : text;
+}
+
+}  // namespace
+
+std::string default_description(const OptionSpec& option, bool markdown) {
+  const bool flag = option.type == OptionType::Flag;
+  const std::string builtin = flag ? (markdown ? "off" : "")
+                                   : (option.builtin_default.is_null()
+                                          ? std::string()
+                                          : default_value_text(option.builtin_default, markdown));
+  std::string text;
+  for (const ConfiguredDefault& entry : configured_defaults(option)) {
+    std::string values;
+    if (!entry.value.is_null()) values = default_value_text(entry.value, markdown);
+    for (const auto& variant : entry.variants)
+      values +=
+          fmt::format("{}{} for {}", values.empty() ? "" : ", ",
+                      default_value_text(variant[1], markdown), variant[0].get<std::string>());
+    text += fmt::format("{}{} from {} ({})", text.empty() ? "" : "; ", values,
+                        markdown ? "`" + entry.file + "`" : entry.file, entry.pipeline);
+  }
+  if (text.empty()) return builtin;
+  return text + "; " + (builtin.empty() ? std::string("none") : builtin) + " otherwise";
+}
+
 json FlowShiftChoice::to_json() const {
   return {{"value", value},
           {"source", source},

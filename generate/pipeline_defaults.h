@@ -33,6 +33,23 @@ PipelineDefaults pipeline_defaults_from_yaml(const std::string& yaml, const std:
 // feed-forward weights, which are all but a fraction of a percent of it).
 int64_t wan_transformer_parameters(const nlohmann::json& transformer_config);
 
+// What the pipelines' configs/ files set for one option, so that --help, `mmgen options` and
+// docs/configuration.md show the defaults that actually apply rather than the built-in ones alone.
+struct ConfiguredDefault {
+  std::string pipeline;     // "WanPipeline"
+  std::string file;         // "configs/wan.yaml"
+  nlohmann::json value;     // set for every model of the pipeline; null when only variants set it
+  nlohmann::json variants;  // variant name -> value, in file order (an array of [name, value])
+  nlohmann::json to_json() const;
+};
+std::vector<ConfiguredDefault> configured_defaults(const OptionSpec& option);
+
+// The option's default in words: "81 from configs/wan.yaml (WanPipeline); 1 otherwise", "480 for
+// Wan2.1-T2V-1.3B, 720 for Wan2.1-T2V-14B from configs/wan.yaml (WanPipeline); 480 otherwise",
+// "1024" (no pipeline sets it); empty when there is none. `markdown` puts values and files in
+// code spans. Long texts are cut to their first 20 characters.
+std::string default_description(const OptionSpec& option, bool markdown = false);
+
 struct FlowShiftChoice {
   double value = 0;
   std::string source;               // "--flow-shift", "--config FILE" or "scheduler_config.json"

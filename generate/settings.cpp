@@ -38,6 +38,13 @@ void add_component_path(SettingsLayer& layer, const std::string& component, cons
   layer["component-paths"][component] = value;
 }
 
+// "text-encoder-path" -> "text_encoder".
+std::string component_of_path_flag(const std::string& name) {
+  std::string component = name.substr(0, name.size() - 5);
+  std::replace(component.begin(), component.end(), '-', '_');
+  return component;
+}
+
 }  // namespace
 
 SettingsLayer settings_from_document(const json& document, const std::string& where) {
@@ -65,6 +72,46 @@ SettingsLayer settings_from_document(const json& document, const std::string& wh
     layer[key] = convert_option_value(*option, *it, source);
   }
   return layer;
+}
+
+void check_component_paths(const SettingsLayer& layer, const std::vector<std::string>& components,
+                           const std::vector<std::string>& absent, const std::string& config_file) {
+  if (!layer.contains("component-paths")) return;
+  const bool command_line = config_file.empty();
+  const auto spelled = [&](std::string component) {
+    if (!command_line) return component + "_path";
+    std::replace(component.begin(), component.end(), '_', '-');
+    return "--" + component + "-path";
+  };
+  for (auto it = layer["component-paths"].begin(); it != layer["component-paths"].end(); ++it) {
+    const std::string& component = it.key();
+    if (std::find(components.begin(), components.end(), component) == components.end() &&
+        std::find(absent.begin(), absent.end(), component) == absent.end()) {
+      std::vector<std::string> candidates = option_names(!command_line);
+      for (const auto& real : components) {
+        const std::string flag = spelled(real);
+        candidates.push_back(command_line ? flag.substr(2) : flag);
+      }
+      std::string component_flags;
+      for (const auto& real : components)
+        component_flags += (component_flags.empty() ? "" : ", ") + spelled(real);
+      if (!command_line)
+        for (auto& candidate : candidates)
+          std::replace(candidate.begin(), candidate.end(), '-', '_');
+      const std::string wrong = spelled(component);
+      const std::string nearest = nearest_name(command_line ? wrong.substr(2) : wrong, candidates);
+      const std::string suggestion =
+          nearest.empty() ? std::string()
+                          : fmt::format(" (did you mean {}{}?)", command_line ? "--" : "", nearest);
+      if (command_line)
+        fail("generate: unknown flag {}{}; this model's component folders are set with {}", wrong,
+             suggestion, component_flags);
+      fail("{}: unknown option '{}'{}; this model's component folders are set with {}", config_file,
+           wrong, suggestion, component_flags);
+    }
+    check(!it->is_null(), "generate: {} needs a value (the component's folder)",
+          spelled(component));
+  }
 }
 
 SettingsLayer load_config_file(const fs::path& path) {
@@ -139,13 +186,16 @@ SettingsLayer parse_arguments(Command command, const std::vector<std::string>& a
       layer[name] = flags[name];
       continue;
     }
-    check(count == 1 || option.repeatable, "{}: --{} given twice; give it once", prefix, name);
     if (option.repeatable) {
       layer[name] = json::array();
       for (const auto& value : raw[name])
         layer[name].push_back(convert_option_value(option, value, "--" + name));
     } else {
-      layer[name] = convert_option_value(option, raw[name].at(0), "--" + name);
+      // Given more than once, the last one wins (as argparse-based tools and stable-diffusion.cpp
+      // do), so a script's fixed arguments can be overridden by appending a flag; each value is
+      // still checked.
+      for (const auto& value : raw[name])
+        layer[name] = convert_option_value(option, value, "--" + name);
     }
   }
 
@@ -154,6 +204,7 @@ SettingsLayer parse_arguments(Command command, const std::vector<std::string>& a
   std::vector<std::string> extras = app.remaining();
   for (size_t i = 0; i < extras.size(); ++i) {
     std::string token = extras[i];
+    bool has_value = true;
     check(token.starts_with("--"), "{}: unexpected argument '{}'; every value follows a --flag",
           prefix, token);
     std::string value;
@@ -163,29 +214,42 @@ SettingsLayer parse_arguments(Command command, const std::vector<std::string>& a
       token = token.substr(0, equals);
     } else if (i + 1 < extras.size() && !extras[i + 1].starts_with("--")) {
       value = extras[++i];
-    } else if (per_component) {
-      fail("{}: {} needs a value", prefix, token);
+    } else {
+      has_value = false;
     }
     const std::string name = token.substr(2);
     const std::string dotted_backends = "component-attention-backends.";
     const std::string dotted_paths = "component-paths.";
-    if (per_component && name.starts_with(dotted_backends)) {
+    const bool component_flag =
+        per_component && (name.starts_with(dotted_backends) ||
+                          (command == Command::Generate &&
+                           (name.starts_with(dotted_paths) ||
+                            (name.ends_with("-path") && name.size() > 5 && !find_option(name)))));
+    if (!component_flag)
+      fail("{}: unknown flag {}{}", prefix, token,
+           hint(name, option_names(false, command), "--", command));
+    if (command == Command::Generate && !name.starts_with(dotted_backends) && !has_value) {
+      // --image-path with nothing after it: whether it is a flag at all is known only once the
+      // model's components are (check_component_path_flags), so it is recorded without a value.
+      const std::string component = name.starts_with(dotted_paths)
+                                        ? name.substr(dotted_paths.size())
+                                        : component_of_path_flag(name);
+      layer["component-paths"][component] = nullptr;
+      continue;
+    }
+    check(has_value, "{}: {} needs a value", prefix, token);
+    if (name.starts_with(dotted_backends)) {
       check(!layer.contains("component-attention-backends") ||
                 layer["component-attention-backends"].is_object(),
             "{}: use either --component-attention-backends SPEC or the dotted form, not both",
             token);
       layer["component-attention-backends"][name.substr(dotted_backends.size())] = value;
-    } else if (command == Command::Generate && name.starts_with(dotted_paths)) {
+    } else if (name.starts_with(dotted_paths)) {
       add_component_path(layer, name.substr(dotted_paths.size()), value, token);
-    } else if (command == Command::Generate && name.ends_with("-path") && name.size() > 5 &&
-               !find_option(name)) {
-      // --transformer-path DIR; the component name is checked against model_index.json later.
-      std::string component = name.substr(0, name.size() - 5);
-      std::replace(component.begin(), component.end(), '-', '_');
-      add_component_path(layer, component, value, token);
     } else {
-      fail("{}: unknown flag {}{}", prefix, token,
-           hint(name, option_names(false, command), "--", command));
+      // --transformer-path DIR; the component name is checked against model_index.json later
+      // (check_component_path_flags): a name that is no component is an unknown flag.
+      add_component_path(layer, component_of_path_flag(name), value, token);
     }
   }
   return layer;

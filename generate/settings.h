@@ -25,6 +25,15 @@ using SettingsLayer = nlohmann::json;
 // (generate, encode) and --<component>-path DIR (generate) are read as well.
 SettingsLayer parse_arguments(Command command, const std::vector<std::string>& arguments);
 
+// --<component>-path flags (generate) and <component>_path keys of a config file exist only for
+// the model's components (`components`, from model_index.json; `absent`: the ones it lists as
+// [null, null], which load_model_index reports itself): any other name is an unknown flag or key,
+// reported with the nearest real one. `config_file` names the file the layer came from; empty for
+// the command line. A flag given without a folder is reported here too.
+void check_component_paths(const SettingsLayer& layer, const std::vector<std::string>& components,
+                           const std::vector<std::string>& absent,
+                           const std::string& config_file = {});
+
 // Reads a --config file: .yaml/.yml as YAML, .json as JSON; any other extension is an error.
 SettingsLayer load_config_file(const fs::path& path);
 

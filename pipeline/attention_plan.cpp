@@ -85,8 +85,9 @@ AttentionPlan plan_attention(const ModelIndex& index, const Request& request,
 
 AttentionPlan plan_attention(const ModelIndex& index, const Request& request,
                              const Machine& machine, const std::optional<std::string>& env) {
-  const ComponentOverrides overrides =
-      parse_component_attention_backends(request.component_attention_backends);
+  std::vector<std::string> notes;
+  const ComponentOverrides overrides = parse_component_attention_backends(
+      request.component_attention_backends, "--component-attention-backends", &notes);
 
   std::vector<std::string> with_attention, without_attention;
   std::map<std::string, ComponentAttention> components;
@@ -104,6 +105,8 @@ AttentionPlan plan_attention(const ModelIndex& index, const Request& request,
 
   const SelectionLevels levels = selection_levels(overrides, request.attention_backend, env);
   AttentionPlan plan;
+  plan.notes = notes;
+  plan.notes.insert(plan.notes.end(), levels.notes.begin(), levels.notes.end());
   // --device cuda runs the diffusion transformers and the text encoders on the GPU, so their
   // layers are chosen against the GPU's kernels (the text encoders' paged backends: fa3,
   // flashinfer).
@@ -175,7 +178,12 @@ json AttentionPlan::component_json(const std::string& component) const {
   return out;
 }
 
+void log_attention_notes(const AttentionPlan& plan) {
+  for (const auto& note : plan.notes) spdlog::info("attention: {}", note);
+}
+
 void log_attention_plan(const AttentionPlan& plan) {
+  log_attention_notes(plan);
   for (const auto& [name, choice] : plan.components) {
     if (!choice.has_attention()) continue;
     std::vector<std::string> layers;

@@ -30,6 +30,9 @@ struct AttentionPlan {
   // mask-strategy file in STA_inference mode), checked against the model, and handed to every
   // layer's backend (make_dit_backend and the GPU factories) so no file is read again.
   attention::BackendResources resources;
+  // Other tools' backend names the flags used, translated (attention::resolve_backend_name): one
+  // line each, for the log.
+  std::vector<std::string> notes;
 
   // The settings of the main DiT backend: the dry-run's `attention_backend_config`.
   nlohmann::json config_json() const;
@@ -49,5 +52,8 @@ AttentionPlan plan_attention(const ModelIndex& index, const Request& request,
 // One info line per component with attention ("transformer: sliding_tile_attn (cli);
 // cross-attention torch_sdpa"), and a warning per fallback.
 void log_attention_plan(const AttentionPlan& plan);
+// The plan's notes (other tools' backend names translated), one info line each; the dry-run logs
+// these alone.
+void log_attention_notes(const AttentionPlan& plan);
 
 }  // namespace mmgen

@@ -76,14 +76,19 @@ uint64_t stable_hash(const std::string& text) {
 }  // namespace
 
 fs::path output_file_path(const Request& request, std::optional<size_t> batch_index) {
-  const std::string extension = "." + request.output_format;
+  std::string extension = "." + request.output_format;
   std::string stem;
   const bool named = request.output_file_name.has_value();
   if (named) {
     stem = *request.output_file_name;
     check(!stem.empty() && stem.find('/') == std::string::npos,
           "--output-file-name '{}' must be a plain file name; put folders in --output-path", stem);
-    if (stem.ends_with(extension)) stem.resize(stem.size() - extension.size());
+    // A name whose extension is the format's keeps it as written (one.jpeg, B.PNG); any other
+    // name gets the format's extension added.
+    if (output_format_of_name(stem) == request.output_format) {
+      extension = fs::path(stem).extension().string();
+      stem.resize(stem.size() - extension.size());
+    }
   } else {
     const std::time_t now = std::time(nullptr);
     char stamp[32];

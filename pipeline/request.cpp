@@ -1,6 +1,9 @@
 #include "pipeline/request.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <random>
 
 #include "attention/device_choice.h"
 #include "core/error.h"
@@ -18,7 +21,32 @@ std::optional<T> optional_value(const json& settings, const char* key) {
   return settings[key].get<T>();
 }
 
+// A random seed for --seed -1, below 2^32 so that it is easy to read and type back.
+uint64_t random_seed() {
+  std::random_device device;
+  return (uint64_t(device()) << 16 ^ device()) & 0xffffffffull;
+}
+
 }  // namespace
+
+std::optional<std::string> output_format_of_name(const std::string& file_name) {
+  const std::string extension = fs::path(file_name).extension().string();
+  if (extension.size() < 2) return std::nullopt;
+  std::string lower = extension.substr(1);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return char(std::tolower(c)); });
+  if (lower == "jpeg") return "jpg";
+  for (const char* format : {"png", "jpg", "webp", "mp4", "npy"})
+    if (lower == format) return lower;
+  for (const char* other : {"gif", "bmp", "tif", "tiff", "apng", "avif", "heic", "avi", "mov",
+                            "mkv", "webm", "m4v", "mpg", "mpeg", "wmv", "flv", "npz", "pt"})
+    if (lower == other)
+      fail(
+          "--output-file-name {}: mmgen cannot write .{} files; name it .png, .jpg, .webp (one "
+          "frame), .mp4 (several frames) or .npy (exact floats)",
+          file_name, lower);
+  return std::nullopt;
+}
 
 Request request_from_settings(const json& settings) {
   Request r;
@@ -39,8 +67,10 @@ Request request_from_settings(const json& settings) {
   r.flow_shift = optional_value<double>(settings, "flow-shift");
   r.max_sequence_length = settings.value("max-sequence-length", int64_t(0));
   const int64_t seed = settings.value("seed", int64_t(0));
-  check(seed >= 0, "--seed: {} is negative; use a number from 0 to 2^63-1", seed);
-  r.seed = uint64_t(seed);
+  check(seed >= -1,
+        "--seed: {} is negative; use a number from 0 to 2^63-1, or -1 for a random seed", seed);
+  const bool random = seed == -1;
+  r.seed = random ? random_seed() : uint64_t(seed);
   r.output_path = text("output-path");
   r.output_file_name = optional_value<std::string>(settings, "output-file-name");
   if (auto latents = optional_value<std::string>(settings, "latents")) r.latents = *latents;
@@ -68,8 +98,18 @@ Request request_from_settings(const json& settings) {
   r.quiet = settings.value("quiet", false);
   r.dry_run = settings.value("dry-run", false);
 
+  // The format: --output-format, else what --output-file-name's extension names, else png for one
+  // frame and mp4 for more. A name and a format that disagree are refused before any work.
   const std::string format = text("output-format");
-  r.output_format = !format.empty() ? format : (r.num_frames == 1 ? "png" : "mp4");
+  const std::optional<std::string> named_format =
+      r.output_file_name ? output_format_of_name(*r.output_file_name) : std::nullopt;
+  if (!format.empty() && named_format)
+    check(*named_format == format,
+          "--output-file-name {} is a .{} name but --output-format is {}; make them agree (or give "
+          "only one)",
+          *r.output_file_name, *named_format, format);
+  r.output_format =
+      !format.empty() ? format : named_format.value_or(r.num_frames == 1 ? "png" : "mp4");
 
   // Every number is bounded before any work (core/limits.h), so no size computed from them can
   // overflow; whether the request fits this machine is the memory estimate's job.
@@ -110,6 +150,12 @@ Request request_from_settings(const json& settings) {
           "--flow-shift must be a positive number (got {})", *r.flow_shift);
   const bool still_image =
       r.output_format == "png" || r.output_format == "jpg" || r.output_format == "webp";
+  if (named_format && format.empty())
+    check(!still_image || r.num_frames == 1,
+          "--output-file-name {}: a .{} file holds one picture but --num-frames is {}; name it "
+          ".mp4 or .npy for video (or pass --num-frames 1)",
+          *r.output_file_name, fs::path(*r.output_file_name).extension().string().substr(1),
+          r.num_frames);
   check(!still_image || r.num_frames == 1,
         "--output-format {} holds one picture but --num-frames is {}; use mp4 or npy for video",
         r.output_format, r.num_frames);
@@ -120,6 +166,9 @@ Request request_from_settings(const json& settings) {
     r.settings[key] = *it;
   }
   r.settings["output_format"] = r.output_format;
+  // The seed that runs, so the output's settings reproduce it.
+  r.settings["seed"] = r.seed;
+  if (random) r.settings["seed_was_random"] = true;
   r.settings["device"] = r.device;  // what runs, so the sidecar records it
   return r;
 }

@@ -53,7 +53,14 @@ struct Request {
   nlohmann::json settings = nlohmann::json::object();
 };
 
-// Builds a Request from merged settings (keys as option names with dashes).
+// Builds a Request from merged settings (keys as option names with dashes). A seed of -1 becomes a
+// random one here (settings["seed"] holds the drawn value, settings["seed_was_random"] says so).
 Request request_from_settings(const nlohmann::json& settings);
+
+// The output format a file name's extension asks for: png, jpg (.jpg, .jpeg), webp, mp4, npy,
+// case-insensitive; nullopt when the name has no extension or one that names no image or video
+// format (run.v2). A media extension mmgen cannot write (.gif, .avi, ...) is an Error naming the
+// choices.
+std::optional<std::string> output_format_of_name(const std::string& file_name);
 
 }  // namespace mmgen

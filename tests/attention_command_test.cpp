@@ -177,7 +177,8 @@ TEST(AttentionCommand, HelpAndErrors) {
   const Inputs in = write_inputs("attention-cmd-errors", 10, 12);
   const std::string out = " --out " + (in.dir / "o.npy").string();
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"--backend zzz" + in.flags() + out, "not a DiT attention backend"},
+      {"--backend zzz" + in.flags() + out, "unknown attention backend 'zzz'"},
+      {"--backend triton" + in.flags() + out, "not a DiT attention backend"},
       {"--backend fa --q " + (in.dir / "q.npy").string() + out, "--k is required"},
       {"--backend fa" + in.flags() + out + " --grid 2,3", "--grid expects"},
       {"--backend fa" + in.flags() + out + " --grid 1,2,3", "does not match 10 queries"},

@@ -184,9 +184,52 @@ TEST_F(Selection, ForceAndClear) {
   EXPECT_EQ(choice.primary().backend, "torch_sdpa");  // fa3 is fa, which falls back on this build
   clear_forced_attention_backend();
   EXPECT_FALSE(forced_attention_backend());
-  EXPECT_ERROR_HAS(force_attention_backend("flash"), "force_attention_backend",
-                   "unknown attention backend 'flash'");
+  EXPECT_ERROR_HAS(force_attention_backend("blaze"), "force_attention_backend",
+                   "unknown attention backend 'blaze'");
   EXPECT_FALSE(forced_attention_backend());
+}
+
+// Names from diffusers' attention dispatcher and from habit mean one of ours, with a note saying
+// which; the ones mmgen has no counterpart for say what to use.
+TEST_F(Selection, OtherToolsNamesResolveToOurs) {
+  const std::vector<std::pair<std::string, std::string>> mapped = {
+      {"native", "torch_sdpa"},
+      {"_native_flash", "torch_sdpa"},
+      {"_native_cudnn", "torch_sdpa"},
+      {"_native_math", "torch_sdpa"},
+      {"sdpa", "torch_sdpa"},
+      {"flash", "fa"},
+      {"flash_varlen", "fa"},
+      {"_flash_3", "fa"},
+      {"_flash_3_hub", "fa"},
+      {"flash_attn", "fa"},
+      {"Flash-Attn", "fa"},
+      {"flash_attention_2", "fa"},
+      {"sage", "sage_attn"},
+      {"_sage_qk_int8_pv_fp16_triton", "sage_attn"}};
+  for (const auto& [name, ours] : mapped) {
+    std::string note;
+    EXPECT_EQ(resolve_backend_name(name, "--attention-backend " + name, &note), ours) << name;
+    EXPECT_NE(note.find("is " + ours + " here"), std::string::npos) << note;
+  }
+  std::string note;
+  EXPECT_EQ(resolve_backend_name(" FA3 ", "x", &note), "fa3");  // our own names pass
+  EXPECT_EQ(note, "");
+  EXPECT_ERROR_HAS(resolve_backend_name("xformers", "--attention-backend xformers"),
+                   "--attention-backend xformers: diffusers' xformers", "fa computes the same");
+  EXPECT_ERROR_HAS(resolve_backend_name("flash_atn", "w"),
+                   "unknown attention backend 'flash_atn' (did you mean flash_attn, which is fa "
+                   "here?)");
+  // The levels resolve the cli and env names and keep the notes.
+  const SelectionLevels resolved = selection_levels({}, std::string("sdpa"), std::string("sage"));
+  EXPECT_EQ(resolved.cli, "torch_sdpa");
+  EXPECT_EQ(resolved.env, "sage_attn");
+  EXPECT_EQ(resolved.notes.size(), 2u);
+  std::vector<std::string> notes;
+  EXPECT_EQ(parse_component_attention_backends(json("transformer=flash"),
+                                               "--component-attention-backends", &notes),
+            ComponentOverrides({{"transformer", "fa"}}));
+  EXPECT_EQ(notes.size(), 1u);
 }
 
 TEST_F(Selection, GuardRestoresThePreviousStateNested) {
@@ -259,8 +302,8 @@ TEST_F(Selection, OverrideParseErrors) {
   const char* flag = "--component-attention-backends";
   EXPECT_ERROR_HAS(parse_component_attention_backends(json("transformer")), flag,
                    "'transformer' is not component=backend");
-  EXPECT_ERROR_HAS(parse_component_attention_backends(json("transformer=flash")), flag,
-                   "unknown attention backend 'flash'", "DiT backends:", "paged backends");
+  EXPECT_ERROR_HAS(parse_component_attention_backends(json("transformer=blaze")), flag,
+                   "unknown attention backend 'blaze'", "DiT backends:", "paged backends");
   EXPECT_ERROR_HAS(parse_component_attention_backends(json("transformer=torch_sdp")),
                    "did you mean torch_sdpa?");
   EXPECT_ERROR_HAS(parse_component_attention_backends(json("=fa")), "no component name");

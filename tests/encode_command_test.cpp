@@ -202,7 +202,6 @@ TEST(EncodeCommand, BadInputGetsOneLineAndNonZeroExit) {
        "does not support"},
       {"encode --model-path " + qwen + " --prompt-file-path /nonexistent.txt --out " + out,
        "no such file"},
-      {"encode --model-path " + qwen + " --prompt x --out " + out + " --out " + out, "twice"},
       {"encode --model-path " + qwen + " --prompt x --out " + out + " --page-size",
        "needs a value"},
   };
