@@ -30,6 +30,20 @@ struct AttentionPlan {
   // mask-strategy file in STA_inference mode), checked against the model, and handed to every
   // layer's backend (make_dit_backend and the GPU factories) so no file is read again.
   attention::BackendResources resources;
+  // The request's denoising steps the plan was made for.
+  int64_t num_inference_steps = 0;
+
+  // How the main DiT's self-attention splits a run of `steps` steps between its sparse backend
+  // and the dense steps its settings ask for (sliding_tile_attn's skip_time_steps, vmoba_attn's
+  // first_full_step, sparse_video_gen_2_attn's first_times_fp); nullopt when that backend is
+  // dense.
+  struct StepSplit {
+    std::string backend;
+    int64_t sparse = 0;
+    int64_t dense = 0;
+    std::string setting;  // what decides the dense steps ("skip_time_steps 15"); empty: none
+  };
+  std::optional<StepSplit> step_split(int64_t steps) const;
 
   // The settings of the main DiT backend: the dry-run's `attention_backend_config`.
   nlohmann::json config_json() const;
@@ -47,7 +61,8 @@ AttentionPlan plan_attention(const ModelIndex& index, const Request& request,
                              const std::optional<std::string>& env);
 
 // One info line per component with attention ("transformer: sliding_tile_attn (cli);
-// cross-attention torch_sdpa"), and a warning per fallback.
+// cross-attention torch_sdpa"), a warning per fallback, and one warning when the main DiT's
+// sparse backend runs dense in every step of the request (nothing in the run is sparse).
 void log_attention_plan(const AttentionPlan& plan);
 
 }  // namespace mmgen
