@@ -19,6 +19,7 @@
 #include "generate/pipeline_defaults.h"
 #include "generate/prompt_file.h"
 #include "generate/settings.h"
+#include "pipeline/hub_cache.h"
 #include "pipeline/output.h"
 #include "pipeline/progress.h"
 
@@ -67,7 +68,12 @@ ResolvedGenerate resolve_generate(const std::vector<std::string>& arguments) {
           "are skipped); put one prompt per line",
           file);
   }
-  resolved.index = load_model_index(upper["model-path"].get<std::string>(), component_paths);
+  resolved.index = load_model_index(
+      resolve_model_path(upper["model-path"].get<std::string>(),
+                         upper.contains("revision")
+                             ? std::optional<std::string>(upper["revision"].get<std::string>())
+                             : std::nullopt),
+      component_paths);
   resolved.spec =
       &find_pipeline(resolved.index.class_name, resolved.index.root / "model_index.json");
   // The component classes first: nothing below (defaults, validation, memory) reads a config of a
@@ -80,6 +86,7 @@ ResolvedGenerate resolve_generate(const std::vector<std::string>& arguments) {
       merge_layers({builtin_defaults(), pipeline_defaults.layer, config_file, command_line});
   merged.erase("config");
   resolved.request = request_from_settings(merged);
+  resolved.request.model_path = resolved.index.root;  // the folder an id resolved to
   for (auto it = config_file.begin(); it != config_file.end(); ++it)
     if (!command_line.contains(it.key())) resolved.request.from_config_file.insert(it.key());
   if (command_line.contains("config")) resolved.request.settings["config"] = command_line["config"];

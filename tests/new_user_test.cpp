@@ -1,6 +1,6 @@
 // What a new user trips over (issue 18), through the real executable: a sparse backend whose
 // settings leave nothing sparse, metadata that records what ran, paths in config files read from
-// the file's folder, and where an attention backend came from.
+// the file's folder, where an attention backend came from, and Hugging Face model ids.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -263,6 +263,104 @@ TEST(NewUser, ABackendFromAConfigFileIsReportedAsConfigAndTheCommandLineWins) {
   EXPECT_EQ(explicit_settings.exit_code, 1);
   EXPECT_NE(explicit_settings.err.find("fa takes no settings"), std::string::npos)
       << explicit_settings.err;
+}
+
+// ------------------------------------------------------------------ item 10: model ids
+
+// A fake Hugging Face cache: models--acme--tiny with refs/main and refs/dev naming snapshots that
+// link to wan-tiny.
+struct FakeHub {
+  fs::path hub;
+  std::string main_commit = std::string(40, 'a');
+  std::string dev_commit = std::string(39, 'b') + "c";
+};
+FakeHub make_fake_hub(const fs::path& hub) {
+  FakeHub fake{hub};
+  const fs::path repo = hub / "models--acme--tiny";
+  fs::create_directories(repo / "refs");
+  fs::create_directories(repo / "snapshots");
+  std::ofstream(repo / "refs" / "main") << fake.main_commit;  // no newline, as the hub writes it
+  std::ofstream(repo / "refs" / "dev") << fake.dev_commit << "\n";
+  fs::create_directory_symlink(wan_tiny(), repo / "snapshots" / fake.main_commit);
+  fs::create_directory_symlink(wan_tiny(), repo / "snapshots" / fake.dev_commit);
+  return fake;
+}
+
+TEST(NewUser, AModelIdIsFoundInTheLocalHuggingFaceCache) {
+  const fs::path dir = testing::scratch_dir("new-user-hub");
+  const FakeHub fake = make_fake_hub(dir / "hub");
+  const fs::path repo = fake.hub / "models--acme--tiny";
+  const std::string dry = " generate --dry-run --prompt x --model-path acme/tiny";
+  auto model_path = [&](const std::string& environment, const std::string& extra) {
+    const auto result = run_command("cd " + dir.string() + " && env -u HF_HUB_CACHE -u HF_HOME " +
+                                    environment + " " + mmgen() + dry + extra);
+    EXPECT_EQ(result.exit_code, 0) << environment << extra << "\n" << result.err;
+    return result.exit_code == 0 ? json::parse(result.out)["model_path"].get<std::string>()
+                                 : std::string();
+  };
+  const std::string hub_cache = "HF_HUB_CACHE=" + fake.hub.string();
+  EXPECT_EQ(model_path(hub_cache, ""), (repo / "snapshots" / fake.main_commit).string());
+  EXPECT_EQ(model_path(hub_cache, " --revision dev"),
+            (repo / "snapshots" / fake.dev_commit).string());
+  EXPECT_EQ(model_path(hub_cache, " --revision " + fake.dev_commit),
+            (repo / "snapshots" / fake.dev_commit).string());
+  // HF_HOME/hub, then ~/.cache/huggingface/hub.
+  fs::create_directories(dir / "home" / ".cache" / "huggingface");
+  fs::create_directory_symlink(fake.hub, dir / "home" / ".cache" / "huggingface" / "hub");
+  EXPECT_EQ(model_path("HF_HOME=" + (dir / "home/.cache/huggingface").string(), ""),
+            (dir / "home/.cache/huggingface/hub/models--acme--tiny/snapshots" / fake.main_commit)
+                .string());
+  EXPECT_EQ(model_path("HOME=" + (dir / "home").string(), ""),
+            (dir / "home/.cache/huggingface/hub/models--acme--tiny/snapshots" / fake.main_commit)
+                .string());
+  // `mmgen inspect` and `mmgen encode` take an id too.
+  const auto inspect = run_command(hub_cache + " " + mmgen() + " inspect --model-path acme/tiny");
+  EXPECT_EQ(inspect.exit_code, 0) << inspect.err;
+  const auto encode =
+      run_command(hub_cache + " " + mmgen() + " encode --model-path acme/tiny --prompt x --out " +
+                  (dir / "x.safetensors").string());
+  EXPECT_EQ(encode.exit_code, 0) << encode.err;
+  EXPECT_TRUE(fs::exists(dir / "x.safetensors"));
+
+  // A local folder that exists wins over the id.
+  fs::create_directories(dir / "acme");
+  fs::create_directory_symlink(wan_tiny(), dir / "acme" / "tiny");
+  const auto local = run_command("cd " + dir.string() + " && " + hub_cache + " " + mmgen() + dry);
+  ASSERT_EQ(local.exit_code, 0) << local.err;
+  EXPECT_EQ(json::parse(local.out)["model_path"], "acme/tiny");
+}
+
+TEST(NewUser, AModelIdNotInTheCacheSaysWhereMmgenLookedAndHowToDownloadIt) {
+  const fs::path dir = testing::scratch_dir("new-user-hub-missing");
+  const FakeHub fake = make_fake_hub(dir / "hub");
+  const std::string run = "cd " + dir.string() + " && HF_HUB_CACHE=" + fake.hub.string() + " " +
+                          mmgen() + " generate --prompt x --model-path ";
+  const auto missing = run_command(run + "Wan-AI/Wan2.1-T2V-1.3B-Diffusers");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_EQ(count_of(missing.err, "\n"), 1u) << missing.err;
+  EXPECT_NE(missing.err.find(fake.hub.string()), std::string::npos) << missing.err;
+  EXPECT_NE(missing.err.find("models--Wan-AI--Wan2.1-T2V-1.3B-Diffusers"), std::string::npos);
+  EXPECT_NE(missing.err.find("`huggingface-cli download Wan-AI/Wan2.1-T2V-1.3B-Diffusers`"),
+            std::string::npos)
+      << missing.err;
+
+  const auto no_branch = run_command(run + "acme/tiny --revision v2");
+  EXPECT_EQ(no_branch.exit_code, 1);
+  EXPECT_EQ(count_of(no_branch.err, "\n"), 1u) << no_branch.err;
+  EXPECT_NE(no_branch.err.find("no revision 'v2'"), std::string::npos) << no_branch.err;
+  EXPECT_NE(no_branch.err.find("`huggingface-cli download acme/tiny --revision v2`"),
+            std::string::npos)
+      << no_branch.err;
+
+  const auto escape = run_command(run + "acme/tiny --revision ../../x");
+  EXPECT_EQ(escape.exit_code, 1);
+  EXPECT_NE(escape.err.find("--revision '../../x'"), std::string::npos) << escape.err;
+
+  const auto folder_and_revision =
+      run_command(run + wan_tiny().string() + " --revision main --dry-run");
+  EXPECT_EQ(folder_and_revision.exit_code, 1);
+  EXPECT_NE(folder_and_revision.err.find("is a local folder"), std::string::npos)
+      << folder_and_revision.err;
 }
 
 }  // namespace
