@@ -185,16 +185,48 @@ bool has_config_extension(const std::string& text) {
   return extension == ".json" || extension == ".yaml" || extension == ".yml";
 }
 
+// Whether some DiT backend has a file setting called `name` (or with that alias).
+bool is_path_setting(std::string name) {
+  std::replace(name.begin(), name.end(), '-', '_');
+  for (const auto& backend : backend_catalogue()) {
+    if (backend.family != Family::Dit) continue;
+    for (const auto& key : backend.config) {
+      if (key.type != ConfigType::Path) continue;
+      if (key.name == name) return true;
+      for (auto alias : key.aliases)
+        if (alias == name) return true;
+    }
+  }
+  return false;
+}
+
+// Makes the relative file settings of `settings` (and of its groups) relative to `base`.
+json resolve_relative_paths(json settings, const fs::path& base) {
+  if (base.empty() || !settings.is_object()) return settings;
+  for (auto it = settings.begin(); it != settings.end(); ++it) {
+    if (it->is_object()) {
+      *it = resolve_relative_paths(*it, base);
+    } else if (it->is_string() && !it->get<std::string>().empty() && is_path_setting(it.key()) &&
+               fs::path(it->get<std::string>()).is_relative()) {
+      *it = (base / it->get<std::string>()).lexically_normal().string();
+    }
+  }
+  return settings;
+}
+
 json parse_file(const fs::path& path, const std::string& where) {
   const std::string extension = lower(path.extension().string());
   check(extension == ".json" || extension == ".yaml" || extension == ".yml",
         "{} {}: backend config files must end in .json, .yaml or .yml", where, path.string());
   check(fs::is_regular_file(path), "{} {}: not a regular file", where, path.string());
-  if (extension == ".json") return read_json_object(path);
+  // A file named in the file is read from the file's folder, as SGLang's config loaders do.
+  fs::path folder = path.parent_path();
+  if (folder.empty()) folder = ".";
+  if (extension == ".json") return resolve_relative_paths(read_json_object(path), folder);
   json document = yaml_to_json(read_text_file(path), path.string());
   if (document.is_null()) return json::object();  // an empty file sets nothing
   check(document.is_object(), "{}: expected a mapping of setting names to values", path.string());
-  return document;
+  return resolve_relative_paths(std::move(document), folder);
 }
 
 // ------------------------------------------------------------------ validation
@@ -322,9 +354,9 @@ std::string describe_accepted(const ConfigKey& key) {
   return "?";
 }
 
-json parse_backend_config_spec(const json& spec, const std::string& where) {
+json parse_backend_config_spec(const json& spec, const std::string& where, const fs::path& base) {
   if (spec.is_null()) return json::object();
-  if (spec.is_object()) return spec;
+  if (spec.is_object()) return resolve_relative_paths(spec, base);
   // dump() only once it is known to fail: it throws on a string that is not UTF-8.
   if (!spec.is_string())
     fail("{}: expected a file, a JSON object or key=value pairs, got {}", where, spec.dump());
@@ -337,18 +369,19 @@ json parse_backend_config_spec(const json& spec, const std::string& where) {
 
   // 1. An existing file.
   std::error_code error;
-  if (text.find('\n') == std::string::npos && fs::exists(text, error))
-    return parse_file(text, where);
+  const fs::path file = base.empty() || fs::path(text).is_absolute() ? fs::path(text) : base / text;
+  if (text.find('\n') == std::string::npos && fs::exists(file, error))
+    return parse_file(file.lexically_normal(), where);
   // 2. A JSON object.
   if (text.front() == '{') {
     const json value = parse_json(text, where, "check the quotes and braces");
     check(value.is_object(), "{}: expected a JSON object", where);
-    return value;
+    return resolve_relative_paths(value, base);
   }
   // 3. key=value pairs. A lone word that looks like a config file is a missing file.
   if (find_equals(text) == std::string::npos && has_config_extension(text))
-    fail("{} {}: no such file", where, text);
-  return parse_key_value_pairs(text, where);
+    fail("{} {}: no such file", where, file.lexically_normal().string());
+  return resolve_relative_paths(parse_key_value_pairs(text, where), base);
 }
 
 json validate_backend_config(const json& settings, std::string_view backend_name,
@@ -413,6 +446,22 @@ json validate_backend_config(const json& settings, std::string_view backend_name
            backend->name, other, wanted, key.name, key.help, key.name, other);
   }
   return result;
+}
+
+std::vector<std::string> settings_unused_by(const json& settings,
+                                            const std::vector<std::string>& backends) {
+  std::vector<std::string> unused;
+  if (!settings.is_object()) return unused;
+  for (auto it = settings.begin(); it != settings.end(); ++it) {
+    std::string name = it.key();
+    std::replace(name.begin(), name.end(), '-', '_');
+    bool known = false;
+    for (const auto& backend : backends)
+      if (const BackendInfo* info = find_backend(Family::Dit, backend))
+        known = known || find_key(*info, name) || is_group_alias(*info, name);
+    if (!known) unused.push_back(it.key());
+  }
+  return unused;
 }
 
 std::vector<json> validate_backend_configs(const json& settings,

@@ -28,9 +28,12 @@ namespace fs = std::filesystem;
 
 // Parses SPEC into a JSON object without validating it. `spec` is null (no settings: an empty
 // object), a string as above, or an object (straight from a --config file). `where` names the
-// flag in errors.
+// flag in errors. Relative paths are read from `base` (empty: the current folder): a SPEC naming a
+// file, and file settings (mask_strategy_file_path) given inline; file settings inside a
+// .json/.yaml file are read from that file's folder.
 nlohmann::json parse_backend_config_spec(const nlohmann::json& spec,
-                                         const std::string& where = "--attention-backend-config");
+                                         const std::string& where = "--attention-backend-config",
+                                         const fs::path& base = {});
 
 // Checks parsed settings against the DiT backend `backend` (canonical name) and returns them
 // with aliases resolved, values coerced to their type (choices to their canonical spelling) and
@@ -45,6 +48,10 @@ nlohmann::json validate_backend_config(const nlohmann::json& settings, std::stri
 std::vector<nlohmann::json> validate_backend_configs(
     const nlohmann::json& settings, const std::vector<std::string>& backends,
     const std::string& where = "--attention-backend-config");
+
+// The keys of `settings` that none of `backends` takes (neither a setting, an alias nor a group).
+std::vector<std::string> settings_unused_by(const nlohmann::json& settings,
+                                            const std::vector<std::string>& backends);
 
 // What a setting accepts, in words: "a number in [0, 1)", "one of threshold, topk".
 std::string describe_accepted(const ConfigKey& key);

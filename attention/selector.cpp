@@ -189,6 +189,8 @@ std::string origin(const ComponentChoice& choice) {
                          choice.requested);
     case Source::Cli:
       return fmt::format("--attention-backend {}", choice.requested);
+    case Source::Config:
+      return fmt::format("attention_backend {} (--config file)", choice.requested);
     case Source::Env:
       return fmt::format("MMGEN_ATTENTION_BACKEND={}", choice.requested);
     case Source::Auto:
@@ -463,6 +465,8 @@ std::string_view source_name(Source source) {
       return "component";
     case Source::Cli:
       return "cli";
+    case Source::Config:
+      return "config";
     case Source::Env:
       return "env";
     case Source::Auto:
@@ -556,7 +560,7 @@ ComponentChoice select_component(const ComponentAttention& component, const Sele
     choice.source = Source::Component;
     choice.requested = *override_value;
   } else if (levels.cli) {
-    choice.source = Source::Cli;
+    choice.source = levels.cli_from_config ? Source::Config : Source::Cli;
     choice.requested = *levels.cli;
   } else if (levels.env) {
     choice.source = Source::Env;

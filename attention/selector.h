@@ -73,8 +73,10 @@ ComponentOverrides parse_component_attention_backends(
 
 // ------------------------------------------------------------------ selection
 
-enum class Source { Forced, Component, Cli, Env, Auto };
-std::string_view source_name(Source source);  // "forced", "component", "cli", "env", "auto"
+// Config: --attention-backend's level, set in a --config file rather than on the command line.
+enum class Source { Forced, Component, Cli, Config, Env, Auto };
+// "forced", "component", "cli", "config", "env", "auto"
+std::string_view source_name(Source source);
 
 // What a component is, for attention: which layers it has and which family they take.
 enum class ComponentRole { Dit, TextEncoder, Dense, None };
@@ -97,6 +99,7 @@ struct SelectionLevels {
   std::optional<std::string> forced;  // level 1; read from force_attention_backend by default
   ComponentOverrides overrides;       // level 2
   std::optional<std::string> cli;     // level 3
+  bool cli_from_config = false;       // `cli` came from a --config file (source Config)
   std::optional<std::string> env;     // level 3, used when `cli` is absent
   std::vector<std::string> notes;     // other tools' names translated (resolve_backend_name)
 };

@@ -160,7 +160,8 @@ std::string backends_markdown() {
       ", the same as a JSON object, or `--component-attention-backends.transformer fa`. Keys are "
       "model_index.json component names (`-` reads as `_`); `transformer_2` uses `transformer`'s "
       "entry unless it has its own.\n"
-      "3. **cli** / **env**: `--attention-backend NAME`, else the environment variable "
+      "3. **cli** / **config** / **env**: `--attention-backend NAME` (reported as `config` when "
+      "it is set in a `--config` file), else the environment variable "
       "`MMGEN_ATTENTION_BACKEND`.\n"
       "4. **auto**: the first backend of the platform's preference list whose kernel this build "
       "has and which takes the model's dtype and head size.\n\n"
@@ -182,8 +183,13 @@ std::string backends_markdown() {
       "planned as `fa` run the FlashAttention kernel and those planned as `torch_sdpa` the plain "
       "reference kernel.\n\n"
       "`--dry-run` shows, per component, `attention_backend`, `attention_backend_source` "
-      "(forced, component, cli, env, auto), `attention_backend_fallback` and every layer's "
-      "choice; `attention_backend_config` holds the validated settings.\n\n";
+      "(forced, component, cli, config, env, auto), `attention_backend_fallback` and every "
+      "layer's choice; `attention_backend_config` holds the validated settings, which the "
+      "output's metadata records too.\n\n"
+      "Backend settings from a `--config` file that the backends chosen on the command line do "
+      "not take (VSA's `sparsity` beside `--attention-backend fa`) are left out with one "
+      "warning; given with `--attention-backend-config` on the command line they are an "
+      "error.\n\n";
 
   md +=
       "## DiT family\n\n"
@@ -247,7 +253,14 @@ std::string backends_markdown() {
       "\nThe V-MoBA settings may also be given as one object, `moba_config` (SGLang's spelling). "
       "The STA mask-strategy file is a JSON object keyed `\"step_layer_head\"` with `[wt, wh, ww]` "
       "windows in tiles; it is loaded and checked against the model's layers and heads and the "
-      "run's steps (every step from `skip_time_steps` on) before the run starts.\n";
+      "run's steps (every step from `skip_time_steps` on) before the run starts. A relative "
+      "`mask_strategy_file_path` in a settings file (or in a `--config` file) is read from that "
+      "file's folder; given on the command line, from the current folder.\n\n"
+      "Leading dense steps (`skip_time_steps` of `sliding_tile_attn`, 15 by default; "
+      "`first_full_step` of `vmoba_attn`, 12; `first_times_fp` of `sparse_video_gen_2_attn`) "
+      "run full attention: when they cover every step of the run, nothing is sparse, and the "
+      "log warns before the run. Each run's log ends the denoising with the share of key blocks "
+      "visited and the counts of sparse and dense steps.\n";
   return md;
 }
 

@@ -17,6 +17,7 @@
 #include "generate/options.h"
 #include "generate/prompt_file.h"
 #include "generate/settings.h"
+#include "pipeline/hub_cache.h"
 
 namespace mmgen::cli {
 
@@ -25,7 +26,11 @@ EncodeOptions parse_encode_arguments(const std::vector<std::string>& arguments) 
   const SettingsLayer values = merge_layers({builtin_defaults(Command::Encode), given});
   EncodeOptions options;
   PromptEncodingRequest& request = options.request;
-  request.model_path = values.value("model-path", std::string());
+  request.model_path =
+      resolve_model_path(values.value("model-path", std::string()),
+                         values.contains("revision")
+                             ? std::optional<std::string>(values["revision"].get<std::string>())
+                             : std::nullopt);
   request.component = values.value("component", request.component);
   if (values.contains("prompt")) request.prompts = values["prompt"].get<std::vector<std::string>>();
   if (values.contains("prompt-file-path"))

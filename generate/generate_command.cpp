@@ -10,6 +10,7 @@
 #include <iostream>
 #include <new>
 
+#include "attention/backend_config.h"
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "core/system_memory.h"
@@ -18,6 +19,7 @@
 #include "generate/pipeline_defaults.h"
 #include "generate/prompt_file.h"
 #include "generate/settings.h"
+#include "pipeline/hub_cache.h"
 #include "pipeline/output.h"
 #include "pipeline/progress.h"
 
@@ -28,8 +30,17 @@ using json = nlohmann::json;
 ResolvedGenerate resolve_generate(const std::vector<std::string>& arguments) {
   const SettingsLayer command_line = parse_arguments(Command::Generate, arguments);
   SettingsLayer config_file = json::object();
-  if (command_line.contains("config"))
-    config_file = load_config_file(command_line["config"].get<std::string>());
+  if (command_line.contains("config")) {
+    const fs::path config_path = command_line["config"].get<std::string>();
+    config_file = load_config_file(config_path);
+    // The backend settings (a file named there, a mask file named in them) are read from the
+    // config file's folder, not the current one.
+    if (config_file.contains("attention-backend-config"))
+      config_file["attention-backend-config"] = attention::parse_backend_config_spec(
+          config_file["attention-backend-config"],
+          fmt::format("--config {}: attention_backend_config", config_path.string()),
+          config_path.parent_path().empty() ? fs::path(".") : config_path.parent_path());
+  }
 
   // The model path decides the pipeline, whose defaults sit below the config file and the flags.
   const SettingsLayer upper = merge_layers({config_file, command_line});
@@ -57,7 +68,10 @@ ResolvedGenerate resolve_generate(const std::vector<std::string>& arguments) {
           "are skipped); put one prompt per line",
           file);
   }
-  const fs::path model_path = upper["model-path"].get<std::string>();
+  const fs::path model_path = resolve_model_path(
+      upper["model-path"].get<std::string>(),
+      upper.contains("revision") ? std::optional<std::string>(upper["revision"].get<std::string>())
+                                 : std::nullopt);
   if (!component_paths.empty()) {
     // --<component>-path exists only for this model's components: read its index first.
     const ModelIndex plain = load_model_index(model_path);
@@ -80,6 +94,9 @@ ResolvedGenerate resolve_generate(const std::vector<std::string>& arguments) {
       merge_layers({builtin_defaults(), pipeline_defaults.layer, config_file, command_line});
   merged.erase("config");
   resolved.request = request_from_settings(merged);
+  resolved.request.model_path = resolved.index.root;  // the folder an id resolved to
+  for (auto it = config_file.begin(); it != config_file.end(); ++it)
+    if (!command_line.contains(it.key())) resolved.request.from_config_file.insert(it.key());
   if (command_line.contains("config")) resolved.request.settings["config"] = command_line["config"];
   resolved.spec->validate(resolved.request, resolved.index);
   resolved.latent_shape = resolved.spec->latent_shape(resolved.request, resolved.index);
@@ -136,6 +153,14 @@ json output_settings(const ResolvedGenerate& resolved, const Request& request) {
                       {"source", fields["attention_backend_source"]}};
   }
   settings["attention_backends"] = backends;
+  // What ran, not what was asked: the device --device auto chose (request.settings has it), the
+  // scheduler class model_index.json names, the flow shift in force wherever it came from, and the
+  // validated backend settings (defaults filled in, file paths resolved) instead of the SPEC text.
+  settings["device"] = request.device;
+  if (resolved.index.components.count("scheduler"))
+    settings["scheduler"] = resolved.index.component("scheduler").class_name;
+  settings["flow_shift"] = resolved.flow_shift ? json(resolved.flow_shift->value) : json();
+  settings["attention_backend_config"] = resolved.attention.config_json();
   return settings;
 }
 

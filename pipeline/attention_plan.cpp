@@ -103,7 +103,8 @@ AttentionPlan plan_attention(const ModelIndex& index, const Request& request,
   }
   check_override_components(overrides, with_attention, without_attention, index.absent);
 
-  const SelectionLevels levels = selection_levels(overrides, request.attention_backend, env);
+  SelectionLevels levels = selection_levels(overrides, request.attention_backend, env);
+  levels.cli_from_config = request.from_config_file.count("attention-backend") > 0;
   AttentionPlan plan;
   plan.notes = notes;
   plan.notes.insert(plan.notes.end(), levels.notes.begin(), levels.notes.end());
@@ -138,7 +139,23 @@ AttentionPlan plan_attention(const ModelIndex& index, const Request& request,
       add_backend(normalize_backend_name(Family::Dit, choice.requested));
   }
 
-  const json settings = parse_backend_config_spec(request.attention_backend_config);
+  plan.num_inference_steps = request.num_inference_steps;
+  json settings = parse_backend_config_spec(request.attention_backend_config);
+  // Settings from a --config file that the backends chosen on the command line do not take (VSA's
+  // beside --attention-backend fa) must not block that choice: they are left out, with a warning.
+  const auto from_config = [&](const char* key) { return request.from_config_file.count(key) > 0; };
+  const bool chosen_on_command_line =
+      (request.attention_backend && !from_config("attention-backend")) ||
+      (!request.component_attention_backends.is_null() &&
+       !from_config("component-attention-backends"));
+  if (from_config("attention-backend-config") && chosen_on_command_line && !dit_backends.empty())
+    if (const auto unused = settings_unused_by(settings, dit_backends); !unused.empty()) {
+      spdlog::warn(
+          "attention: the --config file's attention_backend_config setting(s) {} are not used "
+          "by {}, chosen on the command line; ignoring them",
+          fmt::join(unused, ", "), fmt::join(dit_backends, " and "));
+      for (const auto& key : unused) settings.erase(key);
+    }
   if (dit_backends.empty()) {
     check(settings.empty(),
           "--attention-backend-config: this model has no diffusion transformer to apply it to");
@@ -149,6 +166,21 @@ AttentionPlan plan_attention(const ModelIndex& index, const Request& request,
     plan.backend_configs[dit_backends[i]] = configs[i];
   load_backend_resources(plan, index, request);
   return plan;
+}
+
+std::optional<AttentionPlan::StepSplit> AttentionPlan::step_split(int64_t steps) const {
+  if (main_backend.empty()) return std::nullopt;
+  const BackendInfo* info = find_backend(Family::Dit, main_backend);
+  if (!info || !info->sparse) return std::nullopt;
+  StepSplit split{.backend = main_backend, .sparse = steps};
+  const BackendDescriptor* descriptor = find_dit_descriptor(main_backend);
+  if (descriptor && descriptor->dense_steps) {
+    const DenseSteps dense = descriptor->dense_steps(config_json(), steps);
+    split.dense = std::clamp<int64_t>(dense.steps, 0, steps);
+    split.sparse = steps - split.dense;
+    split.setting = dense.setting;
+  }
+  return split;
 }
 
 json AttentionPlan::config_json() const {
@@ -200,6 +232,13 @@ void log_attention_plan(const AttentionPlan& plan) {
       if (!layer.fallback.empty())
         spdlog::warn("attention: {} {}: {}", name, layer_name(layer.kind), layer.fallback);
   }
+  const auto split = plan.step_split(plan.num_inference_steps);
+  if (split && split->sparse == 0 && split->dense > 0)
+    spdlog::warn(
+        "attention: {} runs dense in all {} denoising step(s) ({} leaves none sparse), so this "
+        "run is as slow as dense attention; lower it in --attention-backend-config or give more "
+        "--num-inference-steps",
+        split->backend, split->dense, split->setting);
 }
 
 }  // namespace mmgen

@@ -33,6 +33,20 @@ struct AttentionPlan {
   // Other tools' backend names the flags used, translated (attention::resolve_backend_name): one
   // line each, for the log.
   std::vector<std::string> notes;
+  // The request's denoising steps the plan was made for.
+  int64_t num_inference_steps = 0;
+
+  // How the main DiT's self-attention splits a run of `steps` steps between its sparse backend
+  // and the dense steps its settings ask for (sliding_tile_attn's skip_time_steps, vmoba_attn's
+  // first_full_step, sparse_video_gen_2_attn's first_times_fp); nullopt when that backend is
+  // dense.
+  struct StepSplit {
+    std::string backend;
+    int64_t sparse = 0;
+    int64_t dense = 0;
+    std::string setting;  // what decides the dense steps ("skip_time_steps 15"); empty: none
+  };
+  std::optional<StepSplit> step_split(int64_t steps) const;
 
   // The settings of the main DiT backend: the dry-run's `attention_backend_config`.
   nlohmann::json config_json() const;
@@ -50,7 +64,8 @@ AttentionPlan plan_attention(const ModelIndex& index, const Request& request,
                              const std::optional<std::string>& env);
 
 // One info line per component with attention ("transformer: sliding_tile_attn (cli);
-// cross-attention torch_sdpa"), and a warning per fallback.
+// cross-attention torch_sdpa"), a warning per fallback, and one warning when the main DiT's
+// sparse backend runs dense in every step of the request (nothing in the run is sparse).
 void log_attention_plan(const AttentionPlan& plan);
 // The plan's notes (other tools' backend names translated), one info line each; the dry-run logs
 // these alone.

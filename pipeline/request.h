@@ -7,6 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 
 namespace mmgen {
@@ -48,6 +49,10 @@ struct Request {
   std::string log_level = "info";
   bool quiet = false;
   bool dry_run = false;
+
+  // The settings (option names with dashes) that a --config file gave and the command line did
+  // not: where a setting came from, for attention sources and unused backend settings.
+  std::set<std::string> from_config_file;
 
   // The merged settings as the dry-run prints them, keys with underscores.
   nlohmann::json settings = nlohmann::json::object();

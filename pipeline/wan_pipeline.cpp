@@ -391,9 +391,15 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
   }
   denoise.finish();
   const attention::AttentionStats& stats = attention.self_attention_stats;
-  if (stats.total_blocks > 0 && stats.visited_blocks < stats.total_blocks)
-    spdlog::info("attention: transformer self-attention visited {:.1f}% of key blocks",
-                 100.0 * stats.density());
+  const std::string measured =
+      stats.total_blocks > 0
+          ? fmt::format(" visited {:.1f}% of key blocks", 100.0 * stats.density())
+          : std::string(": key blocks not counted on this device");
+  if (const auto split = attention_plan_.step_split(steps))
+    spdlog::info("attention: transformer self-attention{} ({}: {} sparse and {} dense step(s))",
+                 measured, split->backend, split->sparse, split->dense);
+  else if (stats.total_blocks > 0 && stats.visited_blocks < stats.total_blocks)
+    spdlog::info("attention: transformer self-attention{}", measured);
 
   Progress decode("decode", int(shape[2]), "latent frame");
   const Tensor z = vae_->denormalize(latents);

@@ -129,6 +129,15 @@ fs::path checkout() {
   fs::create_directory_symlink(testing::source_dir() / "examples", root / "examples");
   std::ofstream(root / "prompts.txt") << "a red circle on a blue background\n# a comment\n\n"
                                          "a yellow triangle on a purple background\n";
+  // A Hugging Face cache holding the id docs/usage.md names, its snapshot being wan-shapes.
+  const fs::path repo = root / "hf-cache/models--Wan-AI--Wan2.1-T2V-1.3B-Diffusers";
+  const std::string commit = "0123456789abcdef0123456789abcdef01234567";
+  fs::create_directories(repo / "refs");
+  fs::create_directories(repo / "snapshots");
+  std::ofstream(repo / "refs/main") << commit;
+  fs::create_directory_symlink(testing::source_dir() / "examples/models/wan-shapes",
+                               repo / "snapshots" / commit);
+  setenv("HF_HUB_CACHE", (root / "hf-cache").c_str(), 1);
   // run.yaml as docs/usage.md shows it.
   const std::string usage = slurp(testing::source_dir() / "docs/usage.md");
   const size_t yaml = usage.find("```yaml\n# run.yaml");
@@ -301,6 +310,15 @@ std::map<std::string, Expectation> expectations() {
         EXPECT_EQ(run.dry_run["request"]["prompt_embeds"], "fox.safetensors");
         EXPECT_TRUE(run.dry_run["request"].value("prompt", json()).is_null());
       }};
+  e["build/mmgen generate --model-path Wan-AI/Wan2.1-T2V-1.3B-Diffusers --prompt \"a fox in "
+    "snow\""] = {true, false, [](const DocCommand&, const DocRun& run) {
+                   // "found offline in the local Hugging Face cache": the snapshot refs/main names
+                   const std::string path = run.dry_run["model_path"].get<std::string>();
+                   EXPECT_NE(path.find("snapshots/0123456789abcdef"), std::string::npos) << path;
+                   EXPECT_EQ(run.dry_run["pipeline"], "WanPipeline");
+                 }};
+  e["build/mmgen generate --model-path Wan-AI/Wan2.1-T2V-1.3B-Diffusers ... --revision COMMIT"] = {
+      false, true, nullptr};
   return e;
 }
 

@@ -45,6 +45,14 @@ using ResourceLoader =
     std::function<void(const nlohmann::json& settings, int64_t steps,
                        const std::vector<ResourceUse>& uses, BackendResources& resources)>;
 
+// The leading denoising steps a sparse backend runs dense under its settings, and the setting that
+// decides it ("skip_time_steps 15"), for a run of `steps` steps.
+struct DenseSteps {
+  int64_t steps = 0;  // at most the run's steps
+  std::string setting;
+};
+using DenseStepsRule = std::function<DenseSteps(const nlohmann::json& settings, int64_t steps)>;
+
 struct BackendDescriptor {
   BackendInfo info = {};  // the catalogue row, settings schema included
   std::vector<KernelBuild> kernels =
@@ -57,6 +65,10 @@ struct BackendDescriptor {
   // block prefix ("proj_l." matches blocks.3.attn1.proj_l.weight); empty: none.
   std::vector<std::string_view> extra_weights = {};
   ResourceLoader load_resources = {};  // empty: nothing to load
+  // Sparse backends with leading dense steps (sliding_tile_attn's skip_time_steps, vmoba_attn's
+  // first_full_step): how many of a run's steps run dense. Empty: every step runs as the backend
+  // does (all sparse for a sparse backend).
+  DenseStepsRule dense_steps = {};
 };
 
 // The CPU kernel row every backend with a CPU implementation has (float32, any head size).

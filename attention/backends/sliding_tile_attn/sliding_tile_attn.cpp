@@ -11,6 +11,9 @@
 //  - a window larger than the canvas is clipped to it, so a file tuned for another resolution
 //    still runs (a window covering the whole canvas is full attention).
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -206,6 +209,10 @@ const BackendDescriptor& descriptor() {
 #endif
       .extra_weights = {},
       .load_resources = load_resources,
+      .dense_steps = [](const json& settings, int64_t steps) -> DenseSteps {
+        const int64_t skip = settings.at("skip_time_steps").get<int64_t>();
+        return {std::clamp<int64_t>(skip, 0, steps), fmt::format("skip_time_steps {}", skip)};
+      },
   };
   return d;
 }

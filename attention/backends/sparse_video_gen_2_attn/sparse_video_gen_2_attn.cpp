@@ -1,5 +1,9 @@
 // sparse_video_gen_2_attn: Sparse VideoGen 2 (k-means clusters of queries and keys per head,
 // top-p cluster pairs, permuted block-sparse attention); the kernel is svg2_attention.h.
+#include <fmt/format.h>
+
+#include <algorithm>
+
 #include "attention/backends/descriptor.h"
 #include "attention/backends/sparse_video_gen_2_attn/svg2_attention.h"
 
@@ -87,6 +91,12 @@ const BackendDescriptor& descriptor() {
       .cpu = [](const json& settings,
                 const BackendResources&) -> std::unique_ptr<AttentionBackend> {
         return std::make_unique<svg2::Svg2Attention>(svg2::Options::from_json(settings));
+      },
+      .dense_steps = [](const json& settings, int64_t steps) -> DenseSteps {
+        const double first = settings.at("first_times_fp").get<double>();
+        return {
+            std::clamp<int64_t>(svg2::Options::from_json(settings).dense_steps(steps), 0, steps),
+            fmt::format("first_times_fp {}", first)};
       },
   };
   return d;

@@ -10,6 +10,7 @@
 // Unlike upstream, first_full_step is honoured (dense attention before it), grids need not divide
 // the chunk sizes, and selecting nothing beyond the own chunks gives own-chunk attention (upstream
 // silently switches to full attention then).
+#include <fmt/format.h>
 #include <omp.h>
 #include <spdlog/spdlog.h>
 
@@ -394,6 +395,10 @@ const BackendDescriptor& descriptor() {
       .kernels = {cpu_kernel("vmoba_attn")},
       .cpu = [](const json& settings, const BackendResources&)
           -> std::unique_ptr<AttentionBackend> { return std::make_unique<VmobaBackend>(settings); },
+      .dense_steps = [](const json& settings, int64_t steps) -> DenseSteps {
+        const int64_t first = settings.at("first_full_step").get<int64_t>();
+        return {std::clamp<int64_t>(first, 0, steps), fmt::format("first_full_step {}", first)};
+      },
   };
   return d;
 }
