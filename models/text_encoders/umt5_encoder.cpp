@@ -192,16 +192,22 @@ Tensor UMT5Encoder::embed(const Tensor& input_ids) const {
 namespace {
 
 // The layer's relative position bias by key − query offset: values [heads, 2·max_len − 1].
-attention::paged::RelativePositionBias relative_bias(const Tensor& table, int64_t max_len,
-                                                     int64_t max_distance, Device device) {
-  const Tensor t = table.to(DType::F32).contiguous();
-  const int64_t heads = t.size(1), span = 2 * max_len - 1;
-  const std::vector<int64_t> buckets = t5_offset_buckets(max_len, t.size(0), max_distance);
-  Tensor values = Tensor::empty({heads, span});
-  for (int64_t o = 0; o < span; ++o)
-    for (int64_t h = 0; h < heads; ++h)
-      values.data<float>()[h * span + o] = t.data<float>()[buckets[size_t(o)] * heads + h];
-  return attention::paged::RelativePositionBias(values.to(device), max_len);
+// Each table's relative position bias by key − query offset, [tables, heads, 2·max_len − 1],
+// built on the host and moved to `device` in one copy.
+Tensor relative_bias_values(const std::vector<const Tensor*>& tables, int64_t max_len,
+                            int64_t max_distance, Device device) {
+  const int64_t heads = tables.front()->size(1), span = 2 * max_len - 1;
+  const std::vector<int64_t> buckets =
+      t5_offset_buckets(max_len, tables.front()->size(0), max_distance);
+  Tensor values = Tensor::empty({int64_t(tables.size()), heads, span});
+  for (size_t l = 0; l < tables.size(); ++l) {
+    const Tensor t = tables[l]->to(DType::F32).contiguous();
+    float* out = values.data<float>() + int64_t(l) * heads * span;
+    for (int64_t o = 0; o < span; ++o)
+      for (int64_t h = 0; h < heads; ++h)
+        out[h * span + o] = t.data<float>()[buckets[size_t(o)] * heads + h];
+  }
+  return values.to(device);
 }
 
 }  // namespace
@@ -245,21 +251,29 @@ Tensor UMT5Encoder::encode_embeddings(const Tensor& embeddings,
             embeddings.size(1) == config_.d_model && batch.num_tokens > 0,
         "text encoder: embeddings {} should be [{}, {}]", shape_string(embeddings.shape()),
         batch.num_tokens, config_.d_model);
-  auto backend = attention::paged::make_paged_backend(attention_backend_, device_);
-  backend->init_forward_metadata(batch);
+  // The backend is made once per device and name (a GPU one holds pinned and device buffers).
+  if (!backend_ || backend_device_ != device_ || backend_->name() != attention_backend_) {
+    backend_ = attention::paged::make_paged_backend(attention_backend_, device_);
+    backend_device_ = device_;
+  }
+  attention::paged::PagedAttentionBackend& backend = *backend_;
+  backend.init_forward_metadata(batch);
   const int64_t max_len = std::max<int64_t>(1, batch.max_seq_len());
-  // Every layer's bias before the first layer runs: on the GPU the uploads then never wait for
-  // queued work. T5 has block 0's only, reused by every layer.
-  std::vector<attention::paged::RelativePositionBias> biases;
+  // Every layer's bias before the first layer runs, in one copy: on the GPU the upload then never
+  // waits for queued work. T5 has block 0's only, reused by every layer.
+  std::vector<const Tensor*> tables;
   for (const Layer& layer : layers_)
-    if (layer.position_table.defined())
-      biases.push_back(relative_bias(layer.position_table, max_len,
-                                     config_.relative_attention_max_distance, device_));
+    if (layer.position_table.defined()) tables.push_back(&layer.position_table);
+  const Tensor bias_values =
+      relative_bias_values(tables, max_len, config_.relative_attention_max_distance, device_);
+  std::vector<attention::paged::RelativePositionBias> biases;
+  for (size_t l = 0; l < tables.size(); ++l)
+    biases.emplace_back(bias_values.select(0, int64_t(l)), max_len);
   Tensor x = embeddings.to(DType::F32).to(device_);  // the residual stream, float32
   if (x.raw() == embeddings.raw()) x = x.clone();    // never write into the caller's tensor
   for (size_t l = 0; l < layers_.size(); ++l) {
     const auto& bias = biases[std::min(l, biases.size() - 1)];
-    ops::add_(x, self_attention(layers_[l], x, bias, *backend, batch));
+    ops::add_(x, self_attention(layers_[l], x, bias, backend, batch));
     ops::add_(x, feed_forward(layers_[l], x));
   }
   return ops::rms_norm(x, final_norm_, config_.layer_norm_epsilon);

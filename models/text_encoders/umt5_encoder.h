@@ -10,6 +10,7 @@
 // (no [heads, S, S] matrix), scores are not scaled, and no K/V is written to a pool.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -98,6 +99,10 @@ class UMT5Encoder {
   Device device_ = Device::CPU;
   DType compute_ = DType::F32;
   size_t resident_bytes_ = 0;
+  // The attention backend, kept across forwards (init_forward_metadata resets it per batch;
+  // a copy shares it until one of them moves to another device or backend).
+  mutable std::shared_ptr<attention::paged::PagedAttentionBackend> backend_;
+  mutable Device backend_device_ = Device::CPU;
 };
 
 }  // namespace mmgen::text_encoders
