@@ -202,10 +202,10 @@ Tensor relative_bias_values(const std::vector<const Tensor*>& tables, int64_t ma
   Tensor values = Tensor::empty({int64_t(tables.size()), heads, span});
   for (size_t l = 0; l < tables.size(); ++l) {
     const Tensor t = tables[l]->to(DType::F32).contiguous();
+    const float* table = t.data<float>();  // hoisted: data() checks its dtype on every call
     float* out = values.data<float>() + int64_t(l) * heads * span;
-    for (int64_t o = 0; o < span; ++o)
-      for (int64_t h = 0; h < heads; ++h)
-        out[h * span + o] = t.data<float>()[buckets[size_t(o)] * heads + h];
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t o = 0; o < span; ++o) out[h * span + o] = table[buckets[size_t(o)] * heads + h];
   }
   return values.to(device);
 }

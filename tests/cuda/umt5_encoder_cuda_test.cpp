@@ -71,6 +71,15 @@ void compare(const text_encoders::UMT5Encoder& cpu, const std::string& what, int
                                           "relative error {:.2e} < {:.0e}",
                                           what, backend, batch, length, error, tolerance));
     const std::vector<Tensor> actual = gpu.forward_unpadded(prompts);
+    if (backend == std::string("fa3")) {
+      // Back on the CPU (the stacked GPU weights split again, as the GPU held them).
+      text_encoders::UMT5Encoder back = gpu;
+      back.set_device(Device::CPU);
+      const double back_error = relative_error(back.forward(ids, mask), expected);
+      expect(back_error < tolerance,
+             fmt::format("{}: moved back to the CPU, relative error {:.2e} < {:.0e}", what,
+                         back_error, tolerance));
+    }
     double worst = actual.size() == prompts.size() ? 0.0 : INFINITY;
     for (size_t i = 0; i < actual.size(); ++i)
       worst = std::max(worst, relative_error(actual[i], expected_unpadded[i]));
