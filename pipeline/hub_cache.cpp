@@ -68,12 +68,12 @@ fs::path resolve_model_path(const std::string& given, const std::optional<std::s
     check(!revision || given.empty(),
           "--revision {}: --model-path {} is a local folder; --revision picks the snapshot of a "
           "Hugging Face model id (org/name) in the local cache",
-          *revision, given);
+          revision.value_or(""), given);
     return given;
   }
   if (!is_model_id(given)) {
     check(!revision, "--revision {}: --model-path {} is neither a folder nor a model id (org/name)",
-          *revision, given);
+          revision.value_or(""), given);
     return given;
   }
   const std::string wanted = revision.value_or("main");
