@@ -25,13 +25,6 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> lines;
   std::istringstream in(text);
@@ -78,7 +71,7 @@ std::vector<DocCommand> doc_commands(const std::string& page) {
   std::vector<std::string> lines;
   size_t indent = 0;
   bool inside = false;
-  for (const std::string& raw : lines_of(slurp(testing::source_dir() / page))) {
+  for (const std::string& raw : lines_of(read_text_file(testing::source_dir() / page))) {
     const size_t fence = raw.find("```");
     if (fence != std::string::npos && raw.find_first_not_of(' ') == fence) {
       inside = !inside;
@@ -139,7 +132,7 @@ fs::path checkout() {
                                repo / "snapshots" / commit);
   setenv("HF_HUB_CACHE", (root / "hf-cache").c_str(), 1);
   // run.yaml as docs/usage.md shows it.
-  const std::string usage = slurp(testing::source_dir() / "docs/usage.md");
+  const std::string usage = read_text_file(testing::source_dir() / "docs/usage.md");
   const size_t yaml = usage.find("```yaml\n# run.yaml");
   EXPECT_NE(yaml, std::string::npos) << "docs/usage.md shows no run.yaml";
   if (yaml != std::string::npos) {

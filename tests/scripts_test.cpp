@@ -7,19 +7,13 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/file.h"
 #include "tests/test_support.h"
 
 namespace mmgen {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 void write_script(const fs::path& path, const std::string& body) {
   fs::create_directories(path.parent_path());
@@ -50,7 +44,7 @@ fs::path fake_checkout(const std::string& name, bool configured) {
 
 std::vector<std::string> calls(const fs::path& root) {
   std::vector<std::string> lines;
-  std::istringstream in(slurp(root / "calls.log"));
+  std::istringstream in(read_text_file(root / "calls.log"));
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   return lines;
 }
@@ -65,7 +59,7 @@ TEST(Scripts, DemoBuildsOnlyTheMmgenExecutable) {
   const auto result = run_script(root, "demo.sh");
   ASSERT_EQ(result.exit_code, 0) << result.out << result.err;
   const std::vector<std::string> log = calls(root);
-  ASSERT_EQ(log.size(), 3u) << slurp(root / "calls.log");
+  ASSERT_EQ(log.size(), 3u) << read_text_file(root / "calls.log");
   // A fresh checkout is configured first (Release, Ninja), then only the mmgen target is built.
   EXPECT_EQ(log[0], "cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release");
   EXPECT_TRUE(log[1].starts_with("cmake --build build --parallel ")) << log[1];
@@ -81,7 +75,7 @@ TEST(Scripts, TestBuildsEverythingAndRunsCtest) {
   const auto result = run_script(root, "test.sh");
   ASSERT_EQ(result.exit_code, 0) << result.out << result.err;
   const std::vector<std::string> log = calls(root);
-  ASSERT_EQ(log.size(), 2u) << slurp(root / "calls.log");
+  ASSERT_EQ(log.size(), 2u) << read_text_file(root / "calls.log");
   // Configured already: no configure step; every target (no --target) is built.
   EXPECT_TRUE(log[0].starts_with("cmake --build build --parallel ")) << log[0];
   EXPECT_EQ(log[0].find("--target"), std::string::npos) << log[0];
@@ -95,7 +89,7 @@ TEST(Scripts, BuildTakesTargets) {
                            (root / "scripts/build.sh").string() + " mmgen cli_test");
   ASSERT_EQ(result.exit_code, 0) << result.out << result.err;
   const std::vector<std::string> log = calls(root);
-  ASSERT_EQ(log.size(), 1u) << slurp(root / "calls.log");
+  ASSERT_EQ(log.size(), 1u) << read_text_file(root / "calls.log");
   EXPECT_TRUE(log[0].ends_with(" --target mmgen --target cli_test")) << log[0];
 }
 
