@@ -4,6 +4,8 @@
 #ifdef MMGEN_HAVE_CUDA
 #include "attention/cuda/reference_attention.h"
 #include "attention/sparse_self_attention_cuda.h"
+#include "core/cuda/gemm_f32.h"
+#include "core/cuda/vae_ops.h"
 #endif
 
 namespace mmgen::attention {
@@ -79,6 +81,26 @@ bool sparse_backend_wants_gate(const cuda::SparseSelfAttentionCuda& backend) {
   return backend.wants_gate();
 }
 
+void channel_attention_gpu(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
+                           bool exact, Tensor& out) {
+  for (const Tensor* x : {&q, &k, &v, const_cast<const Tensor*>(&out)})
+    check(x->device() == Device::CUDA && x->dtype() == DType::F32 && x->dim() == 2 &&
+              x->is_contiguous() && x->shape() == q.shape(),
+          "GPU channel attention: q, k and v must be contiguous float32 [channels, pixels] on "
+          "the GPU, got {} {} on {}",
+          dtype_name(x->dtype()), shape_string(x->shape()), device_name(x->device()));
+  const int64_t channels = q.size(0), positions = q.size(1);
+  Tensor scores = Tensor::empty({positions, positions}, DType::F32, Device::CUDA);
+  // [C, P] row-major is column-major [P, C]. Scores row-major [query, key] = column-major
+  // [key, query] = K · Qᵀ in column-major terms.
+  cuda::gemm_f32(false, true, positions, positions, channels, k.data<float>(), positions,
+                 q.data<float>(), positions, scores.data<float>(), positions, !exact);
+  cuda::softmax_rows_f32(scores.data<float>(), positions, positions, scale);
+  // out row-major [C, query] = column-major [query, C] = Sᵀ(col-major [key, query])ᵀ · V.
+  cuda::gemm_f32(true, false, positions, channels, positions, scores.data<float>(), positions,
+                 v.data<float>(), positions, out.data<float>(), positions, !exact);
+}
+
 #else
 
 Tensor dense_attention_gpu(const Tensor&, const Tensor&, const Tensor&, float, DenseKernel) {
@@ -93,6 +115,10 @@ Tensor sparse_self_attention_gpu(cuda::SparseSelfAttentionCuda&, const Tensor&, 
 
 bool sparse_backend_wants_gate(const cuda::SparseSelfAttentionCuda&) {
   return false;
+}
+
+void channel_attention_gpu(const Tensor&, const Tensor&, const Tensor&, float, bool, Tensor&) {
+  fail("GPU attention: this build has no CUDA support; use --device cpu");
 }
 
 #endif

@@ -42,6 +42,14 @@ Tensor dense_attention_gpu(const Tensor& q, const Tensor& k, const Tensor& v, fl
 Tensor sparse_self_attention_gpu(cuda::SparseSelfAttentionCuda& backend, const Tensor& q,
                                  const Tensor& k, const Tensor& v, std::array<int64_t, 3> grid,
                                  int64_t step, int64_t layer, float scale, const Tensor& gate);
+// Single-head attention over the pixels of one frame, for a VAE's mid-block attention:
+// q, k, v [C, P] float32 channel-major on the GPU (as a 1×1 convolution leaves them); writes
+// out [C, P] = (softmax(scale · qᵀk) · vᵀ)ᵀ, a contiguous float32 tensor (or view) there. Head size
+// C (384 in the Wan VAE) has no kernel of ours, so this is the dense reference: two cuBLASLt
+// float32 products around a row softmax, on TF32 tensor cores, or in full float32 with `exact`.
+void channel_attention_gpu(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
+                           bool exact, Tensor& out);
+
 // Whether the backend reads VSA's gate.
 bool sparse_backend_wants_gate(const cuda::SparseSelfAttentionCuda& backend);
 

@@ -18,7 +18,7 @@ constexpr uint64_t kFloat = 4;
 constexpr uint64_t kRuntimeBytes = 64ull << 20;
 // A parsed tokenizer (vocabulary maps, normalizer tables) against its files on disk.
 constexpr uint64_t kTokenizerExpansion = 6;
-// conv_kernels.cpp's kColumnBudget: floats of im2col columns per thread at most.
+// core/conv_cpu.cpp's kColumnBudget: floats of im2col columns per thread at most.
 constexpr uint64_t kColumnBudget = uint64_t(1) << 22;
 // Freed buffers below glibc's mmap threshold (which grows up to 32 MiB) stay in the heap and
 // fragment it: the tiny model's measured peaks exceed the buffers counted here by 1.3x to 1.7x,
@@ -121,7 +121,7 @@ uint64_t wan_vae_working_set(const nlohmann::json& config_json, int64_t height, 
     // A residual block holds its input, the shortcut, the normed copy and the convolution's
     // output, plus the convolution's im2col columns.
     // The largest 3x3x3 convolution's im2col: each thread fills bands of at most
-    // conv_kernels.cpp's column budget (4M floats), never more than the whole frame's columns.
+    // core/conv_cpu.cpp's column budget (4M floats), never more than the whole frame's columns.
     const uint64_t columns =
         std::min<uint64_t>(taps * 9 * std::max(in_dim, out_dim) * plane,
                            uint64_t(std::max(1, omp_get_max_threads())) * kColumnBudget);

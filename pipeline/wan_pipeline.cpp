@@ -3,7 +3,6 @@
 #ifdef MMGEN_HAVE_CUDA
 #include "attention/backends/video_sparse_attn/vsa_gate.h"
 #include "attention/sparse_self_attention_cuda.h"
-#include "models/cuda/wan_vae_cuda.h"
 #endif
 
 #include <fmt/ranges.h>
@@ -328,7 +327,7 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
       transformer_->set_device(Device::CUDA);
       upload.finish();
     }
-    if (!vae_gpu_) vae_gpu_ = std::make_shared<cuda::WanVaeDecoderCuda>(*vae_);
+    if (vae_->device() != Device::CUDA) vae_->set_device(Device::CUDA);
 #else
     fail(
         "--device cuda: this build has no CUDA support; rebuild with -DMMGEN_CUDA=ON or use "
@@ -407,16 +406,12 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
     decode.update(done, total);
     stop_if_requested();  // between latent frames (or tiles) of the decode
   };
-#ifdef MMGEN_HAVE_CUDA
+  if (!input.cuda && vae_->device() != Device::CPU) vae_->set_device(Device::CPU);
   if (input.cuda && input.vae_tiles)
     spdlog::warn("--vae-tiling: the GPU decoder does not tile yet; decoding the whole frame");
-  const Tensor video = input.cuda        ? vae_gpu_->decode(z, report)
-                       : input.vae_tiles ? vae::decode_tiled(*vae_, z, *input.vae_tiles, report)
-                                         : vae_->decode(z, report);
-#else
-  const Tensor video = input.vae_tiles ? vae::decode_tiled(*vae_, z, *input.vae_tiles, report)
-                                       : vae_->decode(z, report);
-#endif
+  const Tensor video = input.vae_tiles && vae_->device() == Device::CPU
+                           ? vae::decode_tiled(*vae_, z, *input.vae_tiles, report)
+                           : vae_->decode(z, report);
   decode.finish();
   output.frames = video_to_frames(video);
   return output;

@@ -21,10 +21,6 @@
 #include "pipeline/registry.h"
 #include "pipeline/request.h"
 
-namespace mmgen::cuda {
-class WanVaeDecoderCuda;
-}  // namespace mmgen::cuda
-
 namespace mmgen {
 
 struct WanGenerationInput {
@@ -91,9 +87,6 @@ class WanPipeline {
   std::string scheduler_class_;  // model_index.json's, which picks the scheduler
   nlohmann::json scheduler_config_;
   AttentionPlan attention_plan_;
-  // The VAE decoder's GPU copy, made on the first --device cuda run (CUDA builds). The text
-  // encoder and the transformer are one class each and move to the GPU themselves.
-  mutable std::shared_ptr<cuda::WanVaeDecoderCuda> vae_gpu_;
 };
 
 // A request's generation input (reads --latents when given, checking its shape).

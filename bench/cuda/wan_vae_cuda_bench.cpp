@@ -1,4 +1,5 @@
-// Seconds per Wan VAE decode on the GPU, beside the CPU decoder where that is feasible:
+// Seconds per Wan VAE decode on the GPU (WanVaeDecoder placed there), beside the same decoder on
+// the CPU where that is feasible:
 //   1. the wan-tiny fixture's shape (examples/models/wan-tiny/vae, latents [1, 16, 2, 4, 6] ->
 //      5 frames of 32x48), GPU and CPU;
 //   2. a Wan2.1-1.3B-sized decode: the real Wan2.1 VAE config (diffusers' AutoencoderKLWan
@@ -7,11 +8,10 @@
 //      decoder on the first --cpu-frames latent frames (default 2: 5 frames), timed and compared
 //      with the GPU on the same latents.
 //
-// --profile adds one decode with every pass timed alone (the table of where the time goes);
 // --variant N picks the convolution kernel's pipeline (see set_conv3d_variant).
 //
 //   wan_vae_cuda_bench [--repeats N] [--latent T,H,W] [--cpu-frames K] [--tiny-vae DIR]
-//                      [--profile 0|1] [--variant N]
+//                      [--variant N]
 // (run from the repository root, or name the wan-tiny VAE folder with --tiny-vae)
 #include <algorithm>
 #include <chrono>
@@ -25,8 +25,8 @@
 #include "core/cuda/conv3d.h"
 #include "core/cuda/device_memory.h"
 #include "core/error.h"
-#include "models/cuda/wan_vae_cuda.h"
 #include "models/dit/wan_random_checkpoint.h"
+#include "models/vae/wan_vae_decoder.h"
 #include "models/vae/wan_vae_random_checkpoint.h"
 
 using namespace mmgen;
@@ -54,7 +54,7 @@ double relative_error(const Tensor& actual, const Tensor& expected) {
 }
 
 // Median seconds of `repeats` GPU decodes (after one untimed warm-up decode).
-double time_gpu(const cuda::WanVaeDecoderCuda& gpu, const Tensor& z, int repeats,
+double time_gpu(const vae::WanVaeDecoder& gpu, const Tensor& z, int repeats,
                 std::vector<double>* all = nullptr) {
   gpu.decode(z);
   std::vector<double> times;
@@ -70,7 +70,7 @@ double time_gpu(const cuda::WanVaeDecoderCuda& gpu, const Tensor& z, int repeats
 }  // namespace
 
 int main(int argc, char** argv) try {
-  int repeats = 3, cpu_frames = 2, profile = 0;
+  int repeats = 3, cpu_frames = 2;
   fs::path tiny_folder = "examples/models/wan-tiny/vae";
   Shape latent = {1, 16, 21, 60, 104};
   for (int i = 1; i < argc; ++i) {
@@ -81,8 +81,6 @@ int main(int argc, char** argv) try {
       repeats = std::max(1, std::atoi(value));
     else if (arg == "--cpu-frames")
       cpu_frames = std::max(0, std::atoi(value));
-    else if (arg == "--profile")
-      profile = std::atoi(value);
     else if (arg == "--variant")
       cuda::set_conv3d_variant(std::atoi(value));
     else if (arg == "--tiny-vae")
@@ -97,7 +95,8 @@ int main(int argc, char** argv) try {
 
   {  // 1. the tiny fixture's shape
     const auto tiny = vae::WanVaeDecoder::open_folder(tiny_folder);
-    const cuda::WanVaeDecoderCuda gpu(tiny);
+    auto gpu = vae::WanVaeDecoder::open_folder(tiny_folder);
+    gpu.set_device(Device::CUDA);
     const Tensor z = dit::random_tensor({1, 16, 2, 4, 6}, 0.0f, 1.7f, 3, DType::F32);
     const double gpu_seconds = time_gpu(gpu, z, 10);
     std::vector<double> cpu_times;
@@ -117,16 +116,17 @@ int main(int argc, char** argv) try {
   const fs::path file = fs::temp_directory_path() / "mmgen_wan_vae_bench.safetensors";
   write_safetensors(file, vae::random_decoder_checkpoint(config), {{"format", "pt"}});
   const vae::WanVaeDecoder cpu(config, WeightStore::open_file(file));
-  cuda::WanVaeDecoderCuda gpu(cpu);
+  vae::WanVaeDecoder gpu(config, WeightStore::open_file(file));
+  gpu.set_device(Device::CUDA);
   std::printf(
       "Wan2.1 VAE decoder (base_dim %ld, dim_mult 1,2,4,4, %ld res blocks), random bf16 "
       "weights; %.1f MiB on the GPU as float32\n",
-      config.decoder_dim(), config.num_res_blocks, gpu.weight_bytes() / 1048576.0);
+      config.decoder_dim(), config.num_res_blocks, gpu.resident_weight_bytes() / 1048576.0);
   const Tensor z = dit::random_tensor(latent, 0.0f, 1.0f, 4, DType::F32);
   const int64_t frames = config.output_frames(latent[2]);
-  for (const auto precision : {cuda::VaePrecision::TF32, cuda::VaePrecision::FP32}) {
-    gpu.set_precision(precision);
-    const int runs = precision == cuda::VaePrecision::TF32 ? repeats : 1;
+  for (const auto precision : {ops::ConvPrecision::TF32, ops::ConvPrecision::FP32}) {
+    gpu.set_device(Device::CUDA, precision);
+    const int runs = precision == ops::ConvPrecision::TF32 ? repeats : 1;
     std::vector<double> times;
     const double seconds = time_gpu(gpu, z, runs, &times);
     std::string all;
@@ -135,57 +135,34 @@ int main(int argc, char** argv) try {
         "GPU decode %s -> %ld frames %ldx%ld, %s: %.3f s (median of %d:%s), %.1f TFLOP "
         "in convolutions and attention = %.0f TFLOP/s\n",
         shape_string(latent).c_str(), frames, latent[3] * 8, latent[4] * 8,
-        precision == cuda::VaePrecision::TF32 ? "TF32" : "FP32 (3xTF32)", seconds, runs,
+        precision == ops::ConvPrecision::TF32 ? "TF32" : "FP32 (3xTF32)", seconds, runs,
         all.c_str(), gpu.last_decode_flops() / 1e12, gpu.last_decode_flops() / seconds / 1e12);
   }
-  {  // what three of the kernel's choices are worth on the whole decode (one decode each)
-    gpu.set_precision(cuda::VaePrecision::TF32);
-    gpu.set_round_in_norms(false);
-    auto start = std::chrono::steady_clock::now();
-    gpu.decode(z);
-    const double unrounded = seconds_since(start);
-    gpu.set_round_in_norms(true);
+  {  // what two of the kernel's choices are worth on the whole decode (one decode each)
+    gpu.set_device(Device::CUDA, ops::ConvPrecision::TF32);
     double variants[3] = {0, 0, 0};
     for (int variant = 1; variant <= 2; ++variant) {
       cuda::set_conv3d_variant(variant);
-      start = std::chrono::steady_clock::now();
+      const auto start = std::chrono::steady_clock::now();
       gpu.decode(z);
       variants[variant] = seconds_since(start);
     }
     cuda::set_conv3d_variant(0);
     std::printf(
-        "TF32 decode with the input rounding in the convolution kernel instead of the "
-        "norms: %.3f s; 16-deep stages, 256 threads (the first kernel): %.3f s; 32-deep, 256 "
-        "threads: "
-        "%.3f s\n",
-        unrounded, variants[1], variants[2]);
+        "TF32 decode with 16-deep stages, 256 threads (the first kernel): %.3f s; 32-deep, 256 "
+        "threads: %.3f s\n",
+        variants[1], variants[2]);
   }
   std::printf(
       "peak GPU memory handed out by the caching allocator: %.2f GiB (weights %.2f GiB), "
       "reserved %.2f GiB\n",
-      allocator.peak_bytes_in_use() / 1073741824.0, gpu.weight_bytes() / 1073741824.0,
+      allocator.peak_bytes_in_use() / 1073741824.0, gpu.resident_weight_bytes() / 1073741824.0,
       allocator.bytes_reserved() / 1073741824.0);
-
-  if (profile) {
-    gpu.set_precision(cuda::VaePrecision::TF32);
-    gpu.set_profiling(true);
-    gpu.decode(z);
-    gpu.set_profiling(false);
-    std::vector<std::pair<double, std::string>> rows;
-    double total = 0;
-    for (const auto& [key, seconds] : gpu.profile())
-      rows.emplace_back(seconds, key), total += seconds;
-    std::sort(rows.rbegin(), rows.rend());
-    std::printf("profile of one TF32 decode (each pass timed alone): %.3f s in all\n", total);
-    for (const auto& [seconds, key] : rows)
-      std::printf("  %7.3f s  %5.1f%%  %s\n", seconds, 100.0 * seconds / total, key.c_str());
-  }
 
   if (cpu_frames > 0) {
     Shape part = latent;
     part[2] = std::min<int64_t>(cpu_frames, latent[2]);
     const Tensor head = z.slice(2, 0, part[2]).contiguous();
-    gpu.set_precision(cuda::VaePrecision::TF32);
     const Tensor on_gpu = gpu.decode(head);
     const auto start = std::chrono::steady_clock::now();
     const Tensor on_cpu = cpu.decode(head);

@@ -76,13 +76,13 @@ __global__ void softmax_rows_kernel(float* s, int64_t columns, float scale) {
 }
 
 __global__ void clamp_transpose_kernel(const float* frames, float* out, int64_t count,
-                                       int64_t channels, int64_t positions) {
+                                       int64_t channels, int64_t positions, float low, float high) {
   const int64_t total = count * channels * positions;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t pixel = i % positions, rest = i / positions;
     const int64_t c = rest % channels, t = rest / channels;
-    out[(c * count + t) * positions + pixel] = fminf(fmaxf(frames[i], -1.0f), 1.0f);
+    out[(c * count + t) * positions + pixel] = fminf(fmaxf(frames[i], low), high);
   }
 }
 
@@ -109,10 +109,10 @@ void softmax_rows_f32(float* s, int64_t rows, int64_t columns, float scale, cuda
 }
 
 void clamp_to_channel_major_f32(const float* frames, float* out, int64_t count, int64_t channels,
-                                int64_t positions, cudaStream_t stream) {
+                                int64_t positions, float low, float high, cudaStream_t stream) {
   if (count * channels * positions == 0) return;
   clamp_transpose_kernel<<<blocks_for(count * channels * positions), kThreads, 0, stream>>>(
-      frames, out, count, channels, positions);
+      frames, out, count, channels, positions, low, high);
   MMGEN_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,5 +1,5 @@
-// The Wan VAE decoder's passes between its convolutions, on float32 frames [T, C, H, W] in device
-// memory (fp32 math, the CPU decoder's formulas and order).
+// The per-pixel passes between a VAE decoder's convolutions (core/conv.h), on float32 frames [T, C,
+// H, W] in device memory (fp32 math, the CPU decoder's formulas and order).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,9 +19,10 @@ void channel_rms_norm_f32(const float* x, const float* gamma, bool silu, float* 
 void softmax_rows_f32(float* s, int64_t rows, int64_t columns, float scale,
                       cudaStream_t stream = nullptr);
 
-// The decoder's last step for one chunk: frames [T, C, P] clamped to [−1, 1] and transposed to
+// A decoder's last step for one chunk: frames [T, C, P] clamped to [low, high] and transposed to
 // [C, T, P], so each channel's frames are one contiguous block of the video.
 void clamp_to_channel_major_f32(const float* frames, float* out, int64_t count, int64_t channels,
-                                int64_t positions, cudaStream_t stream = nullptr);
+                                int64_t positions, float low, float high,
+                                cudaStream_t stream = nullptr);
 
 }  // namespace mmgen::cuda

@@ -41,6 +41,9 @@ Tensor decode_tiled(const WanVaeDecoder& decoder, const Tensor& z, const TileLay
   check(z.dim() == 5 && z.size(1) == decoder.config().z_dim,
         "decode_tiled: expected latents [batch, {}, frames, height, width], got {}",
         decoder.config().z_dim, shape_string(z.shape()));
+  check(decoder.device() == Device::CPU,
+        "decode_tiled: tiled decoding runs on the CPU; this decoder is on the {}",
+        device_name(decoder.device()));
   const WanVaeConfig& config = decoder.config();
   const Tensor latents = z.to(DType::F32);
   const int64_t batch = z.size(0), frames = z.size(2), height = z.size(3), width = z.size(4);

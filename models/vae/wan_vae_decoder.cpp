@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/download_queue.h"
 #include "core/error.h"
 
 namespace mmgen::vae {
@@ -41,10 +42,7 @@ WanVaeDecoder::WanVaeDecoder(WanVaeConfig config, WeightStore weights)
     up_blocks_.push_back(std::move(block));
   }
   out_dim_ = dims.back();
-  const std::string norm_out = "decoder.norm_out.gamma";
-  check(store.has(norm_out) && store.info(norm_out).shape == Shape({out_dim_, 1, 1, 1}),
-        "VAE weights in {} lack '{}' of shape [{}, 1, 1, 1]; config and weights disagree",
-        store.origin().string(), norm_out, out_dim_);
+  norm_out_ = ChannelNorm(store, "decoder.norm_out.gamma", {out_dim_, 1, 1, 1});
   conv_out_ =
       CausalConv3d(store, "decoder.conv_out", {config_.out_channels, out_dim_, 3, 3, 3}, slots_);
 }
@@ -54,24 +52,58 @@ WanVaeDecoder WanVaeDecoder::open_folder(const fs::path& folder) {
                        WeightStore::open_folder(folder));
 }
 
+void WanVaeDecoder::set_device(Device device, ops::ConvPrecision precision) {
+  device_ = device;
+  precision_ = precision;
+  post_quant_conv_.place(device);
+  conv_in_.place(device);
+  for (ResidualBlock& resnet : mid_resnets_) resnet.place(device);
+  mid_attention_->place(device);
+  for (UpBlock& block : up_blocks_) {
+    for (ResidualBlock& resnet : block.resnets) resnet.place(device);
+    if (block.upsampler) block.upsampler->place(device);
+  }
+  norm_out_.place(device);
+  conv_out_.place(device);
+}
+
+size_t WanVaeDecoder::resident_weight_bytes() const {
+  size_t bytes = post_quant_conv_.resident_bytes() + conv_in_.resident_bytes() +
+                 mid_attention_->resident_bytes() + norm_out_.resident_bytes() +
+                 conv_out_.resident_bytes();
+  for (const ResidualBlock& resnet : mid_resnets_) bytes += resnet.resident_bytes();
+  for (const UpBlock& block : up_blocks_) {
+    for (const ResidualBlock& resnet : block.resnets) bytes += resnet.resident_bytes();
+    if (block.upsampler) bytes += block.upsampler->resident_bytes();
+  }
+  return bytes;
+}
+
+StreamState WanVaeDecoder::new_state() const {
+  StreamState state = slots_.make_state();
+  state.precision = precision_;
+  // On the GPU in TF32 the norms round for the convolutions after them (the same bits as the
+  // kernel rounding its input, fewer instructions); elsewhere there is nothing to round.
+  state.round_in_norms = device_ == Device::CUDA && precision_ == ops::ConvPrecision::TF32;
+  return state;
+}
+
 Tensor WanVaeDecoder::head(const Tensor& x, StreamState& state) const {
-  const WeightStore& store = weights_;
-  Tensor h = post_quant_conv_.forward(store, x, nullptr);
-  h = conv_in_.forward(store, h, &state);
-  h = mid_resnets_[0].forward(store, h, state);
-  h = mid_attention_->forward(store, h, attention_backend_.get());
-  return mid_resnets_[1].forward(store, h, state);
+  Tensor h = post_quant_conv_.forward(x, nullptr);
+  h = conv_in_.forward(h, &state);
+  h = mid_resnets_[0].forward(h, state);
+  h = mid_attention_->forward(h, state, attention_backend_.get());
+  return mid_resnets_[1].forward(h, state);
 }
 
 Tensor WanVaeDecoder::tail(const Tensor& x, StreamState& state) const {
-  const WeightStore& store = weights_;
   Tensor h = x;
   for (const UpBlock& block : up_blocks_) {
-    for (const ResidualBlock& resnet : block.resnets) h = resnet.forward(store, h, state);
-    if (block.upsampler) h = block.upsampler->forward(store, h, state);
+    for (const ResidualBlock& resnet : block.resnets) h = resnet.forward(h, state);
+    if (block.upsampler) h = block.upsampler->forward(h, state);
   }
-  channel_rms_norm(h, store.get_f32("decoder.norm_out.gamma"), /*silu=*/true, h);
-  return conv_out_.forward(store, h, &state);
+  norm_out_.forward_(h, /*silu=*/true, state);
+  return conv_out_.forward(h, &state, Tensor(), state.round_in_norms);
 }
 
 int64_t WanVaeDecoder::tail_radius() const {
@@ -90,33 +122,42 @@ Tensor WanVaeDecoder::decode(const Tensor& z, const DecodeProgress& progress) co
   const int64_t out_h = height * spatial, out_w = width * spatial;
   const int64_t channels = config_.out_channels;
   Tensor video = Tensor::empty({batch, channels, out_frames, out_h, out_w});
+  const int64_t plane = out_h * out_w;
   const int total = int(batch * frames);
+  double flops = 0;
 
+  // Each chunk comes back clamped and channel-major ([channels, n, out_h, out_w]: each channel's
+  // frames one block of the video); on the GPU its copy into `video` overlaps the next chunk.
+  DownloadQueue downloads(device_, size_t(temporal * channels * plane) * sizeof(float));
   for (int64_t b = 0; b < batch; ++b) {
-    StreamState state = slots_.make_state();
+    StreamState state = new_state();
     for (int64_t i = 0; i < frames; ++i) {
       // Latent frame i as one [1, z_dim, h, w] frame (post_quant_conv is 1×1×1, so applying it per
       // frame equals diffusers applying it to all frames at once).
-      Tensor frame = latents.select(0, b).select(1, i).unsqueeze(0).contiguous();
-      Tensor chunk = tail(head(frame, state), state);  // [n, channels, out_h, out_w]
+      const Tensor frame = latents.select(0, b).select(1, i).unsqueeze(0).contiguous().to(device_);
+      const Tensor chunk = tail(head(frame, state), state);  // [n, channels, out_h, out_w]
       const int64_t first = i == 0 ? 0 : 1 + (i - 1) * temporal;
       const int64_t expected = i == 0 ? 1 : temporal;
-      check(chunk.size(0) == expected && chunk.size(2) == out_h && chunk.size(3) == out_w,
+      check(chunk.size(0) == expected && chunk.size(1) == channels && chunk.size(2) == out_h &&
+                chunk.size(3) == out_w,
             "WanVaeDecoder: latent frame {} decoded to {}, expected {} frames of {}x{}", i,
             shape_string(chunk.shape()), expected, out_h, out_w);
-      const int64_t plane = out_h * out_w;
-      const float* src = chunk.data<float>();
-      float* dst = video.data<float>() + b * channels * out_frames * plane;
-#pragma omp parallel for collapse(2) schedule(static) if (chunk.numel() >= (int64_t(1) << 16))
-      for (int64_t t = 0; t < expected; ++t)
-        for (int64_t c = 0; c < channels; ++c) {
-          const float* from = src + (t * channels + c) * plane;
-          float* to = dst + (c * out_frames + first + t) * plane;
-          for (int64_t p = 0; p < plane; ++p) to[p] = std::clamp(from[p], -1.0f, 1.0f);
-        }
+      downloads.push(ops::clamp_channel_major(chunk, -1.0f, 1.0f), [&, b, first,
+                                                                    expected](const Tensor& host) {
+        const float* src = host.data<float>();
+        float* dst = video.data<float>() + (b * channels * out_frames + first) * plane;
+#pragma omp parallel for collapse(2) schedule(static) if (host.numel() >= (int64_t(1) << 16))
+        for (int64_t c = 0; c < channels; ++c)
+          for (int64_t t = 0; t < expected; ++t)
+            std::copy_n(src + (c * expected + t) * plane, plane,
+                        dst + (c * out_frames + t) * plane);
+      });
       if (progress) progress(int(b * frames + i + 1), total);
     }
+    flops += state.flops;
   }
+  downloads.finish();
+  last_flops_ = flops;
   return video;
 }
 

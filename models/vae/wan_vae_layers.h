@@ -1,7 +1,7 @@
 // The layers of the Wan2.1 VAE decoder (diffusers' WanCausalConv3d, WanResidualBlock,
-// WanAttentionBlock, WanResample). Activations are one batch element's frames, [T, C, H, W]
-// float32 contiguous: each frame is a contiguous [C, H, W] plane, which is what the convolutions,
-// the per-frame attention and the time-doubling reshape want.
+// WanAttentionBlock, WanResample), written once over the device-neutral convolution ops of
+// core/conv.h. Activations are one batch element's frames, [T, C, H, W] float32 contiguous, on the
+// device the layers were placed on.
 //
 // Decoding streams one latent frame at a time. Every causal convolution remembers its last
 // kt − 1 input frames (zeros before the first), which is exactly what diffusers' feature cache
@@ -12,16 +12,20 @@
 #include <vector>
 
 #include "attention/backend.h"
+#include "core/conv.h"
 #include "core/safetensors.h"
 #include "core/tensor.h"
-#include "models/vae/conv_kernels.h"
 
 namespace mmgen::vae {
 
-// What one decode carries from latent frame to latent frame.
+// What one decode carries from latent frame to latent frame, and how it computes.
 struct StreamState {
-  std::vector<std::vector<Tensor>> history;  // per causal conv: last input frames, oldest first
-  std::vector<bool> started;                 // per upsample3d: has it seen the first chunk?
+  std::vector<Tensor> history;  // per causal conv: its last input frames [n, C, H, W], oldest first
+  std::vector<bool> started;    // per upsample3d: has it seen the first chunk?
+  ops::ConvPrecision precision = ops::ConvPrecision::TF32;  // the GPU's products
+  // The norms round their outputs to TF32 for the convolutions reading them (GPU, TF32).
+  bool round_in_norms = false;
+  double flops = 0;  // spent by the convolutions and attention products so far
 };
 
 // Hands out StreamState slots while the layers are built.
@@ -36,34 +40,60 @@ struct SlotCounter {
   }
 };
 
-// WanRMS_norm over channels (F.normalize · √C · gamma), optionally followed by SiLU.
-// `x` and `y` are [T, C, H, W]; they may be the same tensor.
-void channel_rms_norm(const Tensor& x, const Tensor& gamma, bool silu, Tensor& y);
+// The checkpoint's `<prefix>.weight` / `<prefix>.bias` as a convolution of `shape`, checked
+// (naming the tensor and file when one is missing or misshapen).
+ops::Conv checked_conv(const WeightStore& store, const std::string& prefix,
+                       const ops::ConvShape& shape);
 
 // A causal 3-D convolution: all temporal padding in front, filled from the remembered frames.
 class CausalConv3d {
  public:
   CausalConv3d() = default;
-  CausalConv3d(const WeightStore& store, std::string prefix, ConvShape shape, SlotCounter& slots);
-  // [T, in, H, W] -> [T, out, H, W]; `state` may be null for a kernel with one temporal tap.
-  Tensor forward(const WeightStore& store, const Tensor& x, StreamState* state) const;
-  int64_t out_channels() const { return shape_.out_channels; }
+  CausalConv3d(const WeightStore& store, const std::string& prefix, ops::ConvShape shape,
+               SlotCounter& slots);
+  void place(Device device) { conv_ = conv_.to(device); }
+  size_t resident_bytes() const { return conv_.resident_bytes(); }
+  // [T, in, H, W] -> [T, out, H, W] (+ residual when given); `state` may be null for a kernel
+  // with one temporal tap. `rounded`: x came from a norm that rounded it (StreamState).
+  Tensor forward(const Tensor& x, StreamState* state, const Tensor& residual = Tensor(),
+                 bool rounded = false) const;
+  // A one-tap convolution of x enlarged ×2 by nearest neighbour (never materialised).
+  Tensor forward_upsampled(const Tensor& x, StreamState& state) const;
+  int64_t out_channels() const { return conv_.out_channels(); }
 
  private:
-  std::string prefix_;
-  ConvShape shape_{};
+  ops::Conv conv_;
   int slot_ = -1;  // history slot, -1 for kt = 1 (nothing to remember)
+};
+
+// A WanRMS_norm's gamma, float32 on the layers' device.
+class ChannelNorm {
+ public:
+  ChannelNorm() = default;
+  ChannelNorm(const WeightStore& store, const std::string& name, const Shape& shape);
+  void place(Device device) { gamma_ = host_.to(device); }
+  size_t resident_bytes() const { return gamma_.is_cpu() ? 0 : gamma_.nbytes(); }
+  // WanRMS_norm over the channels, then SiLU when asked; rounds for a following convolution as
+  // `state` says.
+  Tensor forward(const Tensor& x, bool silu, const StreamState& state) const;
+  void forward_(Tensor& x, bool silu, const StreamState& state) const;
+
+ private:
+  Tensor host_, gamma_;
 };
 
 class ResidualBlock {
  public:
   ResidualBlock(const WeightStore& store, const std::string& prefix, int64_t in_dim,
                 int64_t out_dim, SlotCounter& slots);
-  Tensor forward(const WeightStore& store, const Tensor& x, StreamState& state) const;
+  void place(Device device);
+  size_t resident_bytes() const;
+  Tensor forward(const Tensor& x, StreamState& state) const;
 
  private:
   std::string prefix_;
   int64_t in_dim_, out_dim_;
+  ChannelNorm norm1_, norm2_;
   CausalConv3d conv1_, conv2_, shortcut_;
   bool has_shortcut_;
 };
@@ -72,14 +102,19 @@ class ResidualBlock {
 class AttentionBlock {
  public:
   AttentionBlock(const WeightStore& store, const std::string& prefix, int64_t dim);
+  void place(Device device);
+  size_t resident_bytes() const;
   // With `backend` (the one the attention plan chose for the VAE: a dense backend), each frame's
-  // attention runs through it; without, through the built-in dense path below.
-  Tensor forward(const WeightStore& store, const Tensor& x,
+  // attention on the CPU runs through it; without, through the built-in dense path. On the GPU
+  // it is attention::channel_attention_gpu, the dense reference.
+  Tensor forward(const Tensor& x, StreamState& state,
                  attention::AttentionBackend* backend = nullptr) const;
 
  private:
   std::string prefix_;
   int64_t dim_;
+  ChannelNorm norm_;
+  CausalConv3d to_qkv_, proj_;
 };
 
 // WanResample in its decoder modes: upsample2d (nearest ×2 then 3×3 conv, per frame) and
@@ -91,13 +126,16 @@ class Resample {
  public:
   Resample(const WeightStore& store, const std::string& prefix, int64_t dim, bool temporal,
            SlotCounter& slots);
-  Tensor forward(const WeightStore& store, const Tensor& x, StreamState& state) const;
+  void place(Device device);
+  size_t resident_bytes() const;
+  Tensor forward(const Tensor& x, StreamState& state) const;
 
  private:
   std::string prefix_;
   int64_t dim_;
   bool temporal_;
   CausalConv3d time_conv_;
+  CausalConv3d conv_;  // resample.1: the 3×3 convolution read through the ×2 upsampling
   int started_slot_ = -1;
 };
 

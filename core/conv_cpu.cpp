@@ -1,15 +1,17 @@
-#include "models/vae/conv_kernels.h"
+#include "core/conv_cpu.h"
 
 #include <omp.h>
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 
 #include "core/error.h"
+#include "core/ops.h"
 
-namespace mmgen::vae {
+namespace mmgen::ops::cpu {
 namespace {
 
 using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -22,11 +24,8 @@ constexpr int64_t kColumnBudget = int64_t(1) << 22;
 // Multiply-adds below which a convolution runs on one thread: waking the team costs more than it
 // saves, and far more on shared cores where idle OpenMP threads spin.
 constexpr int64_t kParallelWork = int64_t(1) << 22;
-
-Shape weight_shape(const ConvShape& s) {
-  if (s.kt == 0) return {s.out_channels, s.in_channels, s.kh, s.kw};
-  return {s.out_channels, s.in_channels, s.kt, s.kh, s.kw};
-}
+// Elements below which an elementwise pass runs on one thread.
+constexpr int64_t kParallelElements = int64_t(1) << 16;
 
 // The geometry of one conv_frame call.
 struct Geometry {
@@ -73,7 +72,7 @@ void fill_column_row(const Geometry& g, const std::vector<const float*>& taps, i
 // out[:, rows r0..r1) = weights · columns + bias, where `columns` is [k, (r1 - r0) · width] with
 // rows `column_stride` apart. Single-threaded: callers split the rows across threads.
 // `small` products skip Eigen's blocked GEMM, which would start its own threads for them.
-void multiply_band(const Geometry& g, const ConvWeights& w, const float* columns,
+void multiply_band(const Geometry& g, const ColumnWeights& w, const float* columns,
                    int64_t column_stride, int64_t r0, int64_t r1, bool small, float* out) {
   const int64_t n = (r1 - r0) * g.width;
   const float* weight = w.weight.data<float>() + g.first_tap * g.cin * g.khw;
@@ -92,32 +91,16 @@ void multiply_band(const Geometry& g, const ConvWeights& w, const float* columns
 
 }  // namespace
 
-void check_conv(const WeightStore& store, const std::string& prefix, const ConvShape& shape) {
-  const std::string weight = prefix + ".weight", bias = prefix + ".bias";
-  check(store.has(weight), "VAE weights in {} lack '{}'; is this a Wan2.1 AutoencoderKLWan?",
-        store.origin().string(), weight);
-  check(store.has(bias), "VAE weights in {} lack '{}'; is this a Wan2.1 AutoencoderKLWan?",
-        store.origin().string(), bias);
-  const Shape expected = weight_shape(shape);
-  check(store.info(weight).shape == expected,
-        "VAE weight '{}' in {} has shape {} but config.json implies {}; config and weights "
-        "disagree",
-        weight, store.origin().string(), shape_string(store.info(weight).shape),
-        shape_string(expected));
-  check(store.info(bias).shape == Shape{shape.out_channels},
-        "VAE weight '{}' in {} has shape {}, expected [{}]", bias, store.origin().string(),
-        shape_string(store.info(bias).shape), shape.out_channels);
-}
-
-ConvWeights load_conv(const WeightStore& store, const std::string& prefix, const ConvShape& shape) {
-  ConvWeights result;
+ColumnWeights column_weights(const Conv& conv) {
+  const ConvShape& shape = conv.shape();
+  ColumnWeights result;
   result.out_channels = shape.out_channels;
   result.in_channels = shape.in_channels;
-  result.kt = std::max<int64_t>(shape.kt, 1);
+  result.kt = conv.taps();
   result.kh = shape.kh;
   result.kw = shape.kw;
-  Tensor stored = store.get_f32(prefix + ".weight", weight_shape(shape));
-  result.bias = store.get_f32(prefix + ".bias", {shape.out_channels});
+  const Tensor stored = weight_to_f32(conv.weight()).contiguous();
+  if (conv.bias().defined()) result.bias = weight_to_f32(conv.bias()).contiguous();
   const int64_t khw = shape.kh * shape.kw, cin = shape.in_channels, kt = result.kt;
   const int64_t k_total = kt * cin * khw;
   if (kt == 1) {
@@ -137,7 +120,7 @@ ConvWeights load_conv(const WeightStore& store, const std::string& prefix, const
   return result;
 }
 
-void conv_frame(const ConvWeights& w, const std::vector<const float*>& taps, int64_t src_h,
+void conv_frame(const ColumnWeights& w, const std::vector<const float*>& taps, int64_t src_h,
                 int64_t src_w, bool upsample2x, float* out) {
   check(int64_t(taps.size()) == w.kt, "conv_frame: {} taps for a kernel of {}", taps.size(), w.kt);
   Geometry g;
@@ -198,4 +181,85 @@ void conv_frame(const ConvWeights& w, const std::vector<const float*>& taps, int
   }
 }
 
-}  // namespace mmgen::vae
+Tensor conv3d(const Conv& conv, const Tensor& x, const ConvInputs& inputs) {
+  const ColumnWeights weights = column_weights(conv);
+  const int64_t frames = x.size(0), height = x.size(2), width = x.size(3);
+  const int64_t scale = inputs.upsample2x ? 2 : 1;
+  const int64_t kt = weights.kt;
+  Tensor y = Tensor::empty({frames, conv.out_channels(), scale * height, scale * width});
+  const int64_t remembered = inputs.history.defined() ? inputs.history.size(0) : 0;
+  const int64_t in_frame = x.size(1) * height * width;
+  const int64_t out_frame = conv.out_channels() * scale * height * scale * width;
+  // Frame i of the chunk; negative i reaches back into the remembered frames, then zeros.
+  auto frame = [&](int64_t i) -> const float* {
+    if (i >= 0) return x.data<float>() + i * in_frame;
+    const int64_t j = remembered + i;
+    return j >= 0 ? inputs.history.data<float>() + j * in_frame : nullptr;
+  };
+  std::vector<const float*> taps(static_cast<size_t>(kt));
+  for (int64_t t = 0; t < frames; ++t) {
+    for (int64_t j = 0; j < kt; ++j) taps[size_t(j)] = frame(t + j - (kt - 1));
+    conv_frame(weights, taps, height, width, inputs.upsample2x, y.data<float>() + t * out_frame);
+  }
+  if (inputs.residual.defined()) {
+    float* a = y.data<float>();
+    const float* b = inputs.residual.data<float>();
+    const int64_t n = y.numel();
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
+    for (int64_t i = 0; i < n; ++i) a[i] += b[i];
+  }
+  return y;
+}
+
+void channel_rms_norm(const Tensor& x, const Tensor& gamma, bool silu, Tensor& y) {
+  const int64_t frames = x.size(0), channels = x.size(1), positions = x.size(2) * x.size(3);
+  constexpr int64_t kBlock = 256;  // positions per task; sums stay in registers/L1
+  const int64_t blocks = (positions + kBlock - 1) / kBlock;
+  const float scale = float(std::sqrt(double(channels)));
+  const float* g = gamma.data<float>();
+  const float* in = x.data<float>();
+  float* out = y.data<float>();
+#pragma omp parallel for collapse(2) schedule(static) if (x.numel() >= kParallelElements)
+  for (int64_t t = 0; t < frames; ++t) {
+    for (int64_t block = 0; block < blocks; ++block) {
+      const int64_t p0 = block * kBlock, n = std::min(kBlock, positions - p0);
+      const float* src = in + t * channels * positions + p0;
+      float* dst = out + t * channels * positions + p0;
+      double sums[kBlock] = {};
+      for (int64_t c = 0; c < channels; ++c) {
+        const float* row = src + c * positions;
+        for (int64_t i = 0; i < n; ++i) sums[i] += double(row[i]) * row[i];
+      }
+      float denominators[kBlock];
+      // F.normalize: x / max(‖x‖₂, 1e-12)
+      for (int64_t i = 0; i < n; ++i) denominators[i] = std::max(float(std::sqrt(sums[i])), 1e-12f);
+      for (int64_t c = 0; c < channels; ++c) {
+        const float* row = src + c * positions;
+        float* result = dst + c * positions;
+        for (int64_t i = 0; i < n; ++i) {
+          float v = row[i] / denominators[i] * scale * g[c];
+          if (silu) v = v / (1.0f + std::exp(-v));
+          result[i] = v;
+        }
+      }
+    }
+  }
+}
+
+Tensor clamp_channel_major(const Tensor& frames, float low, float high) {
+  const int64_t count = frames.size(0), channels = frames.size(1);
+  const int64_t plane = frames.size(2) * frames.size(3);
+  Tensor out = Tensor::empty({channels, count, frames.size(2), frames.size(3)});
+  const float* src = frames.data<float>();
+  float* dst = out.data<float>();
+#pragma omp parallel for collapse(2) schedule(static) if (frames.numel() >= kParallelElements)
+  for (int64_t t = 0; t < count; ++t)
+    for (int64_t c = 0; c < channels; ++c) {
+      const float* from = src + (t * channels + c) * plane;
+      float* to = dst + (c * count + t) * plane;
+      for (int64_t p = 0; p < plane; ++p) to[p] = std::clamp(from[p], low, high);
+    }
+  return out;
+}
+
+}  // namespace mmgen::ops::cpu
