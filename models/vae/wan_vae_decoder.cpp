@@ -89,8 +89,8 @@ StreamState WanVaeDecoder::new_state() const {
 }
 
 Tensor WanVaeDecoder::head(const Tensor& x, StreamState& state) const {
-  Tensor h = post_quant_conv_.forward(x, nullptr);
-  h = conv_in_.forward(h, &state);
+  Tensor h = post_quant_conv_.forward(x, state);
+  h = conv_in_.forward(h, state);
   h = mid_resnets_[0].forward(h, state);
   h = mid_attention_->forward(h, state, attention_backend_.get());
   return mid_resnets_[1].forward(h, state);
@@ -103,7 +103,7 @@ Tensor WanVaeDecoder::tail(const Tensor& x, StreamState& state) const {
     if (block.upsampler) h = block.upsampler->forward(h, state);
   }
   norm_out_.forward_(h, /*silu=*/true, state);
-  return conv_out_.forward(h, &state, Tensor(), state.round_in_norms);
+  return conv_out_.forward(h, state, Tensor(), state.round_in_norms);
 }
 
 int64_t WanVaeDecoder::tail_radius() const {

@@ -110,20 +110,19 @@ CausalConv3d::CausalConv3d(const WeightStore& store, const std::string& prefix,
   if (conv_.taps() > 1) slot_ = slots.history++;
 }
 
-Tensor CausalConv3d::forward(const Tensor& x, StreamState* state, const Tensor& residual,
+Tensor CausalConv3d::forward(const Tensor& x, StreamState& state, const Tensor& residual,
                              bool rounded) const {
   ops::ConvInputs inputs;
   inputs.residual = residual;
-  inputs.precision = state ? state->precision : ops::ConvPrecision::TF32;
+  inputs.precision = state.precision;
   inputs.input_tf32_rounded = rounded;
   Tensor* history = nullptr;
   if (slot_ >= 0) {
-    check(state != nullptr, "a causal convolution needs the stream state");
-    history = &state->history[size_t(slot_)];
+    history = &state.history[size_t(slot_)];
     inputs.history = *history;
   }
   Tensor y = ops::conv3d(conv_, x, inputs);
-  if (state) state->flops += ops::conv3d_flops(conv_, x, inputs);
+  state.flops += ops::conv3d_flops(conv_, x, inputs);
   // Remember the last kt − 1 input frames, as diffusers' cache does.
   if (history) *history = ops::last_frames(*history, x, conv_.taps() - 1);
   return y;
@@ -180,11 +179,11 @@ size_t ResidualBlock::resident_bytes() const {
 
 Tensor ResidualBlock::forward(const Tensor& x, StreamState& state) const {
   require_frames(x, in_dim_, prefix_);
-  const Tensor identity = has_shortcut_ ? shortcut_.forward(x, nullptr) : x;
+  const Tensor identity = has_shortcut_ ? shortcut_.forward(x, state) : x;
   const bool rounded = state.round_in_norms;
-  Tensor h = conv1_.forward(norm1_.forward(x, /*silu=*/true, state), &state, Tensor(), rounded);
+  Tensor h = conv1_.forward(norm1_.forward(x, /*silu=*/true, state), state, Tensor(), rounded);
   norm2_.forward_(h, /*silu=*/true, state);
-  return conv2_.forward(h, &state, identity, rounded);  // dropout is the identity at inference
+  return conv2_.forward(h, state, identity, rounded);  // dropout is the identity at inference
 }
 
 // ---- AttentionBlock ----------------------------------------------------------------------------
@@ -211,7 +210,7 @@ Tensor AttentionBlock::forward(const Tensor& x, StreamState& state,
   const int64_t frames = x.size(0), channels = dim_, positions = x.size(2) * x.size(3);
   // Channels [0, C) are the queries, [C, 2C) the keys, [2C, 3C) the values (diffusers chunks the
   // 3C axis in that order); each is [C, positions] per frame.
-  const Tensor qkv = to_qkv_.forward(norm_.forward(x, /*silu=*/false, state), &state, Tensor(),
+  const Tensor qkv = to_qkv_.forward(norm_.forward(x, /*silu=*/false, state), state, Tensor(),
                                      state.round_in_norms);
   const float scale = 1.0f / std::sqrt(float(channels));
   Tensor attended = Tensor::empty(x.shape(), DType::F32, x.device());
@@ -232,7 +231,7 @@ Tensor AttentionBlock::forward(const Tensor& x, StreamState& state,
     }
     state.flops += 4.0 * double(positions) * double(positions) * double(channels);
   }
-  return proj_.forward(attended, &state, x);
+  return proj_.forward(attended, state, x);
 }
 
 // ---- Resample ----------------------------------------------------------------------------------
@@ -265,7 +264,7 @@ Tensor Resample::forward(const Tensor& x, StreamState& state) const {
     } else {
       // [T, 2C, H, W] is frame-major, so reading it as [2T, C, H, W] puts channels [0, C) of
       // frame t at 2t and [C, 2C) at 2t + 1: diffusers' stack-and-reshape, without a copy.
-      const Tensor doubled = time_conv_.forward(x, &state);
+      const Tensor doubled = time_conv_.forward(x, state);
       frames = doubled.view({2 * x.size(0), dim_, x.size(2), x.size(3)});
     }
   }

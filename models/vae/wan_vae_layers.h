@@ -53,9 +53,10 @@ class CausalConv3d {
                SlotCounter& slots);
   void place(Device device) { conv_ = conv_.to(device); }
   size_t resident_bytes() const { return conv_.resident_bytes(); }
-  // [T, in, H, W] -> [T, out, H, W] (+ residual when given); `state` may be null for a kernel
-  // with one temporal tap. `rounded`: x came from a norm that rounded it (StreamState).
-  Tensor forward(const Tensor& x, StreamState* state, const Tensor& residual = Tensor(),
+  // [T, in, H, W] -> [T, out, H, W] (+ residual when given), in the state's precision; a causal
+  // convolution reads and updates its memory in `state`. `rounded`: x came from a norm that
+  // rounded it (StreamState).
+  Tensor forward(const Tensor& x, StreamState& state, const Tensor& residual = Tensor(),
                  bool rounded = false) const;
   // A one-tap convolution of x enlarged ×2 by nearest neighbour (never materialised).
   Tensor forward_upsampled(const Tensor& x, StreamState& state) const;
