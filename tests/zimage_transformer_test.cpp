@@ -2,10 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <nlohmann/json.hpp>
 
+#include "attention/dense_attention.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "models/dit/zimage_block.h"
@@ -216,6 +219,144 @@ TEST_F(ZImageTransformerReference, MatchesDiffusersAtT0) {
 
 TEST_F(ZImageTransformerReference, MatchesDiffusersAtT1) {
   expect_matches(1);
+}
+
+// A backend that records every call and runs the dense reference, optionally without the keys
+// in [mask_from, mask_to) of the sequence: what the pipeline's plan would plug in, seen from the
+// model's side.
+class RecordingBackend : public attention::AttentionBackend {
+ public:
+  struct Call {
+    int64_t tokens;
+    std::array<int64_t, 3> grid;
+    int64_t text_length;
+    int64_t layer;
+  };
+  RecordingBackend(std::vector<Call>* calls, int64_t mask_from, int64_t mask_to)
+      : calls_(calls), mask_from_(mask_from), mask_to_(mask_to) {}
+  std::string_view name() const override { return "recording"; }
+  Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
+                 const attention::AttentionContext& context,
+                 attention::AttentionStats* /*stats*/) override {
+    calls_->push_back({q.size(1), context.grid, context.text_length, context.layer_index});
+    attention::DenseAttentionArgs args;
+    args.q = q, args.k = k, args.v = v, args.scale = scale;
+    if (mask_to_ > mask_from_) {
+      std::vector<float> mask(size_t(k.size(1)), 1.0f);
+      for (int64_t i = mask_from_; i < std::min(mask_to_, k.size(1)); ++i) mask[size_t(i)] = 0;
+      args.key_mask = Tensor::from_vector({1, k.size(1)}, mask);
+    }
+    return attention::dense_attention(args);
+  }
+
+ private:
+  std::vector<Call>* calls_;
+  int64_t mask_from_, mask_to_;
+};
+
+// One stack of recording backends; `mask` gives the key range each hides.
+std::vector<ZImageLayerAttention> recording_stack(int64_t layers,
+                                                  std::vector<RecordingBackend::Call>* calls,
+                                                  std::pair<int64_t, int64_t> mask = {0, 0}) {
+  std::vector<ZImageLayerAttention> stack(static_cast<size_t>(layers));
+  for (ZImageLayerAttention& layer : stack)
+    layer.backend = std::make_unique<RecordingBackend>(calls, mask.first, mask.second);
+  return stack;
+}
+
+TEST_F(ZImageTransformerReference, EveryAttentionCallGoesThroughTheLayersBackend) {
+  const ZImageTransformer model = ZImageTransformer::load(tiny_transformer());
+  std::vector<RecordingBackend::Call> noise, context, main;
+  ZImageAttention attention;
+  attention.noise_refiner = recording_stack(1, &noise);
+  attention.context_refiner = recording_stack(1, &context);
+  attention.layers = recording_stack(2, &main);
+  const std::vector<Tensor> out = model.forward(batch(1), {}, &attention);
+  for (int j = 0; j < 2; ++j)
+    EXPECT_LT(relative_error(out[size_t(j)],
+                             reference_.get_f32("transformer.out1_item" + std::to_string(j))),
+              1e-5);
+  // Two items per layer, each over its own tokens: 96 image tokens (an 8x12 grid, a multiple of
+  // 32 already) and the 21- or 26-token caption padded to 32.
+  ASSERT_EQ(noise.size(), 2u);
+  ASSERT_EQ(context.size(), 2u);
+  ASSERT_EQ(main.size(), 4u);
+  for (const RecordingBackend::Call& call : noise) {
+    EXPECT_EQ(call.tokens, 96);
+    EXPECT_EQ(call.grid, (std::array<int64_t, 3>{1, 8, 12}));
+    EXPECT_EQ(call.text_length, 0);
+  }
+  for (const RecordingBackend::Call& call : context) {
+    EXPECT_EQ(call.tokens, 32);
+    EXPECT_EQ(call.text_length, 32);
+  }
+  for (size_t i = 0; i < main.size(); ++i) {
+    EXPECT_EQ(main[i].tokens, 128);
+    EXPECT_EQ(main[i].text_length, 32);  // the caption follows the image
+    EXPECT_EQ(main[i].layer, int64_t(i / 2));
+  }
+}
+
+// diffusers' attention mask covers only the batch padding (pad_sequence); the pad tokens that
+// round each part up to 32 are keys every query sees. Hiding them changes the result well beyond
+// the tolerance, so the reference pins this down.
+TEST_F(ZImageTransformerReference, PaddingTokensAreAttendedAsInDiffusers) {
+  const ZImageTransformer model = ZImageTransformer::load(tiny_transformer());
+  const std::vector<ZImageItem> item0 = {batch(0)[0]};  // caption of 21 tokens, padded to 32
+  std::vector<RecordingBackend::Call> calls;
+  ZImageAttention masked;
+  masked.context_refiner = recording_stack(1, &calls, {21, 32});
+  masked.layers = recording_stack(2, &calls, {96 + 21, 96 + 32});
+  const Tensor reference = reference_.get_f32("transformer.out0_item0");
+  const double masked_error = relative_error(model.forward(item0, {}, &masked)[0], reference);
+  std::printf("padding keys masked: relative error %.3g\n", masked_error);
+  EXPECT_GT(masked_error, 1e-3);
+  EXPECT_LT(relative_error(model.forward(item0)[0], reference), 1e-5);
+}
+
+// Items are independent: an item's prediction is the same alone or next to others of other
+// caption lengths and image sizes (here one whose 6 patches are padded to 32 with x_pad_token).
+TEST_F(ZImageTransformerReference, RaggedItemsAreIndependent) {
+  const ZImageTransformer model = ZImageTransformer::load(tiny_transformer());
+  Tensor small = Tensor::empty({16, 1, 4, 6});
+  for (int64_t i = 0; i < small.numel(); ++i) small.data<float>()[i] = std::sin(0.3f * float(i));
+  const ZImageItem odd{small, reference_.get_f32("text_encoder.prompt2"), 0.25f};
+  const std::vector<Tensor> mixed = model.forward({batch(1)[1], odd, batch(1)[0]});
+  ASSERT_EQ(mixed.size(), 3u);
+  EXPECT_EQ(mixed[1].shape(), (Shape{16, 1, 4, 6}));
+  EXPECT_LT(relative_error(mixed[0], reference_.get_f32("transformer.out1_item1")), 1e-5);
+  EXPECT_LT(relative_error(mixed[2], reference_.get_f32("transformer.out1_item0")), 1e-5);
+  EXPECT_EQ(relative_error(mixed[1], model.forward({odd})[0]), 0.0);
+  // The caption matters: the same latents with another prompt give another prediction.
+  ZImageItem swapped = batch(1)[0];
+  swapped.caption = reference_.get_f32("text_encoder.prompt1");
+  EXPECT_GT(
+      relative_error(model.forward({swapped})[0], reference_.get_f32("transformer.out1_item0")),
+      1e-3);
+}
+
+TEST_F(ZImageTransformerReference, RefusesBadInputs) {
+  const ZImageTransformer model = ZImageTransformer::load(tiny_transformer());
+  const Tensor caption = reference_.get_f32("text_encoder.prompt0");
+  EXPECT_TRUE(contains(error_message([&] { model.forward({}); }), "empty batch"));
+  EXPECT_TRUE(contains(error_message([&] {
+                         model.forward({{Tensor::zeros({16, 1, 5, 6}), caption, 0.5f}});
+                       }),
+                       "patch"));
+  EXPECT_TRUE(contains(error_message([&] {
+                         model.forward({{Tensor::zeros({8, 1, 4, 6}), caption, 0.5f}});
+                       }),
+                       "latents must be [16"));
+  EXPECT_TRUE(
+      contains(error_message([&] {
+                 model.forward({{Tensor::zeros({16, 1, 4, 6}), Tensor::zeros({5, 32}), 0.5f}});
+               }),
+               "caption must be [tokens, 64]"));
+  // axes_lens[1] is 32 here: a 66-row latent has a 33-row patch grid.
+  EXPECT_TRUE(contains(error_message([&] {
+                         model.forward({{Tensor::zeros({16, 1, 66, 2}), caption, 0.5f}});
+                       }),
+                       "RoPE"));
 }
 
 }  // namespace
