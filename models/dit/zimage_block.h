@@ -1,0 +1,35 @@
+// One ZImageTransformerBlock over one item's tokens: RMSNorm'd self-attention (per-head q/k
+// RMSNorm, 3-axis RoPE) and a SwiGLU feed-forward, each output RMSNorm'd again before it joins
+// the residual. Modulated blocks (noise refiner, main blocks) scale the pre-norms by 1 + scale and
+// gate the residuals by tanh(gate) from the timestep embedding; the context refiner does neither.
+#pragma once
+
+#include <vector>
+
+#include "core/tensor.h"
+#include "models/dit/zimage_attention.h"
+#include "models/dit/zimage_config.h"
+#include "models/dit/zimage_rope.h"
+#include "models/dit/zimage_weights.h"
+
+namespace mmgen::dit {
+
+// One block's modulation for one item, on the model's device: the pre-norm weights with 1 + scale
+// folded in (RMSNorm(x)·w·(1 + s) = x·rms⁻¹·(w·(1 + s))) and the residual gates, float32 [dim].
+// An unmodulated block: the plain pre-norm weights, gates undefined (plain residual).
+struct ZImageModulation {
+  Tensor attention_norm, attention_gate, ffn_norm, ffn_gate;
+};
+
+// `adaln` is the item's timestep embedding (adaln_dim float32 values); ignored for unmodulated
+// blocks (weights without modulation_weight).
+ZImageModulation zimage_modulation(const ZImageBlockWeights& weights,
+                                   const std::vector<float>& adaln, Device device);
+
+// Runs the block on x [tokens, dim] (float32, the item's residual stream) in place, where x lives;
+// `compute` is the dtype the products read (float32 on the CPU; bf16 on the GPU).
+void run_zimage_block(Tensor& x, const ZImageBlockWeights& weights,
+                      const ZImageModulation& modulation, const ZImageConfig& config,
+                      const ZImageRopeTables& rope, DType compute, const ZImageAttentionCall& call);
+
+}  // namespace mmgen::dit

@@ -1,0 +1,225 @@
+#include "models/dit/zimage_transformer.h"
+
+#include <cstring>
+#include <utility>
+
+#include "core/error.h"
+#include "core/ops.h"
+#include "models/dit/wan_patchify.h"
+#include "models/dit/zimage_block.h"
+#include "models/dit/zimage_sequence.h"
+
+namespace mmgen::dit {
+namespace {
+
+// The TimestepEmbedder's sinusoid width (diffusers' frequency_embedding_size).
+constexpr int64_t kTimestepChannels = 256;
+// The final layer's LayerNorm eps (fixed in diffusers' FinalLayer, whatever norm_eps says).
+constexpr float kFinalNormEps = 1e-6f;
+
+const char* stack_name(ZImageStage stage) {
+  switch (stage) {
+    case ZImageStage::NoiseRefiner:
+      return "noise_refiner";
+    case ZImageStage::ContextRefiner:
+      return "context_refiner";
+    case ZImageStage::Main:
+      break;
+  }
+  return "layers";
+}
+
+ZImageConfig validated(ZImageConfig config) {
+  config.validate("transformer config");
+  return config;
+}
+
+// Sequences are assembled on the host, where rows can be copied on any build: `parts` (each
+// [rows, dim], on one device) stacked, then `pad_rows` copies of `pad` ([dim] float32 on the
+// host) appended; the result float32 on the parts' device. The copies are a small part of a
+// forward (a few token sequences per forward, against every block's products over them).
+Tensor assemble_rows(const std::vector<Tensor>& parts, int64_t pad_rows, const Tensor& pad) {
+  const int64_t dim = parts.front().size(1);
+  int64_t rows = pad_rows;
+  for (const Tensor& part : parts) rows += part.size(0);
+  Tensor out = Tensor::empty({rows, dim});
+  float* dst = out.data<float>();
+  for (const Tensor& part : parts) {
+    const Tensor host = part.to(Device::CPU).to(DType::F32).contiguous();
+    std::memcpy(dst, host.data<float>(), host.nbytes());
+    dst += host.numel();
+  }
+  for (int64_t r = 0; r < pad_rows; ++r, dst += dim)
+    std::memcpy(dst, pad.data<float>(), size_t(dim) * sizeof(float));
+  return out.to(parts.front().device());
+}
+
+}  // namespace
+
+std::vector<float> zimage_timestep_embedding(const ZImageOuterWeights& w,
+                                             const ZImageConfig& config, float timestep) {
+  // diffusers scales in float32 (t * t_scale on a float32 tensor) and builds the same [cos, sin]
+  // sinusoid as Wan's time projection (max period 10000, no shift).
+  const std::vector<float> sinusoid =
+      timestep_sinusoid(timestep * config.t_scale, kTimestepChannels);
+  Tensor t = ops::linear(Tensor::from_vector({1, kTimestepChannels}, sinusoid), w.t_1_weight,
+                         w.t_1_bias, DType::F32, Activation::Silu);
+  t = ops::linear(t, w.t_2_weight, w.t_2_bias);
+  return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
+}
+
+ZImageTransformer::ZImageTransformer(ZImageConfig config, WeightStore weights)
+    : config_(validated(std::move(config))), weights_(std::move(weights)), rope_(config_) {
+  check_zimage_outer(weights_, config_);
+  for (int64_t layer = 0; layer < config_.n_refiner_layers; ++layer) {
+    check_zimage_block(weights_, zimage_block_prefix("noise_refiner", layer), config_, true);
+    check_zimage_block(weights_, zimage_block_prefix("context_refiner", layer), config_, false);
+  }
+  for (int64_t layer = 0; layer < config_.n_layers; ++layer)
+    check_zimage_block(weights_, zimage_block_prefix("layers", layer), config_, true);
+  host_outer_ = ZImageOuterWeights::load(weights_, config_);
+}
+
+ZImageTransformer ZImageTransformer::load(const fs::path& folder) {
+  check(fs::is_directory(folder), "transformer folder {} does not exist", folder.string());
+  ZImageConfig config = ZImageConfig::from_file(folder / "config.json");
+  return ZImageTransformer(std::move(config), WeightStore::open_folder(folder));
+}
+
+void ZImageTransformer::set_device(Device device, DType compute) {
+  device_ = device;
+  compute_ = device == Device::CPU ? DType::F32 : compute;
+  resident_noise_.clear();
+  resident_context_.clear();
+  resident_layers_.clear();
+  resident_outer_ = {};
+  resident_bytes_ = 0;
+  if (device == Device::CPU) return;
+  check(compute_ == DType::BF16, "GPU transformer: the products read bf16, not {}",
+        dtype_name(compute_));
+  // Loaded on the host block by block (float32), then uploaded in the dtype each op reads.
+  const auto upload = [&](ZImageStage stage, int64_t count, std::vector<ZImageBlockWeights>& to) {
+    for (int64_t layer = 0; layer < count; ++layer) {
+      const std::string prefix = zimage_block_prefix(stack_name(stage), layer);
+      to.push_back(ZImageBlockWeights::load(weights_, prefix, stage != ZImageStage::ContextRefiner)
+                       .placed(device_, compute_));
+      resident_bytes_ += to.back().device_bytes();
+    }
+  };
+  upload(ZImageStage::NoiseRefiner, config_.n_refiner_layers, resident_noise_);
+  upload(ZImageStage::ContextRefiner, config_.n_refiner_layers, resident_context_);
+  upload(ZImageStage::Main, config_.n_layers, resident_layers_);
+  resident_outer_ = host_outer_.placed(device_, compute_);
+  resident_bytes_ += resident_outer_.device_bytes();
+}
+
+ZImageBlockWeights ZImageTransformer::block_weights(ZImageStage stage, int64_t layer) const {
+  if (device_ != Device::CPU) {
+    const std::vector<ZImageBlockWeights>& resident =
+        stage == ZImageStage::NoiseRefiner     ? resident_noise_
+        : stage == ZImageStage::ContextRefiner ? resident_context_
+                                               : resident_layers_;
+    return resident[size_t(layer)];
+  }
+  return ZImageBlockWeights::load(weights_, zimage_block_prefix(stack_name(stage), layer),
+                                  stage != ZImageStage::ContextRefiner);
+}
+
+std::vector<Tensor> ZImageTransformer::forward(const std::vector<ZImageItem>& batch,
+                                               const ZImageStep& step,
+                                               ZImageAttention* attention) const {
+  check(!batch.empty(), "Z-Image transformer: empty batch");
+  const int64_t count = int64_t(batch.size()), heads = config_.n_heads;
+  const ZImageOuterWeights& outer = device_ == Device::CPU ? host_outer_ : resident_outer_;
+
+  // Per item: layout, timestep embedding, the three RoPE tables, and the embedded image and
+  // caption tokens with their padding.
+  std::vector<ZImageLayout> layouts;
+  std::vector<std::vector<float>> adaln;
+  std::vector<ZImageRopeTables> image_rope, caption_rope, joint_rope;
+  std::vector<Tensor> image, caption;
+  for (const ZImageItem& item : batch) {
+    check(item.caption.dim() == 2 && item.caption.size(1) == config_.cap_feat_dim,
+          "Z-Image transformer: a caption must be [tokens, {}], got {}", config_.cap_feat_dim,
+          shape_string(item.caption.shape()));
+    check(item.latents.defined() && item.caption.is_cpu() && item.latents.is_cpu(),
+          "Z-Image transformer: latents and captions are read from the host");
+    const ZImageLayout layout = zimage_layout(config_, item.latents.shape(), item.caption.size(0));
+    layouts.push_back(layout);
+    adaln.push_back(zimage_timestep_embedding(host_outer_, config_, item.timestep));
+
+    const ZImagePositions image_ids = zimage_image_positions(layout);
+    const ZImagePositions caption_ids = zimage_caption_positions(layout);
+    ZImagePositions joint_ids = image_ids;
+    joint_ids.insert(joint_ids.end(), caption_ids.begin(), caption_ids.end());
+    image_rope.push_back(rope_.tables(image_ids, heads, device_));
+    caption_rope.push_back(rope_.tables(caption_ids, heads, device_));
+    joint_rope.push_back(rope_.tables(joint_ids, heads, device_));
+
+    const Tensor patches = zimage_patchify(item.latents, config_, layout);
+    const Tensor embedded =
+        ops::linear(patches.to(compute_).to(device_), outer.x_embed_weight, outer.x_embed_bias);
+    image.push_back(assemble_rows({embedded}, layout.image_padded - layout.image_tokens,
+                                  host_outer_.x_pad_token));
+    const Tensor normed = ops::rms_norm(item.caption.to(DType::F32).contiguous().to(device_),
+                                        outer.cap_norm, config_.norm_eps, compute_);
+    const Tensor text = ops::linear(normed, outer.cap_embed_weight, outer.cap_embed_bias);
+    caption.push_back(assemble_rows({text}, layout.caption_padded - layout.caption_tokens,
+                                    host_outer_.cap_pad_token));
+  }
+
+  ZImageAttentionCall call;
+  call.step_index = step.index;
+  call.step_count = step.count;
+  call.attention = attention;
+  // Runs one stack over every item, each block's weights loaded once for the whole batch.
+  const auto run_stack = [&](ZImageStage stage, int64_t layers, std::vector<Tensor>& streams,
+                             const std::vector<ZImageRopeTables>& rope) {
+    call.stage = stage;
+    call.num_layers = layers;
+    for (int64_t layer = 0; layer < layers; ++layer) {
+      call.layer = layer;
+      const ZImageBlockWeights weights = block_weights(stage, layer);
+      for (int64_t i = 0; i < count; ++i) {
+        call.item = i;
+        call.timestep = batch[size_t(i)].timestep;
+        call.grid = stage == ZImageStage::ContextRefiner ? std::array<int64_t, 3>{0, 0, 0}
+                                                         : layouts[size_t(i)].grid;
+        run_zimage_block(streams[size_t(i)], weights,
+                         zimage_modulation(weights, adaln[size_t(i)], device_), config_,
+                         rope[size_t(i)], compute_, call);
+      }
+    }
+  };
+  run_stack(ZImageStage::NoiseRefiner, config_.n_refiner_layers, image, image_rope);
+  run_stack(ZImageStage::ContextRefiner, config_.n_refiner_layers, caption, caption_rope);
+  std::vector<Tensor> joint;
+  for (int64_t i = 0; i < count; ++i) {
+    joint.push_back(assemble_rows({image[size_t(i)], caption[size_t(i)]}, 0, Tensor()));
+    image[size_t(i)] = caption[size_t(i)] = Tensor();
+  }
+  run_stack(ZImageStage::Main, config_.n_layers, joint, joint_rope);
+
+  // Final layer: LayerNorm (no affine) scaled by 1 + adaLN(SiLU(t)), projection, unpatchify of
+  // the image tokens.
+  std::vector<Tensor> outputs;
+  const Tensor no_shift = Tensor::zeros({config_.dim}).to(device_);
+  for (int64_t i = 0; i < count; ++i) {
+    std::vector<float> activated = adaln[size_t(i)];
+    Tensor scale = Tensor::from_vector({1, int64_t(activated.size())}, activated);
+    ops::silu_(scale);
+    scale = ops::linear(scale, host_outer_.final_mod_weight, host_outer_.final_mod_bias);
+    float* s = scale.data<float>();
+    for (int64_t c = 0; c < config_.dim; ++c) s[c] += 1.0f;
+    const Tensor normed = ops::modulated_layer_norm(
+        joint[size_t(i)], no_shift, scale.view({config_.dim}).to(device_), kFinalNormEps, compute_);
+    joint[size_t(i)] = Tensor();
+    const Tensor rows = ops::linear(normed.slice(0, 0, layouts[size_t(i)].image_tokens),
+                                    outer.final_weight, outer.final_bias)
+                            .to(Device::CPU);
+    outputs.push_back(zimage_unpatchify(rows, config_, layouts[size_t(i)]));
+  }
+  return outputs;
+}
+
+}  // namespace mmgen::dit

@@ -1,0 +1,165 @@
+#include "models/dit/zimage_weights.h"
+
+#include "core/error.h"
+#include "core/ops.h"
+
+namespace mmgen::dit {
+namespace {
+
+// diffusers keys the patch embedder and the final layer by "{patch}-{f_patch}".
+std::string patch_key(const ZImageConfig& config) {
+  return std::to_string(config.patch_size) + "-" + std::to_string(config.f_patch_size);
+}
+
+Tensor f32(const WeightStore& store, const std::string& name) {
+  return ops::weight_to_f32(store.get(name));
+}
+
+size_t bytes_of(std::initializer_list<const Tensor*> tensors) {
+  size_t total = 0;
+  for (const Tensor* t : tensors) total += t->defined() ? t->nbytes() : 0;
+  return total;
+}
+
+}  // namespace
+
+void expect_zimage_weight(const WeightStore& store, const std::string& name, const Shape& shape) {
+  check(store.has(name),
+        "transformer weights in {}: tensor '{}' is missing; the checkpoint does not match its "
+        "config.json (or is not a Z-Image transformer)",
+        store.origin().string(), name);
+  const TensorInfo& info = store.info(name);
+  check(dtype_is_floating(info.dtype) && info.dtype != DType::F64,
+        "transformer weights in {}: tensor '{}' is {}, expected f32, bf16 or f16",
+        store.origin().string(), name, dtype_name(info.dtype));
+  check(info.shape == shape,
+        "transformer weights in {}: tensor '{}' has shape {}, config.json implies {}",
+        store.origin().string(), name, shape_string(info.shape), shape_string(shape));
+}
+
+std::string zimage_block_prefix(const char* stack, int64_t layer) {
+  return std::string(stack) + "." + std::to_string(layer) + ".";
+}
+
+void check_zimage_block(const WeightStore& store, const std::string& prefix,
+                        const ZImageConfig& config, bool modulated) {
+  const int64_t dim = config.dim, ffn = config.ffn_dim(), head = config.head_dim();
+  for (const char* name : {"to_q", "to_k", "to_v", "to_out.0"})
+    expect_zimage_weight(store, prefix + "attention." + name + ".weight", {dim, dim});
+  expect_zimage_weight(store, prefix + "attention.norm_q.weight", {head});
+  expect_zimage_weight(store, prefix + "attention.norm_k.weight", {head});
+  for (const char* name : {"attention_norm1", "attention_norm2", "ffn_norm1", "ffn_norm2"})
+    expect_zimage_weight(store, prefix + name + ".weight", {dim});
+  expect_zimage_weight(store, prefix + "feed_forward.w1.weight", {ffn, dim});
+  expect_zimage_weight(store, prefix + "feed_forward.w2.weight", {dim, ffn});
+  expect_zimage_weight(store, prefix + "feed_forward.w3.weight", {ffn, dim});
+  if (modulated) {
+    expect_zimage_weight(store, prefix + "adaLN_modulation.0.weight",
+                         {4 * dim, config.adaln_dim()});
+    expect_zimage_weight(store, prefix + "adaLN_modulation.0.bias", {4 * dim});
+  }
+}
+
+ZImageBlockWeights ZImageBlockWeights::load(const WeightStore& store, const std::string& prefix,
+                                            bool modulated) {
+  ZImageBlockWeights w;
+  const std::string attention = prefix + "attention.";
+  w.to_q = f32(store, attention + "to_q.weight");
+  w.to_k = f32(store, attention + "to_k.weight");
+  w.to_v = f32(store, attention + "to_v.weight");
+  w.to_out = f32(store, attention + "to_out.0.weight");
+  w.norm_q = f32(store, attention + "norm_q.weight");
+  w.norm_k = f32(store, attention + "norm_k.weight");
+  w.w1 = f32(store, prefix + "feed_forward.w1.weight");
+  w.w2 = f32(store, prefix + "feed_forward.w2.weight");
+  w.w3 = f32(store, prefix + "feed_forward.w3.weight");
+  w.attention_norm1 = f32(store, prefix + "attention_norm1.weight");
+  w.attention_norm2 = f32(store, prefix + "attention_norm2.weight");
+  w.ffn_norm1 = f32(store, prefix + "ffn_norm1.weight");
+  w.ffn_norm2 = f32(store, prefix + "ffn_norm2.weight");
+  if (modulated) {
+    w.modulation_weight = store.get(prefix + "adaLN_modulation.0.weight");
+    w.modulation_bias = f32(store, prefix + "adaLN_modulation.0.bias");
+  }
+  return w;
+}
+
+ZImageBlockWeights ZImageBlockWeights::placed(Device device, DType compute) const {
+  const auto product = [&](const Tensor& t) { return t.to(compute).to(device); };
+  ZImageBlockWeights p = *this;
+  p.to_q = product(to_q), p.to_k = product(to_k), p.to_v = product(to_v);
+  p.to_out = product(to_out);
+  p.w1 = product(w1), p.w2 = product(w2), p.w3 = product(w3);
+  p.norm_q = norm_q.to(device), p.norm_k = norm_k.to(device);
+  p.attention_norm2 = attention_norm2.to(device), p.ffn_norm2 = ffn_norm2.to(device);
+  return p;
+}
+
+size_t ZImageBlockWeights::device_bytes() const {
+  return bytes_of({&to_q, &to_k, &to_v, &to_out, &w1, &w2, &w3, &norm_q, &norm_k, &attention_norm2,
+                   &ffn_norm2});
+}
+
+void check_zimage_outer(const WeightStore& store, const ZImageConfig& config) {
+  const int64_t dim = config.dim, adaln = config.adaln_dim(), values = config.patch_values();
+  const std::string key = patch_key(config);
+  expect_zimage_weight(store, "all_x_embedder." + key + ".weight", {dim, values});
+  expect_zimage_weight(store, "all_x_embedder." + key + ".bias", {dim});
+  const std::string final_layer = "all_final_layer." + key + ".";
+  expect_zimage_weight(store, final_layer + "linear.weight", {values, dim});
+  expect_zimage_weight(store, final_layer + "linear.bias", {values});
+  expect_zimage_weight(store, final_layer + "adaLN_modulation.1.weight", {dim, adaln});
+  expect_zimage_weight(store, final_layer + "adaLN_modulation.1.bias", {dim});
+  // diffusers' TimestepEmbedder: 256 sinusoid channels, a fixed hidden width of 1024.
+  expect_zimage_weight(store, "t_embedder.mlp.0.weight", {1024, 256});
+  expect_zimage_weight(store, "t_embedder.mlp.0.bias", {1024});
+  expect_zimage_weight(store, "t_embedder.mlp.2.weight", {adaln, 1024});
+  expect_zimage_weight(store, "t_embedder.mlp.2.bias", {adaln});
+  expect_zimage_weight(store, "cap_embedder.0.weight", {config.cap_feat_dim});
+  expect_zimage_weight(store, "cap_embedder.1.weight", {dim, config.cap_feat_dim});
+  expect_zimage_weight(store, "cap_embedder.1.bias", {dim});
+  expect_zimage_weight(store, "x_pad_token", {1, dim});
+  expect_zimage_weight(store, "cap_pad_token", {1, dim});
+}
+
+ZImageOuterWeights ZImageOuterWeights::load(const WeightStore& store, const ZImageConfig& config) {
+  const std::string key = patch_key(config);
+  const std::string final_layer = "all_final_layer." + key + ".";
+  ZImageOuterWeights w;
+  w.x_embed_weight = f32(store, "all_x_embedder." + key + ".weight");
+  w.x_embed_bias = f32(store, "all_x_embedder." + key + ".bias");
+  w.cap_norm = f32(store, "cap_embedder.0.weight");
+  w.cap_embed_weight = f32(store, "cap_embedder.1.weight");
+  w.cap_embed_bias = f32(store, "cap_embedder.1.bias");
+  w.final_weight = f32(store, final_layer + "linear.weight");
+  w.final_bias = f32(store, final_layer + "linear.bias");
+  w.final_mod_weight = f32(store, final_layer + "adaLN_modulation.1.weight");
+  w.final_mod_bias = f32(store, final_layer + "adaLN_modulation.1.bias");
+  w.t_1_weight = f32(store, "t_embedder.mlp.0.weight");
+  w.t_1_bias = f32(store, "t_embedder.mlp.0.bias");
+  w.t_2_weight = f32(store, "t_embedder.mlp.2.weight");
+  w.t_2_bias = f32(store, "t_embedder.mlp.2.bias");
+  w.x_pad_token = f32(store, "x_pad_token").view({config.dim});
+  w.cap_pad_token = f32(store, "cap_pad_token").view({config.dim});
+  return w;
+}
+
+ZImageOuterWeights ZImageOuterWeights::placed(Device device, DType compute) const {
+  const auto product = [&](const Tensor& t) { return t.to(compute).to(device); };
+  ZImageOuterWeights p = *this;
+  p.x_embed_weight = product(x_embed_weight);
+  p.x_embed_bias = x_embed_bias.to(device);  // the embedding starts the float32 residual stream
+  p.cap_embed_weight = product(cap_embed_weight);
+  p.cap_embed_bias = cap_embed_bias.to(device);
+  p.cap_norm = cap_norm.to(device);
+  p.final_weight = product(final_weight);
+  p.final_bias = final_bias.to(device);
+  return p;
+}
+
+size_t ZImageOuterWeights::device_bytes() const {
+  return bytes_of({&x_embed_weight, &x_embed_bias, &cap_embed_weight, &cap_embed_bias,
+                   &final_weight, &final_bias, &cap_norm});
+}
+
+}  // namespace mmgen::dit

@@ -1,0 +1,65 @@
+// The Z-Image transformer's tensors: their names and shapes (checked up front, each failure one
+// line naming the tensor and the checkpoint), and where each lives while the model runs.
+//
+// On the CPU the weights stay memory-mapped in their stored dtype and a block's products are
+// converted to float32 just before it runs (one block resident at a time). On the GPU they are
+// uploaded once: products in the compute dtype (bf16), norms float32. Either way, what the host
+// computes per forward (the timestep MLP, the modulation products of a [1, 256] input, folding
+// each item's modulation into its norm weight) reads host tensors.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/safetensors.h"
+#include "models/dit/zimage_config.h"
+
+namespace mmgen::dit {
+
+// Throws Error unless `name` is in the store, holds floating-point values and has `shape`.
+void expect_zimage_weight(const WeightStore& store, const std::string& name, const Shape& shape);
+
+// "noise_refiner.0.", "context_refiner.1.", "layers.29." ...
+std::string zimage_block_prefix(const char* stack, int64_t layer);
+
+struct ZImageBlockWeights {
+  // Products, where the model runs (no biases: diffusers builds them with bias=False).
+  Tensor to_q, to_k, to_v, to_out, w1, w2, w3;
+  // Per-head q/k RMSNorm [head_dim] and the post-norms, float32 where the model runs.
+  Tensor norm_q, norm_k, attention_norm2, ffn_norm2;
+  // The pre-norms, float32 on the host: a modulated block folds each item's (1 + scale) into them.
+  Tensor attention_norm1, ffn_norm1;
+  // adaLN_modulation.0 [4·dim, adaln_dim] and its bias, on the host in the stored dtype (mapped;
+  // ops::linear converts as it reads); undefined in the unmodulated context refiner.
+  Tensor modulation_weight, modulation_bias;
+
+  static ZImageBlockWeights load(const WeightStore& store, const std::string& prefix,
+                                 bool modulated);
+  // These weights with their products and device norms placed on `device` for products that read
+  // `compute`; the host tensors stay where they are.
+  ZImageBlockWeights placed(Device device, DType compute) const;
+  size_t device_bytes() const;  // what placed() put on the device
+};
+
+// Checks every tensor of the block at `prefix` against the config's shapes.
+void check_zimage_block(const WeightStore& store, const std::string& prefix,
+                        const ZImageConfig& config, bool modulated);
+
+// Everything outside the blocks.
+struct ZImageOuterWeights {
+  // Where the model runs: the patch and caption embedders' products, the final projection.
+  Tensor x_embed_weight, x_embed_bias, cap_embed_weight, cap_embed_bias, final_weight, final_bias;
+  Tensor cap_norm;  // the caption embedder's RMSNorm [cap_feat_dim], float32 where the model runs
+  // Host float32: the timestep MLP, the final layer's adaLN (run on the [1, adaln_dim] timestep
+  // embedding) and the learned pad tokens [dim] (written into the host-assembled sequences).
+  Tensor t_1_weight, t_1_bias, t_2_weight, t_2_bias, final_mod_weight, final_mod_bias;
+  Tensor x_pad_token, cap_pad_token;
+
+  static ZImageOuterWeights load(const WeightStore& store, const ZImageConfig& config);
+  ZImageOuterWeights placed(Device device, DType compute) const;
+  size_t device_bytes() const;
+};
+
+void check_zimage_outer(const WeightStore& store, const ZImageConfig& config);
+
+}  // namespace mmgen::dit
