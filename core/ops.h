@@ -34,6 +34,12 @@ Tensor layer_norm(const Tensor& x, float eps, const Tensor& weight = Tensor(),
 Tensor layer_norm(const Tensor& x, float eps, const Tensor& weight, const Tensor& bias, DType out);
 // y = x / sqrt(mean(x²) + eps) · weight (torch.nn.RMSNorm / T5LayerNorm).
 Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps, DType out = DType::F32);
+// torch.nn.GroupNorm over channels-first x [N, C, *] (contiguous float32): the C channels split
+// into `groups` groups of C / groups, each normalised over its channels and positions, then
+// y = x̂ · weight[c] + bias[c] (both [C], or undefined for no affine part), and SiLU after when
+// `silu` (the VAE's norm-then-activation, in one pass). CPU only for now (core/group_norm.cpp).
+Tensor group_norm(const Tensor& x, int64_t groups, float eps, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), bool silu = false);
 
 // In-place activations (float32).
 void activate_(Tensor& x, Activation activation);
