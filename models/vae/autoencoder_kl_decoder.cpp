@@ -58,19 +58,19 @@ Tensor AutoencoderKLDecoder::decode(const Tensor& z) const {
         config_.latent_channels, shape_string(z.shape()));
   const WeightStore& store = weights_;
   Tensor h = z.to(DType::F32).contiguous();
-  if (config_.use_post_quant_conv) h = post_quant_conv_.forward(store, h);
-  h = conv_in_.forward(store, h);
+  if (config_.use_post_quant_conv) h = post_quant_conv_.forward(h);
+  h = conv_in_.forward(h);
   h = mid_resnets_[0].forward(store, h);
   if (mid_attention_) h = mid_attention_->forward(store, h, attention_backend_.get());
   h = mid_resnets_[1].forward(store, h);
   for (const UpBlock& block : up_blocks_) {
     for (const KlResnetBlock& resnet : block.resnets) h = resnet.forward(store, h);
-    if (block.upsample) h = block.upsampler.forward(store, h, /*upsample2x=*/true);
+    if (block.upsample) h = block.upsampler.forward(h, /*upsample2x=*/true);
   }
   h = ops::group_norm(h, config_.norm_num_groups, kNormOutEps,
                       store.get("decoder.conv_norm_out.weight"),
                       store.get("decoder.conv_norm_out.bias"), /*silu=*/true);
-  return conv_out_.forward(store, h);
+  return conv_out_.forward(h);
 }
 
 Tensor denormalize(const AutoencoderKLConfig& config, const Tensor& latents) {

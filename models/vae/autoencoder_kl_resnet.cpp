@@ -26,12 +26,12 @@ KlResnetBlock::KlResnetBlock(const WeightStore& store, const std::string& prefix
 Tensor KlResnetBlock::forward(const WeightStore& store, const Tensor& x) const {
   Tensor h = ops::group_norm(x, groups_, kNormEps, store.get(prefix_ + ".norm1.weight"),
                              store.get(prefix_ + ".norm1.bias"), /*silu=*/true);
-  h = conv1_.forward(store, h);
+  h = conv1_.forward(h);
   h = ops::group_norm(h, groups_, kNormEps, store.get(prefix_ + ".norm2.weight"),
                       store.get(prefix_ + ".norm2.bias"), /*silu=*/true);
-  h = conv2_.forward(store, h);  // dropout is the identity at inference
+  h = conv2_.forward(h);  // dropout is the identity at inference
   // diffusers adds input + hidden; float addition commutes, so adding into h is the same sum.
-  ops::add_(h, has_shortcut_ ? shortcut_.forward(store, x) : x);
+  ops::add_(h, has_shortcut_ ? shortcut_.forward(x) : x);
   return h;
 }
 
