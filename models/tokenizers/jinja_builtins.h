@@ -11,10 +11,8 @@
 
 namespace mmgen::tokenizers::jinja {
 
-// Larger strings or lists are refused: no chat prompt comes near, and a hostile template could
-// otherwise double a string until memory runs out.
-constexpr size_t kMaxStringBytes = size_t(64) << 20;
-constexpr size_t kMaxListItems = size_t(1) << 20;
+// Strings and lists past Limits::kMaxTemplateStringBytes / kMaxTemplateListItems are refused:
+// doubling a string in a loop would otherwise exhaust memory.
 void check_string_size(size_t bytes);
 void check_list_size(size_t items);
 

@@ -6,9 +6,9 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/limits.h"
 #include "models/tokenizers/jinja_builtins.h"
 #include "models/tokenizers/jinja_format.h"
-#include "models/tokenizers/jinja_template.h"
 #include "models/tokenizers/utf8.h"
 
 namespace mmgen::tokenizers::jinja {
@@ -50,13 +50,13 @@ class Evaluator {
   struct Frame {
     Evaluator& evaluator;
     Frame(Evaluator& e, int line) : evaluator(e) {
-      if (++evaluator.steps_ > kMaxSteps)
-        evaluator.error(
-            line, fmt::format("rendering took more than {} steps (an endless loop?)", kMaxSteps));
-      if (++evaluator.depth_ > kMaxEvalDepth)
+      if (++evaluator.steps_ > Limits::kMaxTemplateSteps)
+        evaluator.error(line, fmt::format("rendering took more than {} steps (an endless loop?)",
+                                          Limits::kMaxTemplateSteps));
+      if (++evaluator.depth_ > Limits::kMaxTemplateEvalDepth)
         evaluator.error(line, fmt::format("rendering nested deeper than {} levels (endless "
                                           "macro recursion?)",
-                                          kMaxEvalDepth));
+                                          Limits::kMaxTemplateEvalDepth));
     }
     ~Frame() { --evaluator.depth_; }
   };
@@ -88,8 +88,9 @@ class Evaluator {
 
   void emit(std::string& out, const std::string& text, int line) {
     out += text;
-    if (out.size() > kMaxStringBytes)
-      error(line, fmt::format("the output grew past {} MiB", kMaxStringBytes >> 20));
+    if (out.size() > Limits::kMaxTemplateStringBytes)
+      error(line,
+            fmt::format("the output grew past {} MiB", Limits::kMaxTemplateStringBytes >> 20));
   }
 
   Flow exec(const Stmt& stmt, std::string& out, const ScopePtr& scope) {
@@ -363,8 +364,9 @@ class Evaluator {
         const int64_t times = std::max<int64_t>(int_of(*count), 0);
         const size_t unit =
             repeated->is_string() ? repeated->as_string().size() : repeated->items().size();
-        if (unit != 0 &&
-            uint64_t(times) > (repeated->is_string() ? kMaxStringBytes : kMaxListItems) / unit)
+        if (unit != 0 && uint64_t(times) > (repeated->is_string() ? Limits::kMaxTemplateStringBytes
+                                                                  : Limits::kMaxTemplateListItems) /
+                                               unit)
           error(line, "a repeated string or list would be too large");
         if (repeated->is_string()) {
           std::string out;
@@ -430,8 +432,9 @@ class Evaluator {
   Value charged(Value value, int line) {
     if (value.is_array()) {
       steps_ += int64_t(value.items().size());
-      if (steps_ > kMaxSteps)
-        error(line, fmt::format("rendering took more than {} steps (an endless loop?)", kMaxSteps));
+      if (steps_ > Limits::kMaxTemplateSteps)
+        error(line, fmt::format("rendering took more than {} steps (an endless loop?)",
+                                Limits::kMaxTemplateSteps));
     }
     return value;
   }

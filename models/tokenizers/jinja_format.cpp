@@ -6,12 +6,14 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/limits.h"
 
 namespace mmgen::tokenizers::jinja {
 namespace {
 
-// Deeper than any real chat message or tool schema; a self-holding namespace reaches it at once.
-constexpr int kMaxDepth = 128;
+// JSON's nesting bound: deeper than any real message or tool schema, and a self-holding
+// namespace reaches it at once.
+constexpr int kMaxDepth = Limits::kMaxJsonDepth;
 
 void check_depth(int depth) {
   check(depth <= kMaxDepth,

@@ -5,6 +5,7 @@
 #include <ctime>
 
 #include "core/error.h"
+#include "core/limits.h"
 #include "models/tokenizers/jinja_builtins.h"
 #include "models/tokenizers/jinja_format.h"
 #include "models/tokenizers/utf8.h"
@@ -324,11 +325,13 @@ Value range(const CallArgs& args) {
 }  // namespace
 
 void check_string_size(size_t bytes) {
-  check(bytes <= kMaxStringBytes, "a string grew past {} MiB", kMaxStringBytes >> 20);
+  check(bytes <= Limits::kMaxTemplateStringBytes, "a string grew past {} MiB",
+        Limits::kMaxTemplateStringBytes >> 20);
 }
 
 void check_list_size(size_t items) {
-  check(items <= kMaxListItems, "a list grew past {} items", kMaxListItems);
+  check(items <= Limits::kMaxTemplateListItems, "a list grew past {} items",
+        Limits::kMaxTemplateListItems);
 }
 
 Value bound_method(const Value& object, const std::string& name) {

@@ -4,6 +4,7 @@
 #include <initializer_list>
 
 #include "core/error.h"
+#include "core/limits.h"
 #include "models/tokenizers/jinja_lexer.h"
 
 namespace mmgen::tokenizers::jinja {
@@ -49,13 +50,14 @@ class Parser {
   }
 
  private:
-  // Counts nesting on the way down and back, so recursion is bounded by kMaxNesting.
+  // Counts nesting on the way down and back, so recursion is bounded by
+  // Limits::kMaxTemplateNesting.
   struct Nest {
     Parser& parser;
     Nest(Parser& p, int line) : parser(p) {
-      if (++parser.depth_ > kMaxNesting)
-        parser.error(line,
-                     "the template nests deeper than " + std::to_string(kMaxNesting) + " levels");
+      if (++parser.depth_ > Limits::kMaxTemplateNesting)
+        parser.error(line, "the template nests deeper than " +
+                               std::to_string(Limits::kMaxTemplateNesting) + " levels");
     }
     ~Nest() { --parser.depth_; }
   };

@@ -11,10 +11,6 @@
 
 namespace mmgen::tokenizers::jinja {
 
-// Nesting deeper than this (statements or expressions) is refused, so a hostile template cannot
-// exhaust the stack here or while rendering.
-constexpr int kMaxNesting = 128;
-
 // `origin` names the template (its file) in error messages.
 Body parse_template(std::string_view source, const std::string& origin);
 

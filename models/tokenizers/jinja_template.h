@@ -1,7 +1,7 @@
 // A parsed Jinja template and its renderer: `Template(source, origin).render(context)`. Rendering
-// is bounded (evaluation steps, nesting of calls, output and value sizes), so a hostile template
-// ends in an Error rather than a hang, a stack overflow or exhausted memory; every error names
-// the template and the line.
+// is bounded (evaluation steps, nesting of calls, output and value sizes: core/limits.h), so a
+// hostile template ends in an Error rather than a hang, a stack overflow or exhausted memory;
+// every error names the template and the line.
 #pragma once
 
 #include <cstdint>
@@ -13,12 +13,6 @@
 #include "models/tokenizers/jinja_value.h"
 
 namespace mmgen::tokenizers::jinja {
-
-// Evaluation steps (one per statement, expression and loop iteration) a render may take: a chat
-// template with hundreds of messages takes tens of thousands, and each item range() makes is one.
-constexpr int64_t kMaxSteps = 2'000'000;
-// Statements and expressions being evaluated at once (macro calls included).
-constexpr int kMaxEvalDepth = 1000;
 
 class Template {
  public:
