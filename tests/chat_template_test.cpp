@@ -127,6 +127,21 @@ TEST(ChatTemplate, ToolsAndToolCallsRenderAsTheTemplateSays) {
       "</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
 }
 
+// The step budget (core/limits.h) leaves room for long real conversations.
+TEST(ChatTemplate, AFiveThousandMessageConversationRendersWithinTheBounds) {
+  MMGEN_REQUIRE_SHARED();
+  const ChatTemplate chat = ChatTemplate::load(zimage_tokenizer());
+  OrderedJson messages = OrderedJson::array();
+  std::string expected;
+  for (int i = 0; i < 2500; ++i) {
+    messages.push_back({{"role", "user"}, {"content", "q" + std::to_string(i)}});
+    messages.push_back({{"role", "assistant"}, {"content", "a"}});
+    expected += "<|im_start|>user\nq" + std::to_string(i) +
+                "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\na<|im_end|>\n";
+  }
+  EXPECT_EQ(chat.render(messages, false), expected);
+}
+
 // qwen3-tiny's tokenizer folder has no template of its own; its reference prompts were rendered
 // with the same Qwen3 chat template, which zimage-tiny's folder holds.
 TEST(ChatTemplate, QwenTokenizerWithoutATemplateIsRefusedInOneLine) {
