@@ -136,6 +136,37 @@ b
 q
 end)J"},
     {R"J({{ {'a': {'b': 1}} }})J", R"J({})J", R"J({'a': {'b': 1}})J"},
+    {R"J({{ 0.1|round }}|{{ 2.5|round }}|{{ 3.5|round }}|{{ -2.5|round }}|{{ 7|round }}|{{ 2.567|round(1, 'floor') }})J",
+     R"J({})J", R"J(0.0|2.0|4.0|-2.0|7|2.5)J"},
+    {R"J(  {% if true %}x{% endif %}
+  y|{{ 'a' }}  {% if true %}x{% endif %}|a
+  {#- c #}
+b|a
+  {# c #}  
+b)J",
+     R"J({})J",
+     R"J(x  y|a  x|ab|a
+  
+b)J"},
+    {R"J({% for i in [1,2] %}
+  {{ i }}
+{% endfor %}
+|{%- for i in [1,2] -%}
+  {{ i }}
+{%- endfor -%}
+|{% set x %}
+  a
+{% endset %}[{{ x }}])J",
+     R"J({})J",
+     R"J(  1
+  2
+|12|[  a
+])J"},
+    {R"J({{ (1, 2) }}{{ (1,) }}{{ () }}|{{ 1 in [1.0] }}|{{ true in [1] }}|{{ 'a' ~ [1] }}|{{ 'a,b,,c'.split(',') }}|{{ ''.split(',') }}|{{ ''.split() }})J",
+     R"J({})J", R"J((1, 2)(1,)()|True|True|a[1]|['a', 'b', '', 'c']|['']|[])J"},
+    {R"J({{ m.content if m.content is string else m.content|map(attribute='text')|join }})J",
+     R"J({"m": {"content": [{"type": "text", "text": "hi"}, {"type": "text", "text": "!"}]}})J",
+     R"J(hi!)J"},
 };
 
 TEST(Jinja, RendersAsPythonJinja2Does) {

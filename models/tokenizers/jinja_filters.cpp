@@ -295,11 +295,15 @@ Value apply_filter(const std::string& name, const Value& input, const CallArgs& 
         std::clamp<int64_t>(int_argument(args, 0, "precision", 0, "round"), 0, 15);
     static const Value common("common");
     const std::string method = to_str(argument(args, 1, "method", common));
+    check(method == "common" || method == "ceil" || method == "floor",
+          "round: method should be 'common', 'ceil' or 'floor'");
+    // Python's round() of an integer is the integer; of a float it rounds half to even.
+    if (method == "common" && input.is_int()) return input;
     const double scale = std::pow(10.0, double(precision));
     const double x = input.as_double() * scale;
     const double r = method == "ceil"    ? std::ceil(x)
                      : method == "floor" ? std::floor(x)
-                                         : std::round(x);
+                                         : std::nearbyint(x);
     return Value(r / scale);
   }
   if (name == "sort") return sort_filter(input, args);
