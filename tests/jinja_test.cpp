@@ -186,6 +186,13 @@ TEST(Jinja, CrLfAndOneTrailingNewlineAreNormalizedAsJinjaDoes) {
   EXPECT_EQ(render("a\n\n"), "a\n");
 }
 
+// Python's slice bounds: a step past the list's end, and one near the integer limits.
+TEST(Jinja, SlicesClampAsPythonDoes) {
+  EXPECT_EQ(render("{{ [1, 2, 3][2::9223372036854775807] }}"), "[3]");
+  EXPECT_EQ(render("{{ [1, 2, 3][::-9223372036854775807] }}"), "[3]");
+  EXPECT_EQ(render("{{ 'abc'[-100:100] }}"), "abc");
+}
+
 TEST(Jinja, ValuesAreSharedLikePythonObjects) {
   // The namespace assigned to a second name is the same object.
   EXPECT_EQ(render("{% set a = namespace(x=1) %}{% set b = a %}{% set b.x = 2 %}{{ a.x }}"), "2");
@@ -282,6 +289,15 @@ TEST(Jinja, MalformedAndHostileTemplatesFailWithAnError) {
       "{% set ns = namespace() %}{% set ns.self = ns %}{{ ns }}",
       "{% set ns = namespace() %}{% set ns.self = ns %}{{ ns|tojson }}",
       "{% for i in range(1000000) %}{{ 'long line of output' * 100 }}{% endfor %}",
+      // Work linear in a long list or string, repeated in a loop, is charged by its length.
+      "{% set big = range(1000000) %}{% for i in range(1000000) %}{{ big|last }}{% endfor %}",
+      "{% set big = [''] * 1000000 %}{% for i in range(1000000) %}{{ ''.join(big) }}{% endfor %}",
+      "{% set s = 'x' * 60000000 %}{% for i in range(1000000) %}{{ s.startswith('y') }}{% endfor "
+      "%}",
+      "{% for i in range(100) %}{{ range(1000000)|unique|length }}{% endfor %}",
+      // A list of references to one long string is cheap, printing it is not.
+      "{% set l = ['x' * 1000000] * 1000 %}{{ l }}",
+      "{% set l = ['x' * 1000000] * 1000 %}{{ l|tojson }}",
   };
   for (const std::string& source : templates) {
     SCOPED_TRACE(source.substr(0, 80));

@@ -327,8 +327,10 @@ class Evaluator {
     const int64_t start = clamp_index(parts[0], given[0], step > 0 ? 0 : n - 1);
     const int64_t stop = clamp_index(parts[1], given[1], step > 0 ? n : -1);
     Array out;
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
+    for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
       out.push_back(seq[size_t(i)]);
+      if (__builtin_add_overflow(i, step, &i)) break;  // a huge step leaves the range at once
+    }
     if (object.is_array()) return Value::array(std::move(out));
     std::string text;
     for (const Value& c : out) text += c.as_string();
@@ -370,6 +372,7 @@ class Evaluator {
           error(line, "a repeated string or list would be too large");
         if (repeated->is_string()) {
           std::string out;
+          out.reserve(unit * size_t(times));
           for (int64_t i = 0; i < times; ++i) out += repeated->as_string();
           return Value(std::move(out));
         }
@@ -430,13 +433,26 @@ class Evaluator {
   // A list a function or filter made costs a step per item, so that range(1000000) in a loop
   // runs out of budget as quickly as the loop would.
   Value charged(Value value, int line) {
-    if (value.is_array()) {
-      steps_ += int64_t(value.items().size());
-      if (steps_ > Limits::kMaxTemplateSteps)
-        error(line, fmt::format("rendering took more than {} steps (an endless loop?)",
-                                Limits::kMaxTemplateSteps));
-    }
+    charge(value, line);
     return value;
+  }
+
+  // A list costs a step per item and a string one per 256 bytes: the work of a function, filter
+  // or test is linear in what it is given and returns, so charging both bounds a render's time
+  // (a million-item list handed to `|last` in a loop, a long string rebuilt in one) and the bytes
+  // it builds.
+  void charge(const Value& value, int line) {
+    if (value.is_array()) steps_ += int64_t(value.items().size());
+    if (value.is_object()) steps_ += int64_t(value.fields().size());
+    if (value.is_string()) steps_ += int64_t(value.as_string().size() / 256);
+    if (steps_ > Limits::kMaxTemplateSteps)
+      error(line, fmt::format("rendering took more than {} steps (an endless loop?)",
+                              Limits::kMaxTemplateSteps));
+  }
+
+  void charge(const CallArgs& args, int line) {
+    for (const Value& value : args.positional) charge(value, line);
+    for (const auto& keyword : args.keyword) charge(keyword.second, line);
   }
 
   void check_size(size_t bytes, int line) {
@@ -460,25 +476,27 @@ class Evaluator {
       });
     }
     if (op == "in" || op == "not in") {
+      charge(b, expr.line);
       CallArgs args;
       args.positional.push_back(b);
       const bool found = at_line(expr.line, [&] { return apply_test("in", a, args); });
       return Value(op == "in" ? found : !found);
     }
     if (op == "~") {
-      std::string text = to_str(a) + to_str(b);
+      std::string text = at_line(expr.line, [&] { return to_str(a) + to_str(b); });
       check_size(text.size(), expr.line);
-      return Value(std::move(text));
+      return charged(Value(std::move(text)), expr.line);
     }
     if (a.is_undefined() || b.is_undefined())
       error(expr.line, fmt::format("'{}' on an undefined value", op));
-    return arithmetic(op, a, b, expr.line);
+    return charged(arithmetic(op, a, b, expr.line), expr.line);
   }
 
   Value eval_call(const Expr& expr, const ScopePtr& scope) {
     Value callee;
     if (expr.object->kind == Expr::Kind::Attribute) {
       const Value receiver = eval(*expr.object->object, scope);
+      charge(receiver, expr.line);  // a method walks its string or dict
       callee = attribute(receiver, expr.object->name, expr.line);
       if (!callee.is_function())
         error(expr.line, fmt::format("{} has no method '{}' (mmgen implements the str and dict "
@@ -494,6 +512,7 @@ class Evaluator {
       }
     }
     const CallArgs args = eval_args(expr, scope);
+    charge(args, expr.line);
     return charged(at_line(expr.line, [&] { return callee.call(args); }), expr.line);
   }
 
@@ -533,12 +552,19 @@ class Evaluator {
       case Expr::Kind::Filter: {
         const Value input = eval(*expr.object, scope);
         const CallArgs args = eval_args(expr, scope);
+        // These look at their input without walking it (real templates take `messages|length`
+        // once per message).
+        if (expr.name != "length" && expr.name != "count" && expr.name != "default" &&
+            expr.name != "d" && expr.name != "safe")
+          charge(input, expr.line);
+        charge(args, expr.line);
         return charged(at_line(expr.line, [&] { return apply_filter(expr.name, input, args); }),
                        expr.line);
       }
       case Expr::Kind::Test: {
         const Value input = eval(*expr.object, scope);
         const CallArgs args = eval_args(expr, scope);
+        charge(args, expr.line);
         const bool result = at_line(expr.line, [&] { return apply_test(expr.name, input, args); });
         return Value(result != expr.negated);
       }

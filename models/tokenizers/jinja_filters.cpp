@@ -1,6 +1,9 @@
 // Jinja's filters and tests, those chat templates use. Declared in jinja_builtins.h.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
+#include <unordered_set>
 
 #include "core/error.h"
 #include "models/tokenizers/jinja_builtins.h"
@@ -146,21 +149,28 @@ Value sort_filter(const Value& input, const CallArgs& args) {
   const bool reverse = argument(args, 0, "reverse", no).truthy();
   const bool case_sensitive = argument(args, 1, "case_sensitive", no).truthy();
   const Value& attribute = argument(args, 2, "attribute", absent);
-  Array items = iterate(input);
-  auto key = [&](const Value& v) {
-    Value k = attribute.is_string() ? lookup_path(v, attribute.as_string()) : v;
-    if (!case_sensitive && k.is_string()) {
-      std::string lower = k.as_string();
+  const Array items = iterate(input);
+  // Each key made once (a lowered copy of a string), not once per comparison.
+  std::vector<std::pair<Value, size_t>> keyed;
+  size_t key_bytes = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    Value key = attribute.is_string() ? lookup_path(items[i], attribute.as_string()) : items[i];
+    if (!case_sensitive && key.is_string()) {
+      std::string lower = key.as_string();
       for (char& c : lower)
         if (c >= 'A' && c <= 'Z') c = char(c ^ 0x20);
-      return Value(lower);
+      key_bytes += lower.size();
+      check_string_size(key_bytes);
+      key = Value(std::move(lower));
     }
-    return k;
-  };
-  std::stable_sort(items.begin(), items.end(), [&](const Value& a, const Value& b) {
-    return reverse ? less(key(b), key(a)) : less(key(a), key(b));
+    keyed.emplace_back(std::move(key), i);
+  }
+  std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& a, const auto& b) {
+    return reverse ? less(b.first, a.first) : less(a.first, b.first);
   });
-  return Value::array(std::move(items));
+  Array out;
+  for (const auto& entry : keyed) out.push_back(items[entry.second]);
+  return Value::array(std::move(out));
 }
 
 std::string indent_filter(const std::string& text, const CallArgs& args) {
@@ -308,11 +318,26 @@ Value apply_filter(const std::string& name, const Value& input, const CallArgs& 
   }
   if (name == "sort") return sort_filter(input, args);
   if (name == "unique") {
-    Array out;
+    // Scalars by a key (Python's 1 == 1.0 == True share one); lists and dicts compared pairwise,
+    // few enough that the quadratic walk stays short.
+    Array out, compound;
+    std::unordered_set<std::string> seen;
     for (const Value& item : iterate(input)) {
-      bool seen = false;
-      for (const Value& kept : out) seen = seen || equals(kept, item);
-      if (!seen) out.push_back(item);
+      if (item.is_array() || item.is_object()) {
+        check(compound.size() < 4096, "unique: more than 4096 lists or dicts");
+        bool found = false;
+        for (const Value& kept : compound) found = found || equals(kept, item);
+        if (!found) {
+          compound.push_back(item);
+          out.push_back(item);
+        }
+        continue;
+      }
+      const std::string key = item.is_string() ? "s" + item.as_string()
+                              : item.is_number() || item.is_bool()
+                                  ? fmt::format("n{}", item.as_double())
+                                  : "k" + item.type_name();
+      if (seen.insert(key).second) out.push_back(item);
     }
     return Value::array(std::move(out));
   }

@@ -20,6 +20,12 @@ void check_depth(int depth) {
         "chat template: a value nests deeper than {} levels (does it hold itself?)", kMaxDepth);
 }
 
+// A list of a million references to one long string prints as a much longer one.
+void check_size(size_t bytes) {
+  check(bytes <= Limits::kMaxTemplateStringBytes, "chat template: a printed value grew past {} MiB",
+        Limits::kMaxTemplateStringBytes >> 20);
+}
+
 // Python's repr(float): the shortest text that reads back, with ".0" on whole numbers.
 std::string float_text(double f) {
   if (std::isnan(f)) return "nan";
@@ -60,8 +66,10 @@ std::string repr(const Value& value, int depth) {
     case Value::Kind::Array: {
       const bool tuple = value.is_tuple();
       std::string out = tuple ? "(" : "[";
-      for (size_t i = 0; i < value.items().size(); ++i)
+      for (size_t i = 0; i < value.items().size(); ++i) {
         out += (i ? ", " : "") + repr(value.items()[i], depth + 1);
+        check_size(out.size());
+      }
       if (tuple && value.items().size() == 1) out += ",";  // Python's (x,)
       return out + (tuple ? ")" : "]");
     }
@@ -70,6 +78,7 @@ std::string repr(const Value& value, int depth) {
       bool first = true;
       for (const auto& [key, item] : value.fields().entries()) {
         out += (first ? "" : ", ") + string_repr(key) + ": " + repr(item, depth + 1);
+        check_size(out.size());
         first = false;
       }
       return out + (value.is_namespace() ? "}>" : "}");
@@ -151,6 +160,7 @@ void json(const Value& value, int indent, bool sort_keys, int depth, std::string
       for (size_t i = 0; i < value.items().size(); ++i) {
         out += (i ? comma : "") + newline;
         json(value.items()[i], indent, sort_keys, depth + 1, out);
+        check_size(out.size());
       }
       out += closing + "]";
       return;
@@ -169,6 +179,7 @@ void json(const Value& value, int indent, bool sort_keys, int depth, std::string
       for (size_t i = 0; i < entries.size(); ++i) {
         out += (i ? comma : "") + newline + json_string(entries[i]->first) + ": ";
         json(entries[i]->second, indent, sort_keys, depth + 1, out);
+        check_size(out.size());
       }
       out += closing + "}";
       return;

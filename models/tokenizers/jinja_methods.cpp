@@ -336,9 +336,10 @@ void check_list_size(size_t items) {
 
 Value bound_method(const Value& object, const std::string& name) {
   if (object.is_string() && is_string_method(name)) {
-    const std::string text = object.as_string();
-    return Value::function(
-        name, [text, name](const CallArgs& args) { return string_method(text, name, args); });
+    // The value, not a copy of its text: a string is shared however long it is.
+    return Value::function(name, [object, name](const CallArgs& args) {
+      return string_method(object.as_string(), name, args);
+    });
   }
   if (object.is_object() && !object.is_namespace() &&
       (name == "items" || name == "keys" || name == "values" || name == "get")) {

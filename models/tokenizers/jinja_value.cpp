@@ -13,7 +13,8 @@ Value Value::none() {
 Value::Value(bool b) : kind_(Kind::Bool), bool_(b) {}
 Value::Value(int64_t i) : kind_(Kind::Int), int_(i) {}
 Value::Value(double f) : kind_(Kind::Float), float_(f) {}
-Value::Value(std::string s) : kind_(Kind::String), string_(std::move(s)) {}
+Value::Value(std::string s)
+    : kind_(Kind::String), string_(std::make_shared<const std::string>(std::move(s))) {}
 
 Value Value::array(Array items) {
   Value v;
@@ -100,7 +101,7 @@ bool Value::truthy() const {
     case Kind::Float:
       return float_ != 0;
     case Kind::String:
-      return !string_.empty();
+      return !string_->empty();
     case Kind::Array:
       return !array_->empty();
     case Kind::Object:

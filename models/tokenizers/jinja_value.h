@@ -66,7 +66,7 @@ class Value {
   int64_t as_int() const { return int_; }
   // Int, Float and Bool as a double (Python's bool is an int).
   double as_double() const;
-  const std::string& as_string() const { return string_; }
+  const std::string& as_string() const { return *string_; }
   Array& items() const { return *array_; }
   Object& fields() const { return *object_; }
   const std::string& function_name() const { return function_name_; }
@@ -84,7 +84,9 @@ class Value {
   bool tuple_ = false;
   int64_t int_ = 0;
   double float_ = 0;
-  std::string string_;
+  // Shared, as Python's immutable str: copying a value (a lookup, a list repeated) never copies
+  // its text, so memory grows only with strings a template builds.
+  std::shared_ptr<const std::string> string_;
   std::shared_ptr<Array> array_;
   std::shared_ptr<Object> object_;
   std::string function_name_;
