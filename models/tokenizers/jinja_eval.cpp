@@ -37,6 +37,16 @@ class Evaluator {
     for (const auto& [key, value] : context.fields().entries()) globals->vars[key] = value;
     auto root = std::make_shared<Scope>();
     root->parent = globals;
+    // A namespace may be made to hold itself (`set ns.me = ns`), a cycle of shared pointers that
+    // would never be freed; emptying every namespace of this render when it ends, however it
+    // ends, breaks them all.
+    struct EmptyNamespaces {
+      std::vector<Value>& namespaces;
+      ~EmptyNamespaces() {
+        for (const Value& ns : namespaces) ns.fields().clear();
+        namespaces.clear();
+      }
+    } empty_namespaces{namespaces_};
     std::string out;
     const Flow flow = exec(body, out, root);
     if (flow != Flow::Normal) error(0, "'break' or 'continue' outside a for loop");
@@ -245,10 +255,17 @@ class Evaluator {
     });
   }
 
-  Value lookup(const std::string& name, const ScopePtr& scope) const {
+  Value lookup(const std::string& name, const ScopePtr& scope) {
     for (const Scope* s = scope.get(); s; s = s->parent.get()) {
       auto it = s->vars.find(name);
       if (it != s->vars.end()) return it->second;
+    }
+    if (name == "namespace") {
+      return Value::function(name, [this](const CallArgs& args) {
+        Value ns = global_function("namespace").call(args);
+        namespaces_.push_back(ns);
+        return ns;
+      });
     }
     return global_function(name);
   }
@@ -588,6 +605,7 @@ class Evaluator {
 
   std::string origin_;
   int64_t steps_ = 0;
+  std::vector<Value> namespaces_;  // every namespace() this render made
   int depth_ = 0;
 };
 

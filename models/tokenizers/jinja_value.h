@@ -100,6 +100,10 @@ class Object {
   void set(const std::string& key, Value value);
   const std::vector<std::pair<std::string, Value>>& entries() const { return entries_; }
   size_t size() const { return entries_.size(); }
+  void clear() {
+    entries_.clear();
+    index_.clear();
+  }
 
  private:
   std::vector<std::pair<std::string, Value>> entries_;
