@@ -33,6 +33,20 @@ struct Limits {
   static constexpr size_t kRegexStepsPerCharacter = 1000;
   static constexpr size_t kRegexBaseSteps = size_t(1) << 20;
 
+  // Rendering a tokenizer's chat template (models/tokenizers/jinja_*), a small program from the
+  // model folder: nesting of its statements and expressions (real templates nest under 10), the
+  // statements and expressions being evaluated at once, macro calls included (the evaluator
+  // recurses; 1000 levels stay well inside an 8 MB stack under ASan), evaluation steps (one per
+  // statement, expression, loop iteration and item of a list a function makes; a template over
+  // hundreds of messages takes tens of thousands), and the size of any string (the output
+  // included) and list it builds (no prompt comes near; doubling a string in a loop would
+  // otherwise exhaust memory).
+  static constexpr int kMaxTemplateNesting = 128;
+  static constexpr int kMaxTemplateEvalDepth = 1000;
+  static constexpr int64_t kMaxTemplateSteps = 2'000'000;
+  static constexpr size_t kMaxTemplateStringBytes = 64ull << 20;
+  static constexpr size_t kMaxTemplateListItems = size_t(1) << 20;
+
   // Integers in a component's config.json (layers, widths, heads, vocabulary sizes): generous for
   // any real model, small enough that the product of two never overflows 64 bits.
   static constexpr int64_t kMaxConfigInteger = int64_t(1) << 24;

@@ -11,6 +11,7 @@
 #include "models/text_encoders/qwen3_paged.h"
 #include "models/text_encoders/qwen3_prompt_embedding.h"
 #include "models/text_encoders/umt5_encoder.h"
+#include "models/tokenizers/chat_template.h"
 #include "models/tokenizers/prompt_clean.h"
 #include "models/tokenizers/tokenizer.h"
 #include "pipeline/component_classes.h"
@@ -90,16 +91,21 @@ std::vector<Tensor> encode_umt5(const ModelIndex& index, const PromptEncodingReq
   return rows;
 }
 
-// Through the paged backends with the prefix cache: prompts sharing the chat template's start
-// reuse its KV and hidden states.
+// Each prompt rendered through the tokenizer's chat template, then through the paged backends
+// with the prefix cache: prompts sharing the template's start reuse its KV and hidden states.
 std::vector<Tensor> encode_qwen3(const ModelIndex& index, const PromptEncodingRequest& request,
                                  const std::vector<std::string>& prompts, int64_t max_length,
                                  PromptEncodingResult& result) {
-  const auto tokenizer = tokenizers::Tokenizer::load(
-      existing_component(index, tokenizer_component(request.component)).path);
+  const fs::path tokenizer_folder =
+      existing_component(index, tokenizer_component(request.component)).path;
+  const auto tokenizer = tokenizers::Tokenizer::load(tokenizer_folder);
+  // Read (and checked) once for the run, before the weights: a folder without a template, or
+  // with one mmgen cannot render, stops here in one line.
+  const auto chat_template = tokenizers::ChatTemplate::load(tokenizer_folder);
   const auto model =
       text_encoders::Qwen3TextModel::from_folder(existing_component(index, request.component).path);
-  const auto ids = text_encoders::z_image_prompt_ids(*tokenizer, prompts, max_length);
+  const auto ids =
+      text_encoders::z_image_prompt_ids(*tokenizer, chat_template, prompts, max_length);
   attention::paged::PagedRunnerOptions runner;
   runner.backend = request.attention_backend;
   runner.page_size = request.page_size;

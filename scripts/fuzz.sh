@@ -24,7 +24,7 @@ if ! command -v clang++ > /dev/null || ! compgen -G "$fuzzer_lib" > /dev/null; t
 fi
 [ -f build-fuzz/build.ninja ] || cmake --preset fuzz
 all=(fuzz_safetensors fuzz_model_index fuzz_config_yaml fuzz_backend_config fuzz_tokenizer_json
-  fuzz_tokenize fuzz_sta_mask fuzz_npy)
+  fuzz_tokenize fuzz_sta_mask fuzz_npy fuzz_chat_template)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 cmake --build build-fuzz -j "${MMGEN_FUZZ_JOBS:-2}" --target "${targets[@]}"
@@ -174,6 +174,14 @@ for i, case in enumerate(json.load(open(sys.argv[1]))):
       npy_seed "$target" i8-1x2x2.npy '<i8' '(1, 2, 2)' 32
       npy_seed "$target" u1-3.npy '|u1' '(3,)' 3
       npy_seed "$target" b1-0.npy '|b1' '(0, 5)' 0
+      ;;
+    fuzz_chat_template)
+      # The real Qwen3 template, and small ones using loops, namespaces, macros and slicing.
+      seed "$target" "$fixtures"/*/model/tokenizer/chat_template.jinja
+      seed_text "$target" loop '{% for m in messages[::-1] %}{{ loop.index0 }}{{ m.role|upper }}{% endfor %}'
+      seed_text "$target" namespace '{%- set ns = namespace(n=0) %}{% for m in messages if m.content is string %}{% set ns.n = ns.n + 1 %}{% endfor %}{{ ns.n }}'
+      seed_text "$target" macro '{% macro r(x) %}{{ x|tojson(indent=2) }}{% endmacro %}{{ r(messages[2]) }}{{ raise_exception("x") if false }}'
+      seed_text "$target" methods "{{ messages[1].content.split('\n')[0].strip().startswith('a') }}"
       ;;
     *)
       echo "fuzz.sh: unknown target $target (known: ${all[*]})" >&2

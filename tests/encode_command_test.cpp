@@ -29,6 +29,26 @@ json reference_json(const std::string& name) {
 std::string mmgen() {
   return testing::mmgen_binary().string();
 }
+// qwen3-tiny as a model folder whose tokenizer has a chat template: the fixture's tokenizer
+// folder has none (and `mmgen encode` refuses it: BadInputGetsOneLineAndNonZeroExit), and its
+// reference prompts were rendered with Qwen3's template, which zimage-tiny's tokenizer holds.
+// Links to the fixture's files, plus that template, in a scratch folder made once.
+fs::path qwen3_tiny_with_template() {
+  static const fs::path model = [] {
+    const fs::path source = fixture("qwen3-tiny") / "model";
+    const fs::path dir = testing::scratch_dir("encode_qwen3_tiny") / "model";
+    fs::create_directories(dir / "tokenizer");
+    fs::copy_file(source / "model_index.json", dir / "model_index.json");
+    fs::create_directory_symlink(source / "text_encoder", dir / "text_encoder");
+    for (const auto& entry : fs::directory_iterator(source / "tokenizer"))
+      fs::create_symlink(entry.path(), dir / "tokenizer" / entry.path().filename());
+    fs::copy_file(fixture("zimage-tiny") / "model" / "tokenizer" / "chat_template.jinja",
+                  dir / "tokenizer" / "chat_template.jinja");
+    return dir;
+  }();
+  return model;
+}
+
 // Single quotes for the shell (the prompts used here hold no single quote).
 std::string quoted(const std::string& text) {
   return "'" + text + "'";
@@ -107,7 +127,7 @@ TEST(EncodeCommand, ZImageEmbeddingsAreTheRealRowsOfHiddenStatesMinus2) {
   const Tensor mask = tensors.tensor("encoder.attention_mask");
   for (const char* page_size : {"1", "16"}) {
     std::vector<std::string> arguments = {"--model-path",
-                                          (fixture("qwen3-tiny") / "model").string(),
+                                          qwen3_tiny_with_template().string(),
                                           "--max-sequence-length",
                                           std::to_string(ref["max_length"].get<int64_t>()),
                                           "--page-size",
@@ -145,8 +165,8 @@ TEST(EncodeCommand, BinaryReadsAPromptFileAndReportsPrefixCacheHits) {
   }
   const fs::path out = dir / "out.safetensors";
   const auto result = testing::run_command(
-      mmgen() + " encode --model-path " + (fixture("qwen3-tiny") / "model").string() +
-      " --prompt " + quoted("a red fox running through snow") + " --prompt-file-path " +
+      mmgen() + " encode --model-path " + qwen3_tiny_with_template().string() + " --prompt " +
+      quoted("a red fox running through snow") + " --prompt-file-path " +
       (dir / "prompts.txt").string() + " --out " + out.string());
   ASSERT_EQ(result.exit_code, 0) << result.err;
   // Three prompts; the second repeats the first (all but its last token cached), the third
@@ -168,7 +188,7 @@ TEST(EncodeCommand, BinaryReadsAPromptFileAndReportsPrefixCacheHits) {
 
 TEST(EncodeCommand, BadInputGetsOneLineAndNonZeroExit) {
   MMGEN_REQUIRE_SHARED();
-  const std::string qwen = (fixture("qwen3-tiny") / "model").string();
+  const std::string qwen = qwen3_tiny_with_template().string();
   const std::string wan = (fixture("wan-tiny") / "model").string();
   const std::string out = (testing::scratch_dir("encode_bad") / "x.safetensors").string();
   const std::vector<std::pair<std::string, std::string>> cases = {
@@ -204,6 +224,9 @@ TEST(EncodeCommand, BadInputGetsOneLineAndNonZeroExit) {
        "no such file"},
       {"encode --model-path " + qwen + " --prompt x --out " + out + " --page-size",
        "needs a value"},
+      {"encode --model-path " + (fixture("qwen3-tiny") / "model").string() + " --prompt x --out " +
+           out,
+       "the tokenizer has no chat template"},
   };
   for (const auto& [arguments, expected] : cases) {
     const auto result = testing::run_command(mmgen() + " " + arguments);

@@ -1,18 +1,18 @@
 #include "models/text_encoders/qwen3_prompt_embedding.h"
 
 #include "core/error.h"
-#include "models/text_encoders/chat_template.h"
 
 namespace mmgen::text_encoders {
 
 std::vector<std::vector<int64_t>> z_image_prompt_ids(const tokenizers::Tokenizer& tokenizer,
+                                                     const tokenizers::ChatTemplate& chat_template,
                                                      const std::vector<std::string>& prompts,
                                                      int64_t max_sequence_length) {
   check(max_sequence_length > 0, "--max-sequence-length {} must be positive", max_sequence_length);
   std::vector<std::vector<int64_t>> result;
   for (const std::string& prompt : prompts) {
     const tokenizers::Encoding encoding = tokenizer.encode_padded(
-        apply_qwen_chat_template(prompt, /*enable_thinking=*/true), size_t(max_sequence_length));
+        chat_template.render_prompt(prompt, /*enable_thinking=*/true), size_t(max_sequence_length));
     std::vector<int64_t> ids;
     for (size_t i = 0; i < encoding.ids.size(); ++i)
       if (encoding.attention_mask[i] != 0) ids.push_back(encoding.ids[i]);

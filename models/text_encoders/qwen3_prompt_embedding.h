@@ -1,8 +1,8 @@
 // Z-Image's prompt embedding (`ZImagePipeline._encode_prompt`): each prompt rendered with the
-// Qwen chat template (enable_thinking=True), tokenized with padding to max_sequence_length and
-// truncation, run through the Qwen3 text encoder, and hidden_states[-2] (the second-to-last
-// layer's output, before the final norm) kept at the real tokens only — one [tokens, hidden]
-// tensor per prompt.
+// tokenizer's own chat template (one user message, enable_thinking=True), tokenized with padding to
+// max_sequence_length and truncation, run through the Qwen3 text encoder, and hidden_states[-2]
+// (the second-to-last layer's output, before the final norm) kept at the real tokens only — one
+// [tokens, hidden] tensor per prompt.
 //
 // The padded batch is not needed: with causal attention a real token never sees the right
 // padding, so each prompt runs unpadded, packed with the others into one ragged forward, and the
@@ -15,13 +15,16 @@
 #include "core/tensor.h"
 #include "models/text_encoders/qwen3_attention.h"
 #include "models/text_encoders/qwen3_model.h"
+#include "models/tokenizers/chat_template.h"
 #include "models/tokenizers/tokenizer.h"
 
 namespace mmgen::text_encoders {
 
-// The real token ids of each templated prompt, cut to max_sequence_length as the tokenizer's
-// truncation does (transformers' tokenizer(..., padding="max_length", truncation=True)).
+// The real token ids of each prompt rendered through `chat_template`, cut to max_sequence_length as
+// the tokenizer's truncation does (transformers' tokenizer(..., padding="max_length",
+// truncation=True)).
 std::vector<std::vector<int64_t>> z_image_prompt_ids(const tokenizers::Tokenizer& tokenizer,
+                                                     const tokenizers::ChatTemplate& chat_template,
                                                      const std::vector<std::string>& prompts,
                                                      int64_t max_sequence_length);
 
