@@ -225,7 +225,7 @@ LayerChoice select_dit_self_attention(const ComponentChoice& choice,
             : "; to choose a text encoder's backend use --component-attention-backends "
               "text_encoder=NAME");
   check(!entry->sparse || component.sparse_refusal.empty(),
-        "{}: {} is a sparse backend, which {} cannot use: {}; choose a dense one ({})",
+        "{}: {} is sparse, and {} cannot run sparse attention: {}; choose a dense backend ({})",
         origin(choice), entry->name, component.name, component.sparse_refusal,
         fmt::join(dense_dit_names(), ", "));
   const Attempt attempt = run_or_fall_back(machine, Family::Dit, std::string(entry->name),
