@@ -4,6 +4,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "models/dit/zimage_config.h"
 #include "pipeline/wan_memory.h"
 #include "pipeline/wan_pipeline.h"
 #include "pipeline/zimage_memory.h"
@@ -77,6 +78,17 @@ void validate_zimage(const Request& request, const ModelIndex& index) {
         "--height {} / --width {}: Z-Image needs multiples of {}; try {}x{}", request.height,
         request.width, multiple, std::max(multiple, request.height / multiple * multiple),
         std::max(multiple, request.width / multiple * multiple));
+  // The transformer's RoPE tables cover axes_lens patches per side (512 for Z-Image: 8192 pixels).
+  const dit::ZImageConfig transformer = dit::ZImageConfig::from_json(
+      index.config("transformer"), component_config_path(index.component("transformer")).string());
+  const int64_t pixels_per_patch = zimage_spatial_factor(index) * transformer.patch_size;
+  const int64_t max_height = transformer.axes_lens[1] * pixels_per_patch;
+  const int64_t max_width = transformer.axes_lens[2] * pixels_per_patch;
+  check(request.height <= max_height && request.width <= max_width,
+        "--height {} / --width {}: this Z-Image transformer's position tables reach {}x{} "
+        "pixels; try {}x{}",
+        request.height, request.width, max_height, max_width, std::min(request.height, max_height),
+        std::min(request.width, max_width));
   check(request.num_frames == 1, "--num-frames {}: Z-Image makes still images; use --num-frames 1",
         request.num_frames);
   check(request.device != "cuda",

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "core/error.h"
 #include "core/file.h"
@@ -80,9 +81,8 @@ TEST_F(ZImagePipelineTest, ScheduleMatchesDiffusers) {
   const nlohmann::json& config = index_->config("scheduler");
   // 32x48 pixels: a 16x24 latent, 8x12 patches.
   EXPECT_NEAR(zimage_mu(config, 16, 24), settings_["scheduler.mu"].get<double>(), 1e-12);
-  auto scheduler =
-      make_zimage_scheduler(index_->component("scheduler").class_name, config, std::nullopt, 4,
-                            16, 24);
+  auto scheduler = make_zimage_scheduler(index_->component("scheduler").class_name, config,
+                                         std::nullopt, 4, 16, 24);
   const Tensor timesteps = reference_->tensor("scheduler.timesteps");
   const Tensor sigmas = reference_->tensor("scheduler.sigmas");
   ASSERT_EQ(scheduler->timesteps().size(), size_t(timesteps.numel()));
@@ -236,9 +236,8 @@ TEST_F(ZImagePipelineTest, CommandLineWritesTheSameNumbers) {
 
 TEST_F(ZImagePipelineTest, DryRunNamesThePipelineAndItsSizes) {
   const std::string model = (fixture() / "model").string();
-  auto result = testing::run_command(testing::mmgen_binary().string() +
-                                     " generate --model-path " + model +
-                                     " --prompt fox --height 32 --width 48 --dry-run");
+  auto result = testing::run_command(testing::mmgen_binary().string() + " generate --model-path " +
+                                     model + " --prompt fox --height 32 --width 48 --dry-run");
   ASSERT_EQ(result.exit_code, 0) << result.err;
   const auto plan = nlohmann::json::parse(result.out);
   EXPECT_EQ(plan["pipeline"], "ZImagePipeline");
@@ -268,10 +267,11 @@ TEST_F(ZImagePipelineTest, RefusesWhatZImageCannotDoInOneLine) {
   const std::string base = testing::mmgen_binary().string() + " generate --model-path " +
                            (fixture() / "model").string() + " --prompt fox --dry-run ";
   // The tiny VAE has two levels (f = 2), so sizes must be multiples of 4.
-  for (const auto& [flags, expected] :
-       std::vector<std::pair<std::string, std::string>>{
+  for (const auto& [flags, expected] : std::vector<std::pair<std::string, std::string>>{
            {"--height 30 --width 48", "Z-Image needs multiples of 4; try 28x48"},
            {"--height 32 --width 48 --num-frames 5", "Z-Image makes still images"},
+           // axes_lens [64, 32, 32] with 2x2 patches of f = 2: 128 pixels a side at most.
+           {"--height 256 --width 48", "position tables reach 128x128 pixels; try 128x48"},
            {"--height 32 --width 48 --attention-backend video_sparse_attn",
             "cannot run sparse attention"}}) {
     const auto result = testing::run_command(base + flags);
@@ -279,6 +279,35 @@ TEST_F(ZImagePipelineTest, RefusesWhatZImageCannotDoInOneLine) {
     EXPECT_TRUE(contains(result.err, expected)) << flags << ": " << result.err;
     EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1)
         << flags << ": " << result.err;
+  }
+}
+
+// Peak resident memory of a generate run (its summary line) against `mmgen inspect --json`'s
+// estimate for the same request: the estimate covers the peak without wild excess.
+TEST_F(ZImagePipelineTest, MemoryEstimateCoversTheMeasuredPeak) {
+  const std::string model = (fixture() / "model").string();
+  const fs::path out = testing::scratch_dir("zimage-peak");
+  for (const std::string flags : {" --height 128 --width 128",
+                                  " --height 128 --width 128 "
+                                  "--guidance-scale 0"}) {
+    SCOPED_TRACE(flags);
+    const auto run = testing::run_command(
+        testing::mmgen_binary().string() + " generate --model-path " + model + flags +
+        " --prompt fox --num-inference-steps 1 --output-format npy --overwrite --output-path " +
+        out.string());
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    std::smatch match;
+    ASSERT_TRUE(std::regex_search(run.err, match, std::regex(R"(peak memory ([0-9.]+) MiB)")))
+        << run.err;
+    const double peak = std::stod(match[1]);
+    const auto inspect = testing::run_command(testing::mmgen_binary().string() +
+                                              " inspect --json --model-path " + model + flags);
+    ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+    const double estimate =
+        nlohmann::json::parse(inspect.out)["memory"]["total_bytes"].get<double>() / (1 << 20);
+    std::printf("%s: estimate %.0f MiB, measured peak %.0f MiB\n", flags.c_str(), estimate, peak);
+    EXPECT_GE(estimate, peak * 0.95);
+    EXPECT_LE(estimate, peak * 1.6);
   }
 }
 
