@@ -246,9 +246,17 @@ TEST_F(ZImagePipelineTest, DryRunNamesThePipelineAndItsSizes) {
   EXPECT_EQ(plan["request"]["width"], 48);
   EXPECT_TRUE(plan["components"]["transformer"]["attention_layers"].contains("self_attention"));
   EXPECT_FALSE(plan["components"]["transformer"]["attention_layers"].contains("cross_attention"));
-  // Without sizes and steps: configs/zimage.yaml's defaults (diffusers' call defaults).
+  // Without sizes and steps: configs/zimage.yaml's defaults (diffusers' call defaults). The tiny
+  // transformer's RoPE tables stop at 128 pixels, so a copy with Z-Image's own axes_lens plans it
+  // (a dry run reads configs only).
+  const fs::path full = testing::scratch_dir("zimage-axes") / "model";
+  fs::copy(fixture() / "model", full, fs::copy_options::recursive);
+  nlohmann::json transformer =
+      nlohmann::json::parse(read_text_file(full / "transformer/config.json"));
+  transformer["axes_lens"] = {1536, 512, 512};
+  testing::write_json_file(full / "transformer/config.json", transformer);
   result = testing::run_command(testing::mmgen_binary().string() + " generate --model-path " +
-                                model + " --prompt fox --dry-run");
+                                full.string() + " --prompt fox --dry-run");
   ASSERT_EQ(result.exit_code, 0) << result.err;
   const auto defaults = nlohmann::json::parse(result.out)["request"];
   EXPECT_EQ(defaults["height"], 1024);
