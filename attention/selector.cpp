@@ -224,6 +224,10 @@ LayerChoice select_dit_self_attention(const ComponentChoice& choice,
             ? std::string()
             : "; to choose a text encoder's backend use --component-attention-backends "
               "text_encoder=NAME");
+  check(!entry->sparse || component.sparse_refusal.empty(),
+        "{}: {} is sparse, and {} cannot run sparse attention: {}; choose a dense backend ({})",
+        origin(choice), entry->name, component.name, component.sparse_refusal,
+        fmt::join(dense_dit_names(), ", "));
   const Attempt attempt = run_or_fall_back(machine, Family::Dit, std::string(entry->name),
                                            machine.dtype, component.head_size);
   check(attempt.ok,
@@ -573,7 +577,9 @@ ComponentChoice select_component(const ComponentAttention& component, const Sele
   switch (component.role) {
     case ComponentRole::Dit:
       choice.layers.push_back(select_dit_self_attention(choice, component, machine));
-      choice.layers.push_back(select_dense(choice, component, LayerKind::CrossAttention, machine));
+      if (component.cross_attention)
+        choice.layers.push_back(
+            select_dense(choice, component, LayerKind::CrossAttention, machine));
       break;
     case ComponentRole::Dense:
       choice.layers.push_back(select_dense(choice, component, LayerKind::Attention, machine));

@@ -93,6 +93,12 @@ struct ComponentAttention {
   std::string name;
   ComponentRole role = ComponentRole::None;
   int64_t head_size = 0;  // 0: unknown (not checked)
+  // A DiT: whether it has cross-attention layers (a single-stream transformer, whose text tokens
+  // join the self-attention, has none and gets no cross-attention choice).
+  bool cross_attention = true;
+  // A DiT: why the sparse backends cannot run its self-attention; empty when they can. Any
+  // sparse choice for it is then an Error that says so.
+  std::string sparse_refusal;
 };
 
 struct SelectionLevels {

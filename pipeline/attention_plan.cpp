@@ -27,8 +27,8 @@ int64_t integer_field(const json& config, const char* key) {
 int64_t head_size_of(const json& config) {
   for (const char* key : {"attention_head_dim", "d_kv", "head_dim"})
     if (int64_t value = integer_field(config, key); value > 0) return value;
-  for (auto [hidden, heads] :
-       {std::pair{"hidden_size", "num_attention_heads"}, std::pair{"d_model", "num_heads"}}) {
+  for (auto [hidden, heads] : {std::pair{"hidden_size", "num_attention_heads"},
+                               std::pair{"d_model", "num_heads"}, std::pair{"dim", "n_heads"}}) {
     const int64_t h = integer_field(config, hidden), n = integer_field(config, heads);
     if (h > 0 && n > 0 && h % n == 0) return h / n;
   }
@@ -43,6 +43,19 @@ json config_or_empty(const ModelIndex& index, const std::string& component) {
   } catch (const Error&) {
     return json::object();
   }
+}
+
+// What the selector must know of a DiT beyond its role, by its class. Z-Image's transformer is
+// single-stream: the caption tokens join the self-attention, so it has no cross-attention layer.
+// The sparse backends are written for Wan's video token grid (frames x height x width tiles, no
+// caption tokens in the sequence); on Z-Image's one-frame image + caption sequence none of them
+// is wired, so the selector refuses them rather than run something untested.
+void describe_dit(ComponentAttention& component, const std::string& class_name) {
+  if (class_name != "ZImageTransformer2DModel") return;
+  component.cross_attention = false;
+  component.sparse_refusal =
+      "the sparse backends are written for Wan's video token grid, not Z-Image's single-stream "
+      "image + caption sequence";
 }
 
 std::optional<std::string> environment_backend() {
@@ -98,6 +111,7 @@ AttentionPlan plan_attention(const ModelIndex& index, const Request& request,
     } else {
       with_attention.push_back(name);
       component.head_size = head_size_of(config_or_empty(index, name));
+      if (component.role == ComponentRole::Dit) describe_dit(component, entry.class_name);
     }
     components[name] = component;
   }

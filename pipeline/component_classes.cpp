@@ -10,6 +10,9 @@ std::vector<ComponentClass> make_table() {
   std::vector<ComponentClass> table = {
       {"WanTransformer3DModel", ComponentKind::Transformer, "diffusers", "dit::WanTransformer"},
       {"AutoencoderKLWan", ComponentKind::Vae, "diffusers", "vae::WanVaeDecoder"},
+      {"ZImageTransformer2DModel", ComponentKind::Transformer, "diffusers",
+       "dit::ZImageTransformer"},
+      {"AutoencoderKL", ComponentKind::Vae, "diffusers", "vae::AutoencoderKLDecoder"},
       {"UMT5EncoderModel", ComponentKind::TextEncoder, "transformers",
        "text_encoders::UMT5Encoder"},
       {"T5EncoderModel", ComponentKind::TextEncoder, "transformers", "text_encoders::UMT5Encoder"},
@@ -23,6 +26,8 @@ std::vector<ComponentClass> make_table() {
       {"T5TokenizerFast", ComponentKind::Tokenizer, "transformers", "tokenizers::Tokenizer"},
       {"Qwen2Tokenizer", ComponentKind::Tokenizer, "transformers", "tokenizers::Tokenizer"},
       {"Qwen2TokenizerFast", ComponentKind::Tokenizer, "transformers", "tokenizers::Tokenizer"},
+      // transformers 5's name for any tokenizer saved as tokenizer.json alone.
+      {"TokenizersBackend", ComponentKind::Tokenizer, "transformers", "tokenizers::Tokenizer"},
   };
   // The schedulers are whatever the scheduler factory builds, so the two lists cannot drift.
   for (const std::string& name : schedulers::supported_scheduler_classes())

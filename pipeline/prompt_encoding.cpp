@@ -21,7 +21,7 @@
 namespace mmgen {
 namespace {
 
-// Z-Image's `_encode_prompt` default; the registry has no Z-Image defaults file yet.
+// diffusers' `_encode_prompt` default, for a model whose pipeline has no defaults file here.
 constexpr int64_t kZImageMaxSequenceLength = 512;
 
 // The class decides the recipe; the class table (pipeline/component_classes.h) knows which model
@@ -104,28 +104,45 @@ std::vector<Tensor> encode_qwen3(const ModelIndex& index, const PromptEncodingRe
   const auto chat_template = tokenizers::ChatTemplate::load(tokenizer_folder);
   const auto model =
       text_encoders::Qwen3TextModel::from_folder(existing_component(index, request.component).path);
-  const auto ids =
-      text_encoders::z_image_prompt_ids(*tokenizer, chat_template, prompts, max_length);
-  attention::paged::PagedRunnerOptions runner;
-  runner.backend = request.attention_backend;
-  runner.page_size = request.page_size;
-  runner.prefix_cache = true;
-  runner.max_context_len = std::max<int64_t>(max_length, 1);
-  runner.pool_tokens = std::max<int64_t>(runner.pool_tokens, 4 * runner.max_context_len);
-  text_encoders::Qwen3PagedEncoder encoder(model, runner);
-  std::vector<Tensor> embeddings = encoder.encode(ids);
+  text_encoders::PrefixCacheReport report;
+  std::vector<Tensor> embeddings = encode_qwen3_prompts(
+      *tokenizer, chat_template, model, prompts, max_length, request.attention_backend,
+      request.page_size, &report, &result.attention);
   result.prefix_cache_used = model.config().num_hidden_layers > 1;
-  result.prompt_tokens = encoder.report().prompt_tokens;
-  result.prefix_cache_hit_tokens = encoder.report().hit_tokens;
-  result.prompts_hit = encoder.report().prompts_hit;
-  result.attention = result.prefix_cache_used
-                         ? fmt::format("paged {} (page size {})", encoder.runner().backend_name(),
-                                       request.page_size)
-                         : "none (one layer: hidden_states[-2] is the embedding)";
+  result.prompt_tokens = report.prompt_tokens;
+  result.prefix_cache_hit_tokens = report.hit_tokens;
+  result.prompts_hit = report.prompts_hit;
   return embeddings;
 }
 
 }  // namespace
+
+// Through the paged backends with the prefix cache: prompts sharing the chat template's start
+// reuse its KV and hidden states.
+std::vector<Tensor> encode_qwen3_prompts(
+    const tokenizers::Tokenizer& tokenizer, const tokenizers::ChatTemplate& chat_template,
+    const text_encoders::Qwen3TextModel& model, const std::vector<std::string>& prompts,
+    int64_t max_sequence_length, const std::string& backend, int64_t page_size,
+    text_encoders::PrefixCacheReport* report, std::string* attention, int64_t pool_tokens) {
+  const auto ids =
+      text_encoders::z_image_prompt_ids(tokenizer, chat_template, prompts, max_sequence_length);
+  attention::paged::PagedRunnerOptions runner;
+  runner.backend = backend;
+  runner.page_size = page_size;
+  runner.prefix_cache = true;
+  runner.max_context_len = std::max<int64_t>(max_sequence_length, 1);
+  runner.pool_tokens = std::max<int64_t>(pool_tokens > 0 ? pool_tokens : runner.pool_tokens,
+                                         kQwen3MinPoolTokensPerLength * runner.max_context_len);
+  text_encoders::Qwen3PagedEncoder encoder(model, runner);
+  std::vector<Tensor> embeddings = encoder.encode(ids);
+  if (report) *report = encoder.report();
+  if (attention)
+    *attention =
+        model.config().num_hidden_layers > 1
+            ? fmt::format("paged {} (page size {})", encoder.runner().backend_name(), page_size)
+            : "none (one layer: hidden_states[-2] is the embedding)";
+  return embeddings;
+}
 
 PromptEncodingResult encode_prompts(const PromptEncodingRequest& request) {
   const std::vector<std::string>& prompts = request.prompts;

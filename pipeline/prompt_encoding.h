@@ -17,6 +17,10 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "models/text_encoders/qwen3_model.h"
+#include "models/text_encoders/qwen3_paged.h"
+#include "models/tokenizers/chat_template.h"
+#include "models/tokenizers/tokenizer.h"
 
 namespace mmgen {
 
@@ -43,5 +47,24 @@ struct PromptEncodingResult {
 
 // Loads the text components and encodes every prompt (writes nothing).
 PromptEncodingResult encode_prompts(const PromptEncodingRequest& request);
+
+// The smallest KV pool the Qwen3 path runs with, in tokens per token of max_sequence_length.
+inline constexpr int64_t kQwen3MinPoolTokensPerLength = 4;
+
+// The Qwen3 recipe on loaded components: the one path from prompts to Z-Image's embeddings
+// (chat template, tokenizer truncation, hidden_states[-2] at the real tokens, ragged), shared by
+// `mmgen encode` and ZImagePipeline so a change to any step reaches both. Runs through the paged
+// backend `backend` (empty: automatic) with the prefix cache; `report` (when given) gets the
+// cache's counts and `attention` what ran the attention, in words. `pool_tokens` sizes the KV
+// pool (0: the runner's default; never below kQwen3MinPoolTokensPerLength · max_sequence_length); a
+// pipeline that encodes two prompts passes a smaller pool, which it allocates in full.
+std::vector<Tensor> encode_qwen3_prompts(const tokenizers::Tokenizer& tokenizer,
+                                         const tokenizers::ChatTemplate& chat_template,
+                                         const text_encoders::Qwen3TextModel& model,
+                                         const std::vector<std::string>& prompts,
+                                         int64_t max_sequence_length, const std::string& backend,
+                                         int64_t page_size = 1,
+                                         text_encoders::PrefixCacheReport* report = nullptr,
+                                         std::string* attention = nullptr, int64_t pool_tokens = 0);
 
 }  // namespace mmgen

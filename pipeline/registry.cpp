@@ -4,8 +4,11 @@
 #include <map>
 
 #include "core/error.h"
+#include "models/dit/zimage_config.h"
 #include "pipeline/wan_memory.h"
 #include "pipeline/wan_pipeline.h"
+#include "pipeline/zimage_memory.h"
+#include "pipeline/zimage_pipeline.h"
 
 namespace mmgen {
 
@@ -55,6 +58,57 @@ Shape wan_latent_shape(const Request& request, const ModelIndex& index) {
           request.height / geometry.spatial, request.width / geometry.spatial};
 }
 
+// Z-Image: latents [1, in_channels, H / f, W / f], f = 2^(VAE levels − 1) (8 for the FLUX VAE);
+// the transformer patchifies 2x2, so height and width must be multiples of 2f (diffusers'
+// vae_scale_factor * 2). One still image: no frame axis.
+int64_t zimage_spatial_factor(const ModelIndex& index) {
+  const nlohmann::json& config = index.config("vae");
+  const int64_t levels =
+      config.contains("block_out_channels") && config["block_out_channels"].is_array()
+          ? int64_t(config["block_out_channels"].size())
+          : 4;
+  check(levels >= 1 && levels <= 8, "{}: block_out_channels must list 1 to 8 levels",
+        index.component("vae").path.string());
+  return int64_t(1) << (levels - 1);
+}
+
+void validate_zimage(const Request& request, const ModelIndex& index) {
+  const int64_t multiple = zimage_spatial_factor(index) * 2;
+  check(request.height % multiple == 0 && request.width % multiple == 0,
+        "--height {} / --width {}: Z-Image needs multiples of {}; try {}x{}", request.height,
+        request.width, multiple, std::max(multiple, request.height / multiple * multiple),
+        std::max(multiple, request.width / multiple * multiple));
+  // The transformer's RoPE tables cover axes_lens patches per side (512 for Z-Image: 8192 pixels).
+  const dit::ZImageConfig transformer = dit::ZImageConfig::from_json(
+      index.config("transformer"), component_config_path(index.component("transformer")).string());
+  const int64_t pixels_per_patch = zimage_spatial_factor(index) * transformer.patch_size;
+  const int64_t max_height = transformer.axes_lens[1] * pixels_per_patch;
+  const int64_t max_width = transformer.axes_lens[2] * pixels_per_patch;
+  check(request.height <= max_height && request.width <= max_width,
+        "--height {} / --width {}: this Z-Image transformer's position tables reach {}x{} "
+        "pixels; try {}x{}",
+        request.height, request.width, max_height, max_width, std::min(request.height, max_height),
+        std::min(request.width, max_width));
+  check(request.num_frames == 1, "--num-frames {}: Z-Image makes still images; use --num-frames 1",
+        request.num_frames);
+  check(request.device != "cuda",
+        "--device cuda: Z-Image runs on the CPU only so far (its Qwen3 text encoder has no GPU "
+        "path yet); use --device cpu");
+  check(!request.vae_tiling,
+        "--vae-tiling: Z-Image's AutoencoderKL decodes whole images (no tiled decode yet); "
+        "leave it off");
+  check(!request.prompt_embeds && !request.negative_prompt_embeds,
+        "--prompt-embeds / --negative-prompt-embeds: not wired for Z-Image yet; pass --prompt "
+        "(and --negative-prompt)");
+}
+
+Shape zimage_latent_shape(const Request& request, const ModelIndex& index) {
+  const int64_t factor = zimage_spatial_factor(index);
+  const nlohmann::json& transformer = index.config("transformer");
+  const int64_t channels = transformer.value("in_channels", int64_t(16));
+  return {1, channels, request.height / factor, request.width / factor};
+}
+
 std::string join(const std::vector<std::string>& names) {
   std::string text;
   for (const auto& name : names) text += (text.empty() ? "" : ", ") + name;
@@ -77,6 +131,21 @@ const std::vector<PipelineSpec>& pipeline_registry() {
        wan_latent_shape,
        load_wan_pipeline,
        estimate_wan_memory},
+      {"ZImagePipeline",
+       "zimage.yaml",
+       {{"text_encoder", ComponentKind::TextEncoder, {"Qwen3ForCausalLM", "Qwen3Model"}},
+        // transformers 5 saves Qwen's fast tokenizer as the generic TokenizersBackend.
+        {"tokenizer",
+         ComponentKind::Tokenizer,
+         {"Qwen2Tokenizer", "Qwen2TokenizerFast", "TokenizersBackend"}},
+        {"transformer", ComponentKind::Transformer, {"ZImageTransformer2DModel"}},
+        {"vae", ComponentKind::Vae, {"AutoencoderKL"}},
+        // Z-Image passes explicit sigmas, which only this scheduler takes.
+        {"scheduler", ComponentKind::Scheduler, {"FlowMatchEulerDiscreteScheduler"}}},
+       validate_zimage,
+       zimage_latent_shape,
+       load_zimage_pipeline,
+       estimate_zimage_memory},
   };
   return registry;
 }

@@ -189,11 +189,16 @@ TEST(CliFlags, OptionsJsonIsTheOptionTable) {
   EXPECT_EQ(frames["flag"], "--num-frames");
   EXPECT_EQ(frames["type"], "integer");
   EXPECT_EQ(frames["builtin_default"], 1);
-  ASSERT_EQ(frames["configured_defaults"].size(), 1u);
+  ASSERT_EQ(frames["configured_defaults"].size(), 2u);
   EXPECT_EQ(frames["configured_defaults"][0]["pipeline"], "WanPipeline");
   EXPECT_EQ(frames["configured_defaults"][0]["file"], "configs/wan.yaml");
   EXPECT_EQ(frames["configured_defaults"][0]["value"], 81);
-  EXPECT_EQ(frames["default"], "81 from configs/wan.yaml (WanPipeline); 1 otherwise");
+  EXPECT_EQ(frames["configured_defaults"][1]["pipeline"], "ZImagePipeline");
+  EXPECT_EQ(frames["configured_defaults"][1]["file"], "configs/zimage.yaml");
+  EXPECT_EQ(frames["configured_defaults"][1]["value"], 1);
+  EXPECT_EQ(frames["default"],
+            "81 from configs/wan.yaml (WanPipeline); 1 from configs/zimage.yaml (ZImagePipeline); "
+            "1 otherwise");
   const json height = find("generate", "height");
   EXPECT_EQ(height["configured_defaults"][0]["variants"],
             json({{"Wan2.1-T2V-1.3B", 480}, {"Wan2.1-T2V-14B", 720}}));
@@ -220,15 +225,15 @@ TEST(CliDefaults, HelpShowsTheDefaultsThatApply) {
                                    : help.out.substr(at + 1, help.out.find('\n', at + 1) - at - 1);
   };
   EXPECT_NE(line_of("--num-frames")
-                .find("[default: 81 from configs/wan.yaml (WanPipeline); 1 "
-                      "otherwise]"),
+                .find("[default: 81 from configs/wan.yaml (WanPipeline); 1 from "
+                      "configs/zimage.yaml (ZImagePipeline); 1 otherwise]"),
             std::string::npos)
       << line_of("--num-frames");
   EXPECT_EQ(help.out.find("frames - 1) % 4 == 0 [default: 1]"), std::string::npos);
   EXPECT_NE(
       line_of("--height")
           .find("[default: 480 for Wan2.1-T2V-1.3B, 720 for Wan2.1-T2V-14B from configs/wan.yaml "
-                "(WanPipeline); 480 otherwise]"),
+                "(WanPipeline); 1024 from configs/zimage.yaml (ZImagePipeline); 480 otherwise]"),
       std::string::npos)
       << line_of("--height");
 
@@ -248,6 +253,7 @@ TEST(CliDefaults, HelpShowsTheDefaultsThatApply) {
       continue;
     json expected = row["builtin_default"];
     for (const auto& configured : row["configured_defaults"]) {
+      if (configured["pipeline"] != "WanPipeline") continue;  // the other pipelines' files
       if (!configured["value"].is_null()) expected = configured["value"];
       if (configured["variants"].contains("Wan2.1-T2V-1.3B"))  // wan-shapes is small
         expected = configured["variants"]["Wan2.1-T2V-1.3B"];

@@ -1,0 +1,148 @@
+#include "pipeline/zimage_memory.h"
+
+#include <omp.h>
+
+#include <algorithm>
+
+#include "models/dit/zimage_config.h"
+#include "models/text_encoders/qwen3_config.h"
+#include "models/vae/autoencoder_kl_config.h"
+#include "pipeline/prompt_encoding.h"
+
+namespace mmgen {
+
+namespace {
+
+constexpr uint64_t kFloat = 4;
+// As pipeline/wan_memory.cpp: the process before any model, a parsed tokenizer against its files,
+// the im2col budget per thread (core/conv_cpu.cpp) and the allocator's fragmentation slack.
+constexpr uint64_t kRuntimeBytes = 64ull << 20;
+constexpr uint64_t kTokenizerExpansion = 6;
+constexpr uint64_t kColumnBudget = uint64_t(1) << 22;
+constexpr double kAllocatorSlack = 1.75;
+// ZImageTransformer pads each item's image and caption tokens to multiples of this.
+constexpr int64_t kSequenceMultiple = 32;
+
+uint64_t tensor_bytes(const ModelInventory& inventory, const char* name) {
+  const ComponentInventory* component = inventory.find(name);
+  return component ? component->tensor_bytes : 0;
+}
+
+// One layer's non-float32 weights converted to float32 while it runs.
+uint64_t conversion_bytes(const ComponentInventory* component, int64_t layers) {
+  if (!component || layers <= 0) return 0;
+  const int64_t stored_f32 =
+      component->dtype_parameters.count("f32") ? component->dtype_parameters.at("f32") : 0;
+  const int64_t converted = component->parameters - stored_f32;
+  return converted > 0 ? uint64_t(converted / layers) * kFloat : 0;
+}
+
+uint64_t round_up(uint64_t value, uint64_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+// Prompt and negative prompt, each at most max_sequence_length tokens, packed into one forward of
+// the first L − 1 layers.
+uint64_t text_encoder_bytes(const Request& request, const ModelIndex& index,
+                            const ModelInventory& inventory) {
+  const auto config = text_encoders::Qwen3Config::from_json(
+      index.config("text_encoder"),
+      component_config_path(index.component("text_encoder")).string());
+  const uint64_t s = uint64_t(request.max_sequence_length);
+  const uint64_t prompts = request.guidance_scale > 0 ? 2 : 1;
+  const uint64_t t = prompts * s;
+  const uint64_t hidden = uint64_t(config.hidden_size);
+  const uint64_t layers = uint64_t(std::max<int64_t>(config.num_hidden_layers - 1, 1));
+  // The KV pool, allocated whole: keys and values of every encoder layer, plus the cached
+  // hidden_states[-2] row of each token.
+  const uint64_t pool = uint64_t(kQwen3MinPoolTokensPerLength) * s *
+                        (layers * 2 * uint64_t(config.kv_width()) + hidden);
+  // hidden, residual, normed; q, k, v, attention output; the gated MLP's two projections and
+  // their product; one sequence's score matrix per head.
+  const uint64_t activations =
+      3 * t * hidden + t * (2 * uint64_t(config.q_width()) + 2 * uint64_t(config.kv_width())) +
+      3 * t * uint64_t(config.intermediate_size) + uint64_t(config.num_attention_heads) * s * s;
+  const uint64_t embeddings = t * hidden;
+  return (pool + activations + embeddings) * kFloat +
+         conversion_bytes(inventory.find("text_encoder"), config.num_hidden_layers);
+}
+
+// Up to two items (prompt and negative prompt) of image tokens plus caption tokens each.
+uint64_t transformer_bytes(const Request& request, const ModelIndex& index,
+                           const ModelInventory& inventory, int64_t latent_h, int64_t latent_w) {
+  const auto config = dit::ZImageConfig::from_json(
+      index.config("transformer"), component_config_path(index.component("transformer")).string());
+  const uint64_t image = round_up(
+      uint64_t((latent_h / config.patch_size) * (latent_w / config.patch_size)), kSequenceMultiple);
+  const uint64_t caption = round_up(uint64_t(request.max_sequence_length), kSequenceMultiple);
+  const uint64_t items = request.guidance_scale > 0 ? 2 : 1;
+  const uint64_t tokens = items * (image + caption);
+  const uint64_t dim = uint64_t(config.dim);
+  // Per block: the residual stream, its normed copy, q, k, v, the attention output and its
+  // projection, the modulated copies; the feed-forward's two projections and their product;
+  // RoPE's cos/sin tables.
+  const uint64_t block = 8 * tokens * dim + 3 * tokens * uint64_t(config.ffn_dim()) +
+                         2 * tokens * uint64_t(config.head_dim());
+  // Attention kernels: per thread a query block's scores over one item's keys.
+  const uint64_t attention = uint64_t(omp_get_max_threads()) * 128 * (image + caption);
+  // Latents, the predictions, the guided and negated copies, the scheduler's output.
+  const uint64_t latent = uint64_t(config.in_channels * latent_h * latent_w);
+  const uint64_t state = 8 * latent;
+  return (block + attention + state) * kFloat +
+         conversion_bytes(inventory.find("transformer"), config.n_layers);
+}
+
+// The AutoencoderKL decoder over one image: at each level a resnet holds its input, the normed
+// copy, the convolution's output and the shortcut, plus the 3x3 convolution's im2col columns;
+// the upsampler holds its input and the 2x output; the mid block's attention q, k, v and score
+// rows at the latent resolution.
+uint64_t vae_bytes(const ModelIndex& index, int64_t height, int64_t width) {
+  const auto config = vae::AutoencoderKLConfig::from_json(
+      index.config("vae"), component_config_path(index.component("vae")).string());
+  const int64_t factor = config.spatial_factor();
+  const uint64_t threads = uint64_t(std::max(1, omp_get_max_threads()));
+  uint64_t plane = uint64_t((height / factor) * (width / factor));
+  const std::vector<int64_t>& channels = config.block_out_channels;
+  const uint64_t widest = uint64_t(channels.back());
+  uint64_t peak = 3 * widest * plane + threads * 128 * plane;  // mid attention
+  for (size_t level = 0; level < channels.size(); ++level) {
+    const uint64_t out = uint64_t(channels[channels.size() - 1 - level]);
+    const uint64_t in = level == 0 ? widest : uint64_t(channels[channels.size() - level]);
+    const uint64_t columns =
+        std::min<uint64_t>(9 * std::max(in, out) * plane, threads * kColumnBudget);
+    peak = std::max(peak, plane * (in + 3 * out) + columns);
+    if (level + 1 < channels.size()) {
+      peak = std::max(peak, plane * out + 4 * plane * out + columns);
+      plane *= 4;
+    }
+  }
+  return peak * kFloat;
+}
+
+}  // namespace
+
+MemoryEstimate estimate_zimage_memory(const Request& request, const ModelIndex& index,
+                                      const ModelInventory& inventory) {
+  MemoryEstimate estimate;
+  estimate.weights = tensor_bytes(inventory, "text_encoder") +
+                     tensor_bytes(inventory, "transformer") + tensor_bytes(inventory, "vae");
+  const ComponentInventory* tokenizer = inventory.find("tokenizer");
+  estimate.overhead =
+      kRuntimeBytes + (tokenizer ? tokenizer->on_disk_bytes * kTokenizerExpansion : 0);
+  const auto vae_config = vae::AutoencoderKLConfig::from_json(
+      index.config("vae"), component_config_path(index.component("vae")).string());
+  const int64_t factor = vae_config.spatial_factor();
+  estimate.text_encoding = text_encoder_bytes(request, index, inventory);
+  estimate.denoising =
+      transformer_bytes(request, index, inventory, request.height / factor, request.width / factor);
+  // The decoded image, then its channels-last copy in [0, 1] and the writer's 8-bit pixels.
+  const uint64_t image =
+      uint64_t(vae_config.out_channels) * uint64_t(request.height * request.width) * kFloat;
+  estimate.output = image;
+  estimate.decoding = std::max(vae_bytes(index, request.height, request.width), image + image / 4);
+  for (uint64_t* stage : {&estimate.text_encoding, &estimate.denoising, &estimate.decoding})
+    *stage = uint64_t(double(*stage) * kAllocatorSlack);
+  return estimate;
+}
+
+}  // namespace mmgen

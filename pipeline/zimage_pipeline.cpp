@@ -1,0 +1,199 @@
+#include "pipeline/zimage_pipeline.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "attention/backend.h"
+#include "attention/backend_config.h"
+#include "core/error.h"
+#include "core/interrupt.h"
+#include "core/npy.h"
+#include "core/random.h"
+#include "core/safetensors.h"
+#include "pipeline/progress.h"
+#include "pipeline/prompt_encoding.h"
+#include "pipeline/zimage_schedule.h"
+
+namespace mmgen {
+
+namespace {
+
+// The plan's choice for a component with attention; null when it has none.
+const attention::ComponentChoice* planned(const AttentionPlan& plan, const std::string& name) {
+  auto it = plan.components.find(name);
+  return it != plan.components.end() && it->second.has_attention() ? &it->second : nullptr;
+}
+
+// VAE output [1, 3, H, W] in [-1, 1] → frames [1, H, W, 3] in [0, 1] (VaeImageProcessor's
+// postprocess: x / 2 + 0.5 clamped, channels last).
+Tensor image_to_frames(const Tensor& image) {
+  Tensor frames = image.permute({0, 2, 3, 1}).contiguous().clone();
+  float* p = frames.data<float>();
+  for (int64_t i = 0; i < frames.numel(); ++i) p[i] = std::clamp(p[i] / 2.0f + 0.5f, 0.0f, 1.0f);
+  return frames;
+}
+
+// −prediction, [C, 1, h, w] → [1, C, h, w]: Z-Image's transformer predicts the opposite of the
+// flow the scheduler integrates, so diffusers negates it before the step.
+Tensor negated_step_input(const Tensor& prediction) {
+  Tensor out = prediction.to(DType::F32).contiguous().clone();
+  float* p = out.data<float>();
+  for (int64_t i = 0; i < out.numel(); ++i) p[i] = -p[i];
+  return out.view({1, prediction.size(0), prediction.size(2), prediction.size(3)});
+}
+
+}  // namespace
+
+ZImagePipeline::ZImagePipeline(const ModelIndex& index)
+    : ZImagePipeline(index, plan_attention(index, Request{})) {}
+
+ZImagePipeline::ZImagePipeline(const ModelIndex& index, AttentionPlan plan)
+    : index_(index), attention_plan_(std::move(plan)) {
+  // The classes model_index.json names, refused before any weights are mapped (the CLI checked
+  // already; a library caller may not have).
+  check_components(find_pipeline("ZImagePipeline", index.root / "model_index.json"), index);
+  auto where = [&](const char* name) { return component_config_path(index.component(name)); };
+  tokenizer_ = tokenizers::Tokenizer::load(index.component("tokenizer").path);
+  // Checked before the weights load: a tokenizer without a template mmgen can render stops here.
+  chat_template_ = std::make_unique<tokenizers::ChatTemplate>(
+      tokenizers::ChatTemplate::load(index.component("tokenizer").path));
+  text_encoder_ = std::make_unique<text_encoders::Qwen3TextModel>(
+      text_encoders::Qwen3TextModel::from_folder(index.component("text_encoder").path));
+  transformer_ = std::make_unique<dit::ZImageTransformer>(
+      dit::ZImageConfig::from_json(index.config("transformer"), where("transformer").string()),
+      WeightStore::open_folder(index.component("transformer").path));
+  vae_ = std::make_unique<vae::AutoencoderKLDecoder>(
+      vae::AutoencoderKLConfig::from_json(index.config("vae"), where("vae").string()),
+      WeightStore::open_folder(index.component("vae").path));
+  scheduler_class_ = index.component("scheduler").class_name;
+  scheduler_config_ = index.config("scheduler");
+  // Reject settings the scheduler does not implement before any work.
+  schedulers::make_scheduler(scheduler_class_, scheduler_config_);
+  if (const auto* text = planned(attention_plan_, "text_encoder"))
+    text_backend_ = text->primary().backend;
+  // The VAE's mid-block attention is dense; it runs the plan's choice (fa or torch_sdpa).
+  if (const auto* vae_choice = planned(attention_plan_, "vae"))
+    vae_->set_attention_backend(
+        attention::make_dit_backend(vae_choice->primary().backend, nlohmann::json::object()));
+}
+
+std::vector<Tensor> ZImagePipeline::encode_prompts(const std::vector<std::string>& prompts,
+                                                   int64_t max_sequence_length) const {
+  // The smallest pool: a request encodes two prompts at most, and the pool is allocated whole.
+  return encode_qwen3_prompts(*tokenizer_, *chat_template_, *text_encoder_, prompts,
+                              max_sequence_length, text_backend_, /*page_size=*/1, nullptr, nullptr,
+                              kQwen3MinPoolTokensPerLength * max_sequence_length);
+}
+
+Shape ZImagePipeline::latent_shape(int64_t height, int64_t width) const {
+  const int64_t factor = vae_->config().spatial_factor();
+  return {1, transformer_->config().in_channels, height / factor, width / factor};
+}
+
+dit::ZImageAttention ZImagePipeline::build_attention() const {
+  dit::ZImageAttention attention;
+  const auto* choice = planned(attention_plan_, "transformer");
+  if (!choice) return attention;  // the dense reference everywhere
+  const std::string backend = choice->primary().backend;
+  auto found = attention_plan_.backend_configs.find(backend);
+  const nlohmann::json config =
+      found != attention_plan_.backend_configs.end()
+          ? found->second
+          : attention::validate_backend_config(nlohmann::json::object(), backend);
+  const dit::ZImageConfig& model = transformer_->config();
+  auto stack = [&](int64_t layers) {
+    std::vector<dit::ZImageLayerAttention> out(static_cast<size_t>(layers));
+    for (auto& layer : out)
+      layer.backend = attention::make_dit_backend(backend, config, attention_plan_.resources);
+    return out;
+  };
+  attention.noise_refiner = stack(model.n_refiner_layers);
+  attention.context_refiner = stack(model.n_refiner_layers);
+  attention.layers = stack(model.n_layers);
+  return attention;
+}
+
+ZImageGenerationOutput ZImagePipeline::generate(const ZImageGenerationInput& input,
+                                                bool keep_step_latents) const {
+  const ZImageGuidance& guidance = input.guidance;
+  Progress encode_stage("encode", 1);
+  // One call for both prompts: the second reuses the chat template's prefix from the cache.
+  std::vector<std::string> prompts = {input.prompt};
+  if (guidance.enabled()) prompts.push_back(input.negative_prompt);
+  const std::vector<Tensor> embeds = encode_prompts(prompts, input.max_sequence_length);
+  encode_stage.finish();
+
+  const Shape shape = latent_shape(input.height, input.width);
+  Tensor latents;
+  if (input.initial_latents.defined()) {
+    check(input.initial_latents.shape() == shape,
+          "--latents has shape {} but this request needs {}",
+          shape_string(input.initial_latents.shape()), shape_string(shape));
+    latents = input.initial_latents.to(DType::F32).contiguous().clone();
+  } else {
+    latents = randn(shape, input.seed);
+  }
+  auto scheduler = make_zimage_scheduler(scheduler_class_, scheduler_config_, input.flow_shift,
+                                         int(input.num_inference_steps), shape[2], shape[3]);
+
+  dit::ZImageAttention attention = build_attention();
+  ZImageGenerationOutput output;
+  const int steps = scheduler->num_inference_steps();
+  Progress denoise("denoise", steps, "step");
+  for (int i = 0; i < steps; ++i) {
+    stop_if_requested();  // Ctrl-C / SIGTERM: the step boundary is where a run stops
+    // The normalised time the model sees, in float32 as torch computes it: 0 at the start.
+    const float t_norm = (1000.0f - scheduler->timesteps()[size_t(i)]) / 1000.0f;
+    const double scale = guidance.scale_at(t_norm);
+    const bool apply_cfg = guidance.enabled() && scale > 0;
+    const Tensor item_latents = latents.select(0, 0).unsqueeze(1).contiguous();  // [C, 1, h, w]
+    std::vector<dit::ZImageItem> batch = {{item_latents, embeds[0], t_norm}};
+    if (apply_cfg) batch.push_back({item_latents, embeds[1], t_norm});
+    const std::vector<Tensor> predictions = transformer_->forward(batch, {i, steps}, &attention);
+    const Tensor prediction = apply_cfg ? zimage_guided_prediction(predictions[0], predictions[1],
+                                                                   scale, guidance.normalization)
+                                        : predictions[0];
+    latents = scheduler->step(negated_step_input(prediction), i, latents);
+    if (keep_step_latents) output.latents_after_step.push_back(latents);
+    denoise.update(i + 1);
+  }
+  denoise.finish();
+
+  Progress decode("decode", 1);
+  const Tensor image = vae_->decode(vae_->denormalize(latents));
+  decode.finish();
+  output.frames = image_to_frames(image);
+  return output;
+}
+
+ZImageGenerationInput zimage_input_from_request(const Request& request) {
+  ZImageGenerationInput input;
+  input.prompt = request.prompt;
+  input.negative_prompt = request.negative_prompt;
+  input.height = request.height;
+  input.width = request.width;
+  input.num_inference_steps = request.num_inference_steps;
+  input.max_sequence_length = request.max_sequence_length;
+  input.guidance.scale = request.guidance_scale;
+  input.flow_shift = request.flow_shift;
+  input.seed = request.seed;
+  if (request.latents) input.initial_latents = read_tensor_file(*request.latents);
+  return input;
+}
+
+PipelineRunner load_zimage_pipeline(const ModelIndex& index, const AttentionPlan& plan) {
+  Progress load("load", 1);
+  auto pipeline = std::make_shared<const ZImagePipeline>(index, plan);
+  load.finish();
+  spdlog::info("text encoder: {} paged attention", pipeline->text_encoder_backend());
+  PipelineRunner runner;
+  // generate() is const and builds fresh attention state per run, so runs do not affect each
+  // other.
+  runner.run = [pipeline](const Request& request) {
+    return pipeline->generate(zimage_input_from_request(request)).frames;
+  };
+  return runner;
+}
+
+}  // namespace mmgen

@@ -1,0 +1,93 @@
+// ZImagePipeline (Z-Image text-to-image), as diffusers runs it: render each prompt with the Qwen
+// chat template and encode it to Qwen3's hidden_states[-2] at its real tokens (ragged, no
+// padding), and the negative prompt too when guidance is on (guidance_scale > 0); draw the latents
+// [1, 16, H/f, W/f] (no frame axis); denoise with FlowMatchEulerDiscrete over Z-Image's sigmas,
+// the transformer seeing (1000 − t)/1000 and its output negated, prompt and negative prompt as
+// two items of one ragged forward; de-normalise and decode with the AutoencoderKL; map to [0, 1].
+//
+// CPU only so far: the Qwen3 text encoder has no GPU path yet.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "models/dit/zimage_transformer.h"
+#include "models/text_encoders/qwen3_model.h"
+#include "models/tokenizers/chat_template.h"
+#include "models/tokenizers/tokenizer.h"
+#include "models/vae/autoencoder_kl_decoder.h"
+#include "pipeline/attention_plan.h"
+#include "pipeline/model_index.h"
+#include "pipeline/registry.h"
+#include "pipeline/request.h"
+#include "pipeline/zimage_guidance.h"
+
+namespace mmgen {
+
+struct ZImageGenerationInput {
+  std::string prompt;
+  std::string negative_prompt;
+  int64_t height = 0, width = 0;
+  int64_t num_inference_steps = 0;
+  int64_t max_sequence_length = 0;
+  ZImageGuidance guidance;
+  std::optional<double> flow_shift;  // replaces the scheduler config's `shift`
+  uint64_t seed = 0;
+  Tensor initial_latents;  // when defined, used instead of noise drawn from `seed`
+};
+
+struct ZImageGenerationOutput {
+  Tensor frames;                           // [1, H, W, 3] float32 in [0, 1]
+  std::vector<Tensor> latents_after_step;  // kept when asked (tests compare them)
+};
+
+class ZImagePipeline {
+ public:
+  // Loads every component (weights are mapped, not read). `plan` gives the transformer's
+  // per-layer backends, the text encoder's paged backend and the VAE's; the first form plans with
+  // default settings (auto selection, MMGEN_ATTENTION_BACKEND honoured).
+  explicit ZImagePipeline(const ModelIndex& index);
+  ZImagePipeline(const ModelIndex& index, AttentionPlan plan);
+
+  // Each prompt's embedding, [tokens, hidden], through the plan's paged text-encoder backend
+  // (pipeline/prompt_encoding.h's Qwen3 path, the one `mmgen encode` runs).
+  std::vector<Tensor> encode_prompts(const std::vector<std::string>& prompts,
+                                     int64_t max_sequence_length) const;
+
+  // [1, in_channels, height / f, width / f], f the VAE's spatial factor.
+  Shape latent_shape(int64_t height, int64_t width) const;
+
+  ZImageGenerationOutput generate(const ZImageGenerationInput& input,
+                                  bool keep_step_latents = false) const;
+
+  const AttentionPlan& attention_plan() const { return attention_plan_; }
+  // The paged backend the text encoder runs.
+  const std::string& text_encoder_backend() const { return text_backend_; }
+  // The transformer's attention for one run: every layer of the three stacks gets a fresh backend
+  // of the plan's self-attention choice with its validated config.
+  dit::ZImageAttention build_attention() const;
+
+ private:
+  ModelIndex index_;
+  std::unique_ptr<tokenizers::Tokenizer> tokenizer_;
+  std::unique_ptr<tokenizers::ChatTemplate> chat_template_;  // the tokenizer's, read once
+  std::unique_ptr<text_encoders::Qwen3TextModel> text_encoder_;
+  std::unique_ptr<dit::ZImageTransformer> transformer_;
+  std::unique_ptr<vae::AutoencoderKLDecoder> vae_;
+  std::string scheduler_class_;
+  nlohmann::json scheduler_config_;
+  AttentionPlan attention_plan_;
+  std::string text_backend_;
+};
+
+// A request's generation input (reads --latents when given; its shape is checked by generate).
+ZImageGenerationInput zimage_input_from_request(const Request& request);
+
+// Loads the pipeline once with the plan's backends; each runner call runs one request and returns
+// frames [1, H, W, 3] in [0, 1].
+PipelineRunner load_zimage_pipeline(const ModelIndex& index, const AttentionPlan& plan);
+
+}  // namespace mmgen

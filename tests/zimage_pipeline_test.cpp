@@ -1,0 +1,323 @@
+// The whole Z-Image pipeline against diffusers' own run on the zimage-tiny fixture: the schedule,
+// every step's latents and the image from given noise, from a seed, without guidance, with each
+// paged text-encoder backend and each dense transformer backend, and through the executable.
+#include "pipeline/zimage_pipeline.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "core/error.h"
+#include "core/file.h"
+#include "core/npy.h"
+#include "core/safetensors.h"
+#include "pipeline/attention_plan.h"
+#include "pipeline/model_index.h"
+#include "pipeline/zimage_guidance.h"
+#include "pipeline/zimage_schedule.h"
+#include "tests/test_support.h"
+
+namespace mmgen {
+namespace {
+
+fs::path fixture() {
+  return testing::shared_dir() / "fixtures/zimage-tiny";
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+class ZImagePipelineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    MMGEN_REQUIRE_SHARED();
+    reference_ = std::make_unique<SafetensorsFile>(
+        SafetensorsFile::open(fixture() / "reference/reference.safetensors"));
+    settings_ = nlohmann::json::parse(read_text_file(fixture() / "reference/reference.json"));
+    index_ = std::make_unique<ModelIndex>(load_model_index(fixture() / "model"));
+  }
+
+  // reference.json's `pipeline` request: 32x48, 4 steps, guidance 4, a negative prompt, 48 tokens.
+  ZImageGenerationInput fixture_input() const {
+    const auto& p = settings_["pipeline"];
+    ZImageGenerationInput input;
+    input.prompt = p["prompt"];
+    input.negative_prompt = p["negative_prompt"];
+    input.height = p["height"];
+    input.width = p["width"];
+    input.num_inference_steps = p["num_inference_steps"];
+    input.guidance.scale = p["guidance_scale"];
+    input.guidance.truncation = p["cfg_truncation"];
+    input.max_sequence_length = p["max_sequence_length"];
+    return input;
+  }
+
+  // A pipeline planned with `component_backends` ("text_encoder=triton"), as the CLI's
+  // --component-attention-backends does it.
+  std::unique_ptr<ZImagePipeline> pipeline_with(const std::string& component_backends) const {
+    Request request;
+    request.component_attention_backends = component_backends;
+    return std::make_unique<ZImagePipeline>(*index_, plan_attention(*index_, request));
+  }
+
+  // The fixture image [H, W, 3] against frames [1, H, W, 3].
+  double image_error(const Tensor& frames, const std::string& name) const {
+    const Tensor expected = reference_->tensor(name);
+    EXPECT_EQ(shape_string(frames.shape()),
+              shape_string({1, expected.size(0), expected.size(1), expected.size(2)}));
+    return testing::max_abs_diff(frames.select(0, 0), expected);
+  }
+
+  std::unique_ptr<SafetensorsFile> reference_;
+  nlohmann::json settings_;
+  std::unique_ptr<ModelIndex> index_;
+};
+
+TEST_F(ZImagePipelineTest, ScheduleMatchesDiffusers) {
+  const nlohmann::json& config = index_->config("scheduler");
+  // 32x48 pixels: a 16x24 latent, 8x12 patches.
+  EXPECT_NEAR(zimage_mu(config, 16, 24), settings_["scheduler.mu"].get<double>(), 1e-12);
+  auto scheduler = make_zimage_scheduler(index_->component("scheduler").class_name, config,
+                                         std::nullopt, 4, 16, 24);
+  const Tensor timesteps = reference_->tensor("scheduler.timesteps");
+  const Tensor sigmas = reference_->tensor("scheduler.sigmas");
+  ASSERT_EQ(scheduler->timesteps().size(), size_t(timesteps.numel()));
+  ASSERT_EQ(scheduler->sigmas().size(), size_t(sigmas.numel()));
+  for (int64_t i = 0; i < timesteps.numel(); ++i)
+    EXPECT_NEAR(scheduler->timesteps()[size_t(i)], timesteps.data<float>()[i], 1e-6) << i;
+  for (int64_t i = 0; i < sigmas.numel(); ++i)
+    EXPECT_NEAR(scheduler->sigmas()[size_t(i)], sigmas.data<float>()[i], 1e-6) << i;
+}
+
+TEST(ZImageSchedule, DefaultSigmasAreTorchLinspace) {
+  // torch.linspace(1.0, 1 / 4, 4) and (1.0, 1 / 9, 9) in float32.
+  const std::vector<double> four = zimage_default_sigmas(4);
+  EXPECT_EQ(four, (std::vector<double>{1.0, 0.75, 0.5, 0.25}));
+  const std::vector<double> nine = zimage_default_sigmas(9);
+  ASSERT_EQ(nine.size(), 9u);
+  EXPECT_EQ(nine.front(), 1.0);
+  EXPECT_EQ(nine.back(), double(float(1.0 / 9.0)));
+  for (size_t i = 1; i < nine.size(); ++i) EXPECT_LT(nine[i], nine[i - 1]);
+  EXPECT_EQ(zimage_default_sigmas(1), std::vector<double>{1.0});
+}
+
+TEST(ZImageGuidance, PushesAwayFromTheNegativeAndTruncates) {
+  const Tensor pos = Tensor::from_vector({2}, std::vector<float>{1.0f, 2.0f});
+  const Tensor neg = Tensor::from_vector({2}, std::vector<float>{0.5f, 3.0f});
+  const Tensor guided = zimage_guided_prediction(pos, neg, 4.0, 0.0);
+  EXPECT_FLOAT_EQ(guided.data<float>()[0], 1.0f + 4.0f * 0.5f);
+  EXPECT_FLOAT_EQ(guided.data<float>()[1], 2.0f - 4.0f);
+  // cfg_normalization 1: the guided norm is capped at the conditional one's.
+  const Tensor capped = zimage_guided_prediction(pos, neg, 4.0, 1.0);
+  const double norm = std::hypot(capped.data<float>()[0], capped.data<float>()[1]);
+  EXPECT_NEAR(norm, std::hypot(1.0, 2.0), 1e-5);
+  ZImageGuidance guidance{.scale = 4.0, .truncation = 0.5};
+  EXPECT_EQ(guidance.scale_at(0.25f), 4.0);
+  EXPECT_EQ(guidance.scale_at(0.75f), 0.0);
+  EXPECT_EQ(ZImageGuidance{.scale = 4.0}.scale_at(0.99f), 4.0);  // truncation 1: never
+  EXPECT_FALSE(ZImageGuidance{.scale = 0.0}.enabled());
+  EXPECT_TRUE(ZImageGuidance{.scale = 0.5}.enabled());  // Z-Image guides above 0, not above 1
+}
+
+TEST_F(ZImagePipelineTest, GivenNoiseReproducesEveryStepAndTheImage) {
+  const ZImagePipeline pipeline(*index_);
+  ZImageGenerationInput input = fixture_input();
+  input.initial_latents = reference_->tensor("pipeline.noise").clone();
+  const ZImageGenerationOutput output = pipeline.generate(input, /*keep_step_latents=*/true);
+  ASSERT_EQ(output.latents_after_step.size(), 4u);
+  for (int k = 0; k < 4; ++k) {
+    const double error = testing::relative_error(
+        output.latents_after_step[size_t(k)],
+        reference_->tensor("pipeline.latents_after_step" + std::to_string(k)));
+    std::printf("zimage-tiny latents after step %d: relative error %.3g\n", k, error);
+    EXPECT_LT(error, 1e-4) << "step " << k;
+  }
+  const double error = image_error(output.frames, "pipeline.image");
+  std::printf("zimage-tiny pipeline.image: max abs diff %.3g\n", error);
+  EXPECT_LT(error, 1e-3);
+}
+
+TEST_F(ZImagePipelineTest, SeedReproducesDiffusersNoise) {
+  const ZImagePipeline pipeline(*index_);
+  ZImageGenerationInput input = fixture_input();
+  input.seed = 42;
+  const double error = image_error(pipeline.generate(input).frames, "pipeline.image_seed42");
+  std::printf("zimage-tiny pipeline.image_seed42: max abs diff %.3g\n", error);
+  EXPECT_LT(error, 1e-3);
+}
+
+TEST_F(ZImagePipelineTest, GuidanceZeroRunsTheConditionalPredictionOnly) {
+  const ZImagePipeline pipeline(*index_);
+  ZImageGenerationInput input = fixture_input();
+  input.initial_latents = reference_->tensor("pipeline.noise").clone();
+  input.guidance.scale = 0.0;
+  input.negative_prompt = "";
+  const double error = image_error(pipeline.generate(input).frames, "pipeline.image_guidance0");
+  std::printf("zimage-tiny pipeline.image_guidance0: max abs diff %.3g\n", error);
+  EXPECT_LT(error, 1e-3);
+  // And differs from the guided image, so the test can tell the two apart.
+  EXPECT_GT(testing::max_abs_diff(reference_->tensor("pipeline.image_guidance0"),
+                                  reference_->tensor("pipeline.image")),
+            1e-2);
+}
+
+// The text encoder through every paged backend this CPU runs: the same image, and the same
+// numbers as each other.
+TEST_F(ZImagePipelineTest, EveryPagedTextEncoderBackendGivesTheSameImage) {
+  ZImageGenerationInput input = fixture_input();
+  input.initial_latents = reference_->tensor("pipeline.noise").clone();
+  Tensor first;
+  for (const char* backend : {"torch_native", "triton", "flashinfer", "fa3", "flex_attention"}) {
+    const auto pipeline = pipeline_with(std::string("text_encoder=") + backend);
+    EXPECT_EQ(pipeline->text_encoder_backend(), backend);
+    const Tensor frames = pipeline->generate(input).frames;
+    const double error = image_error(frames, "pipeline.image");
+    std::printf("text encoder %s: pipeline.image max abs diff %.3g\n", backend, error);
+    EXPECT_LT(error, 1e-3) << backend;
+    if (!first.defined()) {
+      first = frames;
+    } else {
+      EXPECT_LT(testing::max_abs_diff(frames, first), 1e-5) << backend << " vs torch_native";
+    }
+  }
+}
+
+TEST_F(ZImagePipelineTest, EachDenseTransformerBackendReproducesTheImage) {
+  ZImageGenerationInput input = fixture_input();
+  input.initial_latents = reference_->tensor("pipeline.noise").clone();
+  for (const char* backend : {"fa", "torch_sdpa"}) {
+    const auto pipeline = pipeline_with(std::string("transformer=") + backend);
+    EXPECT_EQ(pipeline->attention_plan().main_backend, backend);
+    const double error = image_error(pipeline->generate(input).frames, "pipeline.image");
+    std::printf("transformer %s: pipeline.image max abs diff %.3g\n", backend, error);
+    EXPECT_LT(error, 1e-3) << backend;
+  }
+}
+
+TEST_F(ZImagePipelineTest, PlanHasNoCrossAttentionAndRefusesSparseBackends) {
+  const AttentionPlan plan = plan_attention(*index_, Request{});
+  const auto& layers = plan.components.at("transformer").layers;
+  ASSERT_EQ(layers.size(), 1u);
+  EXPECT_EQ(layers[0].kind, attention::LayerKind::SelfAttention);
+  for (const char* backend : {"video_sparse_attn", "sliding_tile_attn", "sla_attn"}) {
+    Request request;
+    request.component_attention_backends = std::string("transformer=") + backend;
+    const std::string message = testing::error_message([&] { plan_attention(*index_, request); });
+    EXPECT_TRUE(contains(message, "Z-Image")) << message;
+    EXPECT_TRUE(contains(message, "choose a dense backend")) << message;
+    EXPECT_EQ(std::count(message.begin(), message.end(), '\n'), 0) << message;
+  }
+}
+
+TEST_F(ZImagePipelineTest, CommandLineWritesTheSameNumbers) {
+  const fs::path out = testing::scratch_dir("zimage-cli-npy");
+  const ZImageGenerationInput input = fixture_input();
+  const std::string command =
+      testing::mmgen_binary().string() + " generate --model-path " +
+      (fixture() / "model").string() + " --prompt '" + input.prompt + "' --negative-prompt '" +
+      input.negative_prompt + "' --height " + std::to_string(input.height) + " --width " +
+      std::to_string(input.width) + " --num-inference-steps " +
+      std::to_string(input.num_inference_steps) + " --guidance-scale 4 --max-sequence-length " +
+      std::to_string(input.max_sequence_length) +
+      " --seed 42 --output-format npy --output-file-name image --output-path " + out.string();
+  const auto result = testing::run_command(command);
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const double error = image_error(read_npy(out / "image.npy"), "pipeline.image_seed42");
+  std::printf("mmgen generate (seed 42): max abs diff %.3g\n", error);
+  EXPECT_LT(error, 1e-3);
+  const auto sidecar = nlohmann::json::parse(read_text_file(out / "image.npy.json"));
+  EXPECT_EQ(sidecar["seed"], 42);
+  EXPECT_EQ(sidecar["prompt"], input.prompt);
+}
+
+TEST_F(ZImagePipelineTest, DryRunNamesThePipelineAndItsSizes) {
+  const std::string model = (fixture() / "model").string();
+  auto result = testing::run_command(testing::mmgen_binary().string() + " generate --model-path " +
+                                     model + " --prompt fox --height 32 --width 48 --dry-run");
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const auto plan = nlohmann::json::parse(result.out);
+  EXPECT_EQ(plan["pipeline"], "ZImagePipeline");
+  EXPECT_EQ(plan["latent_shape"], nlohmann::json({1, 16, 16, 24}));
+  EXPECT_EQ(plan["request"]["height"], 32);
+  EXPECT_EQ(plan["request"]["width"], 48);
+  EXPECT_TRUE(plan["components"]["transformer"]["attention_layers"].contains("self_attention"));
+  EXPECT_FALSE(plan["components"]["transformer"]["attention_layers"].contains("cross_attention"));
+  // Without sizes and steps: configs/zimage.yaml's defaults (diffusers' call defaults). The tiny
+  // transformer's RoPE tables stop at 128 pixels, so a copy with Z-Image's own axes_lens plans it
+  // (a dry run reads configs only).
+  const fs::path full = testing::scratch_dir("zimage-axes") / "model";
+  fs::copy(fixture() / "model", full, fs::copy_options::recursive);
+  nlohmann::json transformer =
+      nlohmann::json::parse(read_text_file(full / "transformer/config.json"));
+  transformer["axes_lens"] = {1536, 512, 512};
+  testing::write_json_file(full / "transformer/config.json", transformer);
+  result = testing::run_command(testing::mmgen_binary().string() + " generate --model-path " +
+                                full.string() + " --prompt fox --dry-run");
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const auto defaults = nlohmann::json::parse(result.out)["request"];
+  EXPECT_EQ(defaults["height"], 1024);
+  EXPECT_EQ(defaults["width"], 1024);
+  EXPECT_EQ(defaults["num_inference_steps"], 50);
+  EXPECT_EQ(defaults["guidance_scale"], 5.0);
+  EXPECT_EQ(defaults["max_sequence_length"], 512);
+  // inspect reads the same plan with a memory estimate.
+  result = testing::run_command(testing::mmgen_binary().string() + " inspect --model-path " +
+                                model + " --height 32 --width 48");
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_TRUE(contains(result.out, "ZImagePipeline")) << result.out;
+}
+
+TEST_F(ZImagePipelineTest, RefusesWhatZImageCannotDoInOneLine) {
+  const std::string base = testing::mmgen_binary().string() + " generate --model-path " +
+                           (fixture() / "model").string() + " --prompt fox --dry-run ";
+  // The tiny VAE has two levels (f = 2), so sizes must be multiples of 4.
+  for (const auto& [flags, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"--height 30 --width 48", "Z-Image needs multiples of 4; try 28x48"},
+           {"--height 32 --width 48 --num-frames 5", "Z-Image makes still images"},
+           // axes_lens [64, 32, 32] with 2x2 patches of f = 2: 128 pixels a side at most.
+           {"--height 256 --width 48", "position tables reach 128x128 pixels; try 128x48"},
+           {"--height 32 --width 48 --attention-backend video_sparse_attn",
+            "cannot run sparse attention"}}) {
+    const auto result = testing::run_command(base + flags);
+    EXPECT_NE(result.exit_code, 0) << flags;
+    EXPECT_TRUE(contains(result.err, expected)) << flags << ": " << result.err;
+    EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1)
+        << flags << ": " << result.err;
+  }
+}
+
+// Peak resident memory of a generate run (its summary line) against `mmgen inspect --json`'s
+// estimate for the same request: the estimate covers the peak without wild excess.
+TEST_F(ZImagePipelineTest, MemoryEstimateCoversTheMeasuredPeak) {
+  const std::string model = (fixture() / "model").string();
+  const fs::path out = testing::scratch_dir("zimage-peak");
+  for (const std::string flags : {" --height 128 --width 128",
+                                  " --height 128 --width 128 "
+                                  "--guidance-scale 0"}) {
+    SCOPED_TRACE(flags);
+    const auto run = testing::run_command(
+        testing::mmgen_binary().string() + " generate --model-path " + model + flags +
+        " --prompt fox --num-inference-steps 1 --output-format npy --overwrite --output-path " +
+        out.string());
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    std::smatch match;
+    ASSERT_TRUE(std::regex_search(run.err, match, std::regex(R"(peak memory ([0-9.]+) MiB)")))
+        << run.err;
+    const double peak = std::stod(match[1]);
+    const auto inspect = testing::run_command(testing::mmgen_binary().string() +
+                                              " inspect --json --model-path " + model + flags);
+    ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+    const double estimate =
+        nlohmann::json::parse(inspect.out)["memory"]["total_bytes"].get<double>() / (1 << 20);
+    std::printf("%s: estimate %.0f MiB, measured peak %.0f MiB\n", flags.c_str(), estimate, peak);
+    EXPECT_GE(estimate, peak * 0.95);
+    EXPECT_LE(estimate, peak * 1.6);
+  }
+}
+
+}  // namespace
+}  // namespace mmgen
