@@ -5,25 +5,12 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "core/limits.h"
+#include "models/dit/config_fields.h"
 
 namespace mmgen::dit {
 namespace {
 
 using nlohmann::json;
-
-bool is_set(const json& config, const char* key) {
-  return config.contains(key) && !config.at(key).is_null();
-}
-
-int64_t read_int(const json& config, const char* key, int64_t fallback, const std::string& where) {
-  if (!is_set(config, key)) return fallback;
-  const json& value = config.at(key);
-  check(value.is_number_integer() && value.get<int64_t>() >= 0 &&
-            value.get<int64_t>() <= Limits::kMaxConfigInteger,
-        "{}: '{}' must be an integer from 0 to {}, got {}", where, key, Limits::kMaxConfigInteger,
-        value.dump());
-  return value.get<int64_t>();
-}
 
 double read_number(const json& config, const char* key, double fallback, const std::string& where) {
   if (!is_set(config, key)) return fallback;
