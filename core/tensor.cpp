@@ -430,6 +430,16 @@ void Tensor::copy_from(const Tensor& source) {
   check(source.shape() == shape_, "copy from {} into {}", shape_string(source.shape()),
         shape_string(shape_));
   check(is_contiguous(), "copy into a non-contiguous tensor");
+#ifdef MMGEN_HAVE_CUDA
+  if (!is_cpu()) {  // into the GPU: from the host (converted there first) or from the GPU
+    const Tensor converted = source.to(dtype_).contiguous();
+    if (converted.is_cpu())
+      cuda::copy_host_to_device(raw(), converted.raw(), nbytes());
+    else
+      cuda::copy_device_to_device(raw(), converted.raw(), nbytes());
+    return;
+  }
+#endif
   require_cpu("copy_from");
   source.require_cpu("copy_from");
   Tensor converted = source.to(dtype_);

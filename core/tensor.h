@@ -101,9 +101,11 @@ class Tensor {
   Tensor reshape(const Shape& shape) const;  // a view when contiguous, else a copy
   Tensor contiguous() const;                 // shares storage when already contiguous
   Tensor clone() const;
-  Tensor to(DType dtype) const;          // converts; shares storage when nothing changes
-  Tensor to(Device device) const;        // copies (contiguously); shares when already there
-  void copy_from(const Tensor& source);  // same shape; converts dtype (host tensors)
+  Tensor to(DType dtype) const;    // converts; shares storage when nothing changes
+  Tensor to(Device device) const;  // copies (contiguously); shares when already there
+  // Same shape; converts dtype. Into a host tensor from a host tensor; into a GPU tensor from
+  // either device (a strided GPU source must be contiguous).
+  void copy_from(const Tensor& source);
 
   // Element access for tests and small host code (converts to float).
   float item_f32(const std::vector<int64_t>& index) const;

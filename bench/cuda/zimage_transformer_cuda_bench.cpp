@@ -56,11 +56,12 @@ int main(int argc, char** argv) try {
     return 2.0 * tokens * (4 * d * d + 3 * d * ffn) + 4.0 * tokens * tokens * d;
   };
   const double flops = double(config.n_layers) * block_flops(double(joint)) +
-                       double(config.n_refiner_layers) *
-                           (block_flops(double(image_tokens)) + block_flops(double(caption_padded)));
+                       double(config.n_refiner_layers) * (block_flops(double(image_tokens)) +
+                                                          block_flops(double(caption_padded)));
 
-  std::printf("Z-Image-Turbo-sized transformer, %lldx%lld (%lld image tokens), %lld caption tokens\n",
-              (long long)side, (long long)side, (long long)image_tokens, (long long)caption_tokens);
+  std::printf(
+      "Z-Image-Turbo-sized transformer, %lldx%lld (%lld image tokens), %lld caption tokens\n",
+      (long long)side, (long long)side, (long long)image_tokens, (long long)caption_tokens);
   std::printf("weights on GPU: %.2f GiB (uploaded in %.1f s)\n",
               gpu.resident_weight_bytes() / double(1 << 30), load_seconds);
   std::vector<Tensor> out = gpu.forward({{latents, caption, 0.1f}});  // warm-up
@@ -75,10 +76,10 @@ int main(int argc, char** argv) try {
   double sum_abs = 0;
   for (int64_t i = 0; i < out[0].numel(); ++i) sum_abs += std::abs(out[0].data<float>()[i]);
   const double median = seconds[seconds.size() / 2];
-  std::printf("forward (one step at guidance 0): median %.4f s, min %.4f s, max %.4f s over %d "
-              "repeats; %.1f TFLOP, %.0f TFLOP/s\n",
-              median, seconds.front(), seconds.back(), repeats, flops / 1e12,
-              flops / median / 1e12);
+  std::printf(
+      "forward (one step at guidance 0): median %.4f s, min %.4f s, max %.4f s over %d "
+      "repeats; %.1f TFLOP, %.0f TFLOP/s\n",
+      median, seconds.front(), seconds.back(), repeats, flops / 1e12, flops / median / 1e12);
   std::printf("peak GPU memory (allocator): %.2f GiB; output mean |x| %.4f\n",
               cuda::CachingAllocator::instance().peak_bytes_in_use() / double(1 << 30),
               sum_abs / double(out[0].numel()));

@@ -15,9 +15,13 @@ ZImageModulation zimage_modulation(const ZImageBlockWeights& weights,
   check(int64_t(adaln.size()) == weights.modulation_weight.size(1),
         "Z-Image block: timestep embedding of {} values for a modulation reading {}", adaln.size(),
         weights.modulation_weight.size(1));
-  // On the host in float32: a [1, adaln_dim] product, then element-wise work on 4·dim values.
-  const Tensor chunks = ops::linear(Tensor::from_vector({1, int64_t(adaln.size())}, adaln),
-                                    weights.modulation_weight, weights.modulation_bias);
+  // A [1, adaln_dim] product where the weights live (on the GPU it reads bf16), then
+  // element-wise work on 4·dim values on the host.
+  const Tensor input = Tensor::from_vector({1, int64_t(adaln.size())}, adaln);
+  const Tensor& w = weights.modulation_weight;
+  const Tensor chunks = ops::linear(w.is_cpu() ? input : input.to(w.dtype()).to(w.device()), w,
+                                    weights.modulation_bias)
+                            .to(Device::CPU);
   const float* m = chunks.data<float>();  // (scale_msa, gate_msa, scale_mlp, gate_mlp)
   const float* norm1 = weights.attention_norm1.data<float>();
   const float* ffn_norm1 = weights.ffn_norm1.data<float>();

@@ -34,24 +34,26 @@ ZImageConfig validated(ZImageConfig config) {
   return config;
 }
 
-// Sequences are assembled on the host, where rows can be copied on any build: `parts` (each
-// [rows, dim], on one device) stacked, then `pad_rows` copies of `pad` ([dim] float32 on the
-// host) appended; the result float32 on the parts' device. The copies are a small part of a
-// forward (a few token sequences per forward, against every block's products over them).
+// `parts` (each [rows, dim], on the device the model runs on) stacked, then `pad_rows` copies of
+// `pad` ([dim] float32 on the host) appended: float32, assembled where the parts live (on the GPU
+// by device copies; only the few pad rows come from the host).
 Tensor assemble_rows(const std::vector<Tensor>& parts, int64_t pad_rows, const Tensor& pad) {
   const int64_t dim = parts.front().size(1);
   int64_t rows = pad_rows;
   for (const Tensor& part : parts) rows += part.size(0);
-  Tensor out = Tensor::empty({rows, dim});
-  float* dst = out.data<float>();
+  Tensor out = Tensor::empty({rows, dim}, DType::F32, parts.front().device());
+  int64_t row = 0;
   for (const Tensor& part : parts) {
-    const Tensor host = part.to(Device::CPU).to(DType::F32).contiguous();
-    std::memcpy(dst, host.data<float>(), host.nbytes());
-    dst += host.numel();
+    out.slice(0, row, row + part.size(0)).copy_from(part.contiguous());
+    row += part.size(0);
   }
-  for (int64_t r = 0; r < pad_rows; ++r, dst += dim)
-    std::memcpy(dst, pad.data<float>(), size_t(dim) * sizeof(float));
-  return out.to(parts.front().device());
+  if (pad_rows > 0) {
+    Tensor padding = Tensor::empty({pad_rows, dim});
+    for (int64_t r = 0; r < pad_rows; ++r)
+      std::memcpy(padding.data<float>() + r * dim, pad.data<float>(), size_t(dim) * sizeof(float));
+    out.slice(0, row, rows).copy_from(padding);
+  }
+  return out;
 }
 
 }  // namespace
@@ -94,6 +96,7 @@ void ZImageTransformer::set_device(Device device, DType compute) {
   resident_layers_.clear();
   resident_outer_ = {};
   resident_bytes_ = 0;
+  rope_cache_ = std::make_shared<RopeCache>();
   if (device == Device::CPU) return;
   check(compute_ == DType::BF16, "GPU transformer: the products read bf16, not {}",
         dtype_name(compute_));
@@ -125,11 +128,32 @@ ZImageBlockWeights ZImageTransformer::block_weights(ZImageStage stage, int64_t l
                                   stage != ZImageStage::ContextRefiner);
 }
 
+const ZImageTransformer::LayoutRope& ZImageTransformer::layout_rope(
+    const ZImageLayout& layout) const {
+  // A few layouts at most (a run's size; a prompt file may mix sizes): start over beyond that.
+  constexpr size_t kMaxLayouts = 4;
+  const std::array<int64_t, 4> key = {layout.grid[0], layout.grid[1], layout.grid[2],
+                                      layout.caption_padded};
+  std::lock_guard<std::mutex> lock(rope_cache_->mutex);
+  auto& layouts = rope_cache_->layouts;
+  if (auto found = layouts.find(key); found != layouts.end()) return found->second;
+  if (layouts.size() >= kMaxLayouts) layouts.clear();
+  const int64_t heads = config_.n_heads;
+  const ZImagePositions image_ids = zimage_image_positions(layout);
+  const ZImagePositions caption_ids = zimage_caption_positions(layout);
+  ZImagePositions joint_ids = image_ids;
+  joint_ids.insert(joint_ids.end(), caption_ids.begin(), caption_ids.end());
+  LayoutRope tables{rope_.tables(image_ids, heads, device_),
+                    rope_.tables(caption_ids, heads, device_),
+                    rope_.tables(joint_ids, heads, device_)};
+  return layouts.emplace(key, std::move(tables)).first->second;
+}
+
 std::vector<Tensor> ZImageTransformer::forward(const std::vector<ZImageItem>& batch,
                                                const ZImageStep& step,
                                                ZImageAttention* attention) const {
   check(!batch.empty(), "Z-Image transformer: empty batch");
-  const int64_t count = int64_t(batch.size()), heads = config_.n_heads;
+  const int64_t count = int64_t(batch.size());
   const ZImageOuterWeights& outer = device_ == Device::CPU ? host_outer_ : resident_outer_;
 
   // Per item: layout, timestep embedding, the three RoPE tables, and the embedded image and
@@ -148,13 +172,10 @@ std::vector<Tensor> ZImageTransformer::forward(const std::vector<ZImageItem>& ba
     layouts.push_back(layout);
     adaln.push_back(zimage_timestep_embedding(host_outer_, config_, item.timestep));
 
-    const ZImagePositions image_ids = zimage_image_positions(layout);
-    const ZImagePositions caption_ids = zimage_caption_positions(layout);
-    ZImagePositions joint_ids = image_ids;
-    joint_ids.insert(joint_ids.end(), caption_ids.begin(), caption_ids.end());
-    image_rope.push_back(rope_.tables(image_ids, heads, device_));
-    caption_rope.push_back(rope_.tables(caption_ids, heads, device_));
-    joint_rope.push_back(rope_.tables(joint_ids, heads, device_));
+    const LayoutRope& rope = layout_rope(layout);
+    image_rope.push_back(rope.image);
+    caption_rope.push_back(rope.caption);
+    joint_rope.push_back(rope.joint);
 
     const Tensor patches = zimage_patchify(item.latents, config_, layout);
     const Tensor embedded =

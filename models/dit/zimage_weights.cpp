@@ -92,12 +92,19 @@ ZImageBlockWeights ZImageBlockWeights::placed(Device device, DType compute) cons
   p.w1 = product(w1), p.w2 = product(w2), p.w3 = product(w3);
   p.norm_q = norm_q.to(device), p.norm_k = norm_k.to(device);
   p.attention_norm2 = attention_norm2.to(device), p.ffn_norm2 = ffn_norm2.to(device);
+  if (modulation_weight.defined() && device != Device::CPU) {
+    p.modulation_weight = product(modulation_weight);
+    p.modulation_bias = modulation_bias.to(DType::F32).to(device);
+  }
   return p;
 }
 
 size_t ZImageBlockWeights::device_bytes() const {
-  return bytes_of({&to_q, &to_k, &to_v, &to_out, &w1, &w2, &w3, &norm_q, &norm_k, &attention_norm2,
-                   &ffn_norm2});
+  size_t bytes = bytes_of({&to_q, &to_k, &to_v, &to_out, &w1, &w2, &w3, &norm_q, &norm_k,
+                           &attention_norm2, &ffn_norm2});
+  if (modulation_weight.defined() && !modulation_weight.is_cpu())
+    bytes += bytes_of({&modulation_weight, &modulation_bias});
+  return bytes;
 }
 
 void check_zimage_outer(const WeightStore& store, const ZImageConfig& config) {

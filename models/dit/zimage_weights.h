@@ -4,8 +4,8 @@
 // On the CPU the weights stay memory-mapped in their stored dtype and a block's products are
 // converted to float32 just before it runs (one block resident at a time). On the GPU they are
 // uploaded once: products in the compute dtype (bf16), norms float32. Either way, what the host
-// computes per forward (the timestep MLP, the modulation products of a [1, 256] input, folding
-// each item's modulation into its norm weight) reads host tensors.
+// computes per forward (the timestep MLP, folding each item's modulation into its norm weight)
+// reads host tensors; the modulation product itself runs where the model runs.
 #pragma once
 
 #include <cstdint>
@@ -29,8 +29,10 @@ struct ZImageBlockWeights {
   Tensor norm_q, norm_k, attention_norm2, ffn_norm2;
   // The pre-norms, float32 on the host: a modulated block folds each item's (1 + scale) into them.
   Tensor attention_norm1, ffn_norm1;
-  // adaLN_modulation.0 [4·dim, adaln_dim] and its bias, on the host in the stored dtype (mapped;
-  // ops::linear converts as it reads); undefined in the unmodulated context refiner.
+  // adaLN_modulation.0 [4·dim, adaln_dim] and its bias: on the CPU mapped in the stored dtype
+  // (ops::linear converts as it reads); on the GPU resident like the products (bf16, bias
+  // float32), so a step does not convert 4·dim·adaln_dim host values per block; undefined in the
+  // unmodulated context refiner.
   Tensor modulation_weight, modulation_bias;
 
   static ZImageBlockWeights load(const WeightStore& store, const std::string& prefix,
