@@ -13,7 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "attention/device_attention.h"
 #include "core/cuda/device_memory.h"
+#include "core/ops.h"
 #include "core/safetensors.h"
 #include "models/dit/wan_random_checkpoint.h"
 #include "models/dit/zimage_random_checkpoint.h"
@@ -22,14 +24,116 @@
 using namespace mmgen;
 namespace fs = std::filesystem;
 
+namespace {
+
+// Milliseconds per call of `op` (median of 9, each ended by a one-value download, which waits for
+// the GPU).
+template <typename Op>
+double milliseconds(Op&& op) {
+  std::vector<double> times;
+  for (int i = 0; i < 10; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    const Tensor out = op();
+    out.view({-1}).slice(0, 0, 1).to(Device::CPU);
+    times.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+            .count());
+  }
+  std::sort(times.begin() + 1, times.end());
+  return times[5];
+}
+
+// Where a main block's time goes at this size: each op of run_zimage_block alone, with the
+// count per block, so the sum can be set against the measured forward.
+void time_block_ops(const dit::ZImageConfig& config, int64_t tokens) {
+  const int64_t d = config.dim, ffn = config.ffn_dim(), heads = config.n_heads,
+                head_dim = config.head_dim();
+  const auto device = [](const Tensor& t) { return t.to(Device::CUDA); };
+  const Tensor x = device(dit::random_tensor({tokens, d}, 0.0f, 1.0f, 1, DType::F32));
+  const Tensor xb = x.to(DType::BF16);
+  const Tensor w_dd = device(dit::random_tensor({d, d}, 0.0f, 0.02f, 2, DType::BF16));
+  const Tensor w_fd = device(dit::random_tensor({ffn, d}, 0.0f, 0.02f, 3, DType::BF16));
+  const Tensor w_df = device(dit::random_tensor({d, ffn}, 0.0f, 0.02f, 4, DType::BF16));
+  const Tensor hidden = device(dit::random_tensor({tokens, ffn}, 0.0f, 1.0f, 5, DType::F32));
+  const Tensor norm = device(Tensor::full({d}, 1.0f));
+  const Tensor qk_norm = device(Tensor::full({head_dim}, 1.0f));
+  const Tensor rope = device(Tensor::full({tokens * heads, head_dim / 2}, 0.5f));
+  const Shape heads_shape = {1, tokens, heads, head_dim};
+  struct Row {
+    const char* what;
+    int per_block;
+    double ms;
+  };
+  std::vector<Row> rows;
+  const auto gemm_ms = [&](const Tensor& in, const Tensor& w, DType out) {
+    return milliseconds([&] { return ops::linear(in, w, Tensor(), out); });
+  };
+  rows.push_back({"q/k/v projection (bf16 out)", 3, gemm_ms(xb, w_dd, DType::BF16)});
+  rows.push_back({"output projection (f32 out)", 1, gemm_ms(xb, w_dd, DType::F32)});
+  rows.push_back({"w1 / w3 (f32 out)", 2, gemm_ms(xb, w_fd, DType::F32)});
+  rows.push_back({"w1 / w3 (bf16 out)", 0, gemm_ms(xb, w_fd, DType::BF16)});
+  rows.push_back({"w2 (f32 out)", 1, gemm_ms(hidden.to(DType::BF16), w_df, DType::F32)});
+  rows.push_back({"attention (flash)", 1, milliseconds([&] {
+                    return attention::dense_attention_gpu(
+                        xb.view(heads_shape), xb.view(heads_shape), xb.view(heads_shape), 0.088f,
+                        attention::DenseKernel::Flash);
+                  })});
+  rows.push_back({"rms_norm (bf16 out)", 2,
+                  milliseconds([&] { return ops::rms_norm(x, norm, 1e-5f, DType::BF16); })});
+  rows.push_back(
+      {"rms_norm (f32 out)", 2, milliseconds([&] { return ops::rms_norm(x, norm, 1e-5f); })});
+  rows.push_back({"rms_norm_rope_ (q, k)", 2, milliseconds([&] {
+                    Tensor q = xb.clone();
+                    Tensor view = q.view({tokens * heads, head_dim});
+                    ops::rms_norm_rope_(view, qk_norm, 1e-5f, rope, rope, head_dim);
+                    return q;
+                  })});
+  rows.push_back(
+      {"  (the clone inside the row above)", -1, milliseconds([&] { return xb.clone(); })});
+  rows.push_back({"add_gated_", 2, milliseconds([&] {
+                    Tensor y = x.clone();
+                    ops::add_gated_(y, x, norm);
+                    return y;
+                  })});
+  rows.push_back(
+      {"  (the clone inside the row above)", -1, milliseconds([&] { return x.clone(); })});
+  rows.push_back({"silu_ on [tokens, ffn] f32", 1, milliseconds([&] {
+                    Tensor h = hidden.clone();
+                    ops::silu_(h);
+                    return h;
+                  })});
+  rows.push_back({"mul_ on [tokens, ffn] f32", 1, milliseconds([&] {
+                    Tensor h = hidden.clone();
+                    ops::mul_(h, hidden);
+                    return h;
+                  })});
+  rows.push_back(
+      {"  (the clone inside the rows above)", -2, milliseconds([&] { return hidden.clone(); })});
+  rows.push_back(
+      {"to(bf16) of [tokens, ffn]", 1, milliseconds([&] { return hidden.to(DType::BF16); })});
+  double total = 0;
+  std::printf("one main block's ops alone at %lld tokens (ms per call x calls per block):\n",
+              (long long)tokens);
+  for (const Row& row : rows) {
+    std::printf("  %-38s %8.3f x %d\n", row.what, row.ms, row.per_block);
+    total += row.ms * row.per_block;
+  }
+  std::printf("  sum per block %.2f ms; x %lld blocks = %.1f ms\n", total,
+              (long long)config.n_layers, total * double(config.n_layers));
+}
+
+}  // namespace
+
 int main(int argc, char** argv) try {
   int repeats = 5;
   int64_t caption_tokens = 64, side = 1024;
+  bool breakdown = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--repeats") repeats = std::stoi(argv[i + 1]);
     if (flag == "--caption") caption_tokens = std::stoll(argv[i + 1]);
     if (flag == "--side") side = std::stoll(argv[i + 1]);
+    if (flag == "--breakdown") breakdown = std::string(argv[i + 1]) == "1";
   }
   const dit::ZImageConfig config = dit::ZImageConfig::from_json(nlohmann::json::object());
   const fs::path file = fs::temp_directory_path() / "mmgen_zimage_turbo_random.safetensors";
@@ -83,6 +187,7 @@ int main(int argc, char** argv) try {
   std::printf("peak GPU memory (allocator): %.2f GiB; output mean |x| %.4f\n",
               cuda::CachingAllocator::instance().peak_bytes_in_use() / double(1 << 30),
               sum_abs / double(out[0].numel()));
+  if (breakdown) time_block_ops(config, joint);
   return 0;
 } catch (const std::exception& error) {
   std::fprintf(stderr, "zimage_transformer_cuda_bench: %s\n", error.what());
