@@ -16,9 +16,10 @@
 // at full gain amplify rounding more than the fixture's; three-TF32 products still drop the
 // small·small term, about 2^-22 of each product). Also: denormalize of GPU latents
 // equals the CPU's bit for bit, back on the CPU the decoder gives the CPU's bits again, and weights
-// leave the GPU.
+// leave the GPU. MMGEN_KL_BENCH=HxW adds a timing (see benchmark_when_asked).
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -141,6 +142,39 @@ NamedTensors random_checkpoint(const vae::AutoencoderKLConfig& config) {
   return tensors;
 }
 
+// Timing only: MMGEN_KL_BENCH=HxW (output pixels, multiples of 8) decodes random latents with a
+// random decoder of Z-Image's VAE structure (128/256/512/512 channels, 3 resnets per up block) in
+// both precisions, after one warm-up decode each, and prints the seconds.
+void benchmark_when_asked() {
+  const char* size = std::getenv("MMGEN_KL_BENCH");
+  int height = 0, width = 0;
+  if (!size || std::sscanf(size, "%dx%d", &height, &width) != 2 || height <= 0 || width <= 0)
+    return;
+  vae::AutoencoderKLConfig config;
+  config.block_out_channels = {128, 256, 512, 512};
+  config.layers_per_block = 2;
+  config.latent_channels = 16;
+  config.norm_num_groups = 32;
+  config.use_post_quant_conv = false;
+  const fs::path file = fs::temp_directory_path() / "mmgen_autoencoder_kl_bench.safetensors";
+  write_safetensors(file, random_checkpoint(config), {{"format", "pt"}});
+  vae::AutoencoderKLDecoder decoder(config, WeightStore::open_file(file));
+  const Tensor latents =
+      dit::random_tensor({1, 16, height / 8, width / 8}, 0.0f, 1.5f, 9, DType::F32)
+          .to(Device::CUDA);
+  for (ops::ConvPrecision precision : {ops::ConvPrecision::TF32, ops::ConvPrecision::FP32}) {
+    decoder.set_device(Device::CUDA, precision);
+    decoder.decode(latents);  // warm-up: cuBLASLt plans, the allocator's cache
+    const auto start = std::chrono::steady_clock::now();
+    decoder.decode(latents);  // returns on the host, so the GPU has finished
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("Z-Image-sized AutoencoderKL decode %dx%d, %s: %.3f s\n", height, width,
+                precision == ops::ConvPrecision::FP32 ? "FP32" : "TF32", seconds);
+  }
+  fs::remove(file);
+}
+
 }  // namespace
 
 int main() try {
@@ -185,6 +219,7 @@ int main() try {
   check_against_cpu(wide, dit::random_tensor({2, 16, 20, 28}, 0.0f, 1.5f, 6, DType::F32),
                     "random 64/128-channel decoder", 5e-5);
 
+  benchmark_when_asked();
   std::printf("peak GPU memory handed out: %.1f MiB\n",
               cuda::CachingAllocator::instance().peak_bytes_in_use() / 1048576.0);
   return finish("autoencoder_kl_cuda_test");
