@@ -10,6 +10,9 @@
 
 #include "core/error.h"
 #include "core/ops.h"
+#ifdef MMGEN_HAVE_CUDA
+#include "core/cuda/ops_cuda.h"
+#endif
 
 namespace mmgen::ops {
 namespace {
@@ -36,8 +39,13 @@ void plane_factors(const std::vector<float>& mean, const std::vector<float>& rst
 
 Tensor group_norm(const Tensor& x, int64_t groups, float eps, const Tensor& weight,
                   const Tensor& bias, bool silu) {
-  check(x.is_cpu(),
-        "group_norm: no CUDA implementation yet; run the model on the CPU (--device cpu)");
+#ifdef MMGEN_HAVE_CUDA
+  // GPU tensors go to core/cuda/group_norm.cu (the same two passes, blocks per group chunk).
+  if (x.device() == Device::CUDA) return cuda::ops::group_norm(x, groups, eps, weight, bias, silu);
+#endif
+  check(!weight.defined() || weight.is_cpu(),
+        "group_norm: the input is on the CPU, the weight not");
+  check(!bias.defined() || bias.is_cpu(), "group_norm: the input is on the CPU, the bias not");
   check(x.dtype() == DType::F32 && x.is_contiguous() && x.dim() >= 2,
         "group_norm: expects a contiguous float32 tensor [N, C, ...], got {} {}",
         dtype_name(x.dtype()), shape_string(x.shape()));

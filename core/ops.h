@@ -37,7 +37,8 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps, DType out = DT
 // torch.nn.GroupNorm over channels-first x [N, C, *] (contiguous float32): the C channels split
 // into `groups` groups of C / groups, each normalised over its channels and positions, then
 // y = x̂ · weight[c] + bias[c] (both [C], or undefined for no affine part), and SiLU after when
-// `silu` (the VAE's norm-then-activation, in one pass). CPU only for now (core/group_norm.cpp).
+// `silu` (the VAE's norm-then-activation, in one pass). core/group_norm.cpp on the CPU,
+// core/cuda/group_norm.cu on the GPU (float32 weight and bias there).
 Tensor group_norm(const Tensor& x, int64_t groups, float eps, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), bool silu = false);
 

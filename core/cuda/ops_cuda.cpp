@@ -1,9 +1,12 @@
 #include "core/cuda/ops_cuda.h"
 
+#include <utility>
+
 #include "core/cuda/device_ops.h"
 #include "core/cuda/elementwise.h"
 #include "core/cuda/gemm.h"
 #include "core/cuda/gemm_f32.h"
+#include "core/cuda/group_norm.h"
 #include "core/cuda/t5_ops.h"
 #include "core/error.h"
 
@@ -162,6 +165,40 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps, DType out) {
     t5_rms_norm_f32(x.data<float>(), y.data<float>(), rows, dim, weight.data<float>(), eps);
   else
     fail("rms_norm on the GPU: a {} result is not supported", dtype_name(out));
+  return y;
+}
+
+Tensor group_norm(const Tensor& x, int64_t groups, float eps, const Tensor& weight,
+                  const Tensor& bias, bool silu) {
+  require_f32(x, "group_norm");
+  check(x.dim() >= 2, "group_norm: expects [N, C, ...], got {}", shape_string(x.shape()));
+  const int64_t batch = x.size(0), channels = x.size(1);
+  check(groups > 0 && channels % groups == 0, "group_norm: {} channels do not split into {} groups",
+        channels, groups);
+  for (const auto& [tensor, what] : {std::pair{&weight, "weight"}, std::pair{&bias, "bias"}}) {
+    if (!tensor->defined()) continue;
+    require_device(*tensor, "group_norm", what);
+    check(tensor->dtype() == DType::F32 && tensor->numel() == channels,
+          "group_norm: {} {} {} for {} channels (the GPU takes float32)", what,
+          dtype_name(tensor->dtype()), shape_string(tensor->shape()), channels);
+  }
+  Tensor y = Tensor::empty(x.shape(), DType::F32, Device::CUDA);
+  if (x.numel() == 0) return y;
+  const int64_t positions = x.numel() / (batch * channels);
+  const int64_t group_count = batch * groups;
+  const int64_t chunks = group_norm_chunks(channels / groups * positions);
+  check(group_count * chunks < (int64_t(1) << 31),
+        "group_norm: {} groups are too many for one launch", group_count);
+  // Partial sums, then each group's mean and 1/σ (doubles); then each plane's scale and shift.
+  Tensor stats = Tensor::empty({group_count * chunks + 2 * group_count}, DType::F64, Device::CUDA);
+  Tensor factors = Tensor::empty({2 * batch * channels}, DType::F32, Device::CUDA);
+  GroupNormWorkspace workspace;
+  workspace.partial = reinterpret_cast<double*>(stats.raw());
+  workspace.mean = workspace.partial + group_count * chunks;
+  workspace.factors = factors.data<float>();
+  group_norm_f32(x.data<float>(), y.data<float>(), batch, channels, positions, groups, eps,
+                 weight.defined() ? weight.data<float>() : nullptr,
+                 bias.defined() ? bias.data<float>() : nullptr, silu, workspace);
   return y;
 }
 

@@ -14,7 +14,12 @@ KlConv2d::KlConv2d(const WeightStore& store, std::string prefix, int64_t in_chan
                     {out_channels, in_channels, 0, kernel, kernel});
 }
 
-Tensor KlConv2d::forward(const Tensor& x, bool upsample2x) const {
+void KlConv2d::place(Device device, ops::ConvPrecision precision) {
+  conv_ = conv_.to(device);
+  precision_ = precision;
+}
+
+Tensor KlConv2d::forward(const Tensor& x, bool upsample2x, const Tensor& residual) const {
   check(x.dim() == 4 && x.dtype() == DType::F32 && x.is_contiguous() &&
             x.size(1) == conv_.in_channels(),
         "{}: expects contiguous float32 [B, {}, H, W], got {} {}", prefix_, conv_.in_channels(),
@@ -22,7 +27,8 @@ Tensor KlConv2d::forward(const Tensor& x, bool upsample2x) const {
   // One temporal tap: the batch's images are independent frames.
   ops::ConvInputs inputs;
   inputs.upsample2x = upsample2x;
-  inputs.precision = ops::ConvPrecision::FP32;
+  inputs.residual = residual;
+  inputs.precision = precision_;
   return ops::conv3d(conv_, x, inputs);
 }
 

@@ -42,8 +42,7 @@ AutoencoderKLDecoder::AutoencoderKLDecoder(AutoencoderKLConfig config, WeightSto
     up_blocks_.push_back(std::move(block));
     previous = out;
   }
-  check_kl_weight(store, "decoder.conv_norm_out.weight", {channels.front()});
-  check_kl_weight(store, "decoder.conv_norm_out.bias", {channels.front()});
+  norm_out_ = KlGroupNorm(store, "decoder.conv_norm_out", channels.front(), groups, kNormOutEps);
   conv_out_ = KlConv2d(store, "decoder.conv_out", channels.front(), config_.out_channels, 3);
 }
 
@@ -52,32 +51,56 @@ AutoencoderKLDecoder AutoencoderKLDecoder::open_folder(const fs::path& folder) {
                               WeightStore::open_folder(folder));
 }
 
+void AutoencoderKLDecoder::set_device(Device device, ops::ConvPrecision precision) {
+  device_ = device;
+  precision_ = precision;
+  if (config_.use_post_quant_conv) post_quant_conv_.place(device, precision);
+  conv_in_.place(device, precision);
+  for (KlResnetBlock& resnet : mid_resnets_) resnet.place(device, precision);
+  if (mid_attention_) mid_attention_->place(device, precision);
+  for (UpBlock& block : up_blocks_) {
+    for (KlResnetBlock& resnet : block.resnets) resnet.place(device, precision);
+    if (block.upsample) block.upsampler.place(device, precision);
+  }
+  norm_out_.place(device);
+  conv_out_.place(device, precision);
+}
+
+size_t AutoencoderKLDecoder::resident_weight_bytes() const {
+  size_t bytes = post_quant_conv_.resident_bytes() + conv_in_.resident_bytes() +
+                 norm_out_.resident_bytes() + conv_out_.resident_bytes();
+  for (const KlResnetBlock& resnet : mid_resnets_) bytes += resnet.resident_bytes();
+  if (mid_attention_) bytes += mid_attention_->resident_bytes();
+  for (const UpBlock& block : up_blocks_) {
+    for (const KlResnetBlock& resnet : block.resnets) bytes += resnet.resident_bytes();
+    bytes += block.upsampler.resident_bytes();
+  }
+  return bytes;
+}
+
 Tensor AutoencoderKLDecoder::decode(const Tensor& z) const {
   check(z.dim() == 4 && z.size(1) == config_.latent_channels && z.numel() > 0,
         "AutoencoderKLDecoder::decode: expected latents [batch, {}, height, width], got {}",
         config_.latent_channels, shape_string(z.shape()));
-  const WeightStore& store = weights_;
-  Tensor h = z.to(DType::F32).contiguous();
+  Tensor h = z.to(device_).to(DType::F32).contiguous();
   if (config_.use_post_quant_conv) h = post_quant_conv_.forward(h);
   h = conv_in_.forward(h);
-  h = mid_resnets_[0].forward(store, h);
-  if (mid_attention_) h = mid_attention_->forward(store, h, attention_backend_.get());
-  h = mid_resnets_[1].forward(store, h);
+  h = mid_resnets_[0].forward(h);
+  if (mid_attention_) h = mid_attention_->forward(h, attention_backend_.get());
+  h = mid_resnets_[1].forward(h);
   for (const UpBlock& block : up_blocks_) {
-    for (const KlResnetBlock& resnet : block.resnets) h = resnet.forward(store, h);
+    for (const KlResnetBlock& resnet : block.resnets) h = resnet.forward(h);
     if (block.upsample) h = block.upsampler.forward(h, /*upsample2x=*/true);
   }
-  h = ops::group_norm(h, config_.norm_num_groups, kNormOutEps,
-                      store.get("decoder.conv_norm_out.weight"),
-                      store.get("decoder.conv_norm_out.bias"), /*silu=*/true);
-  return conv_out_.forward(h);
+  // The image is the pipeline's (post-processing, writers): it comes back to the host.
+  return conv_out_.forward(norm_out_.forward(h, /*silu=*/true)).to(Device::CPU);
 }
 
 Tensor denormalize(const AutoencoderKLConfig& config, const Tensor& latents) {
   check(latents.dim() == 4 && latents.size(1) == config.latent_channels,
         "AutoencoderKL denormalize: expected latents [batch, {}, height, width], got {}",
         config.latent_channels, shape_string(latents.shape()));
-  Tensor result = latents.to(DType::F32).contiguous().clone();
+  Tensor result = latents.to(Device::CPU).to(DType::F32).contiguous().clone();
   float* p = result.data<float>();
   // diffusers: (latents / scaling_factor) + shift_factor, both Python floats that torch rounds to
   // float32; a true division (not a product with the reciprocal), then the addition, each rounded.

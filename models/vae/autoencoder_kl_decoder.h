@@ -4,8 +4,12 @@
 //
 // post_quant_conv (when the config has one), conv_in, the mid block (resnet, attention, resnet),
 // one UpDecoderBlock2D per level (layers_per_block + 1 resnets, then nearest ×2 + 3×3 conv except
-// after the last), GroupNorm + SiLU, conv_out. Weights stay in the checkpoint (memory-mapped,
-// possibly bf16) and are converted per use.
+// after the last), GroupNorm + SiLU, conv_out. Written once over the device-neutral ops
+// (core/ops.h, core/conv.h) and run where set_device() puts it. On the CPU (the default) the
+// weights stay in the checkpoint (memory-mapped, possibly bf16) and are converted per use. On the
+// GPU they are uploaded once as float32 (the convolutions packed for the implicit-GEMM kernel);
+// the products run on TF32 tensor cores or, in the FP32 precision, as three TF32 products (float32
+// accuracy); the norms and the attention's softmax in float32.
 #pragma once
 
 #include <memory>
@@ -17,6 +21,7 @@
 #include "models/vae/autoencoder_kl_attention.h"
 #include "models/vae/autoencoder_kl_config.h"
 #include "models/vae/autoencoder_kl_conv.h"
+#include "models/vae/autoencoder_kl_norm.h"
 #include "models/vae/autoencoder_kl_resnet.h"
 
 namespace mmgen::vae {
@@ -24,6 +29,7 @@ namespace mmgen::vae {
 // The Z-Image pipeline's de-normalisation of its final latents [B, latent_channels, h, w], as
 // diffusers computes it in float32: latents / scaling_factor + shift_factor (no shift when the
 // config has none). Needs only the config, so a pipeline may apply it before loading weights.
+// Latents on the GPU are brought to the host first (they are small; decode takes them there).
 Tensor denormalize(const AutoencoderKLConfig& config, const Tensor& latents);
 
 class AutoencoderKLDecoder {
@@ -34,9 +40,19 @@ class AutoencoderKLDecoder {
   // Reads `<folder>/config.json` and the folder's safetensors.
   static AutoencoderKLDecoder open_folder(const fs::path& folder);
 
-  // z: [B, latent_channels, h, w], already de-normalised (see denormalize), any float dtype.
-  // Returns float32 [B, out_channels, f·h, f·w] as diffusers' AutoencoderKL.decode does.
+  // z: [B, latent_channels, h, w], already de-normalised (see denormalize), any float dtype, on
+  // either device. Returns float32 [B, out_channels, f·h, f·w] on the host, as diffusers'
+  // AutoencoderKL.decode does.
   Tensor decode(const Tensor& z) const;
+
+  // Runs the decoder on `device` from now on (uploading the weights once for the GPU; back on the
+  // CPU they are the checkpoint's again), with `precision` for the GPU's products (the CPU
+  // computes in float32).
+  void set_device(Device device, ops::ConvPrecision precision = ops::ConvPrecision::TF32);
+  Device device() const { return device_; }
+  ops::ConvPrecision precision() const { return precision_; }
+  // Bytes of weights resident on the GPU (0 on the CPU, where they stay mapped).
+  size_t resident_weight_bytes() const;
 
   // The Z-Image pipeline's de-normalisation (see the free function below).
   Tensor denormalize(const Tensor& latents) const;
@@ -44,8 +60,9 @@ class AutoencoderKLDecoder {
   const AutoencoderKLConfig& config() const { return config_; }
   const WeightStore& weights() const { return weights_; }
 
-  // The dense attention backend the mid block's attention runs through (the attention plan's
-  // choice for the VAE); without one it uses attention::dense_attention.
+  // The dense attention backend the mid block's attention runs through on the CPU (the attention
+  // plan's choice for the VAE); without one it uses attention::dense_attention. On the GPU it is
+  // attention::channel_attention_gpu.
   void set_attention_backend(std::shared_ptr<attention::AttentionBackend> backend) {
     attention_backend_ = std::move(backend);
   }
@@ -64,8 +81,11 @@ class AutoencoderKLDecoder {
   std::vector<KlResnetBlock> mid_resnets_;
   std::unique_ptr<KlAttentionBlock> mid_attention_;  // null without mid_block_add_attention
   std::vector<UpBlock> up_blocks_;
+  KlGroupNorm norm_out_;
   KlConv2d conv_out_;
   std::shared_ptr<attention::AttentionBackend> attention_backend_;
+  Device device_ = Device::CPU;
+  ops::ConvPrecision precision_ = ops::ConvPrecision::TF32;
 };
 
 }  // namespace mmgen::vae

@@ -8,6 +8,7 @@
 #include "core/safetensors.h"
 #include "core/tensor.h"
 #include "models/vae/autoencoder_kl_conv.h"
+#include "models/vae/autoencoder_kl_norm.h"
 
 namespace mmgen::vae {
 
@@ -15,12 +16,13 @@ class KlResnetBlock {
  public:
   KlResnetBlock(const WeightStore& store, const std::string& prefix, int64_t in_channels,
                 int64_t out_channels, int64_t groups);
-  // x [B, in, H, W] -> [B, out, H, W].
-  Tensor forward(const WeightStore& store, const Tensor& x) const;
+  void place(Device device, ops::ConvPrecision precision);
+  size_t resident_bytes() const;
+  // x [B, in, H, W] -> [B, out, H, W], on the block's device.
+  Tensor forward(const Tensor& x) const;
 
  private:
-  std::string prefix_;
-  int64_t groups_;
+  KlGroupNorm norm1_, norm2_;
   KlConv2d conv1_, conv2_, shortcut_;
   bool has_shortcut_;
 };
