@@ -107,7 +107,8 @@ void check_rope_op() {
 
 void check_qwen3_tiny(const fs::path& root) {
   const json ref = json::parse(read_text_file(root / "reference" / "reference.json"));
-  const SafetensorsFile tensors = SafetensorsFile::open(root / "reference" / "reference.safetensors");
+  const SafetensorsFile tensors =
+      SafetensorsFile::open(root / "reference" / "reference.safetensors");
   const Qwen3TextModel cpu = Qwen3TextModel::from_folder(root / "model" / "text_encoder");
   Qwen3TextModel gpu = cpu;
   expect(!error_message([&] { gpu.set_device(Device::CUDA, DType::F32); }).empty(),
@@ -129,10 +130,9 @@ void check_qwen3_tiny(const fs::path& root) {
     const Tensor minus2 = gpu.hidden_state(ids[i], -2);
     expect(minus2.device() == Device::CPU && minus2.dtype() == DType::F32,
            "hidden_state comes back float32 on the host");
-    worst_minus2 = std::max(worst_minus2, relative_error(minus2, reference_rows(
-                                                                     tensors,
-                                                                     "encoder.hidden_states_minus2",
-                                                                     int64_t(i), length)));
+    worst_minus2 = std::max(
+        worst_minus2, relative_error(minus2, reference_rows(tensors, "encoder.hidden_states_minus2",
+                                                            int64_t(i), length)));
     worst_last = std::max(
         worst_last,
         relative_error(gpu.hidden_state(ids[i], -1),
@@ -151,8 +151,8 @@ void check_qwen3_tiny(const fs::path& root) {
       for (bool cache : {false, true}) {
         Qwen3PagedEncoder encoder(gpu, options(backend, page_size, cache));
         const std::vector<Tensor> rows = encoder.encode(ids);
-        const std::string what = fmt::format("{} page {} cache {}", backend, page_size,
-                                             cache ? "on" : "off");
+        const std::string what =
+            fmt::format("{} page {} cache {}", backend, page_size, cache ? "on" : "off");
         double to_reference = rows.size() == ids.size() ? 0.0 : INFINITY;
         double to_uncached = 0, to_first = 0;
         for (size_t i = 0; i < rows.size(); ++i) {
@@ -170,9 +170,8 @@ void check_qwen3_tiny(const fs::path& root) {
         expect(to_reference < kReference,
                fmt::format("{}: hidden_states[-2] vs transformers worst {:.2e} < {:.0e}", what,
                            to_reference, kReference));
-        expect(to_first < kGpuToGpu,
-               fmt::format("{}: vs the first backend worst {:.2e} < {:.0e}", what, to_first,
-                           kGpuToGpu));
+        expect(to_first < kGpuToGpu, fmt::format("{}: vs the first backend worst {:.2e} < {:.0e}",
+                                                 what, to_first, kGpuToGpu));
         const PrefixCacheReport& report = encoder.report();
         if (!cache) {
           expect(report.hit_tokens == 0, what + ": no cache, no hits");
@@ -180,9 +179,8 @@ void check_qwen3_tiny(const fs::path& root) {
           if (first_backend.empty()) first_backend = rows;
           continue;
         }
-        expect(to_uncached < kGpuToGpu,
-               fmt::format("{}: cache on vs off worst {:.2e} < {:.0e}", what, to_uncached,
-                           kGpuToGpu));
+        expect(to_uncached < kGpuToGpu, fmt::format("{}: cache on vs off worst {:.2e} < {:.0e}",
+                                                    what, to_uncached, kGpuToGpu));
         const int64_t repeat = (int64_t(ids[0].size()) - 1) / page_size * page_size;
         expect(report.hit_tokens >= repeat &&
                    (page_size != 1 || report.prompts_hit == int64_t(ids.size()) - 1),
@@ -196,9 +194,10 @@ void check_qwen3_tiny(const fs::path& root) {
     const json& prompt = ref["prompts"][i];
     const auto expected = prompt["greedy_new_ids"].get<std::vector<int64_t>>();
     Qwen3PagedDecoder decoder(gpu, options("", 1, true));
-    const GreedyDecodeResult result = decoder.greedy_decode(ids_of(prompt), int64_t(expected.size()));
-    const double error =
-        relative_error(result.first_logits, tensors.tensor("decode.logits_first" + std::to_string(i)));
+    const GreedyDecodeResult result =
+        decoder.greedy_decode(ids_of(prompt), int64_t(expected.size()));
+    const double error = relative_error(result.first_logits,
+                                        tensors.tensor("decode.logits_first" + std::to_string(i)));
     expect(error < kReference,
            fmt::format("decode prompt {} ({}): first logits vs transformers {:.2e} < {:.0e}; ids "
                        "{} the reference's",
@@ -219,7 +218,8 @@ void check_qwen3_tiny(const fs::path& root) {
 // the GPU (the default pool: the minimum), against the reference's prompt embeddings.
 void check_zimage_tiny(const fs::path& root) {
   const json ref = json::parse(read_text_file(root / "reference" / "reference.json"));
-  const SafetensorsFile tensors = SafetensorsFile::open(root / "reference" / "reference.safetensors");
+  const SafetensorsFile tensors =
+      SafetensorsFile::open(root / "reference" / "reference.safetensors");
   const auto tokenizer = tokenizers::Tokenizer::load(root / "model" / "tokenizer");
   const auto chat_template = tokenizers::ChatTemplate::load(root / "model" / "tokenizer");
   Qwen3TextModel model = Qwen3TextModel::from_folder(root / "model" / "text_encoder");
@@ -230,13 +230,12 @@ void check_zimage_tiny(const fs::path& root) {
     PrefixCacheReport report;
     std::string attention;
     const std::vector<Tensor> rows =
-        encode_qwen3_prompts(*tokenizer, *chat_template, model, prompts, 48, std::string(backend),
-                             1, &report, &attention);
+        encode_qwen3_prompts(*tokenizer, chat_template, model, prompts, 48, std::string(backend), 1,
+                             &report, &attention);
     double worst = rows.size() == prompts.size() ? 0.0 : INFINITY;
     for (size_t k = 0; k < rows.size(); ++k)
-      worst = std::max(worst,
-                       relative_error(rows[k], tensors.tensor("text_encoder.prompt" +
-                                                              std::to_string(k))));
+      worst = std::max(worst, relative_error(rows[k], tensors.tensor("text_encoder.prompt" +
+                                                                     std::to_string(k))));
     expect(worst < kReference,
            fmt::format("zimage-tiny ({}): prompt embeddings vs diffusers worst {:.2e} < {:.0e}; "
                        "{} of {} tokens from the prefix cache",
@@ -254,9 +253,10 @@ int main() try {
   const fs::path root = fixtures();
   if (!fs::exists(root / "qwen3-tiny" / "reference" / "reference.safetensors") ||
       !fs::exists(root / "zimage-tiny" / "reference" / "reference.safetensors")) {
-    std::printf("qwen3_encoder_cuda_test: no qwen3-tiny / zimage-tiny fixture under %s (set "
-                "MMGEN_FIXTURES)\n",
-                root.c_str());
+    std::printf(
+        "qwen3_encoder_cuda_test: no qwen3-tiny / zimage-tiny fixture under %s (set "
+        "MMGEN_FIXTURES)\n",
+        root.c_str());
     return 1;
   }
   check_rope_op();
