@@ -98,18 +98,19 @@ void Qwen3TextModel::set_device(Device device, DType compute) {
         "multiples of 8; use --device cpu",
         config_.hidden_size, config_.intermediate_size, config_.q_width(), config_.kv_width());
   // Every move starts from the mapped weights: the CPU computes on them as stored (the same
-  // numbers as a model that never moved), the GPU converts each once.
-  map_weights();
-  device_ = device;
-  compute_ = compute;
-  resident_bytes_ = 0;
-  if (device == Device::CPU) return;
+  // numbers as a model that never moved), the GPU converts each once. Built on a copy, so a
+  // failed upload (no GPU, out of memory) leaves the model where it was.
+  Qwen3TextModel placed = *this;
+  placed.map_weights();
+  placed.device_ = device;
+  placed.compute_ = compute;
+  placed.resident_bytes_ = 0;
   auto place = [&](Tensor& weight, DType dtype) {
-    if (!weight.defined()) return;
+    if (!weight.defined() || device == Device::CPU) return;
     weight = weight.to(dtype).to(device);
-    resident_bytes_ += weight.nbytes();
+    placed.resident_bytes_ += weight.nbytes();
   };
-  for (Layer& layer : layers_) {
+  for (Layer& layer : placed.layers_) {
     for (Tensor* weight :
          {&layer.q, &layer.k, &layer.v, &layer.o, &layer.gate, &layer.up, &layer.down})
       place(*weight, compute);
@@ -118,7 +119,8 @@ void Qwen3TextModel::set_device(Device device, DType compute) {
           &layer.q_bias, &layer.k_bias, &layer.v_bias, &layer.o_bias})
       place(*weight, DType::F32);
   }
-  place(norm_, DType::F32);
+  place(placed.norm_, DType::F32);
+  *this = std::move(placed);
 }
 
 Qwen3TextModel Qwen3TextModel::from_folder(const fs::path& folder) {
