@@ -66,6 +66,12 @@ void add_gated_(Tensor& x, const Tensor& y, const Tensor& gate = Tensor());
 // (x1·cos − x2·sin, x1·sin + x2·cos), cos and sin float32 [tokens, head_dim / 2] with row r using
 // table row r mod tokens (rows are [batch, tokens] flattened). CPU only; the GPU fuses it below.
 void rope_(Tensor& x, const Tensor& cos, const Tensor& sin, int64_t head_dim);
+// Rotate-half rotary embedding in place (Qwen3 / Llama, transformers' apply_rotary_pos_emb): x
+// [tokens, heads, head_dim] contiguous float32, dimension i pairs with i + head_dim / 2 and
+// (a, b) becomes (a·cos − b·sin, b·cos + a·sin), cos and sin float32 [tokens, head_dim / 2] on
+// x's device (row t for token t). Float32 on both devices: the GPU rounds q and k to bf16 once,
+// after the rotation.
+void rope_half_(Tensor& x, const Tensor& cos, const Tensor& sin);
 // x = RMSNorm(x) · weight per row, in place, then rope_ when cos is defined: q/k normalisation
 // across heads (float32 on the CPU; bf16, the product's output, on the GPU, in one pass).
 void rms_norm_rope_(Tensor& x, const Tensor& weight, float eps, const Tensor& cos = Tensor(),

@@ -128,6 +128,38 @@ void rope_(Tensor& x, const Tensor& cos, const Tensor& sin, int64_t head_dim) {
   }
 }
 
+void rope_half_(Tensor& x, const Tensor& cos, const Tensor& sin) {
+  check(x.dim() == 3 && cos.dim() == 2 && cos.size(0) == x.size(0) &&
+            2 * cos.size(1) == x.size(2) && sin.shape() == cos.shape() &&
+            cos.dtype() == DType::F32 && sin.dtype() == DType::F32 && cos.device() == x.device() &&
+            sin.device() == x.device(),
+        "rope_half: tables {} for x {}; expected float32 [tokens, head_dim / 2] on x's device",
+        shape_string(cos.shape()), shape_string(x.shape()));
+#ifdef MMGEN_HAVE_CUDA
+  if (x.device() == Device::CUDA) return cuda::ops::rope_half_(x, cos, sin);
+#endif
+  require_rows(x, "rope_half");
+  const int64_t tokens = x.size(0), heads = x.size(1), head_dim = x.size(2), half = head_dim / 2;
+  const Tensor c_table = cos.contiguous(), s_table = sin.contiguous();
+  const float* c_all = c_table.data<float>();
+  const float* s_all = s_table.data<float>();
+  float* data = x.data<float>();
+#pragma omp parallel for schedule(static) if (tokens * heads * head_dim > (1 << 16))
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* c = c_all + t * half;
+    const float* s = s_all + t * half;
+    for (int64_t h = 0; h < heads; ++h) {
+      float* row = data + (t * heads + h) * head_dim;
+      for (int64_t i = 0; i < half; ++i) {
+        const float first = row[i], second = row[i + half];
+        // x · cos + rotate_half(x) · sin, with rotate_half(x) = (-second, first).
+        row[i] = first * c[i] + (-second) * s[i];
+        row[i + half] = second * c[i] + first * s[i];
+      }
+    }
+  }
+}
+
 void rms_norm_rope_(Tensor& x, const Tensor& weight, float eps, const Tensor& cos,
                     const Tensor& sin, int64_t head_dim) {
 #ifdef MMGEN_HAVE_CUDA

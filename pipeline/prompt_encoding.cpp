@@ -131,16 +131,20 @@ std::vector<Tensor> encode_qwen3_prompts(
   runner.page_size = page_size;
   runner.prefix_cache = true;
   runner.max_context_len = std::max<int64_t>(max_sequence_length, 1);
-  runner.pool_tokens = std::max<int64_t>(pool_tokens > 0 ? pool_tokens : runner.pool_tokens,
-                                         kQwen3MinPoolTokensPerLength * runner.max_context_len);
+  runner.device = model.device();
+  // The GPU allocates its bf16 pool whole (for Qwen3-4B 35 layers × 4 KiB per token: 32768 tokens
+  // would be 4.6 GiB), so by default it gets the smallest pool the path runs with.
+  const int64_t minimum = kQwen3MinPoolTokensPerLength * runner.max_context_len;
+  const int64_t fallback = model.device() == Device::CPU ? runner.pool_tokens : minimum;
+  runner.pool_tokens = std::max<int64_t>(pool_tokens > 0 ? pool_tokens : fallback, minimum);
   text_encoders::Qwen3PagedEncoder encoder(model, runner);
   std::vector<Tensor> embeddings = encoder.encode(ids);
   if (report) *report = encoder.report();
   if (attention)
-    *attention =
-        model.config().num_hidden_layers > 1
-            ? fmt::format("paged {} (page size {})", encoder.runner().backend_name(), page_size)
-            : "none (one layer: hidden_states[-2] is the embedding)";
+    *attention = model.config().num_hidden_layers > 1
+                     ? fmt::format("paged {} (page size {}){}", encoder.runner().backend_name(),
+                                   page_size, model.device() == Device::CPU ? "" : " on the GPU")
+                     : "none (one layer: hidden_states[-2] is the embedding)";
   return embeddings;
 }
 

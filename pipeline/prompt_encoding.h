@@ -56,8 +56,11 @@ inline constexpr int64_t kQwen3MinPoolTokensPerLength = 4;
 // `mmgen encode` and ZImagePipeline so a change to any step reaches both. Runs through the paged
 // backend `backend` (empty: automatic) with the prefix cache; `report` (when given) gets the
 // cache's counts and `attention` what ran the attention, in words. `pool_tokens` sizes the KV
-// pool (0: the runner's default; never below kQwen3MinPoolTokensPerLength · max_sequence_length); a
-// pipeline that encodes two prompts passes a smaller pool, which it allocates in full.
+// pool (0: the runner's default on the CPU, the minimum on the GPU; never below
+// kQwen3MinPoolTokensPerLength · max_sequence_length); a pipeline that encodes two prompts passes a
+// smaller pool, which it allocates in full. Runs on the model's device (Qwen3TextModel::
+// set_device: on the GPU through a GPU paged backend and a device KV pool); the embeddings come
+// back float32 on the host either way.
 std::vector<Tensor> encode_qwen3_prompts(const tokenizers::Tokenizer& tokenizer,
                                          const tokenizers::ChatTemplate& chat_template,
                                          const text_encoders::Qwen3TextModel& model,

@@ -290,6 +290,39 @@ TEST(Qwen3TextModel, RejectsMismatchedCheckpointsAndIds) {
             std::string::npos);
 }
 
+// set_device on the CPU maps the weights again (the same numbers); float32 on the GPU is refused
+// before anything moves, and so is the GPU itself in a build without CUDA (tests/cuda/
+// qwen3_encoder_cuda_test runs the GPU).
+TEST(Qwen3TextModel, SetDeviceKeepsTheCpuNumbersAndRefusesWhatItCannotRun) {
+  MMGEN_REQUIRE_SHARED();
+  const Qwen3TextModel model = Qwen3TextModel::from_folder(encoder_folder());
+  const std::vector<int64_t> ids = ids_of(reference_json()["prompts"][1]);
+  Qwen3TextModel moved = model;
+  moved.set_device(Device::CPU);
+  EXPECT_EQ(moved.device(), Device::CPU);
+  EXPECT_EQ(moved.compute_dtype(), DType::F32);
+  EXPECT_EQ(moved.resident_weight_bytes(), 0u);
+  EXPECT_EQ(testing::max_abs_diff(moved.hidden_state(ids, -2), model.hidden_state(ids, -2)), 0.0);
+  EXPECT_NE(testing::error_message([&] {
+              moved.set_device(Device::CUDA, DType::F32);
+            }).find("bf16 on the GPU"),
+            std::string::npos);
+  EXPECT_EQ(moved.device(), Device::CPU);
+#ifndef MMGEN_HAVE_CUDA
+  EXPECT_FALSE(testing::error_message([&] { moved.set_device(Device::CUDA); }).empty());
+  EXPECT_EQ(moved.device(), Device::CPU);
+  EXPECT_EQ(testing::max_abs_diff(moved.hidden_state(ids, -2), model.hidden_state(ids, -2)), 0.0);
+  attention::paged::PagedRunnerOptions gpu;
+  gpu.device = Device::CUDA;
+  gpu.backend = "fa3";
+  gpu.pool_tokens = 64;
+  EXPECT_NE(testing::error_message([&] {
+              attention::paged::PagedRunner(qwen3_paged_spec(model.config(), 2, 0), gpu);
+            }).find("no CUDA support"),
+            std::string::npos);
+#endif
+}
+
 // The naive reference: every query against every visible key, in double.
 Tensor naive_causal(const Tensor& q, const Tensor& k, const Tensor& v,
                     const std::vector<int64_t>& lengths, float scale, int64_t window) {

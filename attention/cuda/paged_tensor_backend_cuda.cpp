@@ -23,8 +23,10 @@ int64_t token_stride(const Tensor& x, const char* what, int64_t tokens, int64_t 
 
 class TensorPagedBackendCuda final : public PagedAttentionBackend {
  public:
-  explicit TensorPagedBackendCuda(std::unique_ptr<PagedBackendCuda> backend)
-      : backend_(std::move(backend)) {}
+  // `pool` (null for encoder-only use) is the one `backend` was built with.
+  TensorPagedBackendCuda(std::unique_ptr<DeviceKVPool> pool,
+                         std::unique_ptr<PagedBackendCuda> backend)
+      : pool_(std::move(pool)), backend_(std::move(backend)) {}
 
   std::string_view name() const override { return backend_->name(); }
   void init_forward_metadata(const ForwardBatch& batch) override {
@@ -87,6 +89,7 @@ class TensorPagedBackendCuda final : public PagedAttentionBackend {
     return out;
   }
 
+  std::unique_ptr<DeviceKVPool> pool_;  // declared first: outlives the backend that reads it
   std::unique_ptr<PagedBackendCuda> backend_;
 };
 
@@ -94,7 +97,16 @@ class TensorPagedBackendCuda final : public PagedAttentionBackend {
 
 std::unique_ptr<PagedAttentionBackend> make_tensor_paged_backend_cuda(
     std::string_view name, const PagedBackendCudaOptions& options) {
-  return std::make_unique<TensorPagedBackendCuda>(make_paged_backend_cuda(name, nullptr, options));
+  return std::make_unique<TensorPagedBackendCuda>(nullptr,
+                                                  make_paged_backend_cuda(name, nullptr, options));
+}
+
+std::unique_ptr<PagedAttentionBackend> make_tensor_paged_backend_cuda(
+    std::string_view name, std::unique_ptr<DeviceKVPool> pool,
+    const PagedBackendCudaOptions& options) {
+  check(pool != nullptr, "GPU paged attention ({}): a decoder backend needs a KV pool", name);
+  auto backend = make_paged_backend_cuda(name, pool.get(), options);
+  return std::make_unique<TensorPagedBackendCuda>(std::move(pool), std::move(backend));
 }
 
 }  // namespace mmgen::cuda::paged

@@ -17,5 +17,10 @@ namespace mmgen::cuda::paged {
 // Throws Error for a name without a CUDA implementation. Encoder-only (no K/V pool).
 std::unique_ptr<attention::paged::PagedAttentionBackend> make_tensor_paged_backend_cuda(
     std::string_view name, const PagedBackendCudaOptions& options = {});
+// The same for decoder layers, owning `pool` (their K/V): the host allocator's slots address its
+// rows. q, k, v bf16 (the pool's dtype).
+std::unique_ptr<attention::paged::PagedAttentionBackend> make_tensor_paged_backend_cuda(
+    std::string_view name, std::unique_ptr<DeviceKVPool> pool,
+    const PagedBackendCudaOptions& options = {});
 
 }  // namespace mmgen::cuda::paged

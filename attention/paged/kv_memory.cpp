@@ -151,7 +151,7 @@ KVPool::KVPool(int64_t size, int64_t page_size, int64_t num_layers, int64_t kv_h
       kv_heads_(kv_heads),
       head_dim_(head_dim),
       state_width_(state_width) {
-  check(num_layers > 0 && kv_heads > 0 && head_dim > 0,
+  check(num_layers >= 0 && kv_heads > 0 && head_dim > 0,
         "paged attention: a KV pool needs layers, heads and a head size (got {}, {}, {})",
         num_layers, kv_heads, head_dim);
   for (int64_t l = 0; l < num_layers; ++l) {

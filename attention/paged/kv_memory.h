@@ -74,6 +74,7 @@ class PageAllocator {
 class KVPool {
  public:
   // `size` token slots (plus the padding page), `state_width` floats of per-token state (0: none).
+  // num_layers 0: the states only (a GPU runner, whose K/V live in the backend's device pool).
   KVPool(int64_t size, int64_t page_size, int64_t num_layers, int64_t kv_heads, int64_t head_dim,
          int64_t state_width = 0);
 

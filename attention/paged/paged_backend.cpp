@@ -86,4 +86,23 @@ std::unique_ptr<PagedAttentionBackend> make_paged_backend(std::string_view name,
 #endif
 }
 
+std::unique_ptr<PagedAttentionBackend> make_paged_decoder_backend(
+    std::string_view name, Device device, const DeviceKVPoolShape& pool,
+    const PagedBackendOptions& options) {
+  if (device == Device::CPU) return make_paged_backend(name, options);
+#ifdef MMGEN_HAVE_CUDA
+  cuda::paged::PagedBackendCudaOptions cuda_options;
+  cuda_options.flashinfer_use_ragged = options.flashinfer_use_ragged;
+  return cuda::paged::make_tensor_paged_backend_cuda(
+      name,
+      std::make_unique<cuda::paged::DeviceKVPool>(pool.size, pool.page_size, pool.num_layers,
+                                                  pool.kv_heads, pool.head_dim),
+      cuda_options);
+#else
+  (void)pool;
+  fail("paged attention backend '{}' on the GPU: this build has no CUDA support; use --device cpu",
+       name);
+#endif
+}
+
 }  // namespace mmgen::attention::paged

@@ -85,6 +85,24 @@ std::unique_ptr<PagedAttentionBackend> make_paged_backend(std::string_view name,
 std::unique_ptr<PagedAttentionBackend> make_paged_backend(std::string_view name, Device device,
                                                           const PagedBackendOptions& options = {});
 
+// The KV pool a decoder backend keeps on the GPU: `size` token slots (plus the padding page) of
+// `num_layers` layers, bf16 (attention/cuda/paged_kv_pool.h).
+struct DeviceKVPoolShape {
+  int64_t size = 0;
+  int64_t page_size = 1;
+  int64_t num_layers = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+};
+// A backend for decoder (causal, KV-caching) layers on `device`. On the CPU it is
+// make_paged_backend(name): its K/V live in batch.kv_pool, the caller's. On the GPU it owns a
+// device pool of `pool`'s shape, whose rows the host allocator's slots address (batch.kv_pool is
+// not read there); the tensors are as make_paged_backend(name, device) takes them (bf16: the
+// pool and the decode path are bf16).
+std::unique_ptr<PagedAttentionBackend> make_paged_decoder_backend(
+    std::string_view name, Device device, const DeviceKVPoolShape& pool,
+    const PagedBackendOptions& options = {});
+
 // The paged backends this build implements on the CPU (feeds the catalogue's kernel table).
 std::vector<std::string_view> cpu_paged_backends();
 

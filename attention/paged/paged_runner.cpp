@@ -19,17 +19,31 @@ PagedRunner::PagedRunner(PagedModelSpec spec, PagedRunnerOptions options)
             int64_t(spec_.sliding_window_sizes.size()) == spec_.num_layers,
         "paged attention: {} sliding windows for {} layers", spec_.sliding_window_sizes.size(),
         spec_.num_layers);
-  backend_name_ = options_.backend.empty()
-                      ? auto_backend(this_machine(), Family::Paged, "fp32", spec_.head_dim)
-                      : normalize_backend_name(Family::Paged, options_.backend);
-  backend_ = make_paged_backend(backend_name_, options_.backend_options);
-  if (!uses_pool()) return;  // encoder-only: nothing to keep between layers or forwards
+  const bool gpu = options_.device != Device::CPU;
+  if (!options_.backend.empty())
+    backend_name_ = normalize_backend_name(Family::Paged, options_.backend);
+  else if (gpu)
+    backend_name_ = auto_backend(machine_for_device("cuda"), Family::Paged, "bf16", spec_.head_dim);
+  else
+    backend_name_ = auto_backend(this_machine(), Family::Paged, "fp32", spec_.head_dim);
+  if (!uses_pool()) {  // encoder-only: nothing to keep between layers or forwards
+    backend_ = make_paged_backend(backend_name_, options_.device, options_.backend_options);
+    return;
+  }
   check(options_.page_size >= 1, "--page-size must be at least 1, got {}", options_.page_size);
   req_to_token_ = std::make_unique<ReqToTokenPool>(options_.max_requests, options_.max_context_len);
   allocator_ = std::make_unique<PageAllocator>(options_.pool_tokens, options_.page_size);
-  pool_ = std::make_unique<KVPool>(allocator_->num_pages() * options_.page_size, options_.page_size,
-                                   spec_.num_layers, spec_.num_kv_heads, spec_.head_dim,
-                                   spec_.state_width);
+  const int64_t slots = allocator_->num_pages() * options_.page_size;
+  // On the GPU the K/V rows are the backend's device pool; the host pool keeps the states only.
+  pool_ = std::make_unique<KVPool>(slots, options_.page_size, gpu ? 0 : spec_.num_layers,
+                                   spec_.num_kv_heads, spec_.head_dim, spec_.state_width);
+  backend_ = make_paged_decoder_backend(backend_name_, options_.device,
+                                        {.size = slots,
+                                         .page_size = options_.page_size,
+                                         .num_layers = spec_.num_layers,
+                                         .kv_heads = spec_.num_kv_heads,
+                                         .head_dim = spec_.head_dim},
+                                        options_.backend_options);
   if (options_.prefix_cache)
     cache_ = std::make_unique<RadixCache>(*allocator_, options_.cache_token_budget >= 0
                                                            ? options_.cache_token_budget
@@ -186,7 +200,7 @@ Tensor PagedRunner::attention(int64_t layer, const Tensor& q, const Tensor& k, c
 void PagedRunner::store_token_states(const Tensor& rows) {
   check(running_ && uses_pool() && spec_.state_width > 0,
         "paged attention: store_token_states needs a running causal forward and a state width");
-  const Tensor r = rows.to(DType::F32).contiguous();
+  const Tensor r = rows.to(DType::F32).to(Device::CPU).contiguous();
   const int64_t width = spec_.state_width;
   check(r.numel() == batch_.num_tokens * width,
         "paged attention: {} state rows for {} tokens of width {}", shape_string(r.shape()),

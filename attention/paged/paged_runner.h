@@ -24,6 +24,12 @@
 // the cache for a batch.
 // Encoder-only models (bidirectional) get no pool and no cache: attention() runs the packed
 // batch through the backend directly.
+//
+// On the GPU (options.device) the same runner drives a GPU paged backend: the allocator, the
+// request table and the radix cache stay on the host and a slot means the same row in the device
+// KV pool (bf16, owned by the backend, make_paged_decoder_backend), so the prefix cache works
+// unchanged. attention() then takes and returns bf16 GPU tensors. The per-token states stay on
+// the host (see store_token_states).
 #pragma once
 
 #include <memory>
@@ -52,10 +58,13 @@ struct PagedModelSpec {
 };
 
 struct PagedRunnerOptions {
-  std::string backend;  // a paged backend name; empty: the best one this machine runs
+  std::string backend;          // a paged backend name; empty: the best one the device runs
+  Device device = Device::CPU;  // where the pool and the attention live
   int64_t page_size = 1;
-  bool prefix_cache = true;         // causal models only (ignored for encoder-only)
-  int64_t pool_tokens = 1 << 15;    // KV-pool capacity in tokens
+  bool prefix_cache = true;  // causal models only (ignored for encoder-only)
+  // KV-pool capacity in tokens. Allocated whole, on the GPU too (bf16, layers × 2 × kv_heads ×
+  // head_dim per token): a GPU caller sizes it to its prompts.
+  int64_t pool_tokens = 1 << 15;
   int64_t max_requests = 256;       // rows of the request table
   int64_t max_context_len = 8192;   // longest request
   int64_t cache_token_budget = -1;  // most tokens the prefix cache keeps; −1: half the pool
@@ -80,9 +89,13 @@ class PagedRunner {
   Tensor attention(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v,
                    const ScoreBias* bias = nullptr);
 
-  // Per-token state rows [tokens, state_width] of the current forward, stored at its slots.
+  // Per-token state rows [tokens, state_width] of the current forward (on either device),
+  // stored at its slots. The states live on the host on every device: their one reader (Z-Image's
+  // prompt embeddings) wants host float32 rows, a forward downloads only its new rows, and a
+  // cached prefix's rows then cost no GPU memory (hidden-size floats per token, next to the
+  // pool's bf16 K/V).
   void store_token_states(const Tensor& rows);
-  // Request i's state rows for all its tokens [seq_len, state_width].
+  // Request i's state rows for all its tokens [seq_len, state_width], float32 on the host.
   Tensor request_token_states(int64_t request) const;
 
   // Caches the running requests' tokens (causal + cache on) and frees them.
@@ -115,7 +128,7 @@ class PagedRunner {
   std::unique_ptr<PagedAttentionBackend> backend_;
   std::unique_ptr<ReqToTokenPool> req_to_token_;
   std::unique_ptr<PageAllocator> allocator_;
-  std::unique_ptr<KVPool> pool_;
+  std::unique_ptr<KVPool> pool_;  // on the GPU: the states only (the K/V are the backend's)
   std::unique_ptr<RadixCache> cache_;
   std::vector<Request> requests_;
   std::vector<int64_t> prefix_hits_;

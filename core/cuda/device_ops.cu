@@ -72,6 +72,20 @@ __global__ void rms_norm_rope_kernel(bf16* x, int64_t dim, const float* weight, 
   }
 }
 
+// One thread per (token, head, pair): the pair (i, i + half) is read and written by it alone.
+__global__ void rope_half_kernel(float* x, int64_t pairs, int64_t heads, int64_t half,
+                                 const float* cos, const float* sin) {
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < pairs;
+       p += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = p % half, row = p / half, token = row / heads;
+    float* v = x + row * 2 * half;
+    const float c = cos[token * half + i], s = sin[token * half + i];
+    const float first = v[i], second = v[i + half];
+    v[i] = first * c - second * s;
+    v[i + half] = second * c + first * s;
+  }
+}
+
 __global__ void gelu_tanh_kernel(bf16* x, int64_t count) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -109,6 +123,14 @@ void rms_norm_rope_bf16(void* x, int64_t rows, int64_t dim, const float* weight,
   if (rows == 0) return;
   rms_norm_rope_kernel<<<unsigned(rows), kRowThreads, 0, stream>>>(
       static_cast<bf16*>(x), dim, weight, eps, cos, sin, tokens, head_dim);
+  MMGEN_CUDA_CHECK_LAUNCH();
+}
+
+void rope_half_f32(float* x, int64_t tokens, int64_t heads, int64_t head_dim, const float* cos,
+                   const float* sin, cudaStream_t stream) {
+  const int64_t pairs = tokens * heads * (head_dim / 2);
+  if (pairs == 0) return;
+  rope_half_kernel<<<grid_for(pairs), 256, 0, stream>>>(x, pairs, heads, head_dim / 2, cos, sin);
   MMGEN_CUDA_CHECK_LAUNCH();
 }
 

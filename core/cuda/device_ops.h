@@ -21,6 +21,12 @@ void rms_norm_rope_bf16(void* x, int64_t rows, int64_t dim, const float* weight,
                         const float* cos, const float* sin, int64_t tokens, int64_t head_dim,
                         cudaStream_t stream = nullptr);
 
+// In place on x (fp32 [tokens, heads, head_dim]): rotate-half RoPE, dimension i paired with
+// i + head_dim / 2, (a, b) → (a·cos − b·sin, b·cos + a·sin) with cos / sin fp32
+// [tokens, head_dim / 2].
+void rope_half_f32(float* x, int64_t tokens, int64_t heads, int64_t head_dim, const float* cos,
+                   const float* sin, cudaStream_t stream = nullptr);
+
 // x = GELU(x) with the tanh approximation, bf16, in place.
 void gelu_tanh_bf16(void* x, int64_t count, cudaStream_t stream = nullptr);
 

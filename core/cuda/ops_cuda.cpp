@@ -151,6 +151,14 @@ void rms_norm_rope_(Tensor& x, const Tensor& weight, float eps, const Tensor& co
                      head_dim > 0 ? head_dim : dim);
 }
 
+void rope_half_(Tensor& x, const Tensor& cos, const Tensor& sin) {
+  require_f32(x, "rope_half");
+  require_f32(cos, "rope_half");
+  require_f32(sin, "rope_half");
+  rope_half_f32(x.data<float>(), x.size(0), x.size(1), x.size(2), cos.data<float>(),
+                sin.data<float>());
+}
+
 Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps, DType out) {
   require_f32(x, "rms_norm");
   require_device(weight, "rms_norm", "weight");

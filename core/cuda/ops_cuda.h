@@ -18,6 +18,7 @@ Tensor modulated_layer_norm(const Tensor& x, const Tensor& shift, const Tensor& 
 void add_gated_(Tensor& x, const Tensor& y, const Tensor& gate);
 void rms_norm_rope_(Tensor& x, const Tensor& weight, float eps, const Tensor& cos,
                     const Tensor& sin, int64_t head_dim);
+void rope_half_(Tensor& x, const Tensor& cos, const Tensor& sin);
 Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps, DType out);
 // float32 in and out; weight and bias float32 [C] on the GPU, or undefined.
 Tensor group_norm(const Tensor& x, int64_t groups, float eps, const Tensor& weight,

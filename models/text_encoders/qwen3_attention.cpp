@@ -78,8 +78,10 @@ void check_call(const Tensor& q, const Tensor& k, const Tensor& v, int64_t token
         shape_string(q.shape()), shape_string(k.shape()), shape_string(v.shape()), tokens, kv_heads,
         head_dim);
   check(q.dtype() == DType::F32 && k.dtype() == DType::F32 && v.dtype() == DType::F32 &&
-            q.is_contiguous() && k.is_contiguous() && v.is_contiguous(),
-        "causal attention: q/k/v must be contiguous float32");
+            q.is_contiguous() && k.is_contiguous() && v.is_contiguous() && q.is_cpu() &&
+            k.is_cpu() && v.is_cpu(),
+        "causal attention: q/k/v must be contiguous float32 on the CPU (the GPU attends through "
+        "a paged runner)");
 }
 
 }  // namespace

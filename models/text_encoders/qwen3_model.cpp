@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/ops.h"
+#include "models/text_encoders/qwen3_paged.h"
 
 namespace mmgen::text_encoders {
 namespace {
@@ -43,6 +44,12 @@ Qwen3TextModel::Qwen3TextModel(Qwen3Config config, WeightStore weights)
     : config_(std::move(config)),
       weights_(std::move(weights)),
       rope_(config_.head_dim, config_.rope_theta, config_.rope_factor) {
+  map_weights();
+}
+
+void Qwen3TextModel::map_weights() {
+  layers_.clear();
+  lm_head_ = Tensor();
   const int64_t d = config_.hidden_size, ff = config_.intermediate_size;
   const int64_t q_width = config_.q_width(), kv_width = config_.kv_width();
   const std::string prefix = decoder_prefix(weights_);
@@ -78,6 +85,44 @@ Qwen3TextModel::Qwen3TextModel(Qwen3Config config, WeightStore weights)
     lm_head_ = embedding_;
 }
 
+void Qwen3TextModel::set_device(Device device, DType compute) {
+  if (device == Device::CPU) compute = DType::F32;
+  check(device == Device::CPU || compute == DType::BF16,
+        "GPU text encoder (Qwen3): products, the KV pool and the decode path are bf16 on the GPU, "
+        "not {}",
+        dtype_name(compute));
+  check(device == Device::CPU ||
+            (config_.hidden_size % 8 == 0 && config_.intermediate_size % 8 == 0 &&
+             config_.q_width() % 8 == 0 && config_.kv_width() % 8 == 0),
+        "GPU text encoder (Qwen3): hidden {}, intermediate {}, q width {} and kv width {} must be "
+        "multiples of 8; use --device cpu",
+        config_.hidden_size, config_.intermediate_size, config_.q_width(), config_.kv_width());
+  // Every move starts from the mapped weights: the CPU computes on them as stored (the same
+  // numbers as a model that never moved), the GPU converts each once. Built on a copy, so a
+  // failed upload (no GPU, out of memory) leaves the model where it was.
+  Qwen3TextModel placed = *this;
+  placed.map_weights();
+  placed.device_ = device;
+  placed.compute_ = compute;
+  placed.resident_bytes_ = 0;
+  auto place = [&](Tensor& weight, DType dtype) {
+    if (!weight.defined() || device == Device::CPU) return;
+    weight = weight.to(dtype).to(device);
+    placed.resident_bytes_ += weight.nbytes();
+  };
+  for (Layer& layer : placed.layers_) {
+    for (Tensor* weight :
+         {&layer.q, &layer.k, &layer.v, &layer.o, &layer.gate, &layer.up, &layer.down})
+      place(*weight, compute);
+    for (Tensor* weight :
+         {&layer.input_norm, &layer.post_attention_norm, &layer.q_norm, &layer.k_norm,
+          &layer.q_bias, &layer.k_bias, &layer.v_bias, &layer.o_bias})
+      place(*weight, DType::F32);
+  }
+  place(placed.norm_, DType::F32);
+  *this = std::move(placed);
+}
+
 Qwen3TextModel Qwen3TextModel::from_folder(const fs::path& folder) {
   check(fs::is_directory(folder), "text encoder folder {} does not exist", folder.string());
   return Qwen3TextModel(Qwen3Config::from_file(folder / "config.json"),
@@ -85,6 +130,9 @@ Qwen3TextModel Qwen3TextModel::from_folder(const fs::path& folder) {
 }
 
 std::unique_ptr<DenseCausalAttention> Qwen3TextModel::dense_attention(bool keep_kv) const {
+  check(device_ == Device::CPU,
+        "text encoder: the dense causal attention runs on the CPU; on the GPU the model attends "
+        "through a paged runner (Qwen3PagedEncoder / Qwen3PagedDecoder)");
   return std::make_unique<DenseCausalAttention>(
       config_.num_hidden_layers, config_.num_key_value_heads, config_.head_dim, keep_kv);
 }
@@ -108,36 +156,38 @@ Tensor Qwen3TextModel::embed(const std::vector<int64_t>& ids) const {
 }
 
 // Projections, per-head q/k RMSNorm (before RoPE, as transformers' Qwen3Attention), RoPE, the
-// attention call, and the output projection.
-Tensor Qwen3TextModel::self_attention(int64_t index, const Tensor& x,
-                                      const std::vector<int64_t>& positions,
+// attention call, and the output projection. Products read the compute dtype (the CPU: float32,
+// so every .to(compute_) below is a no-op there); q and k are normalised and rotated in float32
+// and rounded once for attention, v comes out of its product in the compute dtype.
+Tensor Qwen3TextModel::self_attention(int64_t index, const Tensor& x, const RopeTables& rope,
                                       CausalAttention& attention) const {
   const Layer& layer = layers_[size_t(index)];
   const int64_t tokens = x.size(0), head_dim = config_.head_dim;
-  const Tensor normed = ops::rms_norm(x, layer.input_norm, config_.rms_norm_eps);
-  Tensor q = ops::rms_norm(ops::linear(normed, layer.q, layer.q_bias)
+  const Tensor normed = ops::rms_norm(x, layer.input_norm, config_.rms_norm_eps, compute_);
+  Tensor q = ops::rms_norm(ops::linear(normed, layer.q, layer.q_bias, DType::F32)
                                .view({tokens, config_.num_attention_heads, head_dim}),
                            layer.q_norm, config_.rms_norm_eps);
-  Tensor k = ops::rms_norm(ops::linear(normed, layer.k, layer.k_bias)
+  Tensor k = ops::rms_norm(ops::linear(normed, layer.k, layer.k_bias, DType::F32)
                                .view({tokens, config_.num_key_value_heads, head_dim}),
                            layer.k_norm, config_.rms_norm_eps);
-  const Tensor v = ops::linear(normed, layer.v, layer.v_bias)
+  const Tensor v = ops::linear(normed, layer.v, layer.v_bias, compute_)
                        .view({tokens, config_.num_key_value_heads, head_dim});
-  rope_.apply_(q, positions);
-  rope_.apply_(k, positions);
+  ops::rope_half_(q, rope.cos, rope.sin);
+  ops::rope_half_(k, rope.cos, rope.sin);
   const float scale = float(1.0 / std::sqrt(double(head_dim)));
-  const Tensor context =
-      attention.attend(index, q, k, v, scale, config_.layer_windows[size_t(index)]);
-  return ops::linear(context.view({tokens, config_.q_width()}), layer.o, layer.o_bias);
+  const Tensor context = attention.attend(index, q.to(compute_), k.to(compute_), v, scale,
+                                          config_.layer_windows[size_t(index)]);
+  return ops::linear(context.view({tokens, config_.q_width()}), layer.o, layer.o_bias, DType::F32);
 }
 
-// SwiGLU: down(silu(gate(x)) · up(x)).
+// SwiGLU: down(silu(gate(x)) · up(x)); the activation and the gate in float32, one rounding to
+// the compute dtype before down.
 Tensor Qwen3TextModel::mlp(const Layer& layer, const Tensor& x) const {
-  const Tensor normed = ops::rms_norm(x, layer.post_attention_norm, config_.rms_norm_eps);
-  Tensor hidden = ops::linear(normed, layer.gate);
+  const Tensor normed = ops::rms_norm(x, layer.post_attention_norm, config_.rms_norm_eps, compute_);
+  Tensor hidden = ops::linear(normed, layer.gate, Tensor(), DType::F32);
   ops::silu_(hidden);
-  ops::mul_(hidden, ops::linear(normed, layer.up));
-  return ops::linear(hidden, layer.down);
+  ops::mul_(hidden, ops::linear(normed, layer.up, Tensor(), DType::F32));
+  return ops::linear(hidden.to(compute_), layer.down, Tensor(), DType::F32);
 }
 
 Tensor Qwen3TextModel::forward_layers(const std::vector<int64_t>& ids, const CausalBatch& batch,
@@ -147,7 +197,7 @@ Tensor Qwen3TextModel::forward_layers(const std::vector<int64_t>& ids, const Cau
   check(int64_t(ids.size()) == batch.new_tokens(),
         "text encoder: {} ids for a batch of {} new tokens", ids.size(), batch.new_tokens());
   attention.begin_forward(batch);
-  return apply_layers(embed(ids), batch.positions(), attention, 0, layers);
+  return apply_layers(embed(ids).to(device_), batch.positions(), attention, 0, layers);
 }
 
 Tensor Qwen3TextModel::apply_layers(Tensor x, const std::vector<int64_t>& positions,
@@ -156,8 +206,11 @@ Tensor Qwen3TextModel::apply_layers(Tensor x, const std::vector<int64_t>& positi
         "text encoder: layers [{}, {}) of {}", begin, end, config_.num_hidden_layers);
   check(x.dim() == 2 && x.size(0) == int64_t(positions.size()) && x.size(1) == config_.hidden_size,
         "text encoder: hidden rows {} for {} positions", shape_string(x.shape()), positions.size());
+  x = x.to(device_);
+  if (begin == end) return x;
+  const RopeTables rope = rope_.tables(positions, device_);  // once for every layer
   for (int64_t i = begin; i < end; ++i) {
-    ops::add_(x, self_attention(i, x, positions, attention));
+    ops::add_(x, self_attention(i, x, rope, attention));
     ops::add_(x, mlp(layers_[size_t(i)], x));
   }
   return x;
@@ -172,7 +225,7 @@ Tensor Qwen3TextModel::logits(const Tensor& normed_hidden) const {
         "text encoder {} has no lm_head.weight and does not tie its embeddings; decoding needs a "
         "Qwen3ForCausalLM checkpoint",
         weights_.origin().string());
-  return ops::linear(normed_hidden, lm_head_);
+  return ops::linear(normed_hidden.to(Device::CPU), lm_head_);
 }
 
 Tensor Qwen3TextModel::hidden_state(const std::vector<int64_t>& ids, int64_t index) const {
@@ -180,10 +233,27 @@ Tensor Qwen3TextModel::hidden_state(const std::vector<int64_t>& ids, int64_t ind
   const int64_t resolved = index < 0 ? count + index : index;
   check(resolved >= 0 && resolved < count, "text encoder: hidden_states[{}] of {} does not exist",
         index, count);
-  const auto attention = dense_attention(/*keep_kv=*/false);
-  const CausalBatch batch = CausalBatch::fresh({int64_t(ids.size())});
-  const Tensor hidden = forward_layers(ids, batch, *attention, std::min(resolved, count - 1));
-  return resolved == count - 1 ? final_norm(hidden) : hidden;
+  if (resolved == 0) return embed(ids);  // no layer runs
+  const int64_t layers = std::min(resolved, count - 1);
+  Tensor hidden;
+  if (device_ == Device::CPU) {
+    const auto attention = dense_attention(/*keep_kv=*/false);
+    hidden = forward_layers(ids, CausalBatch::fresh({int64_t(ids.size())}), *attention, layers);
+  } else {
+    // The GPU attends through a paged runner: a pool of this prompt's size, no cache.
+    attention::paged::PagedRunnerOptions options;
+    options.device = device_;
+    options.prefix_cache = false;
+    options.max_requests = 1;
+    options.max_context_len = std::max<int64_t>(1, int64_t(ids.size()));
+    options.pool_tokens = options.max_context_len;
+    attention::paged::PagedRunner runner(qwen3_paged_spec(config_, layers, 0), options);
+    const attention::paged::ForwardBatch& batch = runner.begin_extend({ids});
+    PagedCausalAttention attention(runner);
+    hidden = forward_layers(batch.input_ids, causal_batch_of(batch), attention, layers);
+    runner.finish();
+  }
+  return (resolved == count - 1 ? final_norm(hidden) : hidden).to(Device::CPU);
 }
 
 }  // namespace mmgen::text_encoders

@@ -1,8 +1,13 @@
-// The Qwen3 decoder stack (transformers' Qwen3Model / Qwen3ForCausalLM), float32 on the CPU:
-// token embedding, then per layer RMSNorm → attention (q/k/v projections, per-head q/k RMSNorm,
-// rotate-half RoPE, grouped-query causal attention, output projection) → residual, RMSNorm →
-// SwiGLU MLP → residual; a final RMSNorm and, for the causal LM, the LM head. Weights stay in
-// their stored dtype (often bf16, memory-mapped) and are converted as each layer uses them.
+// The Qwen3 decoder stack (transformers' Qwen3Model / Qwen3ForCausalLM): token embedding, then
+// per layer RMSNorm → attention (q/k/v projections, per-head q/k RMSNorm, rotate-half RoPE,
+// grouped-query causal attention, output projection) → residual, RMSNorm → SwiGLU MLP →
+// residual; a final RMSNorm and, for the causal LM, the LM head. Written once over the
+// device-neutral ops (core/ops.h) and run where set_device() puts it, as UMT5Encoder: on the CPU
+// in float32 with the weights in their stored dtype (often bf16, memory-mapped), converted as
+// each layer uses them; on the GPU with the products' weights resident in bf16 (norms float32),
+// the residual stream float32, q/k/v rounded to bf16 once for attention (the paged backends' KV
+// pool is bf16), and the token embedding and LM head on the host (large tables of which a prompt
+// needs a few rows; logits are a decoding check, not Z-Image's path).
 //
 // Checkpoints come as Qwen3ForCausalLM (`model.*` plus `lm_head.weight`) or as a bare Qwen3Model
 // (no `model.` prefix, no LM head: Z-Image's text_encoder). Attention goes through one
@@ -28,41 +33,58 @@ class Qwen3TextModel {
   static Qwen3TextModel from_folder(const fs::path& folder);
 
   const Qwen3Config& config() const { return config_; }
+
+  // Moves the weights to `device`: the GPU holds them in `compute` (bf16 only: the KV pool and
+  // the decode path are bf16), the CPU maps them as stored again and computes in float32.
+  void set_device(Device device, DType compute = DType::BF16);
+  Device device() const { return device_; }
+  DType compute_dtype() const { return compute_; }
+  // Bytes of weights resident on the model's device (0 on the CPU: they stay mapped).
+  size_t resident_weight_bytes() const { return resident_bytes_; }
   // Whether logits can be computed (an LM head, or tied embeddings).
   bool has_lm_head() const { return lm_head_.defined(); }
 
-  // A dense attention fitting this model; keep_kv for forwards that extend earlier ones.
+  // A dense attention fitting this model (CPU only); keep_kv for forwards that extend earlier
+  // ones. On the GPU attention goes through a paged runner (qwen3_paged.h).
   std::unique_ptr<DenseCausalAttention> dense_attention(bool keep_kv) const;
 
   // Runs the first `layers` decoder layers (0 ≤ layers ≤ num_hidden_layers) on a packed batch:
   // `ids` holds each sequence's new tokens in order, `batch` their counts and cached prefixes.
-  // Returns transformers' hidden_states[layers] for the new tokens, [T, hidden] (index 0 is the
-  // embedding output; the final norm is not applied).
+  // Returns transformers' hidden_states[layers] for the new tokens, [T, hidden] float32 on the
+  // model's device (index 0 is the embedding output; the final norm is not applied).
   Tensor forward_layers(const std::vector<int64_t>& ids, const CausalBatch& batch,
                         CausalAttention& attention, int64_t layers) const;
   // Decoder layers [begin, end) on hidden rows x [T, hidden] of the forward `attention` is in
   // (begin_forward already called); positions per row. For callers that keep an intermediate
   // hidden state and then go on (a paged forward caching hidden_states[-2] rows). x's storage
-  // is updated in place (a Tensor shares it): copy it first to keep the input.
+  // is updated in place (a Tensor shares it): copy it first to keep the input. x float32 on the
+  // model's device (moved there when it is not); returns there.
   Tensor apply_layers(Tensor x, const std::vector<int64_t>& positions, CausalAttention& attention,
                       int64_t begin, int64_t end) const;
-  // The final RMSNorm (what transformers returns as last_hidden_state / hidden_states[-1]).
+  // The final RMSNorm (what transformers returns as last_hidden_state / hidden_states[-1]), on
+  // the model's device.
   Tensor final_norm(const Tensor& hidden) const;
-  // LM logits [rows, vocab] of final-normed hidden rows [rows, hidden].
+  // LM logits [rows, vocab] of final-normed hidden rows [rows, hidden], float32 on the host.
   Tensor logits(const Tensor& normed_hidden) const;
 
   // transformers' hidden_states[index] for one unpadded sequence, [tokens, hidden]; index counts
   // from the end when negative (-1 is after the final norm, -2 the second-to-last layer's output).
+  // Float32 on the host. On the GPU it runs through a paged runner sized to the prompt.
   Tensor hidden_state(const std::vector<int64_t>& ids, int64_t index) const;
 
  private:
+  // CPU: stored dtype, mapped; GPU: products' weights in the compute dtype, norms and biases
+  // float32.
   struct Layer {
     Tensor input_norm, q, k, v, o, q_bias, k_bias, v_bias, o_bias, q_norm, k_norm;
     Tensor post_attention_norm, gate, up, down;
   };
 
+  // (Re)reads every weight from the store, as mapped; checks names and shapes.
+  void map_weights();
+  // Float32 [T, hidden] on the host: only the prompt's rows are converted.
   Tensor embed(const std::vector<int64_t>& ids) const;
-  Tensor self_attention(int64_t index, const Tensor& x, const std::vector<int64_t>& positions,
+  Tensor self_attention(int64_t index, const Tensor& x, const RopeTables& rope,
                         CausalAttention& attention) const;
   Tensor mlp(const Layer& layer, const Tensor& x) const;
 
@@ -72,7 +94,10 @@ class Qwen3TextModel {
   Tensor embedding_;  // [vocab, hidden], stored dtype
   std::vector<Layer> layers_;
   Tensor norm_;
-  Tensor lm_head_;  // undefined for a bare Qwen3Model with untied embeddings
+  Tensor lm_head_;  // undefined for a bare Qwen3Model with untied embeddings; on the host
+  Device device_ = Device::CPU;
+  DType compute_ = DType::F32;
+  size_t resident_bytes_ = 0;
 };
 
 }  // namespace mmgen::text_encoders

@@ -57,6 +57,7 @@ Tensor PagedCausalAttention::attend(int64_t layer, const Tensor& q, const Tensor
 
 Qwen3PagedEncoder::Qwen3PagedEncoder(const Qwen3TextModel& model, paged::PagedRunnerOptions options)
     : model_(model), options_(std::move(options)) {
+  options_.device = model.device();
   const int64_t layers = model.config().num_hidden_layers - 1;
   if (layers > 0)
     runner_ = std::make_unique<paged::PagedRunner>(
@@ -113,10 +114,11 @@ std::vector<Tensor> Qwen3PagedEncoder::encode(const std::vector<std::vector<int6
 }
 
 Qwen3PagedDecoder::Qwen3PagedDecoder(const Qwen3TextModel& model, paged::PagedRunnerOptions options)
-    : model_(model),
-      runner_(std::make_unique<paged::PagedRunner>(
-          qwen3_paged_spec(model.config(), model.config().num_hidden_layers, 0),
-          std::move(options))) {}
+    : model_(model) {
+  options.device = model.device();
+  runner_ = std::make_unique<paged::PagedRunner>(
+      qwen3_paged_spec(model.config(), model.config().num_hidden_layers, 0), std::move(options));
+}
 
 GreedyDecodeResult Qwen3PagedDecoder::greedy_decode(const std::vector<int64_t>& prompt,
                                                     int64_t max_new_tokens,

@@ -7,6 +7,11 @@
 // hit gives them back without recomputing them. The encoder runs only the first L − 1 layers
 // (hidden_states[-2] does not depend on the last), so its pool holds L − 1 layers and is never
 // shared with decoding, which needs all L: Qwen3PagedDecoder has its own runner.
+//
+// Both run on the model's device at construction (options.device is set from it; move the model
+// first): on the GPU the runner drives a GPU paged backend with a bf16 device KV pool, and the
+// host allocator and radix cache work as on the CPU. encode() returns host float32 rows on
+// either device.
 #pragma once
 
 #include <memory>
@@ -49,7 +54,8 @@ struct PrefixCacheReport {
 
 class Qwen3PagedEncoder {
  public:
-  // The model must outlive the encoder. options.prefix_cache turns the cache on.
+  // The model must outlive the encoder (and stay on its device). options.prefix_cache turns the
+  // cache on; options.pool_tokens is allocated whole (on the GPU: pick it for the prompts).
   Qwen3PagedEncoder(const Qwen3TextModel& model, attention::paged::PagedRunnerOptions options);
 
   // hidden_states[-2] of each prompt's ids, [tokens, hidden] — equal to the dense path. Prompts

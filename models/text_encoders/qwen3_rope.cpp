@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/ops.h"
 
 namespace mmgen::text_encoders {
 
@@ -19,32 +20,31 @@ RotaryEmbedding::RotaryEmbedding(int64_t head_dim, double theta, double linear_f
   }
 }
 
+RopeTables RotaryEmbedding::tables(const std::vector<int64_t>& positions, Device device) const {
+  const int64_t tokens = int64_t(positions.size()), half = head_dim_ / 2;
+  RopeTables result{Tensor::empty({tokens, half}), Tensor::empty({tokens, half})};
+  float* cosines = result.cos.data<float>();
+  float* sines = result.sin.data<float>();
+#pragma omp parallel for schedule(static) if (tokens * half > (1 << 15))
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t i = 0; i < half; ++i) {
+      // cos / sin of (position · inverse frequency), each product rounded to float as in torch.
+      const float angle = float(positions[size_t(t)]) * inverse_frequencies_[size_t(i)];
+      cosines[t * half + i] = std::cos(angle);
+      sines[t * half + i] = std::sin(angle);
+    }
+  }
+  if (device != Device::CPU) result = {result.cos.to(device), result.sin.to(device)};
+  return result;
+}
+
 void RotaryEmbedding::apply_(Tensor& x, const std::vector<int64_t>& positions) const {
   check(x.dim() == 3 && x.size(2) == head_dim_ && x.dtype() == DType::F32 && x.is_contiguous(),
         "RoPE: expected [tokens, heads, {}] float32, got {}", head_dim_, shape_string(x.shape()));
   check(int64_t(positions.size()) == x.size(0), "RoPE: {} positions for {} tokens",
         positions.size(), x.size(0));
-  const int64_t tokens = x.size(0), heads = x.size(1), half = head_dim_ / 2;
-  float* data = x.data<float>();
-#pragma omp parallel for schedule(static) if (tokens * heads * head_dim_ > (1 << 16))
-  for (int64_t t = 0; t < tokens; ++t) {
-    // cos / sin of (position · inverse frequency), each product rounded to float as in torch.
-    std::vector<float> cosines(static_cast<size_t>(half)), sines(static_cast<size_t>(half));
-    for (int64_t i = 0; i < half; ++i) {
-      const float angle = float(positions[size_t(t)]) * inverse_frequencies_[size_t(i)];
-      cosines[size_t(i)] = std::cos(angle);
-      sines[size_t(i)] = std::sin(angle);
-    }
-    for (int64_t h = 0; h < heads; ++h) {
-      float* row = data + (t * heads + h) * head_dim_;
-      for (int64_t i = 0; i < half; ++i) {
-        const float first = row[i], second = row[i + half];
-        // x · cos + rotate_half(x) · sin, with rotate_half(x) = (-second, first).
-        row[i] = first * cosines[size_t(i)] + (-second) * sines[size_t(i)];
-        row[i + half] = second * cosines[size_t(i)] + first * sines[size_t(i)];
-      }
-    }
-  }
+  const RopeTables t = tables(positions, x.device());
+  ops::rope_half_(x, t.cos, t.sin);
 }
 
 }  // namespace mmgen::text_encoders
