@@ -255,4 +255,15 @@ void log_attention_plan(const AttentionPlan& plan) {
         split->backend, split->dense, split->setting);
 }
 
+std::string gpu_text_backend(const AttentionPlan& plan, int64_t head_dim) {
+  const attention::Machine& gpu = attention::machine_for_device("cuda");
+  auto it = plan.components.find("text_encoder");
+  if (it != plan.components.end() && it->second.has_attention()) {
+    const std::string& name = it->second.primary().backend;
+    if (attention::kernel_availability(gpu, attention::Family::Paged, name, gpu.dtype, head_dim).ok)
+      return name;
+  }
+  return attention::auto_backend(gpu, attention::Family::Paged, gpu.dtype, head_dim);
+}
+
 }  // namespace mmgen

@@ -71,4 +71,9 @@ void log_attention_plan(const AttentionPlan& plan);
 // these alone.
 void log_attention_notes(const AttentionPlan& plan);
 
+// A text encoder's paged backend on the GPU. A plan made for --device cuda chose it against the
+// GPU's kernels; a plan made for the CPU (a library caller's default plan) names a CPU design, and
+// the GPU's automatic choice for `head_dim` takes its place.
+std::string gpu_text_backend(const AttentionPlan& plan, int64_t head_dim);
+
 }  // namespace mmgen

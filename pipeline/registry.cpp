@@ -91,9 +91,6 @@ void validate_zimage(const Request& request, const ModelIndex& index) {
         std::min(request.width, max_width));
   check(request.num_frames == 1, "--num-frames {}: Z-Image makes still images; use --num-frames 1",
         request.num_frames);
-  check(request.device != "cuda",
-        "--device cuda: Z-Image runs on the CPU only so far (its Qwen3 text encoder has no GPU "
-        "path yet); use --device cpu");
   check(!request.vae_tiling,
         "--vae-tiling: Z-Image's AutoencoderKL decodes whole images (no tiled decode yet); "
         "leave it off");

@@ -135,26 +135,6 @@ WanPipeline::WanPipeline(const ModelIndex& index, AttentionPlan plan)
                                                             nlohmann::json::object()));
 }
 
-#ifdef MMGEN_HAVE_CUDA
-namespace {
-
-// --device cuda: the text encoder's paged backend on the GPU. A plan made for --device cuda
-// chose it against the GPU's kernels; a plan made for the CPU (a library caller's default plan)
-// names a CPU design, and the GPU's auto choice (fa3) takes its place.
-std::string gpu_text_backend(const AttentionPlan& plan, int64_t head_dim) {
-  const attention::Machine& gpu = attention::machine_for_device("cuda");
-  auto it = plan.components.find("text_encoder");
-  if (it != plan.components.end() && it->second.has_attention()) {
-    const std::string& name = it->second.primary().backend;
-    if (attention::kernel_availability(gpu, attention::Family::Paged, name, gpu.dtype, head_dim).ok)
-      return name;
-  }
-  return attention::auto_backend(gpu, attention::Family::Paged, gpu.dtype, head_dim);
-}
-
-}  // namespace
-#endif
-
 Tensor WanPipeline::encode_prompt(const std::string& prompt, int64_t max_length, bool cuda) const {
   const tokenizers::Encoding encoding =
       tokenizer_->encode_padded(tokenizers::clean_prompt(prompt), size_t(max_length));

@@ -78,12 +78,36 @@ ZImagePipeline::ZImagePipeline(const ModelIndex& index, AttentionPlan plan)
         attention::make_dit_backend(vae_choice->primary().backend, nlohmann::json::object()));
 }
 
+std::string ZImagePipeline::text_encoder_backend() const {
+  return text_encoder_->device() == Device::CUDA
+             ? gpu_text_backend(attention_plan_, text_encoder_->config().head_dim)
+             : text_backend_;
+}
+
+void ZImagePipeline::place(bool cuda) const {
+  const Device device = cuda ? Device::CUDA : Device::CPU;
+#ifndef MMGEN_HAVE_CUDA
+  check(!cuda,
+        "--device cuda: this build has no CUDA support; rebuild with -DMMGEN_CUDA=ON or use "
+        "--device cpu");
+#endif
+  if (text_encoder_->device() == device && transformer_->device() == device &&
+      vae_->device() == device)
+    return;
+  Progress upload(cuda ? "upload" : "place", 1);
+  if (text_encoder_->device() != device) text_encoder_->set_device(device);
+  if (transformer_->device() != device) transformer_->set_device(device);
+  if (vae_->device() != device) vae_->set_device(device);
+  upload.finish();
+  if (cuda) spdlog::info("text encoder on the GPU: {} paged attention", text_encoder_backend());
+}
+
 std::vector<Tensor> ZImagePipeline::encode_prompts(const std::vector<std::string>& prompts,
                                                    int64_t max_sequence_length) const {
   // The smallest pool: a request encodes two prompts at most, and the pool is allocated whole.
   return encode_qwen3_prompts(*tokenizer_, *chat_template_, *text_encoder_, prompts,
-                              max_sequence_length, text_backend_, /*page_size=*/1, nullptr, nullptr,
-                              kQwen3MinPoolTokensPerLength * max_sequence_length);
+                              max_sequence_length, text_encoder_backend(), /*page_size=*/1, nullptr,
+                              nullptr, kQwen3MinPoolTokensPerLength * max_sequence_length);
 }
 
 Shape ZImagePipeline::latent_shape(int64_t height, int64_t width) const {
@@ -117,6 +141,7 @@ dit::ZImageAttention ZImagePipeline::build_attention() const {
 ZImageGenerationOutput ZImagePipeline::generate(const ZImageGenerationInput& input,
                                                 bool keep_step_latents) const {
   const ZImageGuidance& guidance = input.guidance;
+  place(input.cuda);
   Progress encode_stage("encode", 1);
   // One call for both prompts: the second reuses the chat template's prefix from the cache.
   std::vector<std::string> prompts = {input.prompt};
@@ -137,7 +162,16 @@ ZImageGenerationOutput ZImagePipeline::generate(const ZImageGenerationInput& inp
   auto scheduler = make_zimage_scheduler(scheduler_class_, scheduler_config_, input.flow_shift,
                                          int(input.num_inference_steps), shape[2], shape[3]);
 
-  dit::ZImageAttention attention = build_attention();
+  // On the GPU the transformer's dense layers run its own kernels (the selector refuses sparse
+  // backends for Z-Image): `torch_sdpa` the reference kernel, the others FlashAttention.
+  dit::ZImageAttention attention;
+  if (input.cuda) {
+    const auto* choice = planned(attention_plan_, "transformer");
+    if (choice && choice->primary().backend == "torch_sdpa")
+      attention.gpu.dense.self = attention::DenseKernel::Reference;
+  } else {
+    attention = build_attention();
+  }
   ZImageGenerationOutput output;
   const int steps = scheduler->num_inference_steps();
   Progress denoise("denoise", steps, "step");
@@ -179,6 +213,7 @@ ZImageGenerationInput zimage_input_from_request(const Request& request) {
   input.flow_shift = request.flow_shift;
   input.seed = request.seed;
   if (request.latents) input.initial_latents = read_tensor_file(*request.latents);
+  input.cuda = request.device == "cuda";
   return input;
 }
 

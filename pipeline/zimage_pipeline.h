@@ -5,7 +5,9 @@
 // the transformer seeing (1000 − t)/1000 and its output negated, prompt and negative prompt as
 // two items of one ragged forward; de-normalise and decode with the AutoencoderKL; map to [0, 1].
 //
-// CPU only so far: the Qwen3 text encoder has no GPU path yet.
+// On the GPU (`cuda` in the input) every component runs there as the same class: the Qwen3 encoder
+// on the GPU paged backends with a device KV pool, the transformer with bf16 products, the VAE
+// with TF32 convolutions; the weights go up once per pipeline, on the first GPU run.
 #pragma once
 
 #include <memory>
@@ -37,6 +39,7 @@ struct ZImageGenerationInput {
   std::optional<double> flow_shift;  // replaces the scheduler config's `shift`
   uint64_t seed = 0;
   Tensor initial_latents;  // when defined, used instead of noise drawn from `seed`
+  bool cuda = false;       // run on the GPU (a CUDA build); else the CPU
 };
 
 struct ZImageGenerationOutput {
@@ -52,8 +55,9 @@ class ZImagePipeline {
   explicit ZImagePipeline(const ModelIndex& index);
   ZImagePipeline(const ModelIndex& index, AttentionPlan plan);
 
-  // Each prompt's embedding, [tokens, hidden], through the plan's paged text-encoder backend
-  // (pipeline/prompt_encoding.h's Qwen3 path, the one `mmgen encode` runs).
+  // Each prompt's embedding, [tokens, hidden] on the host, through the plan's paged text-encoder
+  // backend (pipeline/prompt_encoding.h's Qwen3 path, the one `mmgen encode` runs), on the device
+  // the encoder is on.
   std::vector<Tensor> encode_prompts(const std::vector<std::string>& prompts,
                                      int64_t max_sequence_length) const;
 
@@ -64,13 +68,17 @@ class ZImagePipeline {
                                   bool keep_step_latents = false) const;
 
   const AttentionPlan& attention_plan() const { return attention_plan_; }
-  // The paged backend the text encoder runs.
-  const std::string& text_encoder_backend() const { return text_backend_; }
+  // The paged backend the text encoder runs where it is now.
+  std::string text_encoder_backend() const;
   // The transformer's attention for one run: every layer of the three stacks gets a fresh backend
   // of the plan's self-attention choice with its validated config.
   dit::ZImageAttention build_attention() const;
 
  private:
+  // Moves every component to the device a run asks for (the weights go up once; a CPU run after a
+  // GPU one moves them back).
+  void place(bool cuda) const;
+
   ModelIndex index_;
   std::unique_ptr<tokenizers::Tokenizer> tokenizer_;
   std::unique_ptr<tokenizers::ChatTemplate> chat_template_;  // the tokenizer's, read once
