@@ -13,6 +13,9 @@
 #include "attention/backend_config.h"
 #include "core/error.h"
 #include "core/interrupt.h"
+#ifdef MMGEN_HAVE_CUDA
+#include "core/cuda/device_memory.h"
+#endif
 #include "core/system_memory.h"
 #include "generate/memory_check.h"
 #include "generate/options.h"
@@ -323,8 +326,15 @@ int run_resolved(const ResolvedGenerate& resolved) {
     const auto summary = [&](size_t outputs) {
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      spdlog::info("done: {} output(s) in {:.2f} s, peak memory {}", outputs, seconds,
-                   format_bytes(peak_resident_bytes()));
+      std::string gpu;
+#ifdef MMGEN_HAVE_CUDA
+      // What the caching allocator handed out at most (torch's max_memory_allocated).
+      if (request.device == "cuda")
+        gpu = ", peak GPU memory " +
+              format_bytes(cuda::CachingAllocator::instance().peak_bytes_in_use());
+#endif
+      spdlog::info("done: {} output(s) in {:.2f} s, peak memory {}{}", outputs, seconds,
+                   format_bytes(peak_resident_bytes()), gpu);
     };
     if (resolved.batch_prompts.empty()) {
       stop_if_requested();
