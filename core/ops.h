@@ -62,6 +62,11 @@ Tensor modulated_layer_norm(const Tensor& x, const Tensor& shift, const Tensor& 
 // x += y · gate (gate: `dim` float32 values broadcast over rows), or x += y when gate is
 // undefined. float32.
 void add_gated_(Tensor& x, const Tensor& y, const Tensor& gate = Tensor());
+// x += RMSNorm(y) · weight · gate (gate undefined: no gate), x float32 [rows, dim]: a block's
+// post-norm joining the residual. On the CPU y is float32 and this is rms_norm then add_gated_;
+// on the GPU (y float32 or bf16) one pass, the normed rows never written out.
+void add_rms_norm_gated_(Tensor& x, const Tensor& y, const Tensor& weight, float eps,
+                         const Tensor& gate = Tensor());
 // Interleaved-pair rotary embedding in place: pair j of every head of row r turns (x1, x2) into
 // (x1·cos − x2·sin, x1·sin + x2·cos), cos and sin float32 [tokens, head_dim / 2] with row r using
 // table row r mod tokens (rows are [batch, tokens] flattened). CPU only; the GPU fuses it below.

@@ -76,6 +76,14 @@ Tensor modulated_layer_norm(const Tensor& x, const Tensor& shift, const Tensor& 
   return out_dtype == DType::F32 ? y : y.to(out_dtype);
 }
 
+void add_rms_norm_gated_(Tensor& x, const Tensor& y, const Tensor& weight, float eps,
+                         const Tensor& gate) {
+#ifdef MMGEN_HAVE_CUDA
+  if (x.device() == Device::CUDA) return cuda::ops::add_rms_norm_gated_(x, y, weight, eps, gate);
+#endif
+  add_gated_(x, rms_norm(y, weight, eps), gate);
+}
+
 void add_gated_(Tensor& x, const Tensor& y, const Tensor& gate) {
 #ifdef MMGEN_HAVE_CUDA
   if (x.device() == Device::CUDA) return cuda::ops::add_gated_(x, y, gate);

@@ -69,10 +69,10 @@ void time_block_ops(const dit::ZImageConfig& config, int64_t tokens) {
     return milliseconds([&] { return ops::linear(in, w, Tensor(), out); });
   };
   rows.push_back({"q/k/v projection (bf16 out)", 3, gemm_ms(xb, w_dd, DType::BF16)});
-  rows.push_back({"output projection (f32 out)", 1, gemm_ms(xb, w_dd, DType::F32)});
+  rows.push_back({"output projection (bf16 out)", 1, gemm_ms(xb, w_dd, DType::BF16)});
   rows.push_back({"w1 / w3 (f32 out)", 2, gemm_ms(xb, w_fd, DType::F32)});
   rows.push_back({"w1 / w3 (bf16 out)", 0, gemm_ms(xb, w_fd, DType::BF16)});
-  rows.push_back({"w2 (f32 out)", 1, gemm_ms(hidden.to(DType::BF16), w_df, DType::F32)});
+  rows.push_back({"w2 (bf16 out)", 1, gemm_ms(hidden.to(DType::BF16), w_df, DType::BF16)});
   rows.push_back({"attention (flash)", 1, milliseconds([&] {
                     return attention::dense_attention_gpu(
                         xb.view(heads_shape), xb.view(heads_shape), xb.view(heads_shape), 0.088f,
@@ -80,8 +80,6 @@ void time_block_ops(const dit::ZImageConfig& config, int64_t tokens) {
                   })});
   rows.push_back({"rms_norm (bf16 out)", 2,
                   milliseconds([&] { return ops::rms_norm(x, norm, 1e-5f, DType::BF16); })});
-  rows.push_back(
-      {"rms_norm (f32 out)", 2, milliseconds([&] { return ops::rms_norm(x, norm, 1e-5f); })});
   rows.push_back({"rms_norm_rope_ (q, k)", 2, milliseconds([&] {
                     Tensor q = xb.clone();
                     Tensor view = q.view({tokens * heads, head_dim});
@@ -90,9 +88,9 @@ void time_block_ops(const dit::ZImageConfig& config, int64_t tokens) {
                   })});
   rows.push_back(
       {"  (the clone inside the row above)", -1, milliseconds([&] { return xb.clone(); })});
-  rows.push_back({"add_gated_", 2, milliseconds([&] {
+  rows.push_back({"add_rms_norm_gated_ (bf16 y)", 2, milliseconds([&] {
                     Tensor y = x.clone();
-                    ops::add_gated_(y, x, norm);
+                    ops::add_rms_norm_gated_(y, xb, norm, 1e-5f, norm);
                     return y;
                   })});
   rows.push_back(

@@ -21,7 +21,7 @@ import re, statistics, sys
 stages = {"encode": [], "denoise": [], "decode": []}
 per_step = []
 for line in open(sys.argv[1]):
-    m = re.search(r"\] (encode|denoise|decode): (?:\d+ steps in )?([0-9.]+) s(?:, ([0-9.]+) s/step)?", line)
+    m = re.search(r"info (encode|denoise|decode): (?:\d+ steps in )?([0-9.]+) s(?:, ([0-9.]+) s/step)?", line)
     if m:
         stages[m.group(1)].append(float(m.group(2)))
         if m.group(3): per_step.append(float(m.group(3)))

@@ -4,6 +4,7 @@
 
 #include "core/cuda/device_ops.h"
 #include "core/cuda/elementwise.h"
+#include "core/cuda/fused_norm.h"
 #include "core/cuda/gemm.h"
 #include "core/cuda/gemm_f32.h"
 #include "core/cuda/group_norm.h"
@@ -128,6 +129,26 @@ void add_gated_(Tensor& x, const Tensor& y, const Tensor& gate) {
   }
   add_gated_f32(x.data<float>(), y.data<float>(), rows, dim,
                 gate.defined() ? gate.data<float>() : nullptr);
+}
+
+void add_rms_norm_gated_(Tensor& x, const Tensor& y, const Tensor& weight, float eps,
+                         const Tensor& gate) {
+  require_f32(x, "add_rms_norm_gated");
+  require_device(y, "add_rms_norm_gated", "normed input");
+  require_device(weight, "add_rms_norm_gated", "weight");
+  check(x.shape() == y.shape() && (y.dtype() == DType::F32 || y.dtype() == DType::BF16),
+        "add_rms_norm_gated: x {} and y {} {} must have one shape, y float32 or bf16",
+        shape_string(x.shape()), dtype_name(y.dtype()), shape_string(y.shape()));
+  const int64_t dim = x.size(-1), rows = x.numel() / dim;
+  check(weight.numel() == dim && weight.dtype() == DType::F32,
+        "add_rms_norm_gated: weight {} for rows of {}", shape_string(weight.shape()), dim);
+  if (gate.defined()) {
+    require_device(gate, "add_rms_norm_gated", "gate");
+    check(gate.numel() == dim && gate.dtype() == DType::F32,
+          "add_rms_norm_gated: {} gate values for rows of {}", gate.numel(), dim);
+  }
+  add_rms_norm_gated_f32(x.data<float>(), y.raw(), y.dtype() == DType::BF16, rows, dim,
+                         weight.data<float>(), eps, gate.defined() ? gate.data<float>() : nullptr);
 }
 
 void rms_norm_rope_(Tensor& x, const Tensor& weight, float eps, const Tensor& cos,

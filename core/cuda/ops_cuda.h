@@ -16,6 +16,8 @@ Tensor layer_norm(const Tensor& x, float eps, const Tensor& weight, const Tensor
 Tensor modulated_layer_norm(const Tensor& x, const Tensor& shift, const Tensor& scale_plus_one,
                             float eps, DType out);
 void add_gated_(Tensor& x, const Tensor& y, const Tensor& gate);
+void add_rms_norm_gated_(Tensor& x, const Tensor& y, const Tensor& weight, float eps,
+                         const Tensor& gate);
 void rms_norm_rope_(Tensor& x, const Tensor& weight, float eps, const Tensor& cos,
                     const Tensor& sin, int64_t head_dim);
 void rope_half_(Tensor& x, const Tensor& cos, const Tensor& sin);

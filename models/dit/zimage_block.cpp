@@ -67,8 +67,10 @@ void run_zimage_block(Tensor& x, const ZImageBlockWeights& w, const ZImageModula
       const Shape shape = {1, tokens, heads, head_dim};
       attended = zimage_attention(q.view(shape), k.view(shape), v.view(shape), call);
     }  // q, k, v released before the output projection allocates
-    const Tensor out = ops::linear(attended.view({tokens, dim}), w.to_out, Tensor());
-    ops::add_gated_(x, ops::rms_norm(out, w.attention_norm2, config.norm_eps), m.attention_gate);
+    // The output in the compute dtype: float32 on the CPU; bf16 on the GPU, read once by the
+    // fused post-norm and residual update.
+    const Tensor out = ops::linear(attended.view({tokens, dim}), w.to_out, Tensor(), compute);
+    ops::add_rms_norm_gated_(x, out, w.attention_norm2, config.norm_eps, m.attention_gate);
   }
 
   // 2. SwiGLU feed-forward: w2(silu(w1·x) ⊙ w3·x). The product of the two halves is float32
@@ -77,8 +79,8 @@ void run_zimage_block(Tensor& x, const ZImageBlockWeights& w, const ZImageModula
     const Tensor normed = ops::rms_norm(x, m.ffn_norm, config.norm_eps, compute);
     Tensor gated = ops::linear(normed, w.w1, Tensor(), DType::F32, Activation::Silu);
     ops::mul_(gated, ops::linear(normed, w.w3, Tensor(), DType::F32));
-    const Tensor out = ops::linear(gated.to(compute), w.w2, Tensor());
-    ops::add_gated_(x, ops::rms_norm(out, w.ffn_norm2, config.norm_eps), m.ffn_gate);
+    const Tensor out = ops::linear(gated.to(compute), w.w2, Tensor(), compute);
+    ops::add_rms_norm_gated_(x, out, w.ffn_norm2, config.norm_eps, m.ffn_gate);
   }
 }
 
