@@ -140,6 +140,15 @@ MemoryEstimate estimate_zimage_memory(const Request& request, const ModelIndex& 
       uint64_t(vae_config.out_channels) * uint64_t(request.height * request.width) * kFloat;
   estimate.output = image;
   estimate.decoding = std::max(vae_bytes(index, request.height, request.width), image + image / 4);
+  if (request.device == "cuda") {
+    // The encoder, the transformer and the VAE run on the GPU: the host holds the mapped weights,
+    // the latents and the image coming back (GPU memory is not estimated yet).
+    const uint64_t latents = uint64_t(request.height / factor) * uint64_t(request.width / factor) *
+                             uint64_t(vae_config.latent_channels) * kFloat;
+    estimate.text_encoding = 0;
+    estimate.denoising = 4 * latents;
+    estimate.decoding = image + image / 4;
+  }
   for (uint64_t* stage : {&estimate.text_encoding, &estimate.denoising, &estimate.decoding})
     *stage = uint64_t(double(*stage) * kAllocatorSlack);
   return estimate;
