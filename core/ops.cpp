@@ -205,6 +205,28 @@ void mul_(Tensor& x, const Tensor& y) {
   for (int64_t i = 0; i < x.numel(); ++i) p[i] *= q[i];
 }
 
+Tensor silu_mul(const Tensor& gate, const Tensor& up, DType out) {
+  MMGEN_ON_DEVICE(gate, silu_mul(gate, up, out));
+  check(gate.shape() == up.shape(), "silu_mul: shapes {} and {} differ", shape_string(gate.shape()),
+        shape_string(up.shape()));
+  check(up.is_cpu(), "silu_mul: the gate is on the CPU and the up projection on {}",
+        device_name(up.device()));
+  // The float32 values silu_ then mul_ would leave (the same expressions, rounded in the same
+  // order), so a model switching to this op keeps its CPU numbers bit for bit.
+  const Tensor g = gate.to(DType::F32).contiguous(), u = up.to(DType::F32).contiguous();
+  Tensor y = Tensor::empty(gate.shape());
+  const float* gv = g.data<float>();
+  const float* uv = u.data<float>();
+  float* p = y.data<float>();
+  const int64_t n = y.numel();
+#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+  for (int64_t i = 0; i < n; ++i) {
+    const float activated = gv[i] / (1.0f + std::exp(-gv[i]));
+    p[i] = activated * uv[i];
+  }
+  return out == DType::F32 ? y : y.to(out);
+}
+
 Tensor random_uniform(const Shape& shape, DType dtype, Device device, uint64_t seed, float scale) {
 #ifdef MMGEN_HAVE_CUDA
   if (device == Device::CUDA) return cuda::ops::random_uniform(shape, dtype, seed, scale);

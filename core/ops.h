@@ -48,6 +48,10 @@ void silu_(Tensor& x);
 void gelu_tanh_(Tensor& x);             // 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
 void add_(Tensor& x, const Tensor& y);  // same shape
 void mul_(Tensor& x, const Tensor& y);  // same shape
+// silu(gate) · up (same shapes), the SwiGLU gate in one pass, as `out` (float32 or bf16). The CPU
+// computes exactly silu_ then mul_ on float32 and converts; the GPU reads bf16 or float32 and
+// computes in float32, so the two products of a feed-forward can be written in bf16 and read once.
+Tensor silu_mul(const Tensor& gate, const Tensor& up, DType out = DType::F32);
 void scale_(Tensor& x, float factor);
 
 // `shape` of values uniform in [−scale, scale) from a counter hash of (seed, index), made on

@@ -136,6 +136,29 @@ TEST(Ops, ActivationsFollowTheirFormulas) {
   }
 }
 
+// The SwiGLU gate in one pass gives the float32 values of silu_ then mul_ bit for bit (models
+// switched to it keep their CPU outputs), over a size past the parallel threshold, and converts
+// to bf16 exactly as .to() does; different shapes are refused.
+TEST(Ops, SiluMulIsSiluThenMulBitForBit) {
+  const int64_t n = 40001;
+  const Tensor gate = ops::random_uniform({n}, DType::F32, Device::CPU, 3, 6.0f);
+  const Tensor up = ops::random_uniform({n}, DType::F32, Device::CPU, 4, 2.0f);
+  Tensor expected = gate.clone();
+  ops::silu_(expected);
+  ops::mul_(expected, up);
+  const Tensor actual = ops::silu_mul(gate, up);
+  ASSERT_EQ(actual.shape(), expected.shape());
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(actual.data<float>()[i], expected.data<float>()[i]) << i;
+  const Tensor rounded = ops::silu_mul(gate, up.to(DType::BF16), DType::BF16);
+  const Tensor expected_bf16 =
+      ops::silu_mul(gate, up.to(DType::BF16).to(DType::F32)).to(DType::BF16);
+  ASSERT_EQ(rounded.dtype(), DType::BF16);
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(rounded.data<uint16_t>()[i], expected_bf16.data<uint16_t>()[i]) << i;
+  EXPECT_THROW(ops::silu_mul(gate, up.view({n, 1}).slice(0, 0, n - 1)), Error);
+}
+
 TEST(Ops, RandomUniformIsSeededBoundedAndRoundedThroughBf16) {
   const Tensor a = ops::random_uniform({4096}, DType::F32, Device::CPU, 7, 0.5f);
   const Tensor b = ops::random_uniform({4096}, DType::F32, Device::CPU, 7, 0.5f);

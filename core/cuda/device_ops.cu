@@ -72,6 +72,64 @@ __global__ void rms_norm_rope_kernel(bf16* x, int64_t dim, const float* weight, 
   }
 }
 
+// Short rows (q/k viewed one row per head, dim ≤ 32 · 2 · kPairsPerLane): one warp per row and
+// kWarpRows rows per block, the row kept in registers between the sum of squares (a warp shuffle,
+// no block barrier) and the write. The block-per-row kernel above would leave most of its 256
+// threads idle on a 128-wide row and pay two barriers per row. Same float32 math, one bf16
+// rounding per value.
+constexpr int kWarpRows = 8;
+
+template <int kPairsPerLane>
+__global__ void rms_norm_rope_warp_kernel(bf16* x, int64_t rows, int64_t dim, const float* weight,
+                                          float eps, const float* cos, const float* sin,
+                                          int64_t tokens, int64_t head_dim) {
+  const int lane = threadIdx.x % 32;
+  const int64_t r = int64_t(blockIdx.x) * kWarpRows + threadIdx.x / 32;
+  if (r >= rows) return;  // a whole warp leaves together: the shuffles below see full warps
+  __nv_bfloat162* row = reinterpret_cast<__nv_bfloat162*>(x + r * dim);
+  const int64_t pairs = dim / 2, half = head_dim / 2;
+  const float* c_row = cos ? cos + (r % tokens) * half : nullptr;
+  const float* s_row = cos ? sin + (r % tokens) * half : nullptr;
+  // Every load is issued before the reduction waits on the row's, so the table reads overlap it.
+  float2 v[kPairsPerLane], w[kPairsPerLane], rotation[kPairsPerLane];
+#pragma unroll
+  for (int i = 0; i < kPairsPerLane; ++i) {
+    const int64_t p = lane + 32 * i;
+    const bool inside = p < pairs;
+    v[i] = inside ? __bfloat1622float2(row[p]) : make_float2(0.0f, 0.0f);
+    w[i] = inside ? make_float2(weight[2 * p], weight[2 * p + 1]) : make_float2(0.0f, 0.0f);
+    const int64_t j = p < half ? p : p % half;  // skips a 64-bit division when one head per row
+    rotation[i] = inside && cos ? make_float2(c_row[j], s_row[j]) : make_float2(1.0f, 0.0f);
+  }
+  float squares = 0;
+#pragma unroll
+  for (int i = 0; i < kPairsPerLane; ++i) squares += v[i].x * v[i].x + v[i].y * v[i].y;
+  for (int offset = 16; offset > 0; offset /= 2)
+    squares += __shfl_xor_sync(0xffffffffu, squares, offset);
+  const float inverse = rsqrtf(squares / float(dim) + eps);
+#pragma unroll
+  for (int i = 0; i < kPairsPerLane; ++i) {
+    const int64_t p = lane + 32 * i;
+    if (p >= pairs) break;
+    float x1 = v[i].x * inverse * w[i].x, x2 = v[i].y * inverse * w[i].y;
+    if (cos) {
+      const float c = rotation[i].x, s = rotation[i].y;
+      const float r1 = x1 * c - x2 * s, r2 = x1 * s + x2 * c;
+      x1 = r1, x2 = r2;
+    }
+    row[p] = __floats2bfloat162_rn(x1, x2);
+  }
+}
+
+template <int kPairsPerLane>
+void launch_rms_norm_rope_warp(bf16* x, int64_t rows, int64_t dim, const float* weight, float eps,
+                               const float* cos, const float* sin, int64_t tokens, int64_t head_dim,
+                               cudaStream_t stream) {
+  const int64_t blocks = (rows + kWarpRows - 1) / kWarpRows;
+  rms_norm_rope_warp_kernel<kPairsPerLane><<<unsigned(blocks), 32 * kWarpRows, 0, stream>>>(
+      x, rows, dim, weight, eps, cos, sin, tokens, head_dim);
+}
+
 // One thread per (token, head, pair): the pair (i, i + half) is read and written by it alone.
 __global__ void rope_half_kernel(float* x, int64_t pairs, int64_t heads, int64_t half,
                                  const float* cos, const float* sin) {
@@ -121,8 +179,24 @@ void rms_norm_rope_bf16(void* x, int64_t rows, int64_t dim, const float* weight,
                         const float* cos, const float* sin, int64_t tokens, int64_t head_dim,
                         cudaStream_t stream) {
   if (rows == 0) return;
-  rms_norm_rope_kernel<<<unsigned(rows), kRowThreads, 0, stream>>>(
-      static_cast<bf16*>(x), dim, weight, eps, cos, sin, tokens, head_dim);
+  bf16* values = static_cast<bf16*>(x);
+  // Rows up to 512 wide (a head's q/k) take a warp each, with as few register slots as fit;
+  // longer ones (Wan normalises the full hidden width) a block each.
+  if (dim <= 64)
+    launch_rms_norm_rope_warp<1>(values, rows, dim, weight, eps, cos, sin, tokens, head_dim,
+                                 stream);
+  else if (dim <= 128)
+    launch_rms_norm_rope_warp<2>(values, rows, dim, weight, eps, cos, sin, tokens, head_dim,
+                                 stream);
+  else if (dim <= 256)
+    launch_rms_norm_rope_warp<4>(values, rows, dim, weight, eps, cos, sin, tokens, head_dim,
+                                 stream);
+  else if (dim <= 512)
+    launch_rms_norm_rope_warp<8>(values, rows, dim, weight, eps, cos, sin, tokens, head_dim,
+                                 stream);
+  else
+    rms_norm_rope_kernel<<<unsigned(rows), kRowThreads, 0, stream>>>(values, dim, weight, eps, cos,
+                                                                     sin, tokens, head_dim);
   MMGEN_CUDA_CHECK_LAUNCH();
 }
 

@@ -15,6 +15,10 @@ void activate_f32(float* x, int64_t count, Activation activation);  // in place
 void mul_f32(float* x, const float* y, int64_t count);              // x *= y
 void scale_f32(float* x, float factor, int64_t count);              // x *= factor
 void add_f32(float* x, const float* y, int64_t count);              // x += y
+// out = silu(gate) · up over `count` values, each of the three bf16 (flag set) or float32; float32
+// math, one rounding to bf16 at the store.
+void silu_mul(const void* gate, bool gate_bf16, const void* up, bool up_bf16, void* out,
+              bool out_bf16, int64_t count);
 // x[r, c] += bias[c] for rows × dim float32 x.
 void add_bias_f32(float* x, const float* bias, int64_t rows, int64_t dim);
 

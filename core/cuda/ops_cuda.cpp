@@ -159,6 +159,8 @@ void rms_norm_rope_(Tensor& x, const Tensor& weight, float eps, const Tensor& co
   const int64_t dim = x.size(-1), rows = x.numel() / dim;
   check(weight.numel() == dim && weight.dtype() == DType::F32,
         "rms_norm_rope: weight {} for rows of {}", shape_string(weight.shape()), dim);
+  // The kernels read the rows as bf16 pairs.
+  check(dim % 2 == 0, "rms_norm_rope on the GPU: rows of an even width, not {}", dim);
   if (cos.defined()) {
     require_device(cos, "rms_norm_rope", "cos table");
     require_device(sin, "rms_norm_rope", "sin table");
@@ -250,6 +252,21 @@ void mul_(Tensor& x, const Tensor& y) {
   check(x.shape() == y.shape(), "mul: shapes {} and {} differ", shape_string(x.shape()),
         shape_string(y.shape()));
   mul_f32(x.data<float>(), y.data<float>(), x.numel());
+}
+
+Tensor silu_mul(const Tensor& gate, const Tensor& up, DType out) {
+  require_device(gate, "silu_mul", "gate");
+  require_device(up, "silu_mul", "up projection");
+  check(gate.shape() == up.shape(), "silu_mul: shapes {} and {} differ", shape_string(gate.shape()),
+        shape_string(up.shape()));
+  const auto supported = [](DType dtype) { return dtype == DType::BF16 || dtype == DType::F32; };
+  check(supported(gate.dtype()) && supported(up.dtype()) && supported(out),
+        "silu_mul on the GPU: bf16 or float32, not {} · {} → {}", dtype_name(gate.dtype()),
+        dtype_name(up.dtype()), dtype_name(out));
+  Tensor y = Tensor::empty(gate.shape(), out, Device::CUDA);
+  cuda::silu_mul(gate.raw(), gate.dtype() == DType::BF16, up.raw(), up.dtype() == DType::BF16,
+                 y.raw(), out == DType::BF16, y.numel());
+  return y;
 }
 
 void scale_(Tensor& x, float factor) {

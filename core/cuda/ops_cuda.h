@@ -28,6 +28,8 @@ Tensor group_norm(const Tensor& x, int64_t groups, float eps, const Tensor& weig
 void activate_(Tensor& x, Activation activation);
 void add_(Tensor& x, const Tensor& y);
 void mul_(Tensor& x, const Tensor& y);
+// gate and up bf16 or float32 on the GPU; out bf16 or float32.
+Tensor silu_mul(const Tensor& gate, const Tensor& up, DType out);
 void scale_(Tensor& x, float factor);
 Tensor random_uniform(const Shape& shape, DType dtype, uint64_t seed, float scale);
 

@@ -73,13 +73,19 @@ void run_zimage_block(Tensor& x, const ZImageBlockWeights& w, const ZImageModula
     ops::add_rms_norm_gated_(x, out, w.attention_norm2, config.norm_eps, m.attention_gate);
   }
 
-  // 2. SwiGLU feed-forward: w2(silu(w1·x) ⊙ w3·x). The product of the two halves is float32
-  // (ops::mul_ on either device), then read by w2 in the compute dtype.
+  // 2. SwiGLU feed-forward: w2(silu(w1·x) ⊙ w3·x). On the GPU w1 and w3 write the compute dtype
+  // and silu_mul reads both once and writes what w2 reads: float32 [tokens, ffn] intermediates
+  // cost more than the products' own rounding. The CPU keeps float32 products, its numbers
+  // unchanged (silu_mul there is silu_ then mul_ value for value).
   {
     const Tensor normed = ops::rms_norm(x, m.ffn_norm, config.norm_eps, compute);
-    Tensor gated = ops::linear(normed, w.w1, Tensor(), DType::F32, Activation::Silu);
-    ops::mul_(gated, ops::linear(normed, w.w3, Tensor(), DType::F32));
-    const Tensor out = ops::linear(gated.to(compute), w.w2, Tensor(), compute);
+    const DType products = x.is_cpu() ? DType::F32 : compute;
+    Tensor gated;
+    {
+      const Tensor gate = ops::linear(normed, w.w1, Tensor(), products);
+      gated = ops::silu_mul(gate, ops::linear(normed, w.w3, Tensor(), products), compute);
+    }  // the two halves released before w2 allocates
+    const Tensor out = ops::linear(gated, w.w2, Tensor(), compute);
     ops::add_rms_norm_gated_(x, out, w.ffn_norm2, config.norm_eps, m.ffn_gate);
   }
 }

@@ -181,13 +181,14 @@ Tensor Qwen3TextModel::self_attention(int64_t index, const Tensor& x, const Rope
 }
 
 // SwiGLU: down(silu(gate(x)) · up(x)); the activation and the gate in float32, one rounding to
-// the compute dtype before down.
+// the compute dtype before down (silu_mul's one pass gives the values silu_, mul_ and the
+// conversion gave on either device).
 Tensor Qwen3TextModel::mlp(const Layer& layer, const Tensor& x) const {
   const Tensor normed = ops::rms_norm(x, layer.post_attention_norm, config_.rms_norm_eps, compute_);
-  Tensor hidden = ops::linear(normed, layer.gate, Tensor(), DType::F32);
-  ops::silu_(hidden);
-  ops::mul_(hidden, ops::linear(normed, layer.up, Tensor(), DType::F32));
-  return ops::linear(hidden.to(compute_), layer.down, Tensor(), DType::F32);
+  const Tensor hidden =
+      ops::silu_mul(ops::linear(normed, layer.gate, Tensor(), DType::F32),
+                    ops::linear(normed, layer.up, Tensor(), DType::F32), compute_);
+  return ops::linear(hidden, layer.down, Tensor(), DType::F32);
 }
 
 Tensor Qwen3TextModel::forward_layers(const std::vector<int64_t>& ids, const CausalBatch& batch,

@@ -1,0 +1,212 @@
+// The two element-wise ops of a Z-Image block that run between its products on the GPU, against
+// the CPU ops on the same bf16-rounded inputs, then timed at Z-Image-Turbo's sizes (4160 tokens,
+// 30 heads of 128, feed-forward width 10240):
+// - ops::rms_norm_rope_ on bf16 rows: the warp-per-row kernel (rows up to 512 wide: q/k one row
+//   per head) at widths 16, 64, 128, 320 and 512, without tables, with one table row per row and
+//   with fewer table rows than rows (row r reads table row r mod tokens), row counts that do not
+//   fill the last block; and the block-per-row kernel on 1536-wide rows (Wan's full hidden width).
+//   The CPU computes in float32 (double sums), the GPU in float32 with one bf16 rounding of the
+//   result: they agree to that rounding, 2⁻⁸ relative per value.
+// - ops::silu_mul with bf16 and float32 inputs and outputs on odd sizes (the element-by-element
+//   tail), an unaligned view (no 16-byte loads) and a size of whole 8-value groups: float32
+//   results within 1e-6 relative of the CPU (expf against std::exp), bf16 ones within its
+//   rounding.
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
+
+#include "core/ops.h"
+#include "core/tensor.h"
+#include "cuda_test_support.h"
+
+using namespace mmgen;
+using namespace mmgen::cuda_testing;
+
+namespace {
+
+// Standard-normal values already rounded to bf16, as a float32 host tensor.
+Tensor random_rounded(const Shape& shape, std::mt19937& generator, float scale = 1.0f) {
+  const Bf16Values values = random_bf16(size_t(shape_numel(shape)), generator);
+  std::vector<float> scaled(values.values.size());
+  // A power-of-two scale keeps the values bf16-exact.
+  for (size_t i = 0; i < scaled.size(); ++i) scaled[i] = values.values[i] * scale;
+  return Tensor::from_vector(shape, scaled);
+}
+
+// max over values of |actual − expected| / (2⁻⁸ · |expected| + floor): ≤ 1 when every value is
+// within a bf16 rounding (plus float32 noise near zero); and ‖actual − expected‖ / ‖expected‖.
+struct Agreement {
+  double worst = 0, relative = 0;
+};
+Agreement compare(const Tensor& gpu, const Tensor& expected, double relative_bound, double floor) {
+  const Tensor actual = gpu.to(Device::CPU).to(DType::F32);
+  if (actual.shape() != expected.shape()) return {INFINITY, INFINITY};
+  Agreement result;
+  double difference = 0, norm = 0;
+  for (int64_t i = 0; i < expected.numel(); ++i) {
+    const double a = actual.data<float>()[i], e = expected.data<float>()[i];
+    if (!std::isfinite(a)) return {INFINITY, INFINITY};
+    result.worst = std::max(result.worst, std::abs(a - e) / (relative_bound * std::abs(e) + floor));
+    difference += (a - e) * (a - e);
+    norm += e * e;
+  }
+  result.relative = std::sqrt(difference / (norm > 0 ? norm : 1.0));
+  return result;
+}
+
+void check_rms_norm_rope(int64_t rows, int64_t dim, int64_t head_dim, int64_t tokens,
+                         std::mt19937& generator) {
+  const Tensor x = random_rounded({rows, dim}, generator, 4.0f);
+  std::vector<float> weight(static_cast<size_t>(dim));
+  std::uniform_real_distribution<float> around_one(0.5f, 1.5f);
+  for (float& w : weight) w = around_one(generator);
+  const Tensor w = Tensor::from_vector({dim}, weight);
+  Tensor cos, sin;
+  if (tokens > 0) {
+    std::vector<float> c(size_t(tokens * head_dim / 2)), s(c.size());
+    std::uniform_real_distribution<float> angle(-3.2f, 3.2f);
+    for (size_t i = 0; i < c.size(); ++i) {
+      const float a = angle(generator);
+      c[i] = std::cos(a), s[i] = std::sin(a);
+    }
+    cos = Tensor::from_vector({tokens, head_dim / 2}, c);
+    sin = Tensor::from_vector({tokens, head_dim / 2}, s);
+  }
+  Tensor expected = x.clone();
+  ops::rms_norm_rope_(expected, w, 1e-5f, cos, sin, head_dim);
+  Tensor actual = x.to(DType::BF16).to(Device::CUDA);
+  ops::rms_norm_rope_(actual, w.to(Device::CUDA), 1e-5f,
+                      cos.defined() ? cos.to(Device::CUDA) : Tensor(),
+                      sin.defined() ? sin.to(Device::CUDA) : Tensor(), head_dim);
+  const Agreement agreement = compare(actual, expected, 1.0 / 256, 1e-5);
+  const std::string tables =
+      tokens == 0 ? "no tables" : fmt::format("tables of {} rows (head size {})", tokens, head_dim);
+  expect(actual.dtype() == DType::BF16 && agreement.worst <= 1.0,
+         fmt::format("rms_norm_rope [{}, {}], {}: within a bf16 rounding of the CPU (worst {:.2f} "
+                     "of it), relative error {:.2e}",
+                     rows, dim, tables, agreement.worst, agreement.relative));
+}
+
+void check_silu_mul(const Shape& shape, DType gate_dtype, DType up_dtype, DType out, int64_t skip,
+                    std::mt19937& generator) {
+  // `skip` values cut off the front: a view 2 or 4 bytes past an aligned allocation.
+  const int64_t count = shape_numel(shape);
+  const Tensor gate_all = random_rounded({count + skip}, generator, 2.0f);
+  const Tensor up_all = random_rounded({count + skip}, generator);
+  const Tensor gate = gate_all.slice(0, skip, count + skip).view(shape);
+  const Tensor up = up_all.slice(0, skip, count + skip).view(shape);
+  const Tensor expected = ops::silu_mul(gate.contiguous(), up.contiguous());
+  const Tensor gpu_gate = gate_all.to(gate_dtype).to(Device::CUDA).slice(0, skip, count + skip);
+  const Tensor gpu_up = up_all.to(up_dtype).to(Device::CUDA).slice(0, skip, count + skip);
+  const Tensor actual = ops::silu_mul(gpu_gate.view(shape), gpu_up.view(shape), out);
+  const bool rounded = out == DType::BF16;
+  const Agreement agreement = compare(actual, expected, rounded ? 1.0 / 256 : 1e-6, 1e-30);
+  expect(actual.dtype() == out && actual.shape() == shape && agreement.worst <= 1.0,
+         fmt::format("silu_mul {} {} · {} → {}{}: within {} of the CPU (worst {:.2f} of it), "
+                     "relative error {:.2e}",
+                     shape_string(shape), dtype_name(gate_dtype), dtype_name(up_dtype),
+                     dtype_name(out), skip ? fmt::format(", view at +{}", skip) : "",
+                     rounded ? "a bf16 rounding" : "1e-6", agreement.worst, agreement.relative));
+}
+
+double milliseconds_per_call(const std::function<void()>& call) {
+  for (int i = 0; i < 3; ++i) call();  // warm-up
+  cudaDeviceSynchronize();
+  const int calls = 20;
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < calls; ++i) call();
+  cudaDeviceSynchronize();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+             .count() /
+         calls;
+}
+
+// Z-Image-Turbo at 1024² (4096 image + 64 caption tokens): the q/k normalisation of one block
+// (the tables hold a row per (token, head), as the model builds them) and its feed-forward gate,
+// with the float32 silu_, mul_ and bf16 conversion it replaces for comparison.
+void report_timings() {
+  const int64_t tokens = 4160, heads = 30, head_dim = 128, ffn = 10240;
+  const int64_t rows = tokens * heads;
+  Tensor q = ops::random_uniform({rows, head_dim}, DType::BF16, Device::CUDA, 1, 2.0f);
+  const Tensor weight = Tensor::full({head_dim}, 1.0f).to(Device::CUDA);
+  const Tensor cos = ops::random_uniform({rows, head_dim / 2}, DType::F32, Device::CUDA, 2, 1.0f);
+  const Tensor sin = ops::random_uniform({rows, head_dim / 2}, DType::F32, Device::CUDA, 3, 1.0f);
+  const double norm_ms =
+      milliseconds_per_call([&] { ops::rms_norm_rope_(q, weight, 1e-5f, cos, sin, head_dim); });
+  // Read and write the rows, read both tables.
+  const double norm_bytes = 2.0 * double(q.nbytes()) + 2.0 * double(cos.nbytes());
+  std::printf("rms_norm_rope [%lld, %lld] bf16 with tables: %.3f ms, %.0f GB/s effective\n",
+              static_cast<long long>(rows), static_cast<long long>(head_dim), norm_ms,
+              norm_bytes / (norm_ms * 1e-3) / 1e9);
+
+  const Tensor gate = ops::random_uniform({tokens, ffn}, DType::BF16, Device::CUDA, 4, 3.0f);
+  const Tensor up = ops::random_uniform({tokens, ffn}, DType::BF16, Device::CUDA, 5, 3.0f);
+  const double fused_ms = milliseconds_per_call([&] { ops::silu_mul(gate, up, DType::BF16); });
+  std::printf("silu_mul [%lld, %lld] bf16 · bf16 → bf16: %.3f ms, %.0f GB/s effective\n",
+              static_cast<long long>(tokens), static_cast<long long>(ffn), fused_ms,
+              3.0 * double(gate.nbytes()) / (fused_ms * 1e-3) / 1e9);
+  const Tensor gate_f32 = gate.to(DType::F32), up_f32 = up.to(DType::F32);
+  const double f32_ms =
+      milliseconds_per_call([&] { ops::silu_mul(gate_f32, up_f32, DType::BF16); });
+  std::printf("silu_mul [%lld, %lld] f32 · f32 → bf16: %.3f ms\n", static_cast<long long>(tokens),
+              static_cast<long long>(ffn), f32_ms);
+  const double separate_ms = milliseconds_per_call([&] {
+    Tensor hidden = gate_f32.clone();
+    ops::silu_(hidden);
+    ops::mul_(hidden, up_f32);
+    hidden.to(DType::BF16);
+  });
+  std::printf("  the separate f32 clone + silu_ + mul_ + .to(bf16) it replaces: %.3f ms\n",
+              separate_ms);
+}
+
+}  // namespace
+
+int main() try {
+  std::mt19937 generator(20261125);
+  // The warp-per-row kernel: each register-slot count (≤ 64, 128, 256, 512 wide), rows not a
+  // multiple of the 8 a block holds.
+  for (const int64_t dim : {16, 64, 128}) {
+    const int64_t rows = 3 * 37;
+    check_rms_norm_rope(rows, dim, dim, 0, generator);
+    check_rms_norm_rope(rows, dim, dim, rows, generator);
+    check_rms_norm_rope(rows, dim, dim, 37, generator);
+  }
+  check_rms_norm_rope(4160 * 3 + 5, 128, 128, 4160 * 3 + 5, generator);  // many blocks
+  check_rms_norm_rope(45, 320, 64, 9, generator);                        // several heads per row
+  check_rms_norm_rope(13, 512, 128, 0, generator);                       // the widest warp rows
+  check_rms_norm_rope(13, 512, 128, 13, generator);
+  // The block-per-row kernel.
+  check_rms_norm_rope(21, 1536, 128, 0, generator);
+  check_rms_norm_rope(21, 1536, 128, 7, generator);
+
+  for (const DType gate : {DType::BF16, DType::F32})
+    for (const DType up : {DType::BF16, DType::F32})
+      for (const DType out : {DType::BF16, DType::F32}) {
+        check_silu_mul({3, 1001}, gate, up, out, 0, generator);  // 3003: a 3-value tail
+        check_silu_mul({7}, gate, up, out, 0, generator);        // shorter than one group
+        check_silu_mul({5, 64}, gate, up, out, 0, generator);    // whole groups only
+        check_silu_mul({2, 515}, gate, up, out, 1, generator);   // unaligned: all scalar
+      }
+  const std::string different = error_message([] {
+    ops::silu_mul(Tensor::zeros({4, 8}, DType::BF16, Device::CUDA),
+                  Tensor::zeros({8, 4}, DType::BF16, Device::CUDA), DType::BF16);
+  });
+  expect(different.find("silu_mul") != std::string::npos,
+         "silu_mul refuses different shapes: " + different);
+  const std::string odd = error_message([] {
+    Tensor rows = Tensor::zeros({4, 7}, DType::BF16, Device::CUDA);
+    ops::rms_norm_rope_(rows, Tensor::full({7}, 1.0f).to(Device::CUDA), 1e-5f);
+  });
+  expect(odd.find("even") != std::string::npos, "rms_norm_rope refuses odd rows: " + odd);
+
+  report_timings();
+  return finish("zimage_block_ops_cuda_test");
+} catch (const std::exception& error) {
+  std::printf("zimage_block_ops_cuda_test: error: %s\n", error.what());
+  return 1;
+}
