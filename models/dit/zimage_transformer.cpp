@@ -128,6 +128,13 @@ ZImageBlockWeights ZImageTransformer::block_weights(ZImageStage stage, int64_t l
                                   stage != ZImageStage::ContextRefiner);
 }
 
+ZImageBlockWeights ZImageTransformer::modulation_weights(ZImageStage stage, int64_t layer) const {
+  if (device_ != Device::CPU) return block_weights(stage, layer);
+  return ZImageBlockWeights::load_modulation(weights_,
+                                             zimage_block_prefix(stack_name(stage), layer),
+                                             stage != ZImageStage::ContextRefiner);
+}
+
 const ZImageTransformer::LayoutRope& ZImageTransformer::layout_rope(
     const ZImageLayout& layout) const {
   // A few layouts at most (a run's size; a prompt file may mix sizes): start over beyond that.
@@ -193,9 +200,27 @@ std::vector<Tensor> ZImageTransformer::forward(const std::vector<ZImageItem>& ba
   call.step_index = step.index;
   call.step_count = step.count;
   call.attention = attention;
+  // Every block's modulation for every item, before any block runs: on the GPU each reads back
+  // a [4·dim] product, and doing them all first keeps those waits out of the stream of block
+  // kernels (which then queue without a host round trip between blocks).
+  const auto modulations = [&](ZImageStage stage, int64_t layers) {
+    std::vector<std::vector<ZImageModulation>> out(static_cast<size_t>(layers));
+    for (int64_t layer = 0; layer < layers; ++layer) {
+      const ZImageBlockWeights weights = modulation_weights(stage, layer);
+      for (int64_t i = 0; i < count; ++i)
+        out[size_t(layer)].push_back(zimage_modulation(weights, adaln[size_t(i)], device_));
+    }
+    return out;
+  };
+  const auto noise_modulation = modulations(ZImageStage::NoiseRefiner, config_.n_refiner_layers);
+  const auto context_modulation =
+      modulations(ZImageStage::ContextRefiner, config_.n_refiner_layers);
+  const auto main_modulation = modulations(ZImageStage::Main, config_.n_layers);
+
   // Runs one stack over every item, each block's weights loaded once for the whole batch.
   const auto run_stack = [&](ZImageStage stage, int64_t layers, std::vector<Tensor>& streams,
-                             const std::vector<ZImageRopeTables>& rope) {
+                             const std::vector<ZImageRopeTables>& rope,
+                             const std::vector<std::vector<ZImageModulation>>& modulation) {
     call.stage = stage;
     call.num_layers = layers;
     for (int64_t layer = 0; layer < layers; ++layer) {
@@ -206,20 +231,21 @@ std::vector<Tensor> ZImageTransformer::forward(const std::vector<ZImageItem>& ba
         call.timestep = batch[size_t(i)].timestep;
         call.grid = stage == ZImageStage::ContextRefiner ? std::array<int64_t, 3>{0, 0, 0}
                                                          : layouts[size_t(i)].grid;
-        run_zimage_block(streams[size_t(i)], weights,
-                         zimage_modulation(weights, adaln[size_t(i)], device_), config_,
+        run_zimage_block(streams[size_t(i)], weights, modulation[size_t(layer)][size_t(i)], config_,
                          rope[size_t(i)], compute_, call);
       }
     }
   };
-  run_stack(ZImageStage::NoiseRefiner, config_.n_refiner_layers, image, image_rope);
-  run_stack(ZImageStage::ContextRefiner, config_.n_refiner_layers, caption, caption_rope);
+  run_stack(ZImageStage::NoiseRefiner, config_.n_refiner_layers, image, image_rope,
+            noise_modulation);
+  run_stack(ZImageStage::ContextRefiner, config_.n_refiner_layers, caption, caption_rope,
+            context_modulation);
   std::vector<Tensor> joint;
   for (int64_t i = 0; i < count; ++i) {
     joint.push_back(assemble_rows({image[size_t(i)], caption[size_t(i)]}, 0, Tensor()));
     image[size_t(i)] = caption[size_t(i)] = Tensor();
   }
-  run_stack(ZImageStage::Main, config_.n_layers, joint, joint_rope);
+  run_stack(ZImageStage::Main, config_.n_layers, joint, joint_rope, main_modulation);
 
   // Final layer: LayerNorm (no affine) scaled by 1 + adaLN(SiLU(t)), projection, unpatchify of
   // the image tokens.

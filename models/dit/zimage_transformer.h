@@ -68,6 +68,9 @@ class ZImageTransformer {
 
  private:
   ZImageBlockWeights block_weights(ZImageStage stage, int64_t layer) const;
+  // What a block's modulation reads (the resident weights on the GPU; on the CPU only those
+  // tensors, mapped).
+  ZImageBlockWeights modulation_weights(ZImageStage stage, int64_t layer) const;
 
   // The RoPE tables of one item layout (its image, caption and joint sequences) on the model's
   // device. They depend on the layout only, so every step of a run and both guidance items reuse

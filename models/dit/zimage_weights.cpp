@@ -84,6 +84,18 @@ ZImageBlockWeights ZImageBlockWeights::load(const WeightStore& store, const std:
   return w;
 }
 
+ZImageBlockWeights ZImageBlockWeights::load_modulation(const WeightStore& store,
+                                                       const std::string& prefix, bool modulated) {
+  ZImageBlockWeights w;
+  w.attention_norm1 = f32(store, prefix + "attention_norm1.weight");
+  w.ffn_norm1 = f32(store, prefix + "ffn_norm1.weight");
+  if (modulated) {
+    w.modulation_weight = store.get(prefix + "adaLN_modulation.0.weight");
+    w.modulation_bias = f32(store, prefix + "adaLN_modulation.0.bias");
+  }
+  return w;
+}
+
 ZImageBlockWeights ZImageBlockWeights::placed(Device device, DType compute) const {
   const auto product = [&](const Tensor& t) { return t.to(compute).to(device); };
   ZImageBlockWeights p = *this;

@@ -37,6 +37,10 @@ struct ZImageBlockWeights {
 
   static ZImageBlockWeights load(const WeightStore& store, const std::string& prefix,
                                  bool modulated);
+  // Only what zimage_modulation reads (the pre-norms and the modulation product), the rest
+  // undefined: a forward folds every block's modulation before the blocks run.
+  static ZImageBlockWeights load_modulation(const WeightStore& store, const std::string& prefix,
+                                            bool modulated);
   // These weights with their products and device norms placed on `device` for products that read
   // `compute`; the host tensors stay where they are.
   ZImageBlockWeights placed(Device device, DType compute) const;
