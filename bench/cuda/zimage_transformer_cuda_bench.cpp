@@ -70,7 +70,6 @@ void time_block_ops(const dit::ZImageConfig& config, int64_t tokens) {
   };
   rows.push_back({"q/k/v projection (bf16 out)", 3, gemm_ms(xb, w_dd, DType::BF16)});
   rows.push_back({"output projection (bf16 out)", 1, gemm_ms(xb, w_dd, DType::BF16)});
-  rows.push_back({"w1 / w3 (f32 out)", 0, gemm_ms(xb, w_fd, DType::F32)});
   rows.push_back({"w1 / w3 (bf16 out)", 2, gemm_ms(xb, w_fd, DType::BF16)});
   rows.push_back({"w2 (bf16 out)", 1, gemm_ms(hidden.to(DType::BF16), w_df, DType::BF16)});
   rows.push_back({"attention (flash)", 1, milliseconds([&] {
@@ -100,20 +99,6 @@ void time_block_ops(const dit::ZImageConfig& config, int64_t tokens) {
                     return ops::silu_mul(hidden_bf16, hidden_bf16, DType::BF16);
                   })});
   // The float32 feed-forward tail silu_mul replaced, for comparison (not in the sum).
-  rows.push_back({"silu_ on [tokens, ffn] f32", 0, milliseconds([&] {
-                    Tensor h = hidden.clone();
-                    ops::silu_(h);
-                    return h;
-                  })});
-  rows.push_back({"mul_ on [tokens, ffn] f32", 0, milliseconds([&] {
-                    Tensor h = hidden.clone();
-                    ops::mul_(h, hidden);
-                    return h;
-                  })});
-  rows.push_back(
-      {"  (the clone inside the rows above)", 0, milliseconds([&] { return hidden.clone(); })});
-  rows.push_back(
-      {"to(bf16) of [tokens, ffn]", 0, milliseconds([&] { return hidden.to(DType::BF16); })});
   double total = 0;
   std::printf("one main block's ops alone at %lld tokens (ms per call x calls per block):\n",
               (long long)tokens);

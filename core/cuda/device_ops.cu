@@ -160,6 +160,33 @@ __global__ void add_gated_kernel(float* x, const float* y, int64_t count, int64_
     x[i] += gate ? y[i] * gate[i % dim] : y[i];
 }
 
+__device__ __forceinline__ float load(const float* p) {
+  return *p;
+}
+__device__ __forceinline__ float load(const bf16* p) {
+  return __bfloat162float(*p);
+}
+
+// One block per row: the squares of y, then the update (the second read of y hits the cache).
+// The same expression as rms_norm (core/cuda/t5_ops.cu) followed by add_gated, so the fused and
+// the separate ops agree to the rounding of one multiply.
+template <typename In>
+__global__ void add_rms_norm_gated_kernel(float* x, const In* y, int64_t dim, const float* weight,
+                                          float eps, const float* gate) {
+  const In* in = y + blockIdx.x * dim;
+  float* out = x + blockIdx.x * dim;
+  float squares = 0;
+  for (int64_t i = threadIdx.x; i < dim; i += kRowThreads) {
+    const float v = load(in + i);
+    squares += v * v;
+  }
+  const float inverse = rsqrtf(block_sum(squares) / float(dim) + eps);
+  for (int64_t i = threadIdx.x; i < dim; i += kRowThreads) {
+    const float normed = load(in + i) * inverse * weight[i];
+    out[i] += gate ? normed * gate[i] : normed;
+  }
+}
+
 unsigned grid_for(int64_t count) {
   const int64_t blocks = (count + 255) / 256;
   return unsigned(blocks < 65536 ? blocks : 65536);
@@ -218,6 +245,19 @@ void add_gated_f32(float* x, const float* y, int64_t rows, int64_t dim, const fl
                    cudaStream_t stream) {
   if (rows * dim == 0) return;
   add_gated_kernel<<<grid_for(rows * dim), 256, 0, stream>>>(x, y, rows * dim, dim, gate);
+  MMGEN_CUDA_CHECK_LAUNCH();
+}
+
+void add_rms_norm_gated_f32(float* x, const void* y, bool y_bf16, int64_t rows, int64_t dim,
+                            const float* weight, float eps, const float* gate,
+                            cudaStream_t stream) {
+  if (rows == 0) return;
+  if (y_bf16)
+    add_rms_norm_gated_kernel<<<unsigned(rows), kRowThreads, 0, stream>>>(
+        x, static_cast<const bf16*>(y), dim, weight, eps, gate);
+  else
+    add_rms_norm_gated_kernel<<<unsigned(rows), kRowThreads, 0, stream>>>(
+        x, static_cast<const float*>(y), dim, weight, eps, gate);
   MMGEN_CUDA_CHECK_LAUNCH();
 }
 

@@ -34,4 +34,11 @@ void gelu_tanh_bf16(void* x, int64_t count, cudaStream_t stream = nullptr);
 void add_gated_f32(float* x, const float* y, int64_t rows, int64_t dim, const float* gate,
                    cudaStream_t stream = nullptr);
 
+// x[r, i] += gate[i] · y[r, i] · rsqrt(mean_i(y[r, i]²) + eps) · weight[i] (gate null: 1), a
+// block's post-norm fused into the residual update (the normed rows are never written out); x
+// fp32 [rows, dim], y fp32 or bf16 (y_bf16) [rows, dim], weight and gate fp32 [dim].
+void add_rms_norm_gated_f32(float* x, const void* y, bool y_bf16, int64_t rows, int64_t dim,
+                            const float* weight, float eps, const float* gate,
+                            cudaStream_t stream = nullptr);
+
 }  // namespace mmgen::cuda

@@ -4,7 +4,6 @@
 
 #include "core/cuda/device_ops.h"
 #include "core/cuda/elementwise.h"
-#include "core/cuda/fused_norm.h"
 #include "core/cuda/gemm.h"
 #include "core/cuda/gemm_f32.h"
 #include "core/cuda/group_norm.h"

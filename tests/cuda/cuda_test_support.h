@@ -12,6 +12,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/tensor.h"
 
 namespace mmgen::cuda_testing {
 
@@ -62,6 +63,23 @@ inline double relative_error(const std::vector<double>& actual,
     norm += expected[i] * expected[i];
   }
   return std::sqrt(difference / (norm > 0 ? norm : 1.0));
+}
+
+// ‖actual − expected‖ / ‖expected‖ of two tensors on either device and of any float dtype;
+// element by element in order; infinite when the element counts differ or `actual` holds a
+// non-finite value (a test that cares about the shape checks it itself).
+inline double relative_error(const Tensor& actual_any, const Tensor& expected_any) {
+  const Tensor actual = actual_any.to(Device::CPU).to(DType::F32).contiguous();
+  const Tensor expected = expected_any.to(Device::CPU).to(DType::F32).contiguous();
+  if (actual.numel() != expected.numel()) return INFINITY;
+  double difference = 0, norm = 0;
+  for (int64_t i = 0; i < expected.numel(); ++i) {
+    const double a = actual.data<float>()[i], e = expected.data<float>()[i];
+    if (!std::isfinite(a)) return INFINITY;
+    difference += (a - e) * (a - e);
+    norm += e * e;
+  }
+  return std::sqrt(difference / norm);
 }
 
 inline int finish(const char* name) {

@@ -21,19 +21,6 @@ Tensor random_tensor(const Shape& shape, uint64_t seed, float scale = 1.0f) {
   return ops::random_uniform(shape, DType::F32, Device::CPU, seed, scale);
 }
 
-double relative_error(const Tensor& actual, const Tensor& expected) {
-  const Tensor a = actual.to(Device::CPU).to(DType::F32), e = expected.to(DType::F32);
-  if (a.shape() != e.shape()) return INFINITY;
-  double difference = 0, norm = 0;
-  for (int64_t i = 0; i < e.numel(); ++i) {
-    const double x = a.data<float>()[i], y = e.data<float>()[i];
-    if (!std::isfinite(x)) return INFINITY;
-    difference += (x - y) * (x - y);
-    norm += y * y;
-  }
-  return std::sqrt(difference / norm);
-}
-
 bool identical(const Tensor& a, const Tensor& b) {
   return a.nbytes() == b.nbytes() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
 }

@@ -44,20 +44,6 @@ namespace {
 constexpr double kReference = 2e-2;  // GPU bf16 vs transformers float32
 constexpr double kGpuToGpu = 5e-3;   // two GPU bf16 runs of the same weights
 
-double relative_error(const Tensor& actual_any, const Tensor& expected_any) {
-  const Tensor actual = actual_any.to(Device::CPU).to(DType::F32).contiguous();
-  const Tensor expected = expected_any.to(Device::CPU).to(DType::F32).contiguous();
-  if (actual.shape() != expected.shape()) return INFINITY;
-  double difference = 0, norm = 0;
-  for (int64_t i = 0; i < expected.numel(); ++i) {
-    const double a = actual.data<float>()[i], e = expected.data<float>()[i];
-    if (!std::isfinite(a)) return INFINITY;
-    difference += (a - e) * (a - e);
-    norm += e * e;
-  }
-  return std::sqrt(difference / norm);
-}
-
 fs::path fixtures() {
   const char* from_environment = std::getenv("MMGEN_FIXTURES");
   return from_environment ? fs::path(from_environment) : fs::path(MMGEN_SHARED_DIR) / "fixtures";

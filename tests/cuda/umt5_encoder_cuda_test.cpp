@@ -23,18 +23,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-double relative_error(const Tensor& actual, const Tensor& expected) {
-  if (actual.shape() != expected.shape()) return INFINITY;
-  double difference = 0, norm = 0;
-  for (int64_t i = 0; i < expected.numel(); ++i) {
-    const double a = actual.data<float>()[i], e = expected.data<float>()[i];
-    if (!std::isfinite(a)) return INFINITY;
-    difference += (a - e) * (a - e);
-    norm += e * e;
-  }
-  return std::sqrt(difference / norm);
-}
-
 Tensor random_ids(int64_t batch, int64_t length, int64_t vocab, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int64_t> id(0, vocab - 1);

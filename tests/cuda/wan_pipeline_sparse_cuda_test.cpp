@@ -9,11 +9,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "pipeline/attention_plan.h"
 #include "core/file.h"
 #include "core/safetensors.h"
 #include "cuda_test_support.h"
 #include "models/dit/wan_random_checkpoint.h"
+#include "pipeline/attention_plan.h"
 #include "pipeline/model_index.h"
 #include "pipeline/wan_pipeline.h"
 
@@ -23,17 +23,6 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
-
-double relative_error(const Tensor& actual, const Tensor& expected) {
-  const Tensor a = actual.to(DType::F32).contiguous(), e = expected.to(DType::F32).contiguous();
-  double difference = 0, norm = 0;
-  for (int64_t i = 0; i < e.numel(); ++i) {
-    const double d = double(a.data<float>()[i]) - e.data<float>()[i];
-    difference += d * d;
-    norm += double(e.data<float>()[i]) * e.data<float>()[i];
-  }
-  return std::sqrt(difference / norm);
-}
 
 // wan-tiny's transformer config with head size 64, random weights, in `folder`.
 void write_transformer(const fs::path& wan_tiny, const fs::path& folder) {

@@ -21,17 +21,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-double relative_error(const Tensor& actual, const Tensor& expected) {
-  double difference = 0, norm = 0;
-  const float* a = actual.data<float>();
-  const float* e = expected.data<float>();
-  for (int64_t i = 0; i < expected.numel(); ++i) {
-    difference += (double(a[i]) - e[i]) * (double(a[i]) - e[i]);
-    norm += double(e[i]) * e[i];
-  }
-  return std::sqrt(difference / norm);
-}
-
 // A sparse self-attention backend for both models: name, settings, and the error bound (VSA's
 // cube choice may differ where bf16 q/k move a near tie; STA's pattern is fixed).
 struct Sparse {

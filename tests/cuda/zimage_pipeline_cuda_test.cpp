@@ -17,23 +17,6 @@ using namespace mmgen;
 using namespace mmgen::cuda_testing;
 namespace fs = std::filesystem;
 
-namespace {
-
-double relative_error(const Tensor& actual, const Tensor& expected) {
-  const Tensor a = actual.to(DType::F32).contiguous(), e = expected.to(DType::F32).contiguous();
-  if (a.numel() != e.numel()) return INFINITY;
-  double difference = 0, norm = 0;
-  for (int64_t i = 0; i < e.numel(); ++i) {
-    const double d = double(a.data<float>()[i]) - e.data<float>()[i];
-    if (!std::isfinite(d)) return INFINITY;
-    difference += d * d;
-    norm += double(e.data<float>()[i]) * e.data<float>()[i];
-  }
-  return std::sqrt(difference / norm);
-}
-
-}  // namespace
-
 int main() try {
   const char* from_environment = std::getenv("MMGEN_FIXTURES");
   const fs::path tiny =

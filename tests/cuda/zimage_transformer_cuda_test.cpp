@@ -20,19 +20,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-double relative_error(const Tensor& actual, const Tensor& expected) {
-  if (actual.shape() != expected.shape()) return INFINITY;
-  double difference = 0, norm = 0;
-  const float* a = actual.data<float>();
-  const float* e = expected.data<float>();
-  for (int64_t i = 0; i < expected.numel(); ++i) {
-    if (!std::isfinite(a[i])) return INFINITY;
-    difference += (double(a[i]) - e[i]) * (double(a[i]) - e[i]);
-    norm += double(e[i]) * e[i];
-  }
-  return std::sqrt(difference / norm);
-}
-
 Tensor wave(const Shape& shape, float frequency, float amplitude) {
   Tensor out = Tensor::empty(shape);
   for (int64_t i = 0; i < out.numel(); ++i)
