@@ -74,7 +74,8 @@ void add_rms_norm_gated_(Tensor& x, const Tensor& y, const Tensor& weight, float
 // Interleaved-pair rotary embedding in place: pair j of every head of row r turns (x1, x2) into
 // (x1·cos − x2·sin, x1·sin + x2·cos), cos and sin float32 [tokens, head_dim / 2] with row r using
 // table row r mod tokens (rows are [batch, tokens] flattened). CPU only; the GPU fuses it below.
-void rope_(Tensor& x, const Tensor& cos, const Tensor& sin, int64_t head_dim);
+void rope_(Tensor& x, const Tensor& cos, const Tensor& sin, int64_t head_dim,
+           int64_t rows_per_position = 1);
 // Rotate-half rotary embedding in place (Qwen3 / Llama, transformers' apply_rotary_pos_emb): x
 // [tokens, heads, head_dim] contiguous float32, dimension i pairs with i + head_dim / 2 and
 // (a, b) becomes (a·cos − b·sin, b·cos + a·sin), cos and sin float32 [tokens, head_dim / 2] on
@@ -83,8 +84,11 @@ void rope_(Tensor& x, const Tensor& cos, const Tensor& sin, int64_t head_dim);
 void rope_half_(Tensor& x, const Tensor& cos, const Tensor& sin);
 // x = RMSNorm(x) · weight per row, in place, then rope_ when cos is defined: q/k normalisation
 // across heads (float32 on the CPU; bf16, the product's output, on the GPU, in one pass).
+// Row r takes table row (r / rows_per_position) % tables: a model normalising each head alone
+// views q as one row per head and passes heads here, so its tables hold one row per token.
 void rms_norm_rope_(Tensor& x, const Tensor& weight, float eps, const Tensor& cos = Tensor(),
-                    const Tensor& sin = Tensor(), int64_t head_dim = 0);
+                    const Tensor& sin = Tensor(), int64_t head_dim = 0,
+                    int64_t rows_per_position = 1);
 // A weight as float32 (in parallel for bf16): the stored tensor when it already is.
 Tensor weight_to_f32(const Tensor& weight);
 

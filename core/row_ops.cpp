@@ -109,13 +109,14 @@ void add_gated_(Tensor& x, const Tensor& y, const Tensor& gate) {
   }
 }
 
-void rope_(Tensor& x, const Tensor& cos, const Tensor& sin, int64_t head_dim) {
+void rope_(Tensor& x, const Tensor& cos, const Tensor& sin, int64_t head_dim,
+           int64_t rows_per_position) {
   check(x.is_cpu(), "rope_: on the GPU the rotation runs fused with rms_norm_rope_");
   require_rows(x, "rope");
   const int64_t dim = x.size(-1), rows = x.numel() / dim, half = head_dim / 2;
   check(head_dim > 0 && head_dim % 2 == 0 && dim % head_dim == 0 && cos.dim() == 2 &&
             cos.size(1) == half && sin.shape() == cos.shape() && cos.size(0) > 0 &&
-            cos.dtype() == DType::F32 && sin.dtype() == DType::F32,
+            cos.dtype() == DType::F32 && sin.dtype() == DType::F32 && rows_per_position > 0,
         "rope: tables {} for rows of {} with head size {}", shape_string(cos.shape()), dim,
         head_dim);
   const int64_t tokens = cos.size(0), heads = dim / head_dim;
@@ -123,8 +124,9 @@ void rope_(Tensor& x, const Tensor& cos, const Tensor& sin, int64_t head_dim) {
   float* data = x.data<float>();
 #pragma omp parallel for schedule(static) if (rows * dim > kParallelThreshold)
   for (int64_t r = 0; r < rows; ++r) {
-    const float* c = c_table.data<float>() + (r % tokens) * half;
-    const float* s = s_table.data<float>() + (r % tokens) * half;
+    const int64_t position = (r / rows_per_position) % tokens;
+    const float* c = c_table.data<float>() + position * half;
+    const float* s = s_table.data<float>() + position * half;
     for (int64_t h = 0; h < heads; ++h) {
       float* v = data + r * dim + h * head_dim;
       for (int64_t j = 0; j < half; ++j) {
@@ -169,10 +171,10 @@ void rope_half_(Tensor& x, const Tensor& cos, const Tensor& sin) {
 }
 
 void rms_norm_rope_(Tensor& x, const Tensor& weight, float eps, const Tensor& cos,
-                    const Tensor& sin, int64_t head_dim) {
+                    const Tensor& sin, int64_t head_dim, int64_t rows_per_position) {
 #ifdef MMGEN_HAVE_CUDA
   if (x.device() == Device::CUDA)
-    return cuda::ops::rms_norm_rope_(x, weight, eps, cos, sin, head_dim);
+    return cuda::ops::rms_norm_rope_(x, weight, eps, cos, sin, head_dim, rows_per_position);
 #endif
   require_rows(x, "rms_norm_rope");
   const int64_t dim = x.size(-1), rows = x.numel() / dim;
@@ -188,7 +190,7 @@ void rms_norm_rope_(Tensor& x, const Tensor& weight, float eps, const Tensor& co
     const float inv = float(1.0 / std::sqrt(squares / double(dim) + double(eps)));
     for (int64_t i = 0; i < dim; ++i) row[i] = (row[i] * inv) * wv[i];
   }
-  if (cos.defined()) rope_(x, cos, sin, head_dim);
+  if (cos.defined()) rope_(x, cos, sin, head_dim, rows_per_position);
 }
 
 }  // namespace mmgen::ops

@@ -159,6 +159,40 @@ TEST(Ops, SiluMulIsSiluThenMulBitForBit) {
   EXPECT_THROW(ops::silu_mul(gate, up.view({n, 1}).slice(0, 0, n - 1)), Error);
 }
 
+// Z-Image normalises q one row per head with tables of one row per token: rows_per_position
+// must read token r / heads's row, the same values as tables repeated per head, and turn the
+// pairs by the formula.
+TEST(Ops, RmsNormRopeRowsPerPositionReadsOneTableRowPerToken) {
+  const int64_t tokens = 3, heads = 2, head_dim = 4, half = 2;
+  const Tensor x = arange({tokens * heads, head_dim});
+  std::vector<float> c(size_t(tokens * half)), s(c.size()), c_rep, s_rep;
+  for (size_t i = 0; i < c.size(); ++i)
+    c[i] = std::cos(0.3f * float(i + 1)), s[i] = std::sin(0.3f * float(i + 1));
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t j = 0; j < half; ++j) {
+        c_rep.push_back(c[size_t(t * half + j)]);
+        s_rep.push_back(s[size_t(t * half + j)]);
+      }
+  const Tensor weight = Tensor::from_vector({head_dim}, std::vector<float>{1.0f, 0.5f, 2.0f, 1.5f});
+  Tensor per_token = x.clone(), repeated = x.clone();
+  ops::rms_norm_rope_(per_token, weight, 1e-5f, Tensor::from_vector({tokens, half}, c),
+                      Tensor::from_vector({tokens, half}, s), head_dim, heads);
+  ops::rms_norm_rope_(repeated, weight, 1e-5f, Tensor::from_vector({tokens * heads, half}, c_rep),
+                      Tensor::from_vector({tokens * heads, half}, s_rep), head_dim);
+  const float* a = per_token.data<float>();
+  const float* b = repeated.data<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) EXPECT_EQ(a[i], b[i]) << i;
+  // Row 3 is token 1's second head: values 12..15, normalised, pair 0 turned by table row 1.
+  const float* row = x.data<float>() + 3 * head_dim;
+  double squares = 0;
+  for (int64_t i = 0; i < head_dim; ++i) squares += double(row[i]) * row[i];
+  const float inv = float(1.0 / std::sqrt(squares / double(head_dim) + 1e-5));
+  const float x1 = row[0] * inv * 1.0f, x2 = row[1] * inv * 0.5f;
+  EXPECT_FLOAT_EQ(a[3 * head_dim], x1 * c[2] - x2 * s[2]);
+  EXPECT_FLOAT_EQ(a[3 * head_dim + 1], x1 * s[2] + x2 * c[2]);
+}
+
 TEST(Ops, RandomUniformIsSeededBoundedAndRoundedThroughBf16) {
   const Tensor a = ops::random_uniform({4096}, DType::F32, Device::CPU, 7, 0.5f);
   const Tensor b = ops::random_uniform({4096}, DType::F32, Device::CPU, 7, 0.5f);

@@ -57,7 +57,7 @@ void time_block_ops(const dit::ZImageConfig& config, int64_t tokens) {
   const Tensor hidden = device(dit::random_tensor({tokens, ffn}, 0.0f, 1.0f, 5, DType::F32));
   const Tensor norm = device(Tensor::full({d}, 1.0f));
   const Tensor qk_norm = device(Tensor::full({head_dim}, 1.0f));
-  const Tensor rope = device(Tensor::full({tokens * heads, head_dim / 2}, 0.5f));
+  const Tensor rope = device(Tensor::full({tokens, head_dim / 2}, 0.5f));
   const Shape heads_shape = {1, tokens, heads, head_dim};
   struct Row {
     const char* what;
@@ -82,7 +82,7 @@ void time_block_ops(const dit::ZImageConfig& config, int64_t tokens) {
   rows.push_back({"rms_norm_rope_ (q, k)", 2, milliseconds([&] {
                     Tensor q = xb.clone();
                     Tensor view = q.view({tokens * heads, head_dim});
-                    ops::rms_norm_rope_(view, qk_norm, 1e-5f, rope, rope, head_dim);
+                    ops::rms_norm_rope_(view, qk_norm, 1e-5f, rope, rope, head_dim, heads);
                     return q;
                   })});
   rows.push_back(

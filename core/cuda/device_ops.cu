@@ -49,7 +49,7 @@ __global__ void layer_norm_kernel(const float* x, bf16* out, int64_t dim, const 
 
 __global__ void rms_norm_rope_kernel(bf16* x, int64_t dim, const float* weight, float eps,
                                      const float* cos, const float* sin, int64_t tokens,
-                                     int64_t head_dim) {
+                                     int64_t head_dim, int64_t rows_per_position) {
   __nv_bfloat162* row = reinterpret_cast<__nv_bfloat162*>(x + blockIdx.x * dim);
   const int64_t pairs = dim / 2;
   float squares = 0;
@@ -58,7 +58,7 @@ __global__ void rms_norm_rope_kernel(bf16* x, int64_t dim, const float* weight, 
     squares += v.x * v.x + v.y * v.y;
   }
   const float inverse = rsqrtf(block_sum(squares) / float(dim) + eps);
-  const int64_t token = blockIdx.x % tokens;
+  const int64_t token = (blockIdx.x / rows_per_position) % tokens;
   for (int64_t p = threadIdx.x; p < pairs; p += kRowThreads) {
     const float2 v = __bfloat1622float2(row[p]);
     float x1 = v.x * inverse * weight[2 * p], x2 = v.y * inverse * weight[2 * p + 1];
@@ -82,14 +82,16 @@ constexpr int kWarpRows = 8;
 template <int kPairsPerLane>
 __global__ void rms_norm_rope_warp_kernel(bf16* x, int64_t rows, int64_t dim, const float* weight,
                                           float eps, const float* cos, const float* sin,
-                                          int64_t tokens, int64_t head_dim) {
+                                          int64_t tokens, int64_t head_dim,
+                                          int64_t rows_per_position) {
   const int lane = threadIdx.x % 32;
   const int64_t r = int64_t(blockIdx.x) * kWarpRows + threadIdx.x / 32;
   if (r >= rows) return;  // a whole warp leaves together: the shuffles below see full warps
   __nv_bfloat162* row = reinterpret_cast<__nv_bfloat162*>(x + r * dim);
   const int64_t pairs = dim / 2, half = head_dim / 2;
-  const float* c_row = cos ? cos + (r % tokens) * half : nullptr;
-  const float* s_row = cos ? sin + (r % tokens) * half : nullptr;
+  const int64_t position = (r / rows_per_position) % tokens;
+  const float* c_row = cos ? cos + position * half : nullptr;
+  const float* s_row = cos ? sin + position * half : nullptr;
   // Every load is issued before the reduction waits on the row's, so the table reads overlap it.
   float2 v[kPairsPerLane], w[kPairsPerLane], rotation[kPairsPerLane];
 #pragma unroll
@@ -124,10 +126,10 @@ __global__ void rms_norm_rope_warp_kernel(bf16* x, int64_t rows, int64_t dim, co
 template <int kPairsPerLane>
 void launch_rms_norm_rope_warp(bf16* x, int64_t rows, int64_t dim, const float* weight, float eps,
                                const float* cos, const float* sin, int64_t tokens, int64_t head_dim,
-                               cudaStream_t stream) {
+                               int64_t rows_per_position, cudaStream_t stream) {
   const int64_t blocks = (rows + kWarpRows - 1) / kWarpRows;
   rms_norm_rope_warp_kernel<kPairsPerLane><<<unsigned(blocks), 32 * kWarpRows, 0, stream>>>(
-      x, rows, dim, weight, eps, cos, sin, tokens, head_dim);
+      x, rows, dim, weight, eps, cos, sin, tokens, head_dim, rows_per_position);
 }
 
 // One thread per (token, head, pair): the pair (i, i + half) is read and written by it alone.
@@ -204,26 +206,26 @@ void layer_norm_to_bf16(const float* x, void* out, int64_t rows, int64_t dim, co
 
 void rms_norm_rope_bf16(void* x, int64_t rows, int64_t dim, const float* weight, float eps,
                         const float* cos, const float* sin, int64_t tokens, int64_t head_dim,
-                        cudaStream_t stream) {
+                        int64_t rows_per_position, cudaStream_t stream) {
   if (rows == 0) return;
   bf16* values = static_cast<bf16*>(x);
   // Rows up to 512 wide (a head's q/k) take a warp each, with as few register slots as fit;
   // longer ones (Wan normalises the full hidden width) a block each.
   if (dim <= 64)
     launch_rms_norm_rope_warp<1>(values, rows, dim, weight, eps, cos, sin, tokens, head_dim,
-                                 stream);
+                                 rows_per_position, stream);
   else if (dim <= 128)
     launch_rms_norm_rope_warp<2>(values, rows, dim, weight, eps, cos, sin, tokens, head_dim,
-                                 stream);
+                                 rows_per_position, stream);
   else if (dim <= 256)
     launch_rms_norm_rope_warp<4>(values, rows, dim, weight, eps, cos, sin, tokens, head_dim,
-                                 stream);
+                                 rows_per_position, stream);
   else if (dim <= 512)
     launch_rms_norm_rope_warp<8>(values, rows, dim, weight, eps, cos, sin, tokens, head_dim,
-                                 stream);
+                                 rows_per_position, stream);
   else
-    rms_norm_rope_kernel<<<unsigned(rows), kRowThreads, 0, stream>>>(values, dim, weight, eps, cos,
-                                                                     sin, tokens, head_dim);
+    rms_norm_rope_kernel<<<unsigned(rows), kRowThreads, 0, stream>>>(
+        values, dim, weight, eps, cos, sin, tokens, head_dim, rows_per_position);
   MMGEN_CUDA_CHECK_LAUNCH();
 }
 

@@ -15,11 +15,11 @@ void layer_norm_to_bf16(const float* x, void* out, int64_t rows, int64_t dim, co
                         const float* shift, float eps, cudaStream_t stream = nullptr);
 
 // In place on x (bf16 [rows, dim]): RMSNorm over each row times weight (fp32 [dim]); then, when
-// cos/sin are given ([tokens, head_dim / 2] fp32, row r is token r mod tokens), each head's
-// interleaved pairs (x1, x2) become (x1·cos − x2·sin, x1·sin + x2·cos).
+// cos/sin are given ([tokens, head_dim / 2] fp32, row r is token (r / rows_per_position) mod
+// tokens), each head's interleaved pairs (x1, x2) become (x1·cos − x2·sin, x1·sin + x2·cos).
 void rms_norm_rope_bf16(void* x, int64_t rows, int64_t dim, const float* weight, float eps,
                         const float* cos, const float* sin, int64_t tokens, int64_t head_dim,
-                        cudaStream_t stream = nullptr);
+                        int64_t rows_per_position, cudaStream_t stream = nullptr);
 
 // In place on x (fp32 [tokens, heads, head_dim]): rotate-half RoPE, dimension i paired with
 // i + head_dim / 2, (a, b) → (a·cos − b·sin, b·cos + a·sin) with cos / sin fp32

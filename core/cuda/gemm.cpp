@@ -2,9 +2,13 @@
 
 #include <cublasLt.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
+#include <vector>
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_memory.h"
@@ -15,13 +19,32 @@ namespace {
 
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;
 
-// One per shape: descriptors and the algorithm cuBLASLt's heuristic picked, reused across calls
-// (a denoising loop repeats the same few shapes thousands of times).
+// Products of at least this many multiply-adds are timed on first use (below it a product is
+// short enough that launch cost, not the algorithm, decides).
+constexpr double kTunedMacs = double(int64_t(1) << 33);
+constexpr int kCandidates = 8;
+
+// One per shape: descriptors and the algorithm used, reused across calls (a denoising loop
+// repeats the same few shapes thousands of times). cuBLASLt's heuristic ranks candidates by a
+// model of the GPU; its first pick ran Z-Image's 4160x3840x3840 q/k/v products at 690 TFLOP/s on
+// an H100 while its w1/w3 shapes reached 757, so a large product times the heuristic's first
+// kCandidates algorithms once, on its first call with real operands, and keeps the fastest
+// (MMGEN_GEMM_AUTOTUNE=0 keeps the heuristic's first pick: with tuning, two processes may pick
+// different algorithms whose sums differ in the last bits).
 struct Plan {
   cublasLtMatmulDesc_t operation = nullptr;
   cublasLtMatrixLayout_t w_layout = nullptr, x_layout = nullptr, y_layout = nullptr;
   cublasLtMatmulAlgo_t algorithm{};
+  std::vector<cublasLtMatmulAlgo_t> candidates;  // emptied once timed
 };
+
+bool autotune_enabled() {
+  static const bool enabled = [] {
+    const char* value = std::getenv("MMGEN_GEMM_AUTOTUNE");
+    return !(value && std::string(value) == "0");
+  }();
+  return enabled;
+}
 
 class GemmContext {
  public:
@@ -30,8 +53,8 @@ class GemmContext {
     return context;
   }
 
-  const Plan& plan(int64_t m, int64_t n, int64_t k, GemmOutput output, bool bias,
-                   GemmActivation activation) {
+  Plan& plan(int64_t m, int64_t n, int64_t k, GemmOutput output, bool bias,
+             GemmActivation activation) {
     std::lock_guard lock(mutex_);
     const auto key = std::make_tuple(m, n, k, int(output), bias, int(activation));
     auto found = plans_.find(key);
@@ -62,19 +85,23 @@ class GemmContext {
     MMGEN_CUBLAS_CHECK(
         cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                              &kWorkspaceBytes, sizeof(kWorkspaceBytes)));
-    cublasLtMatmulHeuristicResult_t result{};
+    const bool tuned = autotune_enabled() && double(m) * double(n) * double(k) >= kTunedMacs;
+    cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
     int found_count = 0;
-    MMGEN_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, plan.operation, plan.w_layout,
-                                                      plan.x_layout, plan.y_layout, plan.y_layout,
-                                                      preference, 1, &result, &found_count));
+    MMGEN_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(
+        handle_, plan.operation, plan.w_layout, plan.x_layout, plan.y_layout, plan.y_layout,
+        preference, tuned ? kCandidates : 1, results, &found_count));
     cublasLtMatmulPreferenceDestroy(preference);
     check(found_count > 0, "cuBLASLt has no algorithm for a {}x{}x{} bf16 product", m, n, k);
-    plan.algorithm = result.algo;
+    plan.algorithm = results[0].algo;
+    if (found_count > 1)
+      for (int i = 0; i < found_count; ++i) plan.candidates.push_back(results[i].algo);
     return plans_.emplace(key, plan).first->second;
   }
 
   cublasLtHandle_t handle() const { return handle_; }
   void* workspace() const { return workspace_.data(); }
+  std::mutex& mutex() { return mutex_; }
 
  private:
   GemmContext() : workspace_(kWorkspaceBytes) { MMGEN_CUBLAS_CHECK(cublasLtCreate(&handle_)); }
@@ -93,14 +120,46 @@ void linear_bf16(const void* x, const void* w, const void* bias, void* y, int64_
   check(activation == GemmActivation::None || bias != nullptr,
         "GPU linear: an activation epilogue needs a bias");
   GemmContext& context = GemmContext::instance();
-  const Plan& plan = context.plan(m, n, k, output, bias != nullptr, activation);
+  Plan& plan = context.plan(m, n, k, output, bias != nullptr, activation);
   if (bias)
     MMGEN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
         plan.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   const float one = 1.0f, zero = 0.0f;
-  MMGEN_CUBLAS_CHECK(cublasLtMatmul(context.handle(), plan.operation, &one, w, plan.w_layout, x,
-                                    plan.x_layout, &zero, y, plan.y_layout, y, plan.y_layout,
-                                    &plan.algorithm, context.workspace(), kWorkspaceBytes, stream));
+  const auto run = [&](const cublasLtMatmulAlgo_t& algorithm) {
+    return cublasLtMatmul(context.handle(), plan.operation, &one, w, plan.w_layout, x,
+                          plan.x_layout, &zero, y, plan.y_layout, y, plan.y_layout, &algorithm,
+                          context.workspace(), kWorkspaceBytes, stream);
+  };
+  {
+    std::lock_guard lock(context.mutex());
+    if (!plan.candidates.empty()) {
+      // Each candidate once to warm it, then the median of three timed runs; one that fails to
+      // launch is skipped. The chosen algorithm's result is written last, below.
+      cudaEvent_t start, stop;
+      MMGEN_CUDA_CHECK(cudaEventCreate(&start));
+      MMGEN_CUDA_CHECK(cudaEventCreate(&stop));
+      float best = 0;
+      for (const cublasLtMatmulAlgo_t& candidate : plan.candidates) {
+        if (run(candidate) != CUBLAS_STATUS_SUCCESS) continue;
+        std::vector<float> times;
+        for (int repeat = 0; repeat < 3; ++repeat) {
+          MMGEN_CUDA_CHECK(cudaEventRecord(start, stream));
+          MMGEN_CUBLAS_CHECK(run(candidate));
+          MMGEN_CUDA_CHECK(cudaEventRecord(stop, stream));
+          MMGEN_CUDA_CHECK(cudaEventSynchronize(stop));
+          float ms = 0;
+          MMGEN_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+          times.push_back(ms);
+        }
+        std::sort(times.begin(), times.end());
+        if (best == 0 || times[1] < best) best = times[1], plan.algorithm = candidate;
+      }
+      cudaEventDestroy(start);
+      cudaEventDestroy(stop);
+      plan.candidates.clear();
+    }
+  }
+  MMGEN_CUBLAS_CHECK(run(plan.algorithm));
 }
 
 }  // namespace mmgen::cuda

@@ -151,7 +151,7 @@ void add_rms_norm_gated_(Tensor& x, const Tensor& y, const Tensor& weight, float
 }
 
 void rms_norm_rope_(Tensor& x, const Tensor& weight, float eps, const Tensor& cos,
-                    const Tensor& sin, int64_t head_dim) {
+                    const Tensor& sin, int64_t head_dim, int64_t rows_per_position) {
   require_device(x, "rms_norm_rope", "input");
   require_device(weight, "rms_norm_rope", "weight");
   check(x.dtype() == DType::BF16, "rms_norm_rope on the GPU: bf16 rows (a product's output)");
@@ -164,13 +164,13 @@ void rms_norm_rope_(Tensor& x, const Tensor& weight, float eps, const Tensor& co
     require_device(cos, "rms_norm_rope", "cos table");
     require_device(sin, "rms_norm_rope", "sin table");
     check(head_dim > 0 && dim % head_dim == 0 && cos.dim() == 2 && cos.size(1) == head_dim / 2 &&
-              sin.shape() == cos.shape(),
+              sin.shape() == cos.shape() && rows_per_position > 0,
           "rms_norm_rope: tables {} for head size {}", shape_string(cos.shape()), head_dim);
   }
   rms_norm_rope_bf16(x.raw(), rows, dim, weight.data<float>(), eps,
                      cos.defined() ? cos.data<float>() : nullptr,
                      cos.defined() ? sin.data<float>() : nullptr, cos.defined() ? cos.size(0) : 1,
-                     head_dim > 0 ? head_dim : dim);
+                     head_dim > 0 ? head_dim : dim, rows_per_position);
 }
 
 void rope_half_(Tensor& x, const Tensor& cos, const Tensor& sin) {

@@ -19,7 +19,7 @@ void add_gated_(Tensor& x, const Tensor& y, const Tensor& gate);
 void add_rms_norm_gated_(Tensor& x, const Tensor& y, const Tensor& weight, float eps,
                          const Tensor& gate);
 void rms_norm_rope_(Tensor& x, const Tensor& weight, float eps, const Tensor& cos,
-                    const Tensor& sin, int64_t head_dim);
+                    const Tensor& sin, int64_t head_dim, int64_t rows_per_position);
 void rope_half_(Tensor& x, const Tensor& cos, const Tensor& sin);
 Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps, DType out);
 // float32 in and out; weight and bias float32 [C] on the GPU, or undefined.

@@ -44,15 +44,14 @@ void run_zimage_block(Tensor& x, const ZImageBlockWeights& w, const ZImageModula
                       const ZImageAttentionCall& call) {
   const int64_t tokens = x.size(0), dim = config.dim, heads = config.n_heads,
                 head_dim = config.head_dim();
-  check(
-      x.dim() == 2 && x.size(1) == dim && rope.cos.defined() && rope.cos.size(0) == tokens * heads,
-      "Z-Image block: x {} with RoPE tables for {} rows", shape_string(x.shape()),
-      rope.cos.defined() ? rope.cos.size(0) : 0);
+  check(x.dim() == 2 && x.size(1) == dim && rope.cos.defined() && rope.cos.size(0) == tokens,
+        "Z-Image block: x {} with RoPE tables for {} rows", shape_string(x.shape()),
+        rope.cos.defined() ? rope.cos.size(0) : 0);
   // diffusers' Attention builds q/k RMSNorm with eps 1e-5 whatever norm_eps says.
   constexpr float kQkEps = 1e-5f;
 
   // 1. Attention. q and k viewed one row per head get their per-head RMSNorm and rotation in one
-  // pass (the tables repeat each token's row per head).
+  // pass (row r reads the tables at token r / heads).
   {
     const Tensor normed = ops::rms_norm(x, m.attention_norm, config.norm_eps, compute);
     Tensor attended;
@@ -62,8 +61,8 @@ void run_zimage_block(Tensor& x, const ZImageBlockWeights& w, const ZImageModula
       const Tensor v = ops::linear(normed, w.to_v, Tensor(), compute);
       Tensor q_heads = q.view({tokens * heads, head_dim});
       Tensor k_heads = k.view({tokens * heads, head_dim});
-      ops::rms_norm_rope_(q_heads, w.norm_q, kQkEps, rope.cos, rope.sin, head_dim);
-      ops::rms_norm_rope_(k_heads, w.norm_k, kQkEps, rope.cos, rope.sin, head_dim);
+      ops::rms_norm_rope_(q_heads, w.norm_q, kQkEps, rope.cos, rope.sin, head_dim, heads);
+      ops::rms_norm_rope_(k_heads, w.norm_k, kQkEps, rope.cos, rope.sin, head_dim, heads);
       const Shape shape = {1, tokens, heads, head_dim};
       attended = zimage_attention(q.view(shape), k.view(shape), v.view(shape), call);
     }  // q, k, v released before the output projection allocates

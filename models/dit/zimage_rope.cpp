@@ -25,13 +25,12 @@ ZImageRope::ZImageRope(const ZImageConfig& config)
   }
 }
 
-ZImageRopeTables ZImageRope::tables(const ZImagePositions& positions, int64_t heads,
-                                    Device device) const {
+ZImageRopeTables ZImageRope::tables(const ZImagePositions& positions, Device device) const {
   const int64_t tokens = int64_t(positions.size());
-  std::vector<float> cos(size_t(tokens * heads * half_head_)), sin(cos.size());
+  std::vector<float> cos(size_t(tokens * half_head_)), sin(cos.size());
   for (int64_t t = 0; t < tokens; ++t) {
-    float* c = cos.data() + t * heads * half_head_;
-    float* s = sin.data() + t * heads * half_head_;
+    float* c = cos.data() + t * half_head_;
+    float* s = sin.data() + t * half_head_;
     int64_t pair = 0;
     for (size_t axis = 0; axis < 3; ++axis) {
       const int64_t position = positions[size_t(t)][axis], pairs = axes_dims_[axis] / 2;
@@ -45,12 +44,8 @@ ZImageRopeTables ZImageRope::tables(const ZImagePositions& positions, int64_t he
         s[pair] = float(std::sin(angle));
       }
     }
-    for (int64_t h = 1; h < heads; ++h) {
-      std::copy(c, c + half_head_, c + h * half_head_);
-      std::copy(s, s + half_head_, s + h * half_head_);
-    }
   }
-  const Shape shape = {tokens * heads, half_head_};
+  const Shape shape = {tokens, half_head_};
   return {Tensor::from_vector(shape, cos).to(device), Tensor::from_vector(shape, sin).to(device)};
 }
 

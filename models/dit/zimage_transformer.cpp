@@ -145,14 +145,12 @@ const ZImageTransformer::LayoutRope& ZImageTransformer::layout_rope(
   auto& layouts = rope_cache_->layouts;
   if (auto found = layouts.find(key); found != layouts.end()) return found->second;
   if (layouts.size() >= kMaxLayouts) layouts.clear();
-  const int64_t heads = config_.n_heads;
   const ZImagePositions image_ids = zimage_image_positions(layout);
   const ZImagePositions caption_ids = zimage_caption_positions(layout);
   ZImagePositions joint_ids = image_ids;
   joint_ids.insert(joint_ids.end(), caption_ids.begin(), caption_ids.end());
-  LayoutRope tables{rope_.tables(image_ids, heads, device_),
-                    rope_.tables(caption_ids, heads, device_),
-                    rope_.tables(joint_ids, heads, device_)};
+  LayoutRope tables{rope_.tables(image_ids, device_), rope_.tables(caption_ids, device_),
+                    rope_.tables(joint_ids, device_)};
   return layouts.emplace(key, std::move(tables)).first->second;
 }
 

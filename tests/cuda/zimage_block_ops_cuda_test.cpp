@@ -59,7 +59,7 @@ Agreement compare(const Tensor& gpu, const Tensor& expected, double relative_bou
 }
 
 void check_rms_norm_rope(int64_t rows, int64_t dim, int64_t head_dim, int64_t tokens,
-                         std::mt19937& generator) {
+                         std::mt19937& generator, int64_t rows_per_position = 1) {
   const Tensor x = random_rounded({rows, dim}, generator, 4.0f);
   std::vector<float> weight(static_cast<size_t>(dim));
   std::uniform_real_distribution<float> around_one(0.5f, 1.5f);
@@ -77,14 +77,16 @@ void check_rms_norm_rope(int64_t rows, int64_t dim, int64_t head_dim, int64_t to
     sin = Tensor::from_vector({tokens, head_dim / 2}, s);
   }
   Tensor expected = x.clone();
-  ops::rms_norm_rope_(expected, w, 1e-5f, cos, sin, head_dim);
+  ops::rms_norm_rope_(expected, w, 1e-5f, cos, sin, head_dim, rows_per_position);
   Tensor actual = x.to(DType::BF16).to(Device::CUDA);
   ops::rms_norm_rope_(actual, w.to(Device::CUDA), 1e-5f,
                       cos.defined() ? cos.to(Device::CUDA) : Tensor(),
-                      sin.defined() ? sin.to(Device::CUDA) : Tensor(), head_dim);
+                      sin.defined() ? sin.to(Device::CUDA) : Tensor(), head_dim, rows_per_position);
   const Agreement agreement = compare(actual, expected, 1.0 / 256, 1e-5);
-  const std::string tables =
-      tokens == 0 ? "no tables" : fmt::format("tables of {} rows (head size {})", tokens, head_dim);
+  const std::string tables = tokens == 0
+                                 ? "no tables"
+                                 : fmt::format("tables of {} rows (head size {}, {} rows each)",
+                                               tokens, head_dim, rows_per_position);
   expect(actual.dtype() == DType::BF16 && agreement.worst <= 1.0,
          fmt::format("rms_norm_rope [{}, {}], {}: within a bf16 rounding of the CPU (worst {:.2f} "
                      "of it), relative error {:.2e}",
@@ -178,7 +180,10 @@ int main() try {
   }
   check_rms_norm_rope(4160 * 3 + 5, 128, 128, 4160 * 3 + 5, generator);  // many blocks
   check_rms_norm_rope(45, 320, 64, 9, generator);                        // several heads per row
-  check_rms_norm_rope(13, 512, 128, 0, generator);                       // the widest warp rows
+  // Z-Image: q viewed one row per head, the tables one row per token.
+  check_rms_norm_rope(4160 * 30, 128, 128, 4160, generator, 30);
+  check_rms_norm_rope(45, 64, 64, 7, generator, 3);
+  check_rms_norm_rope(13, 512, 128, 0, generator);  // the widest warp rows
   check_rms_norm_rope(13, 512, 128, 13, generator);
   // The block-per-row kernel.
   check_rms_norm_rope(21, 1536, 128, 0, generator);
