@@ -1,5 +1,6 @@
 #include "models/dit/zimage_block.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -7,36 +8,69 @@
 
 namespace mmgen::dit {
 
-ZImageModulation zimage_modulation(const ZImageBlockWeights& weights,
-                                   const std::vector<float>& adaln, Device device) {
-  if (!weights.modulation_weight.defined())
-    return {weights.attention_norm1.to(device), Tensor(), weights.ffn_norm1.to(device), Tensor()};
-  const int64_t dim = weights.attention_norm1.numel();
-  check(int64_t(adaln.size()) == weights.modulation_weight.size(1),
-        "Z-Image block: timestep embedding of {} values for a modulation reading {}", adaln.size(),
-        weights.modulation_weight.size(1));
-  // A [1, adaln_dim] product where the weights live (on the GPU it reads bf16), then
-  // element-wise work on 4·dim values on the host.
-  const Tensor input = Tensor::from_vector({1, int64_t(adaln.size())}, adaln);
-  const Tensor& w = weights.modulation_weight;
-  const Tensor chunks = ops::linear(w.is_cpu() ? input : input.to(w.dtype()).to(w.device()), w,
-                                    weights.modulation_bias)
-                            .to(Device::CPU);
-  const float* m = chunks.data<float>();  // (scale_msa, gate_msa, scale_mlp, gate_mlp)
-  const float* norm1 = weights.attention_norm1.data<float>();
-  const float* ffn_norm1 = weights.ffn_norm1.data<float>();
-  const size_t n = size_t(dim);
-  std::vector<float> attention_norm(n), attention_gate(n), ffn_norm(n), ffn_gate(n);
-  for (int64_t i = 0; i < dim; ++i) {
-    attention_norm[size_t(i)] = norm1[i] * (1.0f + m[i]);
-    attention_gate[size_t(i)] = std::tanh(m[dim + i]);
-    ffn_norm[size_t(i)] = ffn_norm1[i] * (1.0f + m[2 * dim + i]);
-    ffn_gate[size_t(i)] = std::tanh(m[3 * dim + i]);
-  }
-  const auto placed = [&](const std::vector<float>& v) {
-    return Tensor::from_vector({dim}, v).to(device);
+std::vector<ZImageModulation> zimage_modulations(const std::vector<ZImageBlockWeights>& blocks,
+                                                 const std::vector<float>& adaln, Device device,
+                                                 const ZImageStackedModulation* stacked) {
+  check(!blocks.empty(), "Z-Image modulation: no blocks");
+  const int64_t dim = blocks.front().attention_norm1.numel(), width = int64_t(adaln.size());
+  int64_t modulated = 0;
+  for (const ZImageBlockWeights& w : blocks) modulated += w.modulation_weight.defined() ? 1 : 0;
+  const Tensor input = Tensor::from_vector({1, width}, adaln);
+  // A [1, adaln_dim] product where the weights live (on the GPU it reads bf16), read back.
+  const auto product = [&](const Tensor& weight, const Tensor& bias) {
+    check(weight.size(1) == width,
+          "Z-Image block: timestep embedding of {} values for a modulation reading {}", width,
+          weight.size(1));
+    return ops::linear(weight.is_cpu() ? input : input.to(weight.dtype()).to(weight.device()),
+                       weight, bias)
+        .to(Device::CPU);
   };
-  return {placed(attention_norm), placed(attention_gate), placed(ffn_norm), placed(ffn_gate)};
+  Tensor chunks;  // [modulated · 4·dim]: (scale_msa, gate_msa, scale_mlp, gate_mlp) per block
+  if (stacked) {
+    check(stacked->weight.size(0) == modulated * 4 * dim,
+          "Z-Image modulation: a stacked product of {} rows for {} modulated blocks of width {}",
+          stacked->weight.size(0), modulated, dim);
+    chunks = product(stacked->weight, stacked->bias);
+  } else {
+    chunks = Tensor::empty({std::max<int64_t>(modulated, 1) * 4 * dim});
+    int64_t j = 0;
+    for (const ZImageBlockWeights& w : blocks) {
+      if (!w.modulation_weight.defined()) continue;
+      const Tensor one = product(w.modulation_weight, w.modulation_bias);
+      std::copy(one.data<float>(), one.data<float>() + 4 * dim, chunks.data<float>() + j * 4 * dim);
+      ++j;
+    }
+  }
+  // The element-wise fold on the host, into one tensor that moves to the device at once; each
+  // block's four vectors are views of it.
+  Tensor folded = Tensor::empty({std::max<int64_t>(modulated, 1), 4, dim});
+  int64_t j = 0;
+  for (const ZImageBlockWeights& w : blocks) {
+    if (!w.modulation_weight.defined()) continue;
+    const float* m = chunks.data<float>() + j * 4 * dim;
+    float* out = folded.data<float>() + j * 4 * dim;
+    const float* norm1 = w.attention_norm1.data<float>();
+    const float* ffn_norm1 = w.ffn_norm1.data<float>();
+    for (int64_t i = 0; i < dim; ++i) {
+      out[i] = norm1[i] * (1.0f + m[i]);
+      out[dim + i] = std::tanh(m[dim + i]);
+      out[2 * dim + i] = ffn_norm1[i] * (1.0f + m[2 * dim + i]);
+      out[3 * dim + i] = std::tanh(m[3 * dim + i]);
+    }
+    ++j;
+  }
+  if (modulated > 0) folded = folded.to(device);
+  std::vector<ZImageModulation> out;
+  j = 0;
+  for (const ZImageBlockWeights& w : blocks) {
+    if (!w.modulation_weight.defined()) {
+      out.push_back({w.attention_norm1.to(device), Tensor(), w.ffn_norm1.to(device), Tensor()});
+      continue;
+    }
+    const Tensor m = folded.select(0, j++);
+    out.push_back({m.select(0, 0), m.select(0, 1), m.select(0, 2), m.select(0, 3)});
+  }
+  return out;
 }
 
 void run_zimage_block(Tensor& x, const ZImageBlockWeights& w, const ZImageModulation& m,

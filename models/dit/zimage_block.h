@@ -21,10 +21,14 @@ struct ZImageModulation {
   Tensor attention_norm, attention_gate, ffn_norm, ffn_gate;
 };
 
-// `adaln` is the item's timestep embedding (adaln_dim float32 values); ignored for unmodulated
-// blocks (weights without modulation_weight).
-ZImageModulation zimage_modulation(const ZImageBlockWeights& weights,
-                                   const std::vector<float>& adaln, Device device);
+// Every block's modulation for one item, in the order of `blocks` (their host pre-norms, and for
+// a modulated block its adaLN product). `adaln` is the item's timestep embedding (adaln_dim
+// float32 values). With `stacked` (the modulated blocks' products in the order they appear in
+// `blocks`) one product serves them all: on the GPU one read-back and one upload per forward
+// instead of a round trip per block, each of which drains the kernel queue.
+std::vector<ZImageModulation> zimage_modulations(const std::vector<ZImageBlockWeights>& blocks,
+                                                 const std::vector<float>& adaln, Device device,
+                                                 const ZImageStackedModulation* stacked = nullptr);
 
 // Runs the block on x [tokens, dim] (float32, the item's residual stream) in place, where x lives;
 // `compute` is the dtype the products read (float32 on the CPU; bf16 on the GPU).

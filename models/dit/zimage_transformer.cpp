@@ -95,6 +95,7 @@ void ZImageTransformer::set_device(Device device, DType compute) {
   resident_context_.clear();
   resident_layers_.clear();
   resident_outer_ = {};
+  stacked_modulation_ = {};
   resident_bytes_ = 0;
   rope_cache_ = std::make_shared<RopeCache>();
   if (device == Device::CPU) return;
@@ -114,6 +115,13 @@ void ZImageTransformer::set_device(Device device, DType compute) {
   upload(ZImageStage::Main, config_.n_layers, resident_layers_);
   resident_outer_ = host_outer_.placed(device_, compute_);
   resident_bytes_ += resident_outer_.device_bytes();
+
+  // The modulated blocks' adaLN products, in the order the forward lists them.
+  std::vector<const ZImageBlockWeights*> modulated;
+  for (const auto* stack : {&resident_noise_, &resident_layers_})
+    for (const ZImageBlockWeights& w : *stack) modulated.push_back(&w);
+  stacked_modulation_ = stack_modulations(modulated, device_, compute_);
+  resident_bytes_ += stacked_modulation_.weight.nbytes() + stacked_modulation_.bias.nbytes();
 }
 
 ZImageBlockWeights ZImageTransformer::block_weights(ZImageStage stage, int64_t layer) const {
@@ -198,22 +206,31 @@ std::vector<Tensor> ZImageTransformer::forward(const std::vector<ZImageItem>& ba
   call.step_index = step.index;
   call.step_count = step.count;
   call.attention = attention;
-  // Every block's modulation for every item, before any block runs: on the GPU each reads back
-  // a [4·dim] product, and doing them all first keeps those waits out of the stream of block
-  // kernels (which then queue without a host round trip between blocks).
-  const auto modulations = [&](ZImageStage stage, int64_t layers) {
-    std::vector<std::vector<ZImageModulation>> out(static_cast<size_t>(layers));
-    for (int64_t layer = 0; layer < layers; ++layer) {
-      const ZImageBlockWeights weights = modulation_weights(stage, layer);
-      for (int64_t i = 0; i < count; ++i)
-        out[size_t(layer)].push_back(zimage_modulation(weights, adaln[size_t(i)], device_));
+  // Every block's modulation for every item, before any block runs: the read-back of the
+  // products stays out of the stream of block kernels (which then queue without a host round
+  // trip between blocks). Blocks listed noise refiner, context refiner, main: the stacked
+  // product's order with the unmodulated context refiner left out.
+  std::vector<ZImageBlockWeights> listed;
+  for (const auto& [stage, layers] :
+       {std::pair{ZImageStage::NoiseRefiner, config_.n_refiner_layers},
+        std::pair{ZImageStage::ContextRefiner, config_.n_refiner_layers},
+        std::pair{ZImageStage::Main, config_.n_layers}})
+    for (int64_t layer = 0; layer < layers; ++layer)
+      listed.push_back(modulation_weights(stage, layer));
+  const size_t refiners = size_t(config_.n_refiner_layers);
+  std::vector<std::vector<ZImageModulation>> noise_modulation(refiners),
+      context_modulation(refiners), main_modulation(size_t(config_.n_layers));
+  for (int64_t i = 0; i < count; ++i) {
+    const std::vector<ZImageModulation> all =
+        zimage_modulations(listed, adaln[size_t(i)], device_,
+                           stacked_modulation_.weight.defined() ? &stacked_modulation_ : nullptr);
+    for (size_t b = 0; b < all.size(); ++b) {
+      auto& stack = b < refiners       ? noise_modulation[b]
+                    : b < 2 * refiners ? context_modulation[b - refiners]
+                                       : main_modulation[b - 2 * refiners];
+      stack.push_back(all[b]);
     }
-    return out;
-  };
-  const auto noise_modulation = modulations(ZImageStage::NoiseRefiner, config_.n_refiner_layers);
-  const auto context_modulation =
-      modulations(ZImageStage::ContextRefiner, config_.n_refiner_layers);
-  const auto main_modulation = modulations(ZImageStage::Main, config_.n_layers);
+  }
 
   // Runs one stack over every item, each block's weights loaded once for the whole batch.
   const auto run_stack = [&](ZImageStage stage, int64_t layers, std::vector<Tensor>& streams,

@@ -93,6 +93,8 @@ class ZImageTransformer {
   // The GPU's resident weights (empty on the CPU, which loads blocks as the forward goes).
   std::vector<ZImageBlockWeights> resident_noise_, resident_context_, resident_layers_;
   ZImageOuterWeights resident_outer_;
+  // The GPU's adaLN products of the modulated blocks (noise refiner, then main), stacked.
+  ZImageStackedModulation stacked_modulation_;
   size_t resident_bytes_ = 0;
   std::shared_ptr<RopeCache> rope_cache_ = std::make_shared<RopeCache>();  // emptied by set_device
 };

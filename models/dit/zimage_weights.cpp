@@ -104,19 +104,32 @@ ZImageBlockWeights ZImageBlockWeights::placed(Device device, DType compute) cons
   p.w1 = product(w1), p.w2 = product(w2), p.w3 = product(w3);
   p.norm_q = norm_q.to(device), p.norm_k = norm_k.to(device);
   p.attention_norm2 = attention_norm2.to(device), p.ffn_norm2 = ffn_norm2.to(device);
-  if (modulation_weight.defined() && device != Device::CPU) {
-    p.modulation_weight = product(modulation_weight);
-    p.modulation_bias = modulation_bias.to(DType::F32).to(device);
-  }
   return p;
 }
 
 size_t ZImageBlockWeights::device_bytes() const {
-  size_t bytes = bytes_of({&to_q, &to_k, &to_v, &to_out, &w1, &w2, &w3, &norm_q, &norm_k,
-                           &attention_norm2, &ffn_norm2});
-  if (modulation_weight.defined() && !modulation_weight.is_cpu())
-    bytes += bytes_of({&modulation_weight, &modulation_bias});
-  return bytes;
+  return bytes_of({&to_q, &to_k, &to_v, &to_out, &w1, &w2, &w3, &norm_q, &norm_k, &attention_norm2,
+                   &ffn_norm2});
+}
+
+ZImageStackedModulation stack_modulations(const std::vector<const ZImageBlockWeights*>& blocks,
+                                          Device device, DType compute) {
+  check(!blocks.empty(), "Z-Image modulation: nothing to stack");
+  const int64_t rows = blocks.front()->modulation_weight.size(0);
+  const int64_t width = blocks.front()->modulation_weight.size(1);
+  Tensor weight = Tensor::empty({int64_t(blocks.size()) * rows, width}, compute);
+  Tensor bias = Tensor::empty({int64_t(blocks.size()) * rows});
+  for (size_t j = 0; j < blocks.size(); ++j) {
+    const ZImageBlockWeights& w = *blocks[j];
+    check(w.modulation_weight.defined() && w.modulation_weight.size(0) == rows &&
+              w.modulation_weight.size(1) == width,
+          "Z-Image modulation: block {} of the stack has no [{}, {}] adaLN product", j, rows,
+          width);
+    const int64_t at = int64_t(j) * rows;
+    weight.slice(0, at, at + rows).copy_from(w.modulation_weight.to(compute));
+    bias.slice(0, at, at + rows).copy_from(w.modulation_bias.to(DType::F32));
+  }
+  return {weight.to(device), bias.to(device)};
 }
 
 void check_zimage_outer(const WeightStore& store, const ZImageConfig& config) {

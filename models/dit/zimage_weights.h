@@ -5,11 +5,13 @@
 // converted to float32 just before it runs (one block resident at a time). On the GPU they are
 // uploaded once: products in the compute dtype (bf16), norms float32. Either way, what the host
 // computes per forward (the timestep MLP, folding each item's modulation into its norm weight)
-// reads host tensors; the modulation product itself runs where the model runs.
+// reads host tensors; on the GPU the modulation products run there, all blocks' stacked into one
+// (ZImageStackedModulation, owned by the transformer).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/safetensors.h"
 #include "models/dit/zimage_config.h"
@@ -29,10 +31,9 @@ struct ZImageBlockWeights {
   Tensor norm_q, norm_k, attention_norm2, ffn_norm2;
   // The pre-norms, float32 on the host: a modulated block folds each item's (1 + scale) into them.
   Tensor attention_norm1, ffn_norm1;
-  // adaLN_modulation.0 [4·dim, adaln_dim] and its bias: on the CPU mapped in the stored dtype
-  // (ops::linear converts as it reads); on the GPU resident like the products (bf16, bias
-  // float32), so a step does not convert 4·dim·adaln_dim host values per block; undefined in the
-  // unmodulated context refiner.
+  // adaLN_modulation.0 [4·dim, adaln_dim] (mapped in the stored dtype; ops::linear converts as
+  // it reads) and its bias (float32), on the host; undefined in the unmodulated context refiner.
+  // On the GPU the transformer uploads every block's once, stacked into one product.
   Tensor modulation_weight, modulation_bias;
 
   static ZImageBlockWeights load(const WeightStore& store, const std::string& prefix,
@@ -46,6 +47,17 @@ struct ZImageBlockWeights {
   ZImageBlockWeights placed(Device device, DType compute) const;
   size_t device_bytes() const;  // what placed() put on the device
 };
+
+// The modulated blocks' adaLN products one after another where the model runs: weight
+// [blocks · 4·dim, adaln_dim] (the compute dtype), bias [blocks · 4·dim] float32.
+struct ZImageStackedModulation {
+  Tensor weight, bias;
+};
+
+// The adaLN products of `blocks` (all modulated), stacked in order, placed on `device` with the
+// weight in `compute`.
+ZImageStackedModulation stack_modulations(const std::vector<const ZImageBlockWeights*>& blocks,
+                                          Device device, DType compute);
 
 // Checks every tensor of the block at `prefix` against the config's shapes.
 void check_zimage_block(const WeightStore& store, const std::string& prefix,

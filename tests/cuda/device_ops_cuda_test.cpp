@@ -77,6 +77,16 @@ int main() try {
   error = relative_error(norm16, ops::rms_norm(x, norm_weight, 1e-6f));
   expect(norm16.dtype() == DType::BF16 && error < 4e-3,
          fmt::format("rms_norm (bf16 out) vs CPU {:.2e} < 4e-3", error));
+  // Each register-slot count of the float4 kernel (rows up to 1024, 2048, 4096, 8192 wide), a
+  // width the float4 kernel cannot take (not a multiple of 4) and one above its reach.
+  for (const int64_t width : {1536, 3840, 5120, 10, 9000}) {
+    const Tensor rows = random_tensor({5, width}, 40 + width);
+    const Tensor weight = random_tensor({width}, 41 + width);
+    error = relative_error(ops::rms_norm(rows.to(Device::CUDA), weight.to(Device::CUDA), 1e-6f),
+                           ops::rms_norm(rows, weight, 1e-6f));
+    expect(error < 1e-6,
+           fmt::format("rms_norm [5, {}] (float32 out) vs CPU {:.2e} < 1e-6", width, error));
+  }
   for (const auto& [activation, name] :
        {std::pair{Activation::Relu, "relu"}, std::pair{Activation::Gelu, "gelu"},
         std::pair{Activation::GeluTanh, "gelu_tanh"}, std::pair{Activation::Silu, "silu"}}) {

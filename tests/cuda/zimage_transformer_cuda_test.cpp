@@ -4,6 +4,7 @@
 // two items (different latent sizes, caption lengths and timesteps, padded image and caption
 // parts), and the zimage-tiny fixture's two-item batch (head size 16, the reference kernel)
 // against what diffusers computed, at both of its timesteps.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -11,6 +12,7 @@
 #include "core/json.h"
 #include "core/safetensors.h"
 #include "cuda_test_support.h"
+#include "models/dit/zimage_block.h"
 #include "models/dit/zimage_random_checkpoint.h"
 #include "models/dit/zimage_transformer.h"
 
@@ -30,6 +32,51 @@ Tensor wave(const Shape& shape, float frequency, float amplitude) {
 // bf16 products and a bf16 residual-stream input to each product: about 3e-3 relative per
 // forward through a few blocks, as Wan's GPU test sees.
 constexpr double kBf16Bound = 1e-2;
+
+// Every block's modulation from one stacked bf16 product on the GPU against one float32 product
+// per block on the CPU, at Z-Image-Turbo's widths (32 modulated blocks of 4 x 3840 rows, adaLN
+// width 256) with two unmodulated blocks between them, as the transformer lists its stacks.
+void stacked_modulation_case() {
+  const int64_t dim = 3840, width = 256;
+  std::vector<dit::ZImageBlockWeights> blocks;
+  for (int64_t b = 0; b < 34; ++b) {
+    dit::ZImageBlockWeights w;
+    const float f = 0.01f * float(b + 1);
+    w.attention_norm1 = wave({dim}, 0.7f + f, 1.0f);
+    w.ffn_norm1 = wave({dim}, 0.3f + f, 0.8f);
+    if (b < 2 || b >= 4) {
+      // bf16-exact weights, so both sides multiply the same values.
+      w.modulation_weight = wave({4 * dim, width}, 0.013f + f, 0.05f).to(DType::BF16);
+      w.modulation_bias = wave({4 * dim}, 0.29f + f, 0.5f);
+    }
+    blocks.push_back(w);
+  }
+  std::vector<const dit::ZImageBlockWeights*> modulated;
+  for (const auto& w : blocks)
+    if (w.modulation_weight.defined()) modulated.push_back(&w);
+  const dit::ZImageStackedModulation stacked =
+      dit::stack_modulations(modulated, Device::CUDA, DType::BF16);
+  std::vector<float> adaln(static_cast<size_t>(width));
+  for (size_t i = 0; i < adaln.size(); ++i) adaln[i] = std::sin(0.37f * float(i)) * 2.0f;
+  const auto expected = dit::zimage_modulations(blocks, adaln, Device::CPU);
+  const auto actual = dit::zimage_modulations(blocks, adaln, Device::CUDA, &stacked);
+  double worst = 0;
+  bool gates_right = true;
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    const auto& e = expected[b];
+    const auto& a = actual[b];
+    worst = std::max({worst, relative_error(a.attention_norm, e.attention_norm),
+                      relative_error(a.ffn_norm, e.ffn_norm)});
+    gates_right = gates_right && a.attention_gate.defined() == e.attention_gate.defined();
+    if (e.attention_gate.defined())
+      worst = std::max({worst, relative_error(a.attention_gate, e.attention_gate),
+                        relative_error(a.ffn_gate, e.ffn_gate)});
+  }
+  expect(gates_right && worst < kBf16Bound,
+         fmt::format("34 blocks' modulations from one stacked bf16 product vs one float32 product "
+                     "per block: worst relative error {:.2e} < {:.0e}",
+                     worst, kBf16Bound));
+}
 
 void random_checkpoint_case() {
   dit::ZImageConfig config = dit::ZImageConfig::from_json({{"dim", 256},
@@ -100,6 +147,7 @@ void fixture_case() {
 }  // namespace
 
 int main() try {
+  stacked_modulation_case();
   random_checkpoint_case();
   fixture_case();
   std::printf("peak GPU memory handed out: %.1f MiB\n",
