@@ -234,6 +234,48 @@ TEST_F(ZImagePipelineTest, CommandLineWritesTheSameNumbers) {
   EXPECT_EQ(sidecar["prompt"], input.prompt);
 }
 
+// --vae-tiling through the executable on the fixture request (32x48: 16x24 latents, f = 2). A
+// 64-pixel tile covers the image: the untiled picture, bit for bit. 16-pixel tiles overlapping by
+// 4 (3 x 4 tiles of 8 latent pixels, 8-pixel halo): each tile's GroupNorms see its region only
+// (models/vae/autoencoder_kl_tiled_decode.h): measured 0.023 max abs from diffusers' untiled
+// image in [0, 1] (one tile: 7.8e-7, as untiled); the bound is 0.04.
+TEST_F(ZImagePipelineTest, CommandLineDecodesInTiles) {
+  const ZImageGenerationInput input = fixture_input();
+  const std::string base =
+      testing::mmgen_binary().string() + " generate --model-path " +
+      (fixture() / "model").string() + " --prompt '" + input.prompt + "' --negative-prompt '" +
+      input.negative_prompt + "' --height " + std::to_string(input.height) + " --width " +
+      std::to_string(input.width) + " --num-inference-steps " +
+      std::to_string(input.num_inference_steps) + " --guidance-scale 4 --max-sequence-length " +
+      std::to_string(input.max_sequence_length) + " --seed 42 --vae-tiling ";
+  const auto plan =
+      testing::run_command(base + "--vae-tile-size 16 --vae-tile-overlap 4 --dry-run");
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  const auto request = nlohmann::json::parse(plan.out)["request"];
+  EXPECT_EQ(request["vae_tiling"], true);
+  EXPECT_EQ(request["vae_tile_size"], 16);
+  EXPECT_EQ(request["vae_tile_overlap"], 4);
+
+  const fs::path out = testing::scratch_dir("zimage-cli-tiles");
+  const std::string write = " --output-format npy --overwrite --output-path " + out.string();
+  auto result = testing::run_command(
+      base + "--vae-tile-size 64 --vae-tile-overlap 8 --output-file-name one" + write);
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  result = testing::run_command(base +
+                                "--vae-tile-size 16 --vae-tile-overlap 4 --output-file-name "
+                                "several" +
+                                write);
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_TRUE(contains(result.err, "decode: 12 tiles")) << result.err;
+  const double one = image_error(read_npy(out / "one.npy"), "pipeline.image_seed42");
+  const double several = image_error(read_npy(out / "several.npy"), "pipeline.image_seed42");
+  std::printf("--vae-tiling against diffusers' untiled image: one tile %.3g, 12 tiles %.3g\n", one,
+              several);
+  EXPECT_LT(one, 1e-3);  // as the untiled run (CommandLineWritesTheSameNumbers)
+  EXPECT_GT(several, one);
+  EXPECT_LT(several, 0.04);
+}
+
 TEST_F(ZImagePipelineTest, DryRunNamesThePipelineAndItsSizes) {
   const std::string model = (fixture() / "model").string();
   auto result = testing::run_command(testing::mmgen_binary().string() + " generate --model-path " +
@@ -281,7 +323,10 @@ TEST_F(ZImagePipelineTest, RefusesWhatZImageCannotDoInOneLine) {
            // axes_lens [64, 32, 32] with 2x2 patches of f = 2: 128 pixels a side at most.
            {"--height 256 --width 48", "position tables reach 128x128 pixels; try 128x48"},
            {"--height 32 --width 48 --attention-backend video_sparse_attn",
-            "cannot run sparse attention"}}) {
+            "cannot run sparse attention"},
+           {"--height 32 --width 48 --vae-tiling --vae-tile-size 15 --vae-tile-overlap 4",
+            "--vae-tile-size 15 / --vae-tile-overlap 4: the VAE tiles its 2x smaller latents, so "
+            "both must be multiples of 2"}}) {
     const auto result = testing::run_command(base + flags);
     EXPECT_NE(result.exit_code, 0) << flags;
     EXPECT_TRUE(contains(result.err, expected)) << flags << ": " << result.err;
@@ -297,7 +342,9 @@ TEST_F(ZImagePipelineTest, MemoryEstimateCoversTheMeasuredPeak) {
   const fs::path out = testing::scratch_dir("zimage-peak");
   for (const std::string flags : {" --height 128 --width 128",
                                   " --height 128 --width 128 "
-                                  "--guidance-scale 0"}) {
+                                  "--guidance-scale 0",
+                                  " --height 128 --width 128 --vae-tiling --vae-tile-size 32 "
+                                  "--vae-tile-overlap 8"}) {
     SCOPED_TRACE(flags);
     const auto run = testing::run_command(
         testing::mmgen_binary().string() + " generate --model-path " + model + flags +

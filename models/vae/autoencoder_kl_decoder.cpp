@@ -3,7 +3,6 @@
 #include "core/error.h"
 #include "core/ops.h"
 #include "models/vae/autoencoder_kl_weights.h"
-#include "models/vae/tiling.h"
 
 namespace mmgen::vae {
 namespace {
@@ -110,8 +109,7 @@ Tensor AutoencoderKLDecoder::tail(const Tensor& head) const {
 }
 
 int64_t AutoencoderKLDecoder::tail_radius() const {
-  return decoder_tail_radius(int64_t(config_.block_out_channels.size()),
-                             config_.layers_per_block + 1);
+  return config_.tail_radius();
 }
 
 Tensor denormalize(const AutoencoderKLConfig& config, const Tensor& latents) {
