@@ -64,6 +64,18 @@ class ZImagePipelineTest : public ::testing::Test {
     return std::make_unique<ZImagePipeline>(*index_, plan_attention(*index_, request));
   }
 
+  // `mmgen generate` of reference.json's request with seed 42 (pipeline.image_seed42).
+  std::string fixture_command() const {
+    const ZImageGenerationInput input = fixture_input();
+    return testing::mmgen_binary().string() + " generate --model-path " +
+           (fixture() / "model").string() + " --prompt '" + input.prompt + "' --negative-prompt '" +
+           input.negative_prompt + "' --height " + std::to_string(input.height) + " --width " +
+           std::to_string(input.width) + " --num-inference-steps " +
+           std::to_string(input.num_inference_steps) +
+           " --guidance-scale 4 --max-sequence-length " +
+           std::to_string(input.max_sequence_length) + " --seed 42";
+  }
+
   // The fixture image [H, W, 3] against frames [1, H, W, 3].
   double image_error(const Tensor& frames, const std::string& name) const {
     const Tensor expected = reference_->tensor(name);
@@ -215,41 +227,27 @@ TEST_F(ZImagePipelineTest, PlanHasNoCrossAttentionAndRefusesSparseBackends) {
 
 TEST_F(ZImagePipelineTest, CommandLineWritesTheSameNumbers) {
   const fs::path out = testing::scratch_dir("zimage-cli-npy");
-  const ZImageGenerationInput input = fixture_input();
-  const std::string command =
-      testing::mmgen_binary().string() + " generate --model-path " +
-      (fixture() / "model").string() + " --prompt '" + input.prompt + "' --negative-prompt '" +
-      input.negative_prompt + "' --height " + std::to_string(input.height) + " --width " +
-      std::to_string(input.width) + " --num-inference-steps " +
-      std::to_string(input.num_inference_steps) + " --guidance-scale 4 --max-sequence-length " +
-      std::to_string(input.max_sequence_length) +
-      " --seed 42 --output-format npy --output-file-name image --output-path " + out.string();
-  const auto result = testing::run_command(command);
+  const auto result = testing::run_command(
+      fixture_command() + " --output-format npy --output-file-name image --output-path " +
+      out.string());
   ASSERT_EQ(result.exit_code, 0) << result.err;
   const double error = image_error(read_npy(out / "image.npy"), "pipeline.image_seed42");
   std::printf("mmgen generate (seed 42): max abs diff %.3g\n", error);
   EXPECT_LT(error, 1e-3);
   const auto sidecar = nlohmann::json::parse(read_text_file(out / "image.npy.json"));
   EXPECT_EQ(sidecar["seed"], 42);
-  EXPECT_EQ(sidecar["prompt"], input.prompt);
+  EXPECT_EQ(sidecar["prompt"], fixture_input().prompt);
 }
 
 // --vae-tiling through the executable on the fixture request (32x48: 16x24 latents, f = 2). A
 // 64-pixel tile covers the image: the untiled picture, bit for bit. 16-pixel tiles overlapping by
 // 4 (3 x 4 tiles of 8 latent pixels, 8-pixel halo): each tile's GroupNorms see its region only
 // (models/vae/autoencoder_kl_tiled_decode.h): measured 0.023 max abs from diffusers' untiled
-// image in [0, 1] (one tile: 7.8e-7, as untiled); the bound is 0.04.
+// image in [0, 1] (the untiled run: 7.8e-7); the bound is 0.04.
 TEST_F(ZImagePipelineTest, CommandLineDecodesInTiles) {
-  const ZImageGenerationInput input = fixture_input();
-  const std::string base =
-      testing::mmgen_binary().string() + " generate --model-path " +
-      (fixture() / "model").string() + " --prompt '" + input.prompt + "' --negative-prompt '" +
-      input.negative_prompt + "' --height " + std::to_string(input.height) + " --width " +
-      std::to_string(input.width) + " --num-inference-steps " +
-      std::to_string(input.num_inference_steps) + " --guidance-scale 4 --max-sequence-length " +
-      std::to_string(input.max_sequence_length) + " --seed 42 --vae-tiling ";
+  const std::string tiled = fixture_command() + " --vae-tiling ";
   const auto plan =
-      testing::run_command(base + "--vae-tile-size 16 --vae-tile-overlap 4 --dry-run");
+      testing::run_command(tiled + "--vae-tile-size 16 --vae-tile-overlap 4 --dry-run");
   ASSERT_EQ(plan.exit_code, 0) << plan.err;
   const auto request = nlohmann::json::parse(plan.out)["request"];
   EXPECT_EQ(request["vae_tiling"], true);
@@ -258,21 +256,24 @@ TEST_F(ZImagePipelineTest, CommandLineDecodesInTiles) {
 
   const fs::path out = testing::scratch_dir("zimage-cli-tiles");
   const std::string write = " --output-format npy --overwrite --output-path " + out.string();
-  auto result = testing::run_command(
-      base + "--vae-tile-size 64 --vae-tile-overlap 8 --output-file-name one" + write);
-  ASSERT_EQ(result.exit_code, 0) << result.err;
-  result = testing::run_command(base +
-                                "--vae-tile-size 16 --vae-tile-overlap 4 --output-file-name "
-                                "several" +
-                                write);
-  ASSERT_EQ(result.exit_code, 0) << result.err;
-  EXPECT_TRUE(contains(result.err, "decode: 12 tiles")) << result.err;
-  const double one = image_error(read_npy(out / "one.npy"), "pipeline.image_seed42");
+  for (const std::string& run :
+       {fixture_command() + " --output-file-name untiled",
+        tiled + "--vae-tile-size 64 --vae-tile-overlap 8 --output-file-name one",
+        tiled + "--vae-tile-size 16 --vae-tile-overlap 4 --output-file-name several"}) {
+    const auto result = testing::run_command(run + write);
+    ASSERT_EQ(result.exit_code, 0) << result.err;
+    if (contains(run, "several")) {
+      EXPECT_TRUE(contains(result.err, "decode: 12 tiles")) << result.err;
+    }
+  }
+  const Tensor untiled = read_npy(out / "untiled.npy");
+  EXPECT_EQ(testing::max_abs_diff(read_npy(out / "one.npy"), untiled), 0.0);
   const double several = image_error(read_npy(out / "several.npy"), "pipeline.image_seed42");
-  std::printf("--vae-tiling against diffusers' untiled image: one tile %.3g, 12 tiles %.3g\n", one,
-              several);
-  EXPECT_LT(one, 1e-3);  // as the untiled run (CommandLineWritesTheSameNumbers)
-  EXPECT_GT(several, one);
+  std::printf(
+      "--vae-tiling, 12 tiles, against diffusers' untiled image: max abs diff %.3g (untiled: "
+      "%.3g)\n",
+      several, image_error(untiled, "pipeline.image_seed42"));
+  EXPECT_GT(testing::max_abs_diff(read_npy(out / "several.npy"), untiled), 0.0);
   EXPECT_LT(several, 0.04);
 }
 
