@@ -3,7 +3,8 @@
 // padding), and the negative prompt too when guidance is on (guidance_scale > 0); draw the latents
 // [1, 16, H/f, W/f] (no frame axis); denoise with FlowMatchEulerDiscrete over Z-Image's sigmas,
 // the transformer seeing (1000 − t)/1000 and its output negated, prompt and negative prompt as
-// two items of one ragged forward; de-normalise and decode with the AutoencoderKL; map to [0, 1].
+// two items of one ragged forward; de-normalise and decode with the AutoencoderKL (whole, or in
+// tiles with `vae_tiles`: models/vae/autoencoder_kl_tiled_decode.h); map to [0, 1].
 //
 // On the GPU (`cuda` in the input) every component runs there as the same class: the Qwen3 encoder
 // on the GPU paged backends with a device KV pool, the transformer with bf16 products, the VAE
