@@ -34,6 +34,16 @@ WanGeometry wan_geometry(const ModelIndex& index) {
   return geometry;
 }
 
+// --vae-tile-size and --vae-tile-overlap (output pixels) with --vae-tiling: the VAE tiles its
+// latents, `factor` times smaller, so both must be multiples of it.
+void check_vae_tiles(const Request& request, int64_t factor) {
+  if (request.vae_tiling)
+    check(request.vae_tile_size % factor == 0 && request.vae_tile_overlap % factor == 0,
+          "--vae-tile-size {} / --vae-tile-overlap {}: the VAE tiles its {}x smaller latents, so "
+          "both must be multiples of {}",
+          request.vae_tile_size, request.vae_tile_overlap, factor, factor);
+}
+
 void validate_wan(const Request& request, const ModelIndex& index) {
   const WanGeometry geometry = wan_geometry(index);
   const int64_t multiple = geometry.spatial * 2;
@@ -44,12 +54,7 @@ void validate_wan(const Request& request, const ModelIndex& index) {
   check((request.num_frames - 1) % geometry.temporal == 0,
         "--num-frames {}: Wan needs (frames - 1) divisible by {}; try {}", request.num_frames,
         geometry.temporal, (request.num_frames - 1) / geometry.temporal * geometry.temporal + 1);
-  if (request.vae_tiling)
-    check(request.vae_tile_size % geometry.spatial == 0 &&
-              request.vae_tile_overlap % geometry.spatial == 0,
-          "--vae-tile-size {} / --vae-tile-overlap {}: the VAE tiles its {}x smaller latents, so "
-          "both must be multiples of {}",
-          request.vae_tile_size, request.vae_tile_overlap, geometry.spatial, geometry.spatial);
+  check_vae_tiles(request, geometry.spatial);
 }
 
 Shape wan_latent_shape(const Request& request, const ModelIndex& index) {
@@ -91,9 +96,7 @@ void validate_zimage(const Request& request, const ModelIndex& index) {
         std::min(request.width, max_width));
   check(request.num_frames == 1, "--num-frames {}: Z-Image makes still images; use --num-frames 1",
         request.num_frames);
-  check(!request.vae_tiling,
-        "--vae-tiling: Z-Image's AutoencoderKL decodes whole images (no tiled decode yet); "
-        "leave it off");
+  check_vae_tiles(request, zimage_spatial_factor(index));
   check(!request.prompt_embeds && !request.negative_prompt_embeds,
         "--prompt-embeds / --negative-prompt-embeds: not wired for Z-Image yet; pass --prompt "
         "(and --negative-prompt)");

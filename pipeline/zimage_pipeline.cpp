@@ -11,6 +11,7 @@
 #include "core/npy.h"
 #include "core/random.h"
 #include "core/safetensors.h"
+#include "models/vae/autoencoder_kl_tiled_decode.h"
 #include "pipeline/progress.h"
 #include "pipeline/prompt_encoding.h"
 #include "pipeline/zimage_schedule.h"
@@ -194,14 +195,26 @@ ZImageGenerationOutput ZImagePipeline::generate(const ZImageGenerationInput& inp
   }
   denoise.finish();
 
-  Progress decode("decode", 1);
-  const Tensor image = vae_->decode(vae_->denormalize(latents));
-  decode.finish();
+  const Tensor z = vae_->denormalize(latents);
+  Tensor image;
+  if (input.vae_tiles) {
+    Progress decode("decode", 1, "tile");
+    image = vae::decode_tiled(*vae_, z, *input.vae_tiles, [&](int done, int total) {
+      decode.update(done, total);
+      stop_if_requested();  // between tiles of the decode
+    });
+    decode.finish();
+  } else {
+    Progress decode("decode", 1);
+    image = vae_->decode(z);
+    decode.finish();
+  }
   output.frames = image_to_frames(image);
   return output;
 }
 
-ZImageGenerationInput zimage_input_from_request(const Request& request) {
+ZImageGenerationInput zimage_input_from_request(const Request& request,
+                                                const ZImagePipeline& pipeline) {
   ZImageGenerationInput input;
   input.prompt = request.prompt;
   input.negative_prompt = request.negative_prompt;
@@ -214,6 +227,11 @@ ZImageGenerationInput zimage_input_from_request(const Request& request) {
   input.seed = request.seed;
   if (request.latents) input.initial_latents = read_tensor_file(*request.latents);
   input.cuda = request.device == "cuda";
+  if (request.vae_tiling) {
+    const int64_t factor = pipeline.vae_spatial_factor();
+    input.vae_tiles =
+        vae::TileLayout{request.vae_tile_size / factor, request.vae_tile_overlap / factor};
+  }
   return input;
 }
 
@@ -226,7 +244,7 @@ PipelineRunner load_zimage_pipeline(const ModelIndex& index, const AttentionPlan
   // generate() is const and builds fresh attention state per run, so runs do not affect each
   // other.
   runner.run = [pipeline](const Request& request) {
-    return pipeline->generate(zimage_input_from_request(request)).frames;
+    return pipeline->generate(zimage_input_from_request(request, *pipeline)).frames;
   };
   return runner;
 }

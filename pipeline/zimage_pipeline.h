@@ -3,7 +3,8 @@
 // padding), and the negative prompt too when guidance is on (guidance_scale > 0); draw the latents
 // [1, 16, H/f, W/f] (no frame axis); denoise with FlowMatchEulerDiscrete over Z-Image's sigmas,
 // the transformer seeing (1000 − t)/1000 and its output negated, prompt and negative prompt as
-// two items of one ragged forward; de-normalise and decode with the AutoencoderKL; map to [0, 1].
+// two items of one ragged forward; de-normalise and decode with the AutoencoderKL (whole, or in
+// tiles with `vae_tiles`: models/vae/autoencoder_kl_tiled_decode.h); map to [0, 1].
 //
 // On the GPU (`cuda` in the input) every component runs there as the same class: the Qwen3 encoder
 // on the GPU paged backends with a device KV pool, the transformer with bf16 products, the VAE
@@ -21,6 +22,7 @@
 #include "models/tokenizers/chat_template.h"
 #include "models/tokenizers/tokenizer.h"
 #include "models/vae/autoencoder_kl_decoder.h"
+#include "models/vae/tiling.h"
 #include "pipeline/attention_plan.h"
 #include "pipeline/model_index.h"
 #include "pipeline/registry.h"
@@ -40,6 +42,9 @@ struct ZImageGenerationInput {
   uint64_t seed = 0;
   Tensor initial_latents;  // when defined, used instead of noise drawn from `seed`
   bool cuda = false;       // run on the GPU (a CUDA build); else the CPU
+  // Decode in tiles of this layout, latent pixels (--vae-tiling;
+  // models/vae/autoencoder_kl_tiled_decode.h), on the device the VAE runs on; else whole.
+  std::optional<vae::TileLayout> vae_tiles;
 };
 
 struct ZImageGenerationOutput {
@@ -63,6 +68,7 @@ class ZImagePipeline {
 
   // [1, in_channels, height / f, width / f], f the VAE's spatial factor.
   Shape latent_shape(int64_t height, int64_t width) const;
+  int64_t vae_spatial_factor() const { return vae_->config().spatial_factor(); }
 
   ZImageGenerationOutput generate(const ZImageGenerationInput& input,
                                   bool keep_step_latents = false) const;
@@ -91,8 +97,10 @@ class ZImagePipeline {
   std::string text_backend_;
 };
 
-// A request's generation input (reads --latents when given; its shape is checked by generate).
-ZImageGenerationInput zimage_input_from_request(const Request& request);
+// A request's generation input (reads --latents when given; its shape is checked by generate;
+// --vae-tile-size / --vae-tile-overlap become latent pixels of `pipeline`'s VAE).
+ZImageGenerationInput zimage_input_from_request(const Request& request,
+                                                const ZImagePipeline& pipeline);
 
 // Loads the pipeline once with the plan's backends; each runner call runs one request and returns
 // frames [1, H, W, 3] in [0, 1].

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "core/limits.h"
+#include "models/vae/tiling.h"
 
 namespace mmgen::vae {
 namespace {
@@ -115,6 +116,10 @@ AutoencoderKLConfig AutoencoderKLConfig::from_file(const fs::path& config_json) 
   const std::string text = read_text_file(config_json);
   const json config = parse_json(text, config_json.string(), "re-download the VAE's config.json");
   return from_json(config, config_json.string());
+}
+
+int64_t AutoencoderKLConfig::tail_radius() const {
+  return decoder_tail_radius(int64_t(block_out_channels.size()), layers_per_block + 1);
 }
 
 }  // namespace mmgen::vae

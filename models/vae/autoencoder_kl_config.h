@@ -29,6 +29,10 @@ struct AutoencoderKLConfig {
 
   // Output pixels per latent pixel: each up block but the last doubles the resolution.
   int64_t spatial_factor() const { return int64_t(1) << (block_out_channels.size() - 1); }
+  // Latent pixels of context that the decoder's up blocks (layers_per_block + 1 resnets each),
+  // norm_out and conv_out reach (models/vae/tiling.h's decoder_tail_radius): the halo of a tiled
+  // decode.
+  int64_t tail_radius() const;
 
   // Keys left out take diffusers' AutoencoderKL defaults. Anything the decoder does not implement
   // (an activation other than silu, up blocks other than UpDecoderBlock2D) is refused in one line

@@ -79,6 +79,11 @@ size_t AutoencoderKLDecoder::resident_weight_bytes() const {
 }
 
 Tensor AutoencoderKLDecoder::decode(const Tensor& z) const {
+  // The image is the pipeline's (post-processing, writers): it comes back to the host.
+  return tail(head(z)).to(Device::CPU);
+}
+
+Tensor AutoencoderKLDecoder::head(const Tensor& z) const {
   check(z.dim() == 4 && z.size(1) == config_.latent_channels && z.numel() > 0,
         "AutoencoderKLDecoder::decode: expected latents [batch, {}, height, width], got {}",
         config_.latent_channels, shape_string(z.shape()));
@@ -87,13 +92,24 @@ Tensor AutoencoderKLDecoder::decode(const Tensor& z) const {
   h = conv_in_.forward(h);
   h = mid_resnets_[0].forward(h);
   if (mid_attention_) h = mid_attention_->forward(h, attention_backend_.get());
-  h = mid_resnets_[1].forward(h);
+  return mid_resnets_[1].forward(h);
+}
+
+Tensor AutoencoderKLDecoder::tail(const Tensor& head) const {
+  const int64_t deepest = config_.block_out_channels.back();
+  check(head.dim() == 4 && head.size(1) == deepest && head.numel() > 0,
+        "AutoencoderKLDecoder::tail: expected [batch, {}, height, width], got {}", deepest,
+        shape_string(head.shape()));
+  Tensor h = head.to(device_).contiguous();
   for (const UpBlock& block : up_blocks_) {
     for (const KlResnetBlock& resnet : block.resnets) h = resnet.forward(h);
     if (block.upsample) h = block.upsampler.forward(h, /*upsample2x=*/true);
   }
-  // The image is the pipeline's (post-processing, writers): it comes back to the host.
-  return conv_out_.forward(norm_out_.forward(h, /*silu=*/true)).to(Device::CPU);
+  return conv_out_.forward(norm_out_.forward(h, /*silu=*/true));
+}
+
+int64_t AutoencoderKLDecoder::tail_radius() const {
+  return config_.tail_radius();
 }
 
 Tensor denormalize(const AutoencoderKLConfig& config, const Tensor& latents) {

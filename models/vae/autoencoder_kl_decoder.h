@@ -45,6 +45,17 @@ class AutoencoderKLDecoder {
   // AutoencoderKL.decode does.
   Tensor decode(const Tensor& z) const;
 
+  // decode in two halves, for the tiled decode (models/vae/autoencoder_kl_tiled_decode.h): `head`
+  // runs post_quant_conv, conv_in and the mid block (whose attention spans the whole plane) at
+  // latent resolution, returning float32 [B, block_out_channels.back(), h, w] on the decoder's
+  // device; `tail` runs the up blocks, norm_out and conv_out on such a tensor (from either
+  // device), returning the image on the decoder's device. decode(z) is tail(head(z)) brought to
+  // the host, bit for bit. The tail's convolutions reach tail_radius() latent pixels of the
+  // head's output; its GroupNorms normalise over the whole plane they are given.
+  Tensor head(const Tensor& z) const;
+  Tensor tail(const Tensor& head) const;
+  int64_t tail_radius() const;
+
   // Runs the decoder on `device` from now on (uploading the weights once for the GPU; back on the
   // CPU they are the checkpoint's again), with `precision` for the GPU's products (the CPU
   // computes in float32).

@@ -1,11 +1,11 @@
 #include "models/vae/wan_vae_config.h"
 
-#include <cmath>
 #include <type_traits>
 
 #include "core/error.h"
 #include "core/json.h"
 #include "core/limits.h"
+#include "models/vae/tiling.h"
 
 namespace mmgen::vae {
 namespace {
@@ -136,16 +136,8 @@ WanVaeConfig WanVaeConfig::from_file(const fs::path& config_json) {
 }
 
 int64_t WanVaeConfig::tail_radius() const {
-  // Per up block: two convolutions in each of its num_res_blocks + 1 residual blocks at the
-  // block's scale; then, except after the last, the upsampler's convolution at twice the scale.
-  // conv_out at full scale closes.
-  double radius = 0, pixel = 1;
-  for (size_t block = 0; block < dim_mult.size(); ++block) {
-    radius += 2.0 * double(num_res_blocks + 1) * pixel;
-    if (block + 1 < dim_mult.size()) pixel /= 2, radius += pixel;
-  }
-  radius += pixel;
-  return int64_t(std::ceil(radius)) + 1;
+  // Each up block holds num_res_blocks + 1 residual blocks.
+  return decoder_tail_radius(int64_t(dim_mult.size()), num_res_blocks + 1);
 }
 
 }  // namespace mmgen::vae

@@ -16,9 +16,11 @@
 // at full gain amplify rounding more than the fixture's; three-TF32 products still drop the
 // small·small term, about 2^-22 of each product). Also: denormalize of GPU latents
 // equals the CPU's bit for bit, back on the CPU the decoder gives the CPU's bits again, and weights
-// leave the GPU. MMGEN_KL_BENCH=HxW adds a timing (see benchmark_when_asked).
+// leave the GPU; the tiled decode on the GPU (check_tiled). MMGEN_KL_BENCH=HxW adds a timing (see
+// benchmark_when_asked).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -29,6 +31,7 @@
 #include "cuda_test_support.h"
 #include "models/dit/wan_random_checkpoint.h"
 #include "models/vae/autoencoder_kl_decoder.h"
+#include "models/vae/autoencoder_kl_tiled_decode.h"
 
 using namespace mmgen;
 using namespace mmgen::cuda_testing;
@@ -89,6 +92,33 @@ void check_against_cpu(vae::AutoencoderKLDecoder& decoder, const Tensor& latents
   decoder.set_device(Device::CPU);
   expect(decoder.resident_weight_bytes() == 0 && identical(decoder.decode(latents), expected),
          name + ": back on the CPU the weights leave the GPU and the decode is the CPU's again");
+}
+
+// The tiled decode (models/vae/autoencoder_kl_tiled_decode.h) with the decoder on the GPU: one
+// tile covering the plane gives the untiled GPU decode bit for bit (the same kernels on the same
+// head), and several tiles give the CPU's tiled decode within the untiled bounds (each tile's
+// GroupNorm statistics are its region's on both devices, so the two compute the same thing).
+void check_tiled(vae::AutoencoderKLDecoder& decoder, const Tensor& latents,
+                 const vae::TileLayout& several, const std::string& name, double fp32_bound) {
+  decoder.set_device(Device::CPU);
+  const Tensor cpu_tiled = vae::decode_tiled(decoder, latents, several);
+  const vae::TileLayout whole{std::max(latents.size(2), latents.size(3)), 0};
+  for (ops::ConvPrecision precision : {ops::ConvPrecision::FP32, ops::ConvPrecision::TF32}) {
+    const char* mode = precision == ops::ConvPrecision::FP32 ? "FP32" : "TF32";
+    decoder.set_device(Device::CUDA, precision);
+    expect(identical(vae::decode_tiled(decoder, latents.to(Device::CUDA), whole),
+                     decoder.decode(latents.to(Device::CUDA))),
+           fmt::format("{}, {}: one tile on the GPU is the untiled GPU decode, bit for bit", name,
+                       mode));
+    const Difference d =
+        compare(vae::decode_tiled(decoder, latents.to(Device::CUDA), several), cpu_tiled);
+    const double bound = precision == ops::ConvPrecision::FP32 ? fp32_bound : 3e-3;
+    expect(d.relative < bound,
+           fmt::format("{}, {}: {}-pixel tiles on the GPU vs the CPU's: relative error {:.2e} < "
+                       "{:.0e} (max abs {:.2e})",
+                       name, mode, several.tile, d.relative, bound, d.max_abs));
+  }
+  decoder.set_device(Device::CPU);
 }
 
 // Every tensor of a decoder with `config`'s structure, random float32 (convolution and linear
@@ -218,6 +248,8 @@ int main() try {
   vae::AutoencoderKLDecoder wide(config, WeightStore::open_file(file));
   check_against_cpu(wide, dit::random_tensor({2, 16, 20, 28}, 0.0f, 1.5f, 6, DType::F32),
                     "random 64/128-channel decoder", 5e-5);
+  check_tiled(wide, dit::random_tensor({2, 16, 20, 28}, 0.0f, 1.5f, 6, DType::F32),
+              vae::TileLayout{8, 2}, "random 64/128-channel decoder, tiled", 5e-5);
 
   benchmark_when_asked();
   std::printf("peak GPU memory handed out: %.1f MiB\n",
