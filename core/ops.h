@@ -71,6 +71,12 @@ void add_gated_(Tensor& x, const Tensor& y, const Tensor& gate = Tensor());
 // on the GPU (y float32 or bf16) one pass, the normed rows never written out.
 void add_rms_norm_gated_(Tensor& x, const Tensor& y, const Tensor& weight, float eps,
                          const Tensor& gate = Tensor());
+// add_rms_norm_gated_(x, y, weight, eps, gate), then returns rms_norm(x, next_weight, next_eps,
+// out): a block's residual update and the next pre-norm. On the CPU the two ops; on the GPU
+// (out bf16) one pass, x read once instead of twice.
+Tensor add_rms_norm_gated_norm_(Tensor& x, const Tensor& y, const Tensor& weight, float eps,
+                                const Tensor& gate, const Tensor& next_weight, float next_eps,
+                                DType out);
 // Interleaved-pair rotary embedding in place: pair j of every head of row r turns (x1, x2) into
 // (x1·cos − x2·sin, x1·sin + x2·cos), cos and sin float32 [tokens, head_dim / 2] with row r using
 // table row r mod tokens (rows are [batch, tokens] flattened). CPU only; the GPU fuses it below.

@@ -84,6 +84,17 @@ void add_rms_norm_gated_(Tensor& x, const Tensor& y, const Tensor& weight, float
   add_gated_(x, rms_norm(y, weight, eps), gate);
 }
 
+Tensor add_rms_norm_gated_norm_(Tensor& x, const Tensor& y, const Tensor& weight, float eps,
+                                const Tensor& gate, const Tensor& next_weight, float next_eps,
+                                DType out) {
+#ifdef MMGEN_HAVE_CUDA
+  if (x.device() == Device::CUDA)
+    return cuda::ops::add_rms_norm_gated_norm_(x, y, weight, eps, gate, next_weight, next_eps, out);
+#endif
+  add_rms_norm_gated_(x, y, weight, eps, gate);
+  return rms_norm(x, next_weight, next_eps, out);
+}
+
 void add_gated_(Tensor& x, const Tensor& y, const Tensor& gate) {
 #ifdef MMGEN_HAVE_CUDA
   if (x.device() == Device::CUDA) return cuda::ops::add_gated_(x, y, gate);

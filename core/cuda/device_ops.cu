@@ -189,6 +189,34 @@ __global__ void add_rms_norm_gated_kernel(float* x, const In* y, int64_t dim, co
   }
 }
 
+// add_rms_norm_gated_kernel, then the next pre-norm of the updated row: each thread reads back
+// the values it wrote itself, so the third pass needs no barrier beyond the sum's.
+template <typename In>
+__global__ void add_rms_norm_gated_norm_kernel(float* x, const In* y, int64_t dim,
+                                               const float* weight, float eps, const float* gate,
+                                               const float* next_weight, float next_eps,
+                                               bf16* normed) {
+  const In* in = y + blockIdx.x * dim;
+  float* out = x + blockIdx.x * dim;
+  float squares = 0;
+  for (int64_t i = threadIdx.x; i < dim; i += kRowThreads) {
+    const float v = load(in + i);
+    squares += v * v;
+  }
+  const float inverse = rsqrtf(block_sum(squares) / float(dim) + eps);
+  float next_squares = 0;
+  for (int64_t i = threadIdx.x; i < dim; i += kRowThreads) {
+    const float n = load(in + i) * inverse * weight[i];
+    const float updated = out[i] + (gate ? n * gate[i] : n);
+    out[i] = updated;
+    next_squares += updated * updated;
+  }
+  const float next_inverse = rsqrtf(block_sum(next_squares) / float(dim) + next_eps);
+  bf16* normed_row = normed + blockIdx.x * dim;
+  for (int64_t i = threadIdx.x; i < dim; i += kRowThreads)
+    normed_row[i] = __float2bfloat16_rn(out[i] * next_inverse * next_weight[i]);
+}
+
 unsigned grid_for(int64_t count) {
   const int64_t blocks = (count + 255) / 256;
   return unsigned(blocks < 65536 ? blocks : 65536);
@@ -260,6 +288,21 @@ void add_rms_norm_gated_f32(float* x, const void* y, bool y_bf16, int64_t rows, 
   else
     add_rms_norm_gated_kernel<<<unsigned(rows), kRowThreads, 0, stream>>>(
         x, static_cast<const float*>(y), dim, weight, eps, gate);
+  MMGEN_CUDA_CHECK_LAUNCH();
+}
+
+void add_rms_norm_gated_norm_bf16(float* x, const void* y, bool y_bf16, int64_t rows, int64_t dim,
+                                  const float* weight, float eps, const float* gate,
+                                  const float* next_weight, float next_eps, void* normed,
+                                  cudaStream_t stream) {
+  if (rows == 0) return;
+  bf16* out = static_cast<bf16*>(normed);
+  if (y_bf16)
+    add_rms_norm_gated_norm_kernel<<<unsigned(rows), kRowThreads, 0, stream>>>(
+        x, static_cast<const bf16*>(y), dim, weight, eps, gate, next_weight, next_eps, out);
+  else
+    add_rms_norm_gated_norm_kernel<<<unsigned(rows), kRowThreads, 0, stream>>>(
+        x, static_cast<const float*>(y), dim, weight, eps, gate, next_weight, next_eps, out);
   MMGEN_CUDA_CHECK_LAUNCH();
 }
 

@@ -40,5 +40,11 @@ void add_gated_f32(float* x, const float* y, int64_t rows, int64_t dim, const fl
 void add_rms_norm_gated_f32(float* x, const void* y, bool y_bf16, int64_t rows, int64_t dim,
                             const float* weight, float eps, const float* gate,
                             cudaStream_t stream = nullptr);
+// add_rms_norm_gated_f32, then normed[r, i] = bf16(x[r, i] · rsqrt(mean_i(x[r, i]²) + next_eps) ·
+// next_weight[i]) of the updated x, in the same pass over the row.
+void add_rms_norm_gated_norm_bf16(float* x, const void* y, bool y_bf16, int64_t rows, int64_t dim,
+                                  const float* weight, float eps, const float* gate,
+                                  const float* next_weight, float next_eps, void* normed,
+                                  cudaStream_t stream = nullptr);
 
 }  // namespace mmgen::cuda

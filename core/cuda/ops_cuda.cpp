@@ -150,6 +150,38 @@ void add_rms_norm_gated_(Tensor& x, const Tensor& y, const Tensor& weight, float
                          weight.data<float>(), eps, gate.defined() ? gate.data<float>() : nullptr);
 }
 
+Tensor add_rms_norm_gated_norm_(Tensor& x, const Tensor& y, const Tensor& weight, float eps,
+                                const Tensor& gate, const Tensor& next_weight, float next_eps,
+                                DType out) {
+  if (out != DType::BF16) {  // only the bf16 pre-norm is fused
+    add_rms_norm_gated_(x, y, weight, eps, gate);
+    return rms_norm(x, next_weight, next_eps, out);
+  }
+  require_f32(x, "add_rms_norm_gated_norm");
+  require_device(y, "add_rms_norm_gated_norm", "normed input");
+  require_device(weight, "add_rms_norm_gated_norm", "weight");
+  require_device(next_weight, "add_rms_norm_gated_norm", "next weight");
+  check(x.shape() == y.shape() && (y.dtype() == DType::F32 || y.dtype() == DType::BF16),
+        "add_rms_norm_gated_norm: x {} and y {} {} must have one shape, y float32 or bf16",
+        shape_string(x.shape()), dtype_name(y.dtype()), shape_string(y.shape()));
+  const int64_t dim = x.size(-1), rows = x.numel() / dim;
+  check(weight.numel() == dim && weight.dtype() == DType::F32 && next_weight.numel() == dim &&
+            next_weight.dtype() == DType::F32,
+        "add_rms_norm_gated_norm: weights {} and {} for rows of {}", shape_string(weight.shape()),
+        shape_string(next_weight.shape()), dim);
+  if (gate.defined()) {
+    require_device(gate, "add_rms_norm_gated_norm", "gate");
+    check(gate.numel() == dim && gate.dtype() == DType::F32,
+          "add_rms_norm_gated_norm: {} gate values for rows of {}", gate.numel(), dim);
+  }
+  Tensor normed = Tensor::empty(x.shape(), DType::BF16, Device::CUDA);
+  add_rms_norm_gated_norm_bf16(x.data<float>(), y.raw(), y.dtype() == DType::BF16, rows, dim,
+                               weight.data<float>(), eps,
+                               gate.defined() ? gate.data<float>() : nullptr,
+                               next_weight.data<float>(), next_eps, normed.raw());
+  return normed;
+}
+
 void rms_norm_rope_(Tensor& x, const Tensor& weight, float eps, const Tensor& cos,
                     const Tensor& sin, int64_t head_dim, int64_t rows_per_position) {
   require_device(x, "rms_norm_rope", "input");

@@ -18,6 +18,9 @@ Tensor modulated_layer_norm(const Tensor& x, const Tensor& shift, const Tensor& 
 void add_gated_(Tensor& x, const Tensor& y, const Tensor& gate);
 void add_rms_norm_gated_(Tensor& x, const Tensor& y, const Tensor& weight, float eps,
                          const Tensor& gate);
+Tensor add_rms_norm_gated_norm_(Tensor& x, const Tensor& y, const Tensor& weight, float eps,
+                                const Tensor& gate, const Tensor& next_weight, float next_eps,
+                                DType out);
 void rms_norm_rope_(Tensor& x, const Tensor& weight, float eps, const Tensor& cos,
                     const Tensor& sin, int64_t head_dim, int64_t rows_per_position);
 void rope_half_(Tensor& x, const Tensor& cos, const Tensor& sin);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "core/error.h"
 #include "core/ops.h"
@@ -73,9 +74,10 @@ std::vector<ZImageModulation> zimage_modulations(const std::vector<ZImageBlockWe
   return out;
 }
 
-void run_zimage_block(Tensor& x, const ZImageBlockWeights& w, const ZImageModulation& m,
-                      const ZImageConfig& config, const ZImageRopeTables& rope, DType compute,
-                      const ZImageAttentionCall& call) {
+Tensor run_zimage_block(Tensor& x, const ZImageBlockWeights& w, const ZImageModulation& m,
+                        const ZImageConfig& config, const ZImageRopeTables& rope, DType compute,
+                        const ZImageAttentionCall& call, Tensor normed,
+                        const Tensor& next_attention_norm) {
   const int64_t tokens = x.size(0), dim = config.dim, heads = config.n_heads,
                 head_dim = config.head_dim();
   check(x.dim() == 2 && x.size(1) == dim && rope.cos.defined() && rope.cos.size(0) == tokens,
@@ -86,8 +88,9 @@ void run_zimage_block(Tensor& x, const ZImageBlockWeights& w, const ZImageModula
 
   // 1. Attention. q and k viewed one row per head get their per-head RMSNorm and rotation in one
   // pass (row r reads the tables at token r / heads).
+  Tensor ffn_input;
   {
-    const Tensor normed = ops::rms_norm(x, m.attention_norm, config.norm_eps, compute);
+    if (!normed.defined()) normed = ops::rms_norm(x, m.attention_norm, config.norm_eps, compute);
     Tensor attended;
     {
       Tensor q = ops::linear(normed, w.to_q, Tensor(), compute);
@@ -102,8 +105,11 @@ void run_zimage_block(Tensor& x, const ZImageBlockWeights& w, const ZImageModula
     }  // q, k, v released before the output projection allocates
     // The output in the compute dtype: float32 on the CPU; bf16 on the GPU, read once by the
     // fused post-norm and residual update.
+    normed = Tensor();
     const Tensor out = ops::linear(attended.view({tokens, dim}), w.to_out, Tensor(), compute);
-    ops::add_rms_norm_gated_(x, out, w.attention_norm2, config.norm_eps, m.attention_gate);
+    ffn_input =
+        ops::add_rms_norm_gated_norm_(x, out, w.attention_norm2, config.norm_eps, m.attention_gate,
+                                      m.ffn_norm, config.norm_eps, compute);
   }
 
   // 2. SwiGLU feed-forward: w2(silu(w1·x) ⊙ w3·x). On the GPU w1 and w3 write the compute dtype
@@ -111,16 +117,20 @@ void run_zimage_block(Tensor& x, const ZImageBlockWeights& w, const ZImageModula
   // cost more than the products' own rounding. The CPU keeps float32 products, its numbers
   // unchanged (silu_mul there is silu_ then mul_ value for value).
   {
-    const Tensor normed = ops::rms_norm(x, m.ffn_norm, config.norm_eps, compute);
+    const Tensor normed_ffn = std::move(ffn_input);
     const DType products = x.is_cpu() ? DType::F32 : compute;
     Tensor gated;
     {
-      const Tensor gate = ops::linear(normed, w.w1, Tensor(), products);
-      gated = ops::silu_mul(gate, ops::linear(normed, w.w3, Tensor(), products), compute);
+      const Tensor gate = ops::linear(normed_ffn, w.w1, Tensor(), products);
+      gated = ops::silu_mul(gate, ops::linear(normed_ffn, w.w3, Tensor(), products), compute);
     }  // the two halves released before w2 allocates
     const Tensor out = ops::linear(gated, w.w2, Tensor(), compute);
+    if (next_attention_norm.defined())
+      return ops::add_rms_norm_gated_norm_(x, out, w.ffn_norm2, config.norm_eps, m.ffn_gate,
+                                           next_attention_norm, config.norm_eps, compute);
     ops::add_rms_norm_gated_(x, out, w.ffn_norm2, config.norm_eps, m.ffn_gate);
   }
+  return Tensor();
 }
 
 }  // namespace mmgen::dit

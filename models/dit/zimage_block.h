@@ -31,9 +31,15 @@ std::vector<ZImageModulation> zimage_modulations(const std::vector<ZImageBlockWe
                                                  const ZImageStackedModulation* stacked = nullptr);
 
 // Runs the block on x [tokens, dim] (float32, the item's residual stream) in place, where x lives;
-// `compute` is the dtype the products read (float32 on the CPU; bf16 on the GPU).
-void run_zimage_block(Tensor& x, const ZImageBlockWeights& weights,
-                      const ZImageModulation& modulation, const ZImageConfig& config,
-                      const ZImageRopeTables& rope, DType compute, const ZImageAttentionCall& call);
+// `compute` is the dtype the products read (float32 on the CPU; bf16 on the GPU). Each residual
+// update is fused with the pre-norm that follows it: `normed` is this block's attention input
+// (RMSNorm(x) with the folded attention norm, in `compute`) when the previous block returned it,
+// undefined to compute it here; with `next_attention_norm` (the next block's folded attention
+// norm) the block returns the next block's `normed`, else an undefined tensor.
+Tensor run_zimage_block(Tensor& x, const ZImageBlockWeights& weights,
+                        const ZImageModulation& modulation, const ZImageConfig& config,
+                        const ZImageRopeTables& rope, DType compute,
+                        const ZImageAttentionCall& call, Tensor normed = Tensor(),
+                        const Tensor& next_attention_norm = Tensor());
 
 }  // namespace mmgen::dit

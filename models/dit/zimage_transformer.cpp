@@ -238,6 +238,9 @@ std::vector<Tensor> ZImageTransformer::forward(const std::vector<ZImageItem>& ba
                              const std::vector<std::vector<ZImageModulation>>& modulation) {
     call.stage = stage;
     call.num_layers = layers;
+    // Each item's next attention input, returned by the block before it (its last residual
+    // update and the next pre-norm in one pass).
+    std::vector<Tensor> normed(static_cast<size_t>(count));
     for (int64_t layer = 0; layer < layers; ++layer) {
       call.layer = layer;
       const ZImageBlockWeights weights = block_weights(stage, layer);
@@ -246,8 +249,11 @@ std::vector<Tensor> ZImageTransformer::forward(const std::vector<ZImageItem>& ba
         call.timestep = batch[size_t(i)].timestep;
         call.grid = stage == ZImageStage::ContextRefiner ? std::array<int64_t, 3>{0, 0, 0}
                                                          : layouts[size_t(i)].grid;
-        run_zimage_block(streams[size_t(i)], weights, modulation[size_t(layer)][size_t(i)], config_,
-                         rope[size_t(i)], compute_, call);
+        const Tensor next_norm =
+            layer + 1 < layers ? modulation[size_t(layer + 1)][size_t(i)].attention_norm : Tensor();
+        normed[size_t(i)] = run_zimage_block(
+            streams[size_t(i)], weights, modulation[size_t(layer)][size_t(i)], config_,
+            rope[size_t(i)], compute_, call, std::move(normed[size_t(i)]), next_norm);
       }
     }
   };

@@ -93,6 +93,37 @@ void check_rms_norm_rope(int64_t rows, int64_t dim, int64_t head_dim, int64_t to
                      rows, dim, tables, agreement.worst, agreement.relative));
 }
 
+// The residual update fused with the next pre-norm against the two CPU ops: x within float32
+// noise, the normed rows within a bf16 rounding.
+void check_add_rms_norm_gated_norm(int64_t rows, int64_t dim, DType y_dtype, bool gated,
+                                   std::mt19937& generator) {
+  const Tensor x = random_rounded({rows, dim}, generator, 4.0f);
+  const Tensor y = random_rounded({rows, dim}, generator);
+  std::uniform_real_distribution<float> around_one(0.5f, 1.5f);
+  const auto vector = [&] {
+    std::vector<float> v(static_cast<size_t>(dim));
+    for (float& value : v) value = around_one(generator);
+    return Tensor::from_vector({dim}, v);
+  };
+  const Tensor weight = vector(), next_weight = vector(), gate = gated ? vector() : Tensor();
+  Tensor expected_x = x.clone();
+  const Tensor expected = ops::add_rms_norm_gated_norm_(expected_x, y, weight, 1e-5f, gate,
+                                                        next_weight, 1e-6f, DType::F32);
+  Tensor actual_x = x.to(Device::CUDA);
+  const Tensor actual = ops::add_rms_norm_gated_norm_(
+      actual_x, y.to(y_dtype).to(Device::CUDA), weight.to(Device::CUDA), 1e-5f,
+      gated ? gate.to(Device::CUDA) : Tensor(), next_weight.to(Device::CUDA), 1e-6f, DType::BF16);
+  const Agreement updated = compare(actual_x, expected_x, 1e-6, 1e-6);
+  const Agreement normed = compare(actual, expected, 1.0 / 256, 1e-5);
+  expect(
+      actual.dtype() == DType::BF16 && updated.worst <= 1.0 && normed.worst <= 1.0,
+      fmt::format("add_rms_norm_gated_norm [{}, {}] {} y{}: x within 1e-6 of the CPU (worst {:.2f} "
+                  "of it), the next pre-norm within a bf16 rounding (worst {:.2f}, relative "
+                  "error {:.2e})",
+                  rows, dim, dtype_name(y_dtype), gated ? ", gated" : "", updated.worst,
+                  normed.worst, normed.relative));
+}
+
 void check_silu_mul(const Shape& shape, DType gate_dtype, DType up_dtype, DType out, int64_t skip,
                     std::mt19937& generator) {
   // `skip` values cut off the front: a view 2 or 4 bytes past an aligned allocation.
@@ -186,6 +217,11 @@ int main() try {
   check_rms_norm_rope(13, 512, 128, 0, generator);  // the widest warp rows
   check_rms_norm_rope(13, 512, 128, 13, generator);
   // The block-per-row kernel.
+  for (const DType y_dtype : {DType::BF16, DType::F32})
+    for (const bool gated : {true, false}) {
+      check_add_rms_norm_gated_norm(37, 3840, y_dtype, gated, generator);
+      check_add_rms_norm_gated_norm(5, 100, y_dtype, gated, generator);
+    }
   check_rms_norm_rope(21, 1536, 128, 0, generator);
   check_rms_norm_rope(21, 1536, 128, 7, generator);
 
