@@ -94,9 +94,6 @@ void validate_zimage(const Request& request, const ModelIndex& index) {
   check(!request.vae_tiling,
         "--vae-tiling: Z-Image's AutoencoderKL decodes whole images (no tiled decode yet); "
         "leave it off");
-  check(!request.prompt_embeds && !request.negative_prompt_embeds,
-        "--prompt-embeds / --negative-prompt-embeds: not wired for Z-Image yet; pass --prompt "
-        "(and --negative-prompt)");
 }
 
 Shape zimage_latent_shape(const Request& request, const ModelIndex& index) {

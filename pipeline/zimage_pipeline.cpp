@@ -110,6 +110,10 @@ std::vector<Tensor> ZImagePipeline::encode_prompts(const std::vector<std::string
                               nullptr, kQwen3MinPoolTokensPerLength * max_sequence_length);
 }
 
+int64_t ZImagePipeline::caption_dim() const {
+  return transformer_->config().cap_feat_dim;
+}
+
 Shape ZImagePipeline::latent_shape(int64_t height, int64_t width) const {
   const int64_t factor = vae_->config().spatial_factor();
   return {1, transformer_->config().in_channels, height / factor, width / factor};
@@ -143,10 +147,25 @@ ZImageGenerationOutput ZImagePipeline::generate(const ZImageGenerationInput& inp
   const ZImageGuidance& guidance = input.guidance;
   place(input.cuda);
   Progress encode_stage("encode", 1);
-  // One call for both prompts: the second reuses the chat template's prefix from the cache.
-  std::vector<std::string> prompts = {input.prompt};
-  if (guidance.enabled()) prompts.push_back(input.negative_prompt);
-  const std::vector<Tensor> embeds = encode_prompts(prompts, input.max_sequence_length);
+  // Precomputed embeddings (--prompt-embeds, from `mmgen encode`) skip the text encoder; the
+  // negative one is used only with guidance on. What is left goes through the encoder in one call:
+  // the second prompt reuses the chat template's prefix from the cache.
+  std::vector<Tensor> embeds = {input.prompt_embeds,
+                                guidance.enabled() ? input.negative_prompt_embeds : Tensor()};
+  std::vector<std::string> prompts;
+  std::vector<size_t> slots;  // where each encoded prompt goes in `embeds`
+  if (!embeds[0].defined()) {
+    prompts.push_back(input.prompt);
+    slots.push_back(0);
+  }
+  if (guidance.enabled() && !embeds[1].defined()) {
+    prompts.push_back(input.negative_prompt);
+    slots.push_back(1);
+  }
+  if (!prompts.empty()) {
+    std::vector<Tensor> encoded = encode_prompts(prompts, input.max_sequence_length);
+    for (size_t i = 0; i < slots.size(); ++i) embeds[slots[i]] = std::move(encoded[i]);
+  }
   encode_stage.finish();
 
   const Shape shape = latent_shape(input.height, input.width);
@@ -201,7 +220,8 @@ ZImageGenerationOutput ZImagePipeline::generate(const ZImageGenerationInput& inp
   return output;
 }
 
-ZImageGenerationInput zimage_input_from_request(const Request& request) {
+ZImageGenerationInput zimage_input_from_request(const Request& request,
+                                                const ZImagePipeline& pipeline) {
   ZImageGenerationInput input;
   input.prompt = request.prompt;
   input.negative_prompt = request.negative_prompt;
@@ -214,6 +234,16 @@ ZImageGenerationInput zimage_input_from_request(const Request& request) {
   input.seed = request.seed;
   if (request.latents) input.initial_latents = read_tensor_file(*request.latents);
   input.cuda = request.device == "cuda";
+  const int64_t width = pipeline.caption_dim();
+  if (request.prompt_embeds)
+    input.prompt_embeds = read_prompt_embeddings(*request.prompt_embeds, width, "--prompt-embeds");
+  if (request.negative_prompt_embeds) {
+    input.negative_prompt_embeds =
+        read_prompt_embeddings(*request.negative_prompt_embeds, width, "--negative-prompt-embeds");
+    if (!input.guidance.enabled())
+      spdlog::warn("--negative-prompt-embeds: unused, guidance is off (--guidance-scale {})",
+                   request.guidance_scale);
+  }
   return input;
 }
 
@@ -226,7 +256,7 @@ PipelineRunner load_zimage_pipeline(const ModelIndex& index, const AttentionPlan
   // generate() is const and builds fresh attention state per run, so runs do not affect each
   // other.
   runner.run = [pipeline](const Request& request) {
-    return pipeline->generate(zimage_input_from_request(request)).frames;
+    return pipeline->generate(zimage_input_from_request(request, *pipeline)).frames;
   };
   return runner;
 }

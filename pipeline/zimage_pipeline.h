@@ -39,7 +39,10 @@ struct ZImageGenerationInput {
   std::optional<double> flow_shift;  // replaces the scheduler config's `shift`
   uint64_t seed = 0;
   Tensor initial_latents;  // when defined, used instead of noise drawn from `seed`
-  bool cuda = false;       // run on the GPU (a CUDA build); else the CPU
+  // When defined, [tokens, cap_feat_dim] used instead of encoding prompt / negative_prompt (the
+  // negative one only with guidance on).
+  Tensor prompt_embeds, negative_prompt_embeds;
+  bool cuda = false;  // run on the GPU (a CUDA build); else the CPU
 };
 
 struct ZImageGenerationOutput {
@@ -60,6 +63,9 @@ class ZImagePipeline {
   // the encoder is on.
   std::vector<Tensor> encode_prompts(const std::vector<std::string>& prompts,
                                      int64_t max_sequence_length) const;
+
+  // The width of the prompt embeddings the transformer takes (its cap_feat_dim).
+  int64_t caption_dim() const;
 
   // [1, in_channels, height / f, width / f], f the VAE's spatial factor.
   Shape latent_shape(int64_t height, int64_t width) const;
@@ -91,8 +97,10 @@ class ZImagePipeline {
   std::string text_backend_;
 };
 
-// A request's generation input (reads --latents when given; its shape is checked by generate).
-ZImageGenerationInput zimage_input_from_request(const Request& request);
+// A request's generation input: reads --latents (its shape is checked by generate) and
+// --prompt-embeds / --negative-prompt-embeds (their width against the transformer's) when given.
+ZImageGenerationInput zimage_input_from_request(const Request& request,
+                                                const ZImagePipeline& pipeline);
 
 // Loads the pipeline once with the plan's backends; each runner call runs one request and returns
 // frames [1, H, W, 3] in [0, 1].

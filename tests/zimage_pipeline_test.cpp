@@ -234,6 +234,83 @@ TEST_F(ZImagePipelineTest, CommandLineWritesTheSameNumbers) {
   EXPECT_EQ(sidecar["prompt"], input.prompt);
 }
 
+// `mmgen encode` writes the prompt's embedding (the chat template, hidden_states[-2] at the real
+// tokens) and `generate --prompt-embeds` runs from it without the text encoder: the same image as
+// --prompt. Without guidance bit for bit; with it within 1e-5, because --prompt encodes the
+// negative prompt after the prompt, reusing the template's KV from the prefix cache (a different
+// summation order: measured 8.6e-7), where `mmgen encode` encodes it alone.
+TEST_F(ZImagePipelineTest, PromptEmbedsFromEncodeGiveTheSameImage) {
+  const fs::path dir = testing::scratch_dir("zimage-prompt-embeds");
+  const ZImageGenerationInput input = fixture_input();
+  const std::string model = (fixture() / "model").string();
+  const std::string length = " --max-sequence-length " + std::to_string(input.max_sequence_length);
+  auto encode = [&](const std::string& prompt, const std::string& name) {
+    const auto result = testing::run_command(
+        testing::mmgen_binary().string() + " encode --model-path " + model + " --prompt '" +
+        prompt + "'" + length + " --out " + (dir / name).string());
+    ASSERT_EQ(result.exit_code, 0) << result.err;
+  };
+  encode(input.prompt, "prompt.safetensors");
+  encode(input.negative_prompt, "negative.safetensors");
+  auto generate = [&](const std::string& flags, const std::string& name) {
+    const auto result = testing::run_command(
+        testing::mmgen_binary().string() + " generate --model-path " + model + " --height " +
+        std::to_string(input.height) + " --width " + std::to_string(input.width) +
+        " --num-inference-steps " + std::to_string(input.num_inference_steps) + length +
+        " --seed 42 --output-format npy --output-file-name " + name + " --output-path " +
+        dir.string() + " " + flags);
+    EXPECT_EQ(result.exit_code, 0) << result.err;
+    return result;
+  };
+  const std::string prompt = " --prompt '" + input.prompt + "'";
+  const std::string embeds = " --prompt-embeds " + (dir / "prompt.safetensors").string();
+  const std::string negative_embeds =
+      " --negative-prompt-embeds " + (dir / "negative.safetensors").string();
+
+  generate("--guidance-scale 0" + prompt, "text0");
+  // A negative embedding without guidance is read (and checked) but unused, and the log says so.
+  const auto unguided = generate("--guidance-scale 0" + embeds + negative_embeds, "embeds0");
+  EXPECT_TRUE(contains(unguided.err, "--negative-prompt-embeds: unused, guidance is off"))
+      << unguided.err;
+  EXPECT_EQ(testing::max_abs_diff(read_npy(dir / "embeds0.npy"), read_npy(dir / "text0.npy")), 0.0);
+
+  generate("--guidance-scale 4" + prompt + " --negative-prompt '" + input.negative_prompt + "'",
+           "text4");
+  generate("--guidance-scale 4" + embeds + negative_embeds, "embeds4");
+  const double error =
+      testing::max_abs_diff(read_npy(dir / "embeds4.npy"), read_npy(dir / "text4.npy"));
+  std::printf("--prompt-embeds vs --prompt, guidance 4: max abs diff %.3g\n", error);
+  EXPECT_LT(error, 1e-5);
+  EXPECT_LT(image_error(read_npy(dir / "embeds4.npy"), "pipeline.image_seed42"), 1e-3);
+}
+
+// An embedding of another width (Wan's UMT5, 32 wide, against this transformer's 64) is refused in
+// one line that names the file, before any output is written.
+TEST_F(ZImagePipelineTest, PromptEmbedsOfAnotherWidthAreRefusedInOneLine) {
+  const fs::path dir = testing::scratch_dir("zimage-prompt-embeds-width");
+  const fs::path wan = dir / "wan.safetensors";
+  auto result = testing::run_command(testing::mmgen_binary().string() + " encode --model-path " +
+                                     (testing::source_dir() / "examples/models/wan-tiny").string() +
+                                     " --prompt fox --out " + wan.string());
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const std::string base = testing::mmgen_binary().string() + " generate --model-path " +
+                           (fixture() / "model").string() +
+                           " --height 32 --width 48 --num-inference-steps 1 --output-format npy "
+                           "--quiet --output-path " +
+                           (dir / "out").string();
+  for (const std::string flag : {"--prompt-embeds", "--negative-prompt-embeds"}) {
+    SCOPED_TRACE(flag);
+    result = testing::run_command(base + " --prompt fox " + flag + " " + wan.string());
+    EXPECT_NE(result.exit_code, 0);
+    EXPECT_TRUE(contains(result.err, flag + " " + wan.string() +
+                                         ": prompt_embeds.0 is [512, 32] but this transformer "
+                                         "takes [tokens, 64]; encode the prompt with this model"))
+        << result.err;
+    EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << result.err;
+    EXPECT_FALSE(fs::exists(dir / "out") && !fs::is_empty(dir / "out"));
+  }
+}
+
 TEST_F(ZImagePipelineTest, DryRunNamesThePipelineAndItsSizes) {
   const std::string model = (fixture() / "model").string();
   auto result = testing::run_command(testing::mmgen_binary().string() + " generate --model-path " +
