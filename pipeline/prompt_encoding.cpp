@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/safetensors.h"
 #include "core/yaml.h"
 #include "models/text_encoders/prompt_embedding.h"
 #include "models/text_encoders/qwen3_model.h"
@@ -146,6 +147,21 @@ std::vector<Tensor> encode_qwen3_prompts(
                                    page_size, model.device() == Device::CPU ? "" : " on the GPU")
                      : "none (one layer: hidden_states[-2] is the embedding)";
   return embeddings;
+}
+
+Tensor read_prompt_embeddings(const fs::path& path, int64_t hidden, const char* flag) {
+  check(fs::is_regular_file(path), "{} {}: no such file", flag, path.string());
+  const WeightStore file = WeightStore::open_file(path);
+  const std::string name = "prompt_embeds.0";
+  check(file.has(name),
+        "{} {}: no tensor '{}'; write the file with `mmgen encode --prompt TEXT --out FILE`", flag,
+        path.string(), name);
+  const Tensor embeds = file.get_f32(name);
+  check(embeds.dim() == 2 && embeds.size(0) > 0 && embeds.size(1) == hidden,
+        "{} {}: {} is {} but this transformer takes [tokens, {}]; encode the prompt with this "
+        "model's text encoder (`mmgen encode --model-path DIR --prompt TEXT --out FILE`)",
+        flag, path.string(), name, shape_string(embeds.shape()), hidden);
+  return embeds.contiguous().clone();
 }
 
 PromptEncodingResult encode_prompts(const PromptEncodingRequest& request) {

@@ -70,4 +70,11 @@ std::vector<Tensor> encode_qwen3_prompts(const tokenizers::Tokenizer& tokenizer,
                                          text_encoders::PrefixCacheReport* report = nullptr,
                                          std::string* attention = nullptr, int64_t pool_tokens = 0);
 
+// The first embedding of a `mmgen encode` file (prompt_embeds.0, [tokens, hidden]) as float32
+// on the host, [tokens, hidden]: what --prompt-embeds / --negative-prompt-embeds (`flag`, named in
+// the errors) give a pipeline instead of running its text encoder. `hidden` is the width the
+// transformer takes (Wan's text_dim, Z-Image's cap_feat_dim); another width, a missing tensor or
+// a missing file is refused in one line that names the file.
+Tensor read_prompt_embeddings(const std::filesystem::path& path, int64_t hidden, const char* flag);
+
 }  // namespace mmgen

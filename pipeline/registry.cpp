@@ -97,9 +97,6 @@ void validate_zimage(const Request& request, const ModelIndex& index) {
   check(request.num_frames == 1, "--num-frames {}: Z-Image makes still images; use --num-frames 1",
         request.num_frames);
   check_vae_tiles(request, zimage_spatial_factor(index));
-  check(!request.prompt_embeds && !request.negative_prompt_embeds,
-        "--prompt-embeds / --negative-prompt-embeds: not wired for Z-Image yet; pass --prompt "
-        "(and --negative-prompt)");
 }
 
 Shape zimage_latent_shape(const Request& request, const ModelIndex& index) {

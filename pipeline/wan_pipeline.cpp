@@ -23,6 +23,7 @@
 #include "models/text_encoders/prompt_embedding.h"
 #include "models/tokenizers/prompt_clean.h"
 #include "pipeline/progress.h"
+#include "pipeline/prompt_encoding.h"
 #include "pipeline/schedulers/scheduler.h"
 
 namespace mmgen {
@@ -397,27 +398,6 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
   return output;
 }
 
-namespace {
-
-// The first embedding of a `mmgen encode` file (prompt_embeds.0, [tokens, hidden]) as the
-// transformer takes it, [1, tokens, hidden] float32.
-Tensor read_prompt_embeddings(const fs::path& path, int64_t text_dim, const char* flag) {
-  check(fs::is_regular_file(path), "{} {}: no such file", flag, path.string());
-  const WeightStore file = WeightStore::open_file(path);
-  const std::string name = "prompt_embeds.0";
-  check(file.has(name),
-        "{} {}: no tensor '{}'; write the file with `mmgen encode --prompt TEXT --out FILE`", flag,
-        path.string(), name);
-  const Tensor embeds = file.get_f32(name);
-  check(embeds.dim() == 2 && embeds.size(0) > 0 && embeds.size(1) == text_dim,
-        "{} {}: {} is {} but this transformer takes [tokens, {}] (was it encoded with this "
-        "model's text encoder?)",
-        flag, path.string(), name, shape_string(embeds.shape()), text_dim);
-  return embeds.contiguous().clone().view({1, embeds.size(0), embeds.size(1)});
-}
-
-}  // namespace
-
 WanGenerationInput wan_input_from_request(const Request& request, const WanPipeline& pipeline) {
   WanGenerationInput input;
   input.prompt = request.prompt;
@@ -438,12 +418,14 @@ WanGenerationInput wan_input_from_request(const Request& request, const WanPipel
   }
   if (request.latents) input.initial_latents = read_tensor_file(*request.latents);
   const int64_t text_dim = pipeline.text_embedding_dim();
+  // The transformer takes [1, tokens, text_dim].
   if (request.prompt_embeds)
     input.prompt_embeds =
-        read_prompt_embeddings(*request.prompt_embeds, text_dim, "--prompt-embeds");
+        read_prompt_embeddings(*request.prompt_embeds, text_dim, "--prompt-embeds").unsqueeze(0);
   if (request.negative_prompt_embeds)
     input.negative_prompt_embeds = read_prompt_embeddings(*request.negative_prompt_embeds, text_dim,
-                                                          "--negative-prompt-embeds");
+                                                          "--negative-prompt-embeds")
+                                       .unsqueeze(0);
   return input;
 }
 

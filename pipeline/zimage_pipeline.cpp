@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
+#include <map>
 
 #include "attention/backend.h"
 #include "attention/backend_config.h"
@@ -104,11 +106,17 @@ void ZImagePipeline::place(bool cuda) const {
 }
 
 std::vector<Tensor> ZImagePipeline::encode_prompts(const std::vector<std::string>& prompts,
-                                                   int64_t max_sequence_length) const {
-  // The smallest pool: a request encodes two prompts at most, and the pool is allocated whole.
+                                                   int64_t max_sequence_length,
+                                                   text_encoders::PrefixCacheReport* report) const {
+  // The smallest pool, which is allocated whole: more prompts go through it in turns (the
+  // encoder evicts the least recently used prefixes, and the template's is used by every prompt).
   return encode_qwen3_prompts(*tokenizer_, *chat_template_, *text_encoder_, prompts,
-                              max_sequence_length, text_encoder_backend(), /*page_size=*/1, nullptr,
+                              max_sequence_length, text_encoder_backend(), /*page_size=*/1, report,
                               nullptr, kQwen3MinPoolTokensPerLength * max_sequence_length);
+}
+
+int64_t ZImagePipeline::caption_dim() const {
+  return transformer_->config().cap_feat_dim;
 }
 
 Shape ZImagePipeline::latent_shape(int64_t height, int64_t width) const {
@@ -144,10 +152,25 @@ ZImageGenerationOutput ZImagePipeline::generate(const ZImageGenerationInput& inp
   const ZImageGuidance& guidance = input.guidance;
   place(input.cuda);
   Progress encode_stage("encode", 1);
-  // One call for both prompts: the second reuses the chat template's prefix from the cache.
-  std::vector<std::string> prompts = {input.prompt};
-  if (guidance.enabled()) prompts.push_back(input.negative_prompt);
-  const std::vector<Tensor> embeds = encode_prompts(prompts, input.max_sequence_length);
+  // Precomputed embeddings (--prompt-embeds, from `mmgen encode`) skip the text encoder; the
+  // negative one is used only with guidance on. What is left goes through the encoder in one call:
+  // the second prompt reuses the chat template's prefix from the cache.
+  std::vector<Tensor> embeds = {input.prompt_embeds,
+                                guidance.enabled() ? input.negative_prompt_embeds : Tensor()};
+  std::vector<std::string> prompts;
+  std::vector<size_t> slots;  // where each encoded prompt goes in `embeds`
+  if (!embeds[0].defined()) {
+    prompts.push_back(input.prompt);
+    slots.push_back(0);
+  }
+  if (guidance.enabled() && !embeds[1].defined()) {
+    prompts.push_back(input.negative_prompt);
+    slots.push_back(1);
+  }
+  if (!prompts.empty()) {
+    std::vector<Tensor> encoded = encode_prompts(prompts, input.max_sequence_length);
+    for (size_t i = 0; i < slots.size(); ++i) embeds[slots[i]] = std::move(encoded[i]);
+  }
   encode_stage.finish();
 
   const Shape shape = latent_shape(input.height, input.width);
@@ -232,6 +255,16 @@ ZImageGenerationInput zimage_input_from_request(const Request& request,
     input.vae_tiles =
         vae::TileLayout{request.vae_tile_size / factor, request.vae_tile_overlap / factor};
   }
+  const int64_t width = pipeline.caption_dim();
+  if (request.prompt_embeds)
+    input.prompt_embeds = read_prompt_embeddings(*request.prompt_embeds, width, "--prompt-embeds");
+  if (request.negative_prompt_embeds) {
+    input.negative_prompt_embeds =
+        read_prompt_embeddings(*request.negative_prompt_embeds, width, "--negative-prompt-embeds");
+    if (!input.guidance.enabled())
+      spdlog::warn("--negative-prompt-embeds: unused, guidance is off (--guidance-scale {})",
+                   request.guidance_scale);
+  }
   return input;
 }
 
@@ -240,11 +273,57 @@ PipelineRunner load_zimage_pipeline(const ModelIndex& index, const AttentionPlan
   auto pipeline = std::make_shared<const ZImagePipeline>(index, plan);
   load.finish();
   spdlog::info("text encoder: {} paged attention", pipeline->text_encoder_backend());
-  PipelineRunner runner;
   // generate() is const and builds fresh attention state per run, so runs do not affect each
-  // other.
-  runner.run = [pipeline](const Request& request) {
-    return pipeline->generate(zimage_input_from_request(request, *pipeline)).frames;
+  // other. Embeddings encoded ahead wait here for their run: a prompt's is used once, a negative
+  // prompt's by every run that asks for it.
+  using Key = std::pair<std::string, int64_t>;  // prompt, max_sequence_length
+  struct Ahead {
+    std::map<Key, Tensor> prompts, negatives;
+  };
+  auto ahead = std::make_shared<Ahead>();
+  PipelineRunner runner;
+  runner.run = [pipeline, ahead](const Request& request) {
+    ZImageGenerationInput input = zimage_input_from_request(request, *pipeline);
+    const int64_t length = input.max_sequence_length;
+    if (auto found = ahead->prompts.find({input.prompt, length});
+        found != ahead->prompts.end() && !input.cuda && !input.prompt_embeds.defined()) {
+      input.prompt_embeds = found->second;
+      ahead->prompts.erase(found);  // the memory goes back
+    }
+    if (auto found = ahead->negatives.find({input.negative_prompt, length});
+        found != ahead->negatives.end() && !input.cuda && input.guidance.enabled() &&
+        !input.negative_prompt_embeds.defined())
+      input.negative_prompt_embeds = found->second;
+    return pipeline->generate(input).frames;
+  };
+  runner.encode_ahead = [pipeline, ahead](const std::vector<Request>& requests) {
+    // Per max_sequence_length, the prompts to encode and whether each is a negative prompt.
+    std::map<int64_t, std::vector<std::pair<std::string, bool>>> todo;
+    for (const Request& request : requests) {
+      if (request.device == "cuda") continue;  // the GPU run encodes on the GPU
+      auto& list = todo[request.max_sequence_length];
+      if (!request.prompt_embeds) list.emplace_back(request.prompt, false);
+      const std::pair<std::string, bool> negative{request.negative_prompt, true};
+      if (request.guidance_scale > 0 && !request.negative_prompt_embeds &&
+          !ahead->negatives.contains({request.negative_prompt, request.max_sequence_length}) &&
+          std::find(list.begin(), list.end(), negative) == list.end())
+        list.push_back(negative);
+    }
+    for (const auto& [length, list] : todo) {
+      if (list.empty()) continue;
+      std::vector<std::string> prompts;
+      for (const auto& item : list) prompts.push_back(item.first);
+      const auto start = std::chrono::steady_clock::now();
+      text_encoders::PrefixCacheReport report;
+      const std::vector<Tensor> embeds = pipeline->encode_prompts(prompts, length, &report);
+      for (size_t i = 0; i < list.size(); ++i)
+        (list[i].second ? ahead->negatives : ahead->prompts)[{list[i].first, length}] = embeds[i];
+      spdlog::info(
+          "encode: {} prompt(s) through one prefix cache, {} hit(s) ({} of {} prompt tokens "
+          "reused), {:.2f} s",
+          prompts.size(), report.prompts_hit, report.hit_tokens, report.prompt_tokens,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
   };
   return runner;
 }

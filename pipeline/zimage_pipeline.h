@@ -19,6 +19,7 @@
 #include "core/tensor.h"
 #include "models/dit/zimage_transformer.h"
 #include "models/text_encoders/qwen3_model.h"
+#include "models/text_encoders/qwen3_paged.h"
 #include "models/tokenizers/chat_template.h"
 #include "models/tokenizers/tokenizer.h"
 #include "models/vae/autoencoder_kl_decoder.h"
@@ -45,6 +46,9 @@ struct ZImageGenerationInput {
   // Decode in tiles of this layout, latent pixels (--vae-tiling;
   // models/vae/autoencoder_kl_tiled_decode.h), on the device the VAE runs on; else whole.
   std::optional<vae::TileLayout> vae_tiles;
+  // When defined, [tokens, cap_feat_dim] used instead of encoding prompt / negative_prompt (the
+  // negative one only with guidance on).
+  Tensor prompt_embeds, negative_prompt_embeds;
 };
 
 struct ZImageGenerationOutput {
@@ -63,8 +67,14 @@ class ZImagePipeline {
   // Each prompt's embedding, [tokens, hidden] on the host, through the plan's paged text-encoder
   // backend (pipeline/prompt_encoding.h's Qwen3 path, the one `mmgen encode` runs), on the device
   // the encoder is on.
+  // All prompts of one call share one prefix cache (a later prompt reuses the chat template's
+  // KV and hidden states from an earlier one); `report`, when given, gets its counts.
   std::vector<Tensor> encode_prompts(const std::vector<std::string>& prompts,
-                                     int64_t max_sequence_length) const;
+                                     int64_t max_sequence_length,
+                                     text_encoders::PrefixCacheReport* report = nullptr) const;
+
+  // The width of the prompt embeddings the transformer takes (its cap_feat_dim).
+  int64_t caption_dim() const;
 
   // [1, in_channels, height / f, width / f], f the VAE's spatial factor.
   Shape latent_shape(int64_t height, int64_t width) const;
@@ -97,13 +107,18 @@ class ZImagePipeline {
   std::string text_backend_;
 };
 
-// A request's generation input (reads --latents when given; its shape is checked by generate;
-// --vae-tile-size / --vae-tile-overlap become latent pixels of `pipeline`'s VAE).
+// A request's generation input: reads --latents (its shape is checked by generate) and
+// --prompt-embeds / --negative-prompt-embeds (their width against the transformer's) when given;
+// --vae-tile-size / --vae-tile-overlap become latent pixels of `pipeline`'s VAE.
 ZImageGenerationInput zimage_input_from_request(const Request& request,
                                                 const ZImagePipeline& pipeline);
 
 // Loads the pipeline once with the plan's backends; each runner call runs one request and returns
-// frames [1, H, W, 3] in [0, 1].
+// frames [1, H, W, 3] in [0, 1]. encode_ahead (a batch, on the CPU) encodes the prompts of a
+// chunk and their negative prompts in one call, through one prefix cache: every prompt after the
+// first reuses the chat template's prefix, and a log line reports the hits. The cache lives for
+// the chunk (generate_command's 32 prompts), not across chunks, so its KV pool is freed before
+// the transformer runs; a shared negative prompt is encoded once per run and kept.
 PipelineRunner load_zimage_pipeline(const ModelIndex& index, const AttentionPlan& plan);
 
 }  // namespace mmgen

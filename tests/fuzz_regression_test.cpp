@@ -20,6 +20,7 @@
 #include "models/dit/wan_transformer_config.h"
 #include "models/text_encoders/qwen3_config.h"
 #include "models/text_encoders/t5_config.h"
+#include "models/tokenizers/chat_template.h"
 #include "models/tokenizers/tokenizer.h"
 #include "models/vae/wan_vae_config.h"
 #include "pipeline/model_index.h"
@@ -309,6 +310,32 @@ TEST(FuzzRegression, TokenizerRegexNestingIsBounded) {
                            pattern + R"("}, "behavior": "Isolated", "invert": false}})";
   expect_error([&] { tokenizers::Tokenizer::from_json(json, "fuzz/tokenizer.json"); },
                {"groups nested deeper than 256 levels"});
+}
+
+// ------------------------------------------------------------------ fuzz_chat_template
+
+TEST(FuzzRegression, ChatTemplateLongChainsAreRefusedNotOverflowed) {
+  // A chain the parser builds in a loop (x.a.a..., x[0][0]..., x()()..., 1 + 1 + ..., x | f | f,
+  // x is t is t) grew a tree one level deeper per link, 30 000 levels from a 64 KB template, and
+  // the recursive name check then overflowed the stack (ASan, hand-made inputs beside
+  // fuzz_chat_template's first runs). Each link now counts as a level of nesting.
+  const std::vector<std::pair<std::string, std::string>> chains = {
+      {"messages", ".a"}, {"messages", "[0]"}, {"x", "()"},         {"1", " + 1"},
+      {"1", " * 1"},      {"1", " ** 1"},      {"'a'", " ~ 'a'"},   {"true", " and true"},
+      {"false", " or x"}, {"1", "|string"},    {"1", " is number"},
+  };
+  for (const auto& [head, link] : chains) {
+    std::string source = "{{ " + head;
+    for (int i = 0; i < 30000; ++i) source += link;
+    source += " }}";
+    expect_error([&] { tokenizers::ChatTemplate(source, "fuzz/chain.jinja"); },
+                 {"fuzz/chain.jinja:1:", "the template nests deeper than 128 levels"});
+  }
+  // A chain of 100 links (real templates use under 10) still renders, left to right.
+  std::string source = "{{ 1";
+  for (int i = 0; i < 100; ++i) source += " + 1";
+  source += " }}{{ messages[0].content.split(' ')[1]|upper|length is number }}";
+  EXPECT_EQ(tokenizers::ChatTemplate(source, "fuzz/chain.jinja").render_prompt("a cat"), "101True");
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
 
@@ -14,6 +15,7 @@
 #include "core/file.h"
 #include "core/npy.h"
 #include "core/safetensors.h"
+#include "models/text_encoders/qwen3_prompt_embedding.h"
 #include "pipeline/attention_plan.h"
 #include "pipeline/model_index.h"
 #include "pipeline/zimage_guidance.h"
@@ -275,6 +277,159 @@ TEST_F(ZImagePipelineTest, CommandLineDecodesInTiles) {
       several, image_error(untiled, "pipeline.image_seed42"));
   EXPECT_GT(testing::max_abs_diff(read_npy(out / "several.npy"), untiled), 0.0);
   EXPECT_LT(several, 0.04);
+}
+
+// `mmgen encode` writes the prompt's embedding (the chat template, hidden_states[-2] at the real
+// tokens) and `generate --prompt-embeds` runs from it without the text encoder: the same image as
+// --prompt. Without guidance bit for bit; with it within 1e-5, because --prompt encodes the
+// negative prompt after the prompt, reusing the template's KV from the prefix cache (a different
+// summation order: measured 8.6e-7), where `mmgen encode` encodes it alone.
+TEST_F(ZImagePipelineTest, PromptEmbedsFromEncodeGiveTheSameImage) {
+  const fs::path dir = testing::scratch_dir("zimage-prompt-embeds");
+  const ZImageGenerationInput input = fixture_input();
+  const std::string model = (fixture() / "model").string();
+  const std::string length = " --max-sequence-length " + std::to_string(input.max_sequence_length);
+  auto encode = [&](const std::string& prompt, const std::string& name) {
+    const auto result = testing::run_command(
+        testing::mmgen_binary().string() + " encode --model-path " + model + " --prompt '" +
+        prompt + "'" + length + " --out " + (dir / name).string());
+    ASSERT_EQ(result.exit_code, 0) << result.err;
+  };
+  encode(input.prompt, "prompt.safetensors");
+  encode(input.negative_prompt, "negative.safetensors");
+  auto generate = [&](const std::string& flags, const std::string& name) {
+    const auto result = testing::run_command(
+        testing::mmgen_binary().string() + " generate --model-path " + model + " --height " +
+        std::to_string(input.height) + " --width " + std::to_string(input.width) +
+        " --num-inference-steps " + std::to_string(input.num_inference_steps) + length +
+        " --seed 42 --output-format npy --output-file-name " + name + " --output-path " +
+        dir.string() + " " + flags);
+    EXPECT_EQ(result.exit_code, 0) << result.err;
+    return result;
+  };
+  const std::string prompt = " --prompt '" + input.prompt + "'";
+  const std::string embeds = " --prompt-embeds " + (dir / "prompt.safetensors").string();
+  const std::string negative_embeds =
+      " --negative-prompt-embeds " + (dir / "negative.safetensors").string();
+
+  generate("--guidance-scale 0" + prompt, "text0");
+  // A negative embedding without guidance is read (and checked) but unused, and the log says so.
+  const auto unguided = generate("--guidance-scale 0" + embeds + negative_embeds, "embeds0");
+  EXPECT_TRUE(contains(unguided.err, "--negative-prompt-embeds: unused, guidance is off"))
+      << unguided.err;
+  EXPECT_EQ(testing::max_abs_diff(read_npy(dir / "embeds0.npy"), read_npy(dir / "text0.npy")), 0.0);
+
+  generate("--guidance-scale 4" + prompt + " --negative-prompt '" + input.negative_prompt + "'",
+           "text4");
+  generate("--guidance-scale 4" + embeds + negative_embeds, "embeds4");
+  const double error =
+      testing::max_abs_diff(read_npy(dir / "embeds4.npy"), read_npy(dir / "text4.npy"));
+  std::printf("--prompt-embeds vs --prompt, guidance 4: max abs diff %.3g\n", error);
+  EXPECT_LT(error, 1e-5);
+  EXPECT_LT(image_error(read_npy(dir / "embeds4.npy"), "pipeline.image_seed42"), 1e-3);
+}
+
+// An embedding of another width (Wan's UMT5, 32 wide, against this transformer's 64) is refused in
+// one line that names the file, before any output is written.
+TEST_F(ZImagePipelineTest, PromptEmbedsOfAnotherWidthAreRefusedInOneLine) {
+  const fs::path dir = testing::scratch_dir("zimage-prompt-embeds-width");
+  const fs::path wan = dir / "wan.safetensors";
+  auto result = testing::run_command(testing::mmgen_binary().string() + " encode --model-path " +
+                                     (testing::source_dir() / "examples/models/wan-tiny").string() +
+                                     " --prompt fox --out " + wan.string());
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const std::string base = testing::mmgen_binary().string() + " generate --model-path " +
+                           (fixture() / "model").string() +
+                           " --height 32 --width 48 --num-inference-steps 1 --output-format npy "
+                           "--quiet --output-path " +
+                           (dir / "out").string();
+  for (const std::string flag : {"--prompt-embeds", "--negative-prompt-embeds"}) {
+    SCOPED_TRACE(flag);
+    result = testing::run_command(base + " --prompt fox " + flag + " " + wan.string());
+    EXPECT_NE(result.exit_code, 0);
+    EXPECT_TRUE(contains(result.err, flag + " " + wan.string() +
+                                         ": prompt_embeds.0 is [512, 32] but this transformer "
+                                         "takes [tokens, 64]; encode the prompt with this model"))
+        << result.err;
+    EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << result.err;
+    EXPECT_FALSE(fs::exists(dir / "out") && !fs::is_empty(dir / "out"));
+  }
+}
+
+// The prompts of one encode_prompts call share one prefix cache: every prompt after the first
+// reuses the chat template's prefix (the ids all prompts start with), and each embedding is the
+// one its prompt gets alone: the first bit for bit, the others within 1e-6 relative (the cached
+// rows were computed in another prompt's forward).
+TEST_F(ZImagePipelineTest, PromptsOfOneCallShareTheTemplatePrefix) {
+  const std::vector<std::string> prompts = {"a red fox running through snow", "blurry, low quality",
+                                            "Zebra at noon"};
+  const int64_t length = 48;
+  const fs::path tokenizer_folder = index_->component("tokenizer").path;
+  const auto ids = text_encoders::z_image_prompt_ids(
+      *tokenizers::Tokenizer::load(tokenizer_folder),
+      tokenizers::ChatTemplate::load(tokenizer_folder), prompts, length);
+  // The template's prefix: what the three prompts' ids start with.
+  size_t prefix = 0;
+  while (prefix < ids[0].size() && prefix < ids[1].size() && prefix < ids[2].size() &&
+         ids[0][prefix] == ids[1][prefix] && ids[0][prefix] == ids[2][prefix])
+    ++prefix;
+  ASSERT_GT(prefix, 0u);
+  ASSERT_TRUE(ids[1][prefix] != ids[0][prefix] && ids[2][prefix] != ids[1][prefix]);
+
+  const ZImagePipeline pipeline(*index_);
+  text_encoders::PrefixCacheReport report;
+  const std::vector<Tensor> together = pipeline.encode_prompts(prompts, length, &report);
+  EXPECT_EQ(report.prompts_hit, 2);
+  EXPECT_EQ(report.hit_tokens, int64_t(2 * prefix));
+  EXPECT_EQ(report.prompt_tokens, int64_t(ids[0].size() + ids[1].size() + ids[2].size()));
+  double worst = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const Tensor alone = pipeline.encode_prompts({prompts[i]}, length)[0];
+    ASSERT_EQ(together[i].shape(), alone.shape()) << i;
+    if (i == 0) {
+      EXPECT_EQ(testing::max_abs_diff(together[i], alone), 0.0);
+    }
+    const double error = testing::relative_error(together[i], alone);
+    EXPECT_LT(error, 1e-6) << i;
+    worst = std::max(worst, error);
+  }
+  std::printf("template prefix %zu tokens; together vs alone: worst relative error %.3g\n", prefix,
+              worst);
+}
+
+// A --prompt-file-path batch encodes its prompts and the shared negative prompt ahead, in one call
+// through one prefix cache; the log reports the hits, and each picture is the one its prompt gets
+// alone within 1e-5.
+TEST_F(ZImagePipelineTest, BatchEncodesThroughOnePrefixCacheAndReportsTheHits) {
+  const fs::path dir = testing::scratch_dir("zimage-batch-prefix");
+  const std::vector<std::string> prompts = {"a red fox running through snow", "Zebra at noon"};
+  {
+    std::ofstream file(dir / "prompts.txt");
+    for (const auto& prompt : prompts) file << prompt << "\n";
+  }
+  const std::string base = testing::mmgen_binary().string() + " generate --model-path " +
+                           (fixture() / "model").string() +
+                           " --height 32 --width 48 --num-inference-steps 2 --guidance-scale 4 "
+                           "--negative-prompt 'blurry, low quality' --max-sequence-length 48 "
+                           "--seed 42 --output-format npy --output-path " +
+                           dir.string();
+  const auto batch =
+      testing::run_command(base + " --prompt-file-path " + (dir / "prompts.txt").string() +
+                           " --output-file-name batch.npy");
+  ASSERT_EQ(batch.exit_code, 0) << batch.err;
+  // Three prompts (two and the negative), the second and third hitting the template's prefix.
+  EXPECT_TRUE(contains(batch.err, "encode: 3 prompt(s) through one prefix cache, 2 hit(s) ("))
+      << batch.err;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const std::string name = "alone_" + std::to_string(i);
+    const auto alone = testing::run_command(base + " --prompt '" + prompts[i] +
+                                            "' --output-file-name " + name + ".npy");
+    ASSERT_EQ(alone.exit_code, 0) << alone.err;
+    const double error = testing::max_abs_diff(
+        read_npy(dir / ("batch_" + std::to_string(i) + ".npy")), read_npy(dir / (name + ".npy")));
+    std::printf("batch vs alone, prompt %zu: max abs diff %.3g\n", i, error);
+    EXPECT_LT(error, 1e-5) << i;
+  }
 }
 
 TEST_F(ZImagePipelineTest, DryRunNamesThePipelineAndItsSizes) {

@@ -54,13 +54,28 @@ class Parser {
   // Limits::kMaxTemplateNesting.
   struct Nest {
     Parser& parser;
-    Nest(Parser& p, int line) : parser(p) {
-      if (++parser.depth_ > Limits::kMaxTemplateNesting)
-        parser.error(line, "the template nests deeper than " +
-                               std::to_string(Limits::kMaxTemplateNesting) + " levels");
-    }
+    Nest(Parser& p, int line) : parser(p) { parser.enter(line); }
     ~Nest() { --parser.depth_; }
   };
+  // The links of a chain a loop builds (a + b + c, x.a[0](), x | f is t): each wraps the tree
+  // built so far in one more node, so each counts as one more level of nesting until the chain's
+  // parse returns. Without it a 64 KB chain built a tree thousands of levels deep, which the
+  // recursive name check, evaluation and destruction then overflowed the stack on.
+  struct Chain {
+    Parser& parser;
+    int links = 0;
+    explicit Chain(Parser& p) : parser(p) {}
+    void link(int line) {
+      ++links;
+      parser.enter(line);
+    }
+    ~Chain() { parser.depth_ -= links; }
+  };
+  void enter(int line) {
+    if (++depth_ > Limits::kMaxTemplateNesting)
+      error(line, "the template nests deeper than " + std::to_string(Limits::kMaxTemplateNesting) +
+                      " levels");
+  }
 
   [[noreturn]] void error(int line, const std::string& message) const {
     fail("{}:{}: {}", origin_, line, message);
@@ -319,17 +334,21 @@ class Parser {
   }
 
   ExprPtr parse_or() {
+    Chain chain(*this);
     ExprPtr left = parse_and();
     while (at_name("or")) {
       const int line = next().line;
+      chain.link(line);
       left = binary("or", std::move(left), parse_and(), line);
     }
     return left;
   }
   ExprPtr parse_and() {
+    Chain chain(*this);
     ExprPtr left = parse_not();
     while (at_name("and")) {
       const int line = next().line;
+      chain.link(line);
       left = binary("and", std::move(left), parse_not(), line);
     }
     return left;
@@ -370,33 +389,41 @@ class Parser {
     }
   }
   ExprPtr parse_math1() {
+    Chain chain(*this);
     ExprPtr left = parse_concat();
     while (at_op("+") || at_op("-")) {
       const Token& op = next();
+      chain.link(op.line);
       left = binary(op.text, std::move(left), parse_concat(), op.line);
     }
     return left;
   }
   ExprPtr parse_concat() {
+    Chain chain(*this);
     ExprPtr left = parse_math2();
     while (at_op("~")) {
       const int line = next().line;
+      chain.link(line);
       left = binary("~", std::move(left), parse_math2(), line);
     }
     return left;
   }
   ExprPtr parse_math2() {
+    Chain chain(*this);
     ExprPtr left = parse_pow();
     while (at_op("*") || at_op("/") || at_op("//") || at_op("%")) {
       const Token& op = next();
+      chain.link(op.line);
       left = binary(op.text, std::move(left), parse_pow(), op.line);
     }
     return left;
   }
   ExprPtr parse_pow() {
+    Chain chain(*this);
     ExprPtr left = parse_unary(true);
     while (at_op("**")) {
       const int line = next().line;
+      chain.link(line);
       left = binary("**", std::move(left), parse_unary(true), line);
     }
     return left;
@@ -522,8 +549,10 @@ class Parser {
   }
 
   ExprPtr parse_postfix(ExprPtr expr) {
+    Chain chain(*this);
     while (true) {
       const int line = peek().line;
+      if (at_op(".") || at_op("[") || at_op("(")) chain.link(line);
       if (at_op(".")) {
         next();
         if (peek().kind == K::Int) {  // x.0 is x[0] in Jinja
@@ -579,8 +608,10 @@ class Parser {
 
   // `| filter`, `| filter(args)`, `is [not] test`, `is test(args)` or `is test arg`.
   ExprPtr parse_filters(ExprPtr expr) {
+    Chain chain(*this);
     while (true) {
       const int line = peek().line;
+      if (at_op("|") || at_name("is")) chain.link(line);
       if (at_op("|")) {
         next();
         auto filter = make_expr(Expr::Kind::Filter, line);
