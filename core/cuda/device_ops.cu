@@ -171,31 +171,13 @@ __device__ __forceinline__ float load(const bf16* p) {
 
 // One block per row: the squares of y, then the update (the second read of y hits the cache).
 // The same expression as rms_norm (core/cuda/t5_ops.cu) followed by add_gated, so the fused and
-// the separate ops agree to the rounding of one multiply.
+// the separate ops agree to the rounding of one multiply. With `normed`, a third pass writes the
+// next pre-norm of the updated row: each thread reads back the values it wrote itself, so it
+// needs no barrier beyond the sum's.
 template <typename In>
 __global__ void add_rms_norm_gated_kernel(float* x, const In* y, int64_t dim, const float* weight,
-                                          float eps, const float* gate) {
-  const In* in = y + blockIdx.x * dim;
-  float* out = x + blockIdx.x * dim;
-  float squares = 0;
-  for (int64_t i = threadIdx.x; i < dim; i += kRowThreads) {
-    const float v = load(in + i);
-    squares += v * v;
-  }
-  const float inverse = rsqrtf(block_sum(squares) / float(dim) + eps);
-  for (int64_t i = threadIdx.x; i < dim; i += kRowThreads) {
-    const float normed = load(in + i) * inverse * weight[i];
-    out[i] += gate ? normed * gate[i] : normed;
-  }
-}
-
-// add_rms_norm_gated_kernel, then the next pre-norm of the updated row: each thread reads back
-// the values it wrote itself, so the third pass needs no barrier beyond the sum's.
-template <typename In>
-__global__ void add_rms_norm_gated_norm_kernel(float* x, const In* y, int64_t dim,
-                                               const float* weight, float eps, const float* gate,
-                                               const float* next_weight, float next_eps,
-                                               bf16* normed) {
+                                          float eps, const float* gate, const float* next_weight,
+                                          float next_eps, bf16* normed) {
   const In* in = y + blockIdx.x * dim;
   float* out = x + blockIdx.x * dim;
   float squares = 0;
@@ -211,6 +193,7 @@ __global__ void add_rms_norm_gated_norm_kernel(float* x, const In* y, int64_t di
     out[i] = updated;
     next_squares += updated * updated;
   }
+  if (!normed) return;  // the same for the whole block: block_sum below sees every thread
   const float next_inverse = rsqrtf(block_sum(next_squares) / float(dim) + next_eps);
   bf16* normed_row = normed + blockIdx.x * dim;
   for (int64_t i = threadIdx.x; i < dim; i += kRowThreads)
@@ -280,28 +263,15 @@ void add_gated_f32(float* x, const float* y, int64_t rows, int64_t dim, const fl
 
 void add_rms_norm_gated_f32(float* x, const void* y, bool y_bf16, int64_t rows, int64_t dim,
                             const float* weight, float eps, const float* gate,
+                            const float* next_weight, float next_eps, void* normed,
                             cudaStream_t stream) {
-  if (rows == 0) return;
-  if (y_bf16)
-    add_rms_norm_gated_kernel<<<unsigned(rows), kRowThreads, 0, stream>>>(
-        x, static_cast<const bf16*>(y), dim, weight, eps, gate);
-  else
-    add_rms_norm_gated_kernel<<<unsigned(rows), kRowThreads, 0, stream>>>(
-        x, static_cast<const float*>(y), dim, weight, eps, gate);
-  MMGEN_CUDA_CHECK_LAUNCH();
-}
-
-void add_rms_norm_gated_norm_bf16(float* x, const void* y, bool y_bf16, int64_t rows, int64_t dim,
-                                  const float* weight, float eps, const float* gate,
-                                  const float* next_weight, float next_eps, void* normed,
-                                  cudaStream_t stream) {
   if (rows == 0) return;
   bf16* out = static_cast<bf16*>(normed);
   if (y_bf16)
-    add_rms_norm_gated_norm_kernel<<<unsigned(rows), kRowThreads, 0, stream>>>(
+    add_rms_norm_gated_kernel<<<unsigned(rows), kRowThreads, 0, stream>>>(
         x, static_cast<const bf16*>(y), dim, weight, eps, gate, next_weight, next_eps, out);
   else
-    add_rms_norm_gated_norm_kernel<<<unsigned(rows), kRowThreads, 0, stream>>>(
+    add_rms_norm_gated_kernel<<<unsigned(rows), kRowThreads, 0, stream>>>(
         x, static_cast<const float*>(y), dim, weight, eps, gate, next_weight, next_eps, out);
   MMGEN_CUDA_CHECK_LAUNCH();
 }

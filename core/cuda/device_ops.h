@@ -36,15 +36,12 @@ void add_gated_f32(float* x, const float* y, int64_t rows, int64_t dim, const fl
 
 // x[r, i] += gate[i] · y[r, i] · rsqrt(mean_i(y[r, i]²) + eps) · weight[i] (gate null: 1), a
 // block's post-norm fused into the residual update (the normed rows are never written out); x
-// fp32 [rows, dim], y fp32 or bf16 (y_bf16) [rows, dim], weight and gate fp32 [dim].
+// fp32 [rows, dim], y fp32 or bf16 (y_bf16) [rows, dim], weight and gate fp32 [dim]. With
+// `normed` (bf16 [rows, dim]) the same pass also writes the next pre-norm of the updated x:
+// normed[r, i] = x[r, i] · rsqrt(mean_i(x[r, i]²) + next_eps) · next_weight[i].
 void add_rms_norm_gated_f32(float* x, const void* y, bool y_bf16, int64_t rows, int64_t dim,
                             const float* weight, float eps, const float* gate,
-                            cudaStream_t stream = nullptr);
-// add_rms_norm_gated_f32, then normed[r, i] = bf16(x[r, i] · rsqrt(mean_i(x[r, i]²) + next_eps) ·
-// next_weight[i]) of the updated x, in the same pass over the row.
-void add_rms_norm_gated_norm_bf16(float* x, const void* y, bool y_bf16, int64_t rows, int64_t dim,
-                                  const float* weight, float eps, const float* gate,
-                                  const float* next_weight, float next_eps, void* normed,
-                                  cudaStream_t stream = nullptr);
+                            const float* next_weight = nullptr, float next_eps = 0,
+                            void* normed = nullptr, cudaStream_t stream = nullptr);
 
 }  // namespace mmgen::cuda

@@ -130,23 +130,34 @@ void add_gated_(Tensor& x, const Tensor& y, const Tensor& gate) {
                 gate.defined() ? gate.data<float>() : nullptr);
 }
 
+namespace {
+
+// The residual update's operands checked; returns the row width.
+int64_t check_residual_update(const Tensor& x, const Tensor& y, const Tensor& weight,
+                              const Tensor& gate, const char* op) {
+  require_f32(x, op);
+  require_device(y, op, "normed input");
+  require_device(weight, op, "weight");
+  check(x.shape() == y.shape() && (y.dtype() == DType::F32 || y.dtype() == DType::BF16),
+        "{}: x {} and y {} {} must have one shape, y float32 or bf16", op, shape_string(x.shape()),
+        dtype_name(y.dtype()), shape_string(y.shape()));
+  const int64_t dim = x.size(-1);
+  check(weight.numel() == dim && weight.dtype() == DType::F32, "{}: weight {} for rows of {}", op,
+        shape_string(weight.shape()), dim);
+  if (gate.defined()) {
+    require_device(gate, op, "gate");
+    check(gate.numel() == dim && gate.dtype() == DType::F32, "{}: {} gate values for rows of {}",
+          op, gate.numel(), dim);
+  }
+  return dim;
+}
+
+}  // namespace
+
 void add_rms_norm_gated_(Tensor& x, const Tensor& y, const Tensor& weight, float eps,
                          const Tensor& gate) {
-  require_f32(x, "add_rms_norm_gated");
-  require_device(y, "add_rms_norm_gated", "normed input");
-  require_device(weight, "add_rms_norm_gated", "weight");
-  check(x.shape() == y.shape() && (y.dtype() == DType::F32 || y.dtype() == DType::BF16),
-        "add_rms_norm_gated: x {} and y {} {} must have one shape, y float32 or bf16",
-        shape_string(x.shape()), dtype_name(y.dtype()), shape_string(y.shape()));
-  const int64_t dim = x.size(-1), rows = x.numel() / dim;
-  check(weight.numel() == dim && weight.dtype() == DType::F32,
-        "add_rms_norm_gated: weight {} for rows of {}", shape_string(weight.shape()), dim);
-  if (gate.defined()) {
-    require_device(gate, "add_rms_norm_gated", "gate");
-    check(gate.numel() == dim && gate.dtype() == DType::F32,
-          "add_rms_norm_gated: {} gate values for rows of {}", gate.numel(), dim);
-  }
-  add_rms_norm_gated_f32(x.data<float>(), y.raw(), y.dtype() == DType::BF16, rows, dim,
+  const int64_t dim = check_residual_update(x, y, weight, gate, "add_rms_norm_gated");
+  add_rms_norm_gated_f32(x.data<float>(), y.raw(), y.dtype() == DType::BF16, x.numel() / dim, dim,
                          weight.data<float>(), eps, gate.defined() ? gate.data<float>() : nullptr);
 }
 
@@ -157,28 +168,15 @@ Tensor add_rms_norm_gated_norm_(Tensor& x, const Tensor& y, const Tensor& weight
     add_rms_norm_gated_(x, y, weight, eps, gate);
     return rms_norm(x, next_weight, next_eps, out);
   }
-  require_f32(x, "add_rms_norm_gated_norm");
-  require_device(y, "add_rms_norm_gated_norm", "normed input");
-  require_device(weight, "add_rms_norm_gated_norm", "weight");
+  const int64_t dim = check_residual_update(x, y, weight, gate, "add_rms_norm_gated_norm");
   require_device(next_weight, "add_rms_norm_gated_norm", "next weight");
-  check(x.shape() == y.shape() && (y.dtype() == DType::F32 || y.dtype() == DType::BF16),
-        "add_rms_norm_gated_norm: x {} and y {} {} must have one shape, y float32 or bf16",
-        shape_string(x.shape()), dtype_name(y.dtype()), shape_string(y.shape()));
-  const int64_t dim = x.size(-1), rows = x.numel() / dim;
-  check(weight.numel() == dim && weight.dtype() == DType::F32 && next_weight.numel() == dim &&
-            next_weight.dtype() == DType::F32,
-        "add_rms_norm_gated_norm: weights {} and {} for rows of {}", shape_string(weight.shape()),
-        shape_string(next_weight.shape()), dim);
-  if (gate.defined()) {
-    require_device(gate, "add_rms_norm_gated_norm", "gate");
-    check(gate.numel() == dim && gate.dtype() == DType::F32,
-          "add_rms_norm_gated_norm: {} gate values for rows of {}", gate.numel(), dim);
-  }
+  check(next_weight.numel() == dim && next_weight.dtype() == DType::F32,
+        "add_rms_norm_gated_norm: next weight {} for rows of {}", shape_string(next_weight.shape()),
+        dim);
   Tensor normed = Tensor::empty(x.shape(), DType::BF16, Device::CUDA);
-  add_rms_norm_gated_norm_bf16(x.data<float>(), y.raw(), y.dtype() == DType::BF16, rows, dim,
-                               weight.data<float>(), eps,
-                               gate.defined() ? gate.data<float>() : nullptr,
-                               next_weight.data<float>(), next_eps, normed.raw());
+  add_rms_norm_gated_f32(x.data<float>(), y.raw(), y.dtype() == DType::BF16, x.numel() / dim, dim,
+                         weight.data<float>(), eps, gate.defined() ? gate.data<float>() : nullptr,
+                         next_weight.data<float>(), next_eps, normed.raw());
   return normed;
 }
 
