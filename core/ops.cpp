@@ -1,6 +1,7 @@
 #include "core/ops.h"
 
 #include <Eigen/Core>
+#include <array>
 #include <cmath>
 
 #include "core/error.h"
@@ -57,6 +58,30 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, DType o
   Tensor y = linear(x, weight, bias);
   activate_(y, activation);
   return out == DType::F32 ? y : y.to(out);
+}
+
+std::vector<Tensor> linear_each(const Tensor& x, const std::vector<Tensor>& weights, DType out) {
+  MMGEN_ON_DEVICE(x, linear_each(x, weights, out));
+  std::vector<Tensor> results;
+  for (const Tensor& weight : weights) results.push_back(linear(x, weight, Tensor(), out));
+  return results;
+}
+
+std::vector<Tensor> stack_weights(const std::vector<Tensor>& weights, DType dtype, Device device) {
+  check(!weights.empty(), "stack_weights: no weights");
+  const Shape& shape = weights.front().shape();
+  for (const Tensor& weight : weights)
+    check(weight.shape() == shape, "stack_weights: weights {} and {} differ in shape",
+          shape_string(shape), shape_string(weight.shape()));
+  Shape stacked_shape = shape;
+  stacked_shape.insert(stacked_shape.begin(), int64_t(weights.size()));
+  const Tensor stacked = Tensor::empty(stacked_shape, dtype, device);
+  std::vector<Tensor> views;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    views.push_back(stacked.select(0, int64_t(i)));
+    views.back().copy_from(weights[i].to(dtype));
+  }
+  return views;
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
@@ -225,6 +250,40 @@ Tensor silu_mul(const Tensor& gate, const Tensor& up, DType out) {
     p[i] = activated * uv[i];
   }
   return out == DType::F32 ? y : y.to(out);
+}
+
+// Checks the pair layout on every device; returns (groups, pairs, dim).
+std::array<int64_t, 3> fold_scale_gate_layout(const Tensor& modulation, const Tensor& norms) {
+  check(modulation.dtype() == DType::F32 && norms.dtype() == DType::F32 &&
+            modulation.device() == norms.device(),
+        "fold_scale_gate: modulation and norms must be float32 on one device, got {} on {} and {} "
+        "on {}",
+        dtype_name(modulation.dtype()), device_name(modulation.device()), dtype_name(norms.dtype()),
+        device_name(norms.device()));
+  check(modulation.dim() >= 2 && modulation.dim() == norms.dim() &&
+            modulation.size(-1) == norms.size(-1) && modulation.size(-2) == 2 * norms.size(-2) &&
+            modulation.numel() == 2 * norms.numel(),
+        "fold_scale_gate: modulation {} is not (scale, gate) pairs over norms {}",
+        shape_string(modulation.shape()), shape_string(norms.shape()));
+  const int64_t dim = norms.size(-1), pairs = norms.size(-2);
+  return {norms.numel() / (dim * pairs), pairs, dim};
+}
+
+Tensor fold_scale_gate(const Tensor& modulation, const Tensor& norms) {
+  MMGEN_ON_DEVICE(modulation, fold_scale_gate(modulation, norms));
+  const auto [groups, pairs, dim] = fold_scale_gate_layout(modulation, norms);
+  const Tensor m = modulation.contiguous(), w = norms.contiguous();
+  Tensor out = Tensor::empty(modulation.shape());
+  for (int64_t p = 0; p < groups * pairs; ++p) {
+    const float* scale = m.data<float>() + 2 * p * dim;
+    const float* norm = w.data<float>() + p * dim;
+    float* folded = out.data<float>() + 2 * p * dim;
+    for (int64_t i = 0; i < dim; ++i) {
+      folded[i] = norm[i] * (1.0f + scale[i]);
+      folded[dim + i] = std::tanh(scale[dim + i]);
+    }
+  }
+  return out;
 }
 
 Tensor random_uniform(const Shape& shape, DType dtype, Device device, uint64_t seed, float scale) {

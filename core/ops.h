@@ -6,6 +6,10 @@
 // accumulate in float32; norms and element-wise ops work in float32.
 #pragma once
 
+#include <array>
+#include <cstdint>
+#include <vector>
+
 #include "core/activation.h"
 #include "core/tensor.h"
 
@@ -21,6 +25,15 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, DType o
 // cuBLASLt has it: the tanh GELU; elsewhere in float32 before the conversion to `out`).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, DType out,
               Activation activation);
+
+// x · wᵢᵀ for each of `weights` (no bias), each result as `out`: the projections that read one
+// input (attention's q/k/v, a SwiGLU's w1/w3). The numbers are linear's, weight by weight. On the
+// GPU, bf16 weights of one shape that lie one after another in memory (stack_weights) run as one
+// batched product: one launch, fewer partial waves of tiles than one product each.
+std::vector<Tensor> linear_each(const Tensor& x, const std::vector<Tensor>& weights, DType out);
+// `weights` (one shape [out, in]) converted to `dtype` and copied one after another into one
+// allocation on `device`; returns the views of it, in order (what linear_each batches on the GPU).
+std::vector<Tensor> stack_weights(const std::vector<Tensor>& weights, DType dtype, Device device);
 
 // c[m, n] = a[m, k] · b[k, n] (row-major, contiguous float32).
 void gemm(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n);
@@ -53,6 +66,15 @@ void mul_(Tensor& x, const Tensor& y);  // same shape
 // computes in float32, so the two products of a feed-forward can be written in bf16 and read once.
 Tensor silu_mul(const Tensor& gate, const Tensor& up, DType out = DType::F32);
 void scale_(Tensor& x, float factor);
+// adaLN's (scale, gate) pairs folded for a residual block: `modulation` [..., 2·k, dim] float32
+// holds k pairs of rows (scale, gate) per group, `norms` [..., k, dim] float32 the pre-norm weights
+// the scales apply to (same leading dimensions, same device). Returns modulation's shape with each
+// scale row norm·(1 + scale) and each gate row tanh(gate), float32, on their device: folding a
+// timestep's modulation into the norms where the products that made it ran.
+Tensor fold_scale_gate(const Tensor& modulation, const Tensor& norms);
+// The operand checks fold_scale_gate makes on every device (one line naming the shapes on a
+// mismatch): returns {groups, pairs, dim}.
+std::array<int64_t, 3> fold_scale_gate_layout(const Tensor& modulation, const Tensor& norms);
 
 // `shape` of values uniform in [−scale, scale) from a counter hash of (seed, index), made on
 // `device` (random benchmark checkpoints); float32 or bf16, the same numbers on every device.

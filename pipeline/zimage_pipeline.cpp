@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <tuple>
 
 #include "attention/backend.h"
 #include "attention/backend_config.h"
@@ -276,7 +277,7 @@ PipelineRunner load_zimage_pipeline(const ModelIndex& index, const AttentionPlan
   // generate() is const and builds fresh attention state per run, so runs do not affect each
   // other. Embeddings encoded ahead wait here for their run: a prompt's is used once, a negative
   // prompt's by every run that asks for it.
-  using Key = std::pair<std::string, int64_t>;  // prompt, max_sequence_length
+  using Key = std::tuple<std::string, int64_t, bool>;  // prompt, max_sequence_length, on the GPU
   struct Ahead {
     std::map<Key, Tensor> prompts, negatives;
   };
@@ -285,43 +286,49 @@ PipelineRunner load_zimage_pipeline(const ModelIndex& index, const AttentionPlan
   runner.run = [pipeline, ahead](const Request& request) {
     ZImageGenerationInput input = zimage_input_from_request(request, *pipeline);
     const int64_t length = input.max_sequence_length;
-    if (auto found = ahead->prompts.find({input.prompt, length});
-        found != ahead->prompts.end() && !input.cuda && !input.prompt_embeds.defined()) {
+    if (auto found = ahead->prompts.find({input.prompt, length, input.cuda});
+        found != ahead->prompts.end() && !input.prompt_embeds.defined()) {
       input.prompt_embeds = found->second;
       ahead->prompts.erase(found);  // the memory goes back
     }
-    if (auto found = ahead->negatives.find({input.negative_prompt, length});
-        found != ahead->negatives.end() && !input.cuda && input.guidance.enabled() &&
+    if (auto found = ahead->negatives.find({input.negative_prompt, length, input.cuda});
+        found != ahead->negatives.end() && input.guidance.enabled() &&
         !input.negative_prompt_embeds.defined())
       input.negative_prompt_embeds = found->second;
     return pipeline->generate(input).frames;
   };
   runner.encode_ahead = [pipeline, ahead](const std::vector<Request>& requests) {
-    // Per max_sequence_length, the prompts to encode and whether each is a negative prompt.
-    std::map<int64_t, std::vector<std::pair<std::string, bool>>> todo;
+    // Per device and max_sequence_length, the prompts to encode and whether each is a negative
+    // prompt. The encoder runs where the requests will (a GPU run encodes on the GPU).
+    std::map<std::pair<bool, int64_t>, std::vector<std::pair<std::string, bool>>> todo;
     for (const Request& request : requests) {
-      if (request.device == "cuda") continue;  // the GPU run encodes on the GPU
-      auto& list = todo[request.max_sequence_length];
+      const bool cuda = request.device == "cuda";
+      auto& list = todo[{cuda, request.max_sequence_length}];
       if (!request.prompt_embeds) list.emplace_back(request.prompt, false);
       const std::pair<std::string, bool> negative{request.negative_prompt, true};
       if (request.guidance_scale > 0 && !request.negative_prompt_embeds &&
-          !ahead->negatives.contains({request.negative_prompt, request.max_sequence_length}) &&
+          !ahead->negatives.contains(
+              {request.negative_prompt, request.max_sequence_length, cuda}) &&
           std::find(list.begin(), list.end(), negative) == list.end())
         list.push_back(negative);
     }
-    for (const auto& [length, list] : todo) {
+    for (const auto& [where, list] : todo) {
       if (list.empty()) continue;
+      const auto [cuda, length] = where;
       std::vector<std::string> prompts;
       for (const auto& item : list) prompts.push_back(item.first);
+      pipeline->place(cuda);
       const auto start = std::chrono::steady_clock::now();
       text_encoders::PrefixCacheReport report;
       const std::vector<Tensor> embeds = pipeline->encode_prompts(prompts, length, &report);
       for (size_t i = 0; i < list.size(); ++i)
-        (list[i].second ? ahead->negatives : ahead->prompts)[{list[i].first, length}] = embeds[i];
+        (list[i].second ? ahead->negatives : ahead->prompts)[{list[i].first, length, cuda}] =
+            embeds[i];
       spdlog::info(
-          "encode: {} prompt(s) through one prefix cache, {} hit(s) ({} of {} prompt tokens "
-          "reused), {:.2f} s",
-          prompts.size(), report.prompts_hit, report.hit_tokens, report.prompt_tokens,
+          "encode: {} prompt(s) through one prefix cache on the {}, {} hit(s) ({} of {} prompt "
+          "tokens reused), {:.2f} s",
+          prompts.size(), cuda ? "GPU" : "CPU", report.prompts_hit, report.hit_tokens,
+          report.prompt_tokens,
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
   };

@@ -90,11 +90,11 @@ class ZImagePipeline {
   // of the plan's self-attention choice with its validated config.
   dit::ZImageAttention build_attention() const;
 
- private:
   // Moves every component to the device a run asks for (the weights go up once; a CPU run after a
-  // GPU one moves them back).
+  // GPU one moves them back). generate() calls it; a batch's encode_ahead calls it first.
   void place(bool cuda) const;
 
+ private:
   ModelIndex index_;
   std::unique_ptr<tokenizers::Tokenizer> tokenizer_;
   std::unique_ptr<tokenizers::ChatTemplate> chat_template_;  // the tokenizer's, read once
@@ -114,11 +114,11 @@ ZImageGenerationInput zimage_input_from_request(const Request& request,
                                                 const ZImagePipeline& pipeline);
 
 // Loads the pipeline once with the plan's backends; each runner call runs one request and returns
-// frames [1, H, W, 3] in [0, 1]. encode_ahead (a batch, on the CPU) encodes the prompts of a
-// chunk and their negative prompts in one call, through one prefix cache: every prompt after the
-// first reuses the chat template's prefix, and a log line reports the hits. The cache lives for
-// the chunk (generate_command's 32 prompts), not across chunks, so its KV pool is freed before
-// the transformer runs; a shared negative prompt is encoded once per run and kept.
+// frames [1, H, W, 3] in [0, 1]. encode_ahead (a batch, on the device the requests run on)
+// encodes the prompts of a chunk and their negative prompts in one call, through one prefix cache:
+// every prompt after the first reuses the chat template's prefix, and a log line reports the hits.
+// The cache lives for the chunk (generate_command's 32 prompts), not across chunks, so its KV pool
+// is freed before the transformer runs; a shared negative prompt is encoded once per run and kept.
 PipelineRunner load_zimage_pipeline(const ModelIndex& index, const AttentionPlan& plan);
 
 }  // namespace mmgen

@@ -159,6 +159,35 @@ TEST(Ops, SiluMulIsSiluThenMulBitForBit) {
   EXPECT_THROW(ops::silu_mul(gate, up.view({n, 1}).slice(0, 0, n - 1)), Error);
 }
 
+// adaLN's (scale, gate) pairs: each scale row becomes norm·(1 + scale), each gate row tanh(gate),
+// pair p of group g reading norms row (g, p); a layout that is not pairs over the norms is refused.
+TEST(Ops, FoldScaleGateFoldsEachPairIntoItsNorm) {
+  const int64_t groups = 2, pairs = 2, dim = 3;
+  std::vector<float> m(size_t(groups * 2 * pairs * dim)), n(size_t(groups * pairs * dim));
+  for (size_t i = 0; i < m.size(); ++i) m[i] = std::sin(0.7f * float(i)) * 1.5f;
+  for (size_t i = 0; i < n.size(); ++i) n[i] = 0.25f + 0.1f * float(i);
+  const Tensor folded = ops::fold_scale_gate(Tensor::from_vector({groups, 2 * pairs, dim}, m),
+                                             Tensor::from_vector({groups, pairs, dim}, n));
+  ASSERT_EQ(folded.shape(), (Shape{groups, 2 * pairs, dim}));
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t p = 0; p < pairs; ++p)
+      for (int64_t c = 0; c < dim; ++c) {
+        const size_t scale = size_t(((g * 2 * pairs) + 2 * p) * dim + c), gate = scale + dim;
+        const float norm = n[size_t((g * pairs + p) * dim + c)];
+        EXPECT_EQ(folded.data<float>()[scale], norm * (1.0f + m[scale])) << g << p << c;
+        EXPECT_EQ(folded.data<float>()[gate], std::tanh(m[gate])) << g << p << c;
+      }
+  EXPECT_THROW(ops::fold_scale_gate(Tensor::zeros({groups, 2 * pairs, dim}),
+                                    Tensor::zeros({groups, pairs, dim + 1})),
+               Error);
+  EXPECT_THROW(ops::fold_scale_gate(Tensor::zeros({groups, 2 * pairs + 1, dim}),
+                                    Tensor::zeros({groups, pairs, dim})),
+               Error);
+  EXPECT_THROW(ops::fold_scale_gate(Tensor::zeros({groups, 2 * pairs, dim}, DType::BF16),
+                                    Tensor::zeros({groups, pairs, dim})),
+               Error);
+}
+
 // Z-Image normalises q one row per head with tables of one row per token: rows_per_position
 // must read token r / heads's row, the same values as tables repeated per head, and turn the
 // pairs by the formula.

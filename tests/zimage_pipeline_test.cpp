@@ -418,7 +418,8 @@ TEST_F(ZImagePipelineTest, BatchEncodesThroughOnePrefixCacheAndReportsTheHits) {
                            " --output-file-name batch.npy");
   ASSERT_EQ(batch.exit_code, 0) << batch.err;
   // Three prompts (two and the negative), the second and third hitting the template's prefix.
-  EXPECT_TRUE(contains(batch.err, "encode: 3 prompt(s) through one prefix cache, 2 hit(s) ("))
+  EXPECT_TRUE(
+      contains(batch.err, "encode: 3 prompt(s) through one prefix cache on the CPU, 2 hit(s) ("))
       << batch.err;
   for (size_t i = 0; i < prompts.size(); ++i) {
     const std::string name = "alone_" + std::to_string(i);

@@ -160,6 +160,27 @@ void silu_mul(const void* gate, bool gate_bf16, const void* up, bool up_bf16, vo
   MMGEN_CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+
+__global__ void fold_scale_gate_kernel(const float* modulation, const float* norms, float* out,
+                                       int64_t pairs, int64_t dim) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= pairs * dim) return;
+  const int64_t pair = i / dim, column = i % dim;
+  const int64_t scale = 2 * pair * dim + column, gate = scale + dim;
+  out[scale] = norms[i] * (1.0f + modulation[scale]);
+  out[gate] = tanhf(modulation[gate]);
+}
+
+}  // namespace
+
+void fold_scale_gate(const float* modulation, const float* norms, float* out, int64_t pairs,
+                     int64_t dim) {
+  if (pairs * dim == 0) return;
+  fold_scale_gate_kernel<<<blocks_for(pairs * dim), kThreads>>>(modulation, norms, out, pairs, dim);
+  MMGEN_CUDA_CHECK_LAUNCH();
+}
+
 void f32_to_bf16(const float* from, void* to, int64_t count) {
   if (count == 0) return;
   f32_to_bf16_kernel<<<blocks_for(count), kThreads>>>(from, static_cast<bf16*>(to), count);

@@ -19,6 +19,10 @@ void add_f32(float* x, const float* y, int64_t count);              // x += y
 // math, one rounding to bf16 at the store.
 void silu_mul(const void* gate, bool gate_bf16, const void* up, bool up_bf16, void* out,
               bool out_bf16, int64_t count);
+// For `pairs` (scale, gate) row pairs of `dim` float32 values: out scale row = norm · (1 + scale),
+// out gate row = tanh(gate); norms holds one row per pair (ops::fold_scale_gate).
+void fold_scale_gate(const float* modulation, const float* norms, float* out, int64_t pairs,
+                     int64_t dim);
 // x[r, c] += bias[c] for rows × dim float32 x.
 void add_bias_f32(float* x, const float* bias, int64_t rows, int64_t dim);
 

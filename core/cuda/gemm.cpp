@@ -53,10 +53,12 @@ class GemmContext {
     return context;
   }
 
+  // `batch` > 1: that many products of one x (stride 0) with weights and outputs laid one after
+  // another (strides n·k and m·n).
   Plan& plan(int64_t m, int64_t n, int64_t k, GemmOutput output, bool bias,
-             GemmActivation activation) {
+             GemmActivation activation, int64_t batch) {
     std::lock_guard lock(mutex_);
-    const auto key = std::make_tuple(m, n, k, int(output), bias, int(activation));
+    const auto key = std::make_tuple(m, n, k, int(output), bias, int(activation), batch);
     auto found = plans_.find(key);
     if (found != plans_.end()) return found->second;
     Plan plan;
@@ -80,19 +82,33 @@ class GemmContext {
     MMGEN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.w_layout, CUDA_R_16BF, k, n, k));
     MMGEN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.x_layout, CUDA_R_16BF, k, m, k));
     MMGEN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.y_layout, y_type, n, m, n));
+    if (batch > 1) {
+      const int32_t count = int32_t(batch);
+      const int64_t strides[3] = {n * k, 0, m * n};
+      const cublasLtMatrixLayout_t layouts[3] = {plan.w_layout, plan.x_layout, plan.y_layout};
+      for (int i = 0; i < 3; ++i) {
+        MMGEN_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+            layouts[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+        MMGEN_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+            layouts[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &strides[i],
+            sizeof(strides[i])));
+      }
+    }
     cublasLtMatmulPreference_t preference;
     MMGEN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
     MMGEN_CUBLAS_CHECK(
         cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                              &kWorkspaceBytes, sizeof(kWorkspaceBytes)));
-    const bool tuned = autotune_enabled() && double(m) * double(n) * double(k) >= kTunedMacs;
+    const bool tuned =
+        autotune_enabled() && double(batch) * double(m) * double(n) * double(k) >= kTunedMacs;
     cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
     int found_count = 0;
     MMGEN_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(
         handle_, plan.operation, plan.w_layout, plan.x_layout, plan.y_layout, plan.y_layout,
         preference, tuned ? kCandidates : 1, results, &found_count));
     cublasLtMatmulPreferenceDestroy(preference);
-    check(found_count > 0, "cuBLASLt has no algorithm for a {}x{}x{} bf16 product", m, n, k);
+    check(found_count > 0, "cuBLASLt has no algorithm for {} {}x{}x{} bf16 product(s)", batch, m, n,
+          k);
     plan.algorithm = results[0].algo;
     if (found_count > 1)
       for (int i = 0; i < found_count; ++i) plan.candidates.push_back(results[i].algo);
@@ -109,21 +125,12 @@ class GemmContext {
   std::mutex mutex_;
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer workspace_;
-  std::map<std::tuple<int64_t, int64_t, int64_t, int, bool, int>, Plan> plans_;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int, bool, int, int64_t>, Plan> plans_;
 };
 
-}  // namespace
-
-void linear_bf16(const void* x, const void* w, const void* bias, void* y, int64_t m, int64_t n,
-                 int64_t k, GemmOutput output, cudaStream_t stream, GemmActivation activation) {
-  check(m > 0 && n > 0 && k > 0, "GPU linear: empty product {}x{}x{}", m, n, k);
-  check(activation == GemmActivation::None || bias != nullptr,
-        "GPU linear: an activation epilogue needs a bias");
+// Runs `plan` (timing its candidates first if it still has them).
+void run_plan(Plan& plan, const void* x, const void* w, void* y, cudaStream_t stream) {
   GemmContext& context = GemmContext::instance();
-  Plan& plan = context.plan(m, n, k, output, bias != nullptr, activation);
-  if (bias)
-    MMGEN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-        plan.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   const float one = 1.0f, zero = 0.0f;
   const auto run = [&](const cublasLtMatmulAlgo_t& algorithm) {
     return cublasLtMatmul(context.handle(), plan.operation, &one, w, plan.w_layout, x,
@@ -160,6 +167,29 @@ void linear_bf16(const void* x, const void* w, const void* bias, void* y, int64_
     }
   }
   MMGEN_CUBLAS_CHECK(run(plan.algorithm));
+}
+
+}  // namespace
+
+void linear_bf16(const void* x, const void* w, const void* bias, void* y, int64_t m, int64_t n,
+                 int64_t k, GemmOutput output, cudaStream_t stream, GemmActivation activation) {
+  check(m > 0 && n > 0 && k > 0, "GPU linear: empty product {}x{}x{}", m, n, k);
+  check(activation == GemmActivation::None || bias != nullptr,
+        "GPU linear: an activation epilogue needs a bias");
+  Plan& plan =
+      GemmContext::instance().plan(m, n, k, output, bias != nullptr, activation, /*batch=*/1);
+  if (bias)
+    MMGEN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        plan.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  run_plan(plan, x, w, y, stream);
+}
+
+void linear_bf16_batched(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k,
+                         int64_t batch, GemmOutput output, cudaStream_t stream) {
+  check(m > 0 && n > 0 && k > 0 && batch > 0, "GPU linear: empty product {} x {}x{}x{}", batch, m,
+        n, k);
+  run_plan(GemmContext::instance().plan(m, n, k, output, false, GemmActivation::None, batch), x, w,
+           y, stream);
 }
 
 }  // namespace mmgen::cuda

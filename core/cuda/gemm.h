@@ -18,5 +18,10 @@ enum class GemmActivation { None, GeluTanh };
 void linear_bf16(const void* x, const void* w, const void* bias, void* y, int64_t m, int64_t n,
                  int64_t k, GemmOutput output, cudaStream_t stream = nullptr,
                  GemmActivation activation = GemmActivation::None);
+// `batch` products of one x with weights laid one after another, no bias: y[b] = x · w[b]ᵀ with
+// w [batch, n, k] and y [batch, m, n] contiguous. One strided-batched cuBLASLt call (x read with
+// stride 0): Z-Image's q/k/v or w1/w3 as one launch, fewer partial waves than one call each.
+void linear_bf16_batched(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k,
+                         int64_t batch, GemmOutput output, cudaStream_t stream = nullptr);
 
 }  // namespace mmgen::cuda

@@ -9,6 +9,7 @@
 #include "core/cuda/group_norm.h"
 #include "core/cuda/t5_ops.h"
 #include "core/error.h"
+#include "core/ops.h"
 
 namespace mmgen::cuda::ops {
 namespace {
@@ -85,6 +86,34 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, DType o
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, DType out,
               Activation activation) {
   return product(x, weight, bias, out, &activation);
+}
+
+std::vector<Tensor> linear_each(const Tensor& x, const std::vector<Tensor>& weights, DType out) {
+  check(!weights.empty(), "linear_each: no weights");
+  const Tensor& first = weights.front();
+  // One batched product when every weight is the bf16 matrix after the one before it.
+  bool stacked = x.dtype() == DType::BF16 && first.dtype() == DType::BF16 && first.dim() == 2 &&
+                 first.device() == Device::CUDA && first.is_contiguous() && weights.size() > 1 &&
+                 x.size(-1) == first.size(1) && x.is_contiguous() && x.device() == Device::CUDA;
+  for (size_t i = 1; stacked && i < weights.size(); ++i)
+    stacked = weights[i].shape() == first.shape() && weights[i].dtype() == DType::BF16 &&
+              weights[i].device() == Device::CUDA && weights[i].is_contiguous() &&
+              weights[i].raw() == first.raw() + int64_t(i) * first.nbytes();
+  std::vector<Tensor> results;
+  if (!stacked || (out != DType::BF16 && out != DType::F32)) {
+    for (const Tensor& weight : weights)
+      results.push_back(product(x, weight, Tensor(), out, nullptr));
+    return results;
+  }
+  const int64_t batch = int64_t(weights.size()), in = first.size(1), features = first.size(0),
+                rows = x.numel() / in;
+  Shape shape = x.shape();
+  shape.back() = features;
+  const Tensor y = Tensor::empty({batch, rows, features}, out, Device::CUDA);
+  linear_bf16_batched(x.raw(), first.raw(), y.raw(), rows, features, in, batch,
+                      out == DType::F32 ? GemmOutput::F32 : GemmOutput::BF16);
+  for (int64_t i = 0; i < batch; ++i) results.push_back(y.select(0, i).view(shape));
+  return results;
 }
 
 Tensor layer_norm(const Tensor& x, float eps, const Tensor& weight, const Tensor& bias, DType out) {
@@ -281,6 +310,14 @@ void mul_(Tensor& x, const Tensor& y) {
   check(x.shape() == y.shape(), "mul: shapes {} and {} differ", shape_string(x.shape()),
         shape_string(y.shape()));
   mul_f32(x.data<float>(), y.data<float>(), x.numel());
+}
+
+Tensor fold_scale_gate(const Tensor& modulation, const Tensor& norms) {
+  const auto [groups, pairs, dim] = mmgen::ops::fold_scale_gate_layout(modulation, norms);
+  const Tensor m = modulation.contiguous(), w = norms.contiguous();
+  Tensor out = Tensor::empty(modulation.shape(), DType::F32, Device::CUDA);
+  cuda::fold_scale_gate(m.data<float>(), w.data<float>(), out.data<float>(), groups * pairs, dim);
+  return out;
 }
 
 Tensor silu_mul(const Tensor& gate, const Tensor& up, DType out) {

@@ -4,6 +4,8 @@
 // write bf16 for the next product.
 #pragma once
 
+#include <vector>
+
 #include "core/activation.h"
 #include "core/tensor.h"
 
@@ -12,6 +14,7 @@ namespace mmgen::cuda::ops {
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, DType out,
               Activation activation);
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, DType out);
+std::vector<Tensor> linear_each(const Tensor& x, const std::vector<Tensor>& weights, DType out);
 Tensor layer_norm(const Tensor& x, float eps, const Tensor& weight, const Tensor& bias, DType out);
 Tensor modulated_layer_norm(const Tensor& x, const Tensor& shift, const Tensor& scale_plus_one,
                             float eps, DType out);
@@ -33,6 +36,7 @@ void add_(Tensor& x, const Tensor& y);
 void mul_(Tensor& x, const Tensor& y);
 // gate and up bf16 or float32 on the GPU; out bf16 or float32.
 Tensor silu_mul(const Tensor& gate, const Tensor& up, DType out);
+Tensor fold_scale_gate(const Tensor& modulation, const Tensor& norms);  // float32 on the GPU
 void scale_(Tensor& x, float factor);
 Tensor random_uniform(const Shape& shape, DType dtype, uint64_t seed, float scale);
 

@@ -26,43 +26,38 @@ std::vector<ZImageModulation> zimage_modulations(const std::vector<ZImageBlockWe
                        weight, bias)
         .to(Device::CPU);
   };
-  Tensor chunks;  // [modulated · 4·dim]: (scale_msa, gate_msa, scale_mlp, gate_mlp) per block
+  // [modulated, 4, dim]: (scale_msa, gate_msa, scale_mlp, gate_mlp) per block, and the pre-norms
+  // the scales apply to, [modulated, 2, dim] (attention_norm1, ffn_norm1), where the products ran.
+  Tensor chunks, norms;
   if (stacked) {
-    check(stacked->weight.size(0) == modulated * 4 * dim,
-          "Z-Image modulation: a stacked product of {} rows for {} modulated blocks of width {}",
-          stacked->weight.size(0), modulated, dim);
-    chunks = product(stacked->weight, stacked->bias);
-  } else {
-    chunks = Tensor::empty({std::max<int64_t>(modulated, 1) * 4 * dim});
+    check(stacked->weight.size(0) == modulated * 4 * dim &&
+              stacked->norms.numel() == modulated * 2 * dim,
+          "Z-Image modulation: a stacked product of {} rows and {} norm values for {} modulated "
+          "blocks of width {}",
+          stacked->weight.size(0), stacked->norms.numel(), modulated, dim);
+    const Tensor& weight = stacked->weight;
+    // On the GPU the product and the fold stay there: no read-back stalls the kernel queue.
+    chunks = ops::linear(input.to(weight.dtype()).to(weight.device()), weight, stacked->bias)
+                 .view({modulated, 4, dim});
+    norms = stacked->norms.view({modulated, 2, dim});
+  } else if (modulated > 0) {
+    chunks = Tensor::empty({modulated, 4, dim});
+    norms = Tensor::empty({modulated, 2, dim});
     int64_t j = 0;
     for (const ZImageBlockWeights& w : blocks) {
       if (!w.modulation_weight.defined()) continue;
       const Tensor one = product(w.modulation_weight, w.modulation_bias);
-      std::copy(one.data<float>(), one.data<float>() + 4 * dim, chunks.data<float>() + j * 4 * dim);
+      chunks.select(0, j).copy_from(one.view({4, dim}));
+      norms.select(0, j).select(0, 0).copy_from(w.attention_norm1);
+      norms.select(0, j).select(0, 1).copy_from(w.ffn_norm1);
       ++j;
     }
   }
-  // The element-wise fold on the host, into one tensor that moves to the device at once; each
-  // block's four vectors are views of it.
-  Tensor folded = Tensor::empty({std::max<int64_t>(modulated, 1), 4, dim});
-  int64_t j = 0;
-  for (const ZImageBlockWeights& w : blocks) {
-    if (!w.modulation_weight.defined()) continue;
-    const float* m = chunks.data<float>() + j * 4 * dim;
-    float* out = folded.data<float>() + j * 4 * dim;
-    const float* norm1 = w.attention_norm1.data<float>();
-    const float* ffn_norm1 = w.ffn_norm1.data<float>();
-    for (int64_t i = 0; i < dim; ++i) {
-      out[i] = norm1[i] * (1.0f + m[i]);
-      out[dim + i] = std::tanh(m[dim + i]);
-      out[2 * dim + i] = ffn_norm1[i] * (1.0f + m[2 * dim + i]);
-      out[3 * dim + i] = std::tanh(m[3 * dim + i]);
-    }
-    ++j;
-  }
-  if (modulated > 0) folded = folded.to(device);
+  // Each block's four vectors are views of one folded tensor on the device.
+  Tensor folded;
+  if (modulated > 0) folded = ops::fold_scale_gate(chunks, norms).to(device);
   std::vector<ZImageModulation> out;
-  j = 0;
+  int64_t j = 0;
   for (const ZImageBlockWeights& w : blocks) {
     if (!w.modulation_weight.defined()) {
       out.push_back({w.attention_norm1.to(device), Tensor(), w.ffn_norm1.to(device), Tensor()});
@@ -93,9 +88,9 @@ Tensor run_zimage_block(Tensor& x, const ZImageBlockWeights& w, const ZImageModu
     if (!normed.defined()) normed = ops::rms_norm(x, m.attention_norm, config.norm_eps, compute);
     Tensor attended;
     {
-      Tensor q = ops::linear(normed, w.to_q, Tensor(), compute);
-      Tensor k = ops::linear(normed, w.to_k, Tensor(), compute);
-      const Tensor v = ops::linear(normed, w.to_v, Tensor(), compute);
+      std::vector<Tensor> qkv = ops::linear_each(normed, {w.to_q, w.to_k, w.to_v}, compute);
+      Tensor q = std::move(qkv[0]), k = std::move(qkv[1]);
+      const Tensor v = std::move(qkv[2]);
       Tensor q_heads = q.view({tokens * heads, head_dim});
       Tensor k_heads = k.view({tokens * heads, head_dim});
       ops::rms_norm_rope_(q_heads, w.norm_q, kQkEps, rope.cos, rope.sin, head_dim, heads);
@@ -121,8 +116,8 @@ Tensor run_zimage_block(Tensor& x, const ZImageBlockWeights& w, const ZImageModu
     const DType products = x.is_cpu() ? DType::F32 : compute;
     Tensor gated;
     {
-      const Tensor gate = ops::linear(normed_ffn, w.w1, Tensor(), products);
-      gated = ops::silu_mul(gate, ops::linear(normed_ffn, w.w3, Tensor(), products), compute);
+      const std::vector<Tensor> gate_up = ops::linear_each(normed_ffn, {w.w1, w.w3}, products);
+      gated = ops::silu_mul(gate_up[0], gate_up[1], compute);
     }  // the two halves released before w2 allocates
     const Tensor out = ops::linear(gated, w.w2, Tensor(), compute);
     if (next_attention_norm.defined())

@@ -121,7 +121,8 @@ void ZImageTransformer::set_device(Device device, DType compute) {
   for (const auto* stack : {&resident_noise_, &resident_layers_})
     for (const ZImageBlockWeights& w : *stack) modulated.push_back(&w);
   stacked_modulation_ = stack_modulations(modulated, device_, compute_);
-  resident_bytes_ += stacked_modulation_.weight.nbytes() + stacked_modulation_.bias.nbytes();
+  resident_bytes_ += stacked_modulation_.weight.nbytes() + stacked_modulation_.bias.nbytes() +
+                     stacked_modulation_.norms.nbytes();
 }
 
 ZImageBlockWeights ZImageTransformer::block_weights(ZImageStage stage, int64_t layer) const {

@@ -99,17 +99,26 @@ ZImageBlockWeights ZImageBlockWeights::load_modulation(const WeightStore& store,
 ZImageBlockWeights ZImageBlockWeights::placed(Device device, DType compute) const {
   const auto product = [&](const Tensor& t) { return t.to(compute).to(device); };
   ZImageBlockWeights p = *this;
-  p.to_q = product(to_q), p.to_k = product(to_k), p.to_v = product(to_v);
+  // q/k/v and w1/w3 each in one allocation: ops::linear_each runs each set as one product.
+  const std::vector<Tensor> qkv = ops::stack_weights({to_q, to_k, to_v}, compute, device);
+  p.to_q = qkv[0], p.to_k = qkv[1], p.to_v = qkv[2];
+  const std::vector<Tensor> gate_up = ops::stack_weights({w1, w3}, compute, device);
+  p.w1 = gate_up[0], p.w3 = gate_up[1];
   p.to_out = product(to_out);
-  p.w1 = product(w1), p.w2 = product(w2), p.w3 = product(w3);
+  p.w2 = product(w2);
   p.norm_q = norm_q.to(device), p.norm_k = norm_k.to(device);
   p.attention_norm2 = attention_norm2.to(device), p.ffn_norm2 = ffn_norm2.to(device);
+  // An unmodulated block's pre-norms are used as they are: placed once, not uploaded per forward.
+  if (!modulation_weight.defined())
+    p.attention_norm1 = attention_norm1.to(device), p.ffn_norm1 = ffn_norm1.to(device);
   return p;
 }
 
 size_t ZImageBlockWeights::device_bytes() const {
-  return bytes_of({&to_q, &to_k, &to_v, &to_out, &w1, &w2, &w3, &norm_q, &norm_k, &attention_norm2,
-                   &ffn_norm2});
+  const size_t pre_norms =
+      modulation_weight.defined() ? 0 : bytes_of({&attention_norm1, &ffn_norm1});
+  return pre_norms + bytes_of({&to_q, &to_k, &to_v, &to_out, &w1, &w2, &w3, &norm_q, &norm_k,
+                               &attention_norm2, &ffn_norm2});
 }
 
 ZImageStackedModulation stack_modulations(const std::vector<const ZImageBlockWeights*>& blocks,
@@ -119,6 +128,7 @@ ZImageStackedModulation stack_modulations(const std::vector<const ZImageBlockWei
   const int64_t width = blocks.front()->modulation_weight.size(1);
   Tensor weight = Tensor::empty({int64_t(blocks.size()) * rows, width}, compute);
   Tensor bias = Tensor::empty({int64_t(blocks.size()) * rows});
+  Tensor norms = Tensor::empty({int64_t(blocks.size()), 2, rows / 4});
   for (size_t j = 0; j < blocks.size(); ++j) {
     const ZImageBlockWeights& w = *blocks[j];
     check(w.modulation_weight.defined() && w.modulation_weight.size(0) == rows &&
@@ -128,8 +138,10 @@ ZImageStackedModulation stack_modulations(const std::vector<const ZImageBlockWei
     const int64_t at = int64_t(j) * rows;
     weight.slice(0, at, at + rows).copy_from(w.modulation_weight.to(compute));
     bias.slice(0, at, at + rows).copy_from(w.modulation_bias.to(DType::F32));
+    norms.select(0, int64_t(j)).select(0, 0).copy_from(w.attention_norm1);
+    norms.select(0, int64_t(j)).select(0, 1).copy_from(w.ffn_norm1);
   }
-  return {weight.to(device), bias.to(device)};
+  return {weight.to(device), bias.to(device), norms.to(device)};
 }
 
 void check_zimage_outer(const WeightStore& store, const ZImageConfig& config) {

@@ -4,8 +4,8 @@
 // On the CPU the weights stay memory-mapped in their stored dtype and a block's products are
 // converted to float32 just before it runs (one block resident at a time). On the GPU they are
 // uploaded once: products in the compute dtype (bf16), norms float32. Either way, what the host
-// computes per forward (the timestep MLP, folding each item's modulation into its norm weight)
-// reads host tensors; on the GPU the modulation products run there, all blocks' stacked into one
+// computes per forward (the timestep MLP) reads host tensors; on the GPU the modulation products
+// and their fold into the pre-norms run there, all blocks' stacked into one
 // (ZImageStackedModulation, owned by the transformer).
 #pragma once
 
@@ -29,7 +29,8 @@ struct ZImageBlockWeights {
   Tensor to_q, to_k, to_v, to_out, w1, w2, w3;
   // Per-head q/k RMSNorm [head_dim] and the post-norms, float32 where the model runs.
   Tensor norm_q, norm_k, attention_norm2, ffn_norm2;
-  // The pre-norms, float32 on the host: a modulated block folds each item's (1 + scale) into them.
+  // The pre-norms, float32 on the host: a modulated block folds each item's (1 + scale) into them
+  // (on the GPU from ZImageStackedModulation's copy); an unmodulated block's are placed with it.
   Tensor attention_norm1, ffn_norm1;
   // adaLN_modulation.0 [4·dim, adaln_dim] (mapped in the stored dtype; ops::linear converts as
   // it reads) and its bias (float32), on the host; undefined in the unmodulated context refiner.
@@ -49,9 +50,11 @@ struct ZImageBlockWeights {
 };
 
 // The modulated blocks' adaLN products one after another where the model runs: weight
-// [blocks · 4·dim, adaln_dim] (the compute dtype), bias [blocks · 4·dim] float32.
+// [blocks · 4·dim, adaln_dim] (the compute dtype), bias [blocks · 4·dim] float32, and the pre-norms
+// their scales fold into, norms [blocks, 2, dim] float32 (attention_norm1, ffn_norm1): a forward's
+// modulation is one product and one fold there, with nothing read back.
 struct ZImageStackedModulation {
-  Tensor weight, bias;
+  Tensor weight, bias, norms;
 };
 
 // The adaLN products of `blocks` (all modulated), stacked in order, placed on `device` with the

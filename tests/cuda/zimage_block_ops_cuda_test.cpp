@@ -11,6 +11,8 @@
 //   tail), an unaligned view (no 16-byte loads) and a size of whole 8-value groups: float32
 //   results within 1e-6 relative of the CPU (expf against std::exp), bf16 ones within its
 //   rounding.
+// - ops::fold_scale_gate against the CPU's, and ops::linear_each on stacked weights (one batched
+//   product) against the CPU's products and against one GPU product per weight.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -18,6 +20,8 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <utility>
+#include <vector>
 
 #include "core/ops.h"
 #include "core/tensor.h"
@@ -161,6 +165,61 @@ double milliseconds_per_call(const std::function<void()>& call) {
 // Z-Image-Turbo at 1024² (4096 image + 64 caption tokens): the q/k normalisation of one block
 // (the tables hold a row per (token, head), as the model builds them) and its feed-forward gate,
 // with the float32 silu_, mul_ and bf16 conversion it replaces for comparison.
+// fold_scale_gate on the GPU against the CPU's: the scale rows exact up to the multiply's
+// rounding, the gates within tanhf's few ulps; 34 blocks of Turbo's width and an odd small one.
+void check_fold_scale_gate(int64_t groups, int64_t pairs, int64_t dim, std::mt19937& generator) {
+  const Tensor modulation = random_rounded({groups, 2 * pairs, dim}, generator, 3.0f);
+  const Tensor norms = random_rounded({groups, pairs, dim}, generator);
+  const Tensor expected = ops::fold_scale_gate(modulation, norms);
+  const Tensor actual =
+      ops::fold_scale_gate(modulation.to(Device::CUDA), norms.to(Device::CUDA)).to(Device::CPU);
+  const Agreement agreement = compare(actual, expected, 1e-6, 1e-30);
+  expect(actual.shape() == expected.shape() && agreement.worst <= 1.0,
+         fmt::format("fold_scale_gate [{}, {}, {}]: within 1e-6 of the CPU (worst {:.2f} of it)",
+                     groups, 2 * pairs, dim, agreement.worst));
+}
+
+// linear_each: weights stacked by ops::stack_weights run as one batched product; the results
+// must be the CPU's float32 products of the same bf16 inputs within the output's rounding (bf16)
+// or float32 summation noise, and agree with one GPU product per weight (the unstacked path).
+void check_linear_each(int64_t rows, int64_t features, int64_t in, int64_t count, DType out,
+                       std::mt19937& generator) {
+  const Tensor x = random_rounded({rows, in}, generator);
+  std::vector<Tensor> weights, separate;
+  for (int64_t i = 0; i < count; ++i) {
+    weights.push_back(random_rounded({features, in}, generator, 0.0625f));
+    separate.push_back(weights.back().to(DType::BF16).to(Device::CUDA));
+  }
+  const std::vector<Tensor> stacked = ops::stack_weights(weights, DType::BF16, Device::CUDA);
+  const Tensor gpu_x = x.to(DType::BF16).to(Device::CUDA);
+  const std::vector<Tensor> batched = ops::linear_each(gpu_x, stacked, out);
+  const std::vector<Tensor> one_by_one = ops::linear_each(gpu_x, separate, out);
+  bool stacked_storage = true;
+  for (int64_t i = 1; i < count; ++i)
+    stacked_storage =
+        stacked_storage && stacked[size_t(i)].raw() == stacked[0].raw() + i * stacked[0].nbytes();
+  double worst = 0, against_separate = 0;
+  bool shapes = int64_t(batched.size()) == count && stacked_storage;
+  for (int64_t i = 0; i < count; ++i) {
+    const Tensor expected = ops::linear(x, weights[size_t(i)]);
+    const Agreement agreement =
+        compare(batched[size_t(i)], expected, out == DType::BF16 ? 1.0 / 256 : 1e-5, 1e-3);
+    shapes = shapes && batched[size_t(i)].shape() == expected.shape() &&
+             batched[size_t(i)].dtype() == out;
+    worst = std::max(worst, agreement.worst);
+    against_separate =
+        std::max(against_separate,
+                 compare(batched[size_t(i)], one_by_one[size_t(i)].to(Device::CPU).to(DType::F32),
+                         out == DType::BF16 ? 1.0 / 256 : 1e-5, 1e-3)
+                     .worst);
+  }
+  expect(shapes && worst <= 1.0 && against_separate <= 1.0,
+         fmt::format("linear_each: {} stacked [{}, {}] weights on [{}, {}] → {} as one batched "
+                     "product: within the CPU's by {:.2f} of the bound, of one product each by "
+                     "{:.2f}",
+                     count, features, in, rows, in, dtype_name(out), worst, against_separate));
+}
+
 void report_timings() {
   const int64_t tokens = 4160, heads = 30, head_dim = 128, ffn = 10240;
   const int64_t rows = tokens * heads;
@@ -182,6 +241,31 @@ void report_timings() {
   std::printf("silu_mul [%lld, %lld] bf16 · bf16 → bf16: %.3f ms, %.0f GB/s effective\n",
               static_cast<long long>(tokens), static_cast<long long>(ffn), fused_ms,
               3.0 * double(gate.nbytes()) / (fused_ms * 1e-3) / 1e9);
+  // q/k/v and w1/w3 at Turbo's sizes: one batched product of stacked weights against one
+  // product per weight (each already tuned by its first call, outside the timing).
+  const int64_t dim = 3840;
+  const Tensor x = ops::random_uniform({tokens, dim}, DType::BF16, Device::CUDA, 6, 1.0f);
+  for (const auto& [count, features] : {std::pair<int64_t, int64_t>{3, dim}, {2, ffn}}) {
+    const Tensor all =
+        ops::random_uniform({count, features, dim}, DType::BF16, Device::CUDA, 7, 0.02f);
+    std::vector<Tensor> stacked, separate;
+    for (int64_t i = 0; i < count; ++i) {
+      stacked.push_back(all.select(0, i));
+      separate.push_back(
+          ops::random_uniform({features, dim}, DType::BF16, Device::CUDA, uint64_t(8 + i), 0.02f));
+    }
+    const double batched_ms =
+        milliseconds_per_call([&] { ops::linear_each(x, stacked, DType::BF16); });
+    const double separate_ms =
+        milliseconds_per_call([&] { ops::linear_each(x, separate, DType::BF16); });
+    const double flop = 2.0 * double(count * tokens * features * dim);
+    std::printf(
+        "%lld x [%lld, %lld] · [%lld, %lld]ᵀ → bf16: batched %.3f ms (%.0f TFLOP/s), one "
+        "product each %.3f ms (%.0f TFLOP/s)\n",
+        static_cast<long long>(count), static_cast<long long>(tokens), static_cast<long long>(dim),
+        static_cast<long long>(features), static_cast<long long>(dim), batched_ms,
+        flop / (batched_ms * 1e-3) / 1e12, separate_ms, flop / (separate_ms * 1e-3) / 1e12);
+  }
   const Tensor gate_f32 = gate.to(DType::F32), up_f32 = up.to(DType::F32);
   const double f32_ms =
       milliseconds_per_call([&] { ops::silu_mul(gate_f32, up_f32, DType::BF16); });
@@ -233,6 +317,18 @@ int main() try {
         check_silu_mul({5, 64}, gate, up, out, 0, generator);    // whole groups only
         check_silu_mul({2, 515}, gate, up, out, 1, generator);   // unaligned: all scalar
       }
+  for (const DType out : {DType::BF16, DType::F32}) {
+    check_linear_each(77, 192, 256, 3, out, generator);
+    check_linear_each(300, 320, 128, 2, out, generator);
+  }
+  check_fold_scale_gate(34, 2, 3840, generator);
+  check_fold_scale_gate(3, 1, 7, generator);
+  const std::string unpaired = error_message([] {
+    ops::fold_scale_gate(Tensor::zeros({2, 3, 8}, DType::F32, Device::CUDA),
+                         Tensor::zeros({2, 1, 8}, DType::F32, Device::CUDA));
+  });
+  expect(unpaired.find("fold_scale_gate") != std::string::npos,
+         "fold_scale_gate refuses rows that are not pairs over the norms: " + unpaired);
   const std::string different = error_message([] {
     ops::silu_mul(Tensor::zeros({4, 8}, DType::BF16, Device::CUDA),
                   Tensor::zeros({8, 4}, DType::BF16, Device::CUDA), DType::BF16);
