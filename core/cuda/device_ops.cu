@@ -132,6 +132,69 @@ void launch_rms_norm_rope_warp(bf16* x, int64_t rows, int64_t dim, const float* 
       x, rows, dim, weight, eps, cos, sin, tokens, head_dim, rows_per_position);
 }
 
+// Rows of exactly 8 · kLanes values with one head each (Z-Image's q/k viewed one row per head,
+// head_dim 128: 16 lanes): each lane moves its 8 values in one 16-byte load and one store and
+// reads its 4 (cos, sin) pairs as two float4, 32 / kLanes rows per warp, the sum of squares
+// reduced within the row's lanes. The warp-per-row kernel's 4-byte accesses kept Z-Image's q/k
+// pass near half the memory bandwidth. Same float32 math, one bf16 rounding per value.
+template <int kLanes>
+__global__ void rms_norm_rope_vector_kernel(bf16* x, int64_t rows, const float* weight, float eps,
+                                            const float* cos, const float* sin, int64_t tokens,
+                                            int64_t rows_per_position) {
+  constexpr int kDim = 8 * kLanes, kRowsPerWarp = 32 / kLanes;
+  const int lane = threadIdx.x % 32, part = lane % kLanes;
+  const int64_t r =
+      (int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * kRowsPerWarp + lane / kLanes;
+  // No early return: the shuffles below need the whole warp; a row past the end computes zeros.
+  const bool inside = r < rows;
+  uint4* row = reinterpret_cast<uint4*>(x + r * kDim);
+  const uint4 packed = inside ? row[part] : make_uint4(0, 0, 0, 0);
+  const float4 w0 = reinterpret_cast<const float4*>(weight)[2 * part];
+  const float4 w1 = reinterpret_cast<const float4*>(weight)[2 * part + 1];
+  float4 c = make_float4(1.0f, 1.0f, 1.0f, 1.0f), s = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (cos && inside) {
+    const int64_t position = (r / rows_per_position) % tokens;
+    c = reinterpret_cast<const float4*>(cos + position * (kDim / 2))[part];
+    s = reinterpret_cast<const float4*>(sin + position * (kDim / 2))[part];
+  }
+  const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&packed);
+  float2 v[4];
+  float squares = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    v[i] = __bfloat1622float2(pairs[i]);
+    squares += v[i].x * v[i].x + v[i].y * v[i].y;
+  }
+#pragma unroll
+  for (int offset = kLanes / 2; offset > 0; offset /= 2)
+    squares += __shfl_xor_sync(0xffffffffu, squares, offset);
+  const float inverse = rsqrtf(squares / float(kDim) + eps);
+  const float2 w[4] = {{w0.x, w0.y}, {w0.z, w0.w}, {w1.x, w1.y}, {w1.z, w1.w}};
+  const float cs[4] = {c.x, c.y, c.z, c.w}, sn[4] = {s.x, s.y, s.z, s.w};
+  uint4 out;
+  __nv_bfloat162* written = reinterpret_cast<__nv_bfloat162*>(&out);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float x1 = v[i].x * inverse * w[i].x, x2 = v[i].y * inverse * w[i].y;
+    written[i] = __floats2bfloat162_rn(x1 * cs[i] - x2 * sn[i], x1 * sn[i] + x2 * cs[i]);
+  }
+  if (inside) row[part] = out;
+}
+
+template <int kLanes>
+void launch_rms_norm_rope_vector(bf16* x, int64_t rows, const float* weight, float eps,
+                                 const float* cos, const float* sin, int64_t tokens,
+                                 int64_t rows_per_position, cudaStream_t stream) {
+  constexpr int64_t kRowsPerBlock = kWarpRows * (32 / kLanes);
+  const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  rms_norm_rope_vector_kernel<kLanes><<<unsigned(blocks), 32 * kWarpRows, 0, stream>>>(
+      x, rows, weight, eps, cos, sin, tokens, rows_per_position);
+}
+
+bool aligned16(const void* pointer) {
+  return reinterpret_cast<uintptr_t>(pointer) % 16 == 0;
+}
+
 // One thread per (token, head, pair): the pair (i, i + half) is read and written by it alone.
 __global__ void rope_half_kernel(float* x, int64_t pairs, int64_t heads, int64_t half,
                                  const float* cos, const float* sin) {
@@ -220,6 +283,22 @@ void rms_norm_rope_bf16(void* x, int64_t rows, int64_t dim, const float* weight,
                         int64_t rows_per_position, cudaStream_t stream) {
   if (rows == 0) return;
   bf16* values = static_cast<bf16*>(x);
+  // One head of 64 or 128 per row, everything 16-byte aligned: the vector kernel (a rotation
+  // without tables is cos 1, sin 0, which it reads as such).
+  const bool vector = (dim == 64 || dim == 128) && head_dim == dim && aligned16(x) &&
+                      aligned16(weight) && (!cos || (aligned16(cos) && aligned16(sin)));
+  if (vector && dim == 128) {
+    launch_rms_norm_rope_vector<16>(values, rows, weight, eps, cos, sin, tokens, rows_per_position,
+                                    stream);
+    MMGEN_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  if (vector && dim == 64) {
+    launch_rms_norm_rope_vector<8>(values, rows, weight, eps, cos, sin, tokens, rows_per_position,
+                                   stream);
+    MMGEN_CUDA_CHECK_LAUNCH();
+    return;
+  }
   // Rows up to 512 wide (a head's q/k) take a warp each, with as few register slots as fit;
   // longer ones (Wan normalises the full hidden width) a block each.
   if (dim <= 64)
