@@ -32,18 +32,32 @@ const attention::ComponentChoice* planned(const AttentionPlan& plan, const std::
 // VAE output [1, 3, H, W] in [-1, 1] → frames [1, H, W, 3] in [0, 1] (VaeImageProcessor's
 // postprocess: x / 2 + 0.5 clamped, channels last).
 Tensor image_to_frames(const Tensor& image) {
-  Tensor frames = image.permute({0, 2, 3, 1}).contiguous().clone();
-  float* p = frames.data<float>();
-  for (int64_t i = 0; i < frames.numel(); ++i) p[i] = std::clamp(p[i] / 2.0f + 0.5f, 0.0f, 1.0f);
+  check(image.dim() == 4, "Z-Image decode: expected [N, C, H, W] images, got {}",
+        shape_string(image.shape()));
+  const Tensor in = image.to(DType::F32).contiguous();
+  const int64_t count = in.size(0), channels = in.size(1), pixels = in.size(2) * in.size(3);
+  Tensor frames = Tensor::empty({count, in.size(2), in.size(3), channels});
+  // One pass, reading each channel plane in order (this runs on the host after every decode).
+  for (int64_t n = 0; n < count; ++n) {
+    const float* from = in.data<float>() + n * channels * pixels;
+    float* to = frames.data<float>() + n * channels * pixels;
+    for (int64_t c = 0; c < channels; ++c)
+      for (int64_t i = 0; i < pixels; ++i)
+        to[i * channels + c] = std::clamp(from[c * pixels + i] / 2.0f + 0.5f, 0.0f, 1.0f);
+  }
   return frames;
 }
 
 // −prediction, [C, 1, h, w] → [1, C, h, w]: Z-Image's transformer predicts the opposite of the
-// flow the scheduler integrates, so diffusers negates it before the step.
+// flow the scheduler integrates, so diffusers negates it before the step. One pass into a fresh
+// tensor (it runs on the host between two forwards, while the GPU waits).
 Tensor negated_step_input(const Tensor& prediction) {
-  Tensor out = prediction.to(DType::F32).contiguous().clone();
-  float* p = out.data<float>();
-  for (int64_t i = 0; i < out.numel(); ++i) p[i] = -p[i];
+  const Tensor in = prediction.to(DType::F32).contiguous();
+  Tensor out = Tensor::empty(in.shape());
+  const float* from = in.data<float>();
+  float* to = out.data<float>();
+  const int64_t count = in.numel();
+  for (int64_t i = 0; i < count; ++i) to[i] = -from[i];
   return out.view({1, prediction.size(0), prediction.size(2), prediction.size(3)});
 }
 

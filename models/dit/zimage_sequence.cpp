@@ -51,19 +51,22 @@ Tensor zimage_patchify(const Tensor& latents, const ZImageConfig& config,
   const auto [gf, gh, gw] = layout.grid;
   const int64_t values = config.patch_values();
   Tensor rows = Tensor::empty({layout.image_tokens, values});
+  // Row (f, h, w) holds (a, y, x, c) = latent[c, f·pf + a, h·p + y, w·p + x]. The latent is read in
+  // its own order, one image line at a time, each value written to its row: one pass of pointer
+  // steps instead of a full index computation per value (this runs on the host every step).
   const float* src = in.data<float>();
   float* dst = rows.data<float>();
-  for (int64_t f = 0; f < gf; ++f)
-    for (int64_t h = 0; h < gh; ++h)
-      for (int64_t w = 0; w < gw; ++w) {
-        float* row = dst + ((f * gh + h) * gw + w) * values;
-        int64_t i = 0;
-        for (int64_t a = 0; a < pf; ++a)
-          for (int64_t y = 0; y < p; ++y)
-            for (int64_t x = 0; x < p; ++x)
-              for (int64_t c = 0; c < channels; ++c)
-                row[i++] =
-                    src[((c * frames + f * pf + a) * height + h * p + y) * width + w * p + x];
+  for (int64_t c = 0; c < channels; ++c)
+    for (int64_t f = 0; f < gf; ++f)
+      for (int64_t a = 0; a < pf; ++a) {
+        const float* plane = src + (c * frames + f * pf + a) * height * width;
+        for (int64_t h = 0; h < gh; ++h)
+          for (int64_t y = 0; y < p; ++y) {
+            const float* line = plane + (h * p + y) * width;
+            float* cell = dst + ((f * gh + h) * gw) * values + ((a * p + y) * p) * channels + c;
+            for (int64_t w = 0; w < gw; ++w, cell += values, line += p)
+              for (int64_t x = 0; x < p; ++x) cell[x * channels] = line[x];
+          }
       }
   return rows;
 }
@@ -80,19 +83,21 @@ Tensor zimage_unpatchify(const Tensor& rows, const ZImageConfig& config,
   const auto [frames, height, width] = layout.latent;
   const auto [gf, gh, gw] = layout.grid;
   Tensor out = Tensor::empty({channels, frames, height, width});
+  // The inverse of zimage_patchify's walk: each latent line gathered from its rows.
   const float* src = in.data<float>();
   float* dst = out.data<float>();
-  for (int64_t f = 0; f < gf; ++f)
-    for (int64_t h = 0; h < gh; ++h)
-      for (int64_t w = 0; w < gw; ++w) {
-        const float* row = src + ((f * gh + h) * gw + w) * values;
-        int64_t i = 0;
-        for (int64_t a = 0; a < pf; ++a)
-          for (int64_t y = 0; y < p; ++y)
-            for (int64_t x = 0; x < p; ++x)
-              for (int64_t c = 0; c < channels; ++c)
-                dst[((c * frames + f * pf + a) * height + h * p + y) * width + w * p + x] =
-                    row[i++];
+  for (int64_t c = 0; c < channels; ++c)
+    for (int64_t f = 0; f < gf; ++f)
+      for (int64_t a = 0; a < pf; ++a) {
+        float* plane = dst + (c * frames + f * pf + a) * height * width;
+        for (int64_t h = 0; h < gh; ++h)
+          for (int64_t y = 0; y < p; ++y) {
+            float* line = plane + (h * p + y) * width;
+            const float* cell =
+                src + ((f * gh + h) * gw) * values + ((a * p + y) * p) * channels + c;
+            for (int64_t w = 0; w < gw; ++w, cell += values, line += p)
+              for (int64_t x = 0; x < p; ++x) line[x] = cell[x * channels];
+          }
       }
   return out;
 }
