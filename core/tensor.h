@@ -43,7 +43,8 @@ class OwnedStorage final : public Storage {
   size_t size() const override { return size_; }
 
  private:
-  std::byte* data_ = nullptr;
+  void* block_ = nullptr;      // what malloc returned
+  std::byte* data_ = nullptr;  // block_ rounded up to 64 bytes
   size_t size_ = 0;
 };
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/system_memory.h"
 #include "generate/attention_command.h"
 #include "generate/backends_command.h"
 #include "generate/encode_command.h"
@@ -52,6 +53,7 @@ bool wants_help(const std::vector<std::string>& arguments) {
 
 int run_cli(int argc, char** argv) {
   std::vector<std::string> arguments(argv + 1, argv + argc);
+  keep_freed_host_memory();
   try {
     setup_logging();
     if (arguments.empty() || arguments[0] == "--help" || arguments[0] == "-h" ||

@@ -25,6 +25,21 @@ TEST(Tensor, ContiguousStridesAndSize) {
   EXPECT_THROW(t.size(3), Error);
 }
 
+// Host storage starts on a 64-byte boundary whatever malloc returned, for empty and odd sizes,
+// and a freed block's memory is usable again (the allocator is asked for the same sizes).
+TEST(Tensor, HostStorageIsAlignedTo64Bytes) {
+  for (int round = 0; round < 2; ++round)
+    for (const int64_t count : {0, 1, 3, 17, 1000, 262144, 262147}) {
+      Tensor t = Tensor::empty({count});
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(t.raw()) % 64, 0u) << count;
+      if (count > 0) {
+        t.data<float>()[0] = 1.0f;
+        t.data<float>()[count - 1] = 2.0f;
+        EXPECT_EQ(t.data<float>()[0] + t.data<float>()[count - 1], count == 1 ? 4.0f : 3.0f);
+      }
+    }
+}
+
 TEST(Tensor, SliceSharesStorageAndOffsets) {
   Tensor t = arange({4, 5});
   Tensor s = t.slice(0, 1, 3).slice(1, 2, 4);
