@@ -6,7 +6,8 @@ ratio (mmgen / diffusers: below 1 is faster) and how far mmgen's picture is from
 diffusers' denoise is the time from the call to the last step's callback (it includes the prompt
 encoding, a few ms for wan-shapes); mmgen's is its log's denoise stage.
 usage: python3 bench/wan_cpu_side_by_side.py MMGEN_BIN MODEL_DIR [THREADS...]
-  environment: SIZE=128x128 STEPS=20 GUIDANCE=4 MAXSEQ=32 REPEATS=2
+  environment: SIZE=128x128 STEPS=20 GUIDANCE=4 MAXSEQ=32 REPEATS=2 SEED=1
+               PROMPT="a red circle on a blue background" NEGATIVE=""
   (needs torch, diffusers, accelerate; never a test dependency)"""
 import json, os, re, subprocess, sys, tempfile, time
 
@@ -21,7 +22,9 @@ steps = int(os.environ.get("STEPS", "20"))
 guidance = float(os.environ.get("GUIDANCE", "4"))
 maxseq = int(os.environ.get("MAXSEQ", "32"))
 repeats = int(os.environ.get("REPEATS", "2"))
-prompt, negative, seed = "a red circle on a blue background", "", 1
+prompt = os.environ.get("PROMPT", "a red circle on a blue background")
+negative = os.environ.get("NEGATIVE", "")
+seed = int(os.environ.get("SEED", "1"))
 cores = os.sched_getaffinity(0)
 
 pipe = WanPipeline.from_pretrained(model, torch_dtype=torch.float32)
