@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/gemm_cpu.h"
 #ifdef MMGEN_HAVE_CUDA
 #include "core/cuda/ops_cuda.h"
 #endif
@@ -95,14 +96,17 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Shape out_shape = x.shape();
   out_shape.back() = out;
   Tensor y = Tensor::empty(out_shape);
-  Tensor w = as_f32(weight);
-  gemm_bt(x.data<float>(), w.data<float>(), y.data<float>(), rows, in, out);
+  // The product reads float32, bfloat16 and float16 weights as stored (converted as it packs them).
+  const bool packable =
+      weight.dtype() == DType::F32 || weight.dtype() == DType::BF16 || weight.dtype() == DType::F16;
+  const Tensor w = packable ? weight.contiguous() : as_f32(weight).contiguous();
+  Tensor b;
   if (bias.defined()) {
     check(bias.numel() == out, "linear: bias of {} for {} outputs", bias.numel(), out);
-    Tensor b = as_f32(bias);
-    Map(y.data<float>(), rows, out).rowwise() +=
-        Eigen::Map<const Eigen::RowVectorXf>(b.data<float>(), out);
+    b = as_f32(bias).contiguous();
   }
+  cpu::linear_product(x.data<float>(), in, w.raw(), w.dtype(),
+                      b.defined() ? b.data<float>() : nullptr, y.data<float>(), rows, in, out);
   return y;
 }
 

@@ -19,13 +19,13 @@ std::string block_prefix(int64_t layer) {
 
 WanAttentionWeights load_attention(const WeightStore& store, const std::string& prefix) {
   WanAttentionWeights w;
-  w.q_weight = load_weight(store, prefix + "to_q.weight");
+  w.q_weight = load_linear_weight(store, prefix + "to_q.weight");
   w.q_bias = load_weight(store, prefix + "to_q.bias");
-  w.k_weight = load_weight(store, prefix + "to_k.weight");
+  w.k_weight = load_linear_weight(store, prefix + "to_k.weight");
   w.k_bias = load_weight(store, prefix + "to_k.bias");
-  w.v_weight = load_weight(store, prefix + "to_v.weight");
+  w.v_weight = load_linear_weight(store, prefix + "to_v.weight");
   w.v_bias = load_weight(store, prefix + "to_v.bias");
-  w.out_weight = load_weight(store, prefix + "to_out.0.weight");
+  w.out_weight = load_linear_weight(store, prefix + "to_out.0.weight");
   w.out_bias = load_weight(store, prefix + "to_out.0.bias");
   w.norm_q = load_weight(store, prefix + "norm_q.weight");
   w.norm_k = load_weight(store, prefix + "norm_k.weight");
@@ -79,9 +79,9 @@ WanBlockWeights WanBlockWeights::load(const WeightStore& store, int64_t layer,
     w.norm2_weight = load_weight(store, prefix + "norm2.weight");
     w.norm2_bias = load_weight(store, prefix + "norm2.bias");
   }
-  w.ffn_in_weight = load_weight(store, prefix + "ffn.net.0.proj.weight");
+  w.ffn_in_weight = load_linear_weight(store, prefix + "ffn.net.0.proj.weight");
   w.ffn_in_bias = load_weight(store, prefix + "ffn.net.0.proj.bias");
-  w.ffn_out_weight = load_weight(store, prefix + "ffn.net.2.weight");
+  w.ffn_out_weight = load_linear_weight(store, prefix + "ffn.net.2.weight");
   w.ffn_out_bias = load_weight(store, prefix + "ffn.net.2.bias");
   w.modulation = load_weight(store, prefix + "scale_shift_table");
   return w;

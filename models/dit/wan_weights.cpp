@@ -23,4 +23,8 @@ Tensor load_weight(const WeightStore& store, const std::string& name) {
   return ops::weight_to_f32(store.get(name));
 }
 
+Tensor load_linear_weight(const WeightStore& store, const std::string& name) {
+  return store.get(name).contiguous();
+}
+
 }  // namespace mmgen::dit

@@ -13,5 +13,8 @@ void expect_weight(const WeightStore& store, const std::string& name, const Shap
 
 // The tensor as float32 (converted from bf16/f16 when stored so; a view when already float32).
 Tensor load_weight(const WeightStore& store, const std::string& name);
+// A linear layer's weight as stored (float32, bfloat16 or float16): the CPU product converts it as
+// it packs it, so a bf16 checkpoint is never expanded whole.
+Tensor load_linear_weight(const WeightStore& store, const std::string& name);
 
 }  // namespace mmgen::dit

@@ -1,0 +1,23 @@
+#pragma once
+// The CPU's linear-layer product: c[m, n] = Σ_k a[m, k] · w[n, k] (+ bias[n]), with w a layer's
+// weight as stored ([out, in]; float32, bfloat16 or float16).
+//
+// Each output is one fused multiply-add chain over k in increasing order, then the bias. That
+// order does not depend on the row count, the row's place in the batch, the thread count or the
+// instruction set, so a prompt's rows come out bit-identical alone or batched (what the prompt-file
+// and prefix-cache tests assert). Vendor BLAS libraries pick their kernels and splits by shape and
+// lose that.
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace mmgen::cpu {
+
+// `a` has rows of `lda` floats; `c` is [m, n] contiguous; `w` is [n, k] contiguous in `w_dtype`;
+// `bias` is n floats or null. Runs on up to omp_get_max_threads() threads, fewer for small
+// products.
+void linear_product(const float* a, int64_t lda, const void* w, DType w_dtype, const float* bias,
+                    float* c, int64_t m, int64_t k, int64_t n);
+
+}  // namespace mmgen::cpu

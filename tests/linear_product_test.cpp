@@ -1,0 +1,126 @@
+// The CPU linear product against a double-precision reference, and the property the prompt-file and
+// prefix-cache tests lean on: a row's values do not depend on the rows beside it, its place in the
+// batch or the thread count.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/gemm_cpu.h"
+#include "core/ops.h"
+
+namespace mmgen {
+namespace {
+
+struct Problem {
+  int64_t m, k, n;
+  std::vector<float> a, w, bias;
+};
+
+Problem random_problem(int64_t m, int64_t k, int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  Problem p{m,
+            k,
+            n,
+            std::vector<float>(size_t(m * k)),
+            std::vector<float>(size_t(n * k)),
+            std::vector<float>(size_t(n))};
+  for (float& v : p.a) v = uniform(rng);
+  for (float& v : p.w) v = uniform(rng);
+  for (float& v : p.bias) v = uniform(rng);
+  return p;
+}
+
+std::vector<float> product(const Problem& p, const float* bias = nullptr) {
+  std::vector<float> c(size_t(p.m * p.n), -7.0f);
+  cpu::linear_product(p.a.data(), p.k, p.w.data(), DType::F32, bias, c.data(), p.m, p.k, p.n);
+  return c;
+}
+
+// Sizes around every edge: rows around the 14-row tile, outputs around the 32-wide panel, depths
+// around the 256-step block.
+TEST(LinearProduct, MatchesADoublePrecisionProductAtEdgeSizes) {
+  for (const auto [m, k, n] : {std::array<int64_t, 3>{1, 1, 1},
+                               {13, 255, 31},
+                               {14, 256, 32},
+                               {15, 257, 33},
+                               {29, 513, 70},
+                               {230, 40, 300}}) {
+    const Problem p = random_problem(m, k, n, uint32_t(m * 131 + k * 7 + n));
+    const std::vector<float> c = product(p, p.bias.data());
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t j = 0; j < n; ++j) {
+        double want = 0, magnitude = 0;
+        for (int64_t i = 0; i < k; ++i) {
+          want += double(p.a[size_t(r * k + i)]) * p.w[size_t(j * k + i)];
+          magnitude += std::abs(double(p.a[size_t(r * k + i)]) * p.w[size_t(j * k + i)]);
+        }
+        want += p.bias[size_t(j)];
+        ASSERT_NEAR(c[size_t(r * n + j)], want, 1e-6 * (magnitude + 1) + 1e-6)
+            << "m " << m << " k " << k << " n " << n << " at " << r << "," << j;
+      }
+  }
+}
+
+TEST(LinearProduct, ARowIsBitIdenticalAloneInABatchAndOnAnyThreadCount) {
+  const Problem batch = random_problem(300, 300, 100, 5);
+  const std::vector<float> together = product(batch);
+  const int threads = omp_get_max_threads();
+  for (const int64_t row : {0, 13, 14, 151, 299}) {
+    Problem alone{
+        1,
+        batch.k,
+        batch.n,
+        std::vector<float>(batch.a.begin() + row * batch.k, batch.a.begin() + (row + 1) * batch.k),
+        batch.w,
+        batch.bias};
+    const std::vector<float> single = product(alone);
+    EXPECT_EQ(0, std::memcmp(single.data(), together.data() + row * batch.n,
+                             size_t(batch.n) * sizeof(float)))
+        << "row " << row;
+  }
+  omp_set_num_threads(1);
+  const std::vector<float> one_thread = product(batch);
+  omp_set_num_threads(threads);
+  EXPECT_EQ(0, std::memcmp(one_thread.data(), together.data(), together.size() * sizeof(float)));
+}
+
+TEST(LinearProduct, ReadsBf16AndF16WeightsAsTheirFloat32Values) {
+  Problem p = random_problem(20, 70, 40, 9);
+  std::vector<uint16_t> bf16(p.w.size()), f16(p.w.size());
+  for (size_t i = 0; i < p.w.size(); ++i) {
+    bf16[i] = f32_to_bf16(p.w[i]);
+    f16[i] = f32_to_f16(p.w[i]);
+  }
+  for (const auto& [dtype, bits] : {std::pair{DType::BF16, &bf16}, std::pair{DType::F16, &f16}}) {
+    Problem widened = p;
+    for (size_t i = 0; i < p.w.size(); ++i)
+      widened.w[i] = dtype == DType::BF16 ? bf16_to_f32((*bits)[i]) : f16_to_f32((*bits)[i]);
+    const std::vector<float> want = product(widened, p.bias.data());
+    std::vector<float> got(want.size());
+    cpu::linear_product(p.a.data(), p.k, bits->data(), dtype, p.bias.data(), got.data(), p.m, p.k,
+                        p.n);
+    EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+        << dtype_name(dtype);
+  }
+}
+
+TEST(LinearProduct, LinearOpTakesBf16WeightsAsStored) {
+  const Problem p = random_problem(9, 48, 33, 3);
+  Tensor x = Tensor::empty({p.m, p.k}), w32 = Tensor::empty({p.n, p.k});
+  std::memcpy(x.data<float>(), p.a.data(), p.a.size() * sizeof(float));
+  std::memcpy(w32.data<float>(), p.w.data(), p.w.size() * sizeof(float));
+  const Tensor w16 = w32.to(DType::BF16);
+  const Tensor via_f32 = ops::linear(x, w16.to(DType::F32));
+  const Tensor via_bf16 = ops::linear(x, w16);
+  EXPECT_EQ(0, std::memcmp(via_f32.data<float>(), via_bf16.data<float>(),
+                           size_t(p.m * p.n) * sizeof(float)));
+}
+
+}  // namespace
+}  // namespace mmgen
