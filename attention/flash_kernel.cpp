@@ -7,6 +7,7 @@
 
 #include "attention/flash_ops.h"
 #include "core/error.h"
+#include "core/parallel.h"
 
 namespace mmgen::attention::flash {
 
@@ -179,9 +180,10 @@ void run(const float* q, const float* k, const float* v, int64_t batch, int64_t 
                double(std::max<int64_t>(1, patterns[p].kv_blocks.size())) * double(q_len) *
                double(head_dim);
     }
-    const bool parallel = flops > double(1 << 18);
+    // One thread per ~1M multiply-adds: small heads (wan-shapes) stay on few threads.
+    const int threads = threads_for(int64_t(flops), int64_t(1) << 20);
 
-#pragma omp parallel for schedule(dynamic) if (parallel)
+#pragma omp parallel for schedule(dynamic) num_threads(threads) if (threads > 1)
     for (size_t n = 0; n < pack_jobs.size(); ++n) {
       const auto [bh, j] = pack_jobs[n];
       const int64_t b = bh / heads, h = bh % heads;
@@ -194,7 +196,7 @@ void run(const float* q, const float* k, const float* v, int64_t batch, int64_t 
                  slab + layouts[p].value_offset[size_t(j)]);
     }
 
-#pragma omp parallel if (parallel)
+#pragma omp parallel num_threads(threads) if (threads > 1)
     {
       TileBuffers buffers;
 #pragma omp for schedule(dynamic)

@@ -5,14 +5,12 @@
 #include <new>
 
 #include "core/error.h"
+#include "core/parallel.h"
 #ifdef MMGEN_HAVE_CUDA
 #include "core/cuda/device_storage.h"
 #endif
 
 namespace mmgen {
-
-// Below this many elements a loop runs on one thread: starting an OpenMP team costs more.
-constexpr int64_t kParallelThreshold = 1 << 15;
 
 const char* device_name(Device device) {
   return device == Device::CUDA ? "cuda" : "cpu";
@@ -413,14 +411,16 @@ Tensor Tensor::to(DType dtype) const {
   if (dtype_ == DType::BF16 && dtype == DType::F32) {  // the hot case: weights used in f32
     const uint16_t* from = source.data<uint16_t>();
     float* to = result.data<float>();
-#pragma omp parallel for schedule(static) if (count > kParallelThreshold)
+#pragma omp parallel for schedule(static) \
+    num_threads(threads_for(count)) if (count > kParallelThreshold)
     for (int64_t i = 0; i < count; ++i) to[i] = bf16_to_f32(from[i]);
     return result;
   }
   if (dtype_ == DType::F32 && dtype == DType::BF16) {  // weights placed on a GPU, activations
     const float* from = source.data<float>();
     uint16_t* to = result.data<uint16_t>();
-#pragma omp parallel for schedule(static) if (count > kParallelThreshold)
+#pragma omp parallel for schedule(static) \
+    num_threads(threads_for(count)) if (count > kParallelThreshold)
     for (int64_t i = 0; i < count; ++i) to[i] = f32_to_bf16(from[i]);
     return result;
   }
