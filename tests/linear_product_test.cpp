@@ -42,15 +42,19 @@ std::vector<float> product(const Problem& p, const float* bias = nullptr) {
   return c;
 }
 
-// Sizes around every edge: rows around the 14-row tile, outputs around the 32-wide panel, depths
-// around the 256-step block.
+// Sizes around every edge: rows around the 8-row tile and the 112-row job, outputs around the
+// 48-wide panel and the 16-wide vector, depths around the 16-step transpose and the 256-step block.
 TEST(LinearProduct, MatchesADoublePrecisionProductAtEdgeSizes) {
   for (const auto [m, k, n] : {std::array<int64_t, 3>{1, 1, 1},
-                               {13, 255, 31},
-                               {14, 256, 32},
-                               {15, 257, 33},
+                               {7, 15, 17},
+                               {8, 16, 47},
+                               {9, 17, 48},
+                               {13, 255, 49},
+                               {14, 256, 95},
+                               {15, 257, 97},
                                {29, 513, 70},
-                               {230, 40, 300}}) {
+                               {113, 40, 300},
+                               {230, 33, 241}}) {
     const Problem p = random_problem(m, k, n, uint32_t(m * 131 + k * 7 + n));
     const std::vector<float> c = product(p, p.bias.data());
     for (int64_t r = 0; r < m; ++r)
