@@ -6,7 +6,8 @@ ratio (mmgen / diffusers: below 1 is faster) and how far mmgen's picture is from
 diffusers' denoise is the time from the call to the last step's callback (it includes the prompt
 encoding, a few ms for wan-shapes); mmgen's is its log's denoise stage.
 usage: python3 bench/wan_cpu_side_by_side.py MMGEN_BIN MODEL_DIR [THREADS...]
-  environment: SIZE=128x128 STEPS=20 GUIDANCE=4 MAXSEQ=32 REPEATS=2 SEED=1
+  environment: SIZE=128x128 STEPS=20 GUIDANCE=4 MAXSEQ=32 REPEATS=2 SEED=1 WARMUP=1 (0: no untimed
+               diffusers run first; for the big requests)
                PROMPT="a red circle on a blue background" NEGATIVE=""
   (needs torch, diffusers, accelerate; never a test dependency)"""
 import json, os, re, subprocess, sys, tempfile, time
@@ -25,6 +26,7 @@ repeats = int(os.environ.get("REPEATS", "2"))
 prompt = os.environ.get("PROMPT", "a red circle on a blue background")
 negative = os.environ.get("NEGATIVE", "")
 seed = int(os.environ.get("SEED", "1"))
+warmup = os.environ.get("WARMUP", "1") != "0"
 cores = os.sched_getaffinity(0)
 
 pipe = WanPipeline.from_pretrained(model, torch_dtype=torch.float32)
@@ -53,7 +55,8 @@ with tempfile.TemporaryDirectory() as folder:
         pinned = sorted(cores)[:n]
         os.sched_setaffinity(0, pinned)
         torch.set_num_threads(n)
-        diffusers_run()  # warm-up
+        if warmup:
+            diffusers_run()  # warm-up
         runs = [diffusers_run() for _ in range(repeats)]
         theirs = min((r[0] for r in runs), key=lambda r: r["denoise"])
         reference = runs[-1][1].astype(np.float32)

@@ -40,6 +40,16 @@ Tensor classifier_free_guidance(const Tensor& cond, const Tensor& uncond, float 
   return out;
 }
 
+// Two [1, ...] tensors of one shape as one [2, ...] batch (float32).
+Tensor stack_pair(const Tensor& first, const Tensor& second) {
+  Shape shape = first.shape();
+  shape[0] = 2;
+  Tensor both = Tensor::empty(shape);
+  both.select(0, 0).copy_from(first.to(DType::F32).select(0, 0));
+  both.select(0, 1).copy_from(second.to(DType::F32).select(0, 0));
+  return both;
+}
+
 // VAE output [1, 3, F, H, W] in [-1, 1] → frames [F, H, W, 3] in [0, 1] (diffusers' postprocess).
 Tensor video_to_frames(const Tensor& video) {
   Tensor frames = video.select(0, 0).permute({1, 2, 3, 0}).contiguous().clone();
@@ -355,15 +365,36 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
     return transformer_->forward(latents, step_timestep(step), embeds, {step, steps, call},
                                  &attention);
   };
+  // On the CPU with dense attention the two guidance branches run as one batch of two: each
+  // weight is packed once per step instead of twice and the products are twice as tall. Every op
+  // of the forward treats rows and batch elements alone (the CPU product's sums do not depend on
+  // the rows beside them), so the predictions are the two separate forwards' to the bit.
+  const bool batch_guidance = guided && !input.cuda && attention.dense_on_cpu() &&
+                              prompt_embeds.shape() == negative_embeds.shape() &&
+                              prompt_embeds.size(0) == 1;
+  const Tensor both_embeds = batch_guidance ? stack_pair(prompt_embeds, negative_embeds) : Tensor();
+  auto predict_guided = [&](int step, int steps) {
+    const Tensor both = transformer_->forward(stack_pair(latents, latents), step_timestep(step),
+                                              both_embeds, {step, steps, 0}, &attention);
+    return std::pair{both.select(0, 0).unsqueeze(0), both.select(0, 1).unsqueeze(0)};
+  };
   WanGenerationOutput output;
   const int steps = scheduler->num_inference_steps();
   Progress denoise("denoise", steps, "step");
   for (int i = 0; i < steps; ++i) {
     stop_if_requested();  // Ctrl-C / SIGTERM: the step boundary is where a run stops
-    Tensor prediction = predict(prompt_embeds, i, steps, 0);
-    if (guided) {
-      const Tensor unconditional = predict(negative_embeds, i, steps, 1);
-      prediction = classifier_free_guidance(prediction, unconditional, float(input.guidance_scale));
+    Tensor prediction;
+    if (batch_guidance) {
+      const auto [conditional, unconditional] = predict_guided(i, steps);
+      prediction = classifier_free_guidance(conditional.contiguous(), unconditional.contiguous(),
+                                            float(input.guidance_scale));
+    } else {
+      prediction = predict(prompt_embeds, i, steps, 0);
+      if (guided) {
+        const Tensor unconditional = predict(negative_embeds, i, steps, 1);
+        prediction =
+            classifier_free_guidance(prediction, unconditional, float(input.guidance_scale));
+      }
     }
     latents = scheduler->step(prediction, i, latents);
     if (keep_step_latents) output.latents_after_step.push_back(latents);

@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "attention/backend.h"
 #include "core/error.h"
+#include "models/dit/wan_attention.h"
 #include "models/dit/wan_patchify.h"
 #include "models/dit/wan_rope.h"
 #include "tests/test_support.h"
@@ -173,6 +176,38 @@ TEST_F(WanTransformerReference, BatchOfTwoGivesEachItemItsOwnResult) {
     half.data<float>()[i] = 0.5f * latents.data<float>()[i];
   EXPECT_LT(relative_error(out.slice(0, 1, 2).contiguous(), model.forward(half, 999.0f, text)),
             1e-6);
+}
+
+// What lets the CPU pipeline run the two guidance branches as one batch: with dense attention (the
+// reference and fa) a batch element's output is, to the bit, what it gets alone.
+TEST_F(WanTransformerReference, BatchOfTwoIsBitIdenticalToTwoForwards) {
+  WanTransformer model = WanTransformer::load(tiny_dir() / "model" / "transformer");
+  const Tensor latents = reference_.get_f32("transformer.hidden_states");
+  const Tensor text = reference_.get_f32("transformer.encoder_hidden_states");
+  Tensor other_text = text.clone();
+  for (int64_t i = 0; i < other_text.numel(); ++i) other_text.data<float>()[i] *= -0.75f;
+  Tensor latents2 = Tensor::empty({2, 16, 2, 4, 6}), text2 = Tensor::empty({2, 24, 32});
+  latents2.select(0, 0).copy_from(latents.select(0, 0));
+  latents2.select(0, 1).copy_from(latents.select(0, 0));
+  text2.select(0, 0).copy_from(text.select(0, 0));
+  text2.select(0, 1).copy_from(other_text.select(0, 0));
+  for (const bool flash : {false, true}) {
+    WanAttention attention;
+    if (flash)
+      for (int64_t layer = 0; layer < model.config().num_layers; ++layer) {
+        WanLayerAttention& entry = attention.layers.emplace_back();
+        entry.self_attention = attention::make_dit_backend("fa", nlohmann::json::object());
+        entry.cross_attention = attention::make_dit_backend("fa", nlohmann::json::object());
+      }
+    ASSERT_TRUE(attention.dense_on_cpu());
+    const Tensor both = model.forward(latents2, 431.5f, text2, {}, &attention);
+    const Tensor first = model.forward(latents, 431.5f, text, {}, &attention);
+    const Tensor second = model.forward(latents, 431.5f, other_text, {}, &attention);
+    const size_t bytes = size_t(first.numel()) * sizeof(float);
+    EXPECT_EQ(0, std::memcmp(both.data<float>(), first.data<float>(), bytes)) << "fa " << flash;
+    EXPECT_EQ(0, std::memcmp(both.data<float>() + first.numel(), second.data<float>(), bytes))
+        << "fa " << flash;
+  }
 }
 
 TEST_F(WanTransformerReference, RejectsBadInputs) {

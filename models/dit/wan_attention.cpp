@@ -78,4 +78,13 @@ Tensor wan_attention(const Tensor& q, const Tensor& k, const Tensor& v,
   return backend->forward(q, k, v, scale, context, stats);
 }
 
+bool WanAttention::dense_on_cpu() const {
+  const auto dense = [](const std::unique_ptr<attention::AttentionBackend>& backend) {
+    return !backend || backend->name() == "fa" || backend->name() == "torch_sdpa";
+  };
+  for (const WanLayerAttention& layer : layers)
+    if (!dense(layer.self_attention) || !dense(layer.cross_attention)) return false;
+  return true;
+}
+
 }  // namespace mmgen::dit

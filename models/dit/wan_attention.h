@@ -34,6 +34,11 @@ struct WanAttention {
   // A GPU run: the plan's dense kernels and the GPU sparse self-attention backend, if any (the
   // per-layer CPU backends above stay null; self_weights hold VSA's gate on the GPU).
   attention::GpuAttention gpu;
+
+  // True when every layer's CPU attention is dense and stateless (the reference, fa or
+  // torch_sdpa): such attention gives a batch element the values it gives it alone, so the two
+  // guidance branches may run as one batch.
+  bool dense_on_cpu() const;
 };
 
 // Where a forward pass sits in the denoising loop.
