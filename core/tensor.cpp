@@ -2,7 +2,10 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <list>
+#include <mutex>
 #include <new>
+#include <utility>
 
 #include "core/error.h"
 #include "core/parallel.h"
@@ -51,20 +54,78 @@ Shape contiguous_strides(const Shape& shape) {
   return strides;
 }
 
+namespace {
+
+// glibc serves blocks of 32 MiB and more (the most M_MMAP_THRESHOLD may be) with mmap and
+// returns them on free, so every large tensor was fresh pages for the kernel to zero: page
+// clearing was a fifth of a 480x832 Wan VAE decode on the CPU. Freed large blocks wait here for
+// the next request of the same size (a layer's tensors repeat their shapes), up to kHeldBytes in
+// all, the oldest dropped first.
+class LargeBlocks {
+ public:
+  static constexpr size_t kLargeBytes = size_t(32) << 20;
+  static constexpr size_t kHeldBytes = size_t(2) << 30;
+
+  void* take(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = blocks_.begin(); it != blocks_.end(); ++it)
+      if (it->first == bytes) {
+        void* block = it->second;
+        held_ -= bytes;
+        blocks_.erase(it);
+        return block;
+      }
+    return nullptr;
+  }
+
+  void give(size_t bytes, void* block) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (bytes > kHeldBytes) return std::free(block);
+    while (held_ + bytes > kHeldBytes) {
+      held_ -= blocks_.back().first;
+      std::free(blocks_.back().second);
+      blocks_.pop_back();
+    }
+    blocks_.emplace_front(bytes, block);
+    held_ += bytes;
+  }
+
+  ~LargeBlocks() {
+    for (const auto& [bytes, block] : blocks_) std::free(block);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::list<std::pair<size_t, void*>> blocks_;  // newest first
+  size_t held_ = 0;
+};
+
+LargeBlocks& large_blocks() {
+  static LargeBlocks* blocks = new LargeBlocks;  // never destroyed: tensors may outlive statics
+  return *blocks;
+}
+
+}  // namespace
+
 OwnedStorage::OwnedStorage(size_t bytes) : size_(bytes) {
   // 64-byte alignment keeps AVX loads on cache lines. The block comes from malloc, 64 bytes
   // larger and aligned by hand: glibc's aligned_alloc does not hand a freed block back to the
   // next request of the same size, so a loop's host buffers (a denoising step's latents, its
   // download) were fresh pages every time, faulted in again (0.3 ms per MiB on the VMs measured).
-  // malloc reuses them, with keep_freed_host_memory() (core/system_memory.h) keeping them mapped.
-  block_ = std::malloc(bytes + 64);
+  // malloc reuses them, with keep_freed_host_memory() (core/system_memory.h) keeping them mapped;
+  // blocks too large for that are kept by LargeBlocks above.
+  if (bytes + 64 >= LargeBlocks::kLargeBytes) block_ = large_blocks().take(bytes + 64);
+  if (!block_) block_ = std::malloc(bytes + 64);
   if (!block_) throw std::bad_alloc();
   const auto address = reinterpret_cast<uintptr_t>(block_);
   data_ = static_cast<std::byte*>(block_) + ((64 - address % 64) % 64);
 }
 
 OwnedStorage::~OwnedStorage() {
-  std::free(block_);
+  if (size_ + 64 >= LargeBlocks::kLargeBytes)
+    large_blocks().give(size_ + 64, block_);
+  else
+    std::free(block_);
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {

@@ -258,3 +258,27 @@ TEST(Ops, RandomUniformIsSeededBoundedAndRoundedThroughBf16) {
 
 }  // namespace
 }  // namespace mmgen
+
+namespace mmgen {
+namespace {
+
+// Blocks of 32 MiB and more: glibc would hand them back to the kernel and the next tensor of the
+// size would be fresh zeroed pages; they are kept for reuse instead.
+TEST(TensorStorage, AFreedLargeBlockServesTheNextTensorOfItsSize) {
+  const Shape large = {48, 1024, 1024};  // 192 MiB of float32
+  const int64_t middle = 24 * 1024 * 1024;
+  const void* first = nullptr;
+  {
+    Tensor t = Tensor::empty(large);
+    t.data<float>()[middle] = 12345.0f;  // fresh pages from the kernel would read 0
+    first = t.raw();
+  }
+  const Tensor again = Tensor::empty(large);
+  EXPECT_EQ(first, static_cast<const void*>(again.raw()));
+  EXPECT_EQ(again.data<float>()[middle], 12345.0f);
+  const Tensor another = Tensor::empty(large);  // the kept block is taken: a new one
+  EXPECT_NE(static_cast<const void*>(again.raw()), static_cast<const void*>(another.raw()));
+}
+
+}  // namespace
+}  // namespace mmgen

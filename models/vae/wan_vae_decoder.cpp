@@ -135,6 +135,7 @@ Tensor WanVaeDecoder::decode(const Tensor& z, const DecodeProgress& progress) co
       // Latent frame i as one [1, z_dim, h, w] frame (post_quant_conv is 1×1×1, so applying it per
       // frame equals diffusers applying it to all frames at once).
       const Tensor frame = latents.select(0, b).select(1, i).unsqueeze(0).contiguous().to(device_);
+      state.last_chunk = i + 1 == frames;
       const Tensor chunk = tail(head(frame, state), state);  // [n, channels, out_h, out_w]
       const int64_t first = i == 0 ? 0 : 1 + (i - 1) * temporal;
       const int64_t expected = i == 0 ? 1 : temporal;

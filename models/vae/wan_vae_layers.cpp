@@ -124,7 +124,7 @@ Tensor CausalConv3d::forward(const Tensor& x, StreamState& state, const Tensor& 
   Tensor y = ops::conv3d(conv_, x, inputs);
   state.flops += ops::conv3d_flops(conv_, x, inputs);
   // Remember the last kt − 1 input frames, as diffusers' cache does.
-  if (history) *history = ops::last_frames(*history, x, conv_.taps() - 1);
+  if (history && !state.last_chunk) *history = ops::last_frames(*history, x, conv_.taps() - 1);
   return y;
 }
 

@@ -26,6 +26,9 @@ struct StreamState {
   // The norms round their outputs to TF32 for the convolutions reading them (GPU, TF32).
   bool round_in_norms = false;
   double flops = 0;  // spent by the convolutions and attention products so far
+  // The chunk now decoded is the stream's last: no convolution keeps its frames for a next one
+  // (for a one-frame video, every tail convolution copied its full-resolution input for nothing).
+  bool last_chunk = false;
 };
 
 // Hands out StreamState slots while the layers are built.
