@@ -46,10 +46,10 @@ void Progress::finish() {
   if (terminal_) std::fprintf(stderr, "\r\033[K");  // the bar gives way to the summary line
   const double seconds = elapsed_seconds();
   if (total_ > 1)
-    spdlog::info("{}: {} {}s in {:.2f} s, {:.3f} s/{}", label_, total_, unit_, seconds,
+    spdlog::info("{}: {} {}s in {:.3f} s, {:.3f} s/{}", label_, total_, unit_, seconds,
                  seconds / total_, unit_);
   else
-    spdlog::info("{}: {:.2f} s", label_, seconds);
+    spdlog::info("{}: {:.3f} s", label_, seconds);
 }
 
 }  // namespace mmgen

@@ -21,10 +21,13 @@ constexpr uint64_t kTokenizerExpansion = 6;
 // core/conv_cpu.cpp's kColumnBudget: floats of im2col columns per thread at most.
 constexpr uint64_t kColumnBudget = uint64_t(1) << 22;
 // Freed buffers below glibc's mmap threshold (which grows up to 32 MiB) stay in the heap and
-// fragment it: the tiny model's measured peaks exceed the buffers counted here by 1.3x to 1.7x,
+// fragment it: the tiny model's measured peaks exceeded the buffers counted here by 1.3x to 1.7x,
 // varying from run to run with the threads' timing (1.0x with MALLOC_MMAP_THRESHOLD_ fixed).
+// Since the VAE's last chunk stopped copying every causal convolution's input (session 22), the
+// 256x256x5 decode's measured peak fell from 161 to 148-153 MiB, below the unscaled count plus
+// the runtime, so the slack came down from 1.75 to 1.5 (inspect_test's bounds unchanged).
 // Stage working sets are scaled by this.
-constexpr double kAllocatorSlack = 1.75;
+constexpr double kAllocatorSlack = 1.5;
 // wan_block.cpp's kFfnChunkRows: the feed-forward runs over at most this many tokens at once.
 constexpr int64_t kFfnChunkRows = 4096;
 
@@ -139,6 +142,9 @@ uint64_t wan_vae_working_set(const nlohmann::json& config_json, int64_t height, 
     }
   }
   history += kept * dims.back() * h0 * w0 * scale * scale;  // conv_out
+  // The last chunk keeps nothing (models/vae: StreamState::last_chunk), and one latent frame is
+  // the last chunk.
+  if (latent_frames == 1) history = 0;
   // The mid block's attention: q, k, v over the latent plane and each thread's score rows.
   const uint64_t attention =
       3 * dims[0] * h0 * w0 + uint64_t(omp_get_max_threads()) * 128 * h0 * w0;

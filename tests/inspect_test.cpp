@@ -303,9 +303,9 @@ TEST(Inspect, OnTheGpuTheHostKeepsWeightsLatentsAndTheVideo) {
   EXPECT_EQ(gpu.output, cpu.output);
   EXPECT_EQ(gpu.text_encoding, 0u);
   // Latents [1, 16, 3, 32, 32] and the step's output, float32, with the allocator allowance.
-  EXPECT_EQ(gpu.denoising, uint64_t(2 * 16 * 3 * 32 * 32 * 4 * 1.75));
+  EXPECT_EQ(gpu.denoising, uint64_t(2 * 16 * 3 * 32 * 32 * 4 * 1.5));
   // The video coming back (9 x 3 x 256 x 256 float32) and its 8-bit copy.
-  EXPECT_EQ(gpu.decoding, uint64_t((cpu.output + cpu.output / 4) * 1.75));
+  EXPECT_EQ(gpu.decoding, uint64_t((cpu.output + cpu.output / 4) * 1.5));
   EXPECT_LT(gpu.total(), cpu.total());
 }
 
