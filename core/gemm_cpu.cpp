@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/parallel.h"
 
 // The vector path wants AVX-512 F, BW and VL (every AVX-512 server CPU since Skylake, Zen 4 on).
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
@@ -37,16 +38,17 @@ constexpr int64_t kDepth = 256;
 // A job: 112 rows x 5 panels (240 outputs); the Wan 1.3B's 1536-wide products make 84 of them.
 constexpr int64_t kJobRows = 112;
 constexpr int64_t kJobPanels = 5;
-// Below this many multiply-adds per thread a product runs on fewer threads: starting and joining
-// a team costs more than the work it would share (measured on the 16-core host).
+// Multiply-adds per thread: wan-shapes' 1M-multiply-add products stay on one thread, where
+// starting a team would cost more than the work it shares (4x more was tried on the 16-core host
+// and changed nothing measurable).
 constexpr int64_t kWorkPerThread = int64_t(1) << 21;
 
 #ifndef MMGEN_GEMM_AVX512
-// Blocks of 64 steps of k: their 64 panel rows (8 KiB) stay in L1 while the 32 weight rows are read
-// into them. (A whole column pass at a time touches every line of a 1 MiB panel 32 times.)
+// Blocks of 64 steps of k: their 64 panel rows (12 KiB) stay in L1 while the panel's weight rows
+// are read into them. (A whole column pass at a time touches every line of a panel kPanel times.)
 template <typename Load>
 void pack_panel(Load load, int64_t n0, int64_t n, int64_t k, float* panel) {
-  constexpr int64_t kBlock = 1024;
+  constexpr int64_t kBlock = 64;
   const int64_t width = std::min(kPanel, n - n0);
   for (int64_t i0 = 0; i0 < k; i0 += kBlock) {
     const int64_t i1 = std::min(k, i0 + kBlock);
@@ -97,8 +99,6 @@ __m512 load_row(const void* w, DType dtype, int64_t at, __mmask16 mask) {
 
 // Blocks of 16 x 16 transposed in registers: every load and store is a whole vector.
 void pack_weight_panel(const void* w, DType dtype, int64_t n0, int64_t n, int64_t k, float* panel) {
-  check(dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16,
-        "linear: weights of type {} are not supported on the CPU", dtype_name(dtype));
   const int64_t width = std::min(kPanel, n - n0);
   __m512 r[16];
   for (int64_t i0 = 0; i0 < k; i0 += 16) {
@@ -124,19 +124,17 @@ void pack_weight_panel(const void* w, DType dtype, int64_t n0, int64_t n, int64_
       const uint16_t* from = static_cast<const uint16_t*>(w);
       return pack_panel([from](int64_t i) { return bf16_to_f32(from[i]); }, n0, n, k, panel);
     }
-    case DType::F16: {
+    default: {  // F16 (linear_product checked the type)
       const uint16_t* from = static_cast<const uint16_t*>(w);
       return pack_panel([from](int64_t i) { return f16_to_f32(from[i]); }, n0, n, k, panel);
     }
-    default:
-      fail("linear: weights of type {} are not supported on the CPU", dtype_name(dtype));
   }
 }
 #endif
 
-// One tile: `rows` rows of c (at most kRows), `width` of the panel's 32 outputs, `depth` steps of k
-// starting at the panel block. `first` starts the chains at zero, `bias` (on the last block) is
-// added after the sum, as torch's linear does.
+// One tile: `rows` rows of c (at most kRows), `width` of the panel's kPanel outputs, `depth` steps
+// of k starting at the panel block. `first` starts the chains at zero, `bias` (on the last block)
+// is added after the sum, as torch's linear does.
 struct Tile {
   const float* a;
   int64_t lda;
@@ -230,7 +228,7 @@ constexpr auto kernels = make_kernels(std::make_integer_sequence<int, kRows>());
 struct Product {
   const float* a;
   int64_t lda;
-  const float* packed;  // panels of k x 32 floats
+  const float* packed;  // panels of k x kPanel floats
   const float* bias;
   float* c;
   int64_t m, k, n;
@@ -276,6 +274,9 @@ float* packing_buffer(size_t floats) {
 
 void linear_product(const float* a, int64_t lda, const void* w, DType w_dtype, const float* bias,
                     float* c, int64_t m, int64_t k, int64_t n) {
+  // Checked here, outside the parallel region, where an error may still leave as an exception.
+  check(w_dtype == DType::F32 || w_dtype == DType::BF16 || w_dtype == DType::F16,
+        "linear: weights of type {} are not supported on the CPU", dtype_name(w_dtype));
   if (m == 0 || n == 0) return;
   if (k == 0) {
     for (int64_t r = 0; r < m; ++r)
@@ -288,9 +289,8 @@ void linear_product(const float* a, int64_t lda, const void* w, DType w_dtype, c
   const int64_t row_jobs = (m + kJobRows - 1) / kJobRows;
   const int64_t panel_jobs = (panels + kJobPanels - 1) / kJobPanels;
   const int64_t jobs = row_jobs * panel_jobs;
-  const int64_t work = m * n * k;
-  const int threads = int(std::clamp<int64_t>(
-      std::min<int64_t>(work / kWorkPerThread, std::max(jobs, panels)), 1, omp_get_max_threads()));
+  const int threads =
+      int(std::min<int64_t>(threads_for(m * n * k, kWorkPerThread), std::max(jobs, panels)));
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
 #pragma omp for schedule(static)

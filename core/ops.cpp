@@ -123,8 +123,8 @@ Tensor layer_norm(const Tensor& x, float eps, const Tensor& weight, const Tensor
          b = bias.defined() ? as_f32(bias) : Tensor();
   const float* in = x.data<float>();
   float* out = y.data<float>();
-#pragma omp parallel for schedule(static) \
-    num_threads(threads_for(rows* dim)) if (rows * dim > kParallelThreshold)
+  const int threads = threads_for(rows * dim);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = in + r * dim;
     double mean = 0;
@@ -153,8 +153,8 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps, DType out_dtyp
   Tensor w = weight.defined() ? as_f32(weight) : Tensor();
   const float* in = x.data<float>();
   float* out = y.data<float>();
-#pragma omp parallel for schedule(static) \
-    num_threads(threads_for(rows* dim)) if (rows * dim > kParallelThreshold)
+  const int threads = threads_for(rows * dim);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = in + r * dim;
     double sum = 0;
@@ -182,10 +182,12 @@ void activate_(Tensor& x, Activation activation) {
   float* p = x.data<float>();
   const int64_t n = x.numel();
   if (activation == Activation::Relu) {
-#pragma omp parallel for schedule(static) num_threads(threads_for(n)) if (n > kParallelThreshold)
+    const int threads = threads_for(n);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
     for (int64_t i = 0; i < n; ++i) p[i] = p[i] > 0.0f ? p[i] : 0.0f;
   } else {  // the exact (erf) GELU
-#pragma omp parallel for schedule(static) num_threads(threads_for(n)) if (n > kParallelThreshold)
+    const int threads = threads_for(n);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
     for (int64_t i = 0; i < n; ++i) p[i] = 0.5f * p[i] * (1.0f + std::erf(p[i] * float(M_SQRT1_2)));
   }
 }
@@ -199,7 +201,8 @@ template <typename Apply>
 void apply_in_chunks(const float* in, float* out, int64_t n, Apply apply) {
   constexpr int64_t kChunk = 4096;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) num_threads(threads_for(n)) if (n > kParallelThreshold)
+  const int threads = threads_for(n);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t begin = c * kChunk, size = std::min(kChunk, n - begin);
     Eigen::Map<Eigen::ArrayXf> to(out + begin, size);
@@ -318,8 +321,8 @@ Tensor random_uniform(const Shape& shape, DType dtype, Device device, uint64_t s
   const int64_t count = values.numel();
   // The hash and arithmetic of the GPU fill (core/cuda/t5_ops.cu), value for value; the bf16
   // values are rounded from the float32 ones, so float32 is their float32 form.
-#pragma omp parallel for schedule(static) \
-    num_threads(threads_for(count)) if (count > kParallelThreshold)
+  const int threads = threads_for(count);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t i = 0; i < count; ++i) {
     uint64_t z = seed * 0x9e3779b97f4a7c15ull + uint64_t(i);  // splitmix64's finaliser
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;

@@ -13,9 +13,10 @@
 namespace mmgen {
 
 // Elements an element-wise or row loop gives each thread (torch's intra-op grain is the same).
-inline constexpr int64_t kParallelThreshold = int64_t(1) << 15;
+inline constexpr int64_t kParallelGrain = int64_t(1) << 15;
 
-inline int threads_for(int64_t work, int64_t grain = kParallelThreshold) {
+// Loops run `num_threads(threads) if (threads > 1)`: below two grains, no team is started at all.
+inline int threads_for(int64_t work, int64_t grain = kParallelGrain) {
   return int(std::clamp<int64_t>(work / std::max<int64_t>(grain, 1), 1, omp_get_max_threads()));
 }
 

@@ -36,8 +36,8 @@ Tensor weight_to_f32(const Tensor& weight) {
   const uint16_t* from = weight.data<uint16_t>();
   float* to = result.data<float>();
   const int64_t count = weight.numel();
-#pragma omp parallel for schedule(static) \
-    num_threads(threads_for(count)) if (count > kParallelThreshold)
+  const int threads = threads_for(count);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t i = 0; i < count; ++i) to[i] = bf16_to_f32(from[i]);
   return result;
 }
@@ -57,8 +57,8 @@ Tensor modulated_layer_norm(const Tensor& x, const Tensor& shift, const Tensor& 
   const float* shift_values = shift.data<float>();
   const float* scale_values = scale_plus_one.data<float>();
   float* out = y.data<float>();
-#pragma omp parallel for schedule(static) \
-    num_threads(threads_for(rows* dim)) if (rows * dim > kParallelThreshold)
+  const int threads = threads_for(rows * dim);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = in + r * dim;
     double sum = 0;
@@ -107,8 +107,8 @@ void add_gated_(Tensor& x, const Tensor& y, const Tensor& gate) {
   float* dst_all = x.data<float>();
   const float* src_all = y.data<float>();
   const float* g = gate.defined() ? gate.data<float>() : nullptr;
-#pragma omp parallel for schedule(static) \
-    num_threads(threads_for(rows* dim)) if (rows * dim > kParallelThreshold)
+  const int threads = threads_for(rows * dim);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t r = 0; r < rows; ++r) {
     float* dst = dst_all + r * dim;
     const float* src = src_all + r * dim;
@@ -133,8 +133,8 @@ void rope_(Tensor& x, const Tensor& cos, const Tensor& sin, int64_t head_dim,
   const int64_t tokens = cos.size(0), heads = dim / head_dim;
   const Tensor c_table = cos.contiguous(), s_table = sin.contiguous();
   float* data = x.data<float>();
-#pragma omp parallel for schedule(static) \
-    num_threads(threads_for(rows* dim)) if (rows * dim > kParallelThreshold)
+  const int threads = threads_for(rows * dim);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t position = (r / rows_per_position) % tokens;
     const float* c = c_table.data<float>() + position * half;
@@ -166,8 +166,8 @@ void rope_half_(Tensor& x, const Tensor& cos, const Tensor& sin) {
   const float* c_all = c_table.data<float>();
   const float* s_all = s_table.data<float>();
   float* data = x.data<float>();
-#pragma omp parallel for schedule(static) \
-    num_threads(threads_for(tokens* heads* head_dim)) if (tokens * heads * head_dim > (1 << 16))
+  const int threads = threads_for(tokens * heads * head_dim);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t t = 0; t < tokens; ++t) {
     const float* c = c_all + t * half;
     const float* s = s_all + t * half;
@@ -195,8 +195,8 @@ void rms_norm_rope_(Tensor& x, const Tensor& weight, float eps, const Tensor& co
   require_vector(w, dim, "rms_norm_rope", "weight");
   float* data = x.data<float>();
   const float* wv = w.data<float>();
-#pragma omp parallel for schedule(static) \
-    num_threads(threads_for(rows* dim)) if (rows * dim > kParallelThreshold)
+  const int threads = threads_for(rows * dim);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t r = 0; r < rows; ++r) {
     float* row = data + r * dim;
     double squares = 0;

@@ -63,8 +63,8 @@ namespace {
 // all, the oldest dropped first.
 class LargeBlocks {
  public:
-  static constexpr size_t kLargeBytes = size_t(32) << 20;
   static constexpr size_t kHeldBytes = size_t(2) << 30;
+  static bool large(size_t bytes) { return bytes >= (size_t(32) << 20); }
 
   void* take(size_t bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -90,10 +90,6 @@ class LargeBlocks {
     held_ += bytes;
   }
 
-  ~LargeBlocks() {
-    for (const auto& [bytes, block] : blocks_) std::free(block);
-  }
-
  private:
   std::mutex mutex_;
   std::list<std::pair<size_t, void*>> blocks_;  // newest first
@@ -101,7 +97,8 @@ class LargeBlocks {
 };
 
 LargeBlocks& large_blocks() {
-  static LargeBlocks* blocks = new LargeBlocks;  // never destroyed: tensors may outlive statics
+  // Never destroyed (tensors may outlive statics), so the blocks it holds are never freed at exit.
+  static LargeBlocks* blocks = new LargeBlocks;
   return *blocks;
 }
 
@@ -114,7 +111,7 @@ OwnedStorage::OwnedStorage(size_t bytes) : size_(bytes) {
   // download) were fresh pages every time, faulted in again (0.3 ms per MiB on the VMs measured).
   // malloc reuses them, with keep_freed_host_memory() (core/system_memory.h) keeping them mapped;
   // blocks too large for that are kept by LargeBlocks above.
-  if (bytes + 64 >= LargeBlocks::kLargeBytes) block_ = large_blocks().take(bytes + 64);
+  if (LargeBlocks::large(bytes + 64)) block_ = large_blocks().take(bytes + 64);
   if (!block_) block_ = std::malloc(bytes + 64);
   if (!block_) throw std::bad_alloc();
   const auto address = reinterpret_cast<uintptr_t>(block_);
@@ -122,7 +119,7 @@ OwnedStorage::OwnedStorage(size_t bytes) : size_(bytes) {
 }
 
 OwnedStorage::~OwnedStorage() {
-  if (size_ + 64 >= LargeBlocks::kLargeBytes)
+  if (LargeBlocks::large(size_ + 64))
     large_blocks().give(size_ + 64, block_);
   else
     std::free(block_);
@@ -472,16 +469,16 @@ Tensor Tensor::to(DType dtype) const {
   if (dtype_ == DType::BF16 && dtype == DType::F32) {  // the hot case: weights used in f32
     const uint16_t* from = source.data<uint16_t>();
     float* to = result.data<float>();
-#pragma omp parallel for schedule(static) \
-    num_threads(threads_for(count)) if (count > kParallelThreshold)
+    const int threads = threads_for(count);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
     for (int64_t i = 0; i < count; ++i) to[i] = bf16_to_f32(from[i]);
     return result;
   }
   if (dtype_ == DType::F32 && dtype == DType::BF16) {  // weights placed on a GPU, activations
     const float* from = source.data<float>();
     uint16_t* to = result.data<uint16_t>();
-#pragma omp parallel for schedule(static) \
-    num_threads(threads_for(count)) if (count > kParallelThreshold)
+    const int threads = threads_for(count);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
     for (int64_t i = 0; i < count; ++i) to[i] = f32_to_bf16(from[i]);
     return result;
   }

@@ -376,25 +376,20 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
   auto predict_guided = [&](int step, int steps) {
     const Tensor both = transformer_->forward(stack_pair(latents, latents), step_timestep(step),
                                               both_embeds, {step, steps, 0}, &attention);
-    return std::pair{both.select(0, 0).unsqueeze(0), both.select(0, 1).unsqueeze(0)};
+    return classifier_free_guidance(both.select(0, 0).unsqueeze(0).contiguous(),
+                                    both.select(0, 1).unsqueeze(0).contiguous(),
+                                    float(input.guidance_scale));
   };
   WanGenerationOutput output;
   const int steps = scheduler->num_inference_steps();
   Progress denoise("denoise", steps, "step");
   for (int i = 0; i < steps; ++i) {
     stop_if_requested();  // Ctrl-C / SIGTERM: the step boundary is where a run stops
-    Tensor prediction;
-    if (batch_guidance) {
-      const auto [conditional, unconditional] = predict_guided(i, steps);
-      prediction = classifier_free_guidance(conditional.contiguous(), unconditional.contiguous(),
-                                            float(input.guidance_scale));
-    } else {
-      prediction = predict(prompt_embeds, i, steps, 0);
-      if (guided) {
-        const Tensor unconditional = predict(negative_embeds, i, steps, 1);
-        prediction =
-            classifier_free_guidance(prediction, unconditional, float(input.guidance_scale));
-      }
+    Tensor prediction =
+        batch_guidance ? predict_guided(i, steps) : predict(prompt_embeds, i, steps, 0);
+    if (guided && !batch_guidance) {
+      const Tensor unconditional = predict(negative_embeds, i, steps, 1);
+      prediction = classifier_free_guidance(prediction, unconditional, float(input.guidance_scale));
     }
     latents = scheduler->step(prediction, i, latents);
     if (keep_step_latents) output.latents_after_step.push_back(latents);

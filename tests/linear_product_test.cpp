@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "core/gemm_cpu.h"
 #include "core/ops.h"
 
@@ -124,6 +125,16 @@ TEST(LinearProduct, LinearOpTakesBf16WeightsAsStored) {
   const Tensor via_bf16 = ops::linear(x, w16);
   EXPECT_EQ(0, std::memcmp(via_f32.data<float>(), via_bf16.data<float>(),
                            size_t(p.m * p.n) * sizeof(float)));
+}
+
+// Refused before any thread starts: an exception thrown inside the parallel region would abort.
+TEST(LinearProduct, RefusesAnUnsupportedWeightTypeWithAnError) {
+  const Problem p = random_problem(64, 64, 64, 2);
+  std::vector<int32_t> ints(p.w.size(), 1);
+  std::vector<float> c(size_t(p.m * p.n));
+  EXPECT_THROW(cpu::linear_product(p.a.data(), p.k, ints.data(), DType::I32, nullptr, c.data(), p.m,
+                                   p.k, p.n),
+               Error);
 }
 
 }  // namespace
