@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 
+#include "attention/repeated_keys.h"
 #include "core/tensor.h"
 
 namespace mmgen::attention {
@@ -42,6 +43,9 @@ struct AttentionContext {
   bool is_cross = false;
   const LayerWeights* weights = nullptr;  // may be null
   LayerState* state = nullptr;            // may be null (then a stateful backend recomputes)
+  // Cross-attention: k and v hold a repeated tail (attention/repeated_keys.h). Set only for a
+  // backend whose counts_repeated_keys() is true; the caller expands the keys for the others.
+  const RepeatedTail* repeated_tail = nullptr;
 };
 
 // What a call did, for `mmgen attention` and the benchmarks.
@@ -57,6 +61,8 @@ class AttentionBackend {
  public:
   virtual ~AttentionBackend() = default;
   virtual std::string_view name() const = 0;
+  // Whether forward() attends to a context's repeated_tail itself (without its copies).
+  virtual bool counts_repeated_keys() const { return false; }
   // q [B, Sq, H, D], k and v [B, Sk, H, D] float32 (any strides); scale multiplies q·k.
   // Returns [B, Sq, H, D] float32. `stats` may be null.
   virtual Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale,

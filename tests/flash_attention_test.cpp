@@ -11,6 +11,7 @@
 #include "attention/block_sparse.h"
 #include "attention/dense_attention.h"
 #include "attention/flash_kernel.h"
+#include "attention/repeated_keys.h"
 #include "test_support.h"
 
 namespace mmgen::attention {
@@ -269,6 +270,72 @@ TEST(BlockSparse, RejectsBadPatterns) {
               block_sparse_attention(q, k, k, 1.0f, {pattern, pattern, pattern});
             }),
             "");
+}
+
+// Keys [B, kept, H, D] whose element b repeats its last row from distinct[b] on.
+Tensor with_repeated_tail(const Shape& shape, const std::vector<int64_t>& distinct, uint32_t seed) {
+  Tensor t = random_tensor(shape, seed);
+  const int64_t kept = shape[1], row = shape[2] * shape[3];
+  for (int64_t b = 0; b < shape[0]; ++b)
+    for (int64_t j = distinct[size_t(b)]; j < kept; ++j)
+      std::copy_n(t.data<float>() + (b * kept + kept - 1) * row, row,
+                  t.data<float>() + (b * kept + j) * row);
+  return t;
+}
+
+TEST(RepeatedKeys, FindsEachElementsTailBitForBit) {
+  Tensor rows = Tensor::zeros({3, 6, 4});
+  for (int64_t i = 0; i < 4; ++i) {
+    rows.data<float>()[0 * 24 + 0 * 4 + i] = 1.0f;  // element 0: one distinct row, five zeros
+    for (int64_t j = 0; j < 6; ++j) rows.data<float>()[24 + j * 4 + i] = float(j + i);  // none
+    rows.data<float>()[48 + 2 * 4 + i] = 2.0f;  // element 2: rows 0, 1 zero, row 2 not, rest zero
+  }
+  const RepeatedTail tail = find_repeated_tail(rows);
+  EXPECT_EQ(tail.total, 6);
+  EXPECT_EQ(tail.distinct, (std::vector<int64_t>{1, 5, 3}));
+  EXPECT_EQ(kept_rows(tail), 6);
+  // -0.0 and 0.0 are different bits, so not one repeated row.
+  Tensor signs = Tensor::zeros({1, 3, 1});
+  signs.data<float>()[2] = -0.0f;
+  EXPECT_EQ(find_repeated_tail(signs).distinct, (std::vector<int64_t>{2}));
+}
+
+TEST(RepeatedKeys, ExpandsToTheRowsTheyStandFor) {
+  const RepeatedTail tail{{2, 0}, 7};
+  const Tensor keys = with_repeated_tail({2, 3, 2, 4}, tail.distinct, 5);
+  const Tensor all = expand_repeated_tail(keys, tail);
+  ASSERT_EQ(all.shape(), (Shape{2, 7, 2, 4}));
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t j = 0; j < 7; ++j)
+      for (int64_t i = 0; i < 8; ++i)
+        EXPECT_EQ(all.data<float>()[(b * 7 + j) * 8 + i],
+                  keys.data<float>()[(b * 3 + std::min<int64_t>(j, 2)) * 8 + i]);
+  EXPECT_NE(testing::error_message([&] { expand_repeated_tail(keys, {{2, 0}, 2}); }), "");
+  EXPECT_NE(testing::error_message([&] { expand_repeated_tail(keys, {{1}, 7}); }), "");
+}
+
+// Counting the repeated key once gives the attention over every key it stands for (the oracle in
+// double over the expanded keys); each element's values are what it gets alone, to the bit.
+TEST(RepeatedKeys, CountedAttentionEqualsAttentionOverEveryKey) {
+  const RepeatedTail tail{{5, 0, 9}, 40};
+  const Tensor q = random_tensor({3, 37, 2, 16}, 11, 2.0f);
+  const Tensor k = with_repeated_tail({3, 10, 2, 16}, tail.distinct, 12);
+  const Tensor v = with_repeated_tail({3, 10, 2, 16}, tail.distinct, 13);
+  const DenseWithLse flash = [](const Tensor& qb, const Tensor& kb, const Tensor& vb, float s,
+                                Tensor* lse) { return flash::flash_attention(qb, kb, vb, s, lse); };
+  const Tensor counted = attend_repeated_tail(q, k, v, 0.25f, tail, flash);
+  const Tensor expected =
+      oracle(q, expand_repeated_tail(k, tail), expand_repeated_tail(v, tail), 0.25f, kAll);
+  EXPECT_LT(testing::relative_error(counted, expected), 1e-6);
+  for (int64_t b = 0; b < 3; ++b) {
+    const auto one = [&](const Tensor& t) { return t.slice(0, b, b + 1).contiguous(); };
+    const RepeatedTail alone{{tail.distinct[size_t(b)]}, tail.total};
+    const int64_t rows = kept_rows(alone);
+    const Tensor got =
+        attend_repeated_tail(one(q), one(k).slice(1, 0, rows).contiguous(),
+                             one(v).slice(1, 0, rows).contiguous(), 0.25f, alone, flash);
+    EXPECT_EQ(testing::max_abs_diff(got, one(counted)), 0.0) << "element " << b;
+  }
 }
 
 }  // namespace

@@ -210,6 +210,39 @@ TEST_F(WanTransformerReference, BatchOfTwoIsBitIdenticalToTwoForwards) {
   }
 }
 
+// WanPipeline pads every prompt's embedding with zero rows to max_sequence_length; on the host the
+// padding is embedded, projected and attended to once, counted for its copies
+// (attention/repeated_keys.h). diffusers' forward over the padded text (tests/data/wan_padded_text,
+// two elements padded from rows 9 and 5), through the reference attention (which gets every key)
+// and through fa (which counts them), batched and alone.
+TEST_F(WanTransformerReference, PaddedTextMatchesDiffusersWithItsPaddingAttendedOnce) {
+  WanTransformer model = WanTransformer::load(tiny_dir() / "model" / "transformer");
+  const WeightStore padded = WeightStore::open_file(testing::source_dir() / "tests" / "data" /
+                                                    "wan_padded_text" / "reference.safetensors");
+  const Tensor latents = padded.get_f32("latents"), text = padded.get_f32("text");
+  const Tensor expected = padded.get_f32("out_t431");
+  for (const bool flash : {false, true}) {
+    WanAttention attention;
+    if (flash)
+      for (int64_t layer = 0; layer < model.config().num_layers; ++layer) {
+        WanLayerAttention& entry = attention.layers.emplace_back();
+        entry.self_attention = attention::make_dit_backend("fa", nlohmann::json::object());
+        entry.cross_attention = attention::make_dit_backend("fa", nlohmann::json::object());
+      }
+    const Tensor out = model.forward(latents, 431.5f, text, {}, &attention);
+    const double error = relative_error(out, expected);
+    std::printf("fa %d: relative error %.3g\n", int(flash), error);
+    EXPECT_LT(error, 1e-5) << "fa " << flash;
+    for (int64_t b = 0; b < 2; ++b) {
+      const Tensor alone = model.forward(latents.slice(0, b, b + 1).contiguous(), 431.5f,
+                                         text.slice(0, b, b + 1).contiguous(), {}, &attention);
+      EXPECT_EQ(0, std::memcmp(alone.data<float>(), out.data<float>() + b * alone.numel(),
+                               size_t(alone.numel()) * sizeof(float)))
+          << "fa " << flash << ", element " << b;
+    }
+  }
+}
+
 TEST_F(WanTransformerReference, RejectsBadInputs) {
   WanTransformer model = WanTransformer::load(tiny_dir() / "model" / "transformer");
   Tensor text = reference_.get_f32("transformer.encoder_hidden_states");

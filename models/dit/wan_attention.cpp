@@ -15,8 +15,11 @@ Tensor wan_attention(const Tensor& q, const Tensor& k, const Tensor& v,
   const int64_t expected_q_len = call.grid_t * call.grid_h * call.grid_w;
   check(q.size(1) == expected_q_len, "wan_attention: {} query tokens for a {}x{}x{} grid",
         q.size(1), call.grid_t, call.grid_h, call.grid_w);
-  check(!call.is_cross || k.size(1) == call.text_len, "wan_attention: {} keys for {} text tokens",
-        k.size(1), call.text_len);
+  const attention::RepeatedTail* tail = call.is_cross ? call.repeated_tail : nullptr;
+  const int64_t text_keys = tail ? attention::kept_rows(*tail) : call.text_len;
+  check(!call.is_cross || (k.size(1) == text_keys && (!tail || tail->total == call.text_len)),
+        "wan_attention: {} keys for {} text tokens", k.size(1), call.text_len);
+  check(!tail || q.is_cpu(), "wan_attention: a repeated text tail is a host-side shortcut");
   const float scale = float(1.0 / std::sqrt(double(q.size(3))));
 
   WanLayerAttention* layer = nullptr;
@@ -41,11 +44,15 @@ Tensor wan_attention(const Tensor& q, const Tensor& k, const Tensor& v,
   }
   attention::AttentionBackend* backend =
       layer ? (call.is_cross ? layer->cross_attention : layer->self_attention).get() : nullptr;
+  // A backend that does not count repeated keys gets them all, as the model defines them.
+  const bool counted = tail && backend && backend->counts_repeated_keys();
+  const Tensor keys = tail && !counted ? attention::expand_repeated_tail(k, *tail) : k;
+  const Tensor values = tail && !counted ? attention::expand_repeated_tail(v, *tail) : v;
   if (!backend) {
     attention::DenseAttentionArgs args;
     args.q = q;
-    args.k = k;
-    args.v = v;
+    args.k = keys;
+    args.v = values;
     args.scale = scale;
     return attention::dense_attention(args);
   }
@@ -60,6 +67,7 @@ Tensor wan_attention(const Tensor& q, const Tensor& k, const Tensor& v,
   // Wan's self-attention sequence holds video tokens only; a cross-attention's keys are the text.
   context.text_length = call.is_cross ? call.text_len : 0;
   context.is_cross = call.is_cross;
+  if (counted) context.repeated_tail = tail;
   attention::LayerWeights call_weights;
   if (!call.is_cross) {
     context.weights = &layer->self_weights;
@@ -75,7 +83,7 @@ Tensor wan_attention(const Tensor& q, const Tensor& k, const Tensor& v,
   }
   attention::AttentionStats* stats =
       call.is_cross ? nullptr : &call.attention->self_attention_stats;
-  return backend->forward(q, k, v, scale, context, stats);
+  return backend->forward(q, keys, values, scale, context, stats);
 }
 
 bool WanAttention::dense_on_cpu() const {

@@ -56,7 +56,10 @@ struct WanAttentionCall {
   int64_t grid_h = 0;
   int64_t grid_w = 0;
   int64_t text_len = 0;  // number of text tokens (the keys of a cross-attention call)
-  float timestep = 0;    // the scheduler's timestep value of this forward
+  // Cross-attention on the host: the text's padding rows are one repeated row, computed once
+  // (attention/repeated_keys.h); k and v then hold kept_rows(*repeated_tail) keys. Null: all.
+  const attention::RepeatedTail* repeated_tail = nullptr;
+  float timestep = 0;  // the scheduler's timestep value of this forward
   WanStep step;
   WanAttention* attention = nullptr;  // null: dense reference attention
   // Self-attention only: the block's attention input (the norm1-modulated hidden states,

@@ -211,8 +211,17 @@ Tensor WanTransformer::forward(const Tensor& latents, float timestep, const Tens
   head = head.to(device_);
 
   const OuterWeights outer = outer_weights();
+  // On the host, the text's padding (zero rows up to max_sequence_length, one repeated row) is
+  // embedded, projected and attended to once, counted for its copies (attention/repeated_keys.h).
+  attention::RepeatedTail tail;
+  if (device_ == Device::CPU && text_embeds.is_cpu()) {
+    tail = attention::find_repeated_tail(text_embeds);
+    if (attention::kept_rows(tail) == tail.total) tail = {};
+  }
+  const Tensor text_rows =
+      tail.empty() ? text_embeds : text_embeds.slice(1, 0, attention::kept_rows(tail));
   // The text MLP (GELU, tanh form) into the dtype the cross-attention products read.
-  const Tensor text_in = text_embeds.to(DType::F32).to(compute_).to(device_);
+  const Tensor text_in = text_rows.to(DType::F32).to(compute_).to(device_);
   const Tensor text = ops::linear(
       ops::linear(text_in, outer.text_1_weight, outer.text_1_bias, compute_, Activation::GeluTanh),
       outer.text_2_weight, outer.text_2_bias, compute_);
@@ -225,6 +234,7 @@ Tensor WanTransformer::forward(const Tensor& latents, float timestep, const Tens
   call.grid_h = grid.h;
   call.grid_w = grid.w;
   call.text_len = text_embeds.size(1);
+  call.repeated_tail = tail.empty() ? nullptr : &tail;
   call.num_layers = config_.num_layers;
   call.timestep = timestep;
   call.step = step;

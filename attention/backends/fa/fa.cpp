@@ -15,8 +15,15 @@ using json = nlohmann::json;
 class FlashBackend final : public AttentionBackend {
  public:
   std::string_view name() const override { return "fa"; }
+  bool counts_repeated_keys() const override { return true; }
   Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
-                 const AttentionContext&, AttentionStats* stats) override {
+                 const AttentionContext& context, AttentionStats* stats) override {
+    if (context.repeated_tail)
+      return attend_repeated_tail(
+          q, k, v, scale, *context.repeated_tail,
+          [](const Tensor& qb, const Tensor& kb, const Tensor& vb, float s, Tensor* lse) {
+            return flash::flash_attention(qb, kb, vb, s, lse);
+          });
     if (stats) {
       // Dense: every key chunk of every query tile, counted in the kernel's own blocking.
       const BlockSparsePattern pattern = flash::dense_pattern(q.size(1), k.size(1));
