@@ -1,7 +1,6 @@
 #include "core/thread_placement.h"
 
 #include <omp.h>
-#include <pthread.h>
 #include <sched.h>
 
 #include <cstdlib>
@@ -18,25 +17,16 @@ std::vector<int> allowed_cpus() {
   return cpus;
 }
 
-void place_threads_on(const std::vector<int>& cpus) {
-  if (cpus.empty()) return;
-#pragma omp parallel num_threads(int(cpus.size()))
-  {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpus[size_t(omp_get_thread_num())], &set);
-    // A refusal (a CPU gone offline since) leaves the thread where it may run: still correct.
-    pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
-  }
+bool threads_want_placing() {
+  for (const char* name : {"OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY"})
+    if (std::getenv(name)) return false;
+  const size_t cpus = allowed_cpus().size();
+  return cpus >= 2 && int(cpus) == omp_get_max_threads();
 }
 
-int place_threads() {
-  for (const char* name : {"OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY"})
-    if (std::getenv(name)) return 0;
-  const std::vector<int> cpus = allowed_cpus();
-  if (cpus.size() < 2 || int(cpus.size()) != omp_get_max_threads()) return 0;
-  place_threads_on(cpus);
-  return int(cpus.size());
+void set_thread_placement_environment() {
+  setenv("OMP_PROC_BIND", "close", 1);
+  setenv("OMP_PLACES", "cores", 1);
 }
 
 }  // namespace mmgen

@@ -1,61 +1,53 @@
-// Thread placement: after place_threads_on, each thread of a team runs on its CPU only.
+// Thread placement: when mmgen asks OpenMP to place its threads, and that the executable does.
 #include "core/thread_placement.h"
 
 #include <gtest/gtest.h>
 #include <omp.h>
-#include <sched.h>
 
-#include <algorithm>
-#include <vector>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "tests/test_support.h"
 
 namespace mmgen {
 namespace {
 
-// The CPUs each thread of a team of `threads` may run on.
-std::vector<std::vector<int>> team_affinity(int threads) {
-  std::vector<std::vector<int>> result(static_cast<size_t>(threads));
-#pragma omp parallel num_threads(threads)
-  result[size_t(omp_get_thread_num())] = allowed_cpus();
-  return result;
-}
-
-// Every thread of the largest team may run anywhere in `cpus` again.
-void free_threads(const std::vector<int>& cpus) {
-#pragma omp parallel num_threads(std::max(omp_get_max_threads(), int(cpus.size())))
-  {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    for (const int cpu : cpus) CPU_SET(cpu, &set);
-    sched_setaffinity(0, sizeof(set), &set);
+// One thread per allowed CPU: placed, unless the user placed them.
+TEST(ThreadPlacement, WantedForOneThreadPerCpuUnlessTheUserPlacedThem) {
+  const int cpus = int(allowed_cpus().size());
+  ASSERT_GE(cpus, 1);
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(cpus);
+  EXPECT_EQ(threads_want_placing(), cpus >= 2);
+  for (const char* name : {"OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY"}) {
+    setenv(name, "false", 1);
+    EXPECT_FALSE(threads_want_placing()) << name;
+    unsetenv(name);
   }
+  omp_set_num_threads(cpus + 1);
+  EXPECT_FALSE(threads_want_placing());
+  omp_set_num_threads(before);
 }
 
-TEST(ThreadPlacement, EachThreadKeepsToItsCpuInLaterTeams) {
-  const std::vector<int> all = allowed_cpus();
-  ASSERT_FALSE(all.empty());
-  if (all.size() < 2) GTEST_SKIP() << "one CPU: nothing to place";
-  const std::vector<int> two = {all[1], all[0]};  // not the order they come in
-  place_threads_on(two);
-  EXPECT_EQ(team_affinity(2), (std::vector<std::vector<int>>{{all[1]}, {all[0]}}));
-  EXPECT_EQ(team_affinity(2), (std::vector<std::vector<int>>{{all[1]}, {all[0]}}));
-  free_threads(all);
-  EXPECT_EQ(team_affinity(2), std::vector<std::vector<int>>(2, all));
-}
-
-// One thread per allowed CPU: placed, unless the user placed them (ctest runs with two threads).
-TEST(ThreadPlacement, PlacesOneThreadPerCpuUnlessTheUserPlacedThem) {
-  const std::vector<int> all = allowed_cpus();
-  setenv("OMP_PROC_BIND", "false", 1);
-  EXPECT_EQ(place_threads(), 0);
-  unsetenv("OMP_PROC_BIND");
-  const bool one_each = all.size() >= 2 && int(all.size()) == omp_get_max_threads();
-  EXPECT_EQ(place_threads(), one_each ? int(all.size()) : 0);
-  if (one_each) {
-    std::vector<std::vector<int>> each;
-    for (const int cpu : all) each.push_back({cpu});
-    EXPECT_EQ(team_affinity(int(all.size())), each);
-  }
-  free_threads(all);
+// The executable starts itself again with the placement set: with one thread per CPU, OpenMP's
+// own report (OMP_DISPLAY_ENV) shows OMP_PROC_BIND 'CLOSE'; asked not to, it stays unset.
+TEST(ThreadPlacement, TheExecutableRunsPlacedWithOneThreadPerCpu) {
+  const int cpus = int(allowed_cpus().size());
+  if (cpus < 2) GTEST_SKIP() << "one CPU: nothing to place";
+  const std::filesystem::path log = testing::scratch_dir("thread_placement") / "env.txt";
+  const auto display = [&](const std::string& extra) {
+    const std::string command = "env -u OMP_PROC_BIND -u OMP_PLACES " + extra +
+                                " OMP_DISPLAY_ENV=true OMP_NUM_THREADS=" + std::to_string(cpus) +
+                                " " + testing::mmgen_binary().string() + " --version > " +
+                                log.string() + " 2>&1";
+    EXPECT_EQ(std::system(command.c_str()), 0) << command;
+    std::ifstream in(log);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_NE(display("").find("OMP_PROC_BIND = 'CLOSE'"), std::string::npos) << display("");
+  EXPECT_NE(display("OMP_PROC_BIND=false").find("OMP_PROC_BIND = 'FALSE'"), std::string::npos);
 }
 
 }  // namespace
