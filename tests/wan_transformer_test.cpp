@@ -130,6 +130,17 @@ TEST(WanRope, RotatesPairsByTheirAxisPosition) {
             std::string::npos);
 }
 
+// fa for every self- and cross-attention layer of `model` (an empty WanAttention: the reference).
+WanAttention fa_everywhere(const WanTransformer& model) {
+  WanAttention attention;
+  for (int64_t layer = 0; layer < model.config().num_layers; ++layer) {
+    WanLayerAttention& entry = attention.layers.emplace_back();
+    entry.self_attention = attention::make_dit_backend("fa", nlohmann::json::object());
+    entry.cross_attention = attention::make_dit_backend("fa", nlohmann::json::object());
+  }
+  return attention;
+}
+
 class WanTransformerReference : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -192,13 +203,7 @@ TEST_F(WanTransformerReference, BatchOfTwoIsBitIdenticalToTwoForwards) {
   text2.select(0, 0).copy_from(text.select(0, 0));
   text2.select(0, 1).copy_from(other_text.select(0, 0));
   for (const bool flash : {false, true}) {
-    WanAttention attention;
-    if (flash)
-      for (int64_t layer = 0; layer < model.config().num_layers; ++layer) {
-        WanLayerAttention& entry = attention.layers.emplace_back();
-        entry.self_attention = attention::make_dit_backend("fa", nlohmann::json::object());
-        entry.cross_attention = attention::make_dit_backend("fa", nlohmann::json::object());
-      }
+    WanAttention attention = flash ? fa_everywhere(model) : WanAttention();
     ASSERT_TRUE(attention.dense_on_cpu());
     const Tensor both = model.forward(latents2, 431.5f, text2, {}, &attention);
     const Tensor first = model.forward(latents, 431.5f, text, {}, &attention);
@@ -222,13 +227,7 @@ TEST_F(WanTransformerReference, PaddedTextMatchesDiffusersWithItsPaddingAttended
   const Tensor latents = padded.get_f32("latents"), text = padded.get_f32("text");
   const Tensor expected = padded.get_f32("out_t431");
   for (const bool flash : {false, true}) {
-    WanAttention attention;
-    if (flash)
-      for (int64_t layer = 0; layer < model.config().num_layers; ++layer) {
-        WanLayerAttention& entry = attention.layers.emplace_back();
-        entry.self_attention = attention::make_dit_backend("fa", nlohmann::json::object());
-        entry.cross_attention = attention::make_dit_backend("fa", nlohmann::json::object());
-      }
+    WanAttention attention = flash ? fa_everywhere(model) : WanAttention();
     const Tensor out = model.forward(latents, 431.5f, text, {}, &attention);
     const double error = relative_error(out, expected);
     std::printf("fa %d: relative error %.3g\n", int(flash), error);
