@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/gemm_cpu.h"
 #include "core/parallel.h"
+#include "core/row_stats.h"
 #ifdef MMGEN_HAVE_CUDA
 #include "core/cuda/ops_cuda.h"
 #endif
@@ -124,21 +125,20 @@ Tensor layer_norm(const Tensor& x, float eps, const Tensor& weight, const Tensor
   const float* in = x.data<float>();
   float* out = y.data<float>();
   const int threads = threads_for(rows * dim);
+  const float* wv = w.defined() ? w.data<float>() : nullptr;
+  const float* bv = b.defined() ? b.data<float>() : nullptr;
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = in + r * dim;
-    double mean = 0;
-    for (int64_t i = 0; i < dim; ++i) mean += row[i];
-    mean /= double(dim);
-    double variance = 0;
-    for (int64_t i = 0; i < dim; ++i) variance += (row[i] - mean) * (row[i] - mean);
-    variance /= double(dim);
+    const double mean = row_sum(row, dim) / double(dim);
+    const double variance = row_squares_about(row, dim, mean) / double(dim);
     const float inv = float(1.0 / std::sqrt(variance + double(eps)));
+    const float mean_f = float(mean);
     float* dst = out + r * dim;
     for (int64_t i = 0; i < dim; ++i) {
-      float value = (row[i] - float(mean)) * inv;
-      if (w.defined()) value *= w.data<float>()[i];
-      if (b.defined()) value += b.data<float>()[i];
+      float value = (row[i] - mean_f) * inv;
+      if (wv) value *= wv[i];
+      if (bv) value += bv[i];
       dst[i] = value;
     }
   }
@@ -151,18 +151,16 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps, DType out_dtyp
   const int64_t dim = x.size(-1), rows = x.numel() / dim;
   Tensor y = Tensor::empty(x.shape());
   Tensor w = weight.defined() ? as_f32(weight) : Tensor();
+  const float* wv = w.defined() ? w.data<float>() : nullptr;
   const float* in = x.data<float>();
   float* out = y.data<float>();
   const int threads = threads_for(rows * dim);
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = in + r * dim;
-    double sum = 0;
-    for (int64_t i = 0; i < dim; ++i) sum += double(row[i]) * row[i];
-    const float inv = float(1.0 / std::sqrt(sum / double(dim) + double(eps)));
+    const float inv = float(1.0 / std::sqrt(row_squares(row, dim) / double(dim) + double(eps)));
     float* dst = out + r * dim;
-    for (int64_t i = 0; i < dim; ++i)
-      dst[i] = row[i] * inv * (w.defined() ? w.data<float>()[i] : 1.0f);
+    for (int64_t i = 0; i < dim; ++i) dst[i] = row[i] * inv * (wv ? wv[i] : 1.0f);
   }
   return out_dtype == DType::F32 ? y : y.to(out_dtype);
 }

@@ -1,13 +1,13 @@
 // The CPU implementations of the row-wise ops a DiT block is made of (core/ops.h): each is one
 // OpenMP-parallel pass over the token rows, so a block touches its activations as few times as
-// possible. Statistics in double: rows are long (1536-5120) and this costs nothing next to the
-// products.
+// possible. Statistics in double (core/row_stats.h): rows are long (1536-5120).
 #include <cmath>
 
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/ops.h"
 #include "core/parallel.h"
+#include "core/row_stats.h"
 #ifdef MMGEN_HAVE_CUDA
 #include "core/cuda/ops_cuda.h"
 #endif
@@ -61,11 +61,8 @@ Tensor modulated_layer_norm(const Tensor& x, const Tensor& shift, const Tensor& 
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = in + r * dim;
-    double sum = 0;
-    for (int64_t i = 0; i < dim; ++i) sum += row[i];
-    const double mean = sum / double(dim);
-    double squares = 0;
-    for (int64_t i = 0; i < dim; ++i) squares += (row[i] - mean) * (row[i] - mean);
+    const double mean = row_sum(row, dim) / double(dim);
+    const double squares = row_squares_about(row, dim, mean);
     const float inv = float(1.0 / std::sqrt(squares / double(dim) + double(eps)));
     const float mean_f = float(mean);
     float* dst = out + r * dim;
@@ -199,9 +196,7 @@ void rms_norm_rope_(Tensor& x, const Tensor& weight, float eps, const Tensor& co
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t r = 0; r < rows; ++r) {
     float* row = data + r * dim;
-    double squares = 0;
-    for (int64_t i = 0; i < dim; ++i) squares += double(row[i]) * row[i];
-    const float inv = float(1.0 / std::sqrt(squares / double(dim) + double(eps)));
+    const float inv = float(1.0 / std::sqrt(row_squares(row, dim) / double(dim) + double(eps)));
     for (int64_t i = 0; i < dim; ++i) row[i] = (row[i] * inv) * wv[i];
   }
   if (cos.defined()) rope_(x, cos, sin, head_dim, rows_per_position);
