@@ -272,87 +272,39 @@ float* packing_buffer(size_t floats) {
 
 }  // namespace
 
-namespace {
-
-// The jobs of a product whose weight is packed, on the calling team (an orphaned `omp for`).
-void run_jobs(const Product& g) {
-  const int64_t panels = (g.n + kPanel - 1) / kPanel;
-  const int64_t row_jobs = (g.m + kJobRows - 1) / kJobRows;
-  const int64_t panel_jobs = (panels + kJobPanels - 1) / kJobPanels;
-  // Consecutive jobs share their panels: the threads sweep one block of outputs together, so it
-  // comes from memory once.
-#pragma omp for schedule(dynamic, 1)
-  for (int64_t job = 0; job < row_jobs * panel_jobs; ++job) {
-    const int64_t pj = job / row_jobs, mj = job % row_jobs;
-    run_job(g, mj * kJobRows, std::min(g.m, (mj + 1) * kJobRows), pj * kJobPanels,
-            std::min(panels, (pj + 1) * kJobPanels));
-  }
-}
-
-int product_threads(int64_t m, int64_t k, int64_t n) {
-  const int64_t panels = (n + kPanel - 1) / kPanel;
-  const int64_t jobs = ((m + kJobRows - 1) / kJobRows) * ((panels + kJobPanels - 1) / kJobPanels);
-  return int(std::min<int64_t>(threads_for(m * n * k, kWorkPerThread), std::max(jobs, panels)));
-}
-
-void check_weight_type(DType w_dtype) {
-  // Checked outside the parallel region, where an error may still leave as an exception.
-  check(w_dtype == DType::F32 || w_dtype == DType::BF16 || w_dtype == DType::F16,
-        "linear: weights of type {} are not supported on the CPU", dtype_name(w_dtype));
-}
-
-// c = bias (or zero) when there is nothing to sum over.
-void fill_bias(const float* bias, float* c, int64_t m, int64_t n) {
-  for (int64_t r = 0; r < m; ++r)
-    for (int64_t j = 0; j < n; ++j) c[r * n + j] = bias ? bias[j] : 0.0f;
-}
-
-}  // namespace
-
 void linear_product(const float* a, int64_t lda, const void* w, DType w_dtype, const float* bias,
                     float* c, int64_t m, int64_t k, int64_t n) {
-  check_weight_type(w_dtype);
+  // Checked here, outside the parallel region, where an error may still leave as an exception.
+  check(w_dtype == DType::F32 || w_dtype == DType::BF16 || w_dtype == DType::F16,
+        "linear: weights of type {} are not supported on the CPU", dtype_name(w_dtype));
   if (m == 0 || n == 0) return;
-  if (k == 0) return fill_bias(bias, c, m, n);
+  if (k == 0) {
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t j = 0; j < n; ++j) c[r * n + j] = bias ? bias[j] : 0.0f;
+    return;
+  }
   const int64_t panels = (n + kPanel - 1) / kPanel;
   float* packed = packing_buffer(size_t(panels * kPanel * k));
   const Product g{a, lda, packed, bias, c, m, k, n};
-  const int threads = product_threads(m, k, n);
+  const int64_t row_jobs = (m + kJobRows - 1) / kJobRows;
+  const int64_t panel_jobs = (panels + kJobPanels - 1) / kJobPanels;
+  const int64_t jobs = row_jobs * panel_jobs;
+  const int threads =
+      int(std::min<int64_t>(threads_for(m * n * k, kWorkPerThread), std::max(jobs, panels)));
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
 #pragma omp for schedule(static)
     for (int64_t p = 0; p < panels; ++p)
       pack_weight_panel(w, w_dtype, p * kPanel, n, k, packed + p * kPanel * k);
-    run_jobs(g);
+      // Consecutive jobs share their panels: the threads sweep one block of outputs together, so it
+      // comes from memory once.
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t job = 0; job < jobs; ++job) {
+      const int64_t pj = job / row_jobs, mj = job % row_jobs;
+      run_job(g, mj * kJobRows, std::min(m, (mj + 1) * kJobRows), pj * kJobPanels,
+              std::min(panels, (pj + 1) * kJobPanels));
+    }
   }
-}
-
-PackedLinearWeight::PackedLinearWeight(const void* w, DType w_dtype, int64_t n, int64_t k)
-    : n_(n), k_(k) {
-  check_weight_type(w_dtype);
-  check(n > 0 && k > 0, "linear: cannot pack an empty weight [{}, {}]", n, k);
-  const int64_t panels = (n + kPanel - 1) / kPanel;
-  panels_.reset(static_cast<float*>(std::aligned_alloc(64, bytes())));
-  check(panels_ != nullptr, "linear: out of memory packing a weight of {} floats", n * k);
-  float* packed = panels_.get();
-  const int threads = threads_for(n * k);
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-  for (int64_t p = 0; p < panels; ++p)
-    pack_weight_panel(w, w_dtype, p * kPanel, n, k, packed + p * kPanel * k);
-}
-
-size_t PackedLinearWeight::bytes() const {
-  const int64_t panels = (n_ + kPanel - 1) / kPanel;
-  return size_t(panels * kPanel * k_) * sizeof(float);  // a multiple of 64: panels are 192 bytes
-}
-
-void linear_product_packed(const float* a, int64_t lda, const PackedLinearWeight& w,
-                           const float* bias, float* c, int64_t m) {
-  if (m == 0) return;
-  const Product g{a, lda, w.panels(), bias, c, m, w.k(), w.n()};
-  const int threads = product_threads(m, w.k(), w.n());
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  run_jobs(g);
 }
 
 }  // namespace mmgen::cpu

@@ -95,35 +95,18 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Shape out_shape = x.shape();
   out_shape.back() = out;
   Tensor y = Tensor::empty(out_shape);
+  // The product reads float32, bfloat16 and float16 weights as stored (converted as it packs them).
+  const bool packable =
+      weight.dtype() == DType::F32 || weight.dtype() == DType::BF16 || weight.dtype() == DType::F16;
+  const Tensor w = packable ? weight.contiguous() : as_f32(weight).contiguous();
   Tensor b;
   if (bias.defined()) {
     check(bias.numel() == out, "linear: bias of {} for {} outputs", bias.numel(), out);
     b = as_f32(bias).contiguous();
   }
-  const float* bias_values = b.defined() ? b.data<float>() : nullptr;
-  if (const cpu::PackedLinearWeight* packed = weight.packed_linear()) {
-    cpu::linear_product_packed(x.data<float>(), in, *packed, bias_values, y.data<float>(), rows);
-    return y;
-  }
-  // The product reads float32, bfloat16 and float16 weights as stored (converted as it packs them).
-  const bool packable =
-      weight.dtype() == DType::F32 || weight.dtype() == DType::BF16 || weight.dtype() == DType::F16;
-  const Tensor w = packable ? weight.contiguous() : as_f32(weight).contiguous();
-  cpu::linear_product(x.data<float>(), in, w.raw(), w.dtype(), bias_values, y.data<float>(), rows,
-                      in, out);
+  cpu::linear_product(x.data<float>(), in, w.raw(), w.dtype(),
+                      b.defined() ? b.data<float>() : nullptr, y.data<float>(), rows, in, out);
   return y;
-}
-
-Tensor pack_linear_weight(const Tensor& weight) {
-  if (weight.device() != Device::CPU || weight.packed_linear()) return weight;
-  check(weight.dim() == 2, "pack_linear_weight: weight must be 2-d, got {}",
-        shape_string(weight.shape()));
-  const bool packable =
-      weight.dtype() == DType::F32 || weight.dtype() == DType::BF16 || weight.dtype() == DType::F16;
-  const Tensor w = packable ? weight.contiguous() : as_f32(weight).contiguous();
-  auto packed = std::make_shared<cpu::PackedLinearWeight>(w.raw(), w.dtype(), w.size(0), w.size(1));
-  return Tensor::wrap(std::make_shared<cpu::PackedLinearStorage>(std::move(packed)), 0,
-                      weight.shape(), DType::F32);
 }
 
 Tensor layer_norm(const Tensor& x, float eps, const Tensor& weight, const Tensor& bias, DType out) {

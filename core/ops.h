@@ -15,13 +15,9 @@
 
 namespace mmgen::ops {
 
-// y[..., out] = x[..., in] · weightᵀ + bias, with weight [out, in] (any float dtype, or packed by
-// pack_linear_weight), bias [out] or undefined. On the CPU, core/gemm_cpu.h's product.
+// y[..., out] = x[..., in] · weightᵀ + bias, with weight [out, in] (any float dtype), bias [out] or
+// undefined. GEMM through Eigen (OpenMP-parallel).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
-// A host weight [out, in] packed once for the CPU's product, for a layer that runs many times
-// (the same shape; only linear reads it, with the bits of the unpacked weight). A GPU weight comes
-// back as it is.
-Tensor pack_linear_weight(const Tensor& weight);
 // The same with the result in `out` (the dtype the next op reads: bf16 for a GPU product's input;
 // float32 for the residual stream). The CPU computes in float32 and converts.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, DType out);

@@ -208,8 +208,6 @@ bool Tensor::is_contiguous() const {
 void Tensor::check_element_size(size_t size) const {
   check(size == dtype_size(dtype_), "tensor of dtype {} accessed with a {}-byte element type",
         dtype_name(dtype_), size);
-  check(!packed_linear(), "a weight {} packed for the CPU's product is read by linear only",
-        shape_string(shape_));
 }
 
 Tensor Tensor::view(const Shape& shape) const {

@@ -18,10 +18,6 @@
 
 namespace mmgen {
 
-namespace cpu {
-class PackedLinearWeight;  // core/gemm_cpu.h
-}
-
 enum class Device { CPU, CUDA };
 const char* device_name(Device device);  // "cpu", "cuda"
 using Shape = std::vector<int64_t>;
@@ -37,8 +33,6 @@ class Storage {
   virtual std::byte* data() = 0;
   virtual size_t size() const = 0;
   virtual Device device() const { return Device::CPU; }
-  // Non-null for a linear weight packed for the CPU's product (core/gemm_cpu.h).
-  virtual const cpu::PackedLinearWeight* packed_linear() const { return nullptr; }
 };
 
 class OwnedStorage final : public Storage {
@@ -83,10 +77,6 @@ class Tensor {
   bool is_cpu() const { return device() == Device::CPU; }
   size_t nbytes() const { return size_t(numel()) * dtype_size(dtype_); }
   bool is_contiguous() const;
-  // The packed panels when this is a weight ops::pack_linear_weight packed (null otherwise).
-  const cpu::PackedLinearWeight* packed_linear() const {
-    return storage_ ? storage_->packed_linear() : nullptr;
-  }
 
   // Pointer to the first element. T must have the dtype's element size (uint16_t for bf16/f16).
   template <typename T>

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 
-#include "models/dit/wan_transformer.h"
 #include "models/dit/wan_transformer_config.h"
 #include "models/text_encoders/t5_config.h"
 #include "models/vae/wan_vae_config.h"
@@ -88,13 +87,8 @@ uint64_t transformer_bytes(const Request& request, const ModelIndex& index,
   uint64_t latent_elements = 1;
   for (int64_t size : latent) latent_elements *= uint64_t(size);
   const uint64_t state = 8 * latent_elements;
-  // The blocks' product weights packed as float32, kept for the denoising loop up to the
-  // transformer's budget (models/dit/wan_transformer.h).
-  const uint64_t packed =
-      std::min(dit::WanTransformer::packed_weight_budget(),
-               uint64_t(config.num_layers) * dit::WanBlockWeights::packed_bytes(config));
   return (block + attention + state) * kFloat +
-         conversion_bytes(inventory.find("transformer"), config.num_layers) + packed;
+         conversion_bytes(inventory.find("transformer"), config.num_layers);
 }
 
 }  // namespace

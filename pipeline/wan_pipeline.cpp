@@ -396,7 +396,6 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
     denoise.update(i + 1);
   }
   denoise.finish();
-  transformer_->release_packed_weights();  // before the decode allocates
   const attention::AttentionStats& stats = attention.self_attention_stats;
   const std::string measured =
       stats.total_blocks > 0

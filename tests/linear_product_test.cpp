@@ -137,25 +137,5 @@ TEST(LinearProduct, RefusesAnUnsupportedWeightTypeWithAnError) {
                Error);
 }
 
-// A weight packed once gives the per-call product's bits, through the product and through
-// ops::linear; element access to the packed tensor is refused.
-TEST(LinearProduct, APackedWeightGivesTheSameBits) {
-  const Problem p = random_problem(230, 257, 97, 21);
-  std::vector<float> packed_c(size_t(p.m * p.n), -7.0f);
-  const cpu::PackedLinearWeight packed(p.w.data(), DType::F32, p.n, p.k);
-  cpu::linear_product_packed(p.a.data(), p.k, packed, p.bias.data(), packed_c.data(), p.m);
-  EXPECT_EQ(packed_c, product(p, p.bias.data()));
-
-  const Tensor x = Tensor::from_vector({p.m, p.k}, p.a);
-  const Tensor w = Tensor::from_vector({p.n, p.k}, p.w).to(DType::BF16);
-  const Tensor bias = Tensor::from_vector({p.n}, p.bias);
-  const Tensor w_packed = ops::pack_linear_weight(w);
-  ASSERT_NE(w_packed.packed_linear(), nullptr);
-  EXPECT_EQ(w_packed.shape(), w.shape());
-  const Tensor want = ops::linear(x, w, bias), got = ops::linear(x, w_packed, bias);
-  EXPECT_EQ(0, std::memcmp(want.data<float>(), got.data<float>(), want.nbytes()));
-  EXPECT_THROW(w_packed.data<float>(), Error);
-}
-
 }  // namespace
 }  // namespace mmgen

@@ -128,30 +128,6 @@ WanBlockWeights WanBlockWeights::placed(Device device, DType compute) const {
   return p;
 }
 
-WanBlockWeights WanBlockWeights::packed() const {
-  const auto attention = [](const WanAttentionWeights& a) {
-    WanAttentionWeights p = a;
-    for (Tensor* t : {&p.q_weight, &p.k_weight, &p.v_weight, &p.out_weight})
-      *t = ops::pack_linear_weight(*t);
-    return p;
-  };
-  WanBlockWeights p = *this;
-  p.self_attention = attention(self_attention);
-  p.cross_attention = attention(cross_attention);
-  p.ffn_in_weight = ops::pack_linear_weight(ffn_in_weight);
-  p.ffn_out_weight = ops::pack_linear_weight(ffn_out_weight);
-  return p;
-}
-
-uint64_t WanBlockWeights::packed_bytes(const WanTransformerConfig& config) {
-  // Panels are 48 outputs wide (core/gemm_cpu.cpp), so a product's outputs round up to 48.
-  const auto panels = [](int64_t n) { return uint64_t((n + 47) / 48 * 48); };
-  const uint64_t dim = uint64_t(config.inner_dim()), ffn = uint64_t(config.ffn_dim);
-  return (8 * panels(int64_t(dim)) * dim + panels(int64_t(ffn)) * dim +
-          panels(int64_t(dim)) * ffn) *
-         sizeof(float);
-}
-
 void run_wan_block(Tensor& x, const Tensor& text, const WanModulation& m,
                    const WanBlockWeights& weights, const WanTransformerConfig& config,
                    const WanRopeTables& rope, DType compute, const WanAttentionCall& call) {

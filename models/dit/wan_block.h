@@ -32,10 +32,6 @@ struct WanBlockWeights {
                               const WanTransformerConfig& config);
   // These float32 weights placed on `device` for products that read `compute`.
   WanBlockWeights placed(Device device, DType compute) const;
-  // On the CPU: the products' weights packed once for core/gemm_cpu.h (ops::pack_linear_weight).
-  WanBlockWeights packed() const;
-  // What packed() keeps: the products' weights as float32.
-  static uint64_t packed_bytes(const WanTransformerConfig& config);
 };
 
 // One block's timestep modulation for a forward, each [D] float32 on the model's device: shift,

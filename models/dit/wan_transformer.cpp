@@ -5,7 +5,6 @@
 
 #include "core/error.h"
 #include "core/ops.h"
-#include "core/system_memory.h"
 #include "models/dit/wan_patchify.h"
 #include "models/dit/wan_weights.h"
 
@@ -148,28 +147,7 @@ WanTransformer::OuterWeights WanTransformer::outer_weights() const {
 
 WanBlockWeights WanTransformer::block_weights(int64_t layer) const {
   if (device_ != Device::CPU) return resident_blocks_[size_t(layer)];
-  if (packed_blocks_.empty()) {  // a run's first forward: the budget of what is free now
-    packed_blocks_.resize(size_t(config_.num_layers));
-    packed_budget_ = packed_weight_budget();
-  }
-  std::optional<WanBlockWeights>& packed = packed_blocks_[size_t(layer)];
-  if (packed) return *packed;
-  const WanBlockWeights loaded = WanBlockWeights::load(weights_, layer, config_);
-  const uint64_t bytes = WanBlockWeights::packed_bytes(config_);
-  if (packed_bytes_ + bytes > packed_budget_) return loaded;
-  packed = loaded.packed();
-  packed_bytes_ += bytes;
-  return *packed;
-}
-
-void WanTransformer::release_packed_weights() const {
-  packed_blocks_.clear();
-  packed_bytes_ = 0;
-}
-
-uint64_t WanTransformer::packed_weight_budget() {
-  const std::optional<AvailableMemory> available = available_memory();
-  return available ? available->bytes / 5 * 2 : 0;
+  return WanBlockWeights::load(weights_, layer, config_);
 }
 
 const WanRopeTables& WanTransformer::rope_tables(int64_t grid_t, int64_t grid_h,

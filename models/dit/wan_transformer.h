@@ -12,7 +12,6 @@
 #pragma once
 
 #include <array>
-#include <optional>
 #include <vector>
 
 #include "core/safetensors.h"
@@ -62,15 +61,6 @@ class WanTransformer {
   Tensor forward(const Tensor& latents, float timestep, const Tensor& text_embeds,
                  const WanStep& step = {}, WanAttention* attention = nullptr) const;
 
-  // On the CPU, each block's product weights are packed by the first forward that runs it and
-  // kept (up to packed_weight_budget()) for the next; this frees them (the pipeline calls it after
-  // its denoising loop).
-  void release_packed_weights() const;
-  // The bytes of packed weights the CPU keeps: 40% of the memory available
-  // (core/system_memory.h; MMGEN_AVAILABLE_MEMORY counts), 0 when that cannot be read. Blocks past
-  // it are packed by each forward again.
-  static uint64_t packed_weight_budget();
-
  private:
   // The condition embedder's text MLP, the patch embedding and the output projection where the
   // model runs (see WanBlockWeights for the dtypes).
@@ -89,9 +79,6 @@ class WanTransformer {
   TimeEmbedderWeights time_weights_;
   Device device_ = Device::CPU;
   DType compute_ = DType::F32;
-  // The CPU's packed blocks (one entry per block; empty until a forward packs it).
-  mutable std::vector<std::optional<WanBlockWeights>> packed_blocks_;
-  mutable uint64_t packed_bytes_ = 0, packed_budget_ = 0;
   // The GPU's resident weights (empty on the CPU, which loads them as the forward goes).
   std::vector<WanBlockWeights> resident_blocks_;
   OuterWeights resident_outer_;
