@@ -7,6 +7,7 @@
 
 #include "attention/flash_kernel.h"
 #include "core/error.h"
+#include "core/parallel.h"
 
 namespace mmgen::attention {
 
@@ -152,18 +153,19 @@ void merge_by_lse(Tensor& out_a, Tensor& lse_a, const Tensor& out_b, const Tenso
   const float* ob = out_b.data<float>();
   float* la = lse_a.data<float>();
   const float* lb = lse_b.data<float>();
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t h = 0; h < heads; ++h)
-      for (int64_t i = 0; i < q_len; ++i) {
-        const int64_t l = (b * heads + h) * q_len + i;
-        const float m = std::max(la[l], lb[l]);
-        if (m == kNegativeInfinity) continue;
-        const float wa = std::exp(la[l] - m), wb = std::exp(lb[l] - m);
-        float* a = oa + ((b * q_len + i) * heads + h) * head_dim;
-        const float* c = ob + ((b * q_len + i) * heads + h) * head_dim;
-        for (int64_t d = 0; d < head_dim; ++d) a[d] = (wa * a[d] + wb * c[d]) / (wa + wb);
-        la[l] = m + std::log(wa + wb);
-      }
+  // Rows are independent: one thread per grain of values.
+  const int threads = threads_for(batch * heads * q_len * head_dim);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+  for (int64_t l = 0; l < batch * heads * q_len; ++l) {
+    const int64_t b = l / (heads * q_len), h = l / q_len % heads, i = l % q_len;
+    const float m = std::max(la[l], lb[l]);
+    if (m == kNegativeInfinity) continue;
+    const float wa = std::exp(la[l] - m), wb = std::exp(lb[l] - m);
+    float* a = oa + ((b * q_len + i) * heads + h) * head_dim;
+    const float* c = ob + ((b * q_len + i) * heads + h) * head_dim;
+    for (int64_t d = 0; d < head_dim; ++d) a[d] = (wa * a[d] + wb * c[d]) / (wa + wb);
+    la[l] = m + std::log(wa + wb);
+  }
 }
 
 Tensor gather_tokens(const Tensor& x_in, const std::vector<int64_t>& index) {

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
+#include "attention/block_sparse.h"
 #include "core/error.h"
 #include "core/parallel.h"
 
@@ -74,43 +76,35 @@ Tensor attend_repeated_tail(const Tensor& q_in, const Tensor& k_in, const Tensor
   Tensor out = Tensor::empty(q.shape());
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t distinct = tail.distinct[size_t(b)];
-    // The repeated key stands for itself and every copy: log(count) joins its score.
-    const double log_count = std::log(double(tail.total - distinct));
-    Tensor part, lse;
+    // The distinct keys (none: an empty result, LSE −inf) ...
+    Tensor part = Tensor::zeros({1, q_len, heads, head_dim}),
+           lse = Tensor::full({1, heads, q_len}, -std::numeric_limits<float>::infinity());
     if (distinct > 0) {
       const auto keys = [&](const Tensor& t) {
         return t.slice(0, b, b + 1).slice(1, 0, distinct).contiguous();
       };
       part = attend(q.slice(0, b, b + 1), keys(k), keys(v), scale, &lse);
     }
+    // ... and the repeated key alone: its value, with its score plus log(count) as the LSE of the
+    // copies it stands for, merged in by block_sparse's merge_by_lse.
+    const float log_count = float(std::log(double(tail.total - distinct)));
+    Tensor repeated = Tensor::empty(part.shape()), repeated_lse = Tensor::empty(lse.shape());
     const float* qb = q.data<float>() + b * q_len * heads * head_dim;
     const float* kr = k.data<float>() + (b * kept + kept - 1) * heads * head_dim;
     const float* vr = v.data<float>() + (b * kept + kept - 1) * heads * head_dim;
-    float* ob = out.data<float>() + b * q_len * heads * head_dim;
-    const float* pb = part.defined() ? part.data<float>() : nullptr;
-    const float* lb = lse.defined() ? lse.data<float>() : nullptr;
+    float* values = repeated.data<float>();
+    float* scores = repeated_lse.data<float>();
     const int threads = threads_for(q_len * heads * head_dim);
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
     for (int64_t row = 0; row < q_len * heads; ++row) {
       const int64_t s = row / heads, h = row % heads;
-      const float* qv = qb + row * head_dim;
-      const float* kv = kr + h * head_dim;
-      const float* vv = vr + h * head_dim;
-      float* o = ob + row * head_dim;
-      if (!pb) {  // every key is the repeated one
-        std::copy(vv, vv + head_dim, o);
-        continue;
-      }
       float dot = 0;
-      for (int64_t d = 0; d < head_dim; ++d) dot += qv[d] * kv[d];
-      const double repeated = double(scale) * dot + log_count, rest = lb[h * q_len + s];
-      const double top = std::max(repeated, rest);
-      const double w_rest = std::exp(rest - top), w_repeated = std::exp(repeated - top);
-      const double norm = 1.0 / (w_rest + w_repeated);
-      const float a = float(w_rest * norm), c = float(w_repeated * norm);
-      const float* p = pb + row * head_dim;
-      for (int64_t d = 0; d < head_dim; ++d) o[d] = a * p[d] + c * vv[d];
+      for (int64_t d = 0; d < head_dim; ++d) dot += qb[row * head_dim + d] * kr[h * head_dim + d];
+      scores[h * q_len + s] = scale * dot + log_count;
+      std::copy_n(vr + h * head_dim, head_dim, values + row * head_dim);
     }
+    merge_by_lse(part, lse, repeated, repeated_lse);
+    out.select(0, b).copy_from(part.select(0, 0));
   }
   return out;
 }
