@@ -2,7 +2,9 @@
 // of the wan-shapes example, for mmgen's product (cpu::linear_product) and Eigen's, with float32
 // and bfloat16 weights. torch's figure for the same shapes comes from bench/linear_torch.py.
 //
-//   linear_bench [--repeats N]   (threads from OMP_NUM_THREADS)
+//   linear_bench [--repeats N] [--shapes N] [--no-eigen]   (threads from OMP_NUM_THREADS)
+//
+// --shapes N times the first N shapes only; --no-eigen skips Eigen's product (printed as 0).
 #include <omp.h>
 
 #include <algorithm>
@@ -54,14 +56,22 @@ double median_seconds(int repeats, F run) {
 
 int main(int argc, char** argv) {
   int repeats = 7;
-  for (int i = 1; i + 1 < argc; ++i)
+  size_t shapes = std::size(kShapes);
+  bool eigen_too = true;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--no-eigen") == 0) eigen_too = false;
+    if (i + 1 == argc) continue;
     if (std::strcmp(argv[i], "--repeats") == 0) repeats = std::max(1, std::atoi(argv[i + 1]));
+    if (std::strcmp(argv[i], "--shapes") == 0)
+      shapes = std::clamp<size_t>(size_t(std::max(1, std::atoi(argv[i + 1]))), 1, shapes);
+  }
   std::printf("threads %d, median of %d\n", omp_get_max_threads(), repeats);
   std::printf("%-30s %10s %10s %10s %8s %8s\n", "shape (m x k -> n)", "eigen s", "mmgen f32",
               "mmgen bf16", "GFLOP/s", "eig/mm");
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  for (const Shape3& s : kShapes) {
+  for (size_t index = 0; index < shapes; ++index) {
+    const Shape3& s = kShapes[index];
     std::vector<float> a(size_t(s.m * s.k)), w(size_t(s.n * s.k)), c(size_t(s.m * s.n)),
         bias(size_t(s.n));
     std::vector<uint16_t> w16(w.size());
@@ -70,8 +80,11 @@ int main(int argc, char** argv) {
       w16[i] = mmgen::f32_to_bf16(uniform(rng));
       w[i] = mmgen::bf16_to_f32(w16[i]);
     }
-    const double eigen = median_seconds(
-        repeats, [&] { mmgen::ops::gemm_bt(a.data(), w.data(), c.data(), s.m, s.k, s.n); });
+    const double eigen =
+        eigen_too ? median_seconds(
+                        repeats,
+                        [&] { mmgen::ops::gemm_bt(a.data(), w.data(), c.data(), s.m, s.k, s.n); })
+                  : 0.0;
     const double ours = median_seconds(repeats, [&] {
       mmgen::cpu::linear_product(a.data(), s.k, w.data(), mmgen::DType::F32, bias.data(), c.data(),
                                  s.m, s.k, s.n);

@@ -5,6 +5,7 @@
 
 #include "core/conv_cpu.h"
 #include "core/error.h"
+#include "core/op_profile.h"
 #ifdef MMGEN_HAVE_CUDA
 #include "core/cuda/conv_ops_cuda.h"
 #include "core/cuda/device_storage.h"
@@ -101,7 +102,10 @@ Tensor conv3d(const Conv& conv, const Tensor& x, const ConvInputs& inputs) {
               Shape({x.size(0), conv.out_channels(), scale * x.size(2), scale * x.size(3)}),
           "conv3d: residual {} does not match the output", shape_string(inputs.residual.shape()));
   }
-  if (conv.device() == Device::CPU) return cpu::conv3d(conv, x, inputs);
+  if (conv.device() == Device::CPU) {
+    MMGEN_PROFILE("conv3d");
+    return cpu::conv3d(conv, x, inputs);
+  }
 #ifdef MMGEN_HAVE_CUDA
   return cuda::ops::conv3d(conv, x, inputs);
 #else
@@ -146,7 +150,10 @@ void channel_rms_norm(const Tensor& x, const Tensor& gamma, bool silu, Tensor& y
             gamma.is_contiguous(),
         "channel_rms_norm: gamma must be {} float32 values on the {}", x.size(1),
         device_name(x.device()));
-  if (x.is_cpu()) return cpu::channel_rms_norm(x, gamma, silu, y);
+  if (x.is_cpu()) {
+    MMGEN_PROFILE("channel_rms_norm");
+    return cpu::channel_rms_norm(x, gamma, silu, y);
+  }
 #ifdef MMGEN_HAVE_CUDA
   cuda::ops::channel_rms_norm(x, gamma, silu, y, round_tf32);
 #else

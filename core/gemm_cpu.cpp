@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <utility>
 
 #include "core/error.h"
+#include "core/op_profile.h"
 #include "core/parallel.h"
 
 // The vector path wants AVX-512 F, BW and VL (every AVX-512 server CPU since Skylake, Zen 4 on).
@@ -35,6 +37,10 @@ constexpr int64_t kPanel = 16 * kVectors;
 // A kernel call runs kDepth steps of k: its rows of the input (8 x 256 floats, 8 KiB) stay in L1
 // across the job's panels, each panel block (256 x 48 floats, 48 KiB) streams from L2.
 constexpr int64_t kDepth = 256;
+// How far ahead the kernel asks for its panel rows (8 steps, about 100 cycles: an L2 hit with room
+// to spare). The Zen 4 VM's prefetchers need no help; on the Xeon, at 1-2 threads, these and the
+// input prefetch below lifted the product from about 225 to 250-280 GFLOP/s on two cores.
+constexpr int64_t kPanelAhead = 8;
 // A job: 112 rows x 5 panels (240 outputs); the Wan 1.3B's 1536-wide products make 84 of them.
 constexpr int64_t kJobRows = 112;
 constexpr int64_t kJobPanels = 5;
@@ -145,6 +151,11 @@ struct Tile {
   int64_t width;
   bool first;
   const float* bias;
+  // The next tile's rows of the input, fetched into L2 while this one runs: a job's 112 rows step
+  // through k together, more streams than the hardware prefetchers follow, so without this every
+  // tile's first panel waits for its input from L3 or memory.
+  const float* next_a;
+  int64_t next_rows;
 };
 
 #ifdef MMGEN_GEMM_AVX512
@@ -171,6 +182,13 @@ void tile_kernel(const Tile& t) {
     __m512 b[V];
 #pragma GCC unroll 4
     for (int v = 0; v < V; ++v) b[v] = _mm512_load_ps(p + 16 * v);
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v)
+      _mm_prefetch(reinterpret_cast<const char*>(p + kPanelAhead * kPanel + 16 * v), _MM_HINT_T0);
+    // One line of the next tile's input per step: row i % 8, line i / 16 (each line twice).
+    const int64_t row = std::min<int64_t>(i & 7, t.next_rows - 1);
+    _mm_prefetch(reinterpret_cast<const char*>(t.next_a + row * t.lda + (i >> 4) * 16),
+                 _MM_HINT_T1);
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const __m512 x = _mm512_set1_ps(a[r * t.lda]);
@@ -240,16 +258,32 @@ void run_job(const Product& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
   for (int64_t k0 = 0; k0 < g.k; k0 += kDepth) {
     const int64_t depth = std::min(kDepth, g.k - k0);
     const bool first = k0 == 0, last = k0 + depth == g.k;
-    for (int64_t r = m0; r < m1; r += kRows)
+    for (int64_t r = m0; r < m1; r += kRows) {
+      const int64_t rows = std::min<int64_t>(kRows, m1 - r);
+      // The tile after this one: the next rows at this depth, or the job's first rows at the next.
+      int64_t next_r = r + kRows, next_k0 = k0;
+      if (next_r >= m1) next_r = m0, next_k0 = k0 + kDepth;
+      if (next_k0 >= g.k) next_r = r, next_k0 = k0;
+      const float* next_a = g.a + next_r * g.lda + next_k0;
+      const int64_t next_rows = std::min<int64_t>(kRows, m1 - next_r);
       for (int64_t p = p0; p < p1; ++p) {
-        const int64_t rows = std::min<int64_t>(kRows, m1 - r);
         const int64_t n0 = p * kPanel;
         const float* panel = g.packed + p * kPanel * g.k + k0 * kPanel;
         const float* bias = last && g.bias ? g.bias + n0 : nullptr;
-        const Tile tile{g.a + r * g.lda + k0,       g.lda, panel, g.c + r * g.n + n0, g.n, depth,
-                        std::min(kPanel, g.n - n0), first, bias};
+        const Tile tile{g.a + r * g.lda + k0,
+                        g.lda,
+                        panel,
+                        g.c + r * g.n + n0,
+                        g.n,
+                        depth,
+                        std::min(kPanel, g.n - n0),
+                        first,
+                        bias,
+                        next_a,
+                        next_rows};
         kernels[size_t(rows - 1)](tile);
       }
+    }
   }
 }
 
@@ -291,13 +325,22 @@ void linear_product(const float* a, int64_t lda, const void* w, DType w_dtype, c
   const int64_t jobs = row_jobs * panel_jobs;
   const int threads =
       int(std::min<int64_t>(threads_for(m * n * k, kWorkPerThread), std::max(jobs, panels)));
+  // With MMGEN_OP_PROFILE, the packing's share is timed at the barrier that ends it.
+  const bool profiling = profile::enabled();
+  const auto start =
+      profiling ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
+  auto packed_at = start;
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
 #pragma omp for schedule(static)
     for (int64_t p = 0; p < panels; ++p)
       pack_weight_panel(w, w_dtype, p * kPanel, n, k, packed + p * kPanel * k);
-      // Consecutive jobs share their panels: the threads sweep one block of outputs together, so it
-      // comes from memory once.
+    if (profiling) {
+#pragma omp master
+      packed_at = std::chrono::steady_clock::now();
+    }
+    // Consecutive jobs share their panels: the threads sweep one block of outputs together, so it
+    // comes from memory once.
 #pragma omp for schedule(dynamic, 1)
     for (int64_t job = 0; job < jobs; ++job) {
       const int64_t pj = job / row_jobs, mj = job % row_jobs;
@@ -305,6 +348,9 @@ void linear_product(const float* a, int64_t lda, const void* w, DType w_dtype, c
               std::min(panels, (pj + 1) * kJobPanels));
     }
   }
+  if (profiling)
+    profile::add("linear: weight packing",
+                 std::chrono::duration_cast<std::chrono::nanoseconds>(packed_at - start).count());
 }
 
 }  // namespace mmgen::cpu

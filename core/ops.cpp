@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/gemm_cpu.h"
+#include "core/op_profile.h"
 #include "core/parallel.h"
 #include "core/row_stats.h"
 #ifdef MMGEN_HAVE_CUDA
@@ -48,6 +49,7 @@ void gemm_bt(const float* a, const float* b, float* c, int64_t m, int64_t k, int
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, DType out) {
   MMGEN_ON_DEVICE(x, linear(x, weight, bias, out));
+  MMGEN_PROFILE("to compute dtype");
   Tensor y = linear(x, weight, bias);
   return out == DType::F32 ? y : y.to(out);
 }
@@ -55,6 +57,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, DType o
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, DType out,
               Activation activation) {
   MMGEN_ON_DEVICE(x, linear(x, weight, bias, out, activation));
+  MMGEN_PROFILE("to compute dtype");
   Tensor y = linear(x, weight, bias);
   activate_(y, activation);
   return out == DType::F32 ? y : y.to(out);
@@ -86,6 +89,7 @@ std::vector<Tensor> stack_weights(const std::vector<Tensor>& weights, DType dtyp
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   MMGEN_ON_DEVICE(x, linear(x, weight, bias, DType::F32));
+  MMGEN_PROFILE("linear");
   require_f32_contiguous(x, "linear");
   check(weight.dim() == 2, "linear: weight must be 2-d, got {}", shape_string(weight.shape()));
   const int64_t in = weight.size(1), out = weight.size(0);
@@ -111,12 +115,14 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 
 Tensor layer_norm(const Tensor& x, float eps, const Tensor& weight, const Tensor& bias, DType out) {
   MMGEN_ON_DEVICE(x, layer_norm(x, eps, weight, bias, out));
+  MMGEN_PROFILE("to compute dtype");
   Tensor y = layer_norm(x, eps, weight, bias);
   return out == DType::F32 ? y : y.to(out);
 }
 
 Tensor layer_norm(const Tensor& x, float eps, const Tensor& weight, const Tensor& bias) {
   MMGEN_ON_DEVICE(x, layer_norm(x, eps, weight, bias, DType::F32));
+  MMGEN_PROFILE("layer_norm");
   require_f32_contiguous(x, "layer_norm");
   const int64_t dim = x.size(-1), rows = x.numel() / dim;
   Tensor y = Tensor::empty(x.shape());
@@ -147,6 +153,7 @@ Tensor layer_norm(const Tensor& x, float eps, const Tensor& weight, const Tensor
 
 Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps, DType out_dtype) {
   MMGEN_ON_DEVICE(x, rms_norm(x, weight, eps, out_dtype));
+  MMGEN_PROFILE("rms_norm");
   require_f32_contiguous(x, "rms_norm");
   const int64_t dim = x.size(-1), rows = x.numel() / dim;
   Tensor y = Tensor::empty(x.shape());
@@ -167,6 +174,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps, DType out_dtyp
 
 void activate_(Tensor& x, Activation activation) {
   MMGEN_ON_DEVICE(x, activate_(x, activation));
+  MMGEN_PROFILE("activation");
   switch (activation) {
     case Activation::GeluTanh:
       return gelu_tanh_(x);
@@ -217,6 +225,7 @@ auto silu_of(const Array& v) {
 
 void silu_(Tensor& x) {
   MMGEN_ON_DEVICE(x, activate_(x, Activation::Silu));
+  MMGEN_PROFILE("silu");
   require_f32_contiguous(x, "silu");
   float* p = x.data<float>();
   apply_in_chunks(p, p, x.numel(), [](auto& to, const auto& v) { to = silu_of(v); });
@@ -224,6 +233,7 @@ void silu_(Tensor& x) {
 
 void gelu_tanh_(Tensor& x) {
   MMGEN_ON_DEVICE(x, activate_(x, Activation::GeluTanh));
+  MMGEN_PROFILE("gelu_tanh");
   require_f32_contiguous(x, "gelu_tanh");
   const float k = std::sqrt(2.0f / float(M_PI));
   float* p = x.data<float>();
@@ -234,6 +244,7 @@ void gelu_tanh_(Tensor& x) {
 
 void add_(Tensor& x, const Tensor& y) {
   MMGEN_ON_DEVICE(x, add_(x, y));
+  MMGEN_PROFILE("add");
   require_f32_contiguous(x, "add");
   check(x.shape() == y.shape(), "add: shapes {} and {} differ", shape_string(x.shape()),
         shape_string(y.shape()));
@@ -246,6 +257,7 @@ void add_(Tensor& x, const Tensor& y) {
 
 void mul_(Tensor& x, const Tensor& y) {
   MMGEN_ON_DEVICE(x, mul_(x, y));
+  MMGEN_PROFILE("mul");
   require_f32_contiguous(x, "mul");
   check(x.shape() == y.shape(), "mul: shapes {} and {} differ", shape_string(x.shape()),
         shape_string(y.shape()));
@@ -258,6 +270,7 @@ void mul_(Tensor& x, const Tensor& y) {
 
 Tensor silu_mul(const Tensor& gate, const Tensor& up, DType out) {
   MMGEN_ON_DEVICE(gate, silu_mul(gate, up, out));
+  MMGEN_PROFILE("silu_mul");
   check(gate.shape() == up.shape(), "silu_mul: shapes {} and {} differ", shape_string(gate.shape()),
         shape_string(up.shape()));
   check(up.is_cpu(), "silu_mul: the gate is on the CPU and the up projection on {}",
@@ -338,6 +351,7 @@ Tensor random_uniform(const Shape& shape, DType dtype, Device device, uint64_t s
 
 void scale_(Tensor& x, float factor) {
   MMGEN_ON_DEVICE(x, scale_(x, factor));
+  MMGEN_PROFILE("scale");
   require_f32_contiguous(x, "scale");
   float* p = x.data<float>();
   const int64_t n = x.numel();

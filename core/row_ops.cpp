@@ -5,6 +5,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/op_profile.h"
 #include "core/ops.h"
 #include "core/parallel.h"
 #include "core/row_stats.h"
@@ -48,6 +49,7 @@ Tensor modulated_layer_norm(const Tensor& x, const Tensor& shift, const Tensor& 
   if (x.device() == Device::CUDA)
     return cuda::ops::modulated_layer_norm(x, shift, scale_plus_one, eps, out_dtype);
 #endif
+  MMGEN_PROFILE("modulated_layer_norm");
   require_rows(x, "modulated_layer_norm");
   const int64_t dim = x.size(-1), rows = x.numel() / dim;
   require_vector(shift, dim, "modulated_layer_norm", "shift");
@@ -77,6 +79,7 @@ void add_rms_norm_gated_(Tensor& x, const Tensor& y, const Tensor& weight, float
 #ifdef MMGEN_HAVE_CUDA
   if (x.device() == Device::CUDA) return cuda::ops::add_rms_norm_gated_(x, y, weight, eps, gate);
 #endif
+  MMGEN_PROFILE("add_rms_norm_gated");
   add_gated_(x, rms_norm(y, weight, eps), gate);
 }
 
@@ -87,6 +90,7 @@ Tensor add_rms_norm_gated_norm_(Tensor& x, const Tensor& y, const Tensor& weight
   if (x.device() == Device::CUDA)
     return cuda::ops::add_rms_norm_gated_norm_(x, y, weight, eps, gate, next_weight, next_eps, out);
 #endif
+  MMGEN_PROFILE("add_rms_norm_gated_norm");
   add_rms_norm_gated_(x, y, weight, eps, gate);
   return rms_norm(x, next_weight, next_eps, out);
 }
@@ -95,6 +99,7 @@ void add_gated_(Tensor& x, const Tensor& y, const Tensor& gate) {
 #ifdef MMGEN_HAVE_CUDA
   if (x.device() == Device::CUDA) return cuda::ops::add_gated_(x, y, gate);
 #endif
+  MMGEN_PROFILE("add_gated");
   require_rows(x, "add_gated");
   require_rows(y, "add_gated");
   check(x.shape() == y.shape(), "add_gated: shapes {} and {} differ", shape_string(x.shape()),
@@ -119,6 +124,7 @@ void add_gated_(Tensor& x, const Tensor& y, const Tensor& gate) {
 
 void rope_(Tensor& x, const Tensor& cos, const Tensor& sin, int64_t head_dim,
            int64_t rows_per_position) {
+  MMGEN_PROFILE("rope");
   check(x.is_cpu(), "rope_: on the GPU the rotation runs fused with rms_norm_rope_");
   require_rows(x, "rope");
   const int64_t dim = x.size(-1), rows = x.numel() / dim, half = head_dim / 2;
@@ -148,6 +154,7 @@ void rope_(Tensor& x, const Tensor& cos, const Tensor& sin, int64_t head_dim,
 }
 
 void rope_half_(Tensor& x, const Tensor& cos, const Tensor& sin) {
+  MMGEN_PROFILE("rope_half");
   check(x.dim() == 3 && cos.dim() == 2 && cos.size(0) == x.size(0) &&
             2 * cos.size(1) == x.size(2) && sin.shape() == cos.shape() &&
             cos.dtype() == DType::F32 && sin.dtype() == DType::F32 && cos.device() == x.device() &&
@@ -186,6 +193,7 @@ void rms_norm_rope_(Tensor& x, const Tensor& weight, float eps, const Tensor& co
   if (x.device() == Device::CUDA)
     return cuda::ops::rms_norm_rope_(x, weight, eps, cos, sin, head_dim, rows_per_position);
 #endif
+  MMGEN_PROFILE("rms_norm_rope");
   require_rows(x, "rms_norm_rope");
   const int64_t dim = x.size(-1), rows = x.numel() / dim;
   const Tensor w = weight_to_f32(weight);

@@ -5,6 +5,7 @@
 #include "attention/backends/video_sparse_attn/vsa_gate.h"
 #include "attention/dense_attention.h"
 #include "core/error.h"
+#include "core/op_profile.h"
 
 namespace mmgen::dit {
 
@@ -42,6 +43,7 @@ Tensor wan_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                                 {call.grid_t, call.grid_h, call.grid_w},
                                                 call.step.index, call.layer, scale, gate);
   }
+  MMGEN_PROFILE(call.is_cross ? "attention: cross" : "attention: self");
   attention::AttentionBackend* backend =
       layer ? (call.is_cross ? layer->cross_attention : layer->self_attention).get() : nullptr;
   // A backend that does not count repeated keys gets them all, as the model defines them.

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/op_profile.h"
 #include "core/ops.h"
 #include "models/dit/wan_patchify.h"
 #include "models/dit/wan_weights.h"
@@ -147,6 +148,7 @@ WanTransformer::OuterWeights WanTransformer::outer_weights() const {
 
 WanBlockWeights WanTransformer::block_weights(int64_t layer) const {
   if (device_ != Device::CPU) return resident_blocks_[size_t(layer)];
+  MMGEN_PROFILE("wan: block weights");
   return WanBlockWeights::load(weights_, layer, config_);
 }
 
@@ -165,6 +167,7 @@ const WanRopeTables& WanTransformer::rope_tables(int64_t grid_t, int64_t grid_h,
 
 Tensor WanTransformer::forward(const Tensor& latents, float timestep, const Tensor& text_embeds,
                                const WanStep& step, WanAttention* attention) const {
+  MMGEN_PROFILE("wan transformer (outside ops)");
   const auto [pt, ph, pw] = config_.patch_size;
   check(latents.dim() == 5 && latents.size(1) == config_.in_channels,
         "transformer: latents must be [batch, {}, frames, height, width], got {}",

@@ -4,6 +4,7 @@
 
 #include "core/download_queue.h"
 #include "core/error.h"
+#include "core/op_profile.h"
 
 namespace mmgen::vae {
 
@@ -111,6 +112,7 @@ int64_t WanVaeDecoder::tail_radius() const {
 }
 
 Tensor WanVaeDecoder::decode(const Tensor& z, const DecodeProgress& progress) const {
+  MMGEN_PROFILE("wan vae decode (outside ops)");
   check(z.dim() == 5 && z.size(1) == config_.z_dim,
         "WanVaeDecoder::decode: expected latents [batch, {}, frames, height, width], got {}",
         config_.z_dim, shape_string(z.shape()));
