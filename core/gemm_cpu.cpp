@@ -44,10 +44,12 @@ constexpr int64_t kPanelAhead = 8;
 // A job: 112 rows x 5 panels (240 outputs); the Wan 1.3B's 1536-wide products make 84 of them.
 constexpr int64_t kJobRows = 112;
 constexpr int64_t kJobPanels = 5;
-// Multiply-adds per thread: wan-shapes' 1M-multiply-add products stay on one thread, where
-// starting a team would cost more than the work it shares (4x more was tried on the 16-core host
-// and changed nothing measurable).
-constexpr int64_t kWorkPerThread = int64_t(1) << 21;
+// Multiply-adds per thread (4M). wan-shapes' 2M-multiply-add products stay on one thread and its
+// 8.4M feed-forward products take two: on the 16-core Xeon host the op profile showed a team of
+// four (the grain was 2M) spend 34-49 ms of the 20-step run packing and starting against 16-19 ms
+// for two, with no faster product; on the 2-core VM two threads beat one (71 against 82 ms).
+// One thread for all of them (8M) was tried in session 22 and changed nothing measurable.
+constexpr int64_t kWorkPerThread = int64_t(1) << 22;
 
 #ifndef MMGEN_GEMM_AVX512
 // Blocks of 64 steps of k: their 64 panel rows (12 KiB) stay in L1 while the panel's weight rows
