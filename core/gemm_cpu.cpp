@@ -46,7 +46,7 @@ constexpr int64_t kJobRows = 112;
 constexpr int64_t kJobPanels = 5;
 // Multiply-adds per thread (4M). wan-shapes' 2M-multiply-add products stay on one thread and its
 // 8.4M feed-forward products take two: on the 16-core Xeon host the op profile showed a team of
-// four (the grain was 2M) spend 34-49 ms of the 20-step run packing and starting against 16-19 ms
+// four (the grain was 2M) spend 33-49 ms of the 20-step run packing and starting against 16-20 ms
 // for two, with no faster product; on the 2-core VM two threads beat one (71 against 82 ms).
 // One thread for all of them (8M) was tried in session 22 and changed nothing measurable.
 constexpr int64_t kWorkPerThread = int64_t(1) << 22;
