@@ -15,6 +15,12 @@ Tensor f32(const WeightStore& store, const std::string& name) {
   return ops::weight_to_f32(store.get(name));
 }
 
+// A product's weight as stored (float32, bfloat16 or float16): the CPU product converts it as it
+// packs it, and placed() converts it once for the GPU, so a bf16 block is never widened whole.
+Tensor stored(const WeightStore& store, const std::string& name) {
+  return store.get(name).contiguous();
+}
+
 size_t bytes_of(std::initializer_list<const Tensor*> tensors) {
   size_t total = 0;
   for (const Tensor* t : tensors) total += t->defined() ? t->nbytes() : 0;
@@ -64,15 +70,15 @@ ZImageBlockWeights ZImageBlockWeights::load(const WeightStore& store, const std:
                                             bool modulated) {
   ZImageBlockWeights w;
   const std::string attention = prefix + "attention.";
-  w.to_q = f32(store, attention + "to_q.weight");
-  w.to_k = f32(store, attention + "to_k.weight");
-  w.to_v = f32(store, attention + "to_v.weight");
-  w.to_out = f32(store, attention + "to_out.0.weight");
+  w.to_q = stored(store, attention + "to_q.weight");
+  w.to_k = stored(store, attention + "to_k.weight");
+  w.to_v = stored(store, attention + "to_v.weight");
+  w.to_out = stored(store, attention + "to_out.0.weight");
   w.norm_q = f32(store, attention + "norm_q.weight");
   w.norm_k = f32(store, attention + "norm_k.weight");
-  w.w1 = f32(store, prefix + "feed_forward.w1.weight");
-  w.w2 = f32(store, prefix + "feed_forward.w2.weight");
-  w.w3 = f32(store, prefix + "feed_forward.w3.weight");
+  w.w1 = stored(store, prefix + "feed_forward.w1.weight");
+  w.w2 = stored(store, prefix + "feed_forward.w2.weight");
+  w.w3 = stored(store, prefix + "feed_forward.w3.weight");
   w.attention_norm1 = f32(store, prefix + "attention_norm1.weight");
   w.attention_norm2 = f32(store, prefix + "attention_norm2.weight");
   w.ffn_norm1 = f32(store, prefix + "ffn_norm1.weight");

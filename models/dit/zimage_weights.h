@@ -25,7 +25,8 @@ void expect_zimage_weight(const WeightStore& store, const std::string& name, con
 std::string zimage_block_prefix(const char* stack, int64_t layer);
 
 struct ZImageBlockWeights {
-  // Products, where the model runs (no biases: diffusers builds them with bias=False).
+  // Products (no biases: diffusers builds them with bias=False): on the host in the stored dtype
+  // (the CPU product converts as it packs), placed() in the compute dtype on the device.
   Tensor to_q, to_k, to_v, to_out, w1, w2, w3;
   // Per-head q/k RMSNorm [head_dim] and the post-norms, float32 where the model runs.
   Tensor norm_q, norm_k, attention_norm2, ffn_norm2;
