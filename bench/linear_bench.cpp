@@ -1,6 +1,7 @@
 // Seconds and GFLOP/s of the CPU's linear-layer product at the shapes of a Wan2.1-1.3B forward and
 // of the wan-shapes example, for mmgen's product (cpu::linear_product) and Eigen's, with float32
-// and bfloat16 weights. torch's figure for the same shapes comes from bench/linear_torch.py.
+// and bfloat16 weights, and mmgen's bf16 products (where the CPU has AVX-512 BF16; 0 otherwise).
+// torch's figure for the same shapes comes from bench/linear_torch.py.
 //
 //   linear_bench [--repeats N] [--shapes N] [--no-eigen]   (threads from OMP_NUM_THREADS)
 //
@@ -66,8 +67,8 @@ int main(int argc, char** argv) {
       shapes = std::clamp<size_t>(size_t(std::max(1, std::atoi(argv[i + 1]))), 1, shapes);
   }
   std::printf("threads %d, median of %d\n", omp_get_max_threads(), repeats);
-  std::printf("%-30s %10s %10s %10s %8s %8s\n", "shape (m x k -> n)", "eigen s", "mmgen f32",
-              "mmgen bf16", "GFLOP/s", "eig/mm");
+  std::printf("%-30s %10s %10s %10s %10s %8s %8s %8s\n", "shape (m x k -> n)", "eigen s",
+              "mmgen f32", "bf16 w", "bf16 prod", "GFLOP/s", "bf16 GF", "eig/mm");
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   for (size_t index = 0; index < shapes; ++index) {
@@ -93,8 +94,19 @@ int main(int argc, char** argv) {
       mmgen::cpu::linear_product(a.data(), s.k, w16.data(), mmgen::DType::BF16, bias.data(),
                                  c.data(), s.m, s.k, s.n);
     });
-    std::printf("%-30s %10.6f %10.6f %10.6f %8.1f %8.2f\n", s.what, eigen, ours, ours16,
-                2.0 * double(s.m * s.k * s.n) / ours / 1e9, eigen / ours);
+    double bf16_products = 0.0;
+    if (mmgen::cpu::bf16_products_available()) {
+      mmgen::cpu::set_product_precision(mmgen::cpu::ProductPrecision::BF16);
+      bf16_products = median_seconds(repeats, [&] {
+        mmgen::cpu::linear_product(a.data(), s.k, w16.data(), mmgen::DType::BF16, bias.data(),
+                                   c.data(), s.m, s.k, s.n);
+      });
+      mmgen::cpu::set_product_precision(mmgen::cpu::ProductPrecision::F32);
+    }
+    const double flop = 2.0 * double(s.m * s.k * s.n);
+    std::printf("%-30s %10.6f %10.6f %10.6f %10.6f %8.1f %8.1f %8.2f\n", s.what, eigen, ours,
+                ours16, bf16_products, flop / ours / 1e9,
+                bf16_products > 0 ? flop / bf16_products / 1e9 : 0.0, eigen / ours);
   }
   return 0;
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -17,7 +18,17 @@
 // The vector path wants AVX-512 F, BW and VL (every AVX-512 server CPU since Skylake, Zen 4 on).
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #define MMGEN_GEMM_AVX512 1
+// GCC 12's intrinsics start some shuffles from an "undefined" vector and then warn that it is
+// uninitialised (a false alarm in its own header).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
+// The bf16 products (vdpbf16ps) want AVX-512 BF16 as well (Cooper Lake, Sapphire Rapids, Zen 4 on).
+#ifdef __AVX512BF16__
+#define MMGEN_GEMM_BF16 1
+#endif
 #endif
 
 namespace mmgen::cpu {
@@ -140,13 +151,69 @@ void pack_weight_panel(const void* w, DType dtype, int64_t n0, int64_t n, int64_
 }
 #endif
 
+#ifdef MMGEN_GEMM_BF16
+// The bf16 products' panels: row q of a panel holds kPanel pairs (w[n0 + j][2q], w[n0 + j][2q + 1])
+// of bfloat16, one 32-bit lane per output, as vdpbf16ps multiplies them against a broadcast pair of
+// the input. An odd k's last pair and the outputs past n are zero.
+
+// Up to 16 pairs of a weight row (32 values from `at`, `count` of them real) as bf16 pairs, rounded
+// to nearest even from float32 or float16; bf16 weights are copied as stored.
+__m512i load_pairs(const void* w, DType dtype, int64_t at, int64_t count) {
+  if (dtype == DType::BF16) {
+    const __mmask32 mask = count >= 32 ? ~__mmask32(0) : __mmask32((1u << count) - 1);
+    return _mm512_maskz_loadu_epi16(mask, static_cast<const uint16_t*>(w) + at);
+  }
+  const auto half = [&](int64_t from) {
+    const int64_t lanes = std::clamp<int64_t>(count - from, 0, 16);
+    return load_row(w, dtype, at + from, __mmask16((1u << lanes) - 1));
+  };
+  // cvtne2ps_pbh(hi, lo): values 0..15 from lo, 16..31 from hi, in order.
+  return (__m512i)_mm512_cvtne2ps_pbh(half(16), half(0));
+}
+
+void pack_weight_panel_bf16(const void* w, DType dtype, int64_t n0, int64_t n, int64_t k,
+                            uint32_t* panel) {
+  const int64_t width = std::min(kPanel, n - n0), pairs = (k + 1) / 2;
+  __m512 r[16];
+  for (int64_t q0 = 0; q0 < pairs; q0 += 16) {
+    const int64_t depth = std::min<int64_t>(16, pairs - q0);
+    for (int64_t j0 = 0; j0 < kPanel; j0 += 16) {
+      for (int64_t j = 0; j < 16; ++j)
+        r[j] = j0 + j < width ? _mm512_castsi512_ps(load_pairs(w, dtype, (n0 + j0 + j) * k + 2 * q0,
+                                                               k - 2 * q0))
+                              : _mm512_setzero_ps();
+      transpose16(r);  // 32-bit lanes: each pair moves whole
+      for (int64_t b = 0; b < depth; ++b)
+        _mm512_store_ps(reinterpret_cast<float*>(panel + (q0 + b) * kPanel + j0), r[b]);
+    }
+  }
+}
+
+// Row r of the input as bf16 pairs (an odd k's last pair padded with zero), rounded to nearest even.
+void convert_input_row(const float* a, int64_t k, uint32_t* to) {
+  const int64_t pairs = (k + 1) / 2;
+  for (int64_t q0 = 0; q0 < pairs; q0 += 16) {
+    const int64_t count = k - 2 * q0;
+    const auto half = [&](int64_t from) {
+      const int64_t lanes = std::clamp<int64_t>(count - from, 0, 16);
+      return _mm512_maskz_loadu_ps(__mmask16((1u << lanes) - 1), a + 2 * q0 + from);
+    };
+    const __m512i bits = (__m512i)_mm512_cvtne2ps_pbh(half(16), half(0));
+    const int64_t lanes = std::min<int64_t>(16, pairs - q0);
+    _mm512_mask_storeu_epi32(to + q0, __mmask16((1u << lanes) - 1), bits);
+  }
+}
+#endif
+
 // One tile: `rows` rows of c (at most kRows), `width` of the panel's kPanel outputs, `depth` steps
 // of k starting at the panel block. `first` starts the chains at zero, `bias` (on the last block)
-// is added after the sum, as torch's linear does.
+// is added after the sum, as torch's linear does. `In` is float (float32 products, one step per k)
+// or uint32_t (bf16 products, one step per pair of k).
+template <typename In>
 struct Tile {
-  const float* a;
+  const In* a;
   int64_t lda;
-  const float* panel;
+  const In* panel;
   float* c;
   int64_t ldc;
   int64_t depth;
@@ -156,69 +223,110 @@ struct Tile {
   // The next tile's rows of the input, fetched into L2 while this one runs: a job's 112 rows step
   // through k together, more streams than the hardware prefetchers follow, so without this every
   // tile's first panel waits for its input from L3 or memory.
-  const float* next_a;
+  const In* next_a;
   int64_t next_rows;
 };
 
 #ifdef MMGEN_GEMM_AVX512
 constexpr int kRows = 8;
 
-template <int R>
-void tile_kernel(const Tile& t) {
-  constexpr int V = kVectors;
-  __mmask16 mask[V];
-  for (int v = 0; v < V; ++v) {
-    const int64_t lanes = std::clamp<int64_t>(t.width - 16 * v, 0, 16);
-    mask[v] = __mmask16((1u << lanes) - 1);
-  }
-  __m512 acc[R][V];
+template <int R, typename In>
+struct Accumulators {
+  __m512 acc[R][kVectors];
+  __mmask16 mask[kVectors];
+
+  explicit Accumulators(const Tile<In>& t) {
+    for (int v = 0; v < kVectors; ++v) {
+      const int64_t lanes = std::clamp<int64_t>(t.width - 16 * v, 0, 16);
+      mask[v] = __mmask16((1u << lanes) - 1);
+    }
 #pragma GCC unroll 16
-  for (int r = 0; r < R; ++r)
+    for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-    for (int v = 0; v < V; ++v)
-      acc[r][v] =
-          t.first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask[v], t.c + r * t.ldc + 16 * v);
+      for (int v = 0; v < kVectors; ++v)
+        acc[r][v] = t.first ? _mm512_setzero_ps()
+                            : _mm512_maskz_loadu_ps(mask[v], t.c + r * t.ldc + 16 * v);
+  }
+
+  // The bias (on the last depth block) after the sum, then the tile back to c.
+  void store(const Tile<In>& t) {
+    if (t.bias) {
+      __m512 bias[kVectors];
+#pragma GCC unroll 4
+      for (int v = 0; v < kVectors; ++v) bias[v] = _mm512_maskz_loadu_ps(mask[v], t.bias + 16 * v);
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+        for (int v = 0; v < kVectors; ++v) acc[r][v] = _mm512_add_ps(acc[r][v], bias[v]);
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < kVectors; ++v)
+        _mm512_mask_storeu_ps(t.c + r * t.ldc + 16 * v, mask[v], acc[r][v]);
+  }
+};
+
+// Asks for step i's panel row kPanelAhead steps ahead, and for one line of the next tile's input
+// per step (row i % 8, line i / 16: each line twice).
+template <typename In>
+inline void prefetch_ahead(const Tile<In>& t, const In* p, int64_t i) {
+#pragma GCC unroll 4
+  for (int v = 0; v < kVectors; ++v)
+    _mm_prefetch(reinterpret_cast<const char*>(p + kPanelAhead * kPanel + 16 * v), _MM_HINT_T0);
+  const int64_t row = std::min<int64_t>(i & 7, t.next_rows - 1);
+  _mm_prefetch(reinterpret_cast<const char*>(t.next_a + row * t.lda + (i >> 4) * 16), _MM_HINT_T1);
+}
+
+template <int R>
+void tile_kernel(const Tile<float>& t) {
+  Accumulators<R, float> c(t);
   const float* a = t.a;
   const float* p = t.panel;
   for (int64_t i = 0; i < t.depth; ++i, ++a, p += kPanel) {
-    __m512 b[V];
+    __m512 b[kVectors];
 #pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) b[v] = _mm512_load_ps(p + 16 * v);
-#pragma GCC unroll 4
-    for (int v = 0; v < V; ++v)
-      _mm_prefetch(reinterpret_cast<const char*>(p + kPanelAhead * kPanel + 16 * v), _MM_HINT_T0);
-    // One line of the next tile's input per step: row i % 8, line i / 16 (each line twice).
-    const int64_t row = std::min<int64_t>(i & 7, t.next_rows - 1);
-    _mm_prefetch(reinterpret_cast<const char*>(t.next_a + row * t.lda + (i >> 4) * 16),
-                 _MM_HINT_T1);
+    for (int v = 0; v < kVectors; ++v) b[v] = _mm512_load_ps(p + 16 * v);
+    prefetch_ahead(t, p, i);
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const __m512 x = _mm512_set1_ps(a[r * t.lda]);
 #pragma GCC unroll 4
-      for (int v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(x, b[v], acc[r][v]);
+      for (int v = 0; v < kVectors; ++v) c.acc[r][v] = _mm512_fmadd_ps(x, b[v], c.acc[r][v]);
     }
   }
-  if (t.bias) {
-    __m512 bias[V];
-#pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) bias[v] = _mm512_maskz_loadu_ps(mask[v], t.bias + 16 * v);
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-      for (int v = 0; v < V; ++v) acc[r][v] = _mm512_add_ps(acc[r][v], bias[v]);
-  }
-#pragma GCC unroll 16
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) _mm512_mask_storeu_ps(t.c + r * t.ldc + 16 * v, mask[v], acc[r][v]);
+  c.store(t);
 }
+
+#ifdef MMGEN_GEMM_BF16
+// The same tile over pairs of k: each vdpbf16ps adds both products of a pair to the float32 chain.
+template <int R>
+void tile_kernel(const Tile<uint32_t>& t) {
+  Accumulators<R, uint32_t> c(t);
+  const uint32_t* a = t.a;
+  const uint32_t* p = t.panel;
+  for (int64_t i = 0; i < t.depth; ++i, ++a, p += kPanel) {
+    __m512bh b[kVectors];
+#pragma GCC unroll 4
+    for (int v = 0; v < kVectors; ++v) b[v] = (__m512bh)_mm512_load_si512(p + 16 * v);
+    prefetch_ahead(t, p, i);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const __m512bh x = (__m512bh)_mm512_set1_epi32(int(a[r * t.lda]));
+#pragma GCC unroll 4
+      for (int v = 0; v < kVectors; ++v) c.acc[r][v] = _mm512_dpbf16_ps(c.acc[r][v], x, b[v]);
+    }
+  }
+  c.store(t);
+}
+#endif
 #else
 constexpr int kRows = 4;
 
 // The same chains in plain C++ (std::fma rounds as the vector instruction does, so the values are
 // bit-identical to the AVX-512 kernel's); the compiler vectorises the inner loop over outputs.
 template <int R>
-void tile_kernel(const Tile& t) {
+void tile_kernel(const Tile<float>& t) {
   float acc[R][kPanel];
   for (int r = 0; r < R; ++r)
     for (int64_t j = 0; j < kPanel; ++j)
@@ -236,27 +344,31 @@ void tile_kernel(const Tile& t) {
 }
 #endif
 
-using TileKernel = void (*)(const Tile&);
+template <typename In>
+using TileKernel = void (*)(const Tile<In>&);
 
-template <int... R>
-constexpr std::array<TileKernel, sizeof...(R)> make_kernels(std::integer_sequence<int, R...>) {
-  return {&tile_kernel<R + 1>...};
+template <typename In, int... R>
+constexpr std::array<TileKernel<In>, sizeof...(R)> make_kernels(std::integer_sequence<int, R...>) {
+  return {static_cast<TileKernel<In>>(&tile_kernel<R + 1>)...};
 }
-// kernels[r - 1] handles r rows.
-constexpr auto kernels = make_kernels(std::make_integer_sequence<int, kRows>());
+// kernels<In>[r - 1] handles r rows.
+template <typename In>
+constexpr auto kernels = make_kernels<In>(std::make_integer_sequence<int, kRows>());
 
+template <typename In>
 struct Product {
-  const float* a;
+  const In* a;
   int64_t lda;
-  const float* packed;  // panels of k x kPanel floats
+  const In* packed;  // panels of k x kPanel steps
   const float* bias;
   float* c;
-  int64_t m, k, n;
+  int64_t m, k, n;  // k in steps: values of k (float32) or pairs (bf16)
 };
 
 // Rows [m0, m1) of c for panels [p0, p1): depth blocks outside; inside, each tile of input rows
 // stays in L1 while it passes over the job's panels.
-void run_job(const Product& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
+template <typename In>
+void run_job(const Product<In>& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
   for (int64_t k0 = 0; k0 < g.k; k0 += kDepth) {
     const int64_t depth = std::min(kDepth, g.k - k0);
     const bool first = k0 == 0, last = k0 + depth == g.k;
@@ -266,47 +378,109 @@ void run_job(const Product& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
       int64_t next_r = r + kRows, next_k0 = k0;
       if (next_r >= m1) next_r = m0, next_k0 = k0 + kDepth;
       if (next_k0 >= g.k) next_r = r, next_k0 = k0;
-      const float* next_a = g.a + next_r * g.lda + next_k0;
+      const In* next_a = g.a + next_r * g.lda + next_k0;
       const int64_t next_rows = std::min<int64_t>(kRows, m1 - next_r);
       for (int64_t p = p0; p < p1; ++p) {
         const int64_t n0 = p * kPanel;
-        const float* panel = g.packed + p * kPanel * g.k + k0 * kPanel;
+        const In* panel = g.packed + p * kPanel * g.k + k0 * kPanel;
         const float* bias = last && g.bias ? g.bias + n0 : nullptr;
-        const Tile tile{g.a + r * g.lda + k0,
-                        g.lda,
-                        panel,
-                        g.c + r * g.n + n0,
-                        g.n,
-                        depth,
-                        std::min(kPanel, g.n - n0),
-                        first,
-                        bias,
-                        next_a,
-                        next_rows};
-        kernels[size_t(rows - 1)](tile);
+        const Tile<In> tile{g.a + r * g.lda + k0,
+                            g.lda,
+                            panel,
+                            g.c + r * g.n + n0,
+                            g.n,
+                            depth,
+                            std::min(kPanel, g.n - n0),
+                            first,
+                            bias,
+                            next_a,
+                            next_rows};
+        kernels<In>[size_t(rows - 1)](tile);
       }
     }
   }
 }
 
-// The packed weight lives in a buffer kept by the calling thread between products, so a forward's
-// products reuse the same pages instead of faulting fresh ones in each time.
-float* packing_buffer(size_t floats) {
+// The packed weight (and the bf16 products' converted input) live in buffers kept by the calling
+// thread between products, so a forward's products reuse the same pages instead of faulting fresh
+// ones in each time.
+template <int Slot>
+void* kept_buffer(size_t bytes) {
   struct Buffer {
-    std::unique_ptr<float, decltype(&std::free)> data{nullptr, &std::free};
+    std::unique_ptr<void, decltype(&std::free)> data{nullptr, &std::free};
     size_t capacity = 0;
   };
   thread_local Buffer buffer;
-  if (buffer.capacity < floats) {
-    const size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
-    buffer.data.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
-    check(buffer.data != nullptr, "linear: out of memory packing a weight of {} floats", floats);
-    buffer.capacity = floats;
+  if (buffer.capacity < bytes) {
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    buffer.data.reset(std::aligned_alloc(64, rounded));
+    check(buffer.data != nullptr, "linear: out of memory packing a weight of {} bytes", bytes);
+    buffer.capacity = bytes;
   }
   return buffer.data.get();
 }
 
+// Packs the weight (and converts the input), then runs the jobs, all in one parallel region.
+// `pack(p, panel)` packs panel p; `prepare(r)` readies input row r (bf16 products only).
+template <typename In, typename Pack, typename Prepare>
+void run_product(const Product<In>& g, int64_t panels, Pack pack, Prepare prepare,
+                 bool prepare_rows) {
+  const int64_t row_jobs = (g.m + kJobRows - 1) / kJobRows;
+  const int64_t panel_jobs = (panels + kJobPanels - 1) / kJobPanels;
+  const int64_t jobs = row_jobs * panel_jobs;
+  const int threads =
+      int(std::min<int64_t>(threads_for(g.m * g.n * g.k, kWorkPerThread), std::max(jobs, panels)));
+  // With MMGEN_OP_PROFILE, the packing's share is timed at the barrier that ends it.
+  const bool profiling = profile::enabled();
+  const auto start =
+      profiling ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
+  auto packed_at = start;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    if (prepare_rows) {
+#pragma omp for schedule(static) nowait
+      for (int64_t r = 0; r < g.m; ++r) prepare(r);
+    }
+#pragma omp for schedule(static)
+    for (int64_t p = 0; p < panels; ++p) pack(p, const_cast<In*>(g.packed) + p * kPanel * g.k);
+    if (profiling) {
+#pragma omp master
+      packed_at = std::chrono::steady_clock::now();
+    }
+    // Consecutive jobs share their panels: the threads sweep one block of outputs together, so it
+    // comes from memory once.
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t job = 0; job < jobs; ++job) {
+      const int64_t pj = job / row_jobs, mj = job % row_jobs;
+      run_job(g, mj * kJobRows, std::min(g.m, (mj + 1) * kJobRows), pj * kJobPanels,
+              std::min(panels, (pj + 1) * kJobPanels));
+    }
+  }
+  if (profiling)
+    profile::add("linear: weight packing",
+                 std::chrono::duration_cast<std::chrono::nanoseconds>(packed_at - start).count());
+}
+
+std::atomic<ProductPrecision> precision{ProductPrecision::F32};
+
 }  // namespace
+
+bool bf16_products_available() {
+#ifdef MMGEN_GEMM_BF16
+  return true;
+#else
+  return false;
+#endif
+}
+
+void set_product_precision(ProductPrecision wanted) {
+  check(wanted == ProductPrecision::F32 || bf16_products_available(),
+        "bf16 products need a CPU with AVX-512 BF16 and a build for it (-march=native on such a "
+        "CPU); this build has none: use the float32 products");
+  precision = wanted;
+}
+
+ProductPrecision product_precision() { return precision; }
 
 void linear_product(const float* a, int64_t lda, const void* w, DType w_dtype, const float* bias,
                     float* c, int64_t m, int64_t k, int64_t n) {
@@ -320,39 +494,26 @@ void linear_product(const float* a, int64_t lda, const void* w, DType w_dtype, c
     return;
   }
   const int64_t panels = (n + kPanel - 1) / kPanel;
-  float* packed = packing_buffer(size_t(panels * kPanel * k));
-  const Product g{a, lda, packed, bias, c, m, k, n};
-  const int64_t row_jobs = (m + kJobRows - 1) / kJobRows;
-  const int64_t panel_jobs = (panels + kJobPanels - 1) / kJobPanels;
-  const int64_t jobs = row_jobs * panel_jobs;
-  const int threads =
-      int(std::min<int64_t>(threads_for(m * n * k, kWorkPerThread), std::max(jobs, panels)));
-  // With MMGEN_OP_PROFILE, the packing's share is timed at the barrier that ends it.
-  const bool profiling = profile::enabled();
-  const auto start =
-      profiling ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
-  auto packed_at = start;
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
-#pragma omp for schedule(static)
-    for (int64_t p = 0; p < panels; ++p)
-      pack_weight_panel(w, w_dtype, p * kPanel, n, k, packed + p * kPanel * k);
-    if (profiling) {
-#pragma omp master
-      packed_at = std::chrono::steady_clock::now();
-    }
-    // Consecutive jobs share their panels: the threads sweep one block of outputs together, so it
-    // comes from memory once.
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t job = 0; job < jobs; ++job) {
-      const int64_t pj = job / row_jobs, mj = job % row_jobs;
-      run_job(g, mj * kJobRows, std::min(m, (mj + 1) * kJobRows), pj * kJobPanels,
-              std::min(panels, (pj + 1) * kJobPanels));
-    }
+#ifdef MMGEN_GEMM_BF16
+  if (precision == ProductPrecision::BF16) {
+    const int64_t pairs = (k + 1) / 2;
+    auto* packed = static_cast<uint32_t*>(kept_buffer<0>(size_t(panels * kPanel * pairs) * 4));
+    auto* input = static_cast<uint32_t*>(kept_buffer<1>(size_t(m * pairs) * 4));
+    const Product<uint32_t> g{input, pairs, packed, bias, c, m, pairs, n};
+    return run_product(
+        g, panels,
+        [&](int64_t p, uint32_t* panel) {
+          pack_weight_panel_bf16(w, w_dtype, p * kPanel, n, k, panel);
+        },
+        [&](int64_t r) { convert_input_row(a + r * lda, k, input + r * pairs); }, true);
   }
-  if (profiling)
-    profile::add("linear: weight packing",
-                 std::chrono::duration_cast<std::chrono::nanoseconds>(packed_at - start).count());
+#endif
+  auto* packed = static_cast<float*>(kept_buffer<0>(size_t(panels * kPanel * k) * 4));
+  const Product<float> g{a, lda, packed, bias, c, m, k, n};
+  run_product(
+      g, panels,
+      [&](int64_t p, float* panel) { pack_weight_panel(w, w_dtype, p * kPanel, n, k, panel); },
+      [](int64_t) {}, false);
 }
 
 }  // namespace mmgen::cpu

@@ -14,6 +14,18 @@
 
 namespace mmgen::cpu {
 
+// The products' precision, process-wide like torch's fp32 matmul precision (set before a run, not
+// during one). F32, the default, is the parity path above. BF16 rounds the input and the weight to
+// bfloat16 (nearest even) and sums their exact products in float32 chains, two steps of k per
+// instruction (AVX-512 BF16's vdpbf16ps); each output still does not depend on the rows beside it
+// or the thread count.
+enum class ProductPrecision { F32, BF16 };
+// Whether this build and CPU have the bf16 products (an AVX-512 BF16 build).
+bool bf16_products_available();
+// An Error for BF16 where bf16_products_available() is false.
+void set_product_precision(ProductPrecision precision);
+ProductPrecision product_precision();
+
 // `a` has rows of `lda` floats; `c` is [m, n] contiguous; `w` is [n, k] contiguous in `w_dtype`;
 // `bias` is n floats or null. Runs on up to omp_get_max_threads() threads, fewer for small
 // products.

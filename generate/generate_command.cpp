@@ -12,6 +12,7 @@
 
 #include "attention/backend_config.h"
 #include "core/error.h"
+#include "core/gemm_cpu.h"
 #include "core/interrupt.h"
 #ifdef MMGEN_HAVE_CUDA
 #include "core/cuda/device_memory.h"
@@ -173,6 +174,11 @@ void apply_runtime_settings(const Request& request) {
   spdlog::set_level(request.quiet ? spdlog::level::err
                                   : spdlog::level::from_str(request.log_level));
   if (request.threads > 0) omp_set_num_threads(int(request.threads));
+  check(!request.cpu_bf16_products || cpu::bf16_products_available(),
+        "--cpu-matmul-precision bf16 needs a CPU with AVX-512 BF16 and an mmgen built on it "
+        "(-DMMGEN_NATIVE=ON, the default); this build has none: leave it at fp32");
+  cpu::set_product_precision(request.cpu_bf16_products ? cpu::ProductPrecision::BF16
+                                                       : cpu::ProductPrecision::F32);
 #ifndef MMGEN_HAVE_CUDA
   check(request.device != "cuda",
         "--device cuda: this build has no CUDA support; rebuild with -DMMGEN_CUDA=ON or use "
@@ -315,6 +321,13 @@ int run_resolved(const ResolvedGenerate& resolved) {
     spdlog::info("defaults: configs/{} for {}", resolved.spec->defaults_file,
                  resolved.defaults_variant);
   spdlog::info("device: {} ({})", request.device, request.device_reason);
+  if (request.cpu_bf16_products && request.device == "cpu")
+    spdlog::info(
+        "cpu products: bf16 (--cpu-matmul-precision bf16: inputs and weights rounded to bfloat16, "
+        "float32 sums; not diffusers' float32 numbers)");
+  else if (request.cpu_bf16_products)
+    spdlog::info("cpu products: --cpu-matmul-precision bf16 has no effect on --device {}",
+                 request.device);
   if (resolved.flow_shift) spdlog::info("scheduler: {}", resolved.flow_shift->explanation);
   log_attention_plan(resolved.attention);
   // From here a Ctrl-C or SIGTERM stops at the next step boundary (core/interrupt.h).

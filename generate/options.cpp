@@ -119,6 +119,12 @@ const std::vector<OptionSpec>& option_table() {
        {C::Generate, C::Attention},
        false,
        "N"},
+      {"cpu-matmul-precision",
+       T::Choice,
+       "fp32",
+       "CPU linear layers: fp32 (exact, diffusers' numbers) or bf16 (input and weights rounded to "
+       "bfloat16, float32 sums; about 2x faster, needs AVX-512 BF16)",
+       {"fp32", "bf16"}},
       {"log-level",
        T::Choice,
        "info",

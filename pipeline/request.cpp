@@ -94,6 +94,7 @@ Request request_from_settings(const json& settings) {
   r.device = device.device;
   r.device_reason = device.reason;
   r.threads = settings.value("threads", int64_t(0));
+  r.cpu_bf16_products = settings.value("cpu-matmul-precision", std::string("fp32")) == "bf16";
   r.log_level = settings.value("log-level", std::string("info"));
   r.quiet = settings.value("quiet", false);
   r.dry_run = settings.value("dry-run", false);

@@ -46,6 +46,7 @@ struct Request {
   std::string device = "cpu";  // resolved: "cpu" or "cuda" (--device auto chooses one)
   std::string device_reason;   // why: "auto: ...", "--device cuda"
   int64_t threads = 0;
+  bool cpu_bf16_products = false;  // --cpu-matmul-precision bf16
   std::string log_level = "info";
   bool quiet = false;
   bool dry_run = false;

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <array>
 #include <random>
 #include <vector>
 
@@ -138,4 +139,91 @@ TEST(LinearProduct, RefusesAnUnsupportedWeightTypeWithAnError) {
 }
 
 }  // namespace
+// The bf16 products: the input and the weight rounded to bfloat16 (nearest even), their exact
+// products summed in float32 chains. Checked against a double-precision sum of the rounded values,
+// at the edge sizes, from float32, bfloat16 and float16 weights.
+struct Bf16Products {
+  Bf16Products() { cpu::set_product_precision(cpu::ProductPrecision::BF16); }
+  ~Bf16Products() { cpu::set_product_precision(cpu::ProductPrecision::F32); }
+};
+
+float rounded(float v) { return bf16_to_f32(f32_to_bf16(v)); }
+
+TEST(LinearProductBf16, SumsTheBf16RoundedValuesInFloat32) {
+  if (!cpu::bf16_products_available()) {
+    EXPECT_THROW(cpu::set_product_precision(cpu::ProductPrecision::BF16), Error);
+    EXPECT_EQ(cpu::product_precision(), cpu::ProductPrecision::F32);
+    GTEST_SKIP() << "this build has no AVX-512 BF16 products (the refusal was checked)";
+  }
+  const Bf16Products bf16;
+  double worst_unrounded = 0;
+  for (const auto [m, k, n] : {std::array<int64_t, 3>{1, 1, 1},
+                               {7, 15, 17},
+                               {9, 17, 48},
+                               {13, 31, 49},
+                               {14, 33, 95},
+                               {15, 511, 97},
+                               {29, 513, 70},
+                               {113, 40, 300}}) {
+    const Problem p = random_problem(m, k, n, uint32_t(m * 17 + k * 5 + n));
+    std::vector<uint16_t> w16(p.w.size()), h16(p.w.size());
+    for (size_t i = 0; i < p.w.size(); ++i) {
+      w16[i] = f32_to_bf16(p.w[i]);
+      h16[i] = f32_to_f16(p.w[i]);
+    }
+    for (const DType dtype : {DType::F32, DType::BF16, DType::F16}) {
+      const void* w = dtype == DType::F32    ? static_cast<const void*>(p.w.data())
+                      : dtype == DType::BF16 ? static_cast<const void*>(w16.data())
+                                             : static_cast<const void*>(h16.data());
+      std::vector<float> c(size_t(m * n), -7.0f);
+      cpu::linear_product(p.a.data(), k, w, dtype, p.bias.data(), c.data(), m, k, n);
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t j = 0; j < n; ++j) {
+          double want = 0, exact = 0, magnitude = 0;
+          for (int64_t i = 0; i < k; ++i) {
+            const float a = p.a[size_t(r * k + i)], wv = p.w[size_t(j * k + i)];
+            const float as_stored = dtype == DType::F16 ? f16_to_f32(h16[size_t(j * k + i)]) : wv;
+            want += double(rounded(a)) * rounded(as_stored);
+            exact += double(a) * wv;
+            magnitude += std::abs(double(a) * wv);
+          }
+          want += p.bias[size_t(j)];
+          exact += p.bias[size_t(j)];
+          const float got = c[size_t(r * n + j)];
+          ASSERT_NEAR(got, want, 1e-6 * (magnitude + 1) + 1e-6)
+              << dtype_name(dtype) << " m " << m << " k " << k << " n " << n << " at " << r << ","
+              << j;
+          worst_unrounded = std::max(worst_unrounded, std::abs(got - exact) / (magnitude + 1));
+        }
+    }
+  }
+  // The rounding happened: against the unrounded product the error is bfloat16's, not float32's.
+  EXPECT_GT(worst_unrounded, 1e-4);
+}
+
+TEST(LinearProductBf16, ARowIsBitIdenticalAloneInABatchAndOnAnyThreadCount) {
+  if (!cpu::bf16_products_available()) GTEST_SKIP() << "this build has no AVX-512 BF16 products";
+  const Bf16Products bf16;
+  const Problem batch = random_problem(300, 301, 100, 6);
+  const std::vector<float> together = product(batch);
+  for (const int64_t row : {0, 13, 151, 299}) {
+    Problem alone{
+        1,
+        batch.k,
+        batch.n,
+        std::vector<float>(batch.a.begin() + row * batch.k, batch.a.begin() + (row + 1) * batch.k),
+        batch.w,
+        batch.bias};
+    const std::vector<float> single = product(alone);
+    EXPECT_EQ(0, std::memcmp(single.data(), together.data() + row * batch.n,
+                             size_t(batch.n) * sizeof(float)))
+        << "row " << row;
+  }
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const std::vector<float> one_thread = product(batch);
+  omp_set_num_threads(threads);
+  EXPECT_EQ(0, std::memcmp(one_thread.data(), together.data(), together.size() * sizeof(float)));
+}
+
 }  // namespace mmgen
