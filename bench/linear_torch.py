@@ -1,4 +1,6 @@
-"""torch's CPU linear (float32) at the shapes bench/linear_bench.cpp times, same thread count.
+"""torch's CPU linear at the shapes bench/linear_bench.cpp times, same thread count: float32, and
+bfloat16 (input, weight and bias in bf16, as a model loaded with torch_dtype=torch.bfloat16 runs;
+beside mmgen's --cpu-matmul-precision bf16).
 
     OMP_NUM_THREADS=N python3 bench/linear_torch.py [repeats]
 """
@@ -29,15 +31,19 @@ def main():
         a = torch.rand(m, k) * 2 - 1
         w = torch.rand(n, k) * 2 - 1
         b = torch.rand(n)
-        with torch.no_grad():
-            torch.nn.functional.linear(a, w, b)
-            times = []
-            for _ in range(repeats):
-                start = time.perf_counter()
-                torch.nn.functional.linear(a, w, b)
-                times.append(time.perf_counter() - start)
-        t = sorted(times)[len(times) // 2]
-        print(f"{what:30s} {t:10.6f} {2 * m * k * n / t / 1e9:8.1f} GFLOP/s")
+        figures = []
+        for dtype in (torch.float32, torch.bfloat16):
+            x, y, z = a.to(dtype), w.to(dtype), b.to(dtype)
+            with torch.no_grad():
+                torch.nn.functional.linear(x, y, z)
+                times = []
+                for _ in range(repeats):
+                    start = time.perf_counter()
+                    torch.nn.functional.linear(x, y, z)
+                    times.append(time.perf_counter() - start)
+            t = sorted(times)[len(times) // 2]
+            figures.append(f"{t:10.6f} {2 * m * k * n / t / 1e9:8.1f} GFLOP/s")
+        print(f"{what:30s} f32 {figures[0]}   bf16 {figures[1]}")
 
 
 if __name__ == "__main__":

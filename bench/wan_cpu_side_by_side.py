@@ -9,6 +9,9 @@ usage: python3 bench/wan_cpu_side_by_side.py MMGEN_BIN MODEL_DIR [THREADS...]
   environment: SIZE=128x128 STEPS=20 GUIDANCE=4 MAXSEQ=32 REPEATS=2 SEED=1 WARMUP=1 (0: no untimed
                diffusers run first; for the big requests)
                PROMPT="a red circle on a blue background" NEGATIVE=""
+               MMGEN_ARGS="--cpu-matmul-precision bf16" (more mmgen options, split at spaces)
+               TORCH_DTYPE=bfloat16 (diffusers' transformer and text encoder in bf16, the VAE in
+               float32 as diffusers' Wan examples load it; default float32)
   (needs torch, diffusers, accelerate; never a test dependency)"""
 import json, os, re, subprocess, sys, tempfile, time
 
@@ -29,7 +32,14 @@ seed = int(os.environ.get("SEED", "1"))
 warmup = os.environ.get("WARMUP", "1") != "0"
 cores = os.sched_getaffinity(0)
 
-pipe = WanPipeline.from_pretrained(model, torch_dtype=torch.float32)
+mmgen_args = os.environ.get("MMGEN_ARGS", "").split()
+torch_dtype = getattr(torch, os.environ.get("TORCH_DTYPE", "float32"))
+if torch_dtype == torch.float32:
+    pipe = WanPipeline.from_pretrained(model, torch_dtype=torch.float32)
+else:
+    from diffusers import AutoencoderKLWan
+    vae = AutoencoderKLWan.from_pretrained(model, subfolder="vae", torch_dtype=torch.float32)
+    pipe = WanPipeline.from_pretrained(model, vae=vae, torch_dtype=torch_dtype)
 pipe.set_progress_bar_config(disable=True)
 request = dict(prompt=prompt, negative_prompt=negative, height=height, width=width, num_frames=1,
                num_inference_steps=steps, guidance_scale=guidance, max_sequence_length=maxseq)
@@ -67,7 +77,7 @@ with tempfile.TemporaryDirectory() as folder:
                        "--num-frames", "1", "--num-inference-steps", str(steps), "--guidance-scale",
                        str(guidance), "--max-sequence-length", str(maxseq), "--seed", str(seed),
                        "--output-format", "npy", "--output-path", folder, "--output-file-name",
-                       "side.npy", "--overwrite"]
+                       "side.npy", "--overwrite"] + mmgen_args
             env = dict(os.environ, OMP_NUM_THREADS=str(n))
             log = subprocess.run(["taskset", "-c", ",".join(map(str, pinned))] + command, env=env,
                                  capture_output=True, text=True, check=True).stderr
