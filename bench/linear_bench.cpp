@@ -3,12 +3,18 @@
 // and bfloat16 weights, and mmgen's bf16 products (where the CPU has AVX-512 BF16; 0 otherwise).
 // torch's figure for the same shapes comes from bench/linear_torch.py.
 //
-//   linear_bench [--repeats N] [--shapes N] [--no-eigen]   (threads from OMP_NUM_THREADS)
+//   linear_bench [--repeats N] [--shapes N] [--no-eigen] [--check]   (threads from OMP_NUM_THREADS)
+//
+// --check first compares the bf16 products (AMX tiles or AVX-512 BF16, whichever this CPU runs)
+// with a double-precision sum of the bf16-rounded values at edge sizes and exits 1 on a mismatch:
+// tests/linear_product_test.cpp's check, for machines without GoogleTest.
 //
 // --shapes N times the first N shapes only; --no-eigen skips Eigen's product (printed as 0).
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -53,19 +59,66 @@ double median_seconds(int repeats, F run) {
   return times[times.size() / 2];
 }
 
+// The largest error of the bf16 products against double sums of the rounded values, relative to
+// the sum of magnitudes (+1), over edge sizes; and whether a row alone equals it in the batch.
+bool check_bf16_products() {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  const auto rounded = [](float v) { return mmgen::bf16_to_f32(mmgen::f32_to_bf16(v)); };
+  double worst = 0;
+  bool rows_alone = true;
+  mmgen::cpu::set_product_precision(mmgen::cpu::ProductPrecision::BF16);
+  for (const auto [m, k, n] : {std::array<int64_t, 3>{1, 1, 1},
+                               {7, 15, 17},
+                               {17, 33, 49},
+                               {31, 511, 97},
+                               {33, 513, 70},
+                               {129, 40, 300},
+                               {300, 1536, 200}}) {
+    std::vector<float> a(static_cast<size_t>(m * k)), w(static_cast<size_t>(n * k)),
+        bias(static_cast<size_t>(n)), c(static_cast<size_t>(m * n));
+    for (float& v : a) v = uniform(rng);
+    for (float& v : w) v = uniform(rng);
+    for (float& v : bias) v = uniform(rng);
+    mmgen::cpu::linear_product(a.data(), k, w.data(), mmgen::DType::F32, bias.data(), c.data(), m,
+                               k, n);
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t j = 0; j < n; ++j) {
+        double want = bias[size_t(j)], magnitude = 0;
+        for (int64_t i = 0; i < k; ++i) {
+          want += double(rounded(a[size_t(r * k + i)])) * rounded(w[size_t(j * k + i)]);
+          magnitude += std::abs(double(a[size_t(r * k + i)]) * w[size_t(j * k + i)]);
+        }
+        worst = std::max(worst, std::abs(c[size_t(r * n + j)] - want) / (magnitude + 1));
+      }
+    std::vector<float> alone(static_cast<size_t>(n));
+    const int64_t row = m / 2;
+    mmgen::cpu::linear_product(a.data() + row * k, k, w.data(), mmgen::DType::F32, bias.data(),
+                               alone.data(), 1, k, n);
+    rows_alone = rows_alone && std::memcmp(alone.data(), c.data() + row * n, size_t(n) * 4) == 0;
+  }
+  mmgen::cpu::set_product_precision(mmgen::cpu::ProductPrecision::F32);
+  const bool ok = worst <= 1e-6 && rows_alone;
+  std::printf("bf16 products check: worst relative error %.3g (bound 1e-6), row alone %s: %s\n",
+              worst, rows_alone ? "identical" : "DIFFERENT", ok ? "ok" : "FAILED");
+  return ok;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int repeats = 7;
   size_t shapes = std::size(kShapes);
-  bool eigen_too = true;
+  bool eigen_too = true, check = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--no-eigen") == 0) eigen_too = false;
+    if (std::strcmp(argv[i], "--check") == 0) check = true;
     if (i + 1 == argc) continue;
     if (std::strcmp(argv[i], "--repeats") == 0) repeats = std::max(1, std::atoi(argv[i + 1]));
     if (std::strcmp(argv[i], "--shapes") == 0)
       shapes = std::clamp<size_t>(size_t(std::max(1, std::atoi(argv[i + 1]))), 1, shapes);
   }
+  if (check && mmgen::cpu::bf16_products_available() && !check_bf16_products()) return 1;
   std::printf("threads %d, median of %d\n", omp_get_max_threads(), repeats);
   std::printf("%-30s %10s %10s %10s %10s %8s %8s %8s\n", "shape (m x k -> n)", "eigen s",
               "mmgen f32", "bf16 w", "bf16 prod", "GFLOP/s", "bf16 GF", "eig/mm");

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/gemm_amx.h"
 #include "core/op_profile.h"
 #include "core/parallel.h"
 
@@ -54,6 +55,8 @@ constexpr int64_t kDepth = 256;
 constexpr int64_t kPanelAhead = 8;
 // A job: 112 rows x 5 panels (240 outputs); the Wan 1.3B's 1536-wide products make 84 of them.
 constexpr int64_t kJobRows = 112;
+// On AMX a job's rows are four blocks of two 16-row tiles.
+constexpr int64_t kJobRowsTiles = 128;
 constexpr int64_t kJobPanels = 5;
 // Multiply-adds per thread (4M). wan-shapes' 2M-multiply-add products stay on one thread and its
 // 8.4M feed-forward products take two: on the 16-core Xeon host the op profile showed a team of
@@ -61,6 +64,8 @@ constexpr int64_t kJobPanels = 5;
 // for two, with no faster product; on the 2-core VM two threads beat one (71 against 82 ms).
 // One thread for all of them (8M) was tried in session 22 and changed nothing measurable.
 constexpr int64_t kWorkPerThread = int64_t(1) << 22;
+
+constexpr int64_t round_up(int64_t value, int64_t to) { return (value + to - 1) / to * to; }
 
 #ifndef MMGEN_GEMM_AVX512
 // Blocks of 64 steps of k: their 64 panel rows (12 KiB) stay in L1 while the panel's weight rows
@@ -159,6 +164,7 @@ void pack_weight_panel(const void* w, DType dtype, int64_t n0, int64_t n, int64_
 // Up to 16 pairs of a weight row (32 values from `at`, `count` of them real) as bf16 pairs, rounded
 // to nearest even from float32 or float16; bf16 weights are copied as stored.
 __m512i load_pairs(const void* w, DType dtype, int64_t at, int64_t count) {
+  count = std::clamp<int64_t>(count, 0, 32);
   if (dtype == DType::BF16) {
     const __mmask32 mask = count >= 32 ? ~__mmask32(0) : __mmask32((1u << count) - 1);
     return _mm512_maskz_loadu_epi16(mask, static_cast<const uint16_t*>(w) + at);
@@ -171,12 +177,13 @@ __m512i load_pairs(const void* w, DType dtype, int64_t at, int64_t count) {
   return (__m512i)_mm512_cvtne2ps_pbh(half(16), half(0));
 }
 
+// `steps` rows: the (k + 1) / 2 pairs, then zero rows.
 void pack_weight_panel_bf16(const void* w, DType dtype, int64_t n0, int64_t n, int64_t k,
-                            uint32_t* panel) {
-  const int64_t width = std::min(kPanel, n - n0), pairs = (k + 1) / 2;
+                            int64_t steps, uint32_t* panel) {
+  const int64_t width = std::min(kPanel, n - n0);
   __m512 r[16];
-  for (int64_t q0 = 0; q0 < pairs; q0 += 16) {
-    const int64_t depth = std::min<int64_t>(16, pairs - q0);
+  for (int64_t q0 = 0; q0 < steps; q0 += 16) {
+    const int64_t depth = std::min<int64_t>(16, steps - q0);
     for (int64_t j0 = 0; j0 < kPanel; j0 += 16) {
       for (int64_t j = 0; j < 16; ++j)
         r[j] = j0 + j < width ? _mm512_castsi512_ps(load_pairs(w, dtype, (n0 + j0 + j) * k + 2 * q0,
@@ -189,17 +196,17 @@ void pack_weight_panel_bf16(const void* w, DType dtype, int64_t n0, int64_t n, i
   }
 }
 
-// Row r of the input as bf16 pairs (an odd k's last pair padded with zero), rounded to nearest even.
-void convert_input_row(const float* a, int64_t k, uint32_t* to) {
-  const int64_t pairs = (k + 1) / 2;
-  for (int64_t q0 = 0; q0 < pairs; q0 += 16) {
-    const int64_t count = k - 2 * q0;
+// A row of the input as `steps` bf16 pairs, rounded to nearest even: the (k + 1) / 2 pairs (an odd
+// k's last one padded with zero), then zero pairs.
+void convert_input_row(const float* a, int64_t k, int64_t steps, uint32_t* to) {
+  for (int64_t q0 = 0; q0 < steps; q0 += 16) {
+    const int64_t count = std::clamp<int64_t>(k - 2 * q0, 0, 32);
     const auto half = [&](int64_t from) {
       const int64_t lanes = std::clamp<int64_t>(count - from, 0, 16);
       return _mm512_maskz_loadu_ps(__mmask16((1u << lanes) - 1), a + 2 * q0 + from);
     };
     const __m512i bits = (__m512i)_mm512_cvtne2ps_pbh(half(16), half(0));
-    const int64_t lanes = std::min<int64_t>(16, pairs - q0);
+    const int64_t lanes = std::min<int64_t>(16, steps - q0);
     _mm512_mask_storeu_epi32(to + q0, __mmask16((1u << lanes) - 1), bits);
   }
 }
@@ -420,16 +427,24 @@ void* kept_buffer(size_t bytes) {
   return buffer.data.get();
 }
 
-// Packs the weight (and converts the input), then runs the jobs, all in one parallel region.
-// `pack(p, panel)` packs panel p; `prepare(r)` readies input row r (bf16 products only).
-template <typename In, typename Pack, typename Prepare>
-void run_product(const Product<In>& g, int64_t panels, Pack pack, Prepare prepare,
-                 bool prepare_rows) {
-  const int64_t row_jobs = (g.m + kJobRows - 1) / kJobRows;
-  const int64_t panel_jobs = (panels + kJobPanels - 1) / kJobPanels;
+// A product's plan: the padded input rows it prepares, its panels and their packing, its jobs.
+struct Plan {
+  int64_t m, n, work;   // rows and outputs of c, multiply-adds (for the team size)
+  int64_t panels;       // of kPanel outputs
+  int64_t job_rows;     // rows per job
+  int64_t input_rows;   // rows to prepare (the bf16 products' converted input), 0 for none
+};
+
+// Packs the weight (and prepares the input), then runs the jobs, all in one parallel region.
+// `pack(p)` packs panel p, `prepare(r)` input row r, `job(m0, m1, p0, p1)` runs rows [m0, m1) of
+// c for panels [p0, p1).
+template <typename Pack, typename Prepare, typename Job>
+void run_product(const Plan& plan, Pack pack, Prepare prepare, Job job) {
+  const int64_t row_jobs = (plan.m + plan.job_rows - 1) / plan.job_rows;
+  const int64_t panel_jobs = (plan.panels + kJobPanels - 1) / kJobPanels;
   const int64_t jobs = row_jobs * panel_jobs;
-  const int threads =
-      int(std::min<int64_t>(threads_for(g.m * g.n * g.k, kWorkPerThread), std::max(jobs, panels)));
+  const int threads = int(
+      std::min<int64_t>(threads_for(plan.work, kWorkPerThread), std::max(jobs, plan.panels)));
   // With MMGEN_OP_PROFILE, the packing's share is timed at the barrier that ends it.
   const bool profiling = profile::enabled();
   const auto start =
@@ -437,12 +452,10 @@ void run_product(const Product<In>& g, int64_t panels, Pack pack, Prepare prepar
   auto packed_at = start;
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
-    if (prepare_rows) {
 #pragma omp for schedule(static) nowait
-      for (int64_t r = 0; r < g.m; ++r) prepare(r);
-    }
+    for (int64_t r = 0; r < plan.input_rows; ++r) prepare(r);
 #pragma omp for schedule(static)
-    for (int64_t p = 0; p < panels; ++p) pack(p, const_cast<In*>(g.packed) + p * kPanel * g.k);
+    for (int64_t p = 0; p < plan.panels; ++p) pack(p);
     if (profiling) {
 #pragma omp master
       packed_at = std::chrono::steady_clock::now();
@@ -450,10 +463,10 @@ void run_product(const Product<In>& g, int64_t panels, Pack pack, Prepare prepar
     // Consecutive jobs share their panels: the threads sweep one block of outputs together, so it
     // comes from memory once.
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t job = 0; job < jobs; ++job) {
-      const int64_t pj = job / row_jobs, mj = job % row_jobs;
-      run_job(g, mj * kJobRows, std::min(g.m, (mj + 1) * kJobRows), pj * kJobPanels,
-              std::min(panels, (pj + 1) * kJobPanels));
+    for (int64_t index = 0; index < jobs; ++index) {
+      const int64_t pj = index / row_jobs, mj = index % row_jobs;
+      job(mj * plan.job_rows, std::min(plan.m, (mj + 1) * plan.job_rows), pj * kJobPanels,
+          std::min(plan.panels, (pj + 1) * kJobPanels));
     }
   }
   if (profiling)
@@ -496,24 +509,39 @@ void linear_product(const float* a, int64_t lda, const void* w, DType w_dtype, c
   const int64_t panels = (n + kPanel - 1) / kPanel;
 #ifdef MMGEN_GEMM_BF16
   if (precision == ProductPrecision::BF16) {
+    // On AMX the pairs are padded to whole tile steps and the rows to whole blocks (zeros).
+    const bool tiles = amx::available();
     const int64_t pairs = (k + 1) / 2;
-    auto* packed = static_cast<uint32_t*>(kept_buffer<0>(size_t(panels * kPanel * pairs) * 4));
-    auto* input = static_cast<uint32_t*>(kept_buffer<1>(size_t(m * pairs) * 4));
-    const Product<uint32_t> g{input, pairs, packed, bias, c, m, pairs, n};
-    return run_product(
-        g, panels,
-        [&](int64_t p, uint32_t* panel) {
-          pack_weight_panel_bf16(w, w_dtype, p * kPanel, n, k, panel);
-        },
-        [&](int64_t r) { convert_input_row(a + r * lda, k, input + r * pairs); }, true);
+    const int64_t steps = tiles ? round_up(pairs, amx::kStepPairs) : pairs;
+    const int64_t rows = tiles ? round_up(m, amx::kBlockRows) : m;
+    auto* packed = static_cast<uint32_t*>(kept_buffer<0>(size_t(panels * kPanel * steps) * 4));
+    auto* input = static_cast<uint32_t*>(kept_buffer<1>(size_t(rows * steps) * 4));
+    const auto pack = [&](int64_t p) {
+      pack_weight_panel_bf16(w, w_dtype, p * kPanel, n, k, steps, packed + p * kPanel * steps);
+    };
+    const auto prepare = [&](int64_t r) {
+      uint32_t* to = input + r * steps;
+      if (r < m) return convert_input_row(a + r * lda, k, steps, to);
+      std::fill(to, to + steps, 0u);
+    };
+    const Plan plan{m, n, m * n * k, panels, tiles ? kJobRowsTiles : kJobRows, rows};
+    if (tiles)
+      return run_product(plan, pack, prepare, [&](int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
+        amx::run_job(input, packed, steps, bias, c, m, n, m0, m1, p0, p1);
+      });
+    const Product<uint32_t> g{input, steps, packed, bias, c, m, steps, n};
+    return run_product(plan, pack, prepare, [&](int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
+      run_job(g, m0, m1, p0, p1);
+    });
   }
 #endif
   auto* packed = static_cast<float*>(kept_buffer<0>(size_t(panels * kPanel * k) * 4));
   const Product<float> g{a, lda, packed, bias, c, m, k, n};
   run_product(
-      g, panels,
-      [&](int64_t p, float* panel) { pack_weight_panel(w, w_dtype, p * kPanel, n, k, panel); },
-      [](int64_t) {}, false);
+      Plan{m, n, m * n * k, panels, kJobRows, 0},
+      [&](int64_t p) { pack_weight_panel(w, w_dtype, p * kPanel, n, k, packed + p * kPanel * k); },
+      [](int64_t) {},
+      [&](int64_t m0, int64_t m1, int64_t p0, int64_t p1) { run_job(g, m0, m1, p0, p1); });
 }
 
 }  // namespace mmgen::cpu
