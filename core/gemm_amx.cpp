@@ -27,8 +27,7 @@ constexpr int kArchReqXcompPerm = 0x1023;
 constexpr int kXfeatureXtiledata = 18;
 
 bool permitted() {
-  static const bool granted =
-      syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  static const bool granted = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
   return granted;
 }
 
@@ -57,8 +56,7 @@ void configure_this_thread() {
 
 // 32 rows x 48 outputs over all pairs: c tiles (i, j) for input tile i and panel tile j. The order
 // walks j up for i = 0 and down for i = 1, so each turn reuses the panel tile it ends on.
-void block(const uint32_t* a, int64_t lda_bytes, const uint32_t* panel, int64_t pairs,
-           float* out) {
+void block(const uint32_t* a, int64_t lda_bytes, const uint32_t* panel, int64_t pairs, float* out) {
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
@@ -95,7 +93,9 @@ void block(const uint32_t* a, int64_t lda_bytes, const uint32_t* panel, int64_t 
 
 }  // namespace
 
-bool available() { return permitted(); }
+bool available() {
+  return permitted();
+}
 
 void run_job(const uint32_t* input, const uint32_t* panels, int64_t pairs, const float* bias,
              float* c, int64_t m, int64_t n, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
@@ -122,7 +122,9 @@ void run_job(const uint32_t* input, const uint32_t* panels, int64_t pairs, const
 
 #else
 
-bool available() { return false; }
+bool available() {
+  return false;
+}
 
 void run_job(const uint32_t*, const uint32_t*, int64_t, const float*, float*, int64_t, int64_t,
              int64_t, int64_t, int64_t, int64_t) {}

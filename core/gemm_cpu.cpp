@@ -65,7 +65,9 @@ constexpr int64_t kJobPanels = 5;
 // One thread for all of them (8M) was tried in session 22 and changed nothing measurable.
 constexpr int64_t kWorkPerThread = int64_t(1) << 22;
 
-constexpr int64_t round_up(int64_t value, int64_t to) { return (value + to - 1) / to * to; }
+constexpr int64_t round_up(int64_t value, int64_t to) {
+  return (value + to - 1) / to * to;
+}
 
 #ifndef MMGEN_GEMM_AVX512
 // Blocks of 64 steps of k: their 64 panel rows (12 KiB) stay in L1 while the panel's weight rows
@@ -186,9 +188,10 @@ void pack_weight_panel_bf16(const void* w, DType dtype, int64_t n0, int64_t n, i
     const int64_t depth = std::min<int64_t>(16, steps - q0);
     for (int64_t j0 = 0; j0 < kPanel; j0 += 16) {
       for (int64_t j = 0; j < 16; ++j)
-        r[j] = j0 + j < width ? _mm512_castsi512_ps(load_pairs(w, dtype, (n0 + j0 + j) * k + 2 * q0,
-                                                               k - 2 * q0))
-                              : _mm512_setzero_ps();
+        r[j] =
+            j0 + j < width
+                ? _mm512_castsi512_ps(load_pairs(w, dtype, (n0 + j0 + j) * k + 2 * q0, k - 2 * q0))
+                : _mm512_setzero_ps();
       transpose16(r);  // 32-bit lanes: each pair moves whole
       for (int64_t b = 0; b < depth; ++b)
         _mm512_store_ps(reinterpret_cast<float*>(panel + (q0 + b) * kPanel + j0), r[b]);
@@ -429,10 +432,10 @@ void* kept_buffer(size_t bytes) {
 
 // A product's plan: the padded input rows it prepares, its panels and their packing, its jobs.
 struct Plan {
-  int64_t m, n, work;   // rows and outputs of c, multiply-adds (for the team size)
-  int64_t panels;       // of kPanel outputs
-  int64_t job_rows;     // rows per job
-  int64_t input_rows;   // rows to prepare (the bf16 products' converted input), 0 for none
+  int64_t m, n, work;  // rows and outputs of c, multiply-adds (for the team size)
+  int64_t panels;      // of kPanel outputs
+  int64_t job_rows;    // rows per job
+  int64_t input_rows;  // rows to prepare (the bf16 products' converted input), 0 for none
 };
 
 // Packs the weight (and prepares the input), then runs the jobs, all in one parallel region.
@@ -443,8 +446,8 @@ void run_product(const Plan& plan, Pack pack, Prepare prepare, Job job) {
   const int64_t row_jobs = (plan.m + plan.job_rows - 1) / plan.job_rows;
   const int64_t panel_jobs = (plan.panels + kJobPanels - 1) / kJobPanels;
   const int64_t jobs = row_jobs * panel_jobs;
-  const int threads = int(
-      std::min<int64_t>(threads_for(plan.work, kWorkPerThread), std::max(jobs, plan.panels)));
+  const int threads =
+      int(std::min<int64_t>(threads_for(plan.work, kWorkPerThread), std::max(jobs, plan.panels)));
   // With MMGEN_OP_PROFILE, the packing's share is timed at the barrier that ends it.
   const bool profiling = profile::enabled();
   const auto start =
@@ -493,7 +496,9 @@ void set_product_precision(ProductPrecision wanted) {
   precision = wanted;
 }
 
-ProductPrecision product_precision() { return precision; }
+ProductPrecision product_precision() {
+  return precision;
+}
 
 void linear_product(const float* a, int64_t lda, const void* w, DType w_dtype, const float* bias,
                     float* c, int64_t m, int64_t k, int64_t n) {

@@ -4,9 +4,9 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
-#include <array>
 #include <random>
 #include <vector>
 
@@ -147,7 +147,9 @@ struct Bf16Products {
   ~Bf16Products() { cpu::set_product_precision(cpu::ProductPrecision::F32); }
 };
 
-float rounded(float v) { return bf16_to_f32(f32_to_bf16(v)); }
+float rounded(float v) {
+  return bf16_to_f32(f32_to_bf16(v));
+}
 
 TEST(LinearProductBf16, SumsTheBf16RoundedValuesInFloat32) {
   if (!cpu::bf16_products_available()) {
