@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/file.h"
+#include "core/gemm_cpu.h"
 #include "core/npy.h"
 #include "tests/test_support.h"
 
@@ -235,6 +236,30 @@ TEST(Cli, VaeTilingMatchesTheUntiledVideo) {
                          " --prompt fox --vae-tiling --vae-tile-size 20 --vae-tile-overlap 8");
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("both must be multiples of 8"), std::string::npos) << bad.err;
+}
+
+// The flag reaches the products: bf16 moves the video a little (on wan-tiny 4.9e-4 relative, at
+// most 2.1e-3 when written), never by more than bfloat16's rounding allows; a build without AVX-512
+// BF16 refuses it in one line.
+TEST(Cli, CpuMatmulPrecisionBf16IsCloseToFloat32AndNotTheSame) {
+  const fs::path out = testing::scratch_dir("cli-bf16");
+  auto run = [&](const std::string& name, const std::string& precision) {
+    return run_command(mmgen() + " generate" + tiny_run(out) + " --prompt fox --output-file-name " +
+                       name + " --cpu-matmul-precision " + precision);
+  };
+  const auto f32 = run("f32", "fp32");
+  ASSERT_EQ(f32.exit_code, 0) << f32.err;
+  const auto bf16 = run("bf16", "bf16");
+  if (!cpu::bf16_products_available()) {
+    EXPECT_EQ(bf16.exit_code, 1);
+    EXPECT_NE(bf16.err.find("needs a CPU with AVX-512 BF16"), std::string::npos) << bf16.err;
+    EXPECT_FALSE(fs::exists(out / "bf16.npy"));
+    return;
+  }
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.err;
+  const double diff = testing::max_abs_diff(read_npy(out / "bf16.npy"), read_npy(out / "f32.npy"));
+  EXPECT_GT(diff, 1e-5);
+  EXPECT_LT(diff, 1e-2);
 }
 
 TEST(Cli, InfoLogsOneLinePerStageAndASummaryQuietLogsNothing) {
