@@ -3,13 +3,15 @@
 // and bfloat16 weights, and mmgen's bf16 products (where the CPU has AVX-512 BF16; 0 otherwise).
 // torch's figure for the same shapes comes from bench/linear_torch.py.
 //
-//   linear_bench [--repeats N] [--shapes N] [--no-eigen] [--check]   (threads from OMP_NUM_THREADS)
+//   linear_bench [--repeats N] [--shapes N] [--rows M] [--no-eigen] [--check]   (threads from
+//   OMP_NUM_THREADS)
 //
 // --check first compares the bf16 products (AMX tiles or AVX-512 BF16, whichever this CPU runs)
 // with a double-precision sum of the bf16-rounded values at edge sizes and exits 1 on a mismatch:
 // tests/linear_product_test.cpp's check, for machines without GoogleTest.
 //
-// --shapes N times the first N shapes only; --no-eigen skips Eigen's product (printed as 0).
+// --shapes N times the first N shapes only; --rows M gives every shape of more than one row M rows
+// (3120: the 1.3B's guided batch of two); --no-eigen skips Eigen's product (printed as 0).
 #include <omp.h>
 
 #include <algorithm>
@@ -110,10 +112,12 @@ int main(int argc, char** argv) {
   int repeats = 7;
   size_t shapes = std::size(kShapes);
   bool eigen_too = true, check = false;
+  int64_t rows = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--no-eigen") == 0) eigen_too = false;
     if (std::strcmp(argv[i], "--check") == 0) check = true;
     if (i + 1 == argc) continue;
+    if (std::strcmp(argv[i], "--rows") == 0) rows = std::max(0, std::atoi(argv[i + 1]));
     if (std::strcmp(argv[i], "--repeats") == 0) repeats = std::max(1, std::atoi(argv[i + 1]));
     if (std::strcmp(argv[i], "--shapes") == 0)
       shapes = std::clamp<size_t>(size_t(std::max(1, std::atoi(argv[i + 1]))), 1, shapes);
@@ -125,7 +129,8 @@ int main(int argc, char** argv) {
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   for (size_t index = 0; index < shapes; ++index) {
-    const Shape3& s = kShapes[index];
+    Shape3 s = kShapes[index];
+    if (rows > 0 && s.m > 1) s.m = rows;
     std::vector<float> a(size_t(s.m * s.k)), w(size_t(s.n * s.k)), c(size_t(s.m * s.n)),
         bias(size_t(s.n));
     std::vector<uint16_t> w16(w.size());
