@@ -4,7 +4,9 @@
 // written once to a temporary safetensors file and memory-mapped, as a real checkpoint is used.
 //
 //   OMP_NUM_THREADS=2 zimage_transformer_bench [--layers 2] [--refiners 1] [--size 512]
-//       [--caption 128] [--repeats 2] [--dir DIR]
+//       [--caption 128] [--repeats 2] [--dir DIR] [--bf16]
+//
+// --bf16 runs the products as --cpu-matmul-precision bf16 does.
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/gemm_cpu.h"
 #include "core/safetensors.h"
 #include "models/dit/wan_random_checkpoint.h"
 #include "models/dit/zimage_random_checkpoint.h"
@@ -49,6 +52,9 @@ int run(int argc, char** argv) {
   fs::path dir;
   for (int i = 1; i + 1 < argc; ++i)
     if (std::strcmp(argv[i], "--dir") == 0) dir = argv[i + 1];
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--bf16") == 0)
+      cpu::set_product_precision(cpu::ProductPrecision::BF16);
   const bool own_dir = dir.empty();
   if (own_dir) dir = fs::temp_directory_path() / ("mmgen-zimage-bench-" + std::to_string(getpid()));
   fs::create_directories(dir);
