@@ -414,11 +414,8 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
     stop_if_requested();  // between latent frames (or tiles) of the decode
   };
   if (!input.cuda && vae_->device() != Device::CPU) vae_->set_device(Device::CPU);
-  if (input.cuda && input.vae_tiles)
-    spdlog::warn("--vae-tiling: the GPU decoder does not tile yet; decoding the whole frame");
-  const Tensor video = input.vae_tiles && vae_->device() == Device::CPU
-                           ? vae::decode_tiled(*vae_, z, *input.vae_tiles, report)
-                           : vae_->decode(z, report);
+  const Tensor video = input.vae_tiles ? vae::decode_tiled(*vae_, z, *input.vae_tiles, report)
+                                       : vae_->decode(z, report);
   decode.finish();
   output.frames = video_to_frames(video);
   return output;

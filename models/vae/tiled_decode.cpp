@@ -9,11 +9,8 @@ Tensor decode_tiled(const WanVaeDecoder& decoder, const Tensor& z, const TileLay
   check(z.dim() == 5 && z.size(1) == decoder.config().z_dim,
         "decode_tiled: expected latents [batch, {}, frames, height, width], got {}",
         decoder.config().z_dim, shape_string(z.shape()));
-  check(decoder.device() == Device::CPU,
-        "decode_tiled: tiled decoding runs on the CPU; this decoder is on the {}",
-        device_name(decoder.device()));
   const WanVaeConfig& config = decoder.config();
-  const Tensor latents = z.to(DType::F32);
+  const Tensor latents = z.to(DType::F32).to(Device::CPU);
   const int64_t batch = z.size(0), frames = z.size(2), height = z.size(3), width = z.size(4);
   const int64_t factor = config.spatial_factor(), temporal = config.temporal_factor();
   const int64_t channels = config.out_channels, out_frames = config.output_frames(frames);
@@ -26,16 +23,29 @@ Tensor decode_tiled(const WanVaeDecoder& decoder, const Tensor& z, const TileLay
   const int total = int(blend.tiles().size() * size_t(batch * frames));
   int done = 0;
   for (int64_t b = 0; b < batch; ++b) {
-    // The heads of every latent frame, on the whole plane.
+    // The heads of every latent frame, on the whole plane, kept on the host (latent resolution:
+    // small); each tile's region goes to the decoder's device and its decoded frames come back, so
+    // a GPU holds one tile's tail at a time.
+    const Device device = decoder.device();
     std::vector<Tensor> heads;
     StreamState head_state = decoder.new_state();
-    for (int64_t i = 0; i < frames; ++i)
+    for (int64_t i = 0; i < frames; ++i) {
+      head_state.last_chunk = i + 1 == frames;
       heads.push_back(
-          decoder.head(latents.select(0, b).select(1, i).unsqueeze(0).contiguous(), head_state));
+          decoder
+              .head(latents.select(0, b).select(1, i).unsqueeze(0).contiguous().to(device),
+                    head_state)
+              .to(Device::CPU));
+    }
     for (const Tile& tile : blend.tiles()) {
       StreamState tail_state = decoder.new_state();
       for (int64_t i = 0; i < frames; ++i) {
-        const Tensor chunk = decoder.tail(crop_region(heads[size_t(i)], tile), tail_state);
+        tail_state.last_chunk = i + 1 == frames;
+        const Tensor chunk =
+            decoder.tail(crop_region(heads[size_t(i)], tile).to(device), tail_state)
+                .to(Device::CPU)
+                .to(DType::F32)
+                .contiguous();
         const int64_t first = i == 0 ? 0 : 1 + (i - 1) * temporal;
         const int64_t count = chunk.size(0);
         check(count == (i == 0 ? 1 : temporal) && chunk.size(1) == channels,

@@ -8,7 +8,9 @@
 // pixels see exactly the context they see untiled; the halo is cropped away and neighbouring cores
 // are blended with linear ramps across their overlap. With one tile the result is the untiled
 // decode bit for bit; with several it differs only by the summation order of the convolutions'
-// products (about 1e-6). The layout, the ramps and the blend are models/vae/tiling.h's.
+// products (about 1e-6). The layout, the ramps and the blend are models/vae/tiling.h's. On the GPU
+// the heads and the blend stay on the host and each tile's tail runs on the device, so the device
+// holds one tile's working set.
 #pragma once
 
 #include "core/tensor.h"

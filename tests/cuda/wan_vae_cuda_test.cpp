@@ -16,6 +16,7 @@
 #include "core/cuda/device_memory.h"
 #include "cuda_test_support.h"
 #include "models/dit/wan_random_checkpoint.h"
+#include "models/vae/tiled_decode.h"
 #include "models/vae/wan_vae_decoder.h"
 #include "models/vae/wan_vae_random_checkpoint.h"
 
@@ -98,6 +99,37 @@ void check_rounding_in_norms() {
          "TF32: rounding in the norms gives the same bits as rounding in the kernel");
 }
 
+// --vae-tiling on the GPU: the tiles' tails run on the device, the heads and the blend on the host.
+// Against the same tiles on the CPU (the GPU's TF32 bound), with one tile against the GPU's own
+// untiled decode (the same convolutions on the same regions: the same bits), and the progress
+// counting tiles x latent frames.
+void check_tiled_decode(const std::string& name, vae::WanVaeDecoder& decoder, const Tensor& latents,
+                        const vae::TileLayout& layout) {
+  decoder.set_device(Device::CPU);
+  const Tensor expected = vae::decode_tiled(decoder, latents, layout);
+  decoder.set_device(Device::CUDA);
+  int calls = 0, last_total = 0;
+  const Tensor tiled = vae::decode_tiled(decoder, latents, layout, [&](int done, int total) {
+    ++calls;
+    last_total = total;
+    expect(done == calls, fmt::format("{}: tiled progress {}/{}", name, done, total));
+  });
+  expect(calls == last_total && calls > latents.size(2),
+         fmt::format("{}: {} progress calls over several tiles", name, calls));
+  const Difference d = compare(tiled, expected);
+  expect(d.relative < 3e-3,
+         fmt::format("{} tiled {} on the GPU: relative error {:.2e} < 3e-3 vs "
+                     "the same tiles on the CPU (max abs {:.2e})",
+                     name, shape_string(latents.shape()), d.relative, d.max_abs));
+  const Tensor whole = decoder.decode(latents);
+  const Tensor one_tile = vae::decode_tiled(decoder, latents, vae::TileLayout{1024, 4});
+  const Difference same = compare(one_tile, whole);
+  expect(same.max_abs == 0.0, fmt::format("{}: one tile on the GPU is its untiled decode (max abs "
+                                          "{:.2e})",
+                                          name, same.max_abs));
+  decoder.set_device(Device::CPU);
+}
+
 vae::WanVaeDecoder random_decoder(const vae::WanVaeConfig& config, const std::string& file_name) {
   const fs::path file = fs::temp_directory_path() / file_name;
   write_safetensors(file, vae::random_decoder_checkpoint(config), {{"format", "pt"}});
@@ -120,6 +152,10 @@ int main() try {
   vae::WanVaeDecoder decoder_32 = random_decoder(third, "mmgen_vae_cuda_test_32.safetensors");
   check_against_cpu("random base-32 decoder", decoder_32,
                     dit::random_tensor({2, 16, 3, 12, 20}, 0.0f, 1.5f, 6, DType::F32));
+  // 8-latent-pixel cores overlapping by 2 on a 12 x 20 plane: 2 x 3 tiles, batch 2, 3 frames.
+  check_tiled_decode("random base-32 decoder", decoder_32,
+                     dit::random_tensor({2, 16, 3, 12, 20}, 0.0f, 1.5f, 6, DType::F32),
+                     vae::TileLayout{8, 2});
 
   vae::WanVaeConfig wide;  // 96-channel blocks: the 128-thread kernel blocks, as the real VAE's
   wide.base_dim = 48;
