@@ -310,6 +310,8 @@ void tile_kernel(const Tile<float>& t) {
 
 #ifdef MMGEN_GEMM_BF16
 // The same tile over pairs of k: each vdpbf16ps adds both products of a pair to the float32 chain.
+// (A second loop rather than a shared one with a step functor: the two differ in every line of the
+// hot loop, its loads, broadcast and multiply-add.)
 template <int R>
 void tile_kernel(const Tile<uint32_t>& t) {
   Accumulators<R, uint32_t> c(t);
@@ -422,8 +424,7 @@ void* kept_buffer(size_t bytes) {
   };
   thread_local Buffer buffer;
   if (buffer.capacity < bytes) {
-    const size_t rounded = (bytes + 63) / 64 * 64;
-    buffer.data.reset(std::aligned_alloc(64, rounded));
+    buffer.data.reset(std::aligned_alloc(64, size_t(round_up(int64_t(bytes), 64))));
     check(buffer.data != nullptr, "linear: out of memory packing a weight of {} bytes", bytes);
     buffer.capacity = bytes;
   }
@@ -432,7 +433,7 @@ void* kept_buffer(size_t bytes) {
 
 // A product's plan: the padded input rows it prepares, its panels and their packing, its jobs.
 struct Plan {
-  int64_t m, n, work;  // rows and outputs of c, multiply-adds (for the team size)
+  int64_t m, work;     // rows of c, multiply-adds (for the team size)
   int64_t panels;      // of kPanel outputs
   int64_t job_rows;    // rows per job
   int64_t input_rows;  // rows to prepare (the bf16 products' converted input), 0 for none
@@ -529,7 +530,7 @@ void linear_product(const float* a, int64_t lda, const void* w, DType w_dtype, c
       if (r < m) return convert_input_row(a + r * lda, k, steps, to);
       std::fill(to, to + steps, 0u);
     };
-    const Plan plan{m, n, m * n * k, panels, tiles ? kJobRowsTiles : kJobRows, rows};
+    const Plan plan{m, m * n * k, panels, tiles ? kJobRowsTiles : kJobRows, rows};
     if (tiles)
       return run_product(plan, pack, prepare, [&](int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
         amx::run_job(input, packed, steps, bias, c, m, n, m0, m1, p0, p1);
@@ -543,7 +544,7 @@ void linear_product(const float* a, int64_t lda, const void* w, DType w_dtype, c
   auto* packed = static_cast<float*>(kept_buffer<0>(size_t(panels * kPanel * k) * 4));
   const Product<float> g{a, lda, packed, bias, c, m, k, n};
   run_product(
-      Plan{m, n, m * n * k, panels, kJobRows, 0},
+      Plan{m, m * n * k, panels, kJobRows, 0},
       [&](int64_t p) { pack_weight_panel(w, w_dtype, p * kPanel, n, k, packed + p * kPanel * k); },
       [](int64_t) {},
       [&](int64_t m0, int64_t m1, int64_t p0, int64_t p1) { run_job(g, m0, m1, p0, p1); });
