@@ -22,6 +22,7 @@
 #include "attention/backends/descriptor.h"
 #include "attention/backends/vmoba_attn/vmoba_layout.h"
 #include "attention/backends/vmoba_attn/vmoba_select.h"
+#include "attention/backends/vmoba_attn/vmoba_settings.h"
 #include "attention/block_sparse.h"
 #include "attention/dense_attention.h"
 #include "core/error.h"
@@ -39,57 +40,6 @@ using vmoba::ChunkKind;
 // Query tokens per query block in both passes: small enough to spread over threads, large enough
 // for the GEMM tiles.
 constexpr int64_t kQueryBlock = 64;
-
-struct VmobaSettings {
-  int64_t temporal_chunk = 2, temporal_topk = 3;
-  std::array<int64_t, 2> spatial_chunk = {3, 4};
-  int64_t spatial_topk = 20;
-  std::array<int64_t, 3> st_chunk = {4, 6, 4};
-  int64_t st_topk = 15;
-  vmoba::SelectMode mode = vmoba::SelectMode::Threshold;
-  vmoba::SelectGroup group = vmoba::SelectGroup::QueryHead;
-  double threshold = 0.25;
-  int64_t first_full_step = 12, first_full_layer = 0;
-  int64_t temporal_layers = 1, spatial_layers = 1, st_layers = 1;
-
-  static VmobaSettings from_json(const nlohmann::json& config) {
-    VmobaSettings s;
-    config.at("temporal_chunk_size").get_to(s.temporal_chunk);
-    config.at("temporal_topk").get_to(s.temporal_topk);
-    config.at("spatial_chunk_size").get_to(s.spatial_chunk);
-    config.at("spatial_topk").get_to(s.spatial_topk);
-    config.at("st_chunk_size").get_to(s.st_chunk);
-    config.at("st_topk").get_to(s.st_topk);
-    const std::string mode = config.at("moba_select_mode").get<std::string>();
-    check(mode == "threshold" || mode == "topk",
-          "vmoba_attn: moba_select_mode '{}' is not threshold or topk", mode);
-    s.mode = mode == "topk" ? vmoba::SelectMode::TopK : vmoba::SelectMode::Threshold;
-    const std::string type = config.at("moba_threshold_type").get<std::string>();
-    if (type == "query_head")
-      s.group = vmoba::SelectGroup::QueryHead;
-    else if (type == "head_global")
-      s.group = vmoba::SelectGroup::HeadGlobal;
-    else if (type == "overall")
-      s.group = vmoba::SelectGroup::Overall;
-    else
-      fail("vmoba_attn: moba_threshold_type '{}' is not query_head, head_global or overall", type);
-    config.at("moba_threshold").get_to(s.threshold);
-    config.at("first_full_step").get_to(s.first_full_step);
-    config.at("first_full_layer").get_to(s.first_full_layer);
-    config.at("temporal_layer").get_to(s.temporal_layers);
-    config.at("spatial_layer").get_to(s.spatial_layers);
-    config.at("st_layer").get_to(s.st_layers);
-    check(s.temporal_chunk >= 1 && s.spatial_chunk[0] >= 1 && s.spatial_chunk[1] >= 1 &&
-              s.st_chunk[0] >= 1 && s.st_chunk[1] >= 1 && s.st_chunk[2] >= 1,
-          "vmoba_attn: chunk sizes must be at least 1");
-    check(s.temporal_topk >= 1 && s.spatial_topk >= 1 && s.st_topk >= 1,
-          "vmoba_attn: temporal_topk, spatial_topk and st_topk must be at least 1");
-    check(s.temporal_layers >= 0 && s.spatial_layers >= 0 && s.st_layers >= 0 &&
-              s.temporal_layers + s.spatial_layers + s.st_layers > 0,
-          "vmoba_attn: temporal_layer + spatial_layer + st_layer must be at least 1");
-    return s;
-  }
-};
 
 void warn_once(std::atomic<bool>& flag, const std::string& message) {
   if (!flag.exchange(true)) spdlog::warn("{}", message);
@@ -126,15 +76,10 @@ class VmobaBackend final : public AttentionBackend {
           "vmoba_attn: {} tokens, but the latent grid {}x{}x{} has {} (plus {} text tokens: {})",
           seq, grid[0], grid[1], grid[2], video, context.text_length, video + context.text_length);
 
-    const ChunkKind kind = vmoba::chunk_kind_for_layer(
-        context.layer_index, settings_.first_full_layer, settings_.temporal_layers,
-        settings_.spatial_layers, settings_.st_layers);
-    const vmoba::ChunkLayout layout = vmoba::make_chunk_layout(
-        grid, vmoba::chunk_shape(kind, grid, settings_.temporal_chunk, settings_.spatial_chunk,
-                                 settings_.st_chunk));
+    const ChunkKind kind = settings_.kind_of_layer(context.layer_index);
+    const vmoba::ChunkLayout layout = settings_.layout(kind, grid);
     const int64_t chunks = layout.chunks.size();
-    if (context.step_index < settings_.first_full_step ||
-        context.layer_index < settings_.first_full_layer)
+    if (settings_.dense_at(context.step_index, context.layer_index))
       return dense(q, k, v, scale, stats, batch * heads * video, chunks);
 
     std::vector<int64_t> index = layout.order;
@@ -143,12 +88,8 @@ class VmobaBackend final : public AttentionBackend {
     const Tensor kr = gather_tokens(k.to(DType::F32), index);
     const Tensor vr = gather_tokens(v.to(DType::F32), index);
 
-    vmoba::SelectOptions options{.mode = settings_.mode,
-                                 .group = settings_.group,
-                                 .threshold = settings_.threshold,
-                                 .topk = topk_for(kind)};
     const std::vector<vmoba::ChunkSelection> selections =
-        vmoba::select_chunks(qr, kr, layout.chunks, options);
+        vmoba::select_chunks(qr, kr, layout.chunks, settings_.select_options(kind));
 
     Tensor lse;
     Tensor out = block_sparse_attention(qr, kr, vr, scale,
@@ -168,18 +109,6 @@ class VmobaBackend final : public AttentionBackend {
   }
 
  private:
-  int64_t topk_for(ChunkKind kind) const {
-    switch (kind) {
-      case ChunkKind::Temporal:
-        return settings_.temporal_topk;
-      case ChunkKind::Spatial:
-        return settings_.spatial_topk;
-      case ChunkKind::SpatioTemporal:
-        return settings_.st_topk;
-    }
-    return 1;
-  }
-
   static Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
                       AttentionStats* stats, int64_t queries, int64_t blocks) {
     if (stats) {

@@ -1,7 +1,9 @@
 #include "attention/backends/vmoba_attn/vmoba_layout.h"
 
 #include <algorithm>
+#include <utility>
 
+#include "attention/sta_tiling.h"
 #include "core/error.h"
 
 namespace mmgen::attention::vmoba {
@@ -53,26 +55,12 @@ std::array<int64_t, 3> chunk_shape(ChunkKind kind, const std::array<int64_t, 3>&
 
 ChunkLayout make_chunk_layout(const std::array<int64_t, 3>& grid,
                               const std::array<int64_t, 3>& chunk) {
-  const auto [T, H, W] = grid;
-  check(T > 0 && H > 0 && W > 0, "vmoba_attn: latent grid {}x{}x{} must be positive", T, H, W);
+  check(grid[0] > 0 && grid[1] > 0 && grid[2] > 0,
+        "vmoba_attn: latent grid {}x{}x{} must be positive", grid[0], grid[1], grid[2]);
   for (int64_t c : chunk) check(c > 0, "vmoba_attn: chunk sizes must be positive");
-  const int64_t nt = (T + chunk[0] - 1) / chunk[0], nh = (H + chunk[1] - 1) / chunk[1],
-                nw = (W + chunk[2] - 1) / chunk[2];
-  ChunkLayout layout;
-  layout.order.reserve(size_t(T * H * W));
-  for (int64_t ct = 0; ct < nt; ++ct)
-    for (int64_t ch = 0; ch < nh; ++ch)
-      for (int64_t cw = 0; cw < nw; ++cw) {
-        const int64_t t0 = ct * chunk[0], t1 = std::min(T, t0 + chunk[0]);
-        const int64_t h0 = ch * chunk[1], h1 = std::min(H, h0 + chunk[1]);
-        const int64_t w0 = cw * chunk[2], w1 = std::min(W, w0 + chunk[2]);
-        layout.chunks.start.push_back(int64_t(layout.order.size()));
-        for (int64_t t = t0; t < t1; ++t)
-          for (int64_t h = h0; h < h1; ++h)
-            for (int64_t w = w0; w < w1; ++w) layout.order.push_back((t * H + h) * W + w);
-        layout.chunks.length.push_back(int64_t(layout.order.size()) - layout.chunks.start.back());
-      }
-  return layout;
+  // A chunk is a box of STA's tiling: boxes in (t, h, w) order, tokens inside in (t, h, w) order.
+  BoxTiling tiling = tile_video({grid[0], grid[1], grid[2]}, {chunk[0], chunk[1], chunk[2]}, 0);
+  return {std::move(tiling.order), std::move(tiling.video_blocks)};
 }
 
 }  // namespace mmgen::attention::vmoba
