@@ -1,6 +1,7 @@
 #include "attention/sparse_self_attention_cuda.h"
 
 #include <algorithm>
+#include <chrono>
 #include <vector>
 
 #include "attention/backend_config.h"
@@ -84,6 +85,28 @@ void SparseSelfAttentionCuda::run_kernel(const FlashAttentionArgs& args) {
   kernel_seconds_ += milliseconds / 1000.0;
   MMGEN_CUDA_CHECK(cudaEventDestroy(start));
   MMGEN_CUDA_CHECK(cudaEventDestroy(stop));
+}
+
+namespace {
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+void SparseSelfAttentionCuda::start_steps() {
+  if (!timing_) return;
+  MMGEN_CUDA_CHECK(cudaDeviceSynchronize());
+  last_mark_ = now_seconds();
+}
+
+void SparseSelfAttentionCuda::mark_step(const char* name) {
+  if (!timing_) return;
+  MMGEN_CUDA_CHECK(cudaDeviceSynchronize());
+  const double now = now_seconds(), spent = now - last_mark_;
+  last_mark_ = now;
+  for (auto& [step, seconds] : steps_)
+    if (step == name) return void(seconds += spent);
+  steps_.emplace_back(name, spent);
 }
 
 bool has_cuda_self_attention(std::string_view backend) {

@@ -5,7 +5,8 @@
 // same results as its CPU implementation (to bf16 rounding): it regroups the video tokens into its
 // boxes on the device (attention/cuda/box_layout.h, edge boxes padded and masked exactly), drives
 // the block-sparse attention kernel with per-query-block key-block lists, and undoes the
-// regrouping. V-MoBA, SLA and SVG2 have no GPU version yet.
+// regrouping. V-MoBA (attention/backends/vmoba_attn/vmoba_attn_cuda.cpp) adds an expert pass over
+// gathered query runs. SLA and SVG2 have no GPU version yet.
 #pragma once
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "attention/backend.h"
@@ -64,13 +66,21 @@ class SparseSelfAttentionCuda {
   // synchronising), apart from the regrouping and list building around it.
   void time_kernel(bool enabled) { timing_ = enabled; }
   double kernel_seconds() const { return kernel_seconds_; }
+  // With time_kernel on, the time of the backend's other steps, by name, as far as it reports
+  // them (synchronising around each).
+  const std::vector<std::pair<std::string, double>>& step_seconds() const { return steps_; }
 
  protected:
   void run_kernel(const FlashAttentionArgs& args);
+  // Adds the time from the last mark (or the call's start) to `name`'s step when timing.
+  void mark_step(const char* name);
+  void start_steps();
 
   bool counting_ = false, timing_ = false;
   SparseAttentionStats stats_;
   double kernel_seconds_ = 0;
+  std::vector<std::pair<std::string, double>> steps_;
+  double last_mark_ = 0;
 };
 
 // The DiT self-attention backends that have a GPU version in this build (their descriptors have a

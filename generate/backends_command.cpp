@@ -177,7 +177,7 @@ std::string backends_markdown() {
       "or head size) uses its fallback below (`sage_attn` to `fa` to `torch_sdpa`), and the log "
       "and `--dry-run` say so; without one, an explicit choice is refused with the reason. This "
       "is the one rule on every device: the sparse backends have no fallback on purpose (dense "
-      "attention would change the result), so `--device cuda --attention-backend vmoba_attn` is "
+      "attention would change the result), so `--device cuda --attention-backend sla_attn` is "
       "refused while `--attention-backend sage_attn` runs `fa` with a warning.\n"
       "- What the plan chooses is what runs, on the GPU too: with `--device cuda`, dense layers "
       "planned as `fa` run the FlashAttention kernel and those planned as `torch_sdpa` the plain "

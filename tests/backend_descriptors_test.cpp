@@ -148,7 +148,7 @@ TEST(BackendDescriptors, StaMaskIsHandedOverNotReread) {
 // One rule for a backend without a kernel on the run's device (docs/attention-backends.md): its
 // catalogue fallback runs and the choice says so; without a fallback the explicit choice is
 // refused. On a Hopper GPU with dense kernels (fa, torch_sdpa), sage_attn (no GPU kernel, fallback
-// fa) runs fa while vmoba_attn (no GPU kernel, no fallback) is refused.
+// fa) runs fa while a sparse backend without a GPU kernel there (no fallback) is refused.
 TEST(BackendDescriptors, OneFallbackRuleOnTheGpu) {
   Machine gpu;
   gpu.platform = Platform::Cuda;
@@ -167,7 +167,7 @@ TEST(BackendDescriptors, OneFallbackRuleOnTheGpu) {
   EXPECT_EQ(sage.primary().backend, "fa");
   EXPECT_NE(sage.primary().fallback.find("its fallback fa is used"), std::string::npos)
       << sage.primary().fallback;
-  EXPECT_ERROR_HAS(choose("vmoba_attn"), "vmoba_attn cannot run here");
+  EXPECT_ERROR_HAS(choose("sla_attn"), "sla_attn cannot run here");
 }
 
 }  // namespace

@@ -1,9 +1,9 @@
-// The GPU sliding_tile_attn and video_sparse_attn backends at Wan2.1-1.3B's self-attention shape
-// (1 x 12 heads x 32760 tokens x 128: the 21x30x52 patch grid of 480x832x81) on random inputs,
-// beside our dense fa kernel in the same run: per call the whole backend (regrouping into
-// tiles/cubes, VSA's coarse branch and lists, the kernel, the inverse regrouping) and the
-// block-sparse kernel alone (CUDA events, median of repeats after a warm-up), the density in
-// query-key pairs and the kernel's TFLOP/s on the kept pairs (4·D per pair; padding excluded).
+// The GPU sliding_tile_attn, video_sparse_attn and vmoba_attn backends at Wan2.1-1.3B's
+// self-attention shape (1 x 12 heads x 32760 tokens x 128: the 21x30x52 patch grid of 480x832x81)
+// on random inputs, beside our dense fa kernel in the same run: per call the whole backend
+// (regrouping into tiles/cubes, VSA's coarse branch and lists, the kernel, the inverse regrouping)
+// and the block-sparse kernel alone (CUDA events, median of repeats after a warm-up), the density
+// in query-key pairs and the kernel's TFLOP/s on the kept pairs (4·D per pair; padding excluded).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -14,6 +14,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -78,7 +79,16 @@ fs::path write_sta_mask(const std::array<int, 3>& window, int64_t layers, int64_
 
 int main(int argc, char** argv) try {
   int repeats = 10;
-  if (argc == 3 && std::string(argv[1]) == "--repeats") repeats = std::stoi(argv[2]);
+  std::string only;  // --only TEXT: the rows whose name contains it (profiling one backend)
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--repeats")
+      repeats = std::stoi(argv[i + 1]);
+    else if (flag == "--only")
+      only = argv[i + 1];
+    else
+      throw std::runtime_error("usage: sparse_attention_cuda_bench [--repeats N] [--only TEXT]");
+  }
   cudaDeviceProp properties{};
   MMGEN_CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
   std::printf("device: %s, %d SMs\n", properties.name, properties.multiProcessorCount);
@@ -119,6 +129,14 @@ int main(int argc, char** argv) try {
   struct Row {
     std::string name, backend;
     json config;
+    int64_t layer = 0;  // V-MoBA: 0 temporal, 1 spatial, 2 spatio-temporal chunks
+  };
+  // V-MoBA at FastVideo's 1.3B chunk sizes: 2-frame temporal chunks (11), 3x4 spatial (130),
+  // 4x6x4 spatio-temporal (390); top-k chosen for about 10% density, and the default threshold.
+  auto moba = [](json extra) {
+    json config = {{"first_full_step", 0}, {"moba_select_mode", "topk"}};
+    for (auto& [key, value] : extra.items()) config[key] = value;
+    return config;
   };
   const std::vector<Row> rows = {
       {"sliding_tile_attn 6x8x8, window 2x2x3",
@@ -134,10 +152,17 @@ int main(int argc, char** argv) try {
        {{"mask_strategy_file_path", write_sta_mask({2, 2, 2}, 1, heads).string()},
         {"skip_time_steps", 0}}},
       {"video_sparse_attn sparsity 0.9", "video_sparse_attn", {{"sparsity", 0.9}}},
+      {"vmoba_attn temporal, top-1 of 11", "vmoba_attn", moba({{"temporal_topk", 1}}), 0},
+      {"vmoba_attn spatial, top-13 of 130", "vmoba_attn", moba({{"spatial_topk", 13}}), 1},
+      {"vmoba_attn spatio-temporal, top-39 of 390", "vmoba_attn", moba({{"st_topk", 39}}), 2},
+      {"vmoba_attn spatial, threshold 0.25", "vmoba_attn", {{"first_full_step", 0}}, 1},
+      {"vmoba_attn spatio-temporal, threshold 0.25", "vmoba_attn", {{"first_full_step", 0}}, 2},
   };
   for (const Row& row : rows) {
+    if (row.name.find(only) == std::string::npos) continue;
     auto backend = make_sparse_self_attention_cuda(
         row.backend, attention::validate_backend_config(row.config, row.backend));
+    call.layer = row.layer;
     backend->forward(call);  // warm-up: tiling, lists, kernel setup
     backend->count_pairs(true);
     backend->forward(call);
@@ -155,6 +180,12 @@ int main(int argc, char** argv) try {
     const double call_ms = median(call_times), kernel_ms = median(kernel_times);
     std::printf("%-40s %8.3f %9.3f %9.3f %12.1f %7.1fx\n", row.name.c_str(), density, call_ms,
                 kernel_ms, 4.0 * head_dim * kept / kernel_ms * 1e-9, dense_ms / call_ms);
+    if (!backend->step_seconds().empty()) {
+      std::printf("    steps (mean of the timed calls):");
+      for (const auto& [step, seconds] : backend->step_seconds())
+        std::printf(" %s %.3f ms;", step.c_str(), seconds * 1e3 / repeats);
+      std::printf("\n");
+    }
   }
   std::printf(
       "(call ms: the whole backend; kernel ms: the block-sparse kernel alone, separate "

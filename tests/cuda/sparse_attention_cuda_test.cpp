@@ -1,7 +1,9 @@
-// The GPU sliding_tile_attn and video_sparse_attn backends against their CPU oracles
-// (attention/backends/) on small video grids whose edges are partial tiles/cubes, from the same
-// bf16 inputs: relative error < 1e-2. STA with different windows per head, the default 6x8x8
-// tile and a small custom one, skipped steps (dense); VSA with and without the gate.
+// The GPU sliding_tile_attn, video_sparse_attn and vmoba_attn backends against their CPU oracles
+// (attention/backends/) on small video grids whose edges are partial tiles/cubes/chunks, from the
+// same bf16 inputs: relative error < 1e-2. STA with different windows per head, the default 6x8x8
+// tile and a small custom one, skipped steps (dense); VSA with and without the gate; V-MoBA's three
+// chunk kinds in threshold and top-k mode, the host-chosen head_global and overall thresholds and
+// a dense first step, with the chosen (query, chunk) pairs counted against the CPU's choice.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -12,6 +14,8 @@
 #include "attention/backend.h"
 #include "attention/backend_config.h"
 #include "attention/backends/video_sparse_attn/vsa_gate.h"
+#include "attention/backends/vmoba_attn/vmoba_settings.h"
+#include "attention/block_sparse.h"
 #include "attention/sparse_self_attention_cuda.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_memory.h"
@@ -33,7 +37,28 @@ struct Case {
   int64_t step = 0;
   bool gate = false;
   std::string label;
+  int64_t layer = 0;
 };
+
+// V-MoBA's kept query-key pairs by the CPU's own choice (select_chunks on the same values): each
+// chunk's queries attend the chunk, and each (query, chosen chunk) adds the chunk's keys.
+double vmoba_cpu_kept_pairs(const Case& c, const json& config, const Tensor& q, const Tensor& k) {
+  const auto settings = attention::vmoba_attn::VmobaSettings::from_json(config);
+  const auto kind = settings.kind_of_layer(c.layer);
+  const auto layout = settings.layout(kind, c.grid);
+  const auto selections = attention::vmoba::select_chunks(
+      attention::gather_tokens(q, layout.order), attention::gather_tokens(k, layout.order),
+      layout.chunks, settings.select_options(kind));
+  double kept = 0;
+  for (const auto& selection : selections)
+    for (int64_t chunk = 0; chunk < layout.chunks.size(); ++chunk) {
+      const double length = double(layout.chunks.length[size_t(chunk)]);
+      kept +=
+          length *
+          (length + double(selection.indptr[size_t(chunk) + 1] - selection.indptr[size_t(chunk)]));
+    }
+  return kept;
+}
 
 void run_case(const Case& c, std::mt19937& generator) {
   const int64_t B = c.batch, H = c.heads, D = c.head_dim;
@@ -50,6 +75,7 @@ void run_case(const Case& c, std::mt19937& generator) {
   attention::AttentionContext context;
   context.step_index = c.step;
   context.num_steps = c.step + 1;
+  context.layer_index = c.layer;
   context.grid = {c.grid[0], c.grid[1], c.grid[2]};
   attention::LayerWeights weights;
   if (c.gate) weights[attention::kVsaGateKey] = host(g);
@@ -71,7 +97,8 @@ void run_case(const Case& c, std::mt19937& generator) {
   SelfAttentionCall call;
   call.q = dq.data(), call.k = dk.data(), call.v = dv.data(), call.out = out.data();
   call.batch = B, call.tokens = S, call.heads = H, call.head_dim = D, call.grid = c.grid;
-  call.step = c.step, call.scale = scale, call.gate = c.gate ? gate.as<float>() : nullptr;
+  call.step = c.step, call.layer = c.layer, call.scale = scale,
+  call.gate = c.gate ? gate.as<float>() : nullptr;
   auto backend = make_sparse_self_attention_cuda(c.backend, config);
   backend->count_pairs(true);
   backend->forward(call);
@@ -91,6 +118,13 @@ void run_case(const Case& c, std::mt19937& generator) {
   expect(finite, name + ": every output element written and finite");
   expect(error < 1e-2,
          fmt::format("{}: relative error {:.2e} vs the CPU backend < 1e-2", name, error));
+  if (c.backend == "vmoba_attn" && c.step >= config.at("first_full_step").get<int64_t>()) {
+    const double kept = vmoba_cpu_kept_pairs(c, config, host(q), host(k));
+    expect(backend->stats().kept_pairs == kept,
+           fmt::format("{}: the GPU keeps {} query-key pairs, the CPU's choice {}", name,
+                       backend->stats().kept_pairs, kept));
+    expect(backend->stats().density() < 0.95, name + ": the choice is sparse");
+  }
 }
 
 // A mask file giving head h of layer 0 at `step` the window windows[h % size].
@@ -139,8 +173,89 @@ int main() {
   };
   for (const Case& c : cases) run_case(c, generator);
 
+  // V-MoBA on 6x9x10: temporal chunks of 2 frames (3 chunks of 180 tokens), spatial 3x4 (9
+  // chunks, the last column 2 wide), spatio-temporal 2x4x4 (27 chunks, partial on two axes).
+  const json moba = {{"temporal_chunk_size", 2},
+                     {"spatial_chunk_size", {3, 4}},
+                     {"st_chunk_size", {2, 4, 4}},
+                     {"first_full_step", 0},
+                     {"temporal_topk", 2},
+                     {"spatial_topk", 3},
+                     {"st_topk", 5}};
+  auto with = [&](json extra) {
+    json config = moba;
+    for (auto& [key, value] : extra.items()) config[key] = value;
+    return config;
+  };
+  const Case moba_cases[] = {
+      {"vmoba_attn", moba, 2, 2, 128, {6, 9, 10}, 0, false, "temporal, threshold", 0},
+      {"vmoba_attn", moba, 1, 3, 64, {6, 9, 10}, 0, false, "spatial, threshold", 1},
+      {"vmoba_attn", moba, 2, 2, 128, {6, 9, 10}, 0, false, "spatio-temporal, threshold", 2},
+      {"vmoba_attn",
+       with({{"moba_threshold", 0.6}}),
+       1,
+       2,
+       128,
+       {5, 13, 11},
+       0,
+       false,
+       "spatio-temporal, threshold 0.6",
+       2},
+      {"vmoba_attn",
+       with({{"moba_select_mode", "topk"}}),
+       1,
+       2,
+       128,
+       {6, 9, 10},
+       0,
+       false,
+       "spatial, top-3",
+       1},
+      {"vmoba_attn",
+       with({{"moba_select_mode", "topk"}}),
+       2,
+       2,
+       64,
+       {6, 9, 10},
+       0,
+       false,
+       "spatio-temporal, top-5",
+       5},
+      {"vmoba_attn",
+       with({{"moba_threshold_type", "head_global"}}),
+       1,
+       2,
+       128,
+       {6, 9, 10},
+       0,
+       false,
+       "spatial, head_global (host choice)",
+       4},
+      {"vmoba_attn",
+       with({{"moba_threshold_type", "overall"}}),
+       2,
+       2,
+       64,
+       {6, 9, 10},
+       0,
+       false,
+       "temporal, overall (host choice)",
+       3},
+      {"vmoba_attn",
+       with({{"first_full_step", 1}}),
+       1,
+       2,
+       128,
+       {6, 9, 10},
+       0,
+       false,
+       "before first_full_step (dense)",
+       2},
+  };
+  for (const Case& c : moba_cases) run_case(c, generator);
+
   expect(error_message([] {
-           make_sparse_self_attention_cuda("vmoba_attn", json::object());
+           make_sparse_self_attention_cuda("sla_attn", json::object());
          }).find("no GPU version") != std::string::npos,
          "a backend without a GPU version is a clear error");
   return finish("sparse_attention_cuda_test");

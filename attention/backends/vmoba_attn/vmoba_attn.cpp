@@ -23,6 +23,9 @@
 #include "attention/backends/vmoba_attn/vmoba_layout.h"
 #include "attention/backends/vmoba_attn/vmoba_select.h"
 #include "attention/backends/vmoba_attn/vmoba_settings.h"
+#ifdef MMGEN_HAVE_CUDA
+#include "attention/backends/vmoba_attn/vmoba_attn_cuda.h"
+#endif
 #include "attention/block_sparse.h"
 #include "attention/dense_attention.h"
 #include "core/error.h"
@@ -234,10 +237,11 @@ const BackendDescriptor& descriptor() {
                    "chunks cycle by layer and each query keeps its most similar chunks",
                .aliases = {},
                .platforms = {P::Cuda, P::Cpu},
-               .build_needs = "CUDA: the V-MoBA varlen kernel; CPU: mmgen's block-sparse kernel",
-               .gpu_arch = "sm80+",
-               .dtypes = {"bf16", "fp16", "fp32 (CPU)"},
-               .head_sizes = "any FlashAttention head size (GPU); any (CPU)",
+               .build_needs = "CUDA: mmgen's chunk selection and block-sparse kernel; CPU: mmgen's "
+                              "block-sparse kernel",
+               .gpu_arch = "sm90",
+               .dtypes = {"bf16", "fp32 (CPU)"},
+               .head_sizes = "64, 128 (GPU); any (CPU)",
                .sparse = true,
                .per_step_state = "step index, layer index, latent grid",
                // Chunk sizes default to FastVideo's wan_1.3B_77_480_832.json so the backend runs
@@ -321,9 +325,17 @@ const BackendDescriptor& descriptor() {
                    },
                .config_group = "moba_config",
                .config_group_label = "V-MoBA"},
-      .kernels = {cpu_kernel("vmoba_attn")},
+      .kernels = {cpu_kernel("vmoba_attn")
+#ifdef MMGEN_HAVE_CUDA
+                      ,
+                  hopper_kernel("vmoba_attn")
+#endif
+      },
       .cpu = [](const json& settings, const BackendResources&)
           -> std::unique_ptr<AttentionBackend> { return std::make_unique<VmobaBackend>(settings); },
+#ifdef MMGEN_HAVE_CUDA
+      .cuda = make_cuda,
+#endif
       .dense_steps = [](const json& settings, int64_t steps) -> DenseSteps {
         const int64_t first = settings.at("first_full_step").get<int64_t>();
         return {std::clamp<int64_t>(first, 0, steps), fmt::format("first_full_step {}", first)};

@@ -73,10 +73,13 @@ struct VmobaSettings {
     return vmoba::chunk_kind_for_layer(layer, first_full_layer, temporal_layers, spatial_layers,
                                        st_layers);
   }
-  // The chunking of `grid` that `kind` uses.
+  // The chunk shape (t, h, w) `kind` uses on `grid`, and the chunking it gives.
+  std::array<int64_t, 3> chunk_shape(vmoba::ChunkKind kind,
+                                     const std::array<int64_t, 3>& grid) const {
+    return vmoba::chunk_shape(kind, grid, temporal_chunk, spatial_chunk, st_chunk);
+  }
   vmoba::ChunkLayout layout(vmoba::ChunkKind kind, const std::array<int64_t, 3>& grid) const {
-    return vmoba::make_chunk_layout(
-        grid, vmoba::chunk_shape(kind, grid, temporal_chunk, spatial_chunk, st_chunk));
+    return vmoba::make_chunk_layout(grid, chunk_shape(kind, grid));
   }
   vmoba::SelectOptions select_options(vmoba::ChunkKind kind) const {
     const int64_t topk = kind == vmoba::ChunkKind::Temporal  ? temporal_topk
