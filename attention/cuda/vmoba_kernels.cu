@@ -1,5 +1,5 @@
 // V-MoBA's kernels (vmoba_kernels.h):
-// - split means: one CTA per (chunk, batch), threads along the hidden dimension (coalesced rows),
+// - split means: a thread per (chunk, column), coalesced along the hidden dimension,
 //   double sums in slot order as on the CPU;
 // - selection: one warp per query; the query's (normalised) scores become order-preserving keys in
 //   shared memory, a bitwise search finds the cut key (no sort), and one ordered pass takes the
@@ -22,7 +22,7 @@ namespace mmgen::cuda {
 namespace {
 
 constexpr int kSelectWarps = 4;
-constexpr int kQueriesPerWarp = 16;
+constexpr int kQueriesPerWarp = 2;
 constexpr int kMaxChunks = 8192;
 constexpr int kRunThreads = 256;
 constexpr unsigned kFull = 0xffffffffu;
@@ -51,7 +51,8 @@ __global__ void split_means_kernel(const uint16_t* x, uint16_t* parts, int64_t c
   const int64_t chunk = blockIdx.x, b = blockIdx.y, width = heads * head_dim;
   const int length = lengths[chunk];
   const uint16_t* rows = x + (b * chunks + chunk) * stride * width;
-  for (int64_t column = threadIdx.x; column < width; column += blockDim.x) {
+  const int64_t column = int64_t(blockIdx.z) * blockDim.x + threadIdx.x;
+  if (column < width) {
     double sum = 0.0;
     for (int i = 0; i < length; ++i) sum += double(bf16_value(rows[int64_t(i) * width + column]));
     const float mean = length ? float(sum / double(length)) : 0.0f;
@@ -112,6 +113,7 @@ __global__ void __launch_bounds__(kSelectWarps * 32) select_kernel(VmobaSelectAr
   int32_t* histogram = reinterpret_cast<int32_t*>(all_keys + kSelectWarps * a.chunks);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int chunks = int(a.chunks);
+  const int64_t pair = blockIdx.y;
   for (int i = threadIdx.x; i < chunks; i += blockDim.x) histogram[i] = 0;
   __syncthreads();
   uint32_t* keys = all_keys + warp * chunks;
@@ -120,12 +122,12 @@ __global__ void __launch_bounds__(kSelectWarps * 32) select_kernel(VmobaSelectAr
     const int64_t s = first + round * kSelectWarps + warp;
     if (s >= a.slots) break;
     const int own = int(s / a.stride);
-    uint32_t* out = a.chosen + s * words;
+    uint32_t* out = a.chosen + (pair * a.slots + s) * words;
     if (s - int64_t(own) * a.stride >= a.lengths[own]) {  // padding: chooses nothing
       for (int w = lane; w < words; w += 32) out[w] = 0;
       continue;
     }
-    const float* g = a.scores + s * a.score_stride;
+    const float* g = a.scores + (pair * a.slots + s) * a.score_stride;
     const int others = chunks - 1;
     uint32_t cut = 0;  // take every candidate above it ...
     int ties = 0;      // ... and this many at it
@@ -199,7 +201,7 @@ __global__ void __launch_bounds__(kSelectWarps * 32) select_kernel(VmobaSelectAr
   }
   __syncthreads();
   for (int c = threadIdx.x; c < chunks; c += blockDim.x)
-    if (histogram[c]) atomicAdd(&a.chunk_counts[c], histogram[c]);
+    if (histogram[c]) atomicAdd(&a.chunk_counts[pair * a.chunks + c], histogram[c]);
 }
 
 size_t select_shared_bytes(int64_t chunks) {
@@ -262,6 +264,28 @@ __global__ void __launch_bounds__(kRunThreads) runs_kernel(VmobaRunsArgs a, int 
     }
 }
 
+__global__ void expert_lists_kernel(const int32_t* run_end, int64_t pairs, int64_t chunks,
+                                    int64_t halves, int64_t blocks, int32_t* offsets,
+                                    int32_t* indices) {
+  const int64_t item = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (item > pairs * halves) return;
+  offsets[item] = int32_t(item * blocks);
+  if (item == pairs * halves) return;
+  const int64_t pair = item / halves, row = (item % halves) * 64;
+  const int32_t* ends = run_end + pair * chunks;
+  // The first chunk whose run ends past the row (ends are non-decreasing).
+  int64_t low = 0, high = chunks;
+  while (low < high) {
+    const int64_t middle = (low + high) / 2;
+    if (ends[middle] > row)
+      high = middle;
+    else
+      low = middle + 1;
+  }
+  const int64_t chunk = low < chunks ? low : 0;
+  for (int64_t j = 0; j < blocks; ++j) indices[item * blocks + j] = int32_t(chunk * blocks + j);
+}
+
 __global__ void gather_rows_kernel(const uint4* x, uint4* gathered, const int32_t* slot_of_row,
                                    int64_t batch, int64_t slots, int64_t rows, int64_t heads,
                                    int64_t head_dim) {
@@ -322,8 +346,10 @@ void vmoba_split_means(const void* x, uint16_t* parts, int64_t batch, int64_t ch
                        int64_t stride, int64_t heads, int64_t head_dim, const int32_t* lengths,
                        cudaStream_t stream) {
   if (batch * chunks == 0) return;
-  split_means_kernel<<<dim3(unsigned(chunks), unsigned(batch)), 256, 0, stream>>>(
-      static_cast<const uint16_t*>(x), parts, chunks, stride, heads, head_dim, lengths);
+  // A thread per (chunk, column): long temporal chunks are few, so the columns spread the work.
+  const dim3 grid(unsigned(chunks), unsigned(batch), blocks_for(heads * head_dim, 128));
+  split_means_kernel<<<grid, 128, 0, stream>>>(static_cast<const uint16_t*>(x), parts, chunks,
+                                               stride, heads, head_dim, lengths);
   MMGEN_CUDA_CHECK_LAUNCH();
 }
 
@@ -354,9 +380,11 @@ void vmoba_select(const VmobaSelectArgs& args, cudaStream_t stream) {
   }();
   (void)configured;
   const int64_t per_block = kSelectWarps * kQueriesPerWarp;
-  select_kernel<<<blocks_for(args.slots, int(per_block)), kSelectWarps * 32,
-                  select_shared_bytes(args.chunks), stream>>>(args,
-                                                              int(vmoba_mask_words(args.chunks)));
+  check(args.pairs >= 1 && args.pairs <= 65535, "vmoba_attn on the GPU: {} pairs in one selection",
+        args.pairs);
+  select_kernel<<<dim3(blocks_for(args.slots, int(per_block)), unsigned(args.pairs)),
+                  kSelectWarps * 32, select_shared_bytes(args.chunks), stream>>>(
+      args, int(vmoba_mask_words(args.chunks)));
   MMGEN_CUDA_CHECK_LAUNCH();
 }
 
@@ -371,6 +399,13 @@ void vmoba_runs(const VmobaRunsArgs& args, cudaStream_t stream) {
   const dim3 grid(blocks_for(args.slots, kRunThreads), unsigned(args.pairs));
   runs_kernel<<<grid, kRunThreads, 2 * args.chunks * sizeof(int32_t), stream>>>(
       args, int(vmoba_mask_words(args.chunks)));
+  MMGEN_CUDA_CHECK_LAUNCH();
+}
+
+void vmoba_expert_lists(const int32_t* run_end, int64_t pairs, int64_t chunks, int64_t halves,
+                        int64_t blocks, int32_t* offsets, int32_t* indices, cudaStream_t stream) {
+  expert_lists_kernel<<<blocks_for(pairs * halves + 1, 256), 256, 0, stream>>>(
+      run_end, pairs, chunks, halves, blocks, offsets, indices);
   MMGEN_CUDA_CHECK_LAUNCH();
 }
 

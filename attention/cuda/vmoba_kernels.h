@@ -36,20 +36,20 @@ void vmoba_tripled_queries(const void* x, uint16_t* y, int64_t b, int64_t h, int
 // Largest chunk count vmoba_select takes (each query's scores are sorted in shared memory).
 int64_t vmoba_max_chunks();
 
-// Every query's chosen chunks for one (batch, head), by the CPU's query_head rule: scores
+// Every query's chosen chunks for `pairs` (batch, head) pairs, by the CPU's query_head rule: scores
 // min-max normalised per query, its own chunk always kept (and not marked), the others taken in
 // descending order (ties: lower chunk first) until their mass reaches max(0, threshold − own
 // share) of the total, at least one; or, in top-k mode, the topk − 1 highest raw scores.
 struct VmobaSelectArgs {
-  const float* scores = nullptr;     // [slots, score_stride]: q · chunk mean key (no scale)
+  const float* scores = nullptr;     // [pairs, slots, score_stride]: q · chunk mean key (no scale)
   const int32_t* lengths = nullptr;  // [chunks]: valid slots per chunk (padding slots choose none)
-  int64_t slots = 0, chunks = 0, stride = 0;
+  int64_t pairs = 1, slots = 0, chunks = 0, stride = 0;
   int64_t score_stride = 0;  // floats per query's scores, at least chunks
   bool topk_mode = false;
   int64_t topk = 1;
   double threshold = 0.25;
-  uint32_t* chosen = nullptr;       // [slots, words]: bit c set when the query chose chunk c
-  int32_t* chunk_counts = nullptr;  // [chunks], zeroed by the caller: += queries choosing c
+  uint32_t* chosen = nullptr;       // [pairs, slots, words]: bit c set when the query chose c
+  int32_t* chunk_counts = nullptr;  // [pairs, chunks], zeroed by the caller: += queries choosing c
 };
 void vmoba_select(const VmobaSelectArgs& args, cudaStream_t stream = nullptr);
 
@@ -70,6 +70,15 @@ struct VmobaRunsArgs {
   int64_t pairs = 0, slots = 0, chunks = 0, rows = 0;
 };
 void vmoba_runs(const VmobaRunsArgs& args, cudaStream_t stream = nullptr);
+
+// The expert pass's lists, one per 64-row half of each pair's gathered rows: the key blocks
+// c·blocks .. c·blocks + blocks − 1 of the chunk c whose run holds the half (run_end [pairs,
+// chunks]: where each chunk's run, padded to whole halves, ends; runs in chunk order). Halves past
+// a pair's last run get chunk 0's blocks (their rows hold no query; the results are never read).
+// offsets [pairs·halves + 1] = i·blocks, indices [pairs·halves·blocks].
+void vmoba_expert_lists(const int32_t* run_end, int64_t pairs, int64_t chunks, int64_t halves,
+                        int64_t blocks, int32_t* offsets, int32_t* indices,
+                        cudaStream_t stream = nullptr);
 
 // gathered[b, r, h·D + d] = x[b, slot_of_row[b·H + h, r], h·D + d], zeros where the slot is -1.
 // x [batch, slots, H·D], gathered [batch, rows, H·D], bf16.

@@ -95,14 +95,16 @@ class VmobaCuda final : public SparseSelfAttentionCuda {
     mark_step("choose: counts to the host");
 
     // Pass 2: the expert runs, padded to whole 64-row halves, one after another per pair.
-    std::vector<int32_t> run_start(counts.size());
+    // run_start, then run_end, each [pairs, chunks].
+    std::vector<int32_t> runs_host(2 * counts.size());
     int64_t rows = 0, entries = 0;
     for (int64_t p = 0; p < pairs; ++p) {
       int64_t row = 0;
       for (int64_t c = 0; c < chunks; ++c) {
         const int64_t n = counts[size_t(p * chunks + c)];
-        run_start[size_t(p * chunks + c)] = int32_t(row);
+        runs_host[size_t(p * chunks + c)] = int32_t(row);
         row += round_up(n, 64);
+        runs_host[counts.size() + size_t(p * chunks + c)] = int32_t(row);
         entries += n;
       }
       rows = std::max(rows, row);
@@ -112,14 +114,15 @@ class VmobaCuda final : public SparseSelfAttentionCuda {
     DeviceBuffer entry_offset(size_t(std::max<int64_t>(pairs * slots, 1)) * sizeof(int32_t)),
         entry_rows(size_t(std::max<int64_t>(entries, 1)) * sizeof(int32_t)), expert, expert_lse;
     if (rows > 0) {
-      const DeviceBuffer starts = upload_vector(run_start);
-      DeviceBuffer cursor(run_start.size() * sizeof(int32_t)), total(sizeof(int32_t)),
+      const DeviceBuffer run_bounds = upload_vector(runs_host);
+      const int32_t* starts = run_bounds.as<int32_t>();
+      DeviceBuffer cursor(counts.size() * sizeof(int32_t)), total(sizeof(int32_t)),
           slot_of_row(size_t(pairs * rows) * sizeof(int32_t));
       MMGEN_CUDA_CHECK(cudaMemset(cursor.data(), 0, cursor.size()));
       MMGEN_CUDA_CHECK(cudaMemset(total.data(), 0, total.size()));
       MMGEN_CUDA_CHECK(cudaMemset(slot_of_row.data(), 0xff, slot_of_row.size()));
       VmobaRunsArgs runs;
-      runs.chosen = chosen.as<uint32_t>(), runs.run_start = starts.as<int32_t>();
+      runs.chosen = chosen.as<uint32_t>(), runs.run_start = starts;
       runs.cursor = cursor.as<int32_t>(), runs.entry_total = total.as<int32_t>();
       runs.entry_offset = entry_offset.as<int32_t>(), runs.entry_rows = entry_rows.as<int32_t>();
       runs.slot_of_row = slot_of_row.as<int32_t>();
@@ -134,7 +137,11 @@ class VmobaCuda final : public SparseSelfAttentionCuda {
       FlashAttentionArgs args = buffers.args(call, layout);
       args.q = gathered.data(), args.out = expert.data(), args.seq_q = rows;
       args.q_strides = args.out_strides = {rows * width, width, D};
-      const auto [offsets, indices] = expert_lists(counts, pairs, chunks, rows, layout.stride);
+      const int64_t halves = rows / 64, blocks = layout.stride / kFlashBlockN;
+      DeviceBuffer offsets(size_t(pairs * halves + 1) * sizeof(int32_t)),
+          indices(size_t(pairs * halves * blocks) * sizeof(int32_t));
+      vmoba_expert_lists(starts + counts.size(), pairs, chunks, halves, blocks,
+                         offsets.as<int32_t>(), indices.as<int32_t>());
       args.block_offsets = offsets.as<int32_t>(), args.block_indices = indices.as<int32_t>();
       args.lists_per_half = true;
       args.lse = expert_lse.as<float>();
@@ -213,7 +220,7 @@ class VmobaCuda final : public SparseSelfAttentionCuda {
     // means are zero and never read.
     const int64_t padded = round_up(chunks, 8);
     DeviceBuffer parts(size_t(pairs * padded * 3 * D) * 2), tripled(size_t(slots * 3 * D) * 2),
-        scores(size_t(slots * padded) * sizeof(float)), device_counts(counts.size() * 4);
+        device_counts(counts.size() * 4);
     MMGEN_CUDA_CHECK(cudaMemset(parts.data(), 0, parts.size()));
     MMGEN_CUDA_CHECK(cudaMemset(device_counts.data(), 0, device_counts.size()));
     // The means of pair p land in its padded block of rows.
@@ -224,20 +231,28 @@ class VmobaCuda final : public SparseSelfAttentionCuda {
                                   size_t(chunks * 3 * D) * 2, size_t(chunks * 3 * D) * 2,
                                   size_t(pairs), cudaMemcpyDeviceToDevice));
     mark_step("choose: chunk means");
-    for (int64_t p = 0; p < pairs; ++p) {
-      vmoba_tripled_queries(buffers.q.data(), tripled.as<uint16_t>(), p / call.heads,
-                            p % call.heads, slots, call.heads, D);
-      linear_bf16(tripled.data(), parts.as<uint16_t>() + p * padded * 3 * D, nullptr, scores.data(),
-                  slots, padded, 3 * D, GemmOutput::F32);
+    // Pairs in groups whose scores take at most 512 MiB; one selection launch per group.
+    const int64_t pair_bytes = slots * padded * int64_t(sizeof(float));
+    const int64_t group = std::clamp<int64_t>((int64_t(512) << 20) / pair_bytes, 1, pairs);
+    DeviceBuffer scores(size_t(group * pair_bytes));
+    for (int64_t first = 0; first < pairs; first += group) {
+      const int64_t count = std::min(group, pairs - first);
+      for (int64_t p = first; p < first + count; ++p) {
+        vmoba_tripled_queries(buffers.q.data(), tripled.as<uint16_t>(), p / call.heads,
+                              p % call.heads, slots, call.heads, D);
+        linear_bf16(tripled.data(), parts.as<uint16_t>() + p * padded * 3 * D, nullptr,
+                    scores.as<float>() + (p - first) * slots * padded, slots, padded, 3 * D,
+                    GemmOutput::F32);
+      }
       mark_step("choose: scores");
       VmobaSelectArgs select;
       select.scores = scores.as<float>(), select.lengths = chunking.chunk_lengths.as<int32_t>();
-      select.slots = slots, select.chunks = chunks, select.stride = layout.stride;
-      select.score_stride = padded;
+      select.pairs = count, select.slots = slots, select.chunks = chunks;
+      select.stride = layout.stride, select.score_stride = padded;
       select.topk_mode = options.mode == vmoba::SelectMode::TopK;
       select.topk = options.topk, select.threshold = options.threshold;
-      select.chosen = chosen.as<uint32_t>() + p * slots * words;
-      select.chunk_counts = device_counts.as<int32_t>() + p * chunks;
+      select.chosen = chosen.as<uint32_t>() + first * slots * words;
+      select.chunk_counts = device_counts.as<int32_t>() + first * chunks;
       vmoba_select(select);
       mark_step("choose: select");
     }
@@ -277,27 +292,6 @@ class VmobaCuda final : public SparseSelfAttentionCuda {
       }
     }
     chosen.upload(mask.data(), mask.size() * sizeof(uint32_t));
-  }
-
-  // Pass 2's lists: each 64-row half of pair p's run of chunk c attends chunk c's key blocks;
-  // halves past the pair's runs have empty lists (the kernel writes zeros there, never read).
-  static std::pair<DeviceBuffer, DeviceBuffer> expert_lists(const std::vector<int32_t>& counts,
-                                                            int64_t pairs, int64_t chunks,
-                                                            int64_t rows, int64_t stride) {
-    const int64_t blocks = stride / kFlashBlockN;
-    std::vector<int32_t> offsets, indices;
-    offsets.reserve(size_t(pairs * rows / 64 + 1));
-    for (int64_t p = 0; p < pairs; ++p) {
-      int64_t halves = 0;
-      for (int64_t c = 0; c < chunks; ++c)
-        for (int64_t h = 0; h < round_up(counts[size_t(p * chunks + c)], 64) / 64; ++h, ++halves) {
-          offsets.push_back(int32_t(indices.size()));
-          for (int64_t j = 0; j < blocks; ++j) indices.push_back(int32_t(c * blocks + j));
-        }
-      for (; halves < rows / 64; ++halves) offsets.push_back(int32_t(indices.size()));
-    }
-    offsets.push_back(int32_t(indices.size()));
-    return {upload_vector(offsets), upload_vector(indices)};
   }
 
   VmobaSettings settings_;
