@@ -1,8 +1,9 @@
 // What the GPU paged backends share (internal to attention/cuda/paged_*): the batch metadata
 // both designs upload (per-request lengths, work lists, cache slots) plus each design's own key
 // indices, the upload through pinned staging, the CUDA-graph buffers, the KV store and the
-// split-KV decode. fa3 and flashinfer differ in their key indices (page table vs CSR slots) and
-// in how extend reads the keys (paged_fa3_cuda.cpp, paged_flashinfer_cuda.cpp).
+// split-KV decode. The designs differ in their key indices (page table vs CSR slots) and in how
+// extend reads the keys: paged_fa3_cuda.cpp (fa3 and flex_attention), paged_flashinfer_cuda.cpp,
+// paged_triton_cuda.cpp, paged_torch_native_cuda.cpp.
 #pragma once
 
 #include <cstdint>
@@ -107,6 +108,12 @@ class PagedBackendCudaBase : public PagedBackendCuda {
 std::unique_ptr<PagedBackendCuda> make_fa3_backend_cuda(DeviceKVPool* pool,
                                                         const PagedBackendCudaOptions& options);
 std::unique_ptr<PagedBackendCuda> make_flashinfer_backend_cuda(
+    DeviceKVPool* pool, const PagedBackendCudaOptions& options);
+std::unique_ptr<PagedBackendCuda> make_triton_backend_cuda(DeviceKVPool* pool,
+                                                           const PagedBackendCudaOptions& options);
+std::unique_ptr<PagedBackendCuda> make_torch_native_backend_cuda(
+    DeviceKVPool* pool, const PagedBackendCudaOptions& options);
+std::unique_ptr<PagedBackendCuda> make_flex_attention_backend_cuda(
     DeviceKVPool* pool, const PagedBackendCudaOptions& options);
 
 }  // namespace mmgen::cuda::paged

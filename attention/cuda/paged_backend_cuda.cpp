@@ -351,7 +351,7 @@ void PagedBackendCudaBase::init_forward_metadata_replay_cuda_graph(int64_t batch
 // ------------------------------------------------------------------ registry
 
 std::vector<std::string_view> cuda_paged_backends() {
-  return {"fa3", "flashinfer"};
+  return {"fa3", "flashinfer", "triton", "torch_native", "flex_attention"};
 }
 
 std::vector<int> cuda_paged_head_sizes() {
@@ -362,6 +362,9 @@ std::unique_ptr<PagedBackendCuda> make_paged_backend_cuda(std::string_view name,
                                                           const PagedBackendCudaOptions& options) {
   if (name == "fa3") return make_fa3_backend_cuda(pool, options);
   if (name == "flashinfer") return make_flashinfer_backend_cuda(pool, options);
+  if (name == "triton") return make_triton_backend_cuda(pool, options);
+  if (name == "torch_native") return make_torch_native_backend_cuda(pool, options);
+  if (name == "flex_attention") return make_flex_attention_backend_cuda(pool, options);
   fail("paged attention backend '{}' has no CUDA implementation in this build; these do: {}", name,
        fmt::join(cuda_paged_backends(), ", "));
 }

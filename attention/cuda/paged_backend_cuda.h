@@ -97,7 +97,8 @@ class PagedBackendCuda {
   cudaStream_t stream_ = nullptr;
 };
 
-// Builds a GPU paged backend by catalogue name ("fa3", "flashinfer"); `pool` may be null for
+// Builds a GPU paged backend by catalogue name ("fa3", "flashinfer", "triton", "torch_native",
+// "flex_attention"); `pool` may be null for
 // encoder-only use (no K/V kept). Throws Error for a name without a CUDA implementation.
 std::unique_ptr<PagedBackendCuda> make_paged_backend_cuda(
     std::string_view name, DeviceKVPool* pool, const PagedBackendCudaOptions& options = {});

@@ -5,6 +5,11 @@
 //  - extend and decode: save K/V, then every query reads its keys through the page table, the new
 //    ones included (one run of keys per request, causal by absolute position);
 //  - encoder-only: the varlen path over the packed k/v (no pool, no page table).
+// flex_attention on the GPU is the same page-table design (torch's flex_attention reads its paged
+// KV through a page table too) with the layer's own mods compiled in: mask_mod = causal /
+// sliding window / padding, score_mod = the additive bias (T5's relative position bias), and
+// key blocks outside a query tile's visible span skipped as flex's BlockMask skips empty
+// blocks. Custom C++ mods (set_flex_mods) are host callbacks and stay a CPU feature.
 #include "attention/cuda/paged_backend_base.h"
 #include "core/error.h"
 
@@ -12,10 +17,12 @@ namespace mmgen::cuda::paged {
 
 namespace {
 
-class Fa3BackendCuda final : public PagedBackendCudaBase {
+class PageTableBackendCuda final : public PagedBackendCudaBase {
  public:
-  using PagedBackendCudaBase::PagedBackendCudaBase;
-  std::string_view name() const override { return "fa3"; }
+  PageTableBackendCuda(DeviceKVPool* pool, const PagedBackendCudaOptions& options,
+                       std::string_view name)
+      : PagedBackendCudaBase(pool, options), name_(name) {}
+  std::string_view name() const override { return name_; }
 
   void forward_extend(const DeviceAttentionIo& io, const PagedLayer& layer,
                       const ForwardBatch& batch, bool save_kv_cache) override {
@@ -28,7 +35,7 @@ class Fa3BackendCuda final : public PagedBackendCudaBase {
       return;
     }
     check(sections_.indices >= 0,
-          "GPU fa3 paged attention layer {}: a decoder layer needs the batch's request table",
+          "GPU {} paged attention layer {}: a decoder layer needs the batch's request table", name_,
           layer.layer_id);
     if (save_kv_cache) save_kv(io, layer, batch);
     set_pool_keys(p, layer);
@@ -43,15 +50,15 @@ class Fa3BackendCuda final : public PagedBackendCudaBase {
     // Encoder-only: varlen, no cache. Graph buffers always hold the table (padding rows: page 0).
     if (!batch.req_to_token && !graph) return;
     check(pool_ != nullptr,
-          "GPU fa3 paged attention: the batch has a request table but the "
-          "backend has no device KV pool");
+          "GPU {} paged attention: the batch has a request table but the backend has no device KV "
+          "pool",
+          name_);
     const int64_t page = pool_->page_size(), bs = batch.batch_size();
     const int64_t longest = batch.max_seq_len();
     s.max_pages = graph ? graph->max_pages : (longest + page - 1) / page;
     check(longest <= s.max_pages * page,
-          "GPU fa3 paged attention: a sequence of {} tokens exceeds the page table's {} pages of "
-          "{}",
-          longest, s.max_pages, page);
+          "GPU {} paged attention: a sequence of {} tokens exceeds the page table's {} pages of {}",
+          name_, longest, s.max_pages, page);
     const int64_t rows = graph ? graph->batch_size : bs;
     std::vector<int32_t> table(size_t(rows * s.max_pages), 0);  // padding rows: page 0
     for (int64_t r = 0; r < bs; ++r) {
@@ -60,9 +67,9 @@ class Fa3BackendCuda final : public PagedBackendCudaBase {
       const int64_t seq = batch.seq_lens[size_t(r)];
       for (int64_t j = 0; j < seq; j += page) {
         check(slots[j] % page == 0,
-              "GPU fa3 paged attention: request {} token {} starts a page at slot {}, which is "
+              "GPU {} paged attention: request {} token {} starts a page at slot {}, which is "
               "not page-aligned (page size {})",
-              r, j, slots[j], page);
+              name_, r, j, slots[j], page);
         table[size_t(r * s.max_pages + j / page)] = int32_t(slots[j] / page);
       }
     }
@@ -81,13 +88,21 @@ class Fa3BackendCuda final : public PagedBackendCudaBase {
     p.indices = at(sections_.indices);
     p.max_pages = sections_.max_pages;
   }
+
+ private:
+  std::string_view name_;
 };
 
 }  // namespace
 
 std::unique_ptr<PagedBackendCuda> make_fa3_backend_cuda(DeviceKVPool* pool,
                                                         const PagedBackendCudaOptions& options) {
-  return std::make_unique<Fa3BackendCuda>(pool, options);
+  return std::make_unique<PageTableBackendCuda>(pool, options, "fa3");
+}
+
+std::unique_ptr<PagedBackendCuda> make_flex_attention_backend_cuda(
+    DeviceKVPool* pool, const PagedBackendCudaOptions& options) {
+  return std::make_unique<PageTableBackendCuda>(pool, options, "flex_attention");
 }
 
 }  // namespace mmgen::cuda::paged

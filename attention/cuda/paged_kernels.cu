@@ -42,12 +42,28 @@ __device__ __forceinline__ int64_t key_row(const PagedAttentionParams& p, int r,
     case KeySource::Packed:
       return p.kv_start[r] + (pos - (p.kv_pos0 ? p.kv_pos0[r] : 0));
     case KeySource::Slots:
+    case KeySource::PrefixThenPacked:  // (its prefix part)
       return p.indices[p.kv_start[r] + (pos - (p.kv_pos0 ? p.kv_pos0[r] : 0))];
     case KeySource::Pages:
     default:
       return int64_t(p.indices[int64_t(r) * p.max_pages + pos / p.page_size]) * p.page_size +
              pos % p.page_size;
   }
+}
+
+// Where key position `pos` of request r starts its K and V rows, at `column`.
+template <typename T>
+__device__ __forceinline__ void key_value_at(const PagedAttentionParams& p, int r, int64_t pos,
+                                             int64_t column, const T*& key, const T*& value) {
+  if (p.source == KeySource::PrefixThenPacked && pos >= p.q_pos0[r]) {
+    const int64_t row = p.q_start[r] + (pos - p.q_pos0[r]);
+    key = static_cast<const T*>(p.k_new) + row * p.k_new_stride + column;
+    value = static_cast<const T*>(p.v_new) + row * p.v_new_stride + column;
+    return;
+  }
+  const int64_t row = key_row(p, r, pos);
+  key = static_cast<const T*>(p.k) + row * p.k_stride + column;
+  value = static_cast<const T*>(p.v) + row * p.v_stride + column;
 }
 
 __device__ __forceinline__ float bias_log2(const PagedAttentionParams& p, int head,
@@ -135,12 +151,11 @@ __device__ __forceinline__ void load_keys(bf16* tile_k, bf16* tile_v, const Page
     const int row = index / kChunks, chunk = index % kChunks;
     const int64_t pos = start + row;
     const bool valid = pos < end;
-    const int64_t key = valid ? key_row(p, r, pos) : 0;
-    const int64_t column = int64_t(kv_head) * D + chunk * 8;
-    copy_16_async(shared_address(tile_k + swizzled<D>(row, chunk)),
-                  valid ? k + key * p.k_stride + column : k, valid);
-    copy_16_async(shared_address(tile_v + swizzled<D>(row, chunk)),
-                  valid ? v + key * p.v_stride + column : v, valid);
+    const bf16* key = k;
+    const bf16* value = v;
+    if (valid) key_value_at(p, r, pos, int64_t(kv_head) * D + chunk * 8, key, value);
+    copy_16_async(shared_address(tile_k + swizzled<D>(row, chunk)), key, valid);
+    copy_16_async(shared_address(tile_v + swizzled<D>(row, chunk)), value, valid);
   }
 }
 
@@ -349,8 +364,6 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   float running_max = -INFINITY, running_sum = 0.0f;
-  const T* k = static_cast<const T*>(p.k);
-  const T* v = static_cast<const T*>(p.v);
   const int64_t column = int64_t(kv_head) * D + sub * 8;
   // kRowUnroll keys per group and iteration, their loads issued before any is used: a decode
   // split is latency-bound (page-table read, then the row), so independent loads must overlap.
@@ -363,9 +376,11 @@ __global__ void __launch_bounds__(kThreads)
       const int64_t pos = base + group + u * kGroups;
       valid[u] = pos < end;
       if (valid[u]) {
-        const int64_t row = key_row(p, r, pos);
-        key_raw[u].load(k + row * p.k_stride + column);
-        value_raw[u].load(v + row * p.v_stride + column);
+        const T* key;
+        const T* value;
+        key_value_at(p, r, pos, column, key, value);
+        key_raw[u].load(key);
+        value_raw[u].load(value);
       }
     }
     float dot[kRowUnroll];

@@ -22,8 +22,10 @@
 namespace mmgen::cuda::paged {
 
 // Where the rows of a request's keys lie: packed new tokens (ragged, varlen), pool slots listed
-// per token (FlashInfer's CSR with page size 1), or pool pages through a page table (FA3).
-enum class KeySource : int { Packed = 0, Slots = 1, Pages = 2 };
+// per token (FlashInfer's CSR with page size 1), pool pages through a page table (FA3), or the
+// cached prefix through CSR slots followed by the new tokens packed (Triton's extend: one online
+// softmax over both).
+enum class KeySource : int { Packed = 0, Slots = 1, Pages = 2, PrefixThenPacked = 3 };
 
 struct PagedAttentionParams {
   // Queries: bf16 rows of [num_q_heads, head_dim], q_stride elements apart (token t at
@@ -59,6 +61,12 @@ struct PagedAttentionParams {
   int64_t k_stride = 0, v_stride = 0;
   const int32_t* indices = nullptr;  // Slots: token slots; Pages: page table [batch, max_pages]
   int64_t max_pages = 0, page_size = 1;
+  // PrefixThenPacked: positions below q_pos0[r] are the prefix, read through `indices` from
+  // kv_start[r] in the pool (k, v); the rest are the new tokens, row q_start[r] + (pos − q_pos0[r])
+  // of these packed rows (bf16, strides in elements).
+  const void* k_new = nullptr;
+  const void* v_new = nullptr;
+  int64_t k_new_stride = 0, v_new_stride = 0;
 
   // Work lists, device int32: the request of each packed token (row kernel), and the
   // (request, first query within it) pair of each 64-token query tile (tile kernel).

@@ -1,5 +1,6 @@
 // The GPU paged text-encoder backends on the GPU machine:
-//  1. extend over a ragged batch, one layer's attention, median of repeats (CUDA events):
+//  1. extend over a ragged batch, one layer's attention, every GPU paged backend, median of
+//     repeats (CUDA events):
 //     causal (Qwen3-8B-like: 32 query heads, 8 KV heads, head size 128; K/V through a page-16
 //     pool for fa3, packed for flashinfer's ragged pass) and encoder-only with the T5 bias
 //     (UMT5-XXL-like: 64 heads of 64); TFLOP/s on the useful (unpadded, causal-halved) work;
@@ -122,7 +123,8 @@ nlohmann::json extend_case(const std::string& name, const std::vector<int64_t>& 
   std::printf("%s: %zu requests, %ld tokens (longest %ld), %ld/%ld heads x %ld%s\n", name.c_str(),
               lengths.size(), long(tokens), long(max_len), long(hq), long(hkv), long(d),
               causal ? ", causal" : ", encoder-only + T5 bias");
-  for (const std::string backend : {"fa3", "flashinfer"}) {
+  for (const std::string_view name : cp::cuda_paged_backends()) {
+    const std::string backend(name);
     auto gpu = cp::make_paged_backend_cuda(backend, &pool);
     gpu->init_forward_metadata(batch);
     // The layer call alone (metadata is per forward, shared by every layer).
@@ -138,7 +140,8 @@ void decode_case(int64_t batch_size, int64_t context, int repeats) {
   const int64_t layers = 28, hq = 16, hkv = 8, d = 128;
   std::vector<int64_t> lengths(size_t(batch_size), context);
   for (size_t i = 0; i < lengths.size(); ++i) lengths[i] = context - int64_t(i * 37 % 200);
-  for (const std::string backend : {"fa3", "flashinfer"}) {
+  for (const std::string_view name : cp::cuda_paged_backends()) {
+    const std::string backend(name);
     PagedRequests requests(lengths, 16, context + 64);
     cp::DeviceKVPool pool(batch_size * (context + 64) + 256, 16, layers, hkv, d);
     cp::PagedBackendCudaOptions options;

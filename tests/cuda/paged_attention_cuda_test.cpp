@@ -1,5 +1,7 @@
-// The GPU paged backends (fa3: native page table; flashinfer: ragged + paged CSR, and its
-// paged-only mode) against the CPU torch_native backend (itself checked against a
+// The GPU paged backends (fa3 and flex_attention: native page table; flashinfer: ragged + paged
+// CSR, and its paged-only mode; triton: prefix through CSR slots and new tokens packed in one
+// softmax, split-KV decode; torch_native: whole sequences through the request rows, the row
+// kernel) against the CPU torch_native backend (itself checked against a
 // double-precision formula) on the same bf16-rounded inputs and the same slots: ragged causal
 // extends, a continued request (its own partial last page), a prefix hit on another request's
 // pages, decode steps, grouped-query attention, a sliding window, page sizes 1 and 16, the tile
@@ -386,22 +388,25 @@ void catalogue_case() {
   const std::string chosen = at::auto_backend(gpu, at::Family::Paged, "bf16", 64);
   expect(chosen == "fa3", "the text encoders' auto choice on this GPU is fa3: " + chosen);
   bool all = true;
-  for (const std::string name : {"fa3", "flashinfer"})
+  for (const std::string_view name : cp::cuda_paged_backends())
     for (int head : {8, 64, 128, 256})
       all = all && at::kernel_availability(gpu, at::Family::Paged, name, "bf16", head).ok;
-  expect(all, "fa3 and flashinfer run on this GPU at head sizes 8, 64, 128 and 256");
+  expect(all,
+         "fa3, flashinfer, triton, torch_native and flex_attention run on this GPU at head "
+         "sizes 8, 64, 128 and 256");
   const at::Availability odd = at::kernel_availability(gpu, at::Family::Paged, "fa3", "bf16", 12);
-  const at::Availability triton =
-      at::kernel_availability(gpu, at::Family::Paged, "triton", "bf16", 64);
-  expect(!odd.ok && !triton.ok, "head size 12 and the triton design are refused on the GPU: " +
-                                    odd.reason + "; " + triton.reason);
+  const at::Availability amx =
+      at::kernel_availability(gpu, at::Family::Paged, "intel_amx", "bf16", 64);
+  expect(!odd.ok && !amx.ok, "head size 12 and a CPU-only design are refused on the GPU: " +
+                                 odd.reason + "; " + amx.reason);
 }
 
 void error_cases() {
-  const std::string unknown = error_message([] { cp::make_paged_backend_cuda("triton", nullptr); });
+  const std::string unknown =
+      error_message([] { cp::make_paged_backend_cuda("trtllm_mha", nullptr); });
   expect(
       unknown.find("no CUDA implementation") != std::string::npos &&
-          unknown.find("fa3, flashinfer") != std::string::npos,
+          unknown.find("fa3, flashinfer, triton") != std::string::npos,
       "a paged backend without a CUDA kernel is refused, naming those that have one: " + unknown);
   auto gpu = cp::make_paged_backend_cuda("fa3", nullptr);
   ap::ForwardBatch batch = ap::ForwardBatch::encoder_only({4});
@@ -427,8 +432,9 @@ void error_cases() {
 }  // namespace
 
 int main() try {
-  for (const std::string backend : {"fa3", "flashinfer"})
+  for (const std::string_view name : cp::cuda_paged_backends())
     for (int64_t page : {1, 16}) {
+      const std::string backend(name);
       decoder_case({.backend = backend, .page_size = page, .hq = 4, .hkv = 2, .d = 64});
       decoder_case({.backend = backend, .page_size = page, .hq = 4, .hkv = 4, .d = 128});
       decoder_case({.backend = backend, .page_size = page, .hq = 2, .hkv = 1, .d = 32});
@@ -439,7 +445,8 @@ int main() try {
     }
   for (int64_t page : {1, 16})
     decoder_case({.backend = "flashinfer", .page_size = page, .d = 64, .ragged = false});
-  for (const std::string backend : {"fa3", "flashinfer"}) {
+  for (const std::string_view name : cp::cuda_paged_backends()) {
+    const std::string backend(name);
     encoder_case(backend, 64, false, -1);
     encoder_case(backend, 64, true, -1);
     encoder_case(backend, 8, false, -1);  // wan-tiny's head size: the row kernel
@@ -447,8 +454,8 @@ int main() try {
     encoder_case(backend, 8, false, -1, true);  // the exact mode
     encoder_case(backend, 64, false, 20, true);
   }
-  for (const std::string backend : {"fa3", "flashinfer"})
-    for (int64_t page : {1, 16}) graph_case(backend, page, 128);
+  for (const std::string_view backend : cp::cuda_paged_backends())
+    for (int64_t page : {1, 16}) graph_case(std::string(backend), page, 128);
   graph_case("fa3", 16, 64);
   catalogue_case();
   error_cases();

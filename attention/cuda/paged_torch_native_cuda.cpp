@@ -1,0 +1,86 @@
+// torch_native on the GPU (SGLang torch_native_backend.py), the reference design: per request,
+// its whole K/V read from the pool through its request-table row (the new tokens saved first),
+// every query at its position over all of them — one query row per CTA (the row kernel, no
+// tiles, no split of the keys) as SDPA over the gathered sequence computes it. Encoder-only
+// layers read the packed k/v. The metadata is the request rows' token slots (CSR), nothing else.
+#include "attention/cuda/paged_backend_base.h"
+#include "core/error.h"
+
+namespace mmgen::cuda::paged {
+
+namespace {
+
+PagedBackendCudaOptions without_splits(PagedBackendCudaOptions options) {
+  options.max_kv_splits = 1;  // the reference never splits a sequence's keys
+  return options;
+}
+
+class TorchNativeBackendCuda final : public PagedBackendCudaBase {
+ public:
+  TorchNativeBackendCuda(DeviceKVPool* pool, const PagedBackendCudaOptions& options)
+      : PagedBackendCudaBase(pool, without_splits(options)) {}
+  std::string_view name() const override { return "torch_native"; }
+
+  void forward_extend(const DeviceAttentionIo& io, const PagedLayer& layer,
+                      const ForwardBatch& batch, bool save_kv_cache) override {
+    PagedAttentionParams p = query_params(io, layer, batch, true);
+    if (layer.type == attention::paged::AttentionType::EncoderOnly) {
+      p.source = KeySource::Packed;
+      p.kv_pos0 = nullptr;
+      p.kv_len = at(sections_.seq_len);
+      p.kv_start = at(sections_.q_start);
+    } else {
+      check(sections_.indices >= 0,
+            "GPU torch_native paged attention layer {}: a decoder layer needs the batch's request "
+            "table",
+            layer.layer_id);
+      if (save_kv_cache) save_kv(io, layer, batch);
+      set_pool_keys(p, layer);
+      set_decode_keys(p, layer);
+    }
+    paged_attention_rows(p, 1, nullptr, nullptr, stream_);
+  }
+
+ protected:
+  void add_key_indices(const ForwardBatch& batch, MetadataBuilder& builder, Sections& s,
+                       const GraphCapacity* graph) override {
+    const int64_t bs = batch.batch_size();
+    std::vector<int32_t> indptr(size_t(bs), 0), indices;
+    int64_t total = 0;
+    for (int64_t r = 0; r < bs; ++r) {
+      indptr[size_t(r)] = int32_t(total);
+      total += batch.seq_lens[size_t(r)];
+    }
+    s.kv_start = builder.add(indptr, graph ? graph->batch_size : -1);
+    s.kv_len = s.seq_len;
+    if (!batch.req_to_token && !graph) return;  // encoder-only: the packed k/v
+    indices.reserve(size_t(total));
+    for (int64_t r = 0; r < bs; ++r) {
+      const int64_t* slots = request_slots(batch, r);
+      for (int64_t j = 0; j < batch.seq_lens[size_t(r)]; ++j)
+        indices.push_back(slots ? int32_t(slots[j]) : 0);  // padding rows read slot 0
+    }
+    s.indices = builder.add(indices, graph ? graph->indices : -1);
+  }
+
+  int64_t graph_indices_capacity(int64_t max_batch_size) const override {
+    return max_batch_size * options_.max_context_len;
+  }
+
+  void set_decode_keys(PagedAttentionParams& p, const PagedLayer&) const override {
+    p.source = KeySource::Slots;
+    p.kv_pos0 = nullptr;
+    p.kv_start = at(sections_.kv_start);
+    p.kv_len = at(sections_.seq_len);
+    p.indices = at(sections_.indices);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<PagedBackendCuda> make_torch_native_backend_cuda(
+    DeviceKVPool* pool, const PagedBackendCudaOptions& options) {
+  return std::make_unique<TorchNativeBackendCuda>(pool, options);
+}
+
+}  // namespace mmgen::cuda::paged
