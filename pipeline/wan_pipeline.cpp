@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <tuple>
 
 #include "attention/backend.h"
 #include "attention/backend_config.h"
@@ -147,32 +148,11 @@ WanPipeline::WanPipeline(const ModelIndex& index, AttentionPlan plan)
 }
 
 Tensor WanPipeline::encode_prompt(const std::string& prompt, int64_t max_length, bool cuda) const {
-  const tokenizers::Encoding encoding =
-      tokenizer_->encode_padded(tokenizers::clean_prompt(prompt), size_t(max_length));
-  const Shape shape = {1, int64_t(encoding.ids.size())};
-  const Tensor ids = Tensor::from_vector(shape, encoding.ids);
-  const Tensor mask = Tensor::from_vector(shape, encoding.attention_mask);
-  if (!cuda) {
-    if (text_encoder_->device() != Device::CPU) text_encoder_->set_device(Device::CPU);
-    return text_encoders::encode_wan_prompt_embeddings(*text_encoder_, ids, mask);
-  }
-#ifdef MMGEN_HAVE_CUDA
-  if (text_encoder_->device() != Device::CUDA) {  // moved on first use: precomputed embeddings
-                                                  // need no text encoder
-    text_encoder_->set_device(Device::CUDA, DType::BF16,
-                              gpu_text_backend(attention_plan_, text_encoder_->config().d_kv));
-    spdlog::info("text encoder on the GPU: {} paged attention", text_encoder_->attention_backend());
-  }
-  return text_encoders::zero_fill_after_length(text_encoder_->forward(ids, mask), mask);
-#else
-  fail(
-      "--device cuda: this build has no CUDA support; rebuild with -DMMGEN_CUDA=ON or use "
-      "--device cpu");
-#endif
+  return encode_prompts({prompt}, max_length, cuda)[0];
 }
 
 std::vector<Tensor> WanPipeline::encode_prompts(const std::vector<std::string>& prompts,
-                                                int64_t max_length) const {
+                                                int64_t max_length, bool cuda) const {
   if (prompts.empty()) return {};
   const int64_t count = int64_t(prompts.size());
   std::vector<int64_t> ids, mask;
@@ -183,9 +163,30 @@ std::vector<Tensor> WanPipeline::encode_prompts(const std::vector<std::string>& 
     mask.insert(mask.end(), encoding.attention_mask.begin(), encoding.attention_mask.end());
   }
   const int64_t length = int64_t(ids.size()) / count;
-  const Tensor embeds = text_encoders::encode_wan_prompt_embeddings(
-      *text_encoder_, Tensor::from_vector({count, length}, ids),
-      Tensor::from_vector({count, length}, mask));
+  const Tensor id_batch = Tensor::from_vector({count, length}, ids);
+  const Tensor mask_batch = Tensor::from_vector({count, length}, mask);
+  Tensor embeds;
+  if (!cuda) {
+    if (text_encoder_->device() != Device::CPU) text_encoder_->set_device(Device::CPU);
+    embeds = text_encoders::encode_wan_prompt_embeddings(*text_encoder_, id_batch, mask_batch);
+  } else {
+#ifdef MMGEN_HAVE_CUDA
+    if (text_encoder_->device() != Device::CUDA) {  // moved on first use: precomputed
+                                                    // embeddings need no text encoder
+      text_encoder_->set_device(Device::CUDA, DType::BF16,
+                                gpu_text_backend(attention_plan_, text_encoder_->config().d_kv));
+      spdlog::info("text encoder on the GPU: {} paged attention",
+                   text_encoder_->attention_backend());
+    }
+    embeds = text_encoders::zero_fill_after_length(text_encoder_->forward(id_batch, mask_batch),
+                                                   mask_batch);
+#else
+    fail(
+        "--device cuda: this build has no CUDA support; rebuild with -DMMGEN_CUDA=ON or use "
+        "--device cpu");
+#endif
+  }
+  if (count == 1) return {embeds};
   std::vector<Tensor> out;
   for (int64_t i = 0; i < count; ++i) out.push_back(embeds.slice(0, i, i + 1).contiguous());
   return out;
@@ -327,15 +328,17 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
   }
   Progress encode_stage("encode", 1);
   // Precomputed embeddings (--prompt-embeds, from `mmgen encode`) skip the text encoder.
-  const Tensor prompt_embeds =
-      input.prompt_embeds.defined()
-          ? input.prompt_embeds
-          : encode_prompt(input.prompt, input.max_sequence_length, input.cuda);
-  const Tensor negative_embeds =
-      !guided ? Tensor()
-      : input.negative_prompt_embeds.defined()
-          ? input.negative_prompt_embeds
-          : encode_prompt(input.negative_prompt, input.max_sequence_length, input.cuda);
+  // The prompt and the negative prompt, when both need the text encoder, go in one batch.
+  Tensor prompt_embeds = input.prompt_embeds, negative_embeds = input.negative_prompt_embeds;
+  if (!guided) negative_embeds = Tensor();
+  std::vector<std::string> to_encode;
+  if (!prompt_embeds.defined()) to_encode.push_back(input.prompt);
+  if (guided && !negative_embeds.defined()) to_encode.push_back(input.negative_prompt);
+  if (!to_encode.empty()) {
+    std::vector<Tensor> encoded = encode_prompts(to_encode, input.max_sequence_length, input.cuda);
+    if (!prompt_embeds.defined()) prompt_embeds = encoded.front();
+    if (guided && !negative_embeds.defined()) negative_embeds = encoded.back();
+  }
   encode_stage.finish();
 
   auto scheduler =
@@ -458,37 +461,40 @@ PipelineRunner load_wan_pipeline(const ModelIndex& index, const AttentionPlan& p
   load.finish();
   // generate() is const and builds fresh attention state per run, so runs do not affect each
   // other. Embeddings encoded ahead (a batch's prompts, in one pass) wait here for their run;
-  // a batch's shared negative prompt is encoded once and kept (the CPU path).
-  using Key = std::pair<std::string, int64_t>;  // prompt, max_sequence_length
+  // a batch's shared negative prompt is encoded once and kept (per device).
+  using Key = std::tuple<std::string, int64_t, bool>;  // prompt, max_sequence_length, on the GPU
   auto ahead = std::make_shared<std::map<Key, Tensor>>();
   auto negatives = std::make_shared<std::map<Key, Tensor>>();
   PipelineRunner runner;
   runner.run = [pipeline, ahead, negatives](const Request& request) {
     WanGenerationInput input = wan_input_from_request(request, *pipeline);
-    if (!input.cuda && !input.prompt_embeds.defined()) {
-      auto found = ahead->find({input.prompt, input.max_sequence_length});
+    if (!input.prompt_embeds.defined()) {
+      auto found = ahead->find({input.prompt, input.max_sequence_length, input.cuda});
       if (found != ahead->end()) {
         input.prompt_embeds = found->second;
         ahead->erase(found);  // each is used once; the memory goes back
       }
     }
-    if (!input.cuda && input.guidance_scale > 1.0 && !input.negative_prompt_embeds.defined()) {
-      Tensor& cached = (*negatives)[{input.negative_prompt, input.max_sequence_length}];
+    if (input.guidance_scale > 1.0 && !input.negative_prompt_embeds.defined()) {
+      Tensor& cached = (*negatives)[{input.negative_prompt, input.max_sequence_length, input.cuda}];
       if (!cached.defined())
-        cached = pipeline->encode_prompt(input.negative_prompt, input.max_sequence_length);
+        cached =
+            pipeline->encode_prompt(input.negative_prompt, input.max_sequence_length, input.cuda);
       input.negative_prompt_embeds = cached;
     }
     return pipeline->generate(input).frames;
   };
   runner.encode_ahead = [pipeline, ahead](const std::vector<Request>& requests) {
-    std::map<int64_t, std::vector<std::string>> by_length;  // one forward per max length
+    // One forward per (max length, device).
+    std::map<std::pair<int64_t, bool>, std::vector<std::string>> groups;
     for (const Request& request : requests)
-      if (request.device != "cuda" && !request.prompt_embeds)
-        by_length[request.max_sequence_length].push_back(request.prompt);
-    for (const auto& [length, prompts] : by_length) {
+      if (!request.prompt_embeds)
+        groups[{request.max_sequence_length, request.device == "cuda"}].push_back(request.prompt);
+    for (const auto& [group, prompts] : groups) {
+      const auto [length, cuda] = group;
       const auto start = std::chrono::steady_clock::now();
-      const std::vector<Tensor> embeds = pipeline->encode_prompts(prompts, length);
-      for (size_t i = 0; i < prompts.size(); ++i) (*ahead)[{prompts[i], length}] = embeds[i];
+      const std::vector<Tensor> embeds = pipeline->encode_prompts(prompts, length, cuda);
+      for (size_t i = 0; i < prompts.size(); ++i) (*ahead)[{prompts[i], length, cuda}] = embeds[i];
       spdlog::info("encode: {} prompt(s) in one batch of the text encoder, {:.2f} s",
                    prompts.size(),
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());

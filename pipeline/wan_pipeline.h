@@ -57,10 +57,11 @@ class WanPipeline {
   // mask, zero-filled after the real tokens. [1, max_length, text_dim]. `cuda`: on the GPU (the
   // text encoder's copy made by the first --device cuda run, or made here).
   Tensor encode_prompt(const std::string& prompt, int64_t max_length, bool cuda = false) const;
-  // encode_prompt for several prompts in one forward of the text encoder (CPU): the [n,
-  // max_length] batch diffusers encodes when given a list of prompts. One embedding per prompt.
-  std::vector<Tensor> encode_prompts(const std::vector<std::string>& prompts,
-                                     int64_t max_length) const;
+  // encode_prompt for several prompts in one forward of the text encoder, on the CPU or (`cuda`)
+  // the GPU: the [n, max_length] batch diffusers encodes when given a list of prompts. One
+  // embedding per prompt, [1, max_length, text_dim] each.
+  std::vector<Tensor> encode_prompts(const std::vector<std::string>& prompts, int64_t max_length,
+                                     bool cuda = false) const;
 
   // The initial latent shape for a request.
   Shape latent_shape(int64_t height, int64_t width, int64_t num_frames) const;

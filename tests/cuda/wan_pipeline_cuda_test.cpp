@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "core/file.h"
 #include "core/safetensors.h"
@@ -60,6 +62,29 @@ int main() try {
   expect(seeded_error < 1e-2, fmt::format("--device cuda, seed 42: video relative error {:.2e} < "
                                           "1e-2 against diffusers",
                                           seeded_error));
+
+  // Several prompts in one batch of the GPU text encoder (what generate does with the prompt and
+  // the negative prompt, and a prompt file ahead of its runs): each row as its own GPU forward
+  // gives it, and as the CPU's float32 encoder gives it, within bf16's 1e-2.
+  const std::vector<std::string> prompts = {input.prompt, input.negative_prompt, "a blue square"};
+  const int64_t length = input.max_sequence_length;
+  const std::vector<Tensor> together = pipeline.encode_prompts(prompts, length, true);
+  std::vector<Tensor> alone;
+  for (const std::string& prompt : prompts)
+    alone.push_back(pipeline.encode_prompt(prompt, length, true));
+  const std::vector<Tensor> on_cpu = pipeline.encode_prompts(prompts, length, false);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const double to_alone = relative_error(together[i], alone[i]);
+    const double to_cpu = relative_error(together[i], on_cpu[i]);
+    expect(together[i].device() == Device::CPU && together[i].dtype() == DType::F32 &&
+               together[i].dim() == 3 && together[i].size(0) == 1 && together[i].size(1) == length,
+           fmt::format("prompt {} of a GPU batch: [1, {}, dim] float32 rows back on the host", i,
+                       length));
+    expect(to_alone < 1e-2 && to_cpu < 1e-2,
+           fmt::format("prompt {} of a GPU batch of 3: vs alone on the GPU {:.2e}, vs the CPU "
+                       "{:.2e} (< 1e-2)",
+                       i, to_alone, to_cpu));
+  }
   return finish("wan_pipeline_cuda_test");
 } catch (const std::exception& error) {
   std::printf("wan_pipeline_cuda_test: error: %s\n", error.what());
