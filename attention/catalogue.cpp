@@ -86,6 +86,7 @@ const std::vector<BackendInfo>& paged_catalogue() {
        .platforms = {P::Cuda},
        .build_needs = "the FA4 kernel",
        .gpu_arch = "sm100",
+       .min_gpu_sm = 100,
        .dtypes = {"bf16", "fp16"},
        .head_sizes = "up to 256",
        .page_sizes = kNotNative},
@@ -106,6 +107,7 @@ const std::vector<BackendInfo>& paged_catalogue() {
        .platforms = {P::Cuda},
        .build_needs = "the TensorRT-LLM kernels",
        .gpu_arch = "sm100",
+       .min_gpu_sm = 100,
        .dtypes = {"bf16", "fp16", "fp8"},
        .head_sizes = "64, 128, 256",
        .page_sizes = kNative},
@@ -194,6 +196,7 @@ const std::vector<BackendInfo>& paged_catalogue() {
        .platforms = {P::Cuda},
        .build_needs = "the CUTLASS MLA kernels",
        .gpu_arch = "sm100",
+       .min_gpu_sm = 100,
        .dtypes = {"bf16", "fp8"},
        .head_sizes = "MLA latent 512 + rope 64",
        .page_sizes = kNative},
@@ -204,6 +207,7 @@ const std::vector<BackendInfo>& paged_catalogue() {
        .platforms = {P::Cuda},
        .build_needs = "the TensorRT-LLM kernels",
        .gpu_arch = "sm100",
+       .min_gpu_sm = 100,
        .dtypes = {"bf16", "fp8"},
        .head_sizes = "MLA latent 512 + rope 64",
        .page_sizes = kNative},
@@ -443,6 +447,11 @@ Availability kernel_availability(const Machine& machine, Family family, std::str
     return {false, fmt::format("it runs on {} only; this machine is {}", fmt::join(names, ", "),
                                machine.description)};
   }
+  if (machine.platform == P::Cuda && entry->min_gpu_sm > 0 && machine.sm > 0 &&
+      machine.sm < entry->min_gpu_sm)
+    return {false, fmt::format("it needs a {} GPU, which has hardware this one lacks; this "
+                               "machine is {}",
+                               entry->gpu_arch, machine.description)};
   std::string first_mismatch;
   bool any_kernel = false;
   for (const auto& kernel : machine.kernels) {

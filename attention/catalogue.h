@@ -53,6 +53,9 @@ struct BackendInfo {
   std::vector<Platform> platforms = {};        // where the design can run
   std::string_view build_needs = {};           // compiled features / packages the build needs
   std::string_view gpu_arch = {};              // GPU architecture it needs ("" : none / any)
+  // The oldest NVIDIA GPU (compute capability x10) with the hardware it needs, where older ones
+  // lack it whatever the build (100: Blackwell's FP4 and its MMA); 0: no such limit.
+  int min_gpu_sm = 0;
   std::vector<std::string_view> dtypes = {};   // input dtypes across its platforms
   std::string_view head_sizes = {};            // e.g. "any", "64, 128"
   std::string_view page_sizes = {};            // paged family: native page sizes; "" for DiT

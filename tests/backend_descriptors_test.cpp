@@ -170,5 +170,30 @@ TEST(BackendDescriptors, OneFallbackRuleOnTheGpu) {
   EXPECT_ERROR_HAS(choose("sla_attn"), "sla_attn cannot run here");
 }
 
+// Backends whose hardware an older GPU lacks (Blackwell's FP4 for sage_attn_3, the sm100 paged
+// kernels) say so on a Hopper GPU, whatever the build has; on a Blackwell GPU the question is
+// the build's kernels again.
+TEST(BackendDescriptors, HardwareAnOlderGpuLacksIsNamed) {
+  Machine hopper;
+  hopper.platform = Platform::Cuda;
+  hopper.sm = 90;
+  hopper.dtype = "bf16";
+  hopper.description = "cuda sm90";
+  const Availability fp4 = kernel_availability(hopper, Family::Dit, "sage_attn_3", "bf16", 128);
+  EXPECT_FALSE(fp4.ok);
+  EXPECT_NE(fp4.reason.find("needs a sm100 or sm120 (Blackwell) GPU"), std::string::npos)
+      << fp4.reason;
+  EXPECT_NE(fp4.reason.find("cuda sm90"), std::string::npos) << fp4.reason;
+  const Availability fa4 = kernel_availability(hopper, Family::Paged, "fa4", "bf16", 128);
+  EXPECT_NE(fa4.reason.find("needs a sm100 GPU"), std::string::npos) << fa4.reason;
+  Machine blackwell = hopper;
+  blackwell.sm = 100;
+  blackwell.description = "cuda sm100";
+  const Availability built =
+      kernel_availability(blackwell, Family::Dit, "sage_attn_3", "bf16", 128);
+  EXPECT_FALSE(built.ok);
+  EXPECT_NE(built.reason.find("this build has no cuda kernel"), std::string::npos) << built.reason;
+}
+
 }  // namespace
 }  // namespace mmgen::attention

@@ -43,6 +43,7 @@ const BackendDescriptor& descriptor() {
                .platforms = {P::Cuda, P::Cpu},
                .build_needs = "CUDA 12.8+: the SageAttention3 kernels; CPU: mmgen's FP4 emulation",
                .gpu_arch = "sm100 or sm120 (Blackwell)",
+               .min_gpu_sm = 100,  // FP4 (NVFP4) tensor-core products
                .dtypes = {"bf16", "fp16", "fp32 (CPU)"},
                .head_sizes = "64, 128",
                .fallback = "torch_sdpa",
