@@ -1,4 +1,7 @@
 #include "attention/dense_attention.h"
+// clang-format off
+#include "core/x86_intrinsics.h"  // before anything that includes it: see there
+// clang-format on
 
 #include <Eigen/Core>
 #include <cmath>
@@ -23,15 +26,17 @@ constexpr int64_t kQueryTile = 64;
 
 Tensor dense_attention(const DenseAttentionArgs& args) {
   const Tensor q = args.q.contiguous(), k = args.k.contiguous(), v = args.v.contiguous();
-  check(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "attention expects [batch, seq, heads, head_dim] tensors");
+  check(q.dim() == 4 && k.dim() == 4 && v.dim() == 4,
+        "attention expects [batch, seq, heads, head_dim] tensors");
   const int64_t batch = q.size(0), q_len = q.size(1), heads = q.size(2), head_dim = q.size(3);
   const int64_t kv_len = k.size(1);
   check(k.size(0) == batch && k.size(2) == heads && k.size(3) == head_dim && v.shape() == k.shape(),
-        "attention: q {} k {} v {} do not fit together", shape_string(q.shape()), shape_string(k.shape()),
-        shape_string(v.shape()));
+        "attention: q {} k {} v {} do not fit together", shape_string(q.shape()),
+        shape_string(k.shape()), shape_string(v.shape()));
   if (args.bias.defined())
-    check(args.bias.shape() == Shape({heads, q_len, kv_len}), "attention: bias {} should be [{}, {}, {}]",
-          shape_string(args.bias.shape()), heads, q_len, kv_len);
+    check(args.bias.shape() == Shape({heads, q_len, kv_len}),
+          "attention: bias {} should be [{}, {}, {}]", shape_string(args.bias.shape()), heads,
+          q_len, kv_len);
   const Tensor bias = args.bias.defined() ? args.bias.to(DType::F32) : Tensor();
   const Tensor mask = args.key_mask.defined() ? args.key_mask.to(DType::F32) : Tensor();
 
@@ -50,8 +55,8 @@ Tensor dense_attention(const DenseAttentionArgs& args) {
       for (int64_t h = 0; h < heads; ++h)
         for (int64_t tile = 0; tile < tiles; ++tile) {
           const int64_t first = tile * kQueryTile, count = std::min(kQueryTile, q_len - first);
-          StridedConst q_tile(q.data<float>() + (b * q_len + first) * row + h * head_dim, count, head_dim,
-                              Eigen::OuterStride<>(row));
+          StridedConst q_tile(q.data<float>() + (b * q_len + first) * row + h * head_dim, count,
+                              head_dim, Eigen::OuterStride<>(row));
           StridedConst keys(k.data<float>() + b * kv_len * row + h * head_dim, kv_len, head_dim,
                             Eigen::OuterStride<>(row));
           StridedConst values(v.data<float>() + b * kv_len * row + h * head_dim, kv_len, head_dim,
@@ -61,7 +66,8 @@ Tensor dense_attention(const DenseAttentionArgs& args) {
 
           for (int64_t i = 0; i < count; ++i) {
             float* s = scores.data() + i * kv_len;
-            const float* bias_row = bias.defined() ? bias.data<float>() + (h * q_len + first + i) * kv_len : nullptr;
+            const float* bias_row =
+                bias.defined() ? bias.data<float>() + (h * q_len + first + i) * kv_len : nullptr;
             const float* mask_row = mask.defined() ? mask.data<float>() + b * kv_len : nullptr;
             float max_score = kNegativeInfinity;
             for (int64_t j = 0; j < kv_len; ++j) {
@@ -83,8 +89,8 @@ Tensor dense_attention(const DenseAttentionArgs& args) {
             const float inverse = float(1.0 / sum);
             for (int64_t j = 0; j < kv_len; ++j) s[j] *= inverse;
           }
-          Strided out_tile(out.data<float>() + (b * q_len + first) * row + h * head_dim, count, head_dim,
-                           Eigen::OuterStride<>(row));
+          Strided out_tile(out.data<float>() + (b * q_len + first) * row + h * head_dim, count,
+                           head_dim, Eigen::OuterStride<>(row));
           out_tile.noalias() = scores * values;
         }
   }

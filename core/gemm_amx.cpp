@@ -7,12 +7,8 @@
 #define MMGEN_GEMM_AMX 1
 #include <sys/syscall.h>
 #include <unistd.h>
-// GCC 12's intrinsics header warns about its own "undefined" vectors (see gemm_cpu.cpp).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
+
+#include "core/x86_intrinsics.h"
 #endif
 
 namespace mmgen::cpu::amx {

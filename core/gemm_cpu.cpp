@@ -19,13 +19,7 @@
 // The vector path wants AVX-512 F, BW and VL (every AVX-512 server CPU since Skylake, Zen 4 on).
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #define MMGEN_GEMM_AVX512 1
-// GCC 12's intrinsics start some shuffles from an "undefined" vector and then warn that it is
-// uninitialised (a false alarm in its own header).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
+#include "core/x86_intrinsics.h"
 // The bf16 products (vdpbf16ps) want AVX-512 BF16 as well (Cooper Lake, Sapphire Rapids, Zen 4 on).
 #ifdef __AVX512BF16__
 #define MMGEN_GEMM_BF16 1

@@ -14,6 +14,9 @@
 // agree to rounding only.
 #pragma once
 
+// clang-format off
+#include "core/x86_intrinsics.h"  // before anything that includes it: see there
+// clang-format on
 #include <Eigen/Core>
 #include <cstdint>
 #include <functional>

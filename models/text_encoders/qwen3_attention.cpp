@@ -1,4 +1,7 @@
 #include "models/text_encoders/qwen3_attention.h"
+// clang-format off
+#include "core/x86_intrinsics.h"  // before anything that includes it: see there
+// clang-format on
 
 #include <Eigen/Core>
 #include <algorithm>

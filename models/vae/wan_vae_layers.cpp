@@ -1,4 +1,7 @@
 #include "models/vae/wan_vae_layers.h"
+// clang-format off
+#include "core/x86_intrinsics.h"  // before anything that includes it: see there
+// clang-format on
 
 #include <Eigen/Core>
 #include <algorithm>

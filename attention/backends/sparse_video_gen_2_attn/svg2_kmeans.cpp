@@ -10,7 +10,7 @@
 #include "core/ops.h"
 
 #if defined(__AVX2__)
-#include <immintrin.h>
+#include "core/x86_intrinsics.h"
 #endif
 #include <omp.h>
 

@@ -1,4 +1,7 @@
 #include "attention/backends/video_sparse_attn/vsa_coarse.h"
+// clang-format off
+#include "core/x86_intrinsics.h"  // before anything that includes it: see there
+// clang-format on
 
 #include <Eigen/Core>
 #include <algorithm>

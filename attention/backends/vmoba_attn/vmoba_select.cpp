@@ -1,4 +1,7 @@
 #include "attention/backends/vmoba_attn/vmoba_select.h"
+// clang-format off
+#include "core/x86_intrinsics.h"  // before anything that includes it: see there
+// clang-format on
 
 #include <omp.h>
 
