@@ -52,7 +52,8 @@ Tensor dense_attention_gpu(const Tensor& q, const Tensor& k, const Tensor& v, fl
 
 Tensor sparse_self_attention_gpu(cuda::SparseSelfAttentionCuda& backend, const Tensor& q,
                                  const Tensor& k, const Tensor& v, std::array<int64_t, 3> grid,
-                                 int64_t step, int64_t layer, float scale, const Tensor& gate) {
+                                 int64_t step, int64_t layer, float scale, const Tensor& gate,
+                                 const LayerWeights* weights) {
   check(q.dim() == 4, "GPU attention: q must be [batch, tokens, heads, head_dim], got {}",
         shape_string(q.shape()));
   const int64_t batch = q.size(0), heads = q.size(2), head_dim = q.size(3);
@@ -73,12 +74,17 @@ Tensor sparse_self_attention_gpu(cuda::SparseSelfAttentionCuda& backend, const T
           shape_string(q.shape()), dtype_name(gate.dtype()), shape_string(gate.shape()));
     call.gate = gate.data<float>();
   }
+  call.weights = weights;
   backend.forward(call);
   return out;
 }
 
 bool sparse_backend_wants_gate(const cuda::SparseSelfAttentionCuda& backend) {
   return backend.wants_gate();
+}
+
+bool sparse_backend_wants_layer_weights(const cuda::SparseSelfAttentionCuda& backend) {
+  return backend.wants_layer_weights();
 }
 
 void channel_attention_gpu(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
@@ -109,11 +115,15 @@ Tensor dense_attention_gpu(const Tensor&, const Tensor&, const Tensor&, float, D
 
 Tensor sparse_self_attention_gpu(cuda::SparseSelfAttentionCuda&, const Tensor&, const Tensor&,
                                  const Tensor&, std::array<int64_t, 3>, int64_t, int64_t, float,
-                                 const Tensor&) {
+                                 const Tensor&, const LayerWeights*) {
   fail("GPU attention: this build has no CUDA support; use --device cpu");
 }
 
 bool sparse_backend_wants_gate(const cuda::SparseSelfAttentionCuda&) {
+  return false;
+}
+
+bool sparse_backend_wants_layer_weights(const cuda::SparseSelfAttentionCuda&) {
   return false;
 }
 

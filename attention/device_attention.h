@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "attention/backend.h"
 #include "core/tensor.h"
 
 namespace mmgen::cuda {
@@ -38,10 +39,12 @@ Tensor dense_attention_gpu(const Tensor& q, const Tensor& k, const Tensor& v, fl
 
 // Self-attention of video tokens (q, k, v [B, t·h·w, H, D] bf16 on the GPU) through a sparse
 // backend, told the denoising step and layer; `gate` is VSA's to_gate_compress output as
-// float32 [B, S, H, D] on the GPU, or undefined.
+// float32 [B, S, H, D] on the GPU, or undefined; `weights` the layer's extra checkpoint weights on
+// the GPU for a backend that wants them (SLA's proj_l), or null.
 Tensor sparse_self_attention_gpu(cuda::SparseSelfAttentionCuda& backend, const Tensor& q,
                                  const Tensor& k, const Tensor& v, std::array<int64_t, 3> grid,
-                                 int64_t step, int64_t layer, float scale, const Tensor& gate);
+                                 int64_t step, int64_t layer, float scale, const Tensor& gate,
+                                 const LayerWeights* weights = nullptr);
 // Single-head attention over the pixels of one frame, for a VAE's mid-block attention:
 // q, k, v [C, P] float32 channel-major on the GPU (as a 1×1 convolution leaves them); writes
 // out [C, P] = (softmax(scale · qᵀk) · vᵀ)ᵀ, a contiguous float32 tensor (or view) there. Head size
@@ -50,7 +53,9 @@ Tensor sparse_self_attention_gpu(cuda::SparseSelfAttentionCuda& backend, const T
 void channel_attention_gpu(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
                            bool exact, Tensor& out);
 
-// Whether the backend reads VSA's gate.
+// Whether the backend reads VSA's gate; whether it reads the layer's extra weights (the gate's
+// among them).
 bool sparse_backend_wants_gate(const cuda::SparseSelfAttentionCuda& backend);
+bool sparse_backend_wants_layer_weights(const cuda::SparseSelfAttentionCuda& backend);
 
 }  // namespace mmgen::attention

@@ -6,7 +6,8 @@
 // boxes on the device (attention/cuda/box_layout.h, edge boxes padded and masked exactly), drives
 // the block-sparse attention kernel with per-query-block key-block lists, and undoes the
 // regrouping. V-MoBA (attention/backends/vmoba_attn/vmoba_attn_cuda.cpp) adds an expert pass over
-// gathered query runs. SLA and SVG2 have no GPU version yet.
+// gathered query runs; SLA (attention/backends/sla_attn/sla_attn_cuda.cpp) runs in the token
+// order with a linear branch beside. SVG2 has no GPU version yet.
 #pragma once
 
 #include <algorithm>
@@ -41,6 +42,9 @@ struct SelfAttentionCall {
   // VSA only: to_gate_compress(attention input) as [batch, tokens, heads·head_dim] float32, or
   // null (a checkpoint without the gate: the output is the fine branch alone, as on the CPU).
   const float* gate = nullptr;
+  // The layer's extra checkpoint weights on the GPU (the descriptor's extra_weights: SLA's
+  // proj_l), when the backend wants them (wants_layer_weights); may be null.
+  const attention::LayerWeights* weights = nullptr;
 };
 
 // What the backend's calls visited, in query-key token pairs (padding excluded), so density and
@@ -59,6 +63,8 @@ class SparseSelfAttentionCuda {
   virtual void forward(const SelfAttentionCall& call) = 0;
   // Whether `layer`'s calls should carry the VSA gate (the backend uses it).
   virtual bool wants_gate() const { return false; }
+  // Whether calls should carry the layer's extra checkpoint weights on the GPU.
+  virtual bool wants_layer_weights() const { return wants_gate(); }
 
   void count_pairs(bool enabled) { counting_ = enabled; }
   const SparseAttentionStats& stats() const { return stats_; }

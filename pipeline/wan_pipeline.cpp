@@ -282,13 +282,14 @@ attention::GpuAttention gpu_attention(const AttentionPlan& plan) {
   return result;
 }
 
-// A GPU run's attention: the plan's kernels, and for a backend that reads VSA's gate the
-// checkpoint's to_gate_compress of every block on the GPU (bf16 weight, float32 bias: a bf16
-// product with a float32 result, as the model's other products).
+// A GPU run's attention: the plan's kernels, and for a backend that reads the layers' extra
+// checkpoint weights (VSA's to_gate_compress, SLA's proj_l) those of every block on the GPU (the
+// gate's weight in bf16, as the model's other products take it; the rest as stored).
 dit::WanAttention gpu_wan_attention(const AttentionPlan& plan, const dit::WanTransformer& model) {
   dit::WanAttention attention;
   attention.gpu = gpu_attention(plan);
-  if (!attention.gpu.sparse || !attention::sparse_backend_wants_gate(*attention.gpu.sparse))
+  if (!attention.gpu.sparse ||
+      !attention::sparse_backend_wants_layer_weights(*attention.gpu.sparse))
     return attention;
   const std::vector<std::string> fragments =
       extra_weight_names(std::string(attention.gpu.sparse->name()));

@@ -41,18 +41,18 @@ __device__ __forceinline__ uint32_t ordered(float value) {
 }
 
 __global__ void __launch_bounds__(kSelectThreads)
-    select_kernel(const float* qc, const float* kc, const float* vc, float scale, int64_t cubes,
-                  int64_t head_dim, int64_t topk, int32_t* selected, float* coarse) {
+    select_kernel(const float* qc, const float* kc, const float* vc, float scale, int64_t rows,
+                  int64_t cubes, int64_t head_dim, int64_t topk, int32_t* selected, float* coarse) {
   extern __shared__ float shared[];
   float* q_rows = shared;                     // [kRows, head_dim]
   float* scores = shared + kRows * head_dim;  // [kRows, cubes]
   const int64_t pair = blockIdx.y, first_row = int64_t(blockIdx.x) * kRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const float* q = qc + pair * cubes * head_dim;
+  const float* q = qc + pair * rows * head_dim;
   const float* k = kc + pair * cubes * head_dim;
   for (int i = threadIdx.x; i < kRows * head_dim; i += kSelectThreads) {
     const int64_t row = first_row + i / head_dim;
-    q_rows[i] = row < cubes ? q[row * head_dim + i % head_dim] : 0.0f;
+    q_rows[i] = row < rows ? q[row * head_dim + i % head_dim] : 0.0f;
   }
   __syncthreads();
 
@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(kSelectThreads)
   __syncthreads();
 
   const int64_t row = first_row + warp;
-  if (row < cubes) {
+  if (row < rows) {
     const float* s = scores + warp * cubes;
     // The k-th largest key: the largest threshold that at least `topk` keys reach.
     uint32_t threshold = 0;
@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(kSelectThreads)
     int above = 0;
     for (int64_t j = lane; j < cubes; j += 32) above += ordered(s[j]) > threshold;
     const int ties_wanted = int(topk) - __reduce_add_sync(0xffffffffu, above);
-    int32_t* out = selected + (pair * cubes + row) * topk;
+    int32_t* out = selected + (pair * rows + row) * topk;
     int written = 0, ties_seen = 0;
     const uint32_t lower_lanes = (1u << lane) - 1u;
     for (int64_t base = 0; base < cubes; base += 32) {
@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(kSelectThreads)
   if (!vc) return;
 
   // Coarse output: each row's softmax (its warp), then all threads form P·vc along D.
-  if (row < cubes) {
+  if (row < rows) {
     float* s = scores + warp * cubes;
     float top = -INFINITY;
     for (int64_t j = lane; j < cubes; j += 32) top = fmaxf(top, s[j]);
@@ -129,10 +129,10 @@ __global__ void __launch_bounds__(kSelectThreads)
   for (int64_t item = threadIdx.x; item < kRows * head_dim; item += kSelectThreads) {
     const int r = int(item / head_dim);
     const int64_t d = item % head_dim;
-    if (first_row + r >= cubes) continue;
+    if (first_row + r >= rows) continue;
     float sum = 0.0f;
     for (int64_t j = 0; j < cubes; ++j) sum = fmaf(scores[r * cubes + j], v[j * head_dim + d], sum);
-    coarse[(pair * cubes + first_row + r) * head_dim + d] = sum;
+    coarse[(pair * rows + first_row + r) * head_dim + d] = sum;
   }
 }
 
@@ -155,9 +155,9 @@ int64_t vsa_max_cubes() {
 }
 
 void vsa_select(const float* qc, const float* kc, const float* vc, float scale, int64_t batch,
-                int64_t heads, int64_t cubes, int64_t head_dim, int64_t topk, int32_t* selected,
-                float* coarse, cudaStream_t stream) {
-  if (batch * heads * cubes == 0) return;
+                int64_t heads, int64_t rows, int64_t cubes, int64_t head_dim, int64_t topk,
+                int32_t* selected, float* coarse, cudaStream_t stream) {
+  if (batch * heads * rows * cubes == 0) return;
   const int bytes = select_shared_bytes(cubes, head_dim);
   static const bool configured = [] {
     MMGEN_CUDA_CHECK(cudaFuncSetAttribute(
@@ -165,9 +165,9 @@ void vsa_select(const float* qc, const float* kc, const float* vc, float scale, 
     return true;
   }();
   (void)configured;
-  const dim3 grid(unsigned((cubes + kRows - 1) / kRows), unsigned(batch * heads));
-  select_kernel<<<grid, kSelectThreads, bytes, stream>>>(qc, kc, vc, scale, cubes, head_dim, topk,
-                                                         selected, coarse);
+  const dim3 grid(unsigned((rows + kRows - 1) / kRows), unsigned(batch * heads));
+  select_kernel<<<grid, kSelectThreads, bytes, stream>>>(qc, kc, vc, scale, rows, cubes, head_dim,
+                                                         topk, selected, coarse);
   MMGEN_CUDA_CHECK_LAUNCH();
 }
 

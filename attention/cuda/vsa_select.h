@@ -22,11 +22,13 @@ void vsa_cube_means(const void* x, float* means, int64_t batch, int64_t cubes, i
 // Largest cube count vsa_select handles (its scores sit in shared memory).
 int64_t vsa_max_cubes();
 
-// For every (b, h) and query cube i: scores qc_i·kc_jᵀ·scale over all key cubes j, the `topk`
-// highest (ties to the lower index) written ascending to selected[((b·H + h)·cubes + i)·topk ..].
-// When vc and coarse are given, also coarse[b, h, i, :] = softmax_j(scores)·vc (float32).
+// For every (b, h) and query row i of `rows` (qc [B, H, rows, D]): scores qc_i·kc_jᵀ·scale over
+// all `cubes` key rows j (kc [B, H, cubes, D]), the `topk` highest (ties to the lower index)
+// written ascending to selected[((b·H + h)·rows + i)·topk ..]. VSA has rows = cubes; SLA's block
+// map has query blocks and key blocks of different sizes. When vc and coarse are given, also
+// coarse[b, h, i, :] = softmax_j(scores)·vc (float32).
 void vsa_select(const float* qc, const float* kc, const float* vc, float scale, int64_t batch,
-                int64_t heads, int64_t cubes, int64_t head_dim, int64_t topk, int32_t* selected,
-                float* coarse, cudaStream_t stream = nullptr);
+                int64_t heads, int64_t rows, int64_t cubes, int64_t head_dim, int64_t topk,
+                int32_t* selected, float* coarse, cudaStream_t stream = nullptr);
 
 }  // namespace mmgen::cuda

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/backend.h"
 #include "attention/backend_config.h"
 #include "attention/cuda/box_layout.h"
 #include "attention/cuda/flash_attention.h"
@@ -129,7 +130,8 @@ int main(int argc, char** argv) try {
   struct Row {
     std::string name, backend;
     json config;
-    int64_t layer = 0;  // V-MoBA: 0 temporal, 1 spatial, 2 spatio-temporal chunks
+    int64_t layer = 0;        // V-MoBA: 0 temporal, 1 spatial, 2 spatio-temporal chunks
+    bool projection = false;  // SLA: with proj_l weights (the linear branch)
   };
   // V-MoBA at FastVideo's 1.3B chunk sizes: 2-frame temporal chunks (11), 3x4 spatial (130),
   // 4x6x4 spatio-temporal (390); top-k chosen for about 10% density, and the default threshold.
@@ -157,12 +159,27 @@ int main(int argc, char** argv) try {
       {"vmoba_attn spatio-temporal, top-39 of 390", "vmoba_attn", moba({{"st_topk", 39}}), 2},
       {"vmoba_attn spatial, threshold 0.25", "vmoba_attn", {{"first_full_step", 0}}, 1},
       {"vmoba_attn spatio-temporal, threshold 0.25", "vmoba_attn", {{"first_full_step", 0}}, 2},
+      {"sla_attn top 10% (no proj_l)", "sla_attn", {{"topk", 0.1}}},
+      {"sla_attn top 10% + linear branch", "sla_attn", {{"topk", 0.1}}, 0, true},
   };
+  // Random proj_l weights for the SLA row with a linear branch.
+  attention::LayerWeights projection;
+  {
+    std::vector<float> w(size_t(head_dim * head_dim)), b(static_cast<size_t>(head_dim));
+    std::mt19937 generator(5);
+    std::normal_distribution<float> normal(0.0f, 0.05f);
+    for (auto& x : w) x = normal(generator);
+    for (auto& x : b) x = normal(generator);
+    projection["proj_l.weight"] =
+        Tensor::from_vector({head_dim, head_dim}, w).to(DType::BF16).to(Device::CUDA);
+    projection["proj_l.bias"] = Tensor::from_vector({head_dim}, b).to(Device::CUDA);
+  }
   for (const Row& row : rows) {
     if (row.name.find(only) == std::string::npos) continue;
     auto backend = make_sparse_self_attention_cuda(
         row.backend, attention::validate_backend_config(row.config, row.backend));
     call.layer = row.layer;
+    call.weights = row.projection ? &projection : nullptr;
     backend->forward(call);  // warm-up: tiling, lists, kernel setup
     backend->count_pairs(true);
     backend->forward(call);
@@ -222,8 +239,8 @@ int main(int argc, char** argv) try {
   vsa_cube_means(padded.data(), kc.as<float>(), 1, cubes, heads, head_dim,
                  cube_lengths.as<int32_t>());
   const double select_ms = step_ms([&] {
-    vsa_select(qc.as<float>(), kc.as<float>(), nullptr, call.scale, 1, heads, cubes, head_dim, topk,
-               selected.as<int32_t>(), nullptr);
+    vsa_select(qc.as<float>(), kc.as<float>(), nullptr, call.scale, 1, heads, cubes, cubes,
+               head_dim, topk, selected.as<int32_t>(), nullptr);
   });
   const double scatter_ms = step_ms([&] {
     scatter_from_slots(padded.data(), out.data(), 1, tokens, slots, width, to_token.as<int32_t>());

@@ -39,9 +39,10 @@ Tensor wan_attention(const Tensor& q, const Tensor& k, const Tensor& v,
     Tensor gate;
     if (layer && call.attention_input && attention::sparse_backend_wants_gate(*gpu.sparse))
       gate = attention::vsa_gate(layer->self_weights, *call.attention_input, q.size(2));
-    return attention::sparse_self_attention_gpu(*gpu.sparse, q, k, v,
-                                                {call.grid_t, call.grid_h, call.grid_w},
-                                                call.step.index, call.layer, scale, gate);
+    const bool with_weights = layer && attention::sparse_backend_wants_layer_weights(*gpu.sparse);
+    return attention::sparse_self_attention_gpu(
+        *gpu.sparse, q, k, v, {call.grid_t, call.grid_h, call.grid_w}, call.step.index, call.layer,
+        scale, gate, with_weights ? &layer->self_weights : nullptr);
   }
   MMGEN_PROFILE(call.is_cross ? "attention: cross" : "attention: self");
   attention::AttentionBackend* backend =

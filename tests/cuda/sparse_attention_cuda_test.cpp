@@ -38,6 +38,7 @@ struct Case {
   bool gate = false;
   std::string label;
   int64_t layer = 0;
+  bool projection = false;  // SLA: the layer has proj_l weights (the linear branch runs)
 };
 
 // V-MoBA's kept query-key pairs by the CPU's own choice (select_chunks on the same values): each
@@ -77,8 +78,18 @@ void run_case(const Case& c, std::mt19937& generator) {
   context.num_steps = c.step + 1;
   context.layer_index = c.layer;
   context.grid = {c.grid[0], c.grid[1], c.grid[2]};
-  attention::LayerWeights weights;
+  attention::LayerWeights weights, device_weights;
   if (c.gate) weights[attention::kVsaGateKey] = host(g);
+  if (c.projection) {  // SLA's proj_l: a bf16-exact weight (the GPU's product reads it in bf16)
+    const Bf16Values w = random_bf16(size_t(D * D), generator);
+    std::vector<float> scaled(w.values.size()), b(static_cast<size_t>(D));
+    for (size_t i = 0; i < scaled.size(); ++i) scaled[i] = w.values[i] * 0.125f;
+    for (auto& x : b) x = float(std::normal_distribution<float>(0.0f, 0.1f)(generator));
+    weights["proj_l.weight"] = Tensor::from_vector({D, D}, scaled);
+    weights["proj_l.bias"] = Tensor::from_vector({D}, b);
+    device_weights["proj_l.weight"] = weights["proj_l.weight"].to(Device::CUDA);
+    device_weights["proj_l.bias"] = weights["proj_l.bias"].to(Device::CUDA);
+  }
   context.weights = &weights;
   const Tensor expected_tensor = attention::make_dit_backend(c.backend, config)
                                      ->forward(host(q), host(k), host(v), scale, context, nullptr);
@@ -99,6 +110,7 @@ void run_case(const Case& c, std::mt19937& generator) {
   call.batch = B, call.tokens = S, call.heads = H, call.head_dim = D, call.grid = c.grid;
   call.step = c.step, call.layer = c.layer, call.scale = scale,
   call.gate = c.gate ? gate.as<float>() : nullptr;
+  call.weights = c.projection ? &device_weights : nullptr;
   auto backend = make_sparse_self_attention_cuda(c.backend, config);
   backend->count_pairs(true);
   backend->forward(call);
@@ -254,8 +266,58 @@ int main() {
   };
   for (const Case& c : moba_cases) run_case(c, generator);
 
+  // SLA on 7x10x13 (910 tokens: partial last query and key blocks): the default blocks (128 / 64)
+  // at top 10% and 30%, 64-query blocks, 128-key blocks; and with proj_l, the linear branch in
+  // each feature map.
+  const Case sla_cases[] = {
+      {"sla_attn", {{"topk", 0.1}}, 2, 2, 128, {7, 10, 13}, 0, false, "top 10%"},
+      {"sla_attn", {{"topk", 0.3}}, 1, 3, 64, {7, 10, 13}, 0, false, "top 30%"},
+      {"sla_attn",
+       {{"topk", 0.2}, {"block_q", 64}},
+       1,
+       2,
+       128,
+       {7, 10, 13},
+       0,
+       false,
+       "64-query blocks"},
+      {"sla_attn",
+       {{"topk", 0.2}, {"block_k", 128}},
+       1,
+       2,
+       64,
+       {7, 10, 13},
+       0,
+       false,
+       "128-key blocks"},
+      {"sla_attn", {{"topk", 0.2}}, 2, 2, 128, {7, 10, 13}, 0, false, "softmax φ, proj_l", 0, true},
+      {"sla_attn",
+       {{"topk", 0.2}, {"feature_map", "elu"}},
+       1,
+       2,
+       64,
+       {7, 10, 13},
+       0,
+       false,
+       "elu φ, proj_l",
+       0,
+       true},
+      {"sla_attn",
+       {{"topk", 0.2}, {"feature_map", "relu"}},
+       1,
+       3,
+       128,
+       {7, 10, 13},
+       0,
+       false,
+       "relu φ, proj_l",
+       0,
+       true},
+  };
+  for (const Case& c : sla_cases) run_case(c, generator);
+
   expect(error_message([] {
-           make_sparse_self_attention_cuda("sla_attn", json::object());
+           make_sparse_self_attention_cuda("sparse_video_gen_2_attn", json::object());
          }).find("no GPU version") != std::string::npos,
          "a backend without a GPU version is a clear error");
   return finish("sparse_attention_cuda_test");

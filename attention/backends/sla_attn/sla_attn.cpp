@@ -3,6 +3,9 @@
 // ("proj_l.weight" / "proj_l.bias" in the layer's LayerWeights; zero branch without them).
 #include "attention/backends/descriptor.h"
 #include "attention/sla_core.h"
+#ifdef MMGEN_HAVE_CUDA
+#include "attention/backends/sla_attn/sla_attn_cuda.h"
+#endif
 
 namespace mmgen::attention::sla_attn {
 
@@ -39,18 +42,27 @@ const BackendDescriptor& descriptor() {
                    "attention on the rest through a learned projection",
                .aliases = {},
                .platforms = {P::Cuda, P::Cpu},
-               .build_needs = "CUDA: the SLA Triton kernels; CPU: mmgen's block-sparse kernel",
-               .gpu_arch = "sm80+",
-               .dtypes = {"bf16", "fp16", "fp32 (CPU)"},
+               .build_needs = "CUDA: mmgen's block map, block-sparse and linear-branch kernels; "
+                              "CPU: mmgen's block-sparse kernel",
+               .gpu_arch = "sm90",
+               .dtypes = {"bf16", "fp32 (CPU)"},
                .head_sizes = "64, 128",
                .sparse = true,
                .extra_weights = "proj_l per layer (SLA-trained checkpoints such as TurboWan); zero "
                                 "without it",
                .per_step_state = "step index",
                .config = sla::config_keys()},
-      .kernels = {cpu_kernel("sla_attn")},
+      .kernels = {cpu_kernel("sla_attn")
+#ifdef MMGEN_HAVE_CUDA
+                      ,
+                  hopper_kernel("sla_attn")
+#endif
+      },
       .cpu = [](const json& settings, const BackendResources&)
           -> std::unique_ptr<AttentionBackend> { return std::make_unique<SlaBackend>(settings); },
+#ifdef MMGEN_HAVE_CUDA
+      .cuda = make_cuda,
+#endif
       .extra_weights = {"proj_l."},
   };
   return d;

@@ -54,7 +54,7 @@ class VideoSparseCuda final : public SparseSelfAttentionCuda {
     }
     DeviceBuffer selected(size_t(pairs * cubes * topk) * sizeof(int32_t));
     vsa_select(qc.as<float>(), kc.as<float>(), call.gate ? vc.as<float>() : nullptr, call.scale,
-               call.batch, call.heads, cubes, call.head_dim, topk, selected.as<int32_t>(),
+               call.batch, call.heads, cubes, cubes, call.head_dim, topk, selected.as<int32_t>(),
                call.gate ? coarse.as<float>() : nullptr);
     // Every cube keeps topk key cubes: the lists per 64 query rows are `selected` itself.
     if (offsets_.size() != size_t(pairs * cubes + 1) * sizeof(int32_t) || offsets_topk_ != topk) {

@@ -1,0 +1,182 @@
+// sla_attn on the GPU, attention/sla_core.h's algorithm in the tokens' own order (SLA's blocks are
+// runs of the sequence, so nothing is regrouped):
+//   block map: block means of q (block_q rows) and of k (block_k rows, minus the mean of all
+//              keys: smooth-k), their scores and each query block's top key blocks (the VSA
+//              selection kernel, rows and columns of different counts; ties to the lower block);
+//   sparse:    the block-sparse FlashAttention kernel over those lists (block_q 128: a list per
+//              query block; 64: per half; block_k a multiple of 64: each SLA block is that many
+//              kernel blocks);
+//   linear:    only with the layer's proj_l weights (else it is zero, as on the CPU): φ(q) and
+//              φ(k) along head_dim, φ(k)ᵀv and Σφ(k) per head (cuBLASLt, bf16 in, float32
+//              sums), φ(q)(φ(k)ᵀv) / (1e-5 + φ(q)·Σφ(k)), then proj_l (one product over every
+//              token and head) added to the sparse output.
+#include "attention/backends/sla_attn/sla_attn_cuda.h"
+
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+
+#include "attention/cuda/sla_kernels.h"
+#include "attention/cuda/vsa_select.h"
+#include "attention/sla_core.h"
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/gemm.h"
+#include "core/error.h"
+
+namespace mmgen::attention::sla_attn {
+
+namespace {
+
+using namespace mmgen::cuda;
+
+class SlaCuda final : public SparseSelfAttentionCuda {
+ public:
+  explicit SlaCuda(const sla::SlaSettings& settings) : settings_(settings) {
+    check((settings.block_q == 64 || settings.block_q == kFlashBlockM) &&
+              settings.block_k % kFlashBlockN == 0,
+          "sla_attn on the GPU: block_q must be 64 or 128 and block_k a multiple of 64 (got {} "
+          "and {}); use --device cpu for other block sizes",
+          settings.block_q, settings.block_k);
+  }
+
+  std::string_view name() const override { return "sla_attn"; }
+  bool wants_layer_weights() const override { return true; }
+
+  void forward(const SelfAttentionCall& call) override {
+    check(flash_attention_supports_head_dim(call.head_dim),
+          "sla_attn on the GPU: head size {} is not compiled in (64 and 128 are); use --device cpu",
+          call.head_dim);
+    const int64_t B = call.batch, S = call.tokens, H = call.heads, D = call.head_dim;
+    const int64_t pairs = B * H, width = H * D;
+    const int64_t nq = (S + settings_.block_q - 1) / settings_.block_q;
+    const int64_t nk = (S + settings_.block_k - 1) / settings_.block_k;
+    const int64_t kept = sla::kept_blocks(settings_.topk, nk);
+    check(nk <= vsa_max_cubes(), "sla_attn on the GPU: {} key blocks exceed the {} it selects from",
+          nk, vsa_max_cubes());
+    start_steps();
+
+    // Block map.
+    DeviceBuffer pq(size_t(pairs * nq * D) * 4), pk(size_t(pairs * nk * D) * 4),
+        selected(size_t(pairs * nq * kept) * 4);
+    sla_block_means(call.q, width, pq.as<float>(), B, S, H, D, settings_.block_q);
+    sla_block_means(call.k, width, pk.as<float>(), B, S, H, D, settings_.block_k);
+    sla_smooth_key_means(pk.as<float>(), pairs, nk, D, S, settings_.block_k);
+    vsa_select(pq.as<float>(), pk.as<float>(), nullptr, 1.0f, B, H, nq, nk, D, kept,
+               selected.as<int32_t>(), nullptr);
+    const int64_t factor = settings_.block_k / kFlashBlockN, per_list = kept * factor;
+    DeviceBuffer indices;
+    if (factor > 1) {
+      indices = DeviceBuffer(size_t(pairs * nq * per_list) * 4);
+      sla_expand_lists(selected.as<int32_t>(), pairs * nq, kept, factor, indices.as<int32_t>());
+    }
+    if (offsets_lists_ != pairs * nq || offsets_per_list_ != per_list) {
+      std::vector<int32_t> offsets(size_t(pairs * nq + 1));
+      for (size_t i = 0; i < offsets.size(); ++i) offsets[i] = int32_t(int64_t(i) * per_list);
+      offsets_ = upload_vector(offsets);
+      offsets_lists_ = pairs * nq, offsets_per_list_ = per_list;
+    }
+    mark_step("block map");
+
+    // Sparse branch, into the output (or beside it when the linear branch follows).
+    const Tensor* weight = find(call.weights, "proj_l.weight");
+    const Tensor* bias = find(call.weights, "proj_l.bias");
+    DeviceBuffer sparse_out;
+    if (weight) sparse_out = DeviceBuffer(size_t(B * S * width) * 2);
+    FlashAttentionArgs args = dense_args(call);
+    if (weight) args.out = sparse_out.data();
+    args.block_offsets = offsets_.as<int32_t>();
+    args.block_indices = factor > 1 ? indices.as<int32_t>() : selected.as<int32_t>();
+    args.lists_per_half = settings_.block_q == 64;
+    run_kernel(args);
+    mark_step("sparse pass (kernel)");
+    if (counting_) count(selected, pairs, nq, nk, kept, S);
+
+    if (!weight) {
+      static std::atomic<bool> warned{false};
+      if (!warned.exchange(true))
+        spdlog::warn(
+            "sla_attn: no proj_l weights for this layer (not an SLA-trained checkpoint); the "
+            "linear branch contributes zero, as in an untrained SLA layer: pure block-sparse "
+            "attention");
+      return;
+    }
+    linear_branch(call, *weight, bias, sparse_out);
+    mark_step("linear branch");
+  }
+
+ private:
+  static const Tensor* find(const LayerWeights* weights, const std::string& name) {
+    if (!weights) return nullptr;
+    const auto it = weights->find(name);
+    return it == weights->end() ? nullptr : &it->second;
+  }
+
+  void linear_branch(const SelfAttentionCall& call, const Tensor& weight, const Tensor* bias,
+                     const DeviceBuffer& sparse_out) {
+    const int64_t B = call.batch, S = call.tokens, H = call.heads, D = call.head_dim;
+    const int64_t pairs = B * H, width = H * D;
+    check(weight.device() == Device::CUDA && weight.dim() == 2 && weight.size(0) == D &&
+              weight.size(1) == D,
+          "sla_attn on the GPU: proj_l.weight must be a [{}, {}] GPU tensor, got {} on {}", D, D,
+          shape_string(weight.shape()), device_name(weight.device()));
+    check(!bias || (bias->device() == Device::CUDA && bias->numel() == D),
+          "sla_attn on the GPU: proj_l.bias must be a [{}] GPU tensor", D);
+    // The projection's operands as the products take them: bf16 weight, float32 bias.
+    const Tensor weight_bf16 = weight.to(DType::BF16);
+    const Tensor bias_f32 = bias ? bias->to(DType::F32) : Tensor();
+    const SlaFeature map = settings_.feature_map == sla::FeatureMap::Softmax ? SlaFeature::Softmax
+                           : settings_.feature_map == sla::FeatureMap::Elu   ? SlaFeature::Elu
+                                                                             : SlaFeature::Relu;
+    DeviceBuffer phi_q(size_t(pairs * S * D) * 2), phi_k_t(size_t(pairs * D * S) * 2),
+        v_t(size_t(pairs * D * S) * 2), key_sums(size_t(pairs * D) * 4),
+        kv_t(size_t(pairs * D * D) * 2), numerator(size_t(pairs * S * D) * 4),
+        o_l(size_t(B * S * width) * 2), projected(size_t(B * S * width) * 4);
+    sla_feature_rows(call.q, width, B, S, H, D, map, phi_q.as<uint16_t>(), nullptr);
+    sla_feature_rows(call.k, width, B, S, H, D, map, nullptr, phi_k_t.as<uint16_t>());
+    sla_feature_rows(call.v, width, B, S, H, D, SlaFeature::Identity, nullptr, v_t.as<uint16_t>());
+    sla_column_sums(phi_k_t.as<uint16_t>(), pairs, D, S, key_sums.as<float>());
+    for (int64_t p = 0; p < pairs; ++p) {
+      // (φ(k)ᵀv)ᵀ [D, D] = vᵀ · (φ(k)ᵀ)ᵀ, bf16 for the next product.
+      linear_bf16(v_t.as<uint16_t>() + p * D * S, phi_k_t.as<uint16_t>() + p * D * S, nullptr,
+                  kv_t.as<uint16_t>() + p * D * D, D, D, S, GemmOutput::BF16);
+      // φ(q)(φ(k)ᵀv): [S, D].
+      linear_bf16(phi_q.as<uint16_t>() + p * S * D, kv_t.as<uint16_t>() + p * D * D, nullptr,
+                  numerator.as<float>() + p * S * D, S, D, D, GemmOutput::F32);
+    }
+    sla_normalise(numerator.as<float>(), phi_q.as<uint16_t>(), key_sums.as<float>(), B, S, H, D,
+                  o_l.data());
+    // proj_l over every (token, head) row, then the sum with the sparse output.
+    linear_bf16(o_l.data(), weight_bf16.raw(), bias ? bias_f32.raw() : nullptr, projected.data(),
+                B * S * H, D, D, GemmOutput::F32);
+    sla_add(sparse_out.data(), projected.as<float>(), call.out, B * S * width);
+  }
+
+  void count(const DeviceBuffer& selected, int64_t pairs, int64_t nq, int64_t nk, int64_t kept,
+             int64_t tokens) {
+    std::vector<int32_t> host(size_t(pairs * nq * kept));
+    MMGEN_CUDA_CHECK(cudaDeviceSynchronize());
+    selected.download(host.data(), host.size() * 4);
+    const int64_t bq = settings_.block_q, bk = settings_.block_k;
+    for (int64_t i = 0; i < pairs * nq; ++i) {
+      const int64_t q_rows = std::min(bq, tokens - (i % nq) * bq);
+      for (int64_t e = 0; e < kept; ++e) {
+        const int64_t j = host[size_t(i * kept + e)];
+        stats_.kept_pairs += double(q_rows) * double(std::min(bk, tokens - j * bk));
+      }
+    }
+    stats_.total_pairs += double(pairs) * double(tokens) * double(tokens);
+  }
+
+  sla::SlaSettings settings_;
+  DeviceBuffer offsets_;
+  int64_t offsets_lists_ = 0, offsets_per_list_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<cuda::SparseSelfAttentionCuda> make_cuda(const nlohmann::json& settings,
+                                                         const BackendResources&) {
+  return std::make_unique<SlaCuda>(sla::SlaSettings::from_json(settings, /*int8_qk=*/false));
+}
+
+}  // namespace mmgen::attention::sla_attn

@@ -1,0 +1,49 @@
+// SLA's steps around the attention kernel on the GPU (attention/backends/sla_attn/sla_attn_cuda.cpp
+// drives them; the algorithm is attention/sla_core.h's): the pooled block means of the block
+// map, and the linear branch's feature maps, sums and normalisation. Tensors are bf16
+// [batch, seq, heads·D] rows with a token stride in elements unless said otherwise.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace mmgen::cuda {
+
+// attention/sla_core.h's feature maps (this header stays C++17 for nvcc), plus none.
+enum class SlaFeature : int { Softmax = 0, Elu = 1, Relu = 2, Identity = 3 };
+
+// means[b, h, j, :] = the mean of x over rows [j·block, min(seq, (j + 1)·block)) (float32 sums).
+void sla_block_means(const void* x, int64_t token_stride, float* means, int64_t batch, int64_t seq,
+                     int64_t heads, int64_t head_dim, int64_t block, cudaStream_t stream = nullptr);
+
+// Smooth-k for the block map: subtracts the mean over all `seq` keys (from the block means and
+// their lengths, summed in double) from every key-block mean. means [batch·heads, blocks, D].
+void sla_smooth_key_means(float* means, int64_t pairs, int64_t blocks, int64_t head_dim,
+                          int64_t seq, int64_t block, cudaStream_t stream = nullptr);
+
+// Key-block lists in the attention kernel's 64-key blocks: out[(i·kept + e)·factor + t] =
+// selected[i·kept + e]·factor + t for t < factor (an SLA key block of 64·factor keys).
+void sla_expand_lists(const int32_t* selected, int64_t lists, int64_t kept, int64_t factor,
+                      int32_t* out, cudaStream_t stream = nullptr);
+
+// φ along head_dim (softmax, elu + 1, relu, or none) of every row of x, written
+// head-major (rows [b·H + h, t, :], when `rows_out` is set) and/or transposed
+// (columns [b·H + h, d, t], when `columns_out` is set), both bf16. head_dim 64 or 128.
+void sla_feature_rows(const void* x, int64_t token_stride, int64_t batch, int64_t seq,
+                      int64_t heads, int64_t head_dim, SlaFeature map, uint16_t* rows_out,
+                      uint16_t* columns_out, cudaStream_t stream = nullptr);
+
+// sums[p, d] = Σ_t columns[p, d, t] (float32): the linear branch's Σ φ(k).
+void sla_column_sums(const uint16_t* columns, int64_t pairs, int64_t head_dim, int64_t seq,
+                     float* sums, cudaStream_t stream = nullptr);
+
+// out[b, t, h, :] = numerator[p, t, :] / (1e-5 + φq[p, t, :] · sums[p, :]) in bf16, p = b·H + h.
+void sla_normalise(const float* numerator, const uint16_t* phi_q, const float* sums, int64_t batch,
+                   int64_t seq, int64_t heads, int64_t head_dim, void* out,
+                   cudaStream_t stream = nullptr);
+
+// out = a + b elementwise: a bf16, b float32, out bf16, n elements.
+void sla_add(const void* a, const float* b, void* out, int64_t n, cudaStream_t stream = nullptr);
+
+}  // namespace mmgen::cuda
