@@ -88,6 +88,13 @@ class PagedBackendCudaBase : public PagedBackendCuda {
   void run_extend(const PagedAttentionParams& params);
   // The request's slot of token j (its req_to_token row); null for a padding row.
   static const int64_t* request_slots(const ForwardBatch& batch, int64_t request);
+  // Key indices in FlashInfer's CSR form (page size 1), shared by the designs that read slots:
+  // request r's first lengths[r] token slots (padding rows read slot 0), with its offset
+  // (sections.kv_start) and length (sections.kv_len). Nothing beyond those two sections when no
+  // request reads the pool (outside a graph).
+  void add_slot_indices(const ForwardBatch& batch, const std::vector<int64_t>& lengths,
+                        MetadataBuilder& builder, Sections& sections,
+                        const GraphCapacity* graph) const;
 
   DeviceKVPool* pool_;
   PagedBackendCudaOptions options_;

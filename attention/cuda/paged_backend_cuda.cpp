@@ -100,6 +100,36 @@ const int64_t* PagedBackendCudaBase::request_slots(const ForwardBatch& batch, in
   return batch.req_to_token->row(row);
 }
 
+void PagedBackendCudaBase::add_slot_indices(const ForwardBatch& batch,
+                                            const std::vector<int64_t>& lengths,
+                                            MetadataBuilder& builder, Sections& s,
+                                            const GraphCapacity* graph) const {
+  const int64_t bs = batch.batch_size();
+  std::vector<int32_t> indptr(size_t(bs), 0), counts(size_t(bs), 0), indices;
+  int64_t total = 0;
+  for (int64_t r = 0; r < bs; ++r) {
+    indptr[size_t(r)] = int32_t(total);
+    counts[size_t(r)] = int32_t(lengths[size_t(r)]);
+    total += lengths[size_t(r)];
+  }
+  const int64_t capacity = graph ? graph->batch_size : -1;
+  s.kv_start = builder.add(indptr, capacity);
+  s.kv_len = builder.add(counts, capacity);
+  if (total == 0 && !graph) return;
+  // (A CUDA-graph capture batch has padding rows only and no table.)
+  const bool real_rows = std::any_of(batch.req_pool_indices.begin(), batch.req_pool_indices.end(),
+                                     [](int64_t r) { return r >= 0; });
+  check(batch.req_to_token != nullptr || total == 0 || !real_rows,
+        "GPU {} paged attention: the batch reads the pool but has no request table", name());
+  indices.reserve(size_t(total));
+  for (int64_t r = 0; r < bs; ++r) {
+    const int64_t* slots = request_slots(batch, r);
+    for (int64_t j = 0; j < lengths[size_t(r)]; ++j)
+      indices.push_back(slots ? int32_t(slots[j]) : 0);  // padding rows read slot 0
+  }
+  s.indices = builder.add(indices, graph ? graph->indices : -1);
+}
+
 const int32_t* PagedBackendCudaBase::at(int64_t offset) const {
   return offset < 0 ? nullptr : device_base_ + offset;
 }

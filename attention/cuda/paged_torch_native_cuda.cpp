@@ -44,23 +44,11 @@ class TorchNativeBackendCuda final : public PagedBackendCudaBase {
  protected:
   void add_key_indices(const ForwardBatch& batch, MetadataBuilder& builder, Sections& s,
                        const GraphCapacity* graph) override {
-    const int64_t bs = batch.batch_size();
-    std::vector<int32_t> indptr(size_t(bs), 0), indices;
-    int64_t total = 0;
-    for (int64_t r = 0; r < bs; ++r) {
-      indptr[size_t(r)] = int32_t(total);
-      total += batch.seq_lens[size_t(r)];
-    }
-    s.kv_start = builder.add(indptr, graph ? graph->batch_size : -1);
-    s.kv_len = s.seq_len;
-    if (!batch.req_to_token && !graph) return;  // encoder-only: the packed k/v
-    indices.reserve(size_t(total));
-    for (int64_t r = 0; r < bs; ++r) {
-      const int64_t* slots = request_slots(batch, r);
-      for (int64_t j = 0; j < batch.seq_lens[size_t(r)]; ++j)
-        indices.push_back(slots ? int32_t(slots[j]) : 0);  // padding rows read slot 0
-    }
-    s.indices = builder.add(indices, graph ? graph->indices : -1);
+    // Whole sequences through the request rows; an encoder-only batch (no table) reads the packed
+    // k/v and needs no slots.
+    const bool slots = batch.req_to_token != nullptr || graph != nullptr;
+    add_slot_indices(batch, slots ? batch.seq_lens : std::vector<int64_t>(batch.seq_lens.size(), 0),
+                     builder, s, graph);
   }
 
   int64_t graph_indices_capacity(int64_t max_batch_size) const override {
@@ -71,7 +59,7 @@ class TorchNativeBackendCuda final : public PagedBackendCudaBase {
     p.source = KeySource::Slots;
     p.kv_pos0 = nullptr;
     p.kv_start = at(sections_.kv_start);
-    p.kv_len = at(sections_.seq_len);
+    p.kv_len = at(sections_.kv_len);
     p.indices = at(sections_.indices);
   }
 };

@@ -8,7 +8,6 @@
 //    packed k/v alone;
 //  - decode: save K/V, then split-KV over the whole sequences (stage 1 partial results and LSEs
 //    per split, stage 2 their LSE merge).
-#include <algorithm>
 
 #include "attention/cuda/paged_backend_base.h"
 #include "core/error.h"
@@ -51,32 +50,8 @@ class TritonBackendCuda final : public PagedBackendCudaBase {
  protected:
   void add_key_indices(const ForwardBatch& batch, MetadataBuilder& builder, Sections& s,
                        const GraphCapacity* graph) override {
-    const int64_t bs = batch.batch_size();
     const bool decode = batch.mode == attention::paged::ForwardMode::Decode;
-    std::vector<int32_t> indptr(size_t(bs), 0), lengths(size_t(bs), 0), indices;
-    int64_t total = 0;
-    for (int64_t r = 0; r < bs; ++r) {
-      const int64_t len = decode ? batch.seq_lens[size_t(r)] : batch.extend_prefix_lens[size_t(r)];
-      indptr[size_t(r)] = int32_t(total);
-      lengths[size_t(r)] = int32_t(len);
-      total += len;
-    }
-    const int64_t capacity = graph ? graph->batch_size : -1;
-    s.kv_start = builder.add(indptr, capacity);
-    s.kv_len = builder.add(lengths, capacity);
-    if (total == 0 && !graph) return;
-    // (A CUDA-graph capture batch has padding rows only and no table.)
-    const bool real_rows = std::any_of(batch.req_pool_indices.begin(), batch.req_pool_indices.end(),
-                                       [](int64_t r) { return r >= 0; });
-    check(batch.req_to_token != nullptr || total == 0 || !real_rows,
-          "GPU triton paged attention: the batch reads the pool but has no request table");
-    indices.reserve(size_t(total));
-    for (int64_t r = 0; r < bs; ++r) {
-      const int64_t* slots = request_slots(batch, r);
-      for (int64_t j = 0; j < lengths[size_t(r)]; ++j)
-        indices.push_back(slots ? int32_t(slots[j]) : 0);  // padding rows read slot 0
-    }
-    s.indices = builder.add(indices, graph ? graph->indices : -1);
+    add_slot_indices(batch, decode ? batch.seq_lens : batch.extend_prefix_lens, builder, s, graph);
   }
 
   int64_t graph_indices_capacity(int64_t max_batch_size) const override {
