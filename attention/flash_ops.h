@@ -21,7 +21,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
+#include "core/x86_intrinsics.h"  // (silences -Wuninitialized too, which sanitizer builds raise)
 #define MMGEN_FLASH_AVX2 1
 // AVX-512: a 16-key panel is one register, so the micro-kernel holds 12 rows' accumulators
 // (12 of 32 registers) where AVX2 holds 6 rows' in two registers each.

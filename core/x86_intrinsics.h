@@ -1,8 +1,9 @@
-// The x86 intrinsics header, included once with GCC 12's false "may be used uninitialised"
-// warnings silenced at their source: its AVX-512 shuffles start from an "undefined" vector, and
-// every inlined use (ours, Eigen's AVX-512 GEMM packing) then warns inside that header. GCC judges
-// a warning by the pragma state where its location lies, so silencing the header's first inclusion
-// covers every later use, and nothing outside it. Include this before Eigen or <immintrin.h>.
+// The x86 intrinsics header, included once with GCC 12's false "(may be) used uninitialised"
+// warnings (GCC bug 105593, fixed in GCC 13) silenced at their source: its AVX-512 shuffles start
+// from an "undefined" vector, and every inlined use (ours, Eigen's AVX-512 GEMM packing) then warns
+// inside that header. GCC judges a warning by the pragma state where its location lies, so
+// silencing the header's first inclusion covers every later use, and nothing outside it. Include
+// this before Eigen or <immintrin.h>.
 #pragma once
 
 #if defined(__x86_64__) || defined(__i386__)
