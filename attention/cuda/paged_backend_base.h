@@ -112,6 +112,26 @@ class PagedBackendCudaBase : public PagedBackendCuda {
   size_t graph_metadata_entries_ = 0;
 };
 
+// The designs that read the pool through CSR token slots (flashinfer, triton, torch_native): their
+// key indices are add_slot_indices' sections (each design chooses the lengths), and decode reads
+// every request's run of slots through them.
+class SlotBackendCuda : public PagedBackendCudaBase {
+ public:
+  using PagedBackendCudaBase::PagedBackendCudaBase;
+
+ protected:
+  int64_t graph_indices_capacity(int64_t max_batch_size) const override {
+    return max_batch_size * options_.max_context_len;
+  }
+  void set_decode_keys(PagedAttentionParams& p, const PagedLayer&) const override {
+    p.source = KeySource::Slots;
+    p.kv_pos0 = nullptr;
+    p.kv_start = at(sections_.kv_start);
+    p.kv_len = at(sections_.kv_len);
+    p.indices = at(sections_.indices);
+  }
+};
+
 std::unique_ptr<PagedBackendCuda> make_fa3_backend_cuda(DeviceKVPool* pool,
                                                         const PagedBackendCudaOptions& options);
 std::unique_ptr<PagedBackendCuda> make_flashinfer_backend_cuda(

@@ -17,9 +17,9 @@ namespace mmgen::cuda::paged {
 
 namespace {
 
-class FlashInferBackendCuda final : public PagedBackendCudaBase {
+class FlashInferBackendCuda final : public SlotBackendCuda {
  public:
-  using PagedBackendCudaBase::PagedBackendCudaBase;
+  using SlotBackendCuda::SlotBackendCuda;
   std::string_view name() const override { return "flashinfer"; }
 
   void forward_extend(const DeviceAttentionIo& io, const PagedLayer& layer,
@@ -73,18 +73,6 @@ class FlashInferBackendCuda final : public PagedBackendCudaBase {
     const bool decode = batch.mode == attention::paged::ForwardMode::Decode;
     ragged_ = !decode && (options_.flashinfer_use_ragged || !batch.req_to_token);
     add_slot_indices(batch, ragged_ ? batch.extend_prefix_lens : batch.seq_lens, builder, s, graph);
-  }
-
-  int64_t graph_indices_capacity(int64_t max_batch_size) const override {
-    return max_batch_size * options_.max_context_len;
-  }
-
-  void set_decode_keys(PagedAttentionParams& p, const PagedLayer&) const override {
-    p.source = KeySource::Slots;
-    p.kv_pos0 = nullptr;
-    p.kv_start = at(sections_.kv_start);
-    p.kv_len = at(sections_.kv_len);
-    p.indices = at(sections_.indices);
   }
 
  private:

@@ -15,10 +15,10 @@ PagedBackendCudaOptions without_splits(PagedBackendCudaOptions options) {
   return options;
 }
 
-class TorchNativeBackendCuda final : public PagedBackendCudaBase {
+class TorchNativeBackendCuda final : public SlotBackendCuda {
  public:
   TorchNativeBackendCuda(DeviceKVPool* pool, const PagedBackendCudaOptions& options)
-      : PagedBackendCudaBase(pool, without_splits(options)) {}
+      : SlotBackendCuda(pool, without_splits(options)) {}
   std::string_view name() const override { return "torch_native"; }
 
   void forward_extend(const DeviceAttentionIo& io, const PagedLayer& layer,
@@ -49,18 +49,6 @@ class TorchNativeBackendCuda final : public PagedBackendCudaBase {
     const bool slots = batch.req_to_token != nullptr || graph != nullptr;
     add_slot_indices(batch, slots ? batch.seq_lens : std::vector<int64_t>(batch.seq_lens.size(), 0),
                      builder, s, graph);
-  }
-
-  int64_t graph_indices_capacity(int64_t max_batch_size) const override {
-    return max_batch_size * options_.max_context_len;
-  }
-
-  void set_decode_keys(PagedAttentionParams& p, const PagedLayer&) const override {
-    p.source = KeySource::Slots;
-    p.kv_pos0 = nullptr;
-    p.kv_start = at(sections_.kv_start);
-    p.kv_len = at(sections_.kv_len);
-    p.indices = at(sections_.indices);
   }
 };
 

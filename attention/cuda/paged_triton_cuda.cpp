@@ -16,9 +16,9 @@ namespace mmgen::cuda::paged {
 
 namespace {
 
-class TritonBackendCuda final : public PagedBackendCudaBase {
+class TritonBackendCuda final : public SlotBackendCuda {
  public:
-  using PagedBackendCudaBase::PagedBackendCudaBase;
+  using SlotBackendCuda::SlotBackendCuda;
   std::string_view name() const override { return "triton"; }
 
   void forward_extend(const DeviceAttentionIo& io, const PagedLayer& layer,
@@ -35,13 +35,11 @@ class TritonBackendCuda final : public PagedBackendCudaBase {
       check(sections_.indices >= 0,
             "GPU triton paged attention layer {}: a cached prefix needs the batch's request table",
             layer.layer_id);
-      p.source = KeySource::PrefixThenPacked;
       p.k_new = p.k, p.v_new = p.v, p.k_new_stride = p.k_stride, p.v_new_stride = p.v_stride;
       set_pool_keys(p, layer);
-      p.kv_pos0 = nullptr;
-      p.kv_len = at(sections_.seq_len);
-      p.kv_start = at(sections_.kv_start);
-      p.indices = at(sections_.indices);
+      set_decode_keys(p, layer);  // the prefix's slots ...
+      p.source = KeySource::PrefixThenPacked;
+      p.kv_len = at(sections_.seq_len);  // ... then the new tokens
       run_extend(p);
     }
     if (decoder && save_kv_cache) save_kv(io, layer, batch);
@@ -52,18 +50,6 @@ class TritonBackendCuda final : public PagedBackendCudaBase {
                        const GraphCapacity* graph) override {
     const bool decode = batch.mode == attention::paged::ForwardMode::Decode;
     add_slot_indices(batch, decode ? batch.seq_lens : batch.extend_prefix_lens, builder, s, graph);
-  }
-
-  int64_t graph_indices_capacity(int64_t max_batch_size) const override {
-    return max_batch_size * options_.max_context_len;
-  }
-
-  void set_decode_keys(PagedAttentionParams& p, const PagedLayer&) const override {
-    p.source = KeySource::Slots;
-    p.kv_pos0 = nullptr;
-    p.kv_start = at(sections_.kv_start);
-    p.kv_len = at(sections_.kv_len);
-    p.indices = at(sections_.indices);
   }
 };
 

@@ -45,23 +45,24 @@ __device__ __forceinline__ uint32_t ordered(float value) {
 __device__ __forceinline__ float from_ordered(uint32_t key) {
   return __uint_as_float((key & 0x80000000u) ? key & 0x7fffffffu : ~key);
 }
-__global__ void split_means_kernel(const uint16_t* x, uint16_t* parts, int64_t chunks,
+
+__global__ void split_means_kernel(const uint16_t* x, uint16_t* parts, int64_t rows, int64_t chunks,
                                    int64_t stride, int64_t heads, int64_t head_dim,
                                    const int32_t* lengths) {
   const int64_t chunk = blockIdx.x, b = blockIdx.y, width = heads * head_dim;
   const int length = lengths[chunk];
-  const uint16_t* rows = x + (b * chunks + chunk) * stride * width;
+  const uint16_t* slots = x + (b * chunks + chunk) * stride * width;
   const int64_t column = int64_t(blockIdx.z) * blockDim.x + threadIdx.x;
   if (column < width) {
     double sum = 0.0;
-    for (int i = 0; i < length; ++i) sum += double(bf16_value(rows[int64_t(i) * width + column]));
+    for (int i = 0; i < length; ++i) sum += double(bf16_value(slots[int64_t(i) * width + column]));
     const float mean = length ? float(sum / double(length)) : 0.0f;
     const uint16_t hi = bf16_bits(mean);
     const float rest = mean - bf16_value(hi);
     const uint16_t mid = bf16_bits(rest);
     const uint16_t lo = bf16_bits(rest - bf16_value(mid));
     const int64_t h = column / head_dim, d = column % head_dim;
-    uint16_t* out = parts + ((b * heads + h) * chunks + chunk) * 3 * head_dim;
+    uint16_t* out = parts + ((b * heads + h) * rows + chunk) * 3 * head_dim;
     out[d] = hi, out[head_dim + d] = mid, out[2 * head_dim + d] = lo;
   }
 }
@@ -342,13 +343,13 @@ unsigned blocks_for(int64_t items, int threads) {
 
 }  // namespace
 
-void vmoba_split_means(const void* x, uint16_t* parts, int64_t batch, int64_t chunks,
+void vmoba_split_means(const void* x, uint16_t* parts, int64_t rows, int64_t batch, int64_t chunks,
                        int64_t stride, int64_t heads, int64_t head_dim, const int32_t* lengths,
                        cudaStream_t stream) {
   if (batch * chunks == 0) return;
   // A thread per (chunk, column): long temporal chunks are few, so the columns spread the work.
   const dim3 grid(unsigned(chunks), unsigned(batch), blocks_for(heads * head_dim, 128));
-  split_means_kernel<<<grid, 128, 0, stream>>>(static_cast<const uint16_t*>(x), parts, chunks,
+  split_means_kernel<<<grid, 128, 0, stream>>>(static_cast<const uint16_t*>(x), parts, rows, chunks,
                                                stride, heads, head_dim, lengths);
   MMGEN_CUDA_CHECK_LAUNCH();
 }

@@ -21,9 +21,10 @@ inline int64_t vmoba_mask_words(int64_t chunks) {
 // The chunk mean keys, split so that bf16 products give float32-exact scores: the mean m of chunk
 // c's valid slots of x (summed in double in slot order, then rounded to float, as the CPU does) is
 // written as three bf16 parts, hi = bf16(m), mid = bf16(m − hi), lo = bf16(m − hi − mid), at
-// parts[((b·H + h)·chunks + c)·3D + p·D + d] for p = 0, 1, 2. x is [batch, chunks·stride, H·D]
-// bf16 (bits).
-void vmoba_split_means(const void* x, uint16_t* parts, int64_t batch, int64_t chunks,
+// parts[((b·H + h)·rows + c)·3D + p·D + d] for p = 0, 1, 2 (rows >= chunks: each pair's block of
+// rows may be padded for the product; the padding is left as it is). x is
+// [batch, chunks·stride, H·D] bf16 (bits).
+void vmoba_split_means(const void* x, uint16_t* parts, int64_t rows, int64_t batch, int64_t chunks,
                        int64_t stride, int64_t heads, int64_t head_dim, const int32_t* lengths,
                        cudaStream_t stream = nullptr);
 
@@ -33,7 +34,7 @@ void vmoba_split_means(const void* x, uint16_t* parts, int64_t batch, int64_t ch
 void vmoba_tripled_queries(const void* x, uint16_t* y, int64_t b, int64_t h, int64_t slots,
                            int64_t heads, int64_t head_dim, cudaStream_t stream = nullptr);
 
-// Largest chunk count vmoba_select takes (each query's scores are sorted in shared memory).
+// Largest chunk count vmoba_select takes (each query's keys sit in shared memory).
 int64_t vmoba_max_chunks();
 
 // Every query's chosen chunks for `pairs` (batch, head) pairs, by the CPU's query_head rule: scores

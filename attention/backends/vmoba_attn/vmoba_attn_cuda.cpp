@@ -39,7 +39,6 @@ int64_t round_up(int64_t value, int64_t step) {
 
 // One chunking of one grid, with everything that depends only on it and the (batch, head) count.
 struct Chunking {
-  ChunkKind kind{};
   Grid3 grid{};
   int64_t pairs = 0;
   std::shared_ptr<const SlotLayout> slots;
@@ -178,7 +177,7 @@ class VmobaCuda final : public SparseSelfAttentionCuda {
     Chunking& chunking = chunkings_[size_t(kind)];
     if (chunking.slots && chunking.grid == grid && chunking.pairs == pairs) return chunking;
     chunking = Chunking{};
-    chunking.kind = kind, chunking.grid = grid, chunking.pairs = pairs;
+    chunking.grid = grid, chunking.pairs = pairs;
     const Grid3 shape = settings_.chunk_shape(kind, grid);
     const BoxTiling tiling = tile_video(grid, shape, 0);
     // Whole key blocks per chunk, so a 64-query half and a key block never span two chunks.
@@ -223,13 +222,8 @@ class VmobaCuda final : public SparseSelfAttentionCuda {
         device_counts(counts.size() * 4);
     MMGEN_CUDA_CHECK(cudaMemset(parts.data(), 0, parts.size()));
     MMGEN_CUDA_CHECK(cudaMemset(device_counts.data(), 0, device_counts.size()));
-    // The means of pair p land in its padded block of rows.
-    DeviceBuffer packed(size_t(pairs * chunks * 3 * D) * 2);
-    vmoba_split_means(buffers.k.data(), packed.as<uint16_t>(), call.batch, chunks, layout.stride,
-                      call.heads, D, chunking.chunk_lengths.as<int32_t>());
-    MMGEN_CUDA_CHECK(cudaMemcpy2D(parts.data(), size_t(padded * 3 * D) * 2, packed.data(),
-                                  size_t(chunks * 3 * D) * 2, size_t(chunks * 3 * D) * 2,
-                                  size_t(pairs), cudaMemcpyDeviceToDevice));
+    vmoba_split_means(buffers.k.data(), parts.as<uint16_t>(), padded, call.batch, chunks,
+                      layout.stride, call.heads, D, chunking.chunk_lengths.as<int32_t>());
     mark_step("choose: chunk means");
     // Pairs in groups whose scores take at most 512 MiB; one selection launch per group.
     const int64_t pair_bytes = slots * padded * int64_t(sizeof(float));
