@@ -61,6 +61,7 @@ struct Limits {
   static constexpr double kMaxGuidanceScale = 1000.0;     // --guidance-scale
   static constexpr double kMaxFps = 1000.0;               // --fps
   static constexpr int64_t kMaxThreads = 4096;            // --threads
+  static constexpr int64_t kMaxGpus = 64;                 // --gpus (ranks of one generation)
   static constexpr int64_t kMaxPromptsPerFile = 100000;   // lines of --prompt-file-path
   // One prompt's bytes: text encoders keep at most a few thousand tokens, so this only stops
   // megabytes of text from being tokenized only to be cut.

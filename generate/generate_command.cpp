@@ -19,6 +19,7 @@
 #endif
 #include "core/system_memory.h"
 #include "generate/memory_check.h"
+#include "generate/multi_gpu.h"
 #include "generate/options.h"
 #include "generate/pipeline_defaults.h"
 #include "generate/prompt_file.h"
@@ -191,6 +192,7 @@ void apply_runtime_settings(const Request& request) {
 void generate_one(const PipelineRunner& run, const ResolvedGenerate& resolved,
                   const Request& request, const fs::path& path, std::vector<fs::path>& kept) {
   const Tensor frames = run(request);
+  if (request.parallel && !request.parallel->leader()) return;  // the leader writes
   // The file may have appeared while this request ran (another mmgen writing the same name).
   check(request.overwrite || !fs::exists(path),
         "{} appeared while generating; pass --overwrite to replace it", path.string());
@@ -256,13 +258,17 @@ size_t generate_batch(const PipelineRunner& run, const ResolvedGenerate& resolve
       problem = std::string("internal error: ") + e.what() + " (please report it)";
     }
     if (problem.empty()) continue;
+    // Several ranks: a failure on one would leave the others waiting in a collective; the run
+    // stops (the leader reports it).
+    if (request.parallel) fail("prompt {} of {}: {}", i + 1, count, problem);
     ++failed;
     std::fprintf(stderr, "mmgen: error: prompt %zu of %zu (\"%s\"): %s\n", i + 1, count,
                  short_prompt(request.prompt).c_str(), problem.c_str());
   }
-  std::cout << fmt::format("generate: {} of {} prompt(s) written to {}, {} failed", count - failed,
-                           count, resolved.request.output_path.string(), failed)
-            << std::endl;
+  if (!resolved.request.parallel || resolved.request.parallel->leader())
+    std::cout << fmt::format("generate: {} of {} prompt(s) written to {}, {} failed",
+                             count - failed, count, resolved.request.output_path.string(), failed)
+              << std::endl;
   return failed;
 }
 
@@ -302,10 +308,21 @@ std::string interruption_message(const Interrupted& stop, const std::vector<fs::
                             names);
 }
 
-int run_resolved(const ResolvedGenerate& resolved) {
+int run_resolved(ResolvedGenerate resolved) {
   const auto start = std::chrono::steady_clock::now();
+  apply_runtime_settings(resolved.request);
+  // --gpus N: the leader starts the other ranks and all join; the others log warnings only.
+  JoinedRanks ranks;
+  if (resolved.request.gpus > 1) {
+    ranks = join_ranks(resolved.request, resolved.index.class_name);
+    resolved.request.parallel = ranks.run;
+    if (!ranks.run->leader() && spdlog::get_level() < spdlog::level::warn)
+      spdlog::set_level(spdlog::level::warn);
+    spdlog::info("parallel: {} GPUs, {} sequence parallel (Ulysses) x {} guidance branch(es)",
+                 resolved.request.gpus, ranks.run->layout.sequence_degree(),
+                 ranks.run->layout.cfg_degree);
+  }
   const Request& request = resolved.request;
-  apply_runtime_settings(request);
   // Checks --output-file-name (and that it would not replace a file) before any work; a batch
   // checks each prompt's name when it comes to it, so one taken name fails only that prompt.
   const fs::path path = output_file_path(request);
@@ -349,15 +366,17 @@ int run_resolved(const ResolvedGenerate& resolved) {
       spdlog::info("done: {} output(s) in {:.2f} s, peak memory {}{}", outputs, seconds,
                    format_bytes(peak_resident_bytes()), gpu);
     };
+    // The leader's exit code also says whether every other rank finished well.
+    const auto ranks_ok = [&] { return !ranks.others || ranks.others->wait_all(); };
     if (resolved.batch_prompts.empty()) {
       stop_if_requested();
       generate_one(run, resolved, request, path, kept);
       summary(1);
-      return 0;
+      return ranks_ok() ? 0 : 1;
     }
     const size_t failed = generate_batch(run, resolved, kept);
     summary(resolved.batch_prompts.size() - failed);
-    return failed == 0 ? 0 : 1;
+    return ranks_ok() && failed == 0 ? 0 : 1;
   } catch (const Interrupted& stop) {
     std::fprintf(stderr, "mmgen: %s\n", interruption_message(stop, kept).c_str());
     return 128 + stop.signal_number;
@@ -367,6 +386,7 @@ int run_resolved(const ResolvedGenerate& resolved) {
 }  // namespace
 
 int run_generate(const std::vector<std::string>& arguments) {
+  if (is_started_rank()) prepare_started_rank();  // its GPU before any other CUDA call
   ResolvedGenerate resolved = resolve_generate(arguments);
   if (resolved.request.dry_run) {
     spdlog::set_level(resolved.request.quiet ? spdlog::level::err
@@ -375,7 +395,7 @@ int run_generate(const std::vector<std::string>& arguments) {
     std::cout << dry_run_json(resolved).dump(2) << std::endl;
     return 0;
   }
-  return run_resolved(resolved);
+  return run_resolved(std::move(resolved));
 }
 
 std::string generate_help() {

@@ -94,6 +94,8 @@ Request request_from_settings(const json& settings) {
   r.device = device.device;
   r.device_reason = device.reason;
   r.threads = settings.value("threads", int64_t(0));
+  r.gpus = settings.value("gpus", int64_t(1));
+  r.cfg_parallel = settings.value("cfg-parallel", false);
   r.cpu_bf16_products = settings.value("cpu-matmul-precision", std::string("fp32")) == "bf16";
   r.log_level = settings.value("log-level", std::string("info"));
   r.quiet = settings.value("quiet", false);
@@ -140,6 +142,16 @@ Request request_from_settings(const json& settings) {
         Limits::kMaxFps, r.fps);
   check(r.threads >= 0 && r.threads <= Limits::kMaxThreads,
         "--threads must be 0 (all cores) to {} (got {})", Limits::kMaxThreads, r.threads);
+  check(r.gpus >= 1 && r.gpus <= Limits::kMaxGpus, "--gpus must be from 1 to {} (got {})",
+        Limits::kMaxGpus, r.gpus);
+  check(r.gpus == 1 || r.device == "cuda",
+        "--gpus {} spreads a generation over GPUs, but the device is {} ({}); pass --device cuda "
+        "or drop --gpus",
+        r.gpus, r.device, r.device_reason);
+  check(!r.cfg_parallel || (r.gpus % 2 == 0 && r.guidance_scale > 1),
+        "--cfg-parallel runs the two guidance branches on two halves of the GPUs: it needs an "
+        "even --gpus (got {}) and --guidance-scale above 1 (got {})",
+        r.gpus, r.guidance_scale);
   if (r.vae_tiling)
     check(r.vae_tile_size > 0 && r.vae_tile_size <= Limits::kMaxImageSide &&
               r.vae_tile_overlap >= 0 && r.vae_tile_overlap < r.vae_tile_size,

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -13,6 +14,8 @@
 namespace mmgen {
 
 namespace fs = std::filesystem;
+
+struct ParallelRun;
 
 struct Request {
   fs::path model_path;
@@ -46,6 +49,10 @@ struct Request {
   std::string device = "cpu";  // resolved: "cpu" or "cuda" (--device auto chooses one)
   std::string device_reason;   // why: "auto: ...", "--device cuda"
   int64_t threads = 0;
+  int64_t gpus = 1;           // --gpus: ranks of one generation (pipeline/parallel_run.h)
+  bool cfg_parallel = false;  // --cfg-parallel: the guidance branches on two halves of them
+  // The ranks' communicators when gpus > 1 (set by the CLI once the processes have joined).
+  std::shared_ptr<ParallelRun> parallel;
   bool cpu_bf16_products = false;  // --cpu-matmul-precision bf16
   std::string log_level = "info";
   bool quiet = false;

@@ -311,6 +311,9 @@ dit::WanAttention gpu_wan_attention(const AttentionPlan& plan, const dit::WanTra
 WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
                                           bool keep_step_latents) const {
   const bool guided = input.guidance_scale > 1.0;
+  const ParallelRun* parallel = input.parallel;
+  const bool leader = !parallel || parallel->leader();
+  const bool cfg_parallel = guided && parallel && parallel->layout.cfg_degree == 2;
   // --device cuda: checked and the weights uploaded before any other work. The attention state
   // (CPU backends, or the GPU's kernels and sparse backend) is built fresh per run below.
   if (input.cuda) {
@@ -320,7 +323,7 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
       transformer_->set_device(Device::CUDA);
       upload.finish();
     }
-    if (vae_->device() != Device::CUDA) vae_->set_device(Device::CUDA);
+    if (leader && vae_->device() != Device::CUDA) vae_->set_device(Device::CUDA);
 #else
     fail(
         "--device cuda: this build has no CUDA support; rebuild with -DMMGEN_CUDA=ON or use "
@@ -336,7 +339,22 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
   if (!prompt_embeds.defined()) to_encode.push_back(input.prompt);
   if (guided && !negative_embeds.defined()) to_encode.push_back(input.negative_prompt);
   if (!to_encode.empty()) {
-    std::vector<Tensor> encoded = encode_prompts(to_encode, input.max_sequence_length, input.cuda);
+    // Several ranks: the leader encodes, the others receive what it encoded.
+    std::vector<Tensor> encoded;
+    if (leader) encoded = encode_prompts(to_encode, input.max_sequence_length, input.cuda);
+    if (parallel) {
+      const Shape shape = {1, input.max_sequence_length, text_embedding_dim()};
+      for (size_t i = 0; i < to_encode.size(); ++i) {
+        if (leader)
+          check(encoded[i].shape() == shape && encoded[i].dtype() == DType::F32,
+                "parallel run: the text encoder gave {}, {} expected",
+                shape_string(encoded[i].shape()), shape_string(shape));
+        else
+          encoded.push_back(Tensor::zeros(shape));
+        encoded[i] = encoded[i].contiguous();
+        parallel->world->broadcast(encoded[i], 0);
+      }
+    }
     if (!prompt_embeds.defined()) prompt_embeds = encoded.front();
     if (guided && !negative_embeds.defined()) negative_embeds = encoded.back();
   }
@@ -364,16 +382,35 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
   dit::WanAttention attention = build_attention();
 #endif
   if (!input.cuda && transformer_->device() != Device::CPU) transformer_->set_device(Device::CPU);
+  // Sequence parallel: this rank's rows of the latent tokens (the ranks of its guidance branch
+  // share the sequence).
+  std::optional<dit::WanSequenceParallel> sequence;
+  if (parallel && parallel->sequence) {
+    const auto [pt, ph, pw] = transformer_->config().patch_size;
+    const int64_t tokens = (shape[2] / pt) * (shape[3] / ph) * (shape[4] / pw);
+    sequence = dit::WanSequenceParallel{
+        parallel->sequence.get(),
+        dist::SequenceShards::balanced(tokens, parallel->sequence->size())};
+  }
   auto step_timestep = [&](int step) { return scheduler->timesteps()[size_t(step)]; };
   auto predict = [&](const Tensor& embeds, int step, int steps, int call) {
     return transformer_->forward(latents, step_timestep(step), embeds, {step, steps, call},
-                                 &attention);
+                                 &attention, sequence ? &*sequence : nullptr);
+  };
+  // CFG parallel: this rank's branch only; one exchange of the two predictions per step.
+  auto predict_cfg_parallel = [&](int step, int steps) {
+    const int branch = parallel->branch();
+    const Tensor mine =
+        predict(branch == 0 ? prompt_embeds : negative_embeds, step, steps, branch).contiguous();
+    const Tensor cond = Tensor::empty(mine.shape()), uncond = Tensor::empty(mine.shape());
+    parallel->guidance->all_gather(mine, {cond, uncond});
+    return classifier_free_guidance(cond, uncond, float(input.guidance_scale));
   };
   // On the CPU with dense attention the two guidance branches run as one batch of two: each
   // weight is packed once per step instead of twice and the products are twice as tall. Every op
   // of the forward treats rows and batch elements alone (the CPU product's sums do not depend on
   // the rows beside them), so the predictions are the two separate forwards' to the bit.
-  const bool batch_guidance = guided && !input.cuda && attention.dense_on_cpu() &&
+  const bool batch_guidance = guided && !input.cuda && !parallel && attention.dense_on_cpu() &&
                               prompt_embeds.shape() == negative_embeds.shape() &&
                               prompt_embeds.size(0) == 1;
   const Tensor both_embeds = batch_guidance ? stack_pair(prompt_embeds, negative_embeds) : Tensor();
@@ -389,9 +426,10 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
   Progress denoise("denoise", steps, "step");
   for (int i = 0; i < steps; ++i) {
     stop_if_requested();  // Ctrl-C / SIGTERM: the step boundary is where a run stops
-    Tensor prediction =
-        batch_guidance ? predict_guided(i, steps) : predict(prompt_embeds, i, steps, 0);
-    if (guided && !batch_guidance) {
+    Tensor prediction = cfg_parallel     ? predict_cfg_parallel(i, steps)
+                        : batch_guidance ? predict_guided(i, steps)
+                                         : predict(prompt_embeds, i, steps, 0);
+    if (guided && !batch_guidance && !cfg_parallel) {
       const Tensor unconditional = predict(negative_embeds, i, steps, 1);
       prediction = classifier_free_guidance(prediction, unconditional, float(input.guidance_scale));
     }
@@ -411,6 +449,7 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
   else if (stats.total_blocks > 0 && stats.visited_blocks < stats.total_blocks)
     spdlog::info("attention: transformer self-attention{}", measured);
 
+  if (!leader) return output;  // the leader decodes and writes the video
   Progress decode("decode", int(shape[2]), "latent frame");
   const Tensor z = vae_->denormalize(latents);
   auto report = [&](int done, int total) {
@@ -438,6 +477,7 @@ WanGenerationInput wan_input_from_request(const Request& request, const WanPipel
   input.flow_shift = request.flow_shift;
   input.seed = request.seed;
   input.cuda = request.device == "cuda";
+  input.parallel = request.parallel.get();
   if (request.vae_tiling) {
     const int64_t factor = pipeline.vae_spatial_factor();
     input.vae_tiles =
@@ -469,6 +509,8 @@ PipelineRunner load_wan_pipeline(const ModelIndex& index, const AttentionPlan& p
   PipelineRunner runner;
   runner.run = [pipeline, ahead, negatives](const Request& request) {
     WanGenerationInput input = wan_input_from_request(request, *pipeline);
+    // Several ranks: generate() encodes on the leader and broadcasts; nothing is cached here.
+    if (input.parallel) return pipeline->generate(input).frames;
     if (!input.prompt_embeds.defined()) {
       auto found = ahead->find({input.prompt, input.max_sequence_length, input.cuda});
       if (found != ahead->end()) {
@@ -486,6 +528,7 @@ PipelineRunner load_wan_pipeline(const ModelIndex& index, const AttentionPlan& p
     return pipeline->generate(input).frames;
   };
   runner.encode_ahead = [pipeline, ahead](const std::vector<Request>& requests) {
+    if (!requests.empty() && requests.front().parallel) return;  // the leader encodes per run
     // One forward per (max length, device).
     std::map<std::pair<int64_t, bool>, std::vector<std::string>> groups;
     for (const Request& request : requests)

@@ -18,6 +18,7 @@
 #include "models/vae/wan_vae_decoder.h"
 #include "pipeline/attention_plan.h"
 #include "pipeline/model_index.h"
+#include "pipeline/parallel_run.h"
 #include "pipeline/registry.h"
 #include "pipeline/request.h"
 
@@ -38,10 +39,12 @@ struct WanGenerationInput {
   bool cuda = false;  // text encoder, transformer and VAE decoder on the GPU (--device cuda)
   // --vae-tiling: decode in spatial tiles (latent pixels); nullopt decodes the whole frame.
   std::optional<vae::TileLayout> vae_tiles;
+  // Several ranks share the run (pipeline/parallel_run.h); null: this process alone.
+  const ParallelRun* parallel = nullptr;
 };
 
 struct WanGenerationOutput {
-  Tensor frames;                           // [F, H, W, 3] float32 in [0, 1]
+  Tensor frames;  // [F, H, W, 3] float32 in [0, 1] (undefined on ranks other than the leader)
   std::vector<Tensor> latents_after_step;  // kept when asked (tests compare them)
 };
 

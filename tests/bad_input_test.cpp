@@ -182,6 +182,14 @@ std::vector<BadInput> bad_inputs() {
          return generate_args(wan_tiny(), out, "--max-sequence-length 99999999");
        },
        "--max-sequence-length must be from 1 to 65536 (got 99999999)"},
+      {"several GPUs on the CPU",
+       [](const fs::path& out) { return generate_args(wan_tiny(), out, "--device cpu --gpus 2"); },
+       "--gpus 2 spreads a generation over GPUs, but the device is cpu"},
+      {"CFG parallel on an odd GPU count",
+       [](const fs::path& out) {
+         return generate_args(wan_tiny(), out, "--device cpu --gpus 1 --cfg-parallel");
+       },
+       "--cfg-parallel runs the two guidance branches on two halves of the GPUs"},
       {"NaN guidance",
        [](const fs::path& out) { return generate_args(wan_tiny(), out, "--guidance-scale nan"); },
        "--guidance-scale"},

@@ -37,6 +37,13 @@ void copy_device_to_device(void* to, const void* from, size_t bytes) {
   if (bytes) MMGEN_CUDA_CHECK(cudaMemcpy(to, from, bytes, cudaMemcpyDeviceToDevice));
 }
 
+void copy_2d_device_to_device(void* to, size_t to_pitch, const void* from, size_t from_pitch,
+                              size_t row_bytes, size_t rows) {
+  if (row_bytes && rows)
+    MMGEN_CUDA_CHECK(cudaMemcpy2DAsync(to, to_pitch, from, from_pitch, row_bytes, rows,
+                                       cudaMemcpyDeviceToDevice, nullptr));
+}
+
 void fill_device_bytes(void* device, unsigned char value, size_t bytes) {
   if (bytes) MMGEN_CUDA_CHECK(cudaMemset(device, value, bytes));
 }

@@ -4,16 +4,54 @@
 
 #include "attention/backends/video_sparse_attn/vsa_gate.h"
 #include "attention/dense_attention.h"
+#include "attention/ulysses.h"
 #include "core/error.h"
 #include "core/op_profile.h"
 
 namespace mmgen::dit {
 
+namespace {
+
+// Self-attention of a sequence shard: the whole sequence for a share of the heads, through the
+// layer's backend as on one device, then back to this rank's rows with every head.
+Tensor sequence_parallel_self_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const WanAttentionCall& call) {
+  const WanSequenceParallel& sequence = *call.sequence;
+  check(q.size(1) == sequence.rows(), "wan_attention: {} query rows, the shard holds {}", q.size(1),
+        sequence.rows());
+  // A VSA checkpoint's gate is a projection of the attention input, which lives in sequence
+  // shards with every head: not exchanged (yet).
+  if (call.attention && call.attention_input) {
+    const WanAttention& attention = *call.attention;
+    const bool gate =
+        q.is_cpu()
+            ? !attention.layers.empty() && attention.layers[size_t(call.layer)].self_weights.count(
+                                               attention::kVsaGateWeightKey)
+            : attention.gpu.sparse && attention::sparse_backend_wants_gate(*attention.gpu.sparse);
+    check(!gate,
+          "sequence parallel: video_sparse_attn with a trained gate (to_gate_compress) is not "
+          "supported across GPUs yet; run it on one GPU");
+  }
+  dist::Communicator& group = *sequence.group;
+  WanAttentionCall whole = call;
+  whole.sequence = nullptr;
+  whole.attention_input = nullptr;
+  const Tensor out =
+      wan_attention(attention::sequence_to_heads(q.contiguous(), sequence.shards, group),
+                    attention::sequence_to_heads(k.contiguous(), sequence.shards, group),
+                    attention::sequence_to_heads(v.contiguous(), sequence.shards, group), whole);
+  return attention::heads_to_sequence(out.contiguous(), sequence.shards, group);
+}
+
+}  // namespace
+
 Tensor wan_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                      const WanAttentionCall& call) {
   check(q.dim() == 4, "wan_attention: q must be [batch, seq, heads, head_dim], got {}",
         shape_string(q.shape()));
-  const int64_t expected_q_len = call.grid_t * call.grid_h * call.grid_w;
+  if (call.sequence && !call.is_cross) return sequence_parallel_self_attention(q, k, v, call);
+  const int64_t expected_q_len =
+      call.sequence ? call.sequence->rows() : call.grid_t * call.grid_h * call.grid_w;
   check(q.size(1) == expected_q_len, "wan_attention: {} query tokens for a {}x{}x{} grid",
         q.size(1), call.grid_t, call.grid_h, call.grid_w);
   const attention::RepeatedTail* tail = call.is_cross ? call.repeated_tail : nullptr;

@@ -11,6 +11,7 @@
 
 #include "attention/backend.h"
 #include "attention/device_attention.h"
+#include "core/communicator.h"
 #include "core/tensor.h"
 
 namespace mmgen::dit {
@@ -48,6 +49,15 @@ struct WanStep {
   int branch = 0;  // 0: conditional prompt, 1: unconditional (classifier-free guidance)
 };
 
+// Sequence parallel (Ulysses, attention/ulysses.h): this rank holds the rows `shards` gives it of
+// the latent tokens, and shares the sequence with the ranks of `group`.
+struct WanSequenceParallel {
+  dist::Communicator* group = nullptr;
+  dist::SequenceShards shards;
+  int64_t rows() const { return shards.sizes[size_t(group->rank())]; }
+  int64_t offset() const { return shards.offsets[size_t(group->rank())]; }
+};
+
 struct WanAttentionCall {
   int64_t layer = 0;  // block index, 0-based
   int64_t num_layers = 1;
@@ -65,9 +75,13 @@ struct WanAttentionCall {
   // Self-attention only: the block's attention input (the norm1-modulated hidden states,
   // [B, S, D]), from which a VSA checkpoint's `to_gate_compress` computes its gate.
   const Tensor* attention_input = nullptr;
+  // Sequence parallel: q, k, v hold this rank's rows; self-attention exchanges them for a share
+  // of the heads over the whole sequence and back. Null: the whole sequence is here.
+  const WanSequenceParallel* sequence = nullptr;
 };
 
-// q [batch, q_len, heads, head_dim], k and v [batch, kv_len, heads, head_dim], float32, no mask.
+// q [batch, q_len, heads, head_dim], k and v [batch, kv_len, heads, head_dim], float32, no mask
+// (q_len: this rank's rows under sequence parallel, for self-attention k and v too).
 // Returns [batch, q_len, heads, head_dim], softmax(q·kᵀ/√head_dim)·v as the layer's backend
 // computes it.
 Tensor wan_attention(const Tensor& q, const Tensor& k, const Tensor& v,

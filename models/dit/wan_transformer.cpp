@@ -3,6 +3,7 @@
 #include <utility>
 #include <vector>
 
+#include "attention/ulysses.h"
 #include "core/error.h"
 #include "core/op_profile.h"
 #include "core/ops.h"
@@ -166,7 +167,8 @@ const WanRopeTables& WanTransformer::rope_tables(int64_t grid_t, int64_t grid_h,
 }
 
 Tensor WanTransformer::forward(const Tensor& latents, float timestep, const Tensor& text_embeds,
-                               const WanStep& step, WanAttention* attention) const {
+                               const WanStep& step, WanAttention* attention,
+                               const WanSequenceParallel* sequence) const {
   MMGEN_PROFILE("wan transformer (outside ops)");
   const auto [pt, ph, pw] = config_.patch_size;
   check(latents.dim() == 5 && latents.size(1) == config_.in_channels,
@@ -228,9 +230,22 @@ Tensor WanTransformer::forward(const Tensor& latents, float timestep, const Tens
   const Tensor text = ops::linear(
       ops::linear(text_in, outer.text_1_weight, outer.text_1_bias, compute_, Activation::GeluTanh),
       outer.text_2_weight, outer.text_2_bias, compute_);
-  // Patch embedding: the residual stream x [B, S, D], float32.
-  Tensor x = ops::linear(patchify(latents, config_.patch_size, grid).to(compute_).to(device_),
-                         outer.patch_weight, outer.patch_bias);
+  // Patch embedding: the residual stream x [B, S, D], float32 (under sequence parallel this
+  // rank's rows of it, and of the RoPE tables).
+  Tensor patches = patchify(latents, config_.patch_size, grid);
+  const WanRopeTables& all_rope = rope_tables(grid.t, grid.h, grid.w);
+  WanRopeTables shard_rope;
+  if (sequence) {
+    check(sequence->shards.total() == grid.t * grid.h * grid.w,
+          "transformer: sequence shards of {} tokens for a {}x{}x{} grid", sequence->shards.total(),
+          grid.t, grid.h, grid.w);
+    const int64_t start = sequence->offset(), end = start + sequence->rows();
+    patches = patches.slice(1, start, end).contiguous();
+    shard_rope.cos = all_rope.cos.slice(0, start, end);
+    shard_rope.sin = all_rope.sin.slice(0, start, end);
+  }
+  const WanRopeTables& rope = sequence ? shard_rope : all_rope;
+  Tensor x = ops::linear(patches.to(compute_).to(device_), outer.patch_weight, outer.patch_bias);
 
   WanAttentionCall call;
   call.grid_t = grid.t;
@@ -242,7 +257,7 @@ Tensor WanTransformer::forward(const Tensor& latents, float timestep, const Tens
   call.timestep = timestep;
   call.step = step;
   call.attention = attention;
-  const WanRopeTables& rope = rope_tables(grid.t, grid.h, grid.w);
+  call.sequence = sequence;
   for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
     call.layer = layer;
     const Tensor m = modulation.select(0, layer);
@@ -254,8 +269,9 @@ Tensor WanTransformer::forward(const Tensor& latents, float timestep, const Tens
   // Output head: modulated LayerNorm, projection, back to the host, unpatchify.
   const Tensor normed =
       ops::modulated_layer_norm(x, head.select(0, 0), head.select(0, 1), config_.eps, compute_);
-  const Tensor out = ops::linear(normed, outer.proj_weight, outer.proj_bias).to(Device::CPU);
-  return unpatchify(out, config_.patch_size, grid, config_.out_channels);
+  Tensor out = ops::linear(normed, outer.proj_weight, outer.proj_bias);
+  if (sequence) out = attention::gather_sequence(out, sequence->shards, *sequence->group);
+  return unpatchify(out.to(Device::CPU), config_.patch_size, grid, config_.out_channels);
 }
 
 }  // namespace mmgen::dit

@@ -58,8 +58,12 @@ class WanTransformer {
   // where this forward sits in the denoising loop; `attention` holds the per-layer backends the
   // pipeline built (null: the dense reference everywhere; a GPU run: its dense kernels and sparse
   // backend) and is passed on to every attention call.
+  // `sequence` (Ulysses sequence parallel): this rank computes only its rows of the latent
+  // tokens, exchanging them with the group around each self-attention, and the whole prediction
+  // is gathered on every rank at the end.
   Tensor forward(const Tensor& latents, float timestep, const Tensor& text_embeds,
-                 const WanStep& step = {}, WanAttention* attention = nullptr) const;
+                 const WanStep& step = {}, WanAttention* attention = nullptr,
+                 const WanSequenceParallel* sequence = nullptr) const;
 
  private:
   // The condition embedder's text MLP, the patch embedding and the output projection where the
