@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <new>
 
@@ -316,6 +317,10 @@ int run_resolved(ResolvedGenerate resolved) {
   if (resolved.request.gpus > 1) {
     ranks = join_ranks(resolved.request, resolved.index.class_name);
     resolved.request.parallel = ranks.run;
+    // Each rank's host threads get its share of the cores (the started ranks have it from their
+    // environment), so one rank's OpenMP team does not crowd the others' launching threads.
+    if (resolved.request.threads == 0)
+      omp_set_num_threads(std::max(1, omp_get_num_procs() / int(resolved.request.gpus)));
     if (!ranks.run->leader() && spdlog::get_level() < spdlog::level::warn)
       spdlog::set_level(spdlog::level::warn);
     spdlog::info("parallel: {} GPUs, {} sequence parallel (Ulysses) x {} guidance branch(es)",
@@ -366,8 +371,14 @@ int run_resolved(ResolvedGenerate resolved) {
       spdlog::info("done: {} output(s) in {:.2f} s, peak memory {}{}", outputs, seconds,
                    format_bytes(peak_resident_bytes()), gpu);
     };
-    // The leader's exit code also says whether every other rank finished well.
-    const auto ranks_ok = [&] { return !ranks.others || ranks.others->wait_all(); };
+    // The leader's exit code also says whether every other rank finished well. Its communicators
+    // go first: NCCL tears a communicator down with every rank taking part.
+    const auto ranks_ok = [&] {
+      if (!ranks.others) return true;
+      resolved.request.parallel.reset();
+      ranks.run.reset();
+      return ranks.others->wait_all();
+    };
     if (resolved.batch_prompts.empty()) {
       stop_if_requested();
       generate_one(run, resolved, request, path, kept);
@@ -386,7 +397,18 @@ int run_resolved(ResolvedGenerate resolved) {
 }  // namespace
 
 int run_generate(const std::vector<std::string>& arguments) {
-  if (is_started_rank()) prepare_started_rank();  // its GPU before any other CUDA call
+  if (is_started_rank()) {
+    // A rank the leader started: its GPU before any other CUDA call; a failure ends the process
+    // at once (nothing waits for peers that will not answer), and the leader stops the run.
+    prepare_started_rank();
+    try {
+      return run_resolved(resolve_generate(arguments));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "mmgen: error: rank %s: %s\n", std::getenv("MMGEN_RANK"), e.what());
+      std::fflush(stderr);
+      std::_Exit(1);
+    }
+  }
   ResolvedGenerate resolved = resolve_generate(arguments);
   if (resolved.request.dry_run) {
     spdlog::set_level(resolved.request.quiet ? spdlog::level::err

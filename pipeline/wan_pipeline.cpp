@@ -323,7 +323,9 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
       transformer_->set_device(Device::CUDA);
       upload.finish();
     }
-    if (leader && vae_->device() != Device::CUDA) vae_->set_device(Device::CUDA);
+    // The leader decodes; with --vae-tiling every rank decodes its share of the tiles.
+    if ((leader || input.vae_tiles) && vae_->device() != Device::CUDA)
+      vae_->set_device(Device::CUDA);
 #else
     fail(
         "--device cuda: this build has no CUDA support; rebuild with -DMMGEN_CUDA=ON or use "
@@ -449,7 +451,8 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
   else if (stats.total_blocks > 0 && stats.visited_blocks < stats.total_blocks)
     spdlog::info("attention: transformer self-attention{}", measured);
 
-  if (!leader) return output;  // the leader decodes and writes the video
+  // The leader decodes and writes the video; tiles are shared out among the ranks.
+  if (!leader && !input.vae_tiles) return output;
   Progress decode("decode", int(shape[2]), "latent frame");
   const Tensor z = vae_->denormalize(latents);
   auto report = [&](int done, int total) {
@@ -457,9 +460,12 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
     stop_if_requested();  // between latent frames (or tiles) of the decode
   };
   if (!input.cuda && vae_->device() != Device::CPU) vae_->set_device(Device::CPU);
-  const Tensor video = input.vae_tiles ? vae::decode_tiled(*vae_, z, *input.vae_tiles, report)
-                                       : vae_->decode(z, report);
+  const Tensor video = input.vae_tiles
+                           ? vae::decode_tiled(*vae_, z, *input.vae_tiles, report,
+                                               parallel ? parallel->world.get() : nullptr)
+                           : vae_->decode(z, report);
   decode.finish();
+  if (!leader) return output;
   output.frames = video_to_frames(video);
   return output;
 }

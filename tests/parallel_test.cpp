@@ -16,6 +16,7 @@
 #include "core/thread_communicator.h"
 #include "models/dit/wan_random_checkpoint.h"
 #include "models/dit/wan_transformer.h"
+#include "models/vae/tiling.h"
 #include "pipeline/model_index.h"
 #include "pipeline/parallel_run.h"
 #include "pipeline/wan_pipeline.h"
@@ -182,7 +183,8 @@ TEST(Ulysses, ShardedTransformerForwardIsTheSingleDeviceForwardToTheBit) {
 }
 
 // The wan-tiny pipeline (2 heads) with 2 ranks of sequence parallel, 2 of CFG parallel, and 4
-// (2 x 2): the leader's video is the single-process video to the bit; the others decode nothing.
+// (2 x 2), and with --vae-tiling's tiles dealt out over 4 ranks: the leader's video is the
+// single-process video to the bit; the others return none.
 TEST(ParallelPipeline, SequenceAndCfgParallelGiveTheSingleProcessVideo) {
   if (testing::shared_dir().empty()) GTEST_SKIP() << "../shared not found; reference check skipped";
   const fs::path folder = testing::shared_dir() / "fixtures/wan-tiny/model";
@@ -198,8 +200,18 @@ TEST(ParallelPipeline, SequenceAndCfgParallelGiveTheSingleProcessVideo) {
   input.max_sequence_length = 16;
   input.seed = 7;
   const Tensor expected = WanPipeline(index).generate(input).frames;
-  for (const ParallelLayout layout :
-       {ParallelLayout{2, 1}, ParallelLayout{2, 2}, ParallelLayout{4, 2}}) {
+  WanGenerationInput tiled_input = input;
+  tiled_input.vae_tiles = vae::TileLayout{2, 1};
+  ASSERT_EQ(vae::TileBlend(4, 6, 8, *tiled_input.vae_tiles, 0).tiles().size(), 15u);  // 3 x 5
+  const Tensor expected_tiled = WanPipeline(index).generate(tiled_input).frames;
+  struct Case {
+    ParallelLayout layout;
+    bool tiled;
+  };
+  for (const Case& run_case : {Case{{2, 1}, false}, Case{{2, 2}, false}, Case{{4, 2}, false},
+                               Case{{4, 2}, true}, Case{{2, 1}, true}}) {
+    const ParallelLayout layout = run_case.layout;
+
     // The groups as join_ranks makes them: a world, the branches' sequence groups and the rows'
     // guidance groups, each a thread group here.
     dist::ThreadGroup world(layout.world_size);
@@ -226,7 +238,7 @@ TEST(ParallelPipeline, SequenceAndCfgParallelGiveTheSingleProcessVideo) {
     for (int r = 0; r < layout.world_size; ++r)
       threads.emplace_back([&, r] {
         try {
-          WanGenerationInput mine = input;
+          WanGenerationInput mine = run_case.tiled ? tiled_input : input;
           mine.parallel = &runs[size_t(r)];
           frames[size_t(r)] = WanPipeline(index).generate(mine).frames;
         } catch (...) {
@@ -240,8 +252,8 @@ TEST(ParallelPipeline, SequenceAndCfgParallelGiveTheSingleProcessVideo) {
     for (auto& e : errors)
       if (e) std::rethrow_exception(e);
     const std::string name = std::to_string(layout.world_size) + " ranks, cfg degree " +
-                             std::to_string(layout.cfg_degree);
-    EXPECT_TRUE(same_bits(frames[0], expected)) << name;
+                             std::to_string(layout.cfg_degree) + (run_case.tiled ? ", tiled" : "");
+    EXPECT_TRUE(same_bits(frames[0], run_case.tiled ? expected_tiled : expected)) << name;
     for (int r = 1; r < layout.world_size; ++r) EXPECT_FALSE(frames[size_t(r)].defined()) << name;
   }
 }

@@ -1,8 +1,10 @@
 #include "core/cuda/nccl_communicator.h"
 
 #include <cstdio>
+#include <exception>
 
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/device_storage.h"
 #include "core/error.h"
 
 #ifdef MMGEN_HAVE_NCCL
@@ -35,17 +37,25 @@ void check_nccl(ncclResult_t status, const char* call) {
 #define MMGEN_NCCL_CHECK(call) check_nccl((call), #call)
 
 // A host tensor's bytes on the device for the collective, or the device tensor itself.
+// (An empty tensor stays where it is: nothing of it moves.)
 Tensor on_device(const Tensor& t) {
-  return t.is_cpu() ? t.to(Device::CUDA) : t;
+  return t.is_cpu() && t.nbytes() ? t.to(Device::CUDA) : t;
 }
 Tensor device_like(const Tensor& t) {
-  return t.is_cpu() ? Tensor::empty(t.shape(), t.dtype(), Device::CUDA) : t;
+  return t.is_cpu() && t.nbytes() ? Tensor::empty(t.shape(), t.dtype(), Device::CUDA) : t;
+}
+// A staged result back into the host tensor `to`.
+void back_to_host(const Tensor& to, const Tensor& staged) {
+  copy_device_to_host(const_cast<std::byte*>(to.raw()), staged.raw(), to.nbytes());
 }
 
 class NcclCommunicator final : public dist::Communicator {
  public:
   NcclCommunicator(ncclComm_t comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
-  ~NcclCommunicator() override { ncclCommDestroy(comm_); }
+  // On an error path (unwinding) the peers may never answer: abort instead of waiting for them.
+  ~NcclCommunicator() override {
+    std::uncaught_exceptions() > 0 ? ncclCommAbort(comm_) : ncclCommDestroy(comm_);
+  }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   ncclComm_t handle() const { return comm_; }
@@ -76,7 +86,7 @@ class NcclCommunicator final : public dist::Communicator {
     }
     MMGEN_NCCL_CHECK(ncclGroupEnd());
     for (size_t i = 0; i < recv.size(); ++i)
-      if (recv[i].is_cpu()) Tensor(recv[i]).copy_from(recv_dev[i]);  // a handle to its bytes
+      if (recv[i].is_cpu() && recv[i].nbytes()) back_to_host(recv[i], recv_dev[i]);
   }
 
   void broadcast(const Tensor& data, int root) override {
@@ -85,7 +95,7 @@ class NcclCommunicator final : public dist::Communicator {
     const Tensor buffer = on_device(data);
     MMGEN_NCCL_CHECK(ncclBroadcast(buffer.raw(), buffer.raw(), buffer.nbytes(), ncclUint8, root,
                                    comm_, nullptr));
-    if (data.is_cpu()) Tensor(data).copy_from(buffer);
+    if (data.is_cpu()) back_to_host(data, buffer);
   }
 
  private:

@@ -1,11 +1,13 @@
 #include "models/vae/tiled_decode.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace mmgen::vae {
 
 Tensor decode_tiled(const WanVaeDecoder& decoder, const Tensor& z, const TileLayout& layout,
-                    const DecodeProgress& progress) {
+                    const DecodeProgress& progress, dist::Communicator* ranks) {
   check(z.dim() == 5 && z.size(1) == decoder.config().z_dim,
         "decode_tiled: expected latents [batch, {}, frames, height, width], got {}",
         decoder.config().z_dim, shape_string(z.shape()));
@@ -16,16 +18,25 @@ Tensor decode_tiled(const WanVaeDecoder& decoder, const Tensor& z, const TileLay
   const int64_t channels = config.out_channels, out_frames = config.output_frames(frames);
   const int64_t plane = height * factor * width * factor;
   const TileBlend blend(height, width, factor, layout, decoder.tail_radius());
+  const int size = ranks ? ranks->size() : 1, rank = ranks ? ranks->rank() : 0;
+  const std::vector<Tile>& tiles = blend.tiles();
+  // A tile's decoded region over every output frame: [out_frames, channels, rows, columns].
+  const auto region_shape = [&](const Tile& tile) {
+    return Shape{out_frames, channels, (tile.ry1 - tile.ry0) * factor,
+                 (tile.rx1 - tile.rx0) * factor};
+  };
 
   // Weighted sums of the tile cores, then divided by the summed weights.
-  Tensor video = Tensor::zeros({batch, channels, out_frames, height * factor, width * factor});
-  float* out = video.data<float>();
-  const int total = int(blend.tiles().size() * size_t(batch * frames));
+  Tensor video = rank == 0
+                     ? Tensor::zeros({batch, channels, out_frames, height * factor, width * factor})
+                     : Tensor();
+  float* out = rank == 0 ? video.data<float>() : nullptr;
+  const int total = int(tiles.size() * size_t(batch * frames));
   int done = 0;
   for (int64_t b = 0; b < batch; ++b) {
     // The heads of every latent frame, on the whole plane, kept on the host (latent resolution:
-    // small); each tile's region goes to the decoder's device and its decoded frames come back, so
-    // a GPU holds one tile's tail at a time.
+    // small; every rank computes them); each tile's region goes to the decoder's device and its
+    // decoded frames come back, so a GPU holds one tile's tail at a time.
     const Device device = decoder.device();
     std::vector<Tensor> heads;
     StreamState head_state = decoder.new_state();
@@ -37,7 +48,9 @@ Tensor decode_tiled(const WanVaeDecoder& decoder, const Tensor& z, const TileLay
                     head_state)
               .to(Device::CPU));
     }
-    for (const Tile& tile : blend.tiles()) {
+    const auto decode_tile = [&](const Tile& tile) {
+      Tensor decoded = Tensor::empty(region_shape(tile));
+      const int64_t region = decoded.size(2) * decoded.size(3);
       StreamState tail_state = decoder.new_state();
       for (int64_t i = 0; i < frames; ++i) {
         tail_state.last_chunk = i + 1 == frames;
@@ -48,18 +61,47 @@ Tensor decode_tiled(const WanVaeDecoder& decoder, const Tensor& z, const TileLay
                 .contiguous();
         const int64_t first = i == 0 ? 0 : 1 + (i - 1) * temporal;
         const int64_t count = chunk.size(0);
-        check(count == (i == 0 ? 1 : temporal) && chunk.size(1) == channels,
+        check(count == (i == 0 ? 1 : temporal) && chunk.size(1) == channels &&
+                  chunk.size(2) * chunk.size(3) == region,
               "decode_tiled: latent frame {} decoded to {}", i, shape_string(chunk.shape()));
-        // chunk [count, channels, region]: frame t's channels go to planes (ch, first + t).
-        for (int64_t t = 0; t < count; ++t)
-          blend.add(tile, chunk.data<float>() + t * channels * chunk.size(2) * chunk.size(3),
-                    channels, out + (b * channels * out_frames + first + t) * plane,
-                    out_frames * plane, /*clamp=*/true);
-        if (progress) progress(++done, total);
+        std::copy(chunk.data<float>(), chunk.data<float>() + chunk.numel(),
+                  decoded.data<float>() + first * channels * region);
+        if (progress && size == 1) progress(++done, total);
+      }
+      return decoded;
+    };
+    // Rounds of `size` tiles: each rank decodes its own, rank 0 blends them in tile order.
+    for (size_t round = 0; round < tiles.size(); round += size_t(size)) {
+      const size_t own = round + size_t(rank);
+      const Tensor mine = own < tiles.size() ? decode_tile(tiles[own]) : Tensor::empty({0});
+      std::vector<Tensor> decoded{mine};
+      if (ranks) {
+        std::vector<Tensor> send, recv;
+        for (int r = 0; r < size; ++r) {
+          send.push_back(r == 0 ? mine : Tensor::empty({0}));
+          const bool expected = rank == 0 && round + size_t(r) < tiles.size();
+          recv.push_back(expected ? Tensor::empty(region_shape(tiles[round + size_t(r)]))
+                                  : Tensor::empty({0}));
+        }
+        ranks->all_to_all(send, recv);
+        decoded = recv;
+      }
+      if (rank != 0) continue;
+      for (size_t r = 0; r < decoded.size() && round + r < tiles.size(); ++r) {
+        const Tile& tile = tiles[round + r];
+        const Tensor& region = decoded[r];
+        for (int64_t t = 0; t < out_frames; ++t)
+          blend.add(tile, region.data<float>() + t * channels * region.size(2) * region.size(3),
+                    channels, out + (b * channels * out_frames + t) * plane, out_frames * plane,
+                    /*clamp=*/true);
+        if (progress && size > 1) {
+          done += int(frames);
+          progress(done, total);
+        }
       }
     }
   }
-  blend.normalize(out, batch * channels * out_frames);
+  if (rank == 0) blend.normalize(out, batch * channels * out_frames);
   return video;
 }
 

@@ -13,6 +13,7 @@
 // holds one tile's working set.
 #pragma once
 
+#include "core/communicator.h"
 #include "core/tensor.h"
 #include "models/vae/tiling.h"
 #include "models/vae/wan_vae_decoder.h"
@@ -21,7 +22,10 @@ namespace mmgen::vae {
 
 // z: de-normalised latents [B, z_dim, T, h, w] as WanVaeDecoder::decode takes them. Returns what
 // decode returns: float32 [B, 3, frames, 8h, 8w] in [-1, 1]. Progress counts tiles x latent frames.
+// `ranks` (several GPUs, pipeline/parallel_run.h): the tiles are dealt out in turn, tile t to rank
+// t % size, and each round's decoded tiles go to rank 0, which blends them in tile order: rank 0
+// returns the single-rank result to the bit, the others an undefined tensor.
 Tensor decode_tiled(const WanVaeDecoder& decoder, const Tensor& z, const TileLayout& layout,
-                    const DecodeProgress& progress = {});
+                    const DecodeProgress& progress = {}, dist::Communicator* ranks = nullptr);
 
 }  // namespace mmgen::vae
