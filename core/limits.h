@@ -14,6 +14,8 @@ struct Limits {
   // Files.
   static constexpr size_t kMaxTextFile = 256ull << 20;           // JSON / YAML / tokenizer files
   static constexpr size_t kMaxSafetensorsHeader = 100ull << 20;  // as the safetensors crate
+  static constexpr uint64_t kMaxGgufEntries = uint64_t(1) << 20;  // GGUF tensors, metadata keys
+  static constexpr uint64_t kMaxGgufArray = uint64_t(1) << 24;    // elements of a metadata array
   static constexpr size_t kMaxPromptFile = 64ull << 20;          // --prompt-file-path
   // numpy's own max_header_size; std::regex recursion on longer ones overflowed the stack.
   static constexpr size_t kMaxNpyHeader = 10000;
