@@ -15,6 +15,26 @@ void check_group(const Tensor& x, const dist::SequenceShards& shards,
         group.size());
 }
 
+// Rank i's send[me] (its rows of the sequence, [B, s_i, ...rest]) into `out` [B, S, ...rest] at
+// rank i's offset. With one batch element the rows land straight in place; with several they
+// arrive whole and are copied into their pitched places.
+void receive_into_sequence(const std::vector<Tensor>& send, const dist::SequenceShards& shards,
+                           dist::Communicator& group, const Tensor& out) {
+  const int64_t batch = out.size(0);
+  std::vector<Tensor> recv;
+  for (int i = 0; i < group.size(); ++i) {
+    const Tensor rows = out.slice(1, shards.offsets[size_t(i)],
+                                  shards.offsets[size_t(i)] + shards.sizes[size_t(i)]);
+    recv.push_back(batch == 1 ? rows : Tensor::empty(rows.shape(), out.dtype(), out.device()));
+  }
+  group.all_to_all(send, recv);
+  if (batch > 1)
+    for (int i = 0; i < group.size(); ++i)
+      copy_pitched(out.slice(1, shards.offsets[size_t(i)],
+                             shards.offsets[size_t(i)] + shards.sizes[size_t(i)]),
+                   recv[size_t(i)]);
+}
+
 }  // namespace
 
 Tensor sequence_to_heads(const Tensor& x, const dist::SequenceShards& shards,
@@ -29,25 +49,14 @@ Tensor sequence_to_heads(const Tensor& x, const dist::SequenceShards& shards,
         "divides them",
         heads, n);
   const int64_t part = heads / n;
-  std::vector<Tensor> send, recv;
+  std::vector<Tensor> send;
   for (int j = 0; j < n; ++j) {
     Tensor packed = Tensor::empty({batch, x.size(1), part, dim}, x.dtype(), x.device());
     copy_pitched(packed, x.slice(2, j * part, (j + 1) * part));
     send.push_back(packed);
   }
-  Tensor out = Tensor::empty({batch, shards.total(), part, dim}, x.dtype(), x.device());
-  // One batch element: rank i's rows land straight in their place in the sequence.
-  for (int i = 0; i < n; ++i) {
-    const int64_t start = shards.offsets[size_t(i)], rows = shards.sizes[size_t(i)];
-    recv.push_back(batch == 1 ? out.slice(1, start, start + rows)
-                              : Tensor::empty({batch, rows, part, dim}, x.dtype(), x.device()));
-  }
-  group.all_to_all(send, recv);
-  if (batch > 1)
-    for (int i = 0; i < n; ++i) {
-      const int64_t start = shards.offsets[size_t(i)], rows = shards.sizes[size_t(i)];
-      copy_pitched(out.slice(1, start, start + rows), recv[size_t(i)]);
-    }
+  const Tensor out = Tensor::empty({batch, shards.total(), part, dim}, x.dtype(), x.device());
+  receive_into_sequence(send, shards, group, out);
   return out;
 }
 
@@ -84,24 +93,12 @@ Tensor gather_sequence(const Tensor& x, const dist::SequenceShards& shards,
         shape_string(x.shape()));
   check(shards.parts() == group.size(), "gather_sequence: {} shards for {} ranks", shards.parts(),
         group.size());
-  const int n = group.size();
   const int64_t batch = x.size(0), features = x.size(2);
   check(x.size(1) == shards.sizes[size_t(group.rank())],
         "gather_sequence: {} rows, the shard holds {}", x.size(1),
         shards.sizes[size_t(group.rank())]);
-  Tensor out = Tensor::empty({batch, shards.total(), features}, x.dtype(), x.device());
-  std::vector<Tensor> recv;
-  for (int i = 0; i < n; ++i) {
-    const int64_t start = shards.offsets[size_t(i)], rows = shards.sizes[size_t(i)];
-    recv.push_back(batch == 1 ? out.slice(1, start, start + rows)
-                              : Tensor::empty({batch, rows, features}, x.dtype(), x.device()));
-  }
-  group.all_gather(x, recv);
-  if (batch > 1)
-    for (int i = 0; i < n; ++i) {
-      const int64_t start = shards.offsets[size_t(i)], rows = shards.sizes[size_t(i)];
-      copy_pitched(out.slice(1, start, start + rows), recv[size_t(i)]);
-    }
+  const Tensor out = Tensor::empty({batch, shards.total(), features}, x.dtype(), x.device());
+  receive_into_sequence(std::vector<Tensor>(size_t(group.size()), x), shards, group, out);
   return out;
 }
 
