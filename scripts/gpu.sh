@@ -99,5 +99,22 @@ build-cuda/mmgen generate --model-path examples/models/wan-tiny --prompt "a red 
 grep "device:" /tmp/mmgen-auto.log || true
 grep -q "device: cuda (auto: " /tmp/mmgen-auto.log || { echo "FAIL: no --device did not run on the GPU"; status=1; }
 
+# Several GPUs (--gpus, issue 24) on a machine with two or more: the same wan-tiny request on one
+# GPU, on two (Ulysses) and on two with --cfg-parallel gives the same video to the byte.
+if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+  echo "== --gpus 2 (Ulysses, then CFG parallel) against one GPU on wan-tiny"
+  for run in "1:" "2:" "2:--cfg-parallel"; do
+    gpus=${run%%:*} extra=${run#*:}
+    timeout 120 build-cuda/mmgen generate --device cuda --model-path examples/models/wan-tiny \
+      --prompt "a red fox" --height 64 --width 96 --num-frames 9 --num-inference-steps 3 \
+      --guidance-scale 4 --seed 3 --gpus "$gpus" $extra --output-format npy --output-path "$OUT" \
+      --output-file-name "gpus${gpus}${extra:+_cfg}.npy" --overwrite --log-level warn || status=1
+  done
+  for file in gpus2.npy gpus2_cfg.npy; do
+    if cmp -s "$OUT/gpus1.npy" "$OUT/$file"; then echo "$file: identical to one GPU"
+    else echo "FAIL: $file differs from the one-GPU video"; status=1; fi
+  done
+fi
+
 [ "$status" = 0 ] || echo "gpu.sh: GPU TESTS FAILED (see $OUT/tests.log)"
 exit "$status"
