@@ -162,8 +162,10 @@ void check_components(const PipelineSpec& spec, const ModelIndex& index) {
   std::vector<std::string> loaded;
   for (const ComponentSlot& slot : spec.components) loaded.push_back(slot.name);
   for (const auto& [name, entry] : index.components) {
-    auto slot = std::find_if(spec.components.begin(), spec.components.end(),
-                             [&](const ComponentSlot& s) { return s.name == name; });
+    // (A structured binding is not captured by lambdas before clang 16: compare by a copy.)
+    auto slot =
+        std::find_if(spec.components.begin(), spec.components.end(),
+                     [&, wanted = name](const ComponentSlot& s) { return s.name == wanted; });
     check(slot != spec.components.end(),
           "{}: component '{}' ({}) is not supported by {} yet (it loads only: {})", where, name,
           entry.class_name, spec.class_name, join(loaded));
