@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/gguf.h"
 #include "core/json.h"
 
 namespace mmgen {
@@ -143,11 +144,61 @@ std::vector<std::string> SafetensorsFile::names() const {
 }
 
 WeightStore WeightStore::open_file(const fs::path& file) {
+  if (file.extension() == ".gguf") return open_gguf(file);
   WeightStore store;
   store.origin_ = file;
   store.files_.push_back(SafetensorsFile::open(file));
-  for (const auto& name : store.files_[0].names()) store.where_[name] = 0;
+  for (const auto& name : store.files_[0].names()) store.where_[name] = {0, name};
   return store;
+}
+
+WeightStore WeightStore::open_gguf(const fs::path& file) {
+  WeightStore store;
+  store.origin_ = file;
+  auto gguf = std::make_shared<gguf::GgufFile>(gguf::GgufFile::open(file));
+  for (const gguf::GgufTensorInfo& tensor : gguf->tensors()) {
+    TensorInfo info;
+    info.dtype = DType::F32;
+    info.shape = tensor.shape;
+    info.begin = tensor.offset;
+    info.end = tensor.offset + tensor.nbytes;
+    // ComfyUI-GGUF's converter flattens tensors GGUF cannot hold as they are (5-D convolutions,
+    // rows that are not whole K-quant blocks) and keeps the shape here.
+    const std::string key = "comfy.gguf.orig_shape." + tensor.name;
+    if (gguf->metadata().contains(key)) {
+      const nlohmann::json& shape = gguf->metadata()[key];
+      Shape original;
+      if (shape.is_array())
+        for (const auto& d : shape)
+          original.push_back(d.is_number_integer() ? d.get<int64_t>() : -1);
+      check(!original.empty() &&
+                std::all_of(original.begin(), original.end(), [](int64_t d) { return d > 0; }) &&
+                shape_numel(original) == shape_numel(tensor.shape),
+            "{}: {} is not a shape of tensor {} ({} elements)", file.string(), key, tensor.name,
+            shape_numel(tensor.shape));
+      info.shape = original;
+    }
+    store.gguf_info_[tensor.name] = info;
+    store.where_[tensor.name] = {kGguf, tensor.name};
+  }
+  store.gguf_ = std::move(gguf);
+  return store;
+}
+
+WeightStore WeightStore::renamed(
+    const std::function<std::string(const std::string&)>& rename) const {
+  WeightStore store = *this;
+  store.where_.clear();
+  for (const auto& [name, entry] : where_) {
+    const std::string to = rename(name);
+    check(store.where_.emplace(to, entry).second, "{}: two weights are both named {} here",
+          origin_.string(), to);
+  }
+  return store;
+}
+
+const TensorInfo& WeightStore::stored_info(const Entry& entry) const {
+  return entry.file == kGguf ? gguf_info_.at(entry.stored) : files_[entry.file].info(entry.stored);
 }
 
 WeightStore WeightStore::open_folder(const fs::path& folder) {
@@ -164,8 +215,19 @@ WeightStore WeightStore::open_folder(const fs::path& folder) {
   std::sort(singles.begin(), singles.end());
 
   if (indexes.empty()) {
+    if (singles.empty()) {  // one GGUF file instead (a quantized checkpoint beside config.json)
+      std::vector<fs::path> ggufs;
+      for (const auto& entry : fs::directory_iterator(folder))
+        if (entry.path().extension() == ".gguf") ggufs.push_back(entry.path());
+      check(ggufs.size() <= 1, "{} holds {} *.gguf files; keep one", folder.string(), ggufs.size());
+      if (ggufs.size() == 1) {
+        WeightStore store = open_gguf(ggufs[0]);
+        store.origin_ = ggufs[0];
+        return store;
+      }
+    }
     check(!singles.empty(),
-          "{} holds no *.safetensors weights; download the component's weights or fix "
+          "{} holds no *.safetensors (or *.gguf) weights; download the component's weights or fix "
           "--<component>-path",
           folder.string());
     check(singles.size() == 1,
@@ -199,7 +261,7 @@ WeightStore WeightStore::open_folder(const fs::path& folder) {
     if (inserted) store.files_.push_back(SafetensorsFile::open(folder / shard));
     check(store.files_[found->second].has(it.key()), "{}: names '{}' in {}, which does not hold it",
           index_path.string(), it.key(), shard);
-    store.where_[it.key()] = found->second;
+    store.where_[it.key()] = {found->second, it.key()};
   }
   return store;
 }
@@ -209,12 +271,14 @@ const TensorInfo& WeightStore::info(const std::string& name) const {
   check(it != where_.end(),
         "{}: no weight named '{}'; the checkpoint does not match the model's config",
         origin_.string(), name);
-  return files_[it->second].info(name);
+  return stored_info(it->second);
 }
 
 Tensor WeightStore::get(const std::string& name) const {
-  info(name);  // names the missing weight
-  return files_[where_.at(name)].tensor(name);
+  const TensorInfo& entry = info(name);  // names the missing weight
+  const Entry& where = where_.at(name);
+  if (where.file == kGguf) return gguf_->to_f32(where.stored).view(entry.shape);
+  return files_[where.file].tensor(where.stored);
 }
 
 Tensor WeightStore::get_f32(const std::string& name) const {
@@ -237,13 +301,14 @@ std::vector<std::string> WeightStore::names() const {
 std::vector<fs::path> WeightStore::files() const {
   std::vector<fs::path> paths;
   for (const auto& file : files_) paths.push_back(file.path());
+  if (gguf_) paths.push_back(gguf_->path());
   return paths;
 }
 
 size_t WeightStore::stored_bytes() const {
   size_t total = 0;
-  for (const auto& [name, file] : where_) {
-    const TensorInfo& entry = files_[file].info(name);
+  for (const auto& [name, where] : where_) {
+    const TensorInfo& entry = stored_info(where);
     total += entry.end - entry.begin;
   }
   return total;

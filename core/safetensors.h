@@ -6,6 +6,7 @@
 // offsets' span, offsets inside the data section, and no two tensors overlapping.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -16,6 +17,10 @@
 #include "core/tensor.h"
 
 namespace mmgen {
+
+namespace gguf {
+class GgufFile;
+}
 
 struct TensorInfo {
   DType dtype;
@@ -43,12 +48,18 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
-// The weights of one component folder: a single `*.safetensors` file or the shards an index file
-// names. Tensors are mapped, not read, so memory stays close to what is used.
+// The weights of one component folder: a single `*.safetensors` file, the shards an index file
+// names, or one GGUF file (core/gguf.h; its tensors read as float32, dequantized when asked for,
+// in the shape a `comfy.gguf.orig_shape.<name>` entry gives where the converter flattened them).
+// Tensors are mapped, not read, so memory stays close to what is used.
 class WeightStore {
  public:
   static WeightStore open_folder(const fs::path& folder);
-  static WeightStore open_file(const fs::path& file);
+  static WeightStore open_file(const fs::path& file);  // *.safetensors or *.gguf
+
+  // The same weights under the names `rename` gives each stored name (a checkpoint saved in
+  // another tool's naming, such as the original Wan release's); two names meeting is an error.
+  WeightStore renamed(const std::function<std::string(const std::string&)>& rename) const;
 
   bool has(const std::string& name) const { return where_.count(name) > 0; }
   Tensor get(const std::string& name) const;      // stored dtype
@@ -63,9 +74,19 @@ class WeightStore {
   std::vector<fs::path> files() const;
 
  private:
+  struct Entry {
+    size_t file = 0;     // index into files_, or kGguf
+    std::string stored;  // the name in the file
+  };
+  static constexpr size_t kGguf = size_t(-1);
+  static WeightStore open_gguf(const fs::path& file);
+  const TensorInfo& stored_info(const Entry& entry) const;
+
   fs::path origin_;
   std::vector<SafetensorsFile> files_;
-  std::map<std::string, size_t> where_;  // tensor name -> index into files_
+  std::shared_ptr<const gguf::GgufFile> gguf_;
+  std::map<std::string, TensorInfo> gguf_info_;  // stored name -> float32, the model's shape
+  std::map<std::string, Entry> where_;           // the model's name -> where it is stored
 };
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;

@@ -10,6 +10,11 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/gguf_writer.h"
+#include "core/npy.h"
+#include "core/safetensors.h"
+#include "models/dit/wan_random_checkpoint.h"
+#include "models/dit/wan_transformer.h"
 #include "tests/test_support.h"
 
 namespace mmgen {
@@ -92,6 +97,136 @@ TEST(Gguf, ADamagedFileIsRefusedInOneLine) {
   const std::string message = refusal(write_bytes("type.gguf", unknown));
   EXPECT_NE(message.find("ggml type 99"), std::string::npos) << message;
   EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+}
+
+// mmgen's q8_0 quantization is ggml's: the bytes equal those the package wrote for the same values.
+TEST(GgufWriter, Q8_0BlocksAreTheGgufPackagesBytes) {
+  const gguf::GgufFile file = gguf::GgufFile::open(fixture());
+  const Tensor values = file.to_f32("f32");
+  const gguf::GgufTensorInfo& theirs = *file.find("q8_0");
+  std::string ours(theirs.nbytes, '\0');
+  gguf::quantize_q8_0(values.data<float>(), values.numel(),
+                      reinterpret_cast<std::byte*>(ours.data()));
+  EXPECT_EQ(std::memcmp(ours.data(), file.blocks(theirs), theirs.nbytes), 0);
+}
+
+TEST(GgufWriter, WhatItWritesReadsBackWithMetadataTypesAndShapes) {
+  const fs::path path = testing::scratch_dir("gguf_test") / "written.gguf";
+  const Tensor values = dit::random_tensor({2, 3, 64}, 0.0f, 1.0f, 3, DType::F32);
+  const Tensor five = dit::random_tensor({4, 2, 1, 2, 2}, 0.0f, 1.0f, 4, DType::F32);
+  gguf::write_gguf(path, {{"general.architecture", "wan"}, {"n", 3}, {"list", {1.5, 2.5}}},
+                   {{"a", values, gguf::GgmlType::F32},
+                    {"b", values, gguf::GgmlType::F16},
+                    {"c", values, gguf::GgmlType::BF16},
+                    {"d", values, gguf::GgmlType::Q8_0},
+                    {"patch", five, gguf::GgmlType::F32}});
+  const gguf::GgufFile file = gguf::GgufFile::open(path);
+  EXPECT_EQ(file.metadata().at("general.architecture"), "wan");
+  EXPECT_EQ(file.metadata().at("n"), 3);
+  EXPECT_EQ(file.metadata().at("list"), nlohmann::json({1.5, 2.5}));
+  EXPECT_EQ(std::memcmp(file.to_f32("a").raw(), values.raw(), values.nbytes()), 0);
+  EXPECT_LT(testing::max_abs_diff(file.to_f32("b"), values), 2e-3);
+  EXPECT_LT(testing::max_abs_diff(file.to_f32("c"), values), 2e-2);
+  EXPECT_LT(testing::max_abs_diff(file.to_f32("d"), values), 3e-2);
+  // Five dimensions are stored as two, and the weight store gives the shape back.
+  EXPECT_EQ(file.find("patch")->shape, (Shape{4, 8}));
+  const WeightStore store = WeightStore::open_file(path);
+  EXPECT_EQ(store.info("patch").shape, (Shape{4, 2, 1, 2, 2}));
+  EXPECT_EQ(std::memcmp(store.get_f32("patch").raw(), five.raw(), five.nbytes()), 0);
+  EXPECT_THROW(gguf::write_gguf(path, nlohmann::json::object(),
+                                {{"odd", Tensor::zeros({3, 20}), gguf::GgmlType::Q8_0}}),
+               Error);
+}
+
+// The original Wan release's names, as the community's Wan GGUF files keep them.
+std::string original_wan_name(const std::string& name) {
+  static const std::pair<const char*, const char*> kBack[] = {
+      {"condition_embedder.time_embedder.linear_1.", "time_embedding.0."},
+      {"condition_embedder.time_embedder.linear_2.", "time_embedding.2."},
+      {"condition_embedder.text_embedder.linear_1.", "text_embedding.0."},
+      {"condition_embedder.text_embedder.linear_2.", "text_embedding.2."},
+      {"condition_embedder.time_proj.", "time_projection.1."},
+      {"proj_out.", "head.head."},
+      {"attn1.to_out.0.", "self_attn.o."},
+      {"attn2.to_out.0.", "cross_attn.o."},
+      {"attn1.to_", "self_attn."},
+      {"attn2.to_", "cross_attn."},
+      {"attn1.", "self_attn."},
+      {"attn2.", "cross_attn."},
+      {"ffn.net.0.proj.", "ffn.0."},
+      {"ffn.net.2.", "ffn.2."},
+      {"norm2.", "norm3."},
+  };
+  if (name == "scale_shift_table") return "head.modulation";
+  size_t start = name.rfind("blocks.", 0) == 0 ? name.find('.', 7) + 1 : 0;
+  const std::string head = name.substr(0, start), rest = name.substr(start);
+  if (rest == "scale_shift_table") return head + "modulation";
+  for (const auto& [from, to] : kBack)
+    if (rest.rfind(from, 0) == 0) return head + to + rest.substr(std::string(from).size());
+  return name;
+}
+
+// The wan-tiny transformer from GGUF files: in f32 (diffusers' names, and the original release's
+// with the 5-D patch embedding flattened) its forward is the safetensors forward to the bit; in
+// q8_0 (products' weights quantized, the rest f32) within the bound measured for it.
+TEST(GgufWeights, WanTransformerFromGgufMatchesItsSafetensors) {
+  const fs::path folder = testing::source_dir() / "examples/models/wan-tiny/transformer";
+  const dit::WanTransformer reference = dit::WanTransformer::load(folder);
+  const WeightStore& weights = reference.weights();
+  const Tensor latents = dit::random_tensor({1, 16, 2, 4, 6}, 0.0f, 1.0f, 5, DType::F32);
+  const Tensor text =
+      dit::random_tensor({1, 7, reference.config().text_dim}, 0.0f, 0.5f, 6, DType::F32);
+  const Tensor expected = reference.forward(latents, 700.0f, text);
+  const auto forward_from = [&](const std::string& file, bool original, bool q8) {
+    std::vector<gguf::TensorToWrite> tensors;
+    for (const std::string& name : weights.names()) {
+      const Tensor value = weights.get_f32(name);
+      const bool product = q8 && value.dim() == 2 && value.size(1) % 32 == 0;
+      tensors.push_back({original ? original_wan_name(name) : name, value,
+                         product ? gguf::GgmlType::Q8_0 : gguf::GgmlType::F32});
+    }
+    const fs::path path = testing::scratch_dir("gguf_test") / file;
+    gguf::write_gguf(path, {{"general.architecture", "wan"}}, tensors);
+    const dit::WanTransformer model(reference.config(), WeightStore::open_file(path));
+    return model.forward(latents, 700.0f, text);
+  };
+  const Tensor diffusers_names = forward_from("wan-f32.gguf", false, false);
+  EXPECT_EQ(std::memcmp(diffusers_names.raw(), expected.raw(), expected.nbytes()), 0);
+  const Tensor original_names = forward_from("wan-original-f32.gguf", true, false);
+  EXPECT_EQ(std::memcmp(original_names.raw(), expected.raw(), expected.nbytes()), 0);
+  const double q8_error =
+      testing::relative_error(forward_from("wan-q8.gguf", true, true), expected);
+  EXPECT_GT(q8_error, 0.0);
+  EXPECT_LT(q8_error, 1e-2) << q8_error;
+  std::printf("wan-tiny forward from q8_0 weights: relative error %.3e\n", q8_error);
+}
+
+// `mmgen generate` with a transformer folder that holds config.json and an f32 GGUF file: the video
+// is the safetensors folder's to the bit.
+TEST(GgufWeights, GenerateRunsFromATransformerFolderWithAGgufFile) {
+  const fs::path model = testing::copy_of_wan_tiny("gguf_test_model");
+  const fs::path transformer = model / "transformer";
+  const WeightStore weights = WeightStore::open_folder(transformer);
+  std::vector<gguf::TensorToWrite> tensors;
+  for (const std::string& name : weights.names())
+    tensors.push_back({name, weights.get_f32(name), gguf::GgmlType::F32});
+  const fs::path gguf_folder = testing::scratch_dir("gguf_test_transformer");
+  fs::copy_file(transformer / "config.json", gguf_folder / "config.json");
+  gguf::write_gguf(gguf_folder / "model.gguf", {{"general.architecture", "wan"}}, tensors);
+  const fs::path out = testing::scratch_dir("gguf_test_out");
+  const std::string common = testing::mmgen_binary().string() + " generate --model-path " +
+                             model.string() +
+                             " --prompt x --height 32 --width 48 --num-frames 5 "
+                             "--num-inference-steps 2 --device cpu --quiet --output-format npy "
+                             "--output-path " +
+                             out.string();
+  ASSERT_EQ(testing::run_command(common + " --output-file-name st.npy").exit_code, 0);
+  const auto gguf_run = testing::run_command(
+      common + " --output-file-name gguf.npy --transformer-path " + gguf_folder.string());
+  ASSERT_EQ(gguf_run.exit_code, 0) << gguf_run.err;
+  const Tensor a = read_npy(out / "st.npy"), b = read_npy(out / "gguf.npy");
+  ASSERT_EQ(a.shape(), b.shape());
+  EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0);
 }
 
 }  // namespace

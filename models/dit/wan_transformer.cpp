@@ -73,7 +73,7 @@ TimeConditioning time_conditioning(const TimeEmbedderWeights& w, const WanTransf
 
 WanTransformer::WanTransformer(WanTransformerConfig config, WeightStore weights)
     : config_(validated(std::move(config))),
-      weights_(std::move(weights)),
+      weights_(with_diffusers_names(weights)),
       rope_(config_.attention_head_dim, config_.rope_max_seq_len) {
   check_top_level_weights(weights_, config_);
   for (int64_t layer = 0; layer < config_.num_layers; ++layer)

@@ -17,4 +17,10 @@ Tensor load_weight(const WeightStore& store, const std::string& name);
 // it packs it, so a bf16 checkpoint is never expanded whole.
 Tensor load_linear_weight(const WeightStore& store, const std::string& name);
 
+// A checkpoint in the original Wan release's names (blocks.0.self_attn.q.weight, head.head.weight,
+// as the community's Wan GGUF files keep them) under diffusers' names, as diffusers'
+// convert_wan_to_diffusers.py renames them (norm3 and norm2 swap places); a diffusers checkpoint
+// is returned as it is.
+WeightStore with_diffusers_names(const WeightStore& store);
+
 }  // namespace mmgen::dit

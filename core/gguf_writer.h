@@ -1,0 +1,32 @@
+// Writes GGUF files (version 3, alignment 32) that ggml-based tools and the `gguf` Python package
+// read: metadata (strings, integers, floats, booleans and arrays of them) and tensors stored as
+// f32, f16, bf16 or q8_0 (quantized here as ggml's reference quantize_row_q8_0 does: per block of
+// 32, scale max|x|/127 in f16, values rounded half away from zero). Tensors of more than four
+// dimensions are flattened to two and their shape kept in `comfy.gguf.orig_shape.<name>`, as
+// ComfyUI-GGUF's converter does.
+#pragma once
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/gguf_quants.h"
+#include "core/tensor.h"
+
+namespace mmgen::gguf {
+
+struct TensorToWrite {
+  std::string name;
+  Tensor values;  // any float dtype, host
+  GgmlType type = GgmlType::F32;
+};
+
+// q8_0 blocks of `count` float32 values (a multiple of 32) into `out` (count / 32 · 34 bytes).
+void quantize_q8_0(const float* values, int64_t count, std::byte* out);
+
+// Writes atomically; refuses a type it cannot write or rows that are not whole blocks.
+void write_gguf(const std::filesystem::path& path, const nlohmann::json& metadata,
+                const std::vector<TensorToWrite>& tensors);
+
+}  // namespace mmgen::gguf
