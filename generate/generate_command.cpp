@@ -317,9 +317,9 @@ int run_resolved(ResolvedGenerate resolved) {
   if (resolved.request.gpus > 1) {
     ranks = join_ranks(resolved.request, resolved.index.class_name);
     resolved.request.parallel = ranks.run;
-    // Each rank's host threads get its share of the cores (the started ranks have it from their
-    // environment), so one rank's OpenMP team does not crowd the others' launching threads.
-    if (resolved.request.threads == 0)
+    // Each rank's host threads get its share of the cores (unless --threads or OMP_NUM_THREADS
+    // says otherwise), so one rank's OpenMP team does not crowd the others' launching threads.
+    if (resolved.request.threads == 0 && !std::getenv("OMP_NUM_THREADS"))
       omp_set_num_threads(std::max(1, omp_get_num_procs() / int(resolved.request.gpus)));
     if (!ranks.run->leader() && spdlog::get_level() < spdlog::level::warn)
       spdlog::set_level(spdlog::level::warn);

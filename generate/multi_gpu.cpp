@@ -6,7 +6,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -49,24 +48,23 @@ std::vector<std::string> own_command_line() {
   return args;
 }
 
-// Rank `rank`'s environment: this one's, with the rank's variables; its OpenMP team sized to its
-// share of the cores and left unplaced, so the ranks' host threads do not pile onto one core set.
+// Rank `rank`'s environment: this one's, with the rank's variables, its OpenMP threads left
+// unplaced (the leader's placement would put every rank's team on the same cores); how many
+// threads each rank runs is run_resolved's, as for the leader.
 std::vector<std::string> rank_environment(int rank, int world, const std::string& id) {
   const auto ours = [](const std::string& entry) {
-    for (const char* name : {"MMGEN_RANK=", "MMGEN_WORLD_SIZE=", "MMGEN_NCCL_ID=", "OMP_PROC_BIND=",
-                             "OMP_PLACES=", "OMP_NUM_THREADS="})
+    for (const char* name :
+         {"MMGEN_RANK=", "MMGEN_WORLD_SIZE=", "MMGEN_NCCL_ID=", "OMP_PROC_BIND=", "OMP_PLACES="})
       if (entry.rfind(name, 0) == 0) return true;
     return false;
   };
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e)
     if (!ours(*e)) env.emplace_back(*e);
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency() / unsigned(world));
   env.push_back("MMGEN_RANK=" + std::to_string(rank));
   env.push_back("MMGEN_WORLD_SIZE=" + std::to_string(world));
   env.push_back("MMGEN_NCCL_ID=" + id);
   env.push_back("OMP_PROC_BIND=false");
-  env.push_back("OMP_NUM_THREADS=" + std::to_string(cores));
   return env;
 }
 
