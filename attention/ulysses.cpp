@@ -1,6 +1,7 @@
 #include "attention/ulysses.h"
 
 #include "core/error.h"
+#include "core/op_profile.h"
 #include "core/pitched_copy.h"
 
 namespace mmgen::attention {
@@ -39,6 +40,7 @@ void receive_into_sequence(const std::vector<Tensor>& send, const dist::Sequence
 
 Tensor sequence_to_heads(const Tensor& x, const dist::SequenceShards& shards,
                          dist::Communicator& group) {
+  MMGEN_PROFILE("ulysses: sequence to heads");
   check_group(x, shards, group, "sequence_to_heads");
   const int n = group.size(), me = group.rank();
   const int64_t batch = x.size(0), heads = x.size(2), dim = x.size(3);
@@ -62,6 +64,7 @@ Tensor sequence_to_heads(const Tensor& x, const dist::SequenceShards& shards,
 
 Tensor heads_to_sequence(const Tensor& x, const dist::SequenceShards& shards,
                          dist::Communicator& group) {
+  MMGEN_PROFILE("ulysses: heads to sequence");
   check_group(x, shards, group, "heads_to_sequence");
   const int n = group.size(), me = group.rank();
   const int64_t batch = x.size(0), part = x.size(2), dim = x.size(3);
@@ -88,6 +91,7 @@ Tensor heads_to_sequence(const Tensor& x, const dist::SequenceShards& shards,
 
 Tensor gather_sequence(const Tensor& x, const dist::SequenceShards& shards,
                        dist::Communicator& group) {
+  MMGEN_PROFILE("ulysses: gather sequence");
   check(x.dim() == 3 && x.is_contiguous(),
         "gather_sequence: x must be a contiguous [batch, seq, features], got {}",
         shape_string(x.shape()));

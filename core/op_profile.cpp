@@ -11,6 +11,12 @@
 #include <string>
 #include <vector>
 
+#ifdef MMGEN_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "core/cuda/device_memory.h"
+#endif
+
 namespace mmgen::profile {
 namespace {
 
@@ -35,6 +41,15 @@ Table& table() {
 
 thread_local Scope* innermost = nullptr;
 
+// MMGEN_OP_PROFILE=sync: the GPU's queued work finishes before a scope's clock starts or stops.
+// Only once the process has GPU memory, so a CPU run never starts a CUDA context here.
+void wait_for_device() {
+#ifdef MMGEN_HAVE_CUDA
+  if (synced() && cuda::CachingAllocator::instance().bytes_reserved() > 0)
+    (void)cudaDeviceSynchronize();
+#endif
+}
+
 void record(std::string_view name, int64_t nanoseconds) {
   Table& t = table();
   const std::lock_guard<std::mutex> lock(t.mutex);
@@ -49,6 +64,14 @@ bool enabled() {
   static const bool on = [] {
     const char* value = std::getenv("MMGEN_OP_PROFILE");
     return value && *value && std::string_view(value) != "0";
+  }();
+  return on;
+}
+
+bool synced() {
+  static const bool on = [] {
+    const char* value = std::getenv("MMGEN_OP_PROFILE");
+    return value && std::string_view(value) == "sync";
   }();
   return on;
 }
@@ -70,8 +93,10 @@ std::string report() {
   });
   int64_t total = 0;
   for (const auto& row : rows) total += row.second.nanoseconds;
-  std::string out = fmt::format("op profile ({} threads): {:.1f} ms in profiled scopes\n",
-                                omp_get_max_threads(), double(total) / 1e6);
+  const char* rank = std::getenv("MMGEN_RANK");  // a rank of `mmgen generate --gpus N`
+  std::string out = fmt::format("op profile ({}{} threads{}): {:.1f} ms in profiled scopes\n",
+                                rank ? fmt::format("rank {}, ", rank) : "", omp_get_max_threads(),
+                                synced() ? ", GPU waited for" : "", double(total) / 1e6);
   out += fmt::format("{:<36} {:>8} {:>12} {:>10} {:>7}\n", "scope", "calls", "total ms", "ms/call",
                      "share");
   for (const auto& [name, entry] : rows)
@@ -82,16 +107,24 @@ std::string report() {
   return out;
 }
 
+void reset() {
+  Table& t = table();
+  const std::lock_guard<std::mutex> lock(t.mutex);
+  t.entries.clear();
+}
+
 Scope::Scope(std::string_view name) : name_(name) {
   if (!enabled() || omp_in_parallel()) return;
   active_ = true;
   parent_ = innermost;
   innermost = this;
+  wait_for_device();
   start_ = std::chrono::steady_clock::now();
 }
 
 Scope::~Scope() {
   if (!active_) return;
+  wait_for_device();
   const int64_t elapsed = std::chrono::duration_cast<std::chrono::nanoseconds>(
                               std::chrono::steady_clock::now() - start_)
                               .count();

@@ -4,7 +4,9 @@
 // without perf (the GPU machine's host), and costs one branch per scope when off.
 //
 // Scopes are timed on the thread that opens them, outside parallel regions only: an operation's
-// threads are inside it.
+// threads are inside it. GPU work is asynchronous, so on the GPU a scope times only its launches;
+// MMGEN_OP_PROFILE=sync waits for the GPU at each scope's start and end, so the table gives each
+// scope's GPU time (plus a few microseconds of idle GPU per scope) at the price of a slower run.
 #pragma once
 
 #include <chrono>
@@ -16,6 +18,8 @@ namespace mmgen::profile {
 
 // MMGEN_OP_PROFILE is set to something other than "" or "0" (read once).
 bool enabled();
+// MMGEN_OP_PROFILE=sync: scopes wait for the GPU (see above).
+bool synced();
 
 // Adds `nanoseconds` and one call to `name` (a string with static storage), and takes them from
 // the enclosing scope's own time: for parts of an operation timed inside it by hand.
@@ -23,6 +27,8 @@ void add(std::string_view name, int64_t nanoseconds);
 
 // The table so far, as printed at exit: one line per name, most time first.
 std::string report();
+// Forgets what was recorded so far (a benchmark's warm-up).
+void reset();
 
 class Scope {
  public:

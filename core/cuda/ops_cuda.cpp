@@ -9,6 +9,7 @@
 #include "core/cuda/group_norm.h"
 #include "core/cuda/t5_ops.h"
 #include "core/error.h"
+#include "core/op_profile.h"
 #include "core/ops.h"
 
 namespace mmgen::cuda::ops {
@@ -34,6 +35,7 @@ namespace {
 // y = act(x · wᵀ + b); `activation` null: none.
 Tensor product(const Tensor& x, const Tensor& weight, const Tensor& bias, DType out,
                const Activation* activation) {
+  MMGEN_PROFILE("gpu: linear");
   require_device(x, "linear", "input");
   require_device(weight, "linear", "weight");
   check(weight.dim() == 2 && x.size(-1) == weight.size(1),
@@ -89,6 +91,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, DType o
 }
 
 std::vector<Tensor> linear_each(const Tensor& x, const std::vector<Tensor>& weights, DType out) {
+  MMGEN_PROFILE("gpu: linear");
   check(!weights.empty(), "linear_each: no weights");
   const Tensor& first = weights.front();
   // One batched product when every weight is the bf16 matrix after the one before it.
@@ -117,6 +120,7 @@ std::vector<Tensor> linear_each(const Tensor& x, const std::vector<Tensor>& weig
 }
 
 Tensor layer_norm(const Tensor& x, float eps, const Tensor& weight, const Tensor& bias, DType out) {
+  MMGEN_PROFILE("gpu: norms");
   require_f32(x, "layer_norm");
   const int64_t dim = x.size(-1), rows = x.numel() / dim;
   check(weight.defined() && bias.defined() && out == DType::BF16,
@@ -131,6 +135,7 @@ Tensor layer_norm(const Tensor& x, float eps, const Tensor& weight, const Tensor
 
 Tensor modulated_layer_norm(const Tensor& x, const Tensor& shift, const Tensor& scale_plus_one,
                             float eps, DType out) {
+  MMGEN_PROFILE("gpu: norms");
   require_f32(x, "modulated_layer_norm");
   check(out == DType::BF16, "modulated_layer_norm on the GPU: a bf16 result only");
   require_device(shift, "modulated_layer_norm", "shift");
@@ -146,6 +151,7 @@ Tensor modulated_layer_norm(const Tensor& x, const Tensor& shift, const Tensor& 
 }
 
 void add_gated_(Tensor& x, const Tensor& y, const Tensor& gate) {
+  MMGEN_PROFILE("gpu: residual");
   require_f32(x, "add_gated");
   require_f32(y, "add_gated");
   check(x.shape() == y.shape(), "add_gated: shapes {} and {} differ", shape_string(x.shape()),
@@ -185,6 +191,7 @@ int64_t check_residual_update(const Tensor& x, const Tensor& y, const Tensor& we
 
 void add_rms_norm_gated_(Tensor& x, const Tensor& y, const Tensor& weight, float eps,
                          const Tensor& gate) {
+  MMGEN_PROFILE("gpu: residual");
   const int64_t dim = check_residual_update(x, y, weight, gate, "add_rms_norm_gated");
   add_rms_norm_gated_f32(x.data<float>(), y.raw(), y.dtype() == DType::BF16, x.numel() / dim, dim,
                          weight.data<float>(), eps, gate.defined() ? gate.data<float>() : nullptr);
@@ -193,6 +200,7 @@ void add_rms_norm_gated_(Tensor& x, const Tensor& y, const Tensor& weight, float
 Tensor add_rms_norm_gated_norm_(Tensor& x, const Tensor& y, const Tensor& weight, float eps,
                                 const Tensor& gate, const Tensor& next_weight, float next_eps,
                                 DType out) {
+  MMGEN_PROFILE("gpu: residual");
   if (out != DType::BF16) {  // only the bf16 pre-norm is fused
     add_rms_norm_gated_(x, y, weight, eps, gate);
     return rms_norm(x, next_weight, next_eps, out);
@@ -211,6 +219,7 @@ Tensor add_rms_norm_gated_norm_(Tensor& x, const Tensor& y, const Tensor& weight
 
 void rms_norm_rope_(Tensor& x, const Tensor& weight, float eps, const Tensor& cos,
                     const Tensor& sin, int64_t head_dim, int64_t rows_per_position) {
+  MMGEN_PROFILE("gpu: qk norm + rope");
   require_device(x, "rms_norm_rope", "input");
   require_device(weight, "rms_norm_rope", "weight");
   check(x.dtype() == DType::BF16, "rms_norm_rope on the GPU: bf16 rows (a product's output)");
@@ -241,6 +250,7 @@ void rope_half_(Tensor& x, const Tensor& cos, const Tensor& sin) {
 }
 
 Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps, DType out) {
+  MMGEN_PROFILE("gpu: norms");
   require_f32(x, "rms_norm");
   require_device(weight, "rms_norm", "weight");
   const int64_t dim = x.size(-1), rows = x.numel() / dim;
@@ -321,6 +331,7 @@ Tensor fold_scale_gate(const Tensor& modulation, const Tensor& norms) {
 }
 
 Tensor silu_mul(const Tensor& gate, const Tensor& up, DType out) {
+  MMGEN_PROFILE("gpu: elementwise");
   require_device(gate, "silu_mul", "gate");
   require_device(up, "silu_mul", "up projection");
   check(gate.shape() == up.shape(), "silu_mul: shapes {} and {} differ", shape_string(gate.shape()),

@@ -60,6 +60,7 @@ Tensor wan_attention(const Tensor& q, const Tensor& k, const Tensor& v,
         "wan_attention: {} keys for {} text tokens", k.size(1), call.text_len);
   check(!tail || q.is_cpu(), "wan_attention: a repeated text tail is a host-side shortcut");
   const float scale = float(1.0 / std::sqrt(double(q.size(3))));
+  MMGEN_PROFILE(call.is_cross ? "attention: cross" : "attention: self");
 
   WanLayerAttention* layer = nullptr;
   if (call.attention && !call.attention->layers.empty()) {
@@ -82,7 +83,6 @@ Tensor wan_attention(const Tensor& q, const Tensor& k, const Tensor& v,
         *gpu.sparse, q, k, v, {call.grid_t, call.grid_h, call.grid_w}, call.step.index, call.layer,
         scale, gate, with_weights ? &layer->self_weights : nullptr);
   }
-  MMGEN_PROFILE(call.is_cross ? "attention: cross" : "attention: self");
   attention::AttentionBackend* backend =
       layer ? (call.is_cross ? layer->cross_attention : layer->self_attention).get() : nullptr;
   // A backend that does not count repeated keys gets them all, as the model defines them.

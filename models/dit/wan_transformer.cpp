@@ -54,19 +54,31 @@ TimeEmbedderWeights TimeEmbedderWeights::load(const WeightStore& store) {
   return w;
 }
 
+TimeEmbedderWeights TimeEmbedderWeights::to(Device device) const {
+  return {linear_1_weight.to(device), linear_1_bias.to(device), linear_2_weight.to(device),
+          linear_2_bias.to(device),   proj_weight.to(device),   proj_bias.to(device)};
+}
+
+size_t TimeEmbedderWeights::nbytes() const {
+  return linear_1_weight.nbytes() + linear_1_bias.nbytes() + linear_2_weight.nbytes() +
+         linear_2_bias.nbytes() + proj_weight.nbytes() + proj_bias.nbytes();
+}
+
 TimeConditioning time_conditioning(const TimeEmbedderWeights& w, const WanTransformerConfig& config,
                                    float timestep) {
+  MMGEN_PROFILE("wan: time branch");
   const int64_t dim = config.inner_dim();
   TimeConditioning result;
   const std::vector<float> sinusoid = timestep_sinusoid(timestep, config.freq_dim);
-  Tensor t = Tensor::from_vector({1, config.freq_dim}, sinusoid);
+  Tensor t = Tensor::from_vector({1, config.freq_dim}, sinusoid).to(w.linear_1_weight.device());
   t = ops::linear(t, w.linear_1_weight, w.linear_1_bias);
   ops::silu_(t);
   Tensor temb = ops::linear(t, w.linear_2_weight, w.linear_2_bias);
-  result.temb.assign(temb.data<float>(), temb.data<float>() + dim);
   Tensor activated = temb.clone();
   ops::silu_(activated);
-  Tensor proj = ops::linear(activated, w.proj_weight, w.proj_bias);
+  const Tensor proj = ops::linear(activated, w.proj_weight, w.proj_bias).to(Device::CPU);
+  temb = temb.to(Device::CPU);
+  result.temb.assign(temb.data<float>(), temb.data<float>() + dim);
   result.timestep_proj.assign(proj.data<float>(), proj.data<float>() + 6 * dim);
   return result;
 }
@@ -94,7 +106,9 @@ void WanTransformer::set_device(Device device, DType compute) {
   resident_outer_ = {};
   resident_bytes_ = 0;
   rope_grid_ = {-1, -1, -1};
+  time_weights_ = time_weights_.to(device);
   if (device == Device::CPU) return;
+  resident_bytes_ += time_weights_.nbytes();
   check(compute_ == DType::BF16, "GPU transformer: the products read bf16, not {}",
         dtype_name(compute_));
   // Loaded on the host block by block (float32), then uploaded in the dtype each op reads.
@@ -232,7 +246,10 @@ Tensor WanTransformer::forward(const Tensor& latents, float timestep, const Tens
       outer.text_2_weight, outer.text_2_bias, compute_);
   // Patch embedding: the residual stream x [B, S, D], float32 (under sequence parallel this
   // rank's rows of it, and of the RoPE tables).
-  Tensor patches = patchify(latents, config_.patch_size, grid);
+  Tensor patches = [&] {
+    MMGEN_PROFILE("wan: patchify");
+    return patchify(latents, config_.patch_size, grid);
+  }();
   const WanRopeTables& all_rope = rope_tables(grid.t, grid.h, grid.w);
   WanRopeTables shard_rope;
   if (sequence) {
@@ -271,6 +288,7 @@ Tensor WanTransformer::forward(const Tensor& latents, float timestep, const Tens
       ops::modulated_layer_norm(x, head.select(0, 0), head.select(0, 1), config_.eps, compute_);
   Tensor out = ops::linear(normed, outer.proj_weight, outer.proj_bias);
   if (sequence) out = attention::gather_sequence(out, sequence->shards, *sequence->group);
+  MMGEN_PROFILE("wan: unpatchify");
   return unpatchify(out.to(Device::CPU), config_.patch_size, grid, config_.out_channels);
 }
 
