@@ -38,54 +38,66 @@ void receive_into_sequence(const std::vector<Tensor>& send, const dist::Sequence
 
 }  // namespace
 
+dist::SequenceShards head_shares(int64_t heads, int ranks) {
+  check(heads >= ranks,
+        "sequence parallel: {} attention heads for {} ranks; every rank needs a head, use at most "
+        "{} GPUs",
+        heads, ranks, heads);
+  return dist::SequenceShards::balanced(heads, ranks);
+}
+
 Tensor sequence_to_heads(const Tensor& x, const dist::SequenceShards& shards,
                          dist::Communicator& group) {
   MMGEN_PROFILE("ulysses: sequence to heads");
   check_group(x, shards, group, "sequence_to_heads");
   const int n = group.size(), me = group.rank();
-  const int64_t batch = x.size(0), heads = x.size(2), dim = x.size(3);
+  const int64_t batch = x.size(0), dim = x.size(3);
   check(x.size(1) == shards.sizes[size_t(me)], "sequence_to_heads: {} rows, the shard holds {}",
         x.size(1), shards.sizes[size_t(me)]);
-  check(heads % n == 0,
-        "sequence parallel: {} attention heads do not divide over {} ranks; use a rank count that "
-        "divides them",
-        heads, n);
-  const int64_t part = heads / n;
+  const dist::SequenceShards parts = head_shares(x.size(2), n);
   std::vector<Tensor> send;
   for (int j = 0; j < n; ++j) {
-    Tensor packed = Tensor::empty({batch, x.size(1), part, dim}, x.dtype(), x.device());
-    copy_pitched(packed, x.slice(2, j * part, (j + 1) * part));
+    const int64_t first = parts.offsets[size_t(j)], count = parts.sizes[size_t(j)];
+    Tensor packed = Tensor::empty({batch, x.size(1), count, dim}, x.dtype(), x.device());
+    copy_pitched(packed, x.slice(2, first, first + count));
     send.push_back(packed);
   }
-  const Tensor out = Tensor::empty({batch, shards.total(), part, dim}, x.dtype(), x.device());
+  const Tensor out =
+      Tensor::empty({batch, shards.total(), parts.sizes[size_t(me)], dim}, x.dtype(), x.device());
   receive_into_sequence(send, shards, group, out);
   return out;
 }
 
 Tensor heads_to_sequence(const Tensor& x, const dist::SequenceShards& shards,
-                         dist::Communicator& group) {
+                         dist::Communicator& group, int64_t heads) {
   MMGEN_PROFILE("ulysses: heads to sequence");
   check_group(x, shards, group, "heads_to_sequence");
   const int n = group.size(), me = group.rank();
-  const int64_t batch = x.size(0), part = x.size(2), dim = x.size(3);
-  check(x.size(1) == shards.total(), "heads_to_sequence: {} rows for a sequence of {}", x.size(1),
-        shards.total());
+  const int64_t batch = x.size(0), dim = x.size(3);
+  const dist::SequenceShards parts = head_shares(heads, n);
+  check(x.size(1) == shards.total() && x.size(2) == parts.sizes[size_t(me)],
+        "heads_to_sequence: {} rows and {} heads, the sequence has {} and this rank's share {}",
+        x.size(1), x.size(2), shards.total(), parts.sizes[size_t(me)]);
   const int64_t mine = shards.sizes[size_t(me)];
   std::vector<Tensor> send, recv;
   for (int j = 0; j < n; ++j) {
     const int64_t start = shards.offsets[size_t(j)], rows = shards.sizes[size_t(j)];
     Tensor rows_j = x.slice(1, start, start + rows);
     if (batch > 1) {
-      Tensor packed = Tensor::empty({batch, rows, part, dim}, x.dtype(), x.device());
+      Tensor packed = Tensor::empty(rows_j.shape(), x.dtype(), x.device());
       copy_pitched(packed, rows_j);
       rows_j = packed;
     }
     send.push_back(rows_j);
-    recv.push_back(Tensor::empty({batch, mine, part, dim}, x.dtype(), x.device()));
+    recv.push_back(
+        Tensor::empty({batch, mine, parts.sizes[size_t(j)], dim}, x.dtype(), x.device()));
   }
   group.all_to_all(send, recv);
-  Tensor out = Tensor::empty({batch, mine, part * n, dim}, x.dtype(), x.device());
-  for (int i = 0; i < n; ++i) copy_pitched(out.slice(2, i * part, (i + 1) * part), recv[size_t(i)]);
+  Tensor out = Tensor::empty({batch, mine, heads, dim}, x.dtype(), x.device());
+  for (int i = 0; i < n; ++i) {
+    const int64_t first = parts.offsets[size_t(i)];
+    copy_pitched(out.slice(2, first, first + parts.sizes[size_t(i)]), recv[size_t(i)]);
+  }
   return out;
 }
 

@@ -4,6 +4,7 @@
 // clang-format on
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <array>
 #include <cmath>
 
@@ -204,19 +205,35 @@ void activate_(Tensor& x, Activation activation) {
 // The activations' exp and tanh are Eigen's vectorised ones, run over chunks (in parallel when
 // there are many): within 3e-7 relative of the exact values (glibc's scalar expf and
 // tanhf: 1.7e-7), 13x (exp) and 50x (tanh) faster on AVX-512. The scalar tanh of the GELU was a
-// third of a wan-shapes denoising step on the CPU. apply(out, in) on matching chunks of `in` and
-// `out` (the same array for an in-place op).
+// third of a wan-shapes denoising step on the CPU. apply(out, in, other) on matching chunks of
+// `in`, `other` (a second input, or null) and `out` (the same array as `in` for an in-place op).
+// Eigen computes a length's last few values (past its last whole packet) with the scalar
+// functions, which round differently: those go through the packet path too, from a padded copy,
+// so a value never depends on where it sits in its tensor (a sequence shard's last row is the
+// whole sequence's row to the bit).
 template <typename Apply>
-void apply_in_chunks(const float* in, float* out, int64_t n, Apply apply) {
-  constexpr int64_t kChunk = 4096;
+void apply_in_chunks(const float* in, const float* other, float* out, int64_t n, Apply apply) {
+  constexpr int64_t kChunk = 4096, kPad = 64;  // kPad: a whole number of packets on any target
+  using Map = Eigen::Map<Eigen::ArrayXf>;
+  using ConstMap = Eigen::Map<const Eigen::ArrayXf>;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   const int threads = threads_for(n);
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t begin = c * kChunk, size = std::min(kChunk, n - begin);
-    Eigen::Map<Eigen::ArrayXf> to(out + begin, size);
-    const Eigen::Map<const Eigen::ArrayXf> from(in + begin, size);
-    apply(to, from);
+    const int64_t whole = size / kPad * kPad, tail = size - whole;
+    if (whole > 0) {
+      Map to(out + begin, whole);
+      apply(to, ConstMap(in + begin, whole), ConstMap(other ? other + begin : in + begin, whole));
+    }
+    if (tail > 0) {
+      float padded_in[kPad] = {}, padded_other[kPad] = {}, padded_out[kPad];
+      std::copy_n(in + begin + whole, tail, padded_in);
+      if (other) std::copy_n(other + begin + whole, tail, padded_other);
+      Map to(padded_out, kPad);
+      apply(to, ConstMap(padded_in, kPad), ConstMap(padded_other, kPad));
+      std::copy_n(padded_out, tail, out + begin + whole);
+    }
   }
 }
 
@@ -231,7 +248,8 @@ void silu_(Tensor& x) {
   MMGEN_PROFILE("silu");
   require_f32_contiguous(x, "silu");
   float* p = x.data<float>();
-  apply_in_chunks(p, p, x.numel(), [](auto& to, const auto& v) { to = silu_of(v); });
+  apply_in_chunks(p, nullptr, p, x.numel(),
+                  [](auto& to, const auto& v, const auto&) { to = silu_of(v); });
 }
 
 void gelu_tanh_(Tensor& x) {
@@ -240,7 +258,7 @@ void gelu_tanh_(Tensor& x) {
   require_f32_contiguous(x, "gelu_tanh");
   const float k = std::sqrt(2.0f / float(M_PI));
   float* p = x.data<float>();
-  apply_in_chunks(p, p, x.numel(), [k](auto& to, const auto& v) {
+  apply_in_chunks(p, nullptr, p, x.numel(), [k](auto& to, const auto& v, const auto&) {
     to = 0.5f * v * (1.0f + (k * (v + 0.044715f * v * v * v)).tanh());
   });
 }
@@ -284,10 +302,9 @@ Tensor silu_mul(const Tensor& gate, const Tensor& up, DType out) {
   Tensor y = Tensor::empty(gate.shape());
   const float* gv = g.data<float>();
   const float* uv = u.data<float>();
-  apply_in_chunks(gv, y.data<float>(), y.numel(), [&](auto& to, const auto& v) {
-    const Eigen::Map<const Eigen::ArrayXf> up_values(uv + (v.data() - gv), v.size());
-    to = silu_of(v) * up_values;
-  });
+  apply_in_chunks(
+      gv, uv, y.data<float>(), y.numel(),
+      [](auto& to, const auto& v, const auto& up_values) { to = silu_of(v) * up_values; });
   return out == DType::F32 ? y : y.to(out);
 }
 

@@ -166,10 +166,14 @@ bool RankProcesses::wait_all() {
 
 JoinedRanks join_ranks(const Request& request, const std::string& pipeline_class) {
   const int world = int(request.gpus);
-  check(pipeline_class == "WanPipeline",
-        "--gpus {}: {} runs on one GPU so far (sequence and CFG parallel are built for "
-        "WanPipeline); drop --gpus",
+  check(pipeline_class == "WanPipeline" || pipeline_class == "ZImagePipeline",
+        "--gpus {}: {} runs on one GPU so far (sequence parallel is built for WanPipeline and "
+        "ZImagePipeline); drop --gpus",
         world, pipeline_class);
+  check(!request.cfg_parallel || pipeline_class == "WanPipeline",
+        "--cfg-parallel: built for WanPipeline only so far ({} runs its guidance items on every "
+        "GPU with --gpus alone); drop --cfg-parallel",
+        pipeline_class);
   ParallelLayout layout{world, request.cfg_parallel ? 2 : 1};
   layout.validate();
 #ifndef MMGEN_HAVE_CUDA

@@ -102,22 +102,23 @@ std::string ZImagePipeline::text_encoder_backend() const {
              : text_backend_;
 }
 
-void ZImagePipeline::place(bool cuda) const {
+void ZImagePipeline::place(bool cuda, bool transformer_only) const {
   const Device device = cuda ? Device::CUDA : Device::CPU;
 #ifndef MMGEN_HAVE_CUDA
   check(!cuda,
         "--device cuda: this build has no CUDA support; rebuild with -DMMGEN_CUDA=ON or use "
         "--device cpu");
 #endif
-  if (text_encoder_->device() == device && transformer_->device() == device &&
-      vae_->device() == device)
+  if (transformer_->device() == device &&
+      (transformer_only || (text_encoder_->device() == device && vae_->device() == device)))
     return;
   Progress upload(cuda ? "upload" : "place", 1);
-  if (text_encoder_->device() != device) text_encoder_->set_device(device);
+  if (!transformer_only && text_encoder_->device() != device) text_encoder_->set_device(device);
   if (transformer_->device() != device) transformer_->set_device(device);
-  if (vae_->device() != device) vae_->set_device(device);
+  if (!transformer_only && vae_->device() != device) vae_->set_device(device);
   upload.finish();
-  if (cuda) spdlog::info("text encoder on the GPU: {} paged attention", text_encoder_backend());
+  if (cuda && !transformer_only)
+    spdlog::info("text encoder on the GPU: {} paged attention", text_encoder_backend());
 }
 
 std::vector<Tensor> ZImagePipeline::encode_prompts(const std::vector<std::string>& prompts,
@@ -165,7 +166,11 @@ dit::ZImageAttention ZImagePipeline::build_attention() const {
 ZImageGenerationOutput ZImagePipeline::generate(const ZImageGenerationInput& input,
                                                 bool keep_step_latents) const {
   const ZImageGuidance& guidance = input.guidance;
-  place(input.cuda);
+  const ParallelRun* parallel = input.parallel;
+  const bool leader = !parallel || parallel->leader();
+  check(!parallel || parallel->layout.cfg_degree == 1,
+        "--cfg-parallel: built for WanPipeline only so far; drop --cfg-parallel");
+  place(input.cuda, !leader);
   Progress encode_stage("encode", 1);
   // Precomputed embeddings (--prompt-embeds, from `mmgen encode`) skip the text encoder; the
   // negative one is used only with guidance on. What is left goes through the encoder in one call:
@@ -183,7 +188,21 @@ ZImageGenerationOutput ZImagePipeline::generate(const ZImageGenerationInput& inp
     slots.push_back(1);
   }
   if (!prompts.empty()) {
-    std::vector<Tensor> encoded = encode_prompts(prompts, input.max_sequence_length);
+    // Several ranks: the leader encodes; the others get each prompt's token count, then its rows.
+    std::vector<Tensor> encoded;
+    if (leader) encoded = encode_prompts(prompts, input.max_sequence_length);
+    if (parallel) {
+      Tensor lengths = Tensor::zeros({int64_t(prompts.size())});
+      for (size_t i = 0; leader && i < encoded.size(); ++i)
+        lengths.data<float>()[i] = float(encoded[i].size(0));
+      parallel->world->broadcast(lengths, 0);
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        if (!leader)
+          encoded.push_back(Tensor::zeros({int64_t(lengths.data<float>()[i]), caption_dim()}));
+        encoded[i] = encoded[i].to(DType::F32).contiguous();
+        parallel->world->broadcast(encoded[i], 0);
+      }
+    }
     for (size_t i = 0; i < slots.size(); ++i) embeds[slots[i]] = std::move(encoded[i]);
   }
   encode_stage.finish();
@@ -223,7 +242,8 @@ ZImageGenerationOutput ZImagePipeline::generate(const ZImageGenerationInput& inp
     const Tensor item_latents = latents.select(0, 0).unsqueeze(1).contiguous();  // [C, 1, h, w]
     std::vector<dit::ZImageItem> batch = {{item_latents, embeds[0], t_norm}};
     if (apply_cfg) batch.push_back({item_latents, embeds[1], t_norm});
-    const std::vector<Tensor> predictions = transformer_->forward(batch, {i, steps}, &attention);
+    const std::vector<Tensor> predictions = transformer_->forward(
+        batch, {i, steps}, &attention, parallel ? parallel->sequence.get() : nullptr);
     const Tensor prediction = apply_cfg ? zimage_guided_prediction(predictions[0], predictions[1],
                                                                    scale, guidance.normalization)
                                         : predictions[0];
@@ -233,6 +253,7 @@ ZImageGenerationOutput ZImagePipeline::generate(const ZImageGenerationInput& inp
   }
   denoise.finish();
 
+  if (!leader) return output;  // the leader decodes and writes
   const Tensor z = vae_->denormalize(latents);
   Tensor image;
   if (input.vae_tiles) {
@@ -265,6 +286,7 @@ ZImageGenerationInput zimage_input_from_request(const Request& request,
   input.seed = request.seed;
   if (request.latents) input.initial_latents = read_tensor_file(*request.latents);
   input.cuda = request.device == "cuda";
+  input.parallel = request.parallel.get();
   if (request.vae_tiling) {
     const int64_t factor = pipeline.vae_spatial_factor();
     input.vae_tiles =
@@ -299,6 +321,8 @@ PipelineRunner load_zimage_pipeline(const ModelIndex& index, const AttentionPlan
   PipelineRunner runner;
   runner.run = [pipeline, ahead](const Request& request) {
     ZImageGenerationInput input = zimage_input_from_request(request, *pipeline);
+    // Several ranks: generate() encodes on the leader and broadcasts; nothing is cached here.
+    if (input.parallel) return pipeline->generate(input).frames;
     const int64_t length = input.max_sequence_length;
     if (auto found = ahead->prompts.find({input.prompt, length, input.cuda});
         found != ahead->prompts.end() && !input.prompt_embeds.defined()) {
@@ -312,6 +336,7 @@ PipelineRunner load_zimage_pipeline(const ModelIndex& index, const AttentionPlan
     return pipeline->generate(input).frames;
   };
   runner.encode_ahead = [pipeline, ahead](const std::vector<Request>& requests) {
+    if (!requests.empty() && requests.front().parallel) return;  // the leader encodes per run
     // Per device and max_sequence_length, the prompts to encode and whether each is a negative
     // prompt. The encoder runs where the requests will (a GPU run encodes on the GPU).
     std::map<std::pair<bool, int64_t>, std::vector<std::pair<std::string, bool>>> todo;

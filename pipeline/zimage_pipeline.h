@@ -26,6 +26,7 @@
 #include "models/vae/tiling.h"
 #include "pipeline/attention_plan.h"
 #include "pipeline/model_index.h"
+#include "pipeline/parallel_run.h"
 #include "pipeline/registry.h"
 #include "pipeline/request.h"
 #include "pipeline/zimage_guidance.h"
@@ -49,10 +50,13 @@ struct ZImageGenerationInput {
   // When defined, [tokens, cap_feat_dim] used instead of encoding prompt / negative_prompt (the
   // negative one only with guidance on).
   Tensor prompt_embeds, negative_prompt_embeds;
+  // Several ranks (`--gpus N`, Ulysses sequence parallel only): the leader encodes and
+  // broadcasts, every rank steps the same latents on its rows, the leader decodes. Null: alone.
+  const ParallelRun* parallel = nullptr;
 };
 
 struct ZImageGenerationOutput {
-  Tensor frames;                           // [1, H, W, 3] float32 in [0, 1]
+  Tensor frames;                           // [1, H, W, 3] float32 in [0, 1]; the leader's only
   std::vector<Tensor> latents_after_step;  // kept when asked (tests compare them)
 };
 
@@ -91,8 +95,9 @@ class ZImagePipeline {
   dit::ZImageAttention build_attention() const;
 
   // Moves every component to the device a run asks for (the weights go up once; a CPU run after a
-  // GPU one moves them back). generate() calls it; a batch's encode_ahead calls it first.
-  void place(bool cuda) const;
+  // GPU one moves them back). generate() calls it; a batch's encode_ahead calls it first. A rank
+  // other than the leader of a parallel run needs the transformer only.
+  void place(bool cuda, bool transformer_only = false) const;
 
  private:
   ModelIndex index_;

@@ -16,10 +16,13 @@
 #include "core/thread_communicator.h"
 #include "models/dit/wan_random_checkpoint.h"
 #include "models/dit/wan_transformer.h"
+#include "models/dit/zimage_random_checkpoint.h"
+#include "models/dit/zimage_transformer.h"
 #include "models/vae/tiling.h"
 #include "pipeline/model_index.h"
 #include "pipeline/parallel_run.h"
 #include "pipeline/wan_pipeline.h"
+#include "pipeline/zimage_pipeline.h"
 #include "tests/test_support.h"
 
 namespace mmgen {
@@ -117,28 +120,31 @@ TEST(PitchedCopy, PacksAndUnpacksAHeadSliceOnTheHost) {
                Error);
 }
 
-// Ulysses: the whole sequence for a share of the heads, and back, for uneven shards and a batch.
+// Ulysses: the whole sequence for a share of the heads, and back, for uneven shards, a batch, and
+// heads that divide over the ranks (6 over 3) or do not (7 over 3: 3, 2, 2).
 TEST(Ulysses, ExchangesPutEveryHeadOfTheWholeSequenceOnItsRank) {
-  for (const int64_t batch : {1, 2}) {
-    const int n = 3;
-    const int64_t total = 11, heads = 6, dim = 4;
-    const Tensor whole = iota({batch, total, heads, dim}, 0.5f);
-    const dist::SequenceShards shards = dist::SequenceShards::balanced(total, n);
-    run_ranks(n, [&](int rank, dist::Communicator& comm) {
-      const int64_t start = shards.offsets[size_t(rank)], rows = shards.sizes[size_t(rank)];
-      const Tensor mine = whole.slice(1, start, start + rows).contiguous();
-      const Tensor by_heads = attention::sequence_to_heads(mine, shards, comm);
-      EXPECT_TRUE(same_bits(by_heads, whole.slice(2, rank * 2, rank * 2 + 2).contiguous()))
-          << "batch " << batch << " rank " << rank;
-      EXPECT_TRUE(same_bits(attention::heads_to_sequence(by_heads, shards, comm), mine));
-      const Tensor flat = mine.view({batch, rows, heads * dim});
-      EXPECT_TRUE(same_bits(attention::gather_sequence(flat, shards, comm),
-                            whole.view({batch, total, heads * dim})));
-      // Heads that do not divide over the ranks are refused.
-      EXPECT_THROW(attention::sequence_to_heads(mine.slice(2, 0, 4).contiguous(), shards, comm),
-                   Error);
-    });
-  }
+  for (const int64_t heads : {6, 7})
+    for (const int64_t batch : {1, 2}) {
+      const int n = 3;
+      const int64_t total = 11, dim = 4;
+      const Tensor whole = iota({batch, total, heads, dim}, 0.5f);
+      const dist::SequenceShards shards = dist::SequenceShards::balanced(total, n);
+      const int64_t first[] = {0, heads == 6 ? 2 : 3, heads == 6 ? 4 : 5, heads};
+      run_ranks(n, [&](int rank, dist::Communicator& comm) {
+        const int64_t start = shards.offsets[size_t(rank)], rows = shards.sizes[size_t(rank)];
+        const Tensor mine = whole.slice(1, start, start + rows).contiguous();
+        const Tensor by_heads = attention::sequence_to_heads(mine, shards, comm);
+        EXPECT_TRUE(same_bits(by_heads, whole.slice(2, first[rank], first[rank + 1]).contiguous()))
+            << heads << " heads, batch " << batch << " rank " << rank;
+        EXPECT_TRUE(same_bits(attention::heads_to_sequence(by_heads, shards, comm, heads), mine));
+        const Tensor flat = mine.view({batch, rows, heads * dim});
+        EXPECT_TRUE(same_bits(attention::gather_sequence(flat, shards, comm),
+                              whole.view({batch, total, heads * dim})));
+        // Fewer heads than ranks are refused.
+        EXPECT_THROW(attention::sequence_to_heads(mine.slice(2, 0, 2).contiguous(), shards, comm),
+                     Error);
+      });
+    }
 }
 
 // A random-weight transformer with 6 heads over 2 and 3 ranks, an uneven token count and a batch
@@ -178,6 +184,52 @@ TEST(Ulysses, ShardedTransformerForwardIsTheSingleDeviceForwardToTheBit) {
       const Tensor ours = model.forward(latents, 500.0f, text, {}, &attention, &sequence);
       EXPECT_TRUE(same_bits(ours, expected))
           << n << " ranks, rank " << rank << ": max diff " << testing::max_abs_diff(ours, expected);
+    });
+  }
+}
+
+// A random-weight Z-Image transformer with 3 heads (over 2 ranks: 2 and 1) and a ragged batch of
+// two (captions of 7 and 40 tokens, so joint sequences of 64 and 96 rows) over 2 and 3 ranks:
+// each rank's predictions are the single-device forward's to the bit.
+TEST(Ulysses, ShardedZImageForwardIsTheSingleDeviceForwardToTheBit) {
+  const dit::ZImageConfig config = dit::ZImageConfig::from_json({{"dim", 128},
+                                                                 {"n_heads", 4},
+                                                                 {"n_kv_heads", 4},
+                                                                 {"n_layers", 2},
+                                                                 {"n_refiner_layers", 1},
+                                                                 {"cap_feat_dim", 40},
+                                                                 {"axes_dims", {8, 12, 12}},
+                                                                 {"axes_lens", {256, 64, 64}}});
+  const fs::path folder = testing::scratch_dir("parallel_test_zimage");
+  write_safetensors(folder / "diffusion_pytorch_model.safetensors",
+                    dit::zimage_random_checkpoint(config, DType::F32));
+  const auto fa_attention = [&] {  // as above: `fa`, whose rows do not depend on their block
+    dit::ZImageAttention attention;
+    for (auto* stack : {&attention.noise_refiner, &attention.context_refiner, &attention.layers}) {
+      stack->resize(size_t(stack == &attention.layers ? config.n_layers : config.n_refiner_layers));
+      for (auto& layer : *stack)
+        layer.backend = attention::make_dit_backend("fa", nlohmann::json::object());
+    }
+    return attention;
+  };
+  const std::vector<dit::ZImageItem> batch = {
+      {dit::random_tensor({16, 1, 6, 10}, 0.0f, 1.5f, 5, DType::F32),
+       dit::random_tensor({7, 40}, 0.0f, 1.0f, 6, DType::F32), 0.3f},
+      {dit::random_tensor({16, 1, 6, 10}, 0.0f, 1.5f, 7, DType::F32),
+       dit::random_tensor({40, 40}, 0.0f, 1.0f, 8, DType::F32), 0.3f}};
+  const dit::ZImageTransformer single(config, WeightStore::open_folder(folder));
+  dit::ZImageAttention single_attention = fa_attention();
+  const std::vector<Tensor> expected = single.forward(batch, {}, &single_attention);
+  for (const int n : {2, 3}) {
+    run_ranks(n, [&](int rank, dist::Communicator& comm) {
+      const dit::ZImageTransformer model(config, WeightStore::open_folder(folder));
+      dit::ZImageAttention attention = fa_attention();
+      const std::vector<Tensor> ours = model.forward(batch, {}, &attention, &comm);
+      ASSERT_EQ(ours.size(), expected.size());
+      for (size_t i = 0; i < ours.size(); ++i)
+        EXPECT_TRUE(same_bits(ours[i], expected[i]))
+            << n << " ranks, rank " << rank << ", item " << i << ": max diff "
+            << testing::max_abs_diff(ours[i], expected[i]);
     });
   }
 }
@@ -255,6 +307,56 @@ TEST(ParallelPipeline, SequenceAndCfgParallelGiveTheSingleProcessVideo) {
                              std::to_string(layout.cfg_degree) + (run_case.tiled ? ", tiled" : "");
     EXPECT_TRUE(same_bits(frames[0], run_case.tiled ? expected_tiled : expected)) << name;
     for (int r = 1; r < layout.world_size; ++r) EXPECT_FALSE(frames[size_t(r)].defined()) << name;
+  }
+}
+
+// The zimage-tiny pipeline (4 heads: 2 and 2 over 2 ranks, 2, 1, 1 over 3) with guidance, so two
+// items with captions of different lengths, in sequence parallel: the leader's image is the
+// single-process image to the bit; the others return none.
+TEST(ParallelPipeline, ZImageSequenceParallelGivesTheSingleProcessImage) {
+  if (testing::shared_dir().empty()) GTEST_SKIP() << "../shared not found; reference check skipped";
+  const ModelIndex index = load_model_index(testing::shared_dir() / "fixtures/zimage-tiny/model");
+  const AttentionPlan plan = plan_attention(index, Request{});
+  ZImageGenerationInput input;
+  input.prompt = "a red square on a blue field";
+  input.negative_prompt = "blurry";
+  input.height = 32;
+  input.width = 48;
+  input.num_inference_steps = 3;
+  input.guidance.scale = 4.0;
+  input.max_sequence_length = 48;
+  input.seed = 7;
+  const Tensor expected = ZImagePipeline(index, plan).generate(input).frames;
+  for (const int n : {2, 3}) {
+    const size_t ranks = static_cast<size_t>(n);
+    dist::ThreadGroup world(n), sequence(n);
+    std::vector<ParallelRun> runs(ranks);
+    for (int r = 0; r < n; ++r) {
+      runs[size_t(r)].layout = {n, 1};
+      runs[size_t(r)].world = world.member(r);
+      runs[size_t(r)].sequence = sequence.member(r);
+    }
+    std::vector<Tensor> frames(ranks);
+    std::vector<std::exception_ptr> errors(ranks);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          ZImageGenerationInput mine = input;
+          mine.parallel = &runs[size_t(r)];
+          frames[size_t(r)] = ZImagePipeline(index, plan).generate(mine).frames;
+        } catch (...) {
+          errors[size_t(r)] = std::current_exception();
+          world.abort();
+          sequence.abort();
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (auto& e : errors)
+      if (e) std::rethrow_exception(e);
+    EXPECT_TRUE(same_bits(frames[0], expected))
+        << n << " ranks: max diff " << testing::max_abs_diff(frames[0], expected);
+    for (int r = 1; r < n; ++r) EXPECT_FALSE(frames[size_t(r)].defined()) << n << " ranks";
   }
 }
 

@@ -99,8 +99,8 @@ int main(int argc, char** argv) try {
   Tensor by_heads;
   const double to_heads_ms = time_ms(
       int(repeats), world, [&] { by_heads = attention::sequence_to_heads(x, shards, world); });
-  const double to_sequence_ms =
-      time_ms(int(repeats), world, [&] { attention::heads_to_sequence(by_heads, shards, world); });
+  const double to_sequence_ms = time_ms(
+      int(repeats), world, [&] { attention::heads_to_sequence(by_heads, shards, world, heads); });
   const double sent_gb = double(rows * (heads - part) * dim * 2) / 1e9;
   if (me == 0) {
     std::printf(

@@ -40,7 +40,7 @@ Tensor sequence_parallel_self_attention(const Tensor& q, const Tensor& k, const 
       wan_attention(attention::sequence_to_heads(q.contiguous(), sequence.shards, group),
                     attention::sequence_to_heads(k.contiguous(), sequence.shards, group),
                     attention::sequence_to_heads(v.contiguous(), sequence.shards, group), whole);
-  return attention::heads_to_sequence(out.contiguous(), sequence.shards, group);
+  return attention::heads_to_sequence(out.contiguous(), sequence.shards, group, q.size(2));
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "attention/dense_attention.h"
+#include "attention/ulysses.h"
 #include "core/error.h"
 
 namespace mmgen::dit {
@@ -27,6 +28,19 @@ Tensor zimage_attention(const Tensor& q, const Tensor& k, const Tensor& v,
   check(q.dim() == 4 && q.size(0) == 1 && k.shape() == q.shape() && v.shape() == q.shape(),
         "zimage_attention: q, k, v must be one item's [1, tokens, heads, head_dim], got {}, {}, {}",
         shape_string(q.shape()), shape_string(k.shape()), shape_string(v.shape()));
+  if (call.sequence) {
+    check(q.size(1) == call.sequence->rows(), "zimage_attention: {} rows, the shard holds {}",
+          q.size(1), call.sequence->rows());
+    dist::Communicator& group = *call.sequence->group;
+    const dist::SequenceShards& shards = call.sequence->shards;
+    ZImageAttentionCall whole = call;
+    whole.sequence = nullptr;
+    const Tensor out =
+        zimage_attention(attention::sequence_to_heads(q.contiguous(), shards, group),
+                         attention::sequence_to_heads(k.contiguous(), shards, group),
+                         attention::sequence_to_heads(v.contiguous(), shards, group), whole);
+    return attention::heads_to_sequence(out.contiguous(), shards, group, q.size(2));
+  }
   const float scale = float(1.0 / std::sqrt(double(q.size(3))));
   if (q.device() == Device::CUDA) {
     const attention::GpuAttention gpu =

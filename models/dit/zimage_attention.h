@@ -15,6 +15,7 @@
 
 #include "attention/backend.h"
 #include "attention/device_attention.h"
+#include "core/communicator.h"
 #include "core/tensor.h"
 
 namespace mmgen::dit {
@@ -38,6 +39,16 @@ struct ZImageAttention {
   attention::GpuAttention gpu;
 };
 
+// Ulysses sequence parallel (`mmgen generate --gpus N`): this rank holds its shard of the rows of
+// the sequence a call attends over; attention exchanges them for the whole sequence and a share
+// of the heads (attention/ulysses.h).
+struct ZImageSequenceParallel {
+  dist::Communicator* group = nullptr;
+  dist::SequenceShards shards;
+  int64_t rows() const { return shards.sizes[size_t(group->rank())]; }
+  int64_t offset() const { return shards.offsets[size_t(group->rank())]; }
+};
+
 struct ZImageAttentionCall {
   ZImageStage stage = ZImageStage::Main;
   int64_t layer = 0;  // index within the stage's stack
@@ -49,12 +60,14 @@ struct ZImageAttentionCall {
   float timestep = 0;  // the value the model was given, for backends that read it
   int64_t step_index = 0;
   int64_t step_count = 1;
-  ZImageAttention* attention = nullptr;  // null: dense reference
+  ZImageAttention* attention = nullptr;              // null: dense reference
+  const ZImageSequenceParallel* sequence = nullptr;  // null: this rank holds every row
 };
 
 // q, k, v [1, tokens, heads, head_dim] of one item (float32 on the CPU; bf16 on the GPU).
 // Returns [1, tokens, heads, head_dim], softmax(q·kᵀ/√head_dim)·v as the layer's backend
-// computes it, over all of the item's tokens.
+// computes it, over all of the item's tokens (under sequence parallel: q, k, v and the result
+// are this rank's rows).
 Tensor zimage_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                         const ZImageAttentionCall& call);
 

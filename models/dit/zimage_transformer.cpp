@@ -3,6 +3,7 @@
 #include <cstring>
 #include <utility>
 
+#include "attention/ulysses.h"
 #include "core/error.h"
 #include "core/ops.h"
 #include "models/dit/wan_patchify.h"
@@ -164,8 +165,8 @@ const ZImageTransformer::LayoutRope& ZImageTransformer::layout_rope(
 }
 
 std::vector<Tensor> ZImageTransformer::forward(const std::vector<ZImageItem>& batch,
-                                               const ZImageStep& step,
-                                               ZImageAttention* attention) const {
+                                               const ZImageStep& step, ZImageAttention* attention,
+                                               dist::Communicator* sequence_group) const {
   check(!batch.empty(), "Z-Image transformer: empty batch");
   const int64_t count = int64_t(batch.size());
   const ZImageOuterWeights& outer = device_ == Device::CPU ? host_outer_ : resident_outer_;
@@ -236,7 +237,8 @@ std::vector<Tensor> ZImageTransformer::forward(const std::vector<ZImageItem>& ba
   // Runs one stack over every item, each block's weights loaded once for the whole batch.
   const auto run_stack = [&](ZImageStage stage, int64_t layers, std::vector<Tensor>& streams,
                              const std::vector<ZImageRopeTables>& rope,
-                             const std::vector<std::vector<ZImageModulation>>& modulation) {
+                             const std::vector<std::vector<ZImageModulation>>& modulation,
+                             const std::vector<ZImageSequenceParallel>& sequence) {
     call.stage = stage;
     call.num_layers = layers;
     // Each item's next attention input, returned by the block before it (its last residual
@@ -247,6 +249,7 @@ std::vector<Tensor> ZImageTransformer::forward(const std::vector<ZImageItem>& ba
       const ZImageBlockWeights weights = block_weights(stage, layer);
       for (int64_t i = 0; i < count; ++i) {
         call.item = i;
+        call.sequence = sequence.empty() ? nullptr : &sequence[size_t(i)];
         call.timestep = batch[size_t(i)].timestep;
         call.grid = stage == ZImageStage::ContextRefiner ? std::array<int64_t, 3>{0, 0, 0}
                                                          : layouts[size_t(i)].grid;
@@ -258,16 +261,42 @@ std::vector<Tensor> ZImageTransformer::forward(const std::vector<ZImageItem>& ba
       }
     }
   };
+  // Sequence parallel: each item's rows split over the group, with their rows of the RoPE tables.
+  const auto shard = [&](std::vector<Tensor>& streams, std::vector<ZImageRopeTables>& rope) {
+    std::vector<ZImageSequenceParallel> sequence;
+    if (!sequence_group) return sequence;
+    for (int64_t i = 0; i < count; ++i) {
+      Tensor& stream = streams[size_t(i)];
+      ZImageSequenceParallel part{
+          sequence_group, dist::SequenceShards::balanced(stream.size(0), sequence_group->size())};
+      const int64_t start = part.offset(), end = start + part.rows();
+      stream = stream.slice(0, start, end).contiguous();
+      rope[size_t(i)] = {rope[size_t(i)].cos.slice(0, start, end),
+                         rope[size_t(i)].sin.slice(0, start, end)};
+      sequence.push_back(std::move(part));
+    }
+    return sequence;
+  };
+  // Every rank's rows back into the whole stream [tokens, features].
+  const auto gather = [&](const Tensor& rows, const ZImageSequenceParallel& part) {
+    return attention::gather_sequence(rows.contiguous().view({1, rows.size(0), rows.size(1)}),
+                                      part.shards, *part.group)
+        .view({part.shards.total(), rows.size(1)});
+  };
+  const std::vector<ZImageSequenceParallel> image_sequence = shard(image, image_rope);
   run_stack(ZImageStage::NoiseRefiner, config_.n_refiner_layers, image, image_rope,
-            noise_modulation);
+            noise_modulation, image_sequence);
+  for (size_t i = 0; i < image_sequence.size(); ++i) image[i] = gather(image[i], image_sequence[i]);
   run_stack(ZImageStage::ContextRefiner, config_.n_refiner_layers, caption, caption_rope,
-            context_modulation);
+            context_modulation, {});
   std::vector<Tensor> joint;
   for (int64_t i = 0; i < count; ++i) {
     joint.push_back(assemble_rows({image[size_t(i)], caption[size_t(i)]}, 0, Tensor()));
     image[size_t(i)] = caption[size_t(i)] = Tensor();
   }
-  run_stack(ZImageStage::Main, config_.n_layers, joint, joint_rope, main_modulation);
+  const std::vector<ZImageSequenceParallel> joint_sequence = shard(joint, joint_rope);
+  run_stack(ZImageStage::Main, config_.n_layers, joint, joint_rope, main_modulation,
+            joint_sequence);
 
   // Final layer: LayerNorm (no affine) scaled by 1 + adaLN(SiLU(t)), projection, unpatchify of
   // the image tokens.
@@ -283,9 +312,17 @@ std::vector<Tensor> ZImageTransformer::forward(const std::vector<ZImageItem>& ba
     const Tensor normed = ops::modulated_layer_norm(
         joint[size_t(i)], no_shift, scale.view({config_.dim}).to(device_), kFinalNormEps, compute_);
     joint[size_t(i)] = Tensor();
-    const Tensor rows = ops::linear(normed.slice(0, 0, layouts[size_t(i)].image_tokens),
-                                    outer.final_weight, outer.final_bias)
-                            .to(Device::CPU);
+    const int64_t image_tokens = layouts[size_t(i)].image_tokens;
+    // Under sequence parallel every row of this rank's shard is projected (a product's rows do
+    // not depend on each other) and the ranks' rows gathered before the image's are kept.
+    const Tensor rows =
+        joint_sequence.empty()
+            ? ops::linear(normed.slice(0, 0, image_tokens), outer.final_weight, outer.final_bias)
+                  .to(Device::CPU)
+            : gather(ops::linear(normed, outer.final_weight, outer.final_bias),
+                     joint_sequence[size_t(i)])
+                  .slice(0, 0, image_tokens)
+                  .to(Device::CPU);
     outputs.push_back(zimage_unpatchify(rows, config_, layouts[size_t(i)]));
   }
   return outputs;

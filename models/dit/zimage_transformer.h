@@ -63,8 +63,13 @@ class ZImageTransformer {
 
   // One prediction per item, [in_channels, frames, height, width] float32 on the host.
   // `attention` holds the per-layer backends the pipeline built (null: the dense reference).
+  // `sequence_group` (Ulysses sequence parallel, every rank of it calling with the same batch):
+  // the noise refiner and the main blocks run on this rank's rows of each item's image and joint
+  // sequences (balanced shards), the short caption refiner on all of them; every rank returns
+  // the whole prediction.
   std::vector<Tensor> forward(const std::vector<ZImageItem>& batch, const ZImageStep& step = {},
-                              ZImageAttention* attention = nullptr) const;
+                              ZImageAttention* attention = nullptr,
+                              dist::Communicator* sequence_group = nullptr) const;
 
  private:
   ZImageBlockWeights block_weights(ZImageStage stage, int64_t layer) const;
