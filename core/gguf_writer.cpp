@@ -97,8 +97,9 @@ void write_gguf(const std::filesystem::path& path, const nlohmann::json& metadat
   nlohmann::json keys = metadata;
   struct Placed {
     const TensorToWrite* tensor;
+    const GgmlTypeInfo* info;
     std::vector<uint64_t> ne;  // innermost first
-    std::string data;
+    uint64_t bytes;
   };
   std::vector<Placed> placed;
   for (const TensorToWrite& t : tensors) {
@@ -106,21 +107,33 @@ void write_gguf(const std::filesystem::path& path, const nlohmann::json& metadat
     check(info && (t.type == GgmlType::F32 || t.type == GgmlType::F16 || t.type == GgmlType::BF16 ||
                    t.type == GgmlType::Q8_0),
           "gguf writer: {} cannot be written as type {}", t.name, uint32_t(t.type));
-    Shape shape = t.values.shape();
+    check(t.values.defined() || t.load, "gguf writer: {} has no values", t.name);
+    Shape shape = t.values.defined() ? t.values.shape() : t.shape;
+    int64_t count = 1;
+    for (const int64_t d : shape) count *= d;
     if (shape.empty()) shape = {1};
     if (shape.size() > 4) {  // ComfyUI-GGUF's rule: flatten, keep the shape
       keys["comfy.gguf.orig_shape." + t.name] = shape;
-      shape = {shape[0], t.values.numel() / shape[0]};
+      shape = {shape[0], count / shape[0]};
     }
-    Placed p{&t, {}, {}};
+    Placed p{&t, info, {}, 0};
     for (size_t d = shape.size(); d-- > 0;) p.ne.push_back(uint64_t(shape[d]));
     check(int64_t(p.ne[0]) % info->block == 0,
           "gguf writer: {} has rows of {}, not whole {} blocks of {}", t.name, p.ne[0], info->name,
           info->block);
-    const Tensor f32 = t.values.to(DType::F32).contiguous();
+    p.bytes = uint64_t(count / info->block) * info->bytes;
+    placed.push_back(std::move(p));
+  }
+  // One tensor's bytes in the type it is written as.
+  const auto encode = [](const Placed& p) {
+    const TensorToWrite& t = *p.tensor;
+    const Tensor values = t.values.defined() ? t.values : t.load();
+    const Tensor f32 = values.to(DType::F32).contiguous();
     const int64_t count = f32.numel();
-    p.data.resize(size_t(count / info->block) * info->bytes);
-    std::byte* out = reinterpret_cast<std::byte*>(p.data.data());
+    check(uint64_t(count / p.info->block) * p.info->bytes == p.bytes,
+          "gguf writer: {} gave {} values, its shape holds another count", t.name, count);
+    std::string data(p.bytes, '\0');
+    std::byte* out = reinterpret_cast<std::byte*>(data.data());
     const float* x = f32.data<float>();
     for (int64_t i = 0; i < count && t.type != GgmlType::Q8_0; ++i) {
       if (t.type == GgmlType::F32) std::memcpy(out + 4 * i, x + i, 4);
@@ -128,8 +141,8 @@ void write_gguf(const std::filesystem::path& path, const nlohmann::json& metadat
       if (t.type != GgmlType::F32) std::memcpy(out + 2 * i, &half, 2);
     }
     if (t.type == GgmlType::Q8_0) quantize_q8_0(x, count, out);
-    placed.push_back(std::move(p));
-  }
+    return data;
+  };
 
   Buffer head;
   head.put<uint32_t>(0x46554747u);  // "GGUF"
@@ -155,7 +168,7 @@ void write_gguf(const std::filesystem::path& path, const nlohmann::json& metadat
     for (uint64_t n : p.ne) head.put<uint64_t>(n);
     head.put<uint32_t>(uint32_t(p.tensor->type));
     head.put<uint64_t>(offset);
-    offset += (p.data.size() + kAlignment - 1) / kAlignment * kAlignment;
+    offset += (p.bytes + kAlignment - 1) / kAlignment * kAlignment;
   }
   head.pad();
   write_atomically(path, [&](const std::filesystem::path& temporary) {
@@ -163,7 +176,7 @@ void write_gguf(const std::filesystem::path& path, const nlohmann::json& metadat
     out.write(head.bytes.data(), std::streamsize(head.bytes.size()));
     for (const Placed& p : placed) {
       Buffer data;
-      data.bytes = p.data;
+      data.bytes = encode(p);
       data.pad();
       out.write(data.bytes.data(), std::streamsize(data.bytes.size()));
     }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -18,14 +19,19 @@ namespace mmgen::gguf {
 
 struct TensorToWrite {
   std::string name;
-  Tensor values;  // any float dtype, host
+  Tensor values;  // any float dtype, host; undefined when `load` gives them
   GgmlType type = GgmlType::F32;
+  // Instead of `values`: their shape, and a call that gives them when the tensor is written, so a
+  // checkpoint larger than memory streams through one tensor at a time.
+  Shape shape;
+  std::function<Tensor()> load;
 };
 
 // q8_0 blocks of `count` float32 values (a multiple of 32) into `out` (count / 32 · 34 bytes).
 void quantize_q8_0(const float* values, int64_t count, std::byte* out);
 
-// Writes atomically; refuses a type it cannot write or rows that are not whole blocks.
+// Writes atomically; refuses a type it cannot write or rows that are not whole blocks. Each
+// tensor is converted when it is written: memory holds one tensor's values and bytes at a time.
 void write_gguf(const std::filesystem::path& path, const nlohmann::json& metadata,
                 const std::vector<TensorToWrite>& tensors);
 

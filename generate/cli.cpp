@@ -14,6 +14,7 @@
 #include "core/system_memory.h"
 #include "generate/attention_command.h"
 #include "generate/backends_command.h"
+#include "generate/convert_command.h"
 #include "generate/encode_command.h"
 #include "generate/generate_command.h"
 #include "generate/inspect_command.h"
@@ -30,6 +31,7 @@ constexpr const char* kUsage =
     "  inspect    show a model's components, sizes, attention backends and the memory a request\n"
     "             needs (mmgen inspect --help)\n"
     "  encode     write the prompt embeddings of the text encoder (mmgen encode --help)\n"
+    "  convert    write a component's weights as one GGUF file, e.g. q8_0 (mmgen convert --help)\n"
     "  options    every generate option, its type, default and meaning (--markdown, --json)\n"
     "  backends   list the attention backends and whether each runs here (--json, --markdown)\n"
     "  attention  run one attention backend on q, k, v .npy files (mmgen attention --help)\n\n"
@@ -86,6 +88,7 @@ int run_cli(int argc, char** argv) {
       return cli::run_inspect(arguments);
     }
     if (command == "encode") return cli::run_encode(arguments);
+    if (command == "convert") return cli::run_convert(arguments);
     if (command == "attention") {
       if (wants_help(arguments)) {
         std::cout << cli::attention_help();

@@ -293,6 +293,35 @@ const std::vector<OptionSpec>& option_table() {
        .help = "runs to time; the median is printed",
        .commands = {C::Attention},
        .value_name = "N"},
+
+      // convert: a component's weights into one GGUF file.
+      {.name = "input",
+       .type = T::Path,
+       .builtin_default = nullptr,
+       .help = "the component folder (its safetensors, one file or shards) or a .safetensors file; "
+               "required",
+       .commands = {C::Convert},
+       .value_name = "PATH"},
+      {.name = "out",
+       .type = T::Path,
+       .builtin_default = nullptr,
+       .help = "the .gguf file to write (the input folder's config.json is copied beside it when "
+               "none is there); required",
+       .commands = {C::Convert},
+       .value_name = "FILE.gguf"},
+      {.name = "type",
+       .type = T::Choice,
+       .builtin_default = "q8_0",
+       .help = "the weight matrices' type; norms, biases, embeddings, modulation tables and small "
+               "tensors stay f32",
+       .choices = {"q8_0", "f16", "bf16", "f32"},
+       .commands = {C::Convert},
+       .value_name = "TYPE"},
+      {.name = "overwrite",
+       .type = T::Flag,
+       .builtin_default = false,
+       .help = "replace an existing output file (without it, convert refuses before any work)",
+       .commands = {C::Convert}},
   };
   return options;
 }
@@ -307,6 +336,8 @@ std::string_view command_name(Command command) {
       return "encode";
     case Command::Attention:
       return "attention";
+    case Command::Convert:
+      return "convert";
   }
   return "?";
 }
@@ -321,8 +352,19 @@ const std::vector<OptionSpec>& command_options(Command command) {
   };
   static const std::vector<OptionSpec> generate = select(Command::Generate),
                                        encode = select(Command::Encode),
-                                       attention = select(Command::Attention);
-  return command == Command::Generate ? generate : command == Command::Encode ? encode : attention;
+                                       attention = select(Command::Attention),
+                                       convert = select(Command::Convert);
+  switch (command) {
+    case Command::Generate:
+      return generate;
+    case Command::Encode:
+      return encode;
+    case Command::Convert:
+      return convert;
+    case Command::Attention:
+      break;
+  }
+  return attention;
 }
 
 const std::vector<OptionSpec>& generate_options() {

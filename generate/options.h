@@ -16,8 +16,9 @@ namespace mmgen::cli {
 enum class OptionType { String, Path, Int, Float, Bool, Flag, Choice, Spec };
 
 // The subcommands that read their options from the table.
-enum class Command { Generate, Encode, Attention };
-std::string_view command_name(Command command);  // "generate", "encode", "attention"
+enum class Command { Generate, Encode, Attention, Convert };
+// "generate", "encode", "attention", "convert"
+std::string_view command_name(Command command);
 
 struct OptionSpec {
   std::string_view name;  // flag name without dashes, words joined by '-'

@@ -150,7 +150,8 @@ std::string configuration_markdown() {
   // The other commands read the same table (their own rows and the ones they share).
   for (const auto& [command, what] :
        {std::pair{Command::Encode, "writes a text encoder's prompt embeddings"},
-        std::pair{Command::Attention, "runs one DiT attention backend on .npy inputs"}}) {
+        std::pair{Command::Attention, "runs one DiT attention backend on .npy inputs"},
+        std::pair{Command::Convert, "writes a component's weights as one GGUF file"}}) {
     out += fmt::format(
         "\n## `mmgen {}` options\n\n`mmgen {}` {}; command line only.\n\n"
         "| Option | Type | Default | What it does |\n|---|---|---|---|\n",
@@ -175,7 +176,8 @@ std::string configuration_markdown() {
 
 json options_json() {
   json out = json::object();
-  for (const Command command : {Command::Generate, Command::Encode, Command::Attention}) {
+  for (const Command command :
+       {Command::Generate, Command::Encode, Command::Attention, Command::Convert}) {
     json rows = json::array();
     for (const auto& option : command_options(command)) {
       json row = {

@@ -200,7 +200,7 @@ SettingsLayer parse_arguments(Command command, const std::vector<std::string>& a
   }
 
   // What CLI11 did not know: per-component flags, or mistakes.
-  const bool per_component = command != Command::Attention;
+  const bool per_component = command == Command::Generate || command == Command::Encode;
   std::vector<std::string> extras = app.remaining();
   for (size_t i = 0; i < extras.size(); ++i) {
     std::string token = extras[i];

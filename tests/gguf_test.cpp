@@ -6,13 +6,17 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 
 #include "core/error.h"
+#include "core/gguf_convert.h"
 #include "core/gguf_writer.h"
 #include "core/npy.h"
 #include "core/safetensors.h"
+#include "generate/convert_command.h"
 #include "models/dit/wan_random_checkpoint.h"
 #include "models/dit/wan_transformer.h"
 #include "tests/test_support.h"
@@ -227,6 +231,81 @@ TEST(GgufWeights, GenerateRunsFromATransformerFolderWithAGgufFile) {
   const Tensor a = read_npy(out / "st.npy"), b = read_npy(out / "gguf.npy");
   ASSERT_EQ(a.shape(), b.shape());
   EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0);
+}
+
+// `mmgen convert` on a random Wan transformer folder wide enough for q8_0 rows (64 channels, ffn
+// 128): the matrices are q8_0, what the model reads at high precision stays f32 to the bit, the
+// file reads back, and the forward from it is within the q8_0 bound of the safetensors forward.
+TEST(GgufConvert, WritesMatricesAsQ8_0AndKeepsTheRestExact) {
+  nlohmann::json config = nlohmann::json::parse(
+      read_text_file(testing::source_dir() / "examples/models/wan-tiny/transformer/config.json"));
+  config["attention_head_dim"] = 32;
+  config["ffn_dim"] = 128;
+  config["text_dim"] = 64;
+  const dit::WanTransformerConfig wan = dit::WanTransformerConfig::from_json(config, "test");
+  const fs::path source = testing::scratch_dir("gguf_convert_source");
+  std::ofstream(source / "config.json") << config.dump(2);
+  write_safetensors(source / "diffusion_pytorch_model.safetensors", dit::random_checkpoint(wan),
+                    {{"format", "pt"}});
+  const fs::path out = testing::scratch_dir("gguf_convert_out") / "wan-q8_0.gguf";
+  ASSERT_EQ(cli::run_convert({"--input", source.string(), "--out", out.string(), "--overwrite"}),
+            0);
+  EXPECT_TRUE(fs::exists(out.parent_path() / "config.json"));  // copied beside the file
+
+  const gguf::GgufFile file = gguf::GgufFile::open(out);
+  const auto type_of = [&](const std::string& name) {
+    const gguf::GgufTensorInfo* info = file.find(name);
+    return info ? info->type : gguf::GgmlType(999);
+  };
+  EXPECT_EQ(type_of("blocks.0.attn1.to_q.weight"), gguf::GgmlType::Q8_0);
+  EXPECT_EQ(type_of("blocks.1.ffn.net.2.weight"), gguf::GgmlType::Q8_0);
+  for (const char* kept :
+       {"blocks.0.attn1.to_q.bias", "blocks.0.attn1.norm_q.weight", "blocks.0.scale_shift_table",
+        "blocks.0.norm2.weight", "condition_embedder.time_embedder.linear_2.weight",
+        "condition_embedder.text_embedder.linear_1.weight", "patch_embedding.weight",
+        "scale_shift_table"})
+    EXPECT_EQ(type_of(kept), gguf::GgmlType::F32) << kept;
+  EXPECT_EQ(file.metadata().at("general.architecture"), "wan");
+
+  const WeightStore original = WeightStore::open_folder(source);
+  const WeightStore converted = WeightStore::open_file(out);
+  ASSERT_EQ(converted.names(), original.names());
+  for (const std::string& name : original.names()) {
+    const Tensor a = original.get_f32(name), b = converted.get_f32(name);
+    ASSERT_EQ(a.shape(), b.shape()) << name;
+    if (type_of(name) == gguf::GgmlType::F32)
+      EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0) << name;
+    else {  // q8_0: within half a step d = max |x| / 127 of its block, plus the error of storing d
+      // in f16 (half an ulp, 2^-11 relative) times |q| <= 127.
+      float largest = 0;
+      for (int64_t i = 0; i < a.numel(); ++i)
+        largest = std::max(largest, std::abs(a.data<float>()[i]));
+      EXPECT_LE(testing::max_abs_diff(a, b), (0.5 + 127.0 / 2048.0) * largest / 127.0) << name;
+    }
+  }
+  const Tensor latents = dit::random_tensor({1, 16, 2, 4, 6}, 0.0f, 1.0f, 5, DType::F32);
+  const Tensor text = dit::random_tensor({1, 7, 64}, 0.0f, 0.5f, 6, DType::F32);
+  const Tensor expected = dit::WanTransformer(wan, original).forward(latents, 700.0f, text);
+  const double error = testing::relative_error(
+      dit::WanTransformer(wan, converted).forward(latents, 700.0f, text), expected);
+  std::printf("random Wan forward from `mmgen convert` q8_0: relative error %.3e\n", error);
+  EXPECT_GT(error, 0.0);
+  EXPECT_LT(error, 1e-2);
+}
+
+// Bad input: one line each, nothing written.
+TEST(GgufConvert, RefusesBadInputInOneLine) {
+  const fs::path out = testing::scratch_dir("gguf_convert_bad") / "x.gguf";
+  const std::string source =
+      (testing::source_dir() / "examples/models/wan-tiny/transformer").string();
+  EXPECT_THROW(cli::run_convert({"--input", "/nonexistent", "--out", out.string()}), Error);
+  EXPECT_THROW(cli::run_convert({"--input", source, "--out", out.string(), "--type", "q4_k"}),
+               Error);
+  EXPECT_THROW(cli::run_convert({"--input", source, "--out", out.string() + ".bin"}), Error);
+  EXPECT_THROW(cli::run_convert({"--out", out.string()}), Error);
+  EXPECT_FALSE(fs::exists(out));
+  ASSERT_EQ(cli::run_convert({"--input", source, "--out", out.string()}), 0);
+  EXPECT_THROW(cli::run_convert({"--input", source, "--out", out.string()}), Error);  // exists
 }
 
 }  // namespace
