@@ -317,6 +317,22 @@ std::map<std::string, Expectation> expectations() {
         const SafetensorsFile file = SafetensorsFile::open(run.root / "fox.safetensors");
         EXPECT_EQ(file.names(), std::vector<std::string>({"prompt_embeds.0"}));
       }};
+  e["build/mmgen convert --input examples/models/wan-shapes/transformer --out "
+    "shapes-q8/transformer/model.gguf --type q8_0"] = {
+      false, false, [](const DocCommand&, const DocRun& run) {
+        // "the weight matrices take --type ... config.json is copied beside the file"
+        EXPECT_NE(run.result.out.find(" as q8_0 and "), std::string::npos) << run.result.out;
+        EXPECT_TRUE(fs::exists(run.root / "shapes-q8/transformer/config.json"));
+        const WeightStore weights = WeightStore::open_folder(run.root / "shapes-q8/transformer");
+        EXPECT_TRUE(weights.has("blocks.0.attn1.to_q.weight"));
+      }};
+  e["build/mmgen generate --model-path examples/models/wan-shapes --transformer-path "
+    "shapes-q8/transformer --prompt \"a red circle on a blue background\" --height 128 --width "
+    "128 --num-frames 1 --seed 1 --output-path q8-outputs"] = {
+      false, false, [](const DocCommand&, const DocRun& run) {
+        // runs from the GGUF folder the command above wrote
+        expect_png(run.root / "q8-outputs", "a red circle on a blue background", 1);
+      }};
   e["build/mmgen generate --model-path DIR --prompt-embeds fox.safetensors --seed 1"] = {
       true, false, [](const DocCommand&, const DocRun& run) {
         // "no text encoder run": the embedding replaces the prompt
