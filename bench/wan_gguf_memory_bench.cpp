@@ -97,7 +97,7 @@ int main(int argc, char** argv) try {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!out.empty()) write_npy(out, prediction);
-  std::printf("%s: one forward, %lld tokens, %.1f s, peak resident %.2f GiB\n", run.c_str(),
+  std::printf("%s: one forward, %lld tokens, %.1f s, peak resident %.3f GiB\n", run.c_str(),
               (long long)(latent_frames * 30 * 52), seconds, peak_rss_gib());
   return 0;
 } catch (const std::exception& e) {

@@ -16,6 +16,7 @@ constexpr DTypeInfo kDTypes[] = {
     {DType::F32, 4, "f32", "F32"}, {DType::F64, 8, "f64", "F64"}, {DType::BF16, 2, "bf16", "BF16"},
     {DType::F16, 2, "f16", "F16"}, {DType::I64, 8, "i64", "I64"}, {DType::I32, 4, "i32", "I32"},
     {DType::I8, 1, "i8", "I8"},    {DType::U8, 1, "u8", "U8"},    {DType::Bool, 1, "bool", "BOOL"},
+    {DType::Q8_0, 34, "q8_0", ""},  // no safetensors type
 };
 
 const DTypeInfo& info(DType dtype) {
@@ -38,7 +39,7 @@ std::string_view dtype_safetensors_name(DType dtype) {
 
 std::optional<DType> dtype_from_safetensors(std::string_view name) {
   for (const auto& entry : kDTypes)
-    if (entry.safetensors == name) return entry.dtype;
+    if (!entry.safetensors.empty() && entry.safetensors == name) return entry.dtype;
   return std::nullopt;
 }
 

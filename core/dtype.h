@@ -12,7 +12,10 @@
 
 namespace mmgen {
 
-enum class DType { F32, F64, BF16, F16, I64, I32, I8, U8, Bool };
+// Q8_0: ggml's q8_0 blocks (an f16 scale and 32 int8 values, 34 bytes), for weights read from
+// GGUF files. One element is one block, so a q8_0 matrix [n, k] is a tensor [n, k / 32]; only the
+// CPU product reads it as it is, and to() expands it (to [n, k]).
+enum class DType { F32, F64, BF16, F16, I64, I32, I8, U8, Bool, Q8_0 };
 
 size_t dtype_size(DType dtype);
 std::string_view dtype_name(DType dtype);  // "f32", "bf16", ...

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <utility>
 
@@ -58,6 +59,8 @@ constexpr int64_t kJobPanels = 5;
 // for two, with no faster product; on the 2-core VM two threads beat one (71 against 82 ms).
 // One thread for all of them (8M) was tried in session 22 and changed nothing measurable.
 constexpr int64_t kWorkPerThread = int64_t(1) << 22;
+// Bytes of one q8_0 block (an f16 scale, 32 int8 values; core/dtype.h).
+constexpr int64_t kQ8Block = 34;
 
 constexpr int64_t round_up(int64_t value, int64_t to) {
   return (value + to - 1) / to * to;
@@ -112,6 +115,15 @@ void transpose16(__m512 r[16]) {
 // Up to 16 values of a weight row as float32 (`mask`: which of them exist).
 __m512 load_row(const void* w, DType dtype, int64_t at, __mmask16 mask) {
   if (dtype == DType::F32) return _mm512_maskz_loadu_ps(mask, static_cast<const float*>(w) + at);
+  if (dtype == DType::Q8_0) {  // 16 values of one block (rows are whole blocks, `at` % 16 == 0)
+    const std::byte* block = static_cast<const std::byte*>(w) + (at / 32) * kQ8Block;
+    uint16_t scale;
+    std::memcpy(&scale, block, 2);
+    const __m128i q = _mm_maskz_loadu_epi8(mask, block + 2 + at % 32);
+    // value = q · d, one rounding, as gguf::dequantize computes it
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)),
+                         _mm512_set1_ps(f16_to_f32(scale)));
+  }
   const __m256i half = _mm256_maskz_loadu_epi16(mask, static_cast<const uint16_t*>(w) + at);
   if (dtype == DType::F16) return _mm512_cvtph_ps(half);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
@@ -143,6 +155,17 @@ void pack_weight_panel(const void* w, DType dtype, int64_t n0, int64_t n, int64_
     case DType::BF16: {
       const uint16_t* from = static_cast<const uint16_t*>(w);
       return pack_panel([from](int64_t i) { return bf16_to_f32(from[i]); }, n0, n, k, panel);
+    }
+    case DType::Q8_0: {
+      const std::byte* from = static_cast<const std::byte*>(w);
+      return pack_panel(
+          [from](int64_t i) {
+            const std::byte* block = from + (i / 32) * kQ8Block;
+            uint16_t scale;
+            std::memcpy(&scale, block, 2);
+            return float(int8_t(block[2 + i % 32])) * f16_to_f32(scale);
+          },
+          n0, n, k, panel);
     }
     default: {  // F16 (linear_product checked the type)
       const uint16_t* from = static_cast<const uint16_t*>(w);
@@ -498,8 +521,10 @@ ProductPrecision product_precision() {
 void linear_product(const float* a, int64_t lda, const void* w, DType w_dtype, const float* bias,
                     float* c, int64_t m, int64_t k, int64_t n) {
   // Checked here, outside the parallel region, where an error may still leave as an exception.
-  check(w_dtype == DType::F32 || w_dtype == DType::BF16 || w_dtype == DType::F16,
+  check(w_dtype == DType::F32 || w_dtype == DType::BF16 || w_dtype == DType::F16 ||
+            w_dtype == DType::Q8_0,
         "linear: weights of type {} are not supported on the CPU", dtype_name(w_dtype));
+  check(w_dtype != DType::Q8_0 || k % 32 == 0, "linear: q8_0 rows of {} are not whole blocks", k);
   if (m == 0 || n == 0) return;
   if (k == 0) {
     for (int64_t r = 0; r < m; ++r)
@@ -508,7 +533,7 @@ void linear_product(const float* a, int64_t lda, const void* w, DType w_dtype, c
   }
   const int64_t panels = (n + kPanel - 1) / kPanel;
 #ifdef MMGEN_GEMM_BF16
-  if (precision == ProductPrecision::BF16) {
+  if (precision == ProductPrecision::BF16 && w_dtype != DType::Q8_0) {  // q8_0: float32 path
     // On AMX the pairs are padded to whole tile steps and the rows to whole blocks (zeros).
     const bool tiles = amx::available();
     const int64_t pairs = (k + 1) / 2;

@@ -189,6 +189,16 @@ const std::byte* GgufFile::blocks(const GgufTensorInfo& tensor) const {
   return file_->data() + data_start_ + tensor.offset;
 }
 
+Tensor GgufFile::q8_0_blocks(const std::string& name) const {
+  const GgufTensorInfo* tensor = find(name);
+  check(tensor != nullptr && tensor->type == GgmlType::Q8_0 && !tensor->shape.empty() &&
+            tensor->shape.back() % 32 == 0,
+        "{}: no q8_0 tensor {} of whole blocks", path().string(), name);
+  Shape blocks_shape = tensor->shape;
+  blocks_shape.back() /= 32;
+  return Tensor::wrap(file_, data_start_ + tensor->offset, blocks_shape, DType::Q8_0);
+}
+
 Tensor GgufFile::to_f32(const std::string& name) const {
   const GgufTensorInfo* tensor = find(name);
   check(tensor != nullptr, "{}: no tensor {}", path().string(), name);

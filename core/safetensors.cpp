@@ -281,6 +281,19 @@ Tensor WeightStore::get(const std::string& name) const {
   return files_[where.file].tensor(where.stored);
 }
 
+Tensor WeightStore::get_for_product(const std::string& name) const {
+  const TensorInfo& entry = info(name);
+  const Entry& where = where_.at(name);
+  if (where.file == kGguf) {
+    const gguf::GgufTensorInfo* stored = gguf_->find(where.stored);
+    // A q8_0 matrix kept in its stored shape (not one a converter flattened) stays blocks.
+    if (stored && stored->type == gguf::GgmlType::Q8_0 && entry.shape.size() == 2 &&
+        entry.shape == stored->shape && entry.shape[1] % 32 == 0)
+      return gguf_->q8_0_blocks(where.stored);
+  }
+  return get(name);
+}
+
 Tensor WeightStore::get_f32(const std::string& name) const {
   return get(name).to(DType::F32);
 }
@@ -322,6 +335,9 @@ void write_safetensors(const fs::path& path, const NamedTensors& tensors,
   for (const auto& [name, tensor] : tensors) {
     check(name != "__metadata__", "a tensor cannot be named __metadata__");
     check(!header.contains(name), "tensor name '{}' given twice", name);
+    check(!dtype_safetensors_name(tensor.dtype()).empty(),
+          "tensor '{}': safetensors has no {} type; convert it first", name,
+          dtype_name(tensor.dtype()));
     header[name] = {{"dtype", dtype_safetensors_name(tensor.dtype())},
                     {"shape", tensor.shape()},
                     {"data_offsets", {offset, offset + tensor.nbytes()}}};

@@ -62,7 +62,10 @@ class WeightStore {
   WeightStore renamed(const std::function<std::string(const std::string&)>& rename) const;
 
   bool has(const std::string& name) const { return where_.count(name) > 0; }
-  Tensor get(const std::string& name) const;      // stored dtype
+  Tensor get(const std::string& name) const;  // stored dtype
+  // What a linear layer's product reads: as get(), except that a GGUF q8_0 matrix stays q8_0
+  // blocks (dtype q8_0, [rows, cols / 32], mapped), which the CPU product dequantizes as it packs.
+  Tensor get_for_product(const std::string& name) const;
   Tensor get_f32(const std::string& name) const;  // converted to float32 (copied if needed)
   // Like get_f32, and checks the shape, naming the tensor and the file when it differs.
   Tensor get_f32(const std::string& name, const Shape& expected) const;

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/gguf_quants.h"
 #include "core/parallel.h"
 #ifdef MMGEN_HAVE_CUDA
 #include "core/cuda/device_storage.h"
@@ -355,6 +356,8 @@ double load_as_double(const std::byte* p, DType dtype) {
       return double(uint8_t(*p));
     case DType::Bool:
       return *p != std::byte{0} ? 1.0 : 0.0;
+    case DType::Q8_0:
+      break;  // blocks, not values: to() expands them first
   }
   return 0;
 }
@@ -398,6 +401,8 @@ void store_from_double(std::byte* p, DType dtype, double value) {
     case DType::Bool:
       *p = std::byte(value != 0 ? 1 : 0);
       return;
+    case DType::Q8_0:
+      return;  // never a conversion's target: to() refuses it
   }
 }
 
@@ -437,6 +442,8 @@ Tensor Tensor::to(Device device) const {
   if (device == this->device()) return *this;
 #ifdef MMGEN_HAVE_CUDA
   if (device == Device::CUDA) {
+    check(dtype_ != DType::Q8_0,
+          "q8_0 blocks are read by the CPU product only; expand them (to(DType)) for the GPU");
     const Tensor source = contiguous();
     Tensor result = empty(shape_, dtype_, Device::CUDA);
     cuda::copy_host_to_device(result.raw(), source.raw(), nbytes());
@@ -454,6 +461,17 @@ Tensor Tensor::to(Device device) const {
 
 Tensor Tensor::to(DType dtype) const {
   if (dtype == dtype_) return contiguous();
+  check(dtype != DType::Q8_0, "a tensor is not converted to q8_0 here (mmgen convert writes it)");
+  if (dtype_ == DType::Q8_0) {  // blocks [..., b] → values [..., 32 b]
+    require_cpu("expanding q8_0 blocks");
+    const Tensor blocks = contiguous();
+    Shape shape = shape_;
+    check(!shape.empty(), "a q8_0 tensor has at least one dimension");
+    shape.back() *= 32;
+    Tensor values = empty(shape, DType::F32);
+    gguf::dequantize(gguf::GgmlType::Q8_0, blocks.raw(), values.data<float>(), values.numel());
+    return values.to(dtype);
+  }
 #ifdef MMGEN_HAVE_CUDA
   if (!is_cpu()) {
     check(is_contiguous(), "converting a strided {} tensor on the GPU is not supported",

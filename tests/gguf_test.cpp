@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include "core/gguf_convert.h"
 #include "core/gguf_writer.h"
 #include "core/npy.h"
+#include "core/ops.h"
 #include "core/safetensors.h"
 #include "generate/convert_command.h"
 #include "models/dit/wan_random_checkpoint.h"
@@ -233,6 +235,31 @@ TEST(GgufWeights, GenerateRunsFromATransformerFolderWithAGgufFile) {
   EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0);
 }
 
+// The CPU product reads q8_0 blocks as they are: its result is the product with the dequantized
+// float32 weights to the bit (one rounding per value, d · q, in both), for shapes with partial
+// panels and job rows.
+TEST(GgufProduct, Q8_0WeightsGiveTheDequantizedProductToTheBit) {
+  for (const auto& [m, n, k] : {std::array<int64_t, 3>{1, 48, 32}, {7, 50, 96}, {130, 97, 256}}) {
+    const Tensor values = dit::random_tensor({n, k}, 0.0f, 1.0f, 11, DType::F32);
+    Tensor blocks = Tensor::empty({n, k / 32}, DType::Q8_0);
+    gguf::quantize_q8_0(values.data<float>(), n * k, blocks.raw());
+    const Tensor dequantized = blocks.to(DType::F32);
+    ASSERT_EQ(dequantized.shape(), (Shape{n, k}));
+    const Tensor x = dit::random_tensor({m, k}, 0.0f, 1.0f, 12, DType::F32);
+    const Tensor bias = dit::random_tensor({n}, 0.0f, 1.0f, 13, DType::F32);
+    const Tensor ours = ops::linear(x, blocks, bias), expected = ops::linear(x, dequantized, bias);
+    ASSERT_EQ(ours.shape(), expected.shape());
+    EXPECT_EQ(std::memcmp(ours.raw(), expected.raw(), ours.nbytes()), 0)
+        << m << "x" << n << "x" << k << ": max diff " << testing::max_abs_diff(ours, expected);
+  }
+  // Blocks are not values: element access and safetensors refuse them.
+  const Tensor blocks = Tensor::zeros({2, 1}, DType::Q8_0);
+  EXPECT_THROW(
+      write_safetensors(testing::scratch_dir("gguf_product") / "q.safetensors", {{"q", blocks}}),
+      Error);
+  EXPECT_THROW(Tensor::zeros({2, 32}).to(DType::Q8_0), Error);
+}
+
 // `mmgen convert` on a random Wan transformer folder wide enough for q8_0 rows (64 channels, ffn
 // 128): the matrices are q8_0, what the model reads at high precision stays f32 to the bit, the
 // file reads back, and the forward from it is within the q8_0 bound of the safetensors forward.
@@ -289,6 +316,19 @@ TEST(GgufConvert, WritesMatricesAsQ8_0AndKeepsTheRestExact) {
   const double error = testing::relative_error(
       dit::WanTransformer(wan, converted).forward(latents, 700.0f, text), expected);
   std::printf("random Wan forward from `mmgen convert` q8_0: relative error %.3e\n", error);
+  // The CPU read the q8_0 blocks themselves (get_for_product), and that is exact: the forward is
+  // the one from an f32 file of the dequantized values to the bit.
+  EXPECT_EQ(converted.get_for_product("blocks.0.attn1.to_q.weight").dtype(), DType::Q8_0);
+  std::vector<gguf::TensorToWrite> expanded;
+  for (const std::string& name : converted.names())
+    expanded.push_back({name, converted.get_f32(name), gguf::GgmlType::F32});
+  const fs::path f32 = out.parent_path() / "expanded" / "wan-f32.gguf";
+  fs::create_directories(f32.parent_path());
+  gguf::write_gguf(f32, {{"general.architecture", "wan"}}, expanded);
+  const Tensor from_blocks = dit::WanTransformer(wan, converted).forward(latents, 700.0f, text);
+  const Tensor from_values =
+      dit::WanTransformer(wan, WeightStore::open_file(f32)).forward(latents, 700.0f, text);
+  EXPECT_EQ(std::memcmp(from_blocks.raw(), from_values.raw(), from_blocks.nbytes()), 0);
   EXPECT_GT(error, 0.0);
   EXPECT_LT(error, 1e-2);
 }

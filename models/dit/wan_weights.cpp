@@ -24,7 +24,7 @@ Tensor load_weight(const WeightStore& store, const std::string& name) {
 }
 
 Tensor load_linear_weight(const WeightStore& store, const std::string& name) {
-  return store.get(name).contiguous();
+  return store.get_for_product(name).contiguous();
 }
 
 WeightStore with_diffusers_names(const WeightStore& store) {

@@ -13,8 +13,9 @@ void expect_weight(const WeightStore& store, const std::string& name, const Shap
 
 // The tensor as float32 (converted from bf16/f16 when stored so; a view when already float32).
 Tensor load_weight(const WeightStore& store, const std::string& name);
-// A linear layer's weight as stored (float32, bfloat16 or float16): the CPU product converts it as
-// it packs it, so a bf16 checkpoint is never expanded whole.
+// A linear layer's weight as stored (float32, bfloat16, float16, or a GGUF file's q8_0 blocks):
+// the CPU product converts it as it packs it, so a bf16 or q8_0 checkpoint is never expanded
+// whole; placing it on the GPU expands it (Tensor::to).
 Tensor load_linear_weight(const WeightStore& store, const std::string& name);
 
 // A checkpoint in the original Wan release's names (blocks.0.self_attn.q.weight, head.head.weight,
