@@ -281,6 +281,16 @@ Tensor WeightStore::get(const std::string& name) const {
   return files_[where.file].tensor(where.stored);
 }
 
+std::string WeightStore::stored_type(const std::string& name) const {
+  const TensorInfo& entry = info(name);
+  const Entry& where = where_.at(name);
+  if (where.file == kGguf)
+    if (const gguf::GgufTensorInfo* stored = gguf_->find(where.stored))
+      if (const gguf::GgmlTypeInfo* type = gguf::ggml_type_info(uint32_t(stored->type)))
+        return std::string(type->name);
+  return std::string(dtype_name(entry.dtype));
+}
+
 Tensor WeightStore::get_for_product(const std::string& name) const {
   const TensorInfo& entry = info(name);
   const Entry& where = where_.at(name);

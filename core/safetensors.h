@@ -70,6 +70,8 @@ class WeightStore {
   // Like get_f32, and checks the shape, naming the tensor and the file when it differs.
   Tensor get_f32(const std::string& name, const Shape& expected) const;
   const TensorInfo& info(const std::string& name) const;
+  // The type the tensor is stored as: "bf16", "f32", ... or a GGUF file's "q8_0", "q4_k", ...
+  std::string stored_type(const std::string& name) const;
   std::vector<std::string> names() const;
   size_t stored_bytes() const;
   const fs::path& origin() const { return origin_; }

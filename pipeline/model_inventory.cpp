@@ -8,9 +8,12 @@ namespace mmgen {
 
 namespace {
 
-bool folder_has_safetensors(const fs::path& folder) {
-  for (const auto& entry : fs::directory_iterator(folder))
-    if (entry.path().filename().string().ends_with(".safetensors")) return true;
+// Safetensors (one file or shards) or one GGUF file: what WeightStore::open_folder reads.
+bool folder_has_weights(const fs::path& folder) {
+  for (const auto& entry : fs::directory_iterator(folder)) {
+    const std::string name = entry.path().filename().string();
+    if (name.ends_with(".safetensors") || name.ends_with(".gguf")) return true;
+  }
   return false;
 }
 
@@ -30,7 +33,7 @@ ComponentInventory inventory_of(const ComponentEntry& entry) {
   component.overridden = entry.overridden;
   if (!fs::is_directory(entry.path)) return component;  // check_components reports it
   component.on_disk_bytes = folder_bytes(entry.path);
-  if (!folder_has_safetensors(entry.path)) return component;
+  if (!folder_has_weights(entry.path)) return component;
   // The loader's own choice of files (single file or index shards), so the figures describe what
   // generate would map.
   const WeightStore store = WeightStore::open_folder(entry.path);
@@ -41,7 +44,7 @@ ComponentInventory inventory_of(const ComponentEntry& entry) {
     for (int64_t size : info.shape) elements *= size;
     ++component.tensors;
     component.parameters += elements;
-    component.dtype_parameters[std::string(dtype_name(info.dtype))] += elements;
+    component.dtype_parameters[store.stored_type(name)] += elements;
     component.tensor_bytes += info.end - info.begin;
   }
   return component;

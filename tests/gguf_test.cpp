@@ -21,6 +21,8 @@
 #include "generate/convert_command.h"
 #include "models/dit/wan_random_checkpoint.h"
 #include "models/dit/wan_transformer.h"
+#include "pipeline/model_index.h"
+#include "pipeline/model_inventory.h"
 #include "tests/test_support.h"
 
 namespace mmgen {
@@ -331,6 +333,30 @@ TEST(GgufConvert, WritesMatricesAsQ8_0AndKeepsTheRestExact) {
   EXPECT_EQ(std::memcmp(from_blocks.raw(), from_values.raw(), from_blocks.nbytes()), 0);
   EXPECT_GT(error, 0.0);
   EXPECT_LT(error, 1e-2);
+}
+
+// inspect and the memory estimate read a GGUF component from its header: its parameters, its
+// stored types (q8_0 beside the f32 it keeps) and the bytes a mapping touches.
+TEST(GgufConvert, TheInventoryKnowsAGgufComponent) {
+  const fs::path source = testing::source_dir() / "examples/models/wan-shapes";
+  const fs::path out = testing::scratch_dir("gguf_inventory") / "transformer" / "model.gguf";
+  ASSERT_EQ(cli::run_convert({"--input", (source / "transformer").string(), "--out", out.string(),
+                              "--overwrite"}),
+            0);
+  const ModelInventory plain = take_inventory(load_model_index(source));
+  const ModelInventory gguf =
+      take_inventory(load_model_index(source, {{"transformer", out.parent_path()}}));
+  const ComponentInventory* a = plain.find("transformer");
+  const ComponentInventory* b = gguf.find("transformer");
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(b->parameters, a->parameters);
+  EXPECT_EQ(b->weight_files, std::vector<fs::path>{out});
+  EXPECT_GT(b->dtype_parameters.at("q8_0"), 0);
+  EXPECT_EQ(b->dtype_parameters.at("q8_0") + b->dtype_parameters.at("f32"), b->parameters);
+  uint64_t stored = 0;
+  const gguf::GgufFile file = gguf::GgufFile::open(out);
+  for (const gguf::GgufTensorInfo& tensor : file.tensors()) stored += tensor.nbytes;
+  EXPECT_EQ(b->tensor_bytes, stored);
 }
 
 // Bad input: one line each, nothing written.
