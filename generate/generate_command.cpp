@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/gemm_cpu.h"
 #include "core/interrupt.h"
+#include "core/thread_placement.h"
 #ifdef MMGEN_HAVE_CUDA
 #include "core/cuda/device_memory.h"
 #endif
@@ -317,15 +318,17 @@ int run_resolved(ResolvedGenerate resolved) {
   if (resolved.request.gpus > 1) {
     ranks = join_ranks(resolved.request, resolved.index.class_name);
     resolved.request.parallel = ranks.run;
-    // Each rank's host threads get its share of the cores (unless --threads or OMP_NUM_THREADS
-    // says otherwise), so one rank's OpenMP team does not crowd the others' launching threads.
+    // Each rank runs one host thread per CPU of its share (join_ranks gave every rank its own),
+    // unless --threads or OMP_NUM_THREADS says otherwise.
     if (resolved.request.threads == 0 && !std::getenv("OMP_NUM_THREADS"))
-      omp_set_num_threads(std::max(1, omp_get_num_procs() / int(resolved.request.gpus)));
+      omp_set_num_threads(std::max(1, int(allowed_cpus().size())));
     if (!ranks.run->leader() && spdlog::get_level() < spdlog::level::warn)
       spdlog::set_level(spdlog::level::warn);
-    spdlog::info("parallel: {} GPUs, {} sequence parallel (Ulysses) x {} guidance branch(es)",
-                 resolved.request.gpus, ranks.run->layout.sequence_degree(),
-                 ranks.run->layout.cfg_degree);
+    spdlog::info(
+        "parallel: {} GPUs, {} sequence parallel (Ulysses) x {} guidance branch(es); rank 0 on "
+        "CPUs {} with {} host threads",
+        resolved.request.gpus, ranks.run->layout.sequence_degree(), ranks.run->layout.cfg_degree,
+        cpu_list(allowed_cpus()), omp_get_max_threads());
   }
   const Request& request = resolved.request;
   // Checks --output-file-name (and that it would not replace a file) before any work; a batch

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/thread_placement.h"
 #ifdef MMGEN_HAVE_CUDA
 #include "core/cuda/nccl_communicator.h"
 #endif
@@ -48,13 +49,14 @@ std::vector<std::string> own_command_line() {
   return args;
 }
 
-// Rank `rank`'s environment: this one's, with the rank's variables, its OpenMP threads left
-// unplaced (the leader's placement would put every rank's team on the same cores); how many
-// threads each rank runs is run_resolved's, as for the leader.
-std::vector<std::string> rank_environment(int rank, int world, const std::string& id) {
+// Rank `rank`'s environment: this one's, with the rank's variables and its share of the CPUs
+// (MMGEN_CPUS, taken in prepare_started_rank), its OpenMP threads left unplaced within it; how
+// many threads each rank runs is run_resolved's, as for the leader.
+std::vector<std::string> rank_environment(int rank, int world, const std::string& id,
+                                          const std::vector<int>& cpus) {
   const auto ours = [](const std::string& entry) {
-    for (const char* name :
-         {"MMGEN_RANK=", "MMGEN_WORLD_SIZE=", "MMGEN_NCCL_ID=", "OMP_PROC_BIND=", "OMP_PLACES="})
+    for (const char* name : {"MMGEN_RANK=", "MMGEN_WORLD_SIZE=", "MMGEN_NCCL_ID=", "MMGEN_CPUS=",
+                             "OMP_PROC_BIND=", "OMP_PLACES="})
       if (entry.rfind(name, 0) == 0) return true;
     return false;
   };
@@ -64,6 +66,7 @@ std::vector<std::string> rank_environment(int rank, int world, const std::string
   env.push_back("MMGEN_RANK=" + std::to_string(rank));
   env.push_back("MMGEN_WORLD_SIZE=" + std::to_string(world));
   env.push_back("MMGEN_NCCL_ID=" + id);
+  env.push_back("MMGEN_CPUS=" + cpu_list(cpus));
   env.push_back("OMP_PROC_BIND=false");
   return env;
 }
@@ -97,6 +100,8 @@ bool is_started_rank() {
 void prepare_started_rank() {
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() == 1) std::_Exit(1);  // the leader is gone already
+  // Its share of the CPUs, before any thread starts (OpenMP's, NCCL's, CUDA's inherit it).
+  if (const char* cpus = std::getenv("MMGEN_CPUS")) run_on(parse_cpu_list(cpus));
 #ifdef MMGEN_HAVE_CUDA
   cuda::use_cuda_device(env_int("MMGEN_RANK"));
 #endif
@@ -201,6 +206,11 @@ JoinedRanks join_ranks(const Request& request, const std::string& pipeline_class
           "--gpus {} or fewer",
           world, visible, visible);
     cuda::use_cuda_device(0);
+    // Every rank gets its own share of the CPUs: the leader takes the first before it starts
+    // anything (the ranks, NCCL's threads), which would otherwise inherit the one core OpenMP's
+    // placement pinned its main thread to.
+    const std::vector<std::vector<int> > shares = share_cpus(permitted_cpus(), world);
+    run_on(shares[0]);
     id = cuda::new_nccl_unique_id();
     // The others run this command line with the leader's seed (a --seed -1 draw must not
     // differ between ranks); a flag given twice takes its last value.
@@ -209,7 +219,7 @@ JoinedRanks join_ranks(const Request& request, const std::string& pipeline_class
     args.push_back(std::to_string(request.seed));
     std::vector<pid_t> pids;
     for (int r = 1; r < world; ++r)
-      pids.push_back(start_rank(args, rank_environment(r, world, id)));
+      pids.push_back(start_rank(args, rank_environment(r, world, id, shares[size_t(r)])));
     joined.others = std::make_unique<RankProcesses>(std::move(pids));
   }
   auto run = std::make_shared<ParallelRun>();
