@@ -230,7 +230,9 @@ void apply_in_chunks(const float* in, const float* other, float* out, int64_t n,
       apply(to, ConstMap(in + begin, whole), ConstMap(other ? other + begin : in + begin, whole));
     }
     if (tail > 0) {
-      float padded_in[kPad] = {}, padded_other[kPad] = {}, padded_out[kPad];
+      // Aligned, so Eigen runs all of them as packets (it does an unaligned array's first
+      // values one by one, and where a stack array lands varies: under ASan from call to call).
+      alignas(64) float padded_in[kPad] = {}, padded_other[kPad] = {}, padded_out[kPad];
       std::copy_n(in + begin + whole, tail, padded_in);
       if (other) std::copy_n(other + begin + whole, tail, padded_other);
       Map to(padded_out, kPad);
