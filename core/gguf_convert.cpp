@@ -33,8 +33,7 @@ uint32_t file_type(GgmlType type) {
 }  // namespace
 
 GgmlType converted_type(const std::string& name, const Shape& shape, GgmlType wanted) {
-  int64_t count = 1;
-  for (const int64_t d : shape) count *= d;
+  const int64_t count = shape_numel(shape);
   const GgmlTypeInfo* info = ggml_type_info(uint32_t(wanted));
   check(info != nullptr, "convert: unknown type {}", uint32_t(wanted));
   const bool matrix = shape.size() >= 2 && count > kSmallTensor;
@@ -66,8 +65,7 @@ ConversionSummary convert_to_gguf(const WeightStore& weights, const std::filesys
     t.type = converted_type(name, info.shape, wanted);
     t.load = [&weights, name] { return weights.get_f32(name); };
     const GgmlTypeInfo* type = ggml_type_info(uint32_t(t.type));
-    int64_t count = 1;
-    for (const int64_t d : info.shape) count *= d;
+    const int64_t count = shape_numel(info.shape);
     summary.tensors += 1;
     summary.converted += t.type == wanted ? 1 : 0;
     summary.bytes_out += uint64_t(count / type->block) * type->bytes;

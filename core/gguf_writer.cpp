@@ -109,8 +109,7 @@ void write_gguf(const std::filesystem::path& path, const nlohmann::json& metadat
           "gguf writer: {} cannot be written as type {}", t.name, uint32_t(t.type));
     check(t.values.defined() || t.load, "gguf writer: {} has no values", t.name);
     Shape shape = t.values.defined() ? t.values.shape() : t.shape;
-    int64_t count = 1;
-    for (const int64_t d : shape) count *= d;
+    const int64_t count = shape_numel(shape);
     if (shape.empty()) shape = {1};
     if (shape.size() > 4) {  // ComfyUI-GGUF's rule: flatten, keep the shape
       keys["comfy.gguf.orig_shape." + t.name] = shape;

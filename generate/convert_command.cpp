@@ -82,8 +82,7 @@ int run_convert(const std::vector<std::string>& arguments) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   // The model's config beside the file, so the folder runs as a component folder.
-  if (fs::exists(config_file) && !fs::exists(where / "config.json") &&
-      fs::absolute(config_file) != fs::absolute(where / "config.json"))
+  if (fs::exists(config_file) && !fs::exists(where / "config.json"))
     fs::copy_file(config_file, where / "config.json");
   std::printf(
       "convert: %lld tensors, %lld as %s and %lld kept f32; %.2f GB -> %.2f GB, %s, in %.1f s\n",
