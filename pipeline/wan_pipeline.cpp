@@ -323,9 +323,8 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
       transformer_->set_device(Device::CUDA);
       upload.finish();
     }
-    // The leader decodes; with --vae-tiling every rank decodes its share of the tiles.
-    if ((leader || input.vae_tiles) && vae_->device() != Device::CUDA)
-      vae_->set_device(Device::CUDA);
+    // Every rank decodes its share of the rows (or with --vae-tiling of the tiles).
+    if (vae_->device() != Device::CUDA) vae_->set_device(Device::CUDA);
 #else
     fail(
         "--device cuda: this build has no CUDA support; rebuild with -DMMGEN_CUDA=ON or use "
@@ -451,8 +450,8 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
   else if (stats.total_blocks > 0 && stats.visited_blocks < stats.total_blocks)
     spdlog::info("attention: transformer self-attention{}", measured);
 
-  // The leader decodes and writes the video; tiles are shared out among the ranks.
-  if (!leader && !input.vae_tiles) return output;
+  // The rows (or --vae-tiling's tiles) are shared out among the ranks; the leader assembles
+  // and writes the video.
   Progress decode("decode", int(shape[2]), "latent frame");
   const Tensor z = vae_->denormalize(latents);
   auto report = [&](int done, int total) {
@@ -460,10 +459,14 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
     stop_if_requested();  // between latent frames (or tiles) of the decode
   };
   if (!input.cuda && vae_->device() != Device::CPU) vae_->set_device(Device::CPU);
-  const Tensor video = input.vae_tiles
-                           ? vae::decode_tiled(*vae_, z, *input.vae_tiles, report,
-                                               parallel ? parallel->world.get() : nullptr)
-                           : vae_->decode(z, report);
+  dist::Communicator* ranks = parallel ? parallel->world.get() : nullptr;
+  Tensor video;
+  if (input.vae_tiles)
+    video = vae::decode_tiled(*vae_, z, *input.vae_tiles, report, ranks);
+  else if (ranks && ranks->size() > 1)
+    video = vae::decode_in_bands(*vae_, z, *ranks, report);
+  else
+    video = vae_->decode(z, report);
   decode.finish();
   if (!leader) return output;
   output.frames = video_to_frames(video);

@@ -12,13 +12,16 @@
 #include "attention/ulysses.h"
 #include "core/error.h"
 #include "core/pitched_copy.h"
+#include "core/random.h"
 #include "core/safetensors.h"
 #include "core/thread_communicator.h"
 #include "models/dit/wan_random_checkpoint.h"
 #include "models/dit/wan_transformer.h"
 #include "models/dit/zimage_random_checkpoint.h"
 #include "models/dit/zimage_transformer.h"
+#include "models/vae/tiled_decode.h"
 #include "models/vae/tiling.h"
+#include "models/vae/wan_vae_decoder.h"
 #include "pipeline/model_index.h"
 #include "pipeline/parallel_run.h"
 #include "pipeline/wan_pipeline.h"
@@ -237,6 +240,40 @@ TEST(Ulysses, ShardedZImageForwardIsTheSingleDeviceForwardToTheBit) {
 // The wan-tiny pipeline (2 heads) with 2 ranks of sequence parallel, 2 of CFG parallel, and 4
 // (2 x 2), and with --vae-tiling's tiles dealt out over 4 ranks: the leader's video is the
 // single-process video to the bit; the others return none.
+// The decode of several GPUs without --vae-tiling: bands of whole rows, each decoded with the
+// tail's halo. 40 latent rows over 2 and 3 ranks (20 + 20; 14 + 13 + 13) with wan-tiny's 10-row
+// halo: every band's region leaves rows out, so the halo is cropped for real. Two latent frames,
+// so each band carries its causal caches. Rank 0's video is the untiled decode.
+TEST(ParallelDecode, BandsOfRowsGiveTheUntiledDecode) {
+  const vae::WanVaeDecoder decoder =
+      vae::WanVaeDecoder::open_folder(testing::source_dir() / "examples/models/wan-tiny/vae");
+  const Tensor latents = decoder.denormalize(randn({1, 16, 2, 40, 12}, 5));
+  const Tensor untiled = decoder.decode(latents);
+  for (int n : {2, 3}) {
+    const vae::TileBlend bands = vae::TileBlend::bands(40, 12, 8, n, decoder.tail_radius());
+    ASSERT_EQ(bands.tiles().size(), size_t(n));
+    EXPECT_EQ(bands.tiles()[1].y0, n == 2 ? 20 : 14);
+    EXPECT_LT(bands.tiles()[0].ry1 - bands.tiles()[0].ry0, 40);
+    std::vector<Tensor> videos(static_cast<size_t>(n));
+    run_ranks(n, [&](int rank, dist::Communicator& comm) {
+      videos[size_t(rank)] = vae::decode_in_bands(decoder, latents, comm);
+    });
+    // Each output pixel sees exactly the untiled context; only the CPU convolution's summation
+    // order changes with the plane's size (Eigen picks its GEMM blocking by shape), so the bands
+    // match to float32 rounding (1.3e-6 here) rather than to the bit.
+    ASSERT_EQ(videos[0].shape(), untiled.shape());
+    const double diff = testing::max_abs_diff(videos[0], untiled);
+    std::printf("%d bands vs untiled: max abs diff %.3g\n", n, diff);
+    EXPECT_LT(diff, 1e-5) << n << " ranks";
+    for (int r = 1; r < n; ++r) EXPECT_FALSE(videos[size_t(r)].defined());
+  }
+  // A band cut without its halo is not the untiled decode: the halo matters.
+  const Tensor no_halo = decoder.decode(latents.slice(3, 20, 40).contiguous());
+  EXPECT_GT(testing::max_abs_diff(no_halo, untiled.slice(3, 20 * 8, 40 * 8).contiguous()), 1e-2);
+  // No more bands than rows (decode_in_bands asks for one band per rank, at most one per row).
+  EXPECT_THROW(vae::TileBlend::bands(2, 12, 8, 3, 10), Error);
+}
+
 TEST(ParallelPipeline, SequenceAndCfgParallelGiveTheSingleProcessVideo) {
   if (testing::shared_dir().empty()) GTEST_SKIP() << "../shared not found; reference check skipped";
   const fs::path folder = testing::shared_dir() / "fixtures/wan-tiny/model";

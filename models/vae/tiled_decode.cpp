@@ -6,18 +6,22 @@
 
 namespace mmgen::vae {
 
-Tensor decode_tiled(const WanVaeDecoder& decoder, const Tensor& z, const TileLayout& layout,
-                    const DecodeProgress& progress, dist::Communicator* ranks) {
+namespace {
+
+void check_latents(const WanVaeDecoder& decoder, const Tensor& z) {
   check(z.dim() == 5 && z.size(1) == decoder.config().z_dim,
         "decode_tiled: expected latents [batch, {}, frames, height, width], got {}",
         decoder.config().z_dim, shape_string(z.shape()));
+}
+
+Tensor decode_tiles(const WanVaeDecoder& decoder, const Tensor& z, const TileBlend& blend,
+                    const DecodeProgress& progress, dist::Communicator* ranks) {
   const WanVaeConfig& config = decoder.config();
   const Tensor latents = z.to(DType::F32).to(Device::CPU);
   const int64_t batch = z.size(0), frames = z.size(2), height = z.size(3), width = z.size(4);
   const int64_t factor = config.spatial_factor(), temporal = config.temporal_factor();
   const int64_t channels = config.out_channels, out_frames = config.output_frames(frames);
   const int64_t plane = height * factor * width * factor;
-  const TileBlend blend(height, width, factor, layout, decoder.tail_radius());
   const int size = ranks ? ranks->size() : 1, rank = ranks ? ranks->rank() : 0;
   const std::vector<Tile>& tiles = blend.tiles();
   // A tile's decoded region over every output frame: [out_frames, channels, rows, columns].
@@ -103,6 +107,27 @@ Tensor decode_tiled(const WanVaeDecoder& decoder, const Tensor& z, const TileLay
   }
   if (rank == 0) blend.normalize(out, batch * channels * out_frames);
   return video;
+}
+
+}  // namespace
+
+Tensor decode_tiled(const WanVaeDecoder& decoder, const Tensor& z, const TileLayout& layout,
+                    const DecodeProgress& progress, dist::Communicator* ranks) {
+  check_latents(decoder, z);
+  const int64_t factor = decoder.config().spatial_factor();
+  return decode_tiles(decoder, z,
+                      TileBlend(z.size(3), z.size(4), factor, layout, decoder.tail_radius()),
+                      progress, ranks);
+}
+
+Tensor decode_in_bands(const WanVaeDecoder& decoder, const Tensor& z, dist::Communicator& ranks,
+                       const DecodeProgress& progress) {
+  check_latents(decoder, z);
+  const int64_t factor = decoder.config().spatial_factor();
+  const int64_t bands = std::min<int64_t>(ranks.size(), z.size(3));
+  return decode_tiles(decoder, z,
+                      TileBlend::bands(z.size(3), z.size(4), factor, bands, decoder.tail_radius()),
+                      progress, &ranks);
 }
 
 }  // namespace mmgen::vae

@@ -38,31 +38,57 @@ int64_t decoder_tail_radius(int64_t levels, int64_t resnets) {
   return int64_t(std::ceil(radius)) + 1;
 }
 
+TileBlend::TileBlend(int64_t height, int64_t width, int64_t factor)
+    : factor_(factor), out_w_(width * factor), plane_(height * factor * width * factor) {
+  weight_sum_.assign(size_t(plane_), 0.0f);
+}
+
 TileBlend::TileBlend(int64_t height, int64_t width, int64_t factor, const TileLayout& layout,
                      int64_t halo)
-    : factor_(factor), out_w_(width * factor), plane_(height * factor * width * factor) {
+    : TileBlend(height, width, factor) {
   const std::vector<int64_t> rows = tile_starts(height, layout),
                              columns = tile_starts(width, layout);
   const int64_t ramp = layout.overlap * factor;
-  weight_sum_.assign(size_t(plane_), 0.0f);
   for (size_t r = 0; r < rows.size(); ++r)
     for (size_t c = 0; c < columns.size(); ++c) {
       Tile tile;
       tile.y0 = rows[r], tile.y1 = std::min(height, tile.y0 + layout.tile);
       tile.x0 = columns[c], tile.x1 = std::min(width, tile.x0 + layout.tile);
-      tile.ry0 = std::max<int64_t>(0, tile.y0 - halo), tile.ry1 = std::min(height, tile.y1 + halo);
-      tile.rx0 = std::max<int64_t>(0, tile.x0 - halo), tile.rx1 = std::min(width, tile.x1 + halo);
-      const int64_t ph = (tile.y1 - tile.y0) * factor, pw = (tile.x1 - tile.x0) * factor;
-      for (int64_t i = 0; i < ph; ++i)
-        tile.wy.push_back(blend_weight(i, ph, ramp, r > 0, r + 1 < rows.size()));
-      for (int64_t i = 0; i < pw; ++i)
-        tile.wx.push_back(blend_weight(i, pw, ramp, c > 0, c + 1 < columns.size()));
-      for (int64_t y = 0; y < ph; ++y)
-        for (int64_t x = 0; x < pw; ++x)
-          weight_sum_[size_t((tile.y0 * factor + y) * out_w_ + tile.x0 * factor + x)] +=
-              tile.wy[size_t(y)] * tile.wx[size_t(x)];
-      tiles_.push_back(std::move(tile));
+      add_tile(std::move(tile), height, width, halo, ramp, r > 0, r + 1 < rows.size(), c > 0,
+               c + 1 < columns.size());
     }
+}
+
+TileBlend TileBlend::bands(int64_t height, int64_t width, int64_t factor, int64_t count,
+                           int64_t halo) {
+  check(count >= 1 && count <= height, "VAE bands: {} bands of a plane {} latent rows high", count,
+        height);
+  TileBlend blend(height, width, factor);
+  int64_t y = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t rows = height / count + (i < height % count ? 1 : 0);
+    Tile tile;
+    tile.y0 = y, tile.y1 = y + rows;
+    tile.x0 = 0, tile.x1 = width;
+    y = tile.y1;
+    blend.add_tile(std::move(tile), height, width, halo, /*ramp=*/0, false, false, false, false);
+  }
+  return blend;
+}
+
+void TileBlend::add_tile(Tile tile, int64_t height, int64_t width, int64_t halo, int64_t ramp,
+                         bool before_y, bool after_y, bool before_x, bool after_x) {
+  const int64_t factor = factor_;
+  tile.ry0 = std::max<int64_t>(0, tile.y0 - halo), tile.ry1 = std::min(height, tile.y1 + halo);
+  tile.rx0 = std::max<int64_t>(0, tile.x0 - halo), tile.rx1 = std::min(width, tile.x1 + halo);
+  const int64_t ph = (tile.y1 - tile.y0) * factor, pw = (tile.x1 - tile.x0) * factor;
+  for (int64_t i = 0; i < ph; ++i) tile.wy.push_back(blend_weight(i, ph, ramp, before_y, after_y));
+  for (int64_t i = 0; i < pw; ++i) tile.wx.push_back(blend_weight(i, pw, ramp, before_x, after_x));
+  for (int64_t y = 0; y < ph; ++y)
+    for (int64_t x = 0; x < pw; ++x)
+      weight_sum_[size_t((tile.y0 * factor + y) * out_w_ + tile.x0 * factor + x)] +=
+          tile.wy[size_t(y)] * tile.wx[size_t(x)];
+  tiles_.push_back(std::move(tile));
 }
 
 void TileBlend::add(const Tile& tile, const float* region, int64_t planes, float* out,

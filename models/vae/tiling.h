@@ -50,6 +50,12 @@ struct Tile {
 class TileBlend {
  public:
   TileBlend(int64_t height, int64_t width, int64_t factor, const TileLayout& layout, int64_t halo);
+  // `count` bands of whole rows that share the plane out evenly (the first ones a row larger when
+  // the rows do not divide), none overlapping and every weight 1: the blend copies each core
+  // into place, so decoding each band with a halo of the tail's radius gives the untiled decode.
+  // At most `height` bands.
+  static TileBlend bands(int64_t height, int64_t width, int64_t factor, int64_t count,
+                         int64_t halo);
   const std::vector<Tile>& tiles() const { return tiles_; }
 
   // Adds `planes` decoded planes of tile `tile`'s region (contiguous float32, one after another,
@@ -62,6 +68,10 @@ class TileBlend {
   void normalize(float* out, int64_t planes) const;
 
  private:
+  TileBlend(int64_t height, int64_t width, int64_t factor);
+  void add_tile(Tile tile, int64_t height, int64_t width, int64_t halo, int64_t ramp, bool before_y,
+                bool after_y, bool before_x, bool after_x);
+
   int64_t factor_, out_w_, plane_;
   std::vector<Tile> tiles_;
   std::vector<float> weight_sum_;  // one output plane
