@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/op_profile.h"
 
 namespace mmgen::vae {
 
@@ -29,6 +30,17 @@ Tensor decode_tiles(const WanVaeDecoder& decoder, const Tensor& z, const TileBle
     return Shape{out_frames, channels, (tile.ry1 - tile.ry0) * factor,
                  (tile.rx1 - tile.rx0) * factor};
   };
+  // Between ranks a tile travels as its core alone: the halo is only context, and it is most of a
+  // band's or a small tile's pixels. `core_only` describes such a buffer for the blend.
+  const auto core_only = [](Tile tile) {
+    tile.ry0 = tile.y0, tile.ry1 = tile.y1, tile.rx0 = tile.x0, tile.rx1 = tile.x1;
+    return tile;
+  };
+  const auto crop_core = [&](const Tensor& region, const Tile& tile) {
+    return region.slice(2, (tile.y0 - tile.ry0) * factor, (tile.y1 - tile.ry0) * factor)
+        .slice(3, (tile.x0 - tile.rx0) * factor, (tile.x1 - tile.rx0) * factor)
+        .contiguous();
+  };
 
   // Weighted sums of the tile cores, then divided by the summed weights.
   Tensor video = rank == 0
@@ -45,6 +57,7 @@ Tensor decode_tiles(const WanVaeDecoder& decoder, const Tensor& z, const TileBle
     std::vector<Tensor> heads;
     StreamState head_state = decoder.new_state();
     for (int64_t i = 0; i < frames; ++i) {
+      MMGEN_PROFILE("vae tiles: heads");
       head_state.last_chunk = i + 1 == frames;
       heads.push_back(
           decoder
@@ -57,6 +70,7 @@ Tensor decode_tiles(const WanVaeDecoder& decoder, const Tensor& z, const TileBle
       const int64_t region = decoded.size(2) * decoded.size(3);
       StreamState tail_state = decoder.new_state();
       for (int64_t i = 0; i < frames; ++i) {
+        MMGEN_PROFILE("vae tiles: tails");
         tail_state.last_chunk = i + 1 == frames;
         const Tensor chunk =
             decoder.tail(crop_region(heads[size_t(i)], tile).to(device), tail_state)
@@ -77,22 +91,25 @@ Tensor decode_tiles(const WanVaeDecoder& decoder, const Tensor& z, const TileBle
     // Rounds of `size` tiles: each rank decodes its own, rank 0 blends them in tile order.
     for (size_t round = 0; round < tiles.size(); round += size_t(size)) {
       const size_t own = round + size_t(rank);
-      const Tensor mine = own < tiles.size() ? decode_tile(tiles[own]) : Tensor::empty({0});
+      Tensor mine = own < tiles.size() ? decode_tile(tiles[own]) : Tensor::empty({0});
       std::vector<Tensor> decoded{mine};
       if (ranks) {
+        if (own < tiles.size()) mine = crop_core(mine, tiles[own]);
         std::vector<Tensor> send, recv;
         for (int r = 0; r < size; ++r) {
           send.push_back(r == 0 ? mine : Tensor::empty({0}));
           const bool expected = rank == 0 && round + size_t(r) < tiles.size();
-          recv.push_back(expected ? Tensor::empty(region_shape(tiles[round + size_t(r)]))
+          recv.push_back(expected ? Tensor::empty(region_shape(core_only(tiles[round + size_t(r)])))
                                   : Tensor::empty({0}));
         }
+        MMGEN_PROFILE("vae tiles: exchange");
         ranks->all_to_all(send, recv);
         decoded = recv;
       }
       if (rank != 0) continue;
+      MMGEN_PROFILE("vae tiles: blend");
       for (size_t r = 0; r < decoded.size() && round + r < tiles.size(); ++r) {
-        const Tile& tile = tiles[round + r];
+        const Tile tile = ranks ? core_only(tiles[round + r]) : tiles[round + r];
         const Tensor& region = decoded[r];
         for (int64_t t = 0; t < out_frames; ++t)
           blend.add(tile, region.data<float>() + t * channels * region.size(2) * region.size(3),

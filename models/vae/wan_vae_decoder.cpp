@@ -138,7 +138,13 @@ Tensor WanVaeDecoder::decode(const Tensor& z, const DecodeProgress& progress) co
       // frame equals diffusers applying it to all frames at once).
       const Tensor frame = latents.select(0, b).select(1, i).unsqueeze(0).contiguous().to(device_);
       state.last_chunk = i + 1 == frames;
-      const Tensor chunk = tail(head(frame, state), state);  // [n, channels, out_h, out_w]
+      Tensor h;
+      {
+        MMGEN_PROFILE("vae: head");
+        h = head(frame, state);
+      }
+      MMGEN_PROFILE("vae: tail");
+      const Tensor chunk = tail(h, state);  // [n, channels, out_h, out_w]
       const int64_t first = i == 0 ? 0 : 1 + (i - 1) * temporal;
       const int64_t expected = i == 0 ? 1 : temporal;
       check(chunk.size(0) == expected && chunk.size(1) == channels && chunk.size(2) == out_h &&
