@@ -188,24 +188,19 @@ ZImageGenerationOutput ZImagePipeline::generate(const ZImageGenerationInput& inp
     slots.push_back(1);
   }
   if (!prompts.empty()) {
-    // Several ranks: the leader encodes; the others get each prompt's token count and the rows'
-    // type, then its rows. The rows travel as float32 and are given back the encoder's type (bf16
-    // on the GPU), since the caption embedder rounds a float32 input differently.
+    // Several ranks: the leader encodes; the others get each prompt's token count, then its rows.
     std::vector<Tensor> encoded;
     if (leader) encoded = encode_prompts(prompts, input.max_sequence_length);
     if (parallel) {
-      const int64_t n = int64_t(prompts.size());
-      Tensor header = Tensor::zeros({n + 1});  // n token counts, then the rows' dtype
-      for (int64_t i = 0; leader && i < n; ++i)
-        header.data<float>()[i] = float(encoded[size_t(i)].size(0));
-      if (leader && n > 0) header.data<float>()[n] = float(int(encoded.front().dtype()));
-      parallel->world->broadcast(header, 0);
-      const auto rows_type = DType(int(header.data<float>()[n]));
-      for (int64_t i = 0; i < n; ++i) {
-        Tensor rows = leader ? encoded[size_t(i)].to(DType::F32).contiguous()
-                             : Tensor::zeros({int64_t(header.data<float>()[i]), caption_dim()});
-        parallel->world->broadcast(rows, 0);
-        if (!leader) encoded.push_back(rows.to(rows_type));
+      Tensor lengths = Tensor::zeros({int64_t(prompts.size())});
+      for (size_t i = 0; leader && i < encoded.size(); ++i)
+        lengths.data<float>()[i] = float(encoded[i].size(0));
+      parallel->world->broadcast(lengths, 0);
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        if (!leader)
+          encoded.push_back(Tensor::zeros({int64_t(lengths.data<float>()[i]), caption_dim()}));
+        encoded[i] = encoded[i].to(DType::F32).contiguous();
+        parallel->world->broadcast(encoded[i], 0);
       }
     }
     for (size_t i = 0; i < slots.size(); ++i) embeds[slots[i]] = std::move(encoded[i]);
