@@ -1,10 +1,10 @@
 // Peak memory and time of one CPU forward of a Wan2.1-1.3B-shaped transformer (30 layers, 12
 // heads x 128, ffn 8960, text_dim 4096; random weights) from its bf16 safetensors and from the
-// q8_0 GGUF `mmgen convert` writes of it. Each run is its own process, so each peak resident set
-// (getrusage) is that run's alone: the mapped checkpoint pages the forward touched, one block's
-// float32 weights, the activations.
-// usage: wan_gguf_memory_bench --make DIR            (writes DIR/bf16 and DIR/q8_0)
-//        wan_gguf_memory_bench --run DIR/bf16|DIR/q8_0 [--frames 1] [--out FILE.npy]
+// q8_0 and q4_k GGUFs `mmgen convert` writes of it. Each run is its own process, so each peak
+// resident set (getrusage) is that run's alone: the mapped checkpoint pages the forward touched,
+// one block's float32 weights, the activations. usage: wan_gguf_memory_bench --make DIR (writes
+// DIR/bf16, DIR/q8_0 and DIR/q4_k)
+//        wan_gguf_memory_bench --run DIR/bf16|DIR/q8_0|DIR/q4_k [--frames 1] [--out FILE.npy]
 // The 480x832 request (30x52 latent patches a frame, 512 text tokens) is the issue's; --frames
 // sets its length (1: 1560 tokens).
 #include <sys/resource.h>
@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 
 #include "core/error.h"
 #include "core/gguf_convert.h"
@@ -70,20 +71,23 @@ int main(int argc, char** argv) try {
   }
   if (!make.empty()) {
     const nlohmann::json config = config_1_3b();
-    fs::create_directories(fs::path(make) / "bf16");
-    fs::create_directories(fs::path(make) / "q8_0");
-    for (const char* kind : {"bf16", "q8_0"})
+    for (const char* kind : {"bf16", "q8_0", "q4_k"}) {
+      fs::create_directories(fs::path(make) / kind);
       std::ofstream(fs::path(make) / kind / "config.json") << config.dump(2);
+    }
     const fs::path weights = fs::path(make) / "bf16" / "diffusion_pytorch_model.safetensors";
     write_safetensors(weights,
                       dit::random_checkpoint(dit::WanTransformerConfig::from_json(config, "bench")),
                       {{"format", "pt"}});
-    const auto summary =
-        gguf::convert_to_gguf(WeightStore::open_file(weights), fs::path(make) / "q8_0/model.gguf",
-                              gguf::GgmlType::Q8_0, {{"general.architecture", "wan"}});
-    std::printf("wrote %s: bf16 %.2f GB, q8_0 %.2f GB (%lld of %lld tensors q8_0)\n", make.c_str(),
-                double(summary.bytes_in) / 1e9, double(summary.bytes_out) / 1e9,
-                (long long)summary.converted, (long long)summary.tensors);
+    for (const auto& [kind, type] :
+         {std::pair{"q8_0", gguf::GgmlType::Q8_0}, std::pair{"q4_k", gguf::GgmlType::Q4_K}}) {
+      const auto summary = gguf::convert_to_gguf(WeightStore::open_file(weights),
+                                                 fs::path(make) / kind / "model.gguf", type,
+                                                 {{"general.architecture", "wan"}});
+      std::printf("wrote %s/%s: bf16 %.2f GB, %s %.2f GB (%lld of %lld tensors %s)\n", make.c_str(),
+                  kind, double(summary.bytes_in) / 1e9, kind, double(summary.bytes_out) / 1e9,
+                  (long long)summary.converted, (long long)summary.tensors, kind);
+    }
     return 0;
   }
   check(!run.empty(), "usage: wan_gguf_memory_bench --make DIR | --run FOLDER [--frames N]");

@@ -10,13 +10,28 @@ struct DTypeInfo {
   size_t size;
   std::string_view name;
   std::string_view safetensors;
+  int64_t block_values = 1;
 };
 
 constexpr DTypeInfo kDTypes[] = {
-    {DType::F32, 4, "f32", "F32"}, {DType::F64, 8, "f64", "F64"}, {DType::BF16, 2, "bf16", "BF16"},
-    {DType::F16, 2, "f16", "F16"}, {DType::I64, 8, "i64", "I64"}, {DType::I32, 4, "i32", "I32"},
-    {DType::I8, 1, "i8", "I8"},    {DType::U8, 1, "u8", "U8"},    {DType::Bool, 1, "bool", "BOOL"},
-    {DType::Q8_0, 34, "q8_0", ""},  // no safetensors type
+    {DType::F32, 4, "f32", "F32"},
+    {DType::F64, 8, "f64", "F64"},
+    {DType::BF16, 2, "bf16", "BF16"},
+    {DType::F16, 2, "f16", "F16"},
+    {DType::I64, 8, "i64", "I64"},
+    {DType::I32, 4, "i32", "I32"},
+    {DType::I8, 1, "i8", "I8"},
+    {DType::U8, 1, "u8", "U8"},
+    {DType::Bool, 1, "bool", "BOOL"},
+    // ggml's blocks: no safetensors type
+    {DType::Q8_0, 34, "q8_0", "", 32},
+    {DType::Q4_0, 18, "q4_0", "", 32},
+    {DType::Q4_1, 20, "q4_1", "", 32},
+    {DType::Q5_0, 22, "q5_0", "", 32},
+    {DType::Q5_1, 24, "q5_1", "", 32},
+    {DType::Q4_K, 144, "q4_k", "", 256},
+    {DType::Q5_K, 176, "q5_k", "", 256},
+    {DType::Q6_K, 210, "q6_k", "", 256},
 };
 
 const DTypeInfo& info(DType dtype) {
@@ -41,6 +56,14 @@ std::optional<DType> dtype_from_safetensors(std::string_view name) {
   for (const auto& entry : kDTypes)
     if (!entry.safetensors.empty() && entry.safetensors == name) return entry.dtype;
   return std::nullopt;
+}
+
+int64_t dtype_block_values(DType dtype) {
+  return info(dtype).block_values;
+}
+
+bool dtype_is_blocks(DType dtype) {
+  return info(dtype).block_values > 1;
 }
 
 bool dtype_is_floating(DType dtype) {

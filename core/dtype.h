@@ -12,10 +12,29 @@
 
 namespace mmgen {
 
-// Q8_0: ggml's q8_0 blocks (an f16 scale and 32 int8 values, 34 bytes), for weights read from
-// GGUF files. One element is one block, so a q8_0 matrix [n, k] is a tensor [n, k / 32]; only the
-// CPU product reads it as it is, and to() expands it (to [n, k]).
-enum class DType { F32, F64, BF16, F16, I64, I32, I8, U8, Bool, Q8_0 };
+// Q8_0 ... Q6_K: ggml's quantized blocks (core/gguf_quants.h), for weights read from GGUF files.
+// One element is one block (32 values; 256 for the K-quants Q4_K, Q5_K, Q6_K), so a quantized
+// matrix [n, k] is a tensor [n, k / block]; only the CPU product reads it as it is, and to()
+// expands it (to [n, k]).
+enum class DType {
+  F32,
+  F64,
+  BF16,
+  F16,
+  I64,
+  I32,
+  I8,
+  U8,
+  Bool,
+  Q8_0,
+  Q4_0,
+  Q4_1,
+  Q5_0,
+  Q5_1,
+  Q4_K,
+  Q5_K,
+  Q6_K
+};
 
 size_t dtype_size(DType dtype);
 std::string_view dtype_name(DType dtype);  // "f32", "bf16", ...
@@ -23,6 +42,9 @@ std::string_view dtype_name(DType dtype);  // "f32", "bf16", ...
 std::optional<DType> dtype_from_safetensors(std::string_view name);
 std::string_view dtype_safetensors_name(DType dtype);
 bool dtype_is_floating(DType dtype);
+// Values per element: a quantized block's count (32 or 256), 1 for every other type.
+int64_t dtype_block_values(DType dtype);
+bool dtype_is_blocks(DType dtype);
 
 inline float bf16_to_f32(uint16_t bits) {
   return std::bit_cast<float>(uint32_t(bits) << 16);

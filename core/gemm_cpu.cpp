@@ -11,9 +11,11 @@
 #include <cstring>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "core/gemm_amx.h"
+#include "core/gguf_quants.h"
 #include "core/op_profile.h"
 #include "core/parallel.h"
 
@@ -174,6 +176,22 @@ void pack_weight_panel(const void* w, DType dtype, int64_t n0, int64_t n, int64_
   }
 }
 #endif
+
+// Quantized blocks other than q8_0 (the 4- and 5-bit types and the K-quants, whose values are
+// spread over nibbles, high bits and sub-block scales): the panel's rows are dequantized whole by
+// gguf::dequantize into a scratch row block, so the packed values are the dequantized values to
+// the bit, then packed as float32. q8_0 is unpacked inside the packing loads instead.
+void pack_block_panel(const void* w, DType dtype, int64_t n0, int64_t n, int64_t k, float* panel) {
+  const int64_t width = std::min(kPanel, n - n0);
+  thread_local std::vector<float> rows;
+  rows.resize(size_t(width * k));
+  const size_t row_bytes = size_t(k / dtype_block_values(dtype)) * dtype_size(dtype);
+  const auto* from = static_cast<const std::byte*>(w);
+  const gguf::GgmlType type = gguf::ggml_type_of_blocks(dtype);
+  for (int64_t j = 0; j < width; ++j)
+    gguf::dequantize(type, from + size_t(n0 + j) * row_bytes, rows.data() + j * k, k);
+  pack_weight_panel(rows.data(), DType::F32, 0, width, k, panel);
+}
 
 #ifdef MMGEN_GEMM_BF16
 // The bf16 products' panels: row q of a panel holds kPanel pairs (w[n0 + j][2q], w[n0 + j][2q + 1])
@@ -522,9 +540,10 @@ void linear_product(const float* a, int64_t lda, const void* w, DType w_dtype, c
                     float* c, int64_t m, int64_t k, int64_t n) {
   // Checked here, outside the parallel region, where an error may still leave as an exception.
   check(w_dtype == DType::F32 || w_dtype == DType::BF16 || w_dtype == DType::F16 ||
-            w_dtype == DType::Q8_0,
+            dtype_is_blocks(w_dtype),
         "linear: weights of type {} are not supported on the CPU", dtype_name(w_dtype));
-  check(w_dtype != DType::Q8_0 || k % 32 == 0, "linear: q8_0 rows of {} are not whole blocks", k);
+  check(k % dtype_block_values(w_dtype) == 0, "linear: {} rows of {} are not whole blocks",
+        dtype_name(w_dtype), k);
   if (m == 0 || n == 0) return;
   if (k == 0) {
     for (int64_t r = 0; r < m; ++r)
@@ -533,7 +552,7 @@ void linear_product(const float* a, int64_t lda, const void* w, DType w_dtype, c
   }
   const int64_t panels = (n + kPanel - 1) / kPanel;
 #ifdef MMGEN_GEMM_BF16
-  if (precision == ProductPrecision::BF16 && w_dtype != DType::Q8_0) {  // q8_0: float32 path
+  if (precision == ProductPrecision::BF16 && !dtype_is_blocks(w_dtype)) {  // blocks: float32
     // On AMX the pairs are padded to whole tile steps and the rows to whole blocks (zeros).
     const bool tiles = amx::available();
     const int64_t pairs = (k + 1) / 2;
@@ -564,7 +583,12 @@ void linear_product(const float* a, int64_t lda, const void* w, DType w_dtype, c
   const Product<float> g{a, lda, packed, bias, c, m, k, n};
   run_product(
       Plan{m, m * n * k, panels, kJobRows, 0},
-      [&](int64_t p) { pack_weight_panel(w, w_dtype, p * kPanel, n, k, packed + p * kPanel * k); },
+      [&](int64_t p) {
+        float* panel = packed + p * kPanel * k;
+        if (dtype_is_blocks(w_dtype) && w_dtype != DType::Q8_0)
+          return pack_block_panel(w, w_dtype, p * kPanel, n, k, panel);
+        pack_weight_panel(w, w_dtype, p * kPanel, n, k, panel);
+      },
       [](int64_t) {},
       [&](int64_t m0, int64_t m1, int64_t p0, int64_t p1) { run_job(g, m0, m1, p0, p1); });
 }

@@ -189,14 +189,16 @@ const std::byte* GgufFile::blocks(const GgufTensorInfo& tensor) const {
   return file_->data() + data_start_ + tensor.offset;
 }
 
-Tensor GgufFile::q8_0_blocks(const std::string& name) const {
+Tensor GgufFile::quantized_blocks(const std::string& name) const {
   const GgufTensorInfo* tensor = find(name);
-  check(tensor != nullptr && tensor->type == GgmlType::Q8_0 && !tensor->shape.empty() &&
-            tensor->shape.back() % 32 == 0,
-        "{}: no q8_0 tensor {} of whole blocks", path().string(), name);
+  check(tensor != nullptr && block_dtype(tensor->type).has_value() && !tensor->shape.empty(),
+        "{}: no quantized tensor {}", path().string(), name);
+  const DType dtype = block_dtype(tensor->type).value_or(DType::F32);
+  check(tensor->shape.back() % dtype_block_values(dtype) == 0, "{}: {} is not whole {} blocks",
+        path().string(), name, dtype_name(dtype));
   Shape blocks_shape = tensor->shape;
-  blocks_shape.back() /= 32;
-  return Tensor::wrap(file_, data_start_ + tensor->offset, blocks_shape, DType::Q8_0);
+  blocks_shape.back() /= dtype_block_values(dtype);
+  return Tensor::wrap(file_, data_start_ + tensor->offset, blocks_shape, dtype);
 }
 
 Tensor GgufFile::to_f32(const std::string& name) const {

@@ -43,9 +43,9 @@ class GgufFile {
   const std::byte* blocks(const GgufTensorInfo& tensor) const;
   // The tensor as float32 on the host.
   Tensor to_f32(const std::string& name) const;
-  // A q8_0 tensor's blocks as they are in the mapped file: dtype q8_0, shape [rows..., cols / 32]
-  // (core/dtype.h), for the CPU product to read without expanding it.
-  Tensor q8_0_blocks(const std::string& name) const;
+  // A quantized tensor's blocks as they are in the mapped file: dtype q8_0 ... q6_k, shape
+  // [rows..., cols / block] (core/dtype.h), for the CPU product to read without expanding it.
+  Tensor quantized_blocks(const std::string& name) const;
   const fs::path& path() const { return file_->path(); }
 
  private:

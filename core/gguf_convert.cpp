@@ -16,13 +16,16 @@ constexpr int64_t kSmallTensor = 1024;
 constexpr std::array<std::string_view, 6> kHighPrecision = {
     "norm", "scale_shift_table", "modulation", "time_embedding", "embedder", "patch_embedding"};
 
-// ggml's llama_ftype numbers for general.file_type: ALL_F32, MOSTLY_F16, MOSTLY_Q8_0, MOSTLY_BF16.
+// ggml's llama_ftype numbers for general.file_type: ALL_F32, MOSTLY_F16, MOSTLY_Q8_0,
+// MOSTLY_Q4_K_S (every matrix q4_k), MOSTLY_BF16.
 uint32_t file_type(GgmlType type) {
   switch (type) {
     case GgmlType::F16:
       return 1;
     case GgmlType::Q8_0:
       return 7;
+    case GgmlType::Q4_K:
+      return 14;
     case GgmlType::BF16:
       return 32;
     default:
@@ -42,15 +45,20 @@ GgmlType converted_type(const std::string& name, const Shape& shape, GgmlType wa
   bool high_precision = false;
   for (const std::string_view part : kHighPrecision)
     high_precision = high_precision || name.find(part) != std::string::npos;
-  return matrix && !high_precision && row % info->block == 0 ? wanted : GgmlType::F32;
+  if (!matrix || high_precision) return GgmlType::F32;
+  if (row % info->block == 0) return wanted;
+  // Rows that are not whole q4_k super-blocks take q8_0 when they are whole blocks of 32, as
+  // llama.cpp's quantize falls back to a type of smaller blocks.
+  return wanted == GgmlType::Q4_K && row % 32 == 0 ? GgmlType::Q8_0 : GgmlType::F32;
 }
 
 GgmlType parse_convert_type(const std::string& text) {
   if (text == "q8_0") return GgmlType::Q8_0;
+  if (text == "q4_k") return GgmlType::Q4_K;
   if (text == "f16") return GgmlType::F16;
   if (text == "bf16") return GgmlType::BF16;
   if (text == "f32") return GgmlType::F32;
-  fail("convert: --type {} is not one mmgen writes; choose q8_0, f16, bf16 or f32", text);
+  fail("convert: --type {} is not one mmgen writes; choose q8_0, q4_k, f16, bf16 or f32", text);
 }
 
 ConversionSummary convert_to_gguf(const WeightStore& weights, const std::filesystem::path& out,
@@ -68,6 +76,7 @@ ConversionSummary convert_to_gguf(const WeightStore& weights, const std::filesys
     const int64_t count = shape_numel(info.shape);
     summary.tensors += 1;
     summary.converted += t.type == wanted ? 1 : 0;
+    summary.fallback += t.type != wanted && t.type == GgmlType::Q8_0 ? 1 : 0;
     summary.bytes_out += uint64_t(count / type->block) * type->bytes;
     tensors.push_back(std::move(t));
   }

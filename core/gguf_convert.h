@@ -20,11 +20,13 @@ namespace mmgen::gguf {
 // The type `name` (of `shape`) is written as when `wanted` is asked for.
 GgmlType converted_type(const std::string& name, const Shape& shape, GgmlType wanted);
 
-// "q8_0", "f16", "bf16", "f32" → the type; anything else is refused in one line naming them.
+// "q8_0", "q4_k", "f16", "bf16", "f32" → the type; anything else is refused in one line naming
+// them.
 GgmlType parse_convert_type(const std::string& text);
 
 struct ConversionSummary {
   int64_t tensors = 0, converted = 0;  // converted: written as the asked type
+  int64_t fallback = 0;                // written as q8_0 instead of q4_k (rows of 32-blocks)
   uint64_t bytes_in = 0, bytes_out = 0;
 };
 

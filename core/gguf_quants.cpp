@@ -1,6 +1,7 @@
 #include "core/gguf_quants.h"
 
 #include <cstring>
+#include <utility>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -207,6 +208,26 @@ void dequantize(GgmlType type, const std::byte* blocks, float* out, int64_t coun
     case GgmlType::Q6_K:
       return each(q6_k);
   }
+}
+
+namespace {
+constexpr std::pair<GgmlType, DType> kBlockDTypes[] = {
+    {GgmlType::Q8_0, DType::Q8_0}, {GgmlType::Q4_0, DType::Q4_0}, {GgmlType::Q4_1, DType::Q4_1},
+    {GgmlType::Q5_0, DType::Q5_0}, {GgmlType::Q5_1, DType::Q5_1}, {GgmlType::Q4_K, DType::Q4_K},
+    {GgmlType::Q5_K, DType::Q5_K}, {GgmlType::Q6_K, DType::Q6_K},
+};
+}  // namespace
+
+std::optional<DType> block_dtype(GgmlType type) {
+  for (const auto& [ggml, dtype] : kBlockDTypes)
+    if (ggml == type) return dtype;
+  return std::nullopt;
+}
+
+GgmlType ggml_type_of_blocks(DType dtype) {
+  for (const auto& [ggml, blocks] : kBlockDTypes)
+    if (blocks == dtype) return ggml;
+  fail("{} is not a type of quantized blocks", dtype_name(dtype));
 }
 
 }  // namespace mmgen::gguf

@@ -7,7 +7,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string_view>
+
+#include "core/dtype.h"
 
 namespace mmgen::gguf {
 
@@ -34,6 +37,11 @@ struct GgmlTypeInfo {
 
 // The type's layout, or null for a type mmgen does not read (named by its number).
 const GgmlTypeInfo* ggml_type_info(uint32_t type);
+
+// The tensor dtype whose elements are this type's blocks (core/dtype.h), or nullopt for the
+// types that are not blocks (f32, f16, bf16); and back.
+std::optional<DType> block_dtype(GgmlType type);
+GgmlType ggml_type_of_blocks(DType dtype);
 
 // `count` elements (a multiple of the type's block) at `blocks` → float32 at `out`.
 void dequantize(GgmlType type, const std::byte* blocks, float* out, int64_t count);

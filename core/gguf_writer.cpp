@@ -1,8 +1,11 @@
 #include "core/gguf_writer.h"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -91,6 +94,57 @@ void quantize_q8_0(const float* values, int64_t count, std::byte* out) {
   }
 }
 
+void quantize_q4_k(const float* values, int64_t count, std::byte* out) {
+  constexpr int64_t kSuper = 256, kSub = 32, kBytes = 144;
+  check(count % kSuper == 0, "q4_k: {} values are not whole super-blocks of 256", count);
+  for (int64_t block = 0; block < count / kSuper; ++block, out += kBytes) {
+    const float* x = values + block * kSuper;
+    std::array<float, 8> scale{}, minimum{};  // per sub-block: x ≈ scale·q − minimum
+    for (int s = 0; s < 8; ++s) {
+      float lo = 0.0f, hi = -std::numeric_limits<float>::infinity();
+      for (int l = 0; l < kSub; ++l)
+        lo = std::min(lo, x[s * kSub + l]), hi = std::max(hi, x[s * kSub + l]);
+      scale[size_t(s)] = (hi - lo) / 15.0f;
+      minimum[size_t(s)] = -lo;
+    }
+    const uint16_t d_half = f32_to_f16(*std::max_element(scale.begin(), scale.end()) / 63.0f);
+    const uint16_t dmin_half =
+        f32_to_f16(*std::max_element(minimum.begin(), minimum.end()) / 63.0f);
+    const float d = f16_to_f32(d_half), dmin = f16_to_f32(dmin_half);
+    std::array<uint8_t, 8> sc{}, m{};
+    for (size_t s = 0; s < 8; ++s) {
+      sc[s] = d > 0 ? uint8_t(std::clamp(std::ceil(scale[s] / d), 0.0f, 63.0f)) : 0;
+      m[s] = dmin > 0 ? uint8_t(std::clamp(std::round(minimum[s] / dmin), 0.0f, 63.0f)) : 0;
+    }
+    std::memcpy(out, &d_half, 2);
+    std::memcpy(out + 2, &dmin_half, 2);
+    // The 12 bytes of 6-bit scales and mins, as ggml's get_scale_min_k4 reads them back.
+    std::array<uint8_t, 12> packed{};
+    for (size_t j = 0; j < 8; ++j) {
+      if (j < 4) {
+        packed[j] |= sc[j];
+        packed[j + 4] |= m[j];
+      } else {
+        packed[j + 4] = uint8_t((sc[j] & 0xF) | ((m[j] & 0xF) << 4));
+        packed[j - 4] |= uint8_t((sc[j] >> 4) << 6);
+        packed[j] |= uint8_t((m[j] >> 4) << 6);
+      }
+    }
+    std::memcpy(out + 4, packed.data(), 12);
+    // Sub-blocks 2c and 2c + 1 share 32 bytes: the first in the low nibbles, the second high.
+    std::array<uint8_t, 128> qs{};
+    for (int s = 0; s < 8; ++s) {
+      const float d1 = d * float(sc[size_t(s)]), m1 = dmin * float(m[size_t(s)]);
+      for (int l = 0; l < kSub; ++l) {
+        const float q =
+            d1 > 0 ? std::clamp(std::round((x[s * kSub + l] + m1) / d1), 0.0f, 15.0f) : 0;
+        qs[size_t((s / 2) * kSub + l)] |= uint8_t(uint8_t(q) << (s % 2 ? 4 : 0));
+      }
+    }
+    std::memcpy(out + 16, qs.data(), 128);
+  }
+}
+
 void write_gguf(const std::filesystem::path& path, const nlohmann::json& metadata,
                 const std::vector<TensorToWrite>& tensors) {
   check(metadata.is_object(), "gguf writer: metadata must be an object");
@@ -105,7 +159,7 @@ void write_gguf(const std::filesystem::path& path, const nlohmann::json& metadat
   for (const TensorToWrite& t : tensors) {
     const GgmlTypeInfo* info = ggml_type_info(uint32_t(t.type));
     check(info && (t.type == GgmlType::F32 || t.type == GgmlType::F16 || t.type == GgmlType::BF16 ||
-                   t.type == GgmlType::Q8_0),
+                   t.type == GgmlType::Q8_0 || t.type == GgmlType::Q4_K),
           "gguf writer: {} cannot be written as type {}", t.name, uint32_t(t.type));
     check(t.values.defined() || t.load, "gguf writer: {} has no values", t.name);
     Shape shape = t.values.defined() ? t.values.shape() : t.shape;
@@ -134,12 +188,14 @@ void write_gguf(const std::filesystem::path& path, const nlohmann::json& metadat
     std::string data(p.bytes, '\0');
     std::byte* out = reinterpret_cast<std::byte*>(data.data());
     const float* x = f32.data<float>();
-    for (int64_t i = 0; i < count && t.type != GgmlType::Q8_0; ++i) {
+    const bool quantized = t.type == GgmlType::Q8_0 || t.type == GgmlType::Q4_K;
+    for (int64_t i = 0; i < count && !quantized; ++i) {
       if (t.type == GgmlType::F32) std::memcpy(out + 4 * i, x + i, 4);
       const uint16_t half = t.type == GgmlType::F16 ? f32_to_f16(x[i]) : f32_to_bf16(x[i]);
       if (t.type != GgmlType::F32) std::memcpy(out + 2 * i, &half, 2);
     }
     if (t.type == GgmlType::Q8_0) quantize_q8_0(x, count, out);
+    if (t.type == GgmlType::Q4_K) quantize_q4_k(x, count, out);
     return data;
   };
 

@@ -96,19 +96,18 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   MMGEN_PROFILE("linear");
   require_f32_contiguous(x, "linear");
   check(weight.dim() == 2, "linear: weight must be 2-d, got {}", shape_string(weight.shape()));
-  // q8_0 weights hold blocks of 32 inputs (core/dtype.h).
-  const int64_t in = weight.size(1) * (weight.dtype() == DType::Q8_0 ? 32 : 1),
-                out = weight.size(0);
+  // Quantized weights hold blocks of 32 or 256 inputs (core/dtype.h).
+  const int64_t in = weight.size(1) * dtype_block_values(weight.dtype()), out = weight.size(0);
   check(x.size(-1) == in, "linear: input {} does not match weight {}", shape_string(x.shape()),
         shape_string(weight.shape()));
   const int64_t rows = x.numel() / in;
   Shape out_shape = x.shape();
   out_shape.back() = out;
   Tensor y = Tensor::empty(out_shape);
-  // The product reads float32, bfloat16, float16 and q8_0 weights as stored (converted as it
+  // The product reads float32, bfloat16, float16 and quantized blocks as stored (converted as it
   // packs them).
   const bool packable = weight.dtype() == DType::F32 || weight.dtype() == DType::BF16 ||
-                        weight.dtype() == DType::F16 || weight.dtype() == DType::Q8_0;
+                        weight.dtype() == DType::F16 || dtype_is_blocks(weight.dtype());
   const Tensor w = packable ? weight.contiguous() : as_f32(weight).contiguous();
   Tensor b;
   if (bias.defined()) {

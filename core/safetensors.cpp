@@ -296,10 +296,11 @@ Tensor WeightStore::get_for_product(const std::string& name) const {
   const Entry& where = where_.at(name);
   if (where.file == kGguf) {
     const gguf::GgufTensorInfo* stored = gguf_->find(where.stored);
-    // A q8_0 matrix kept in its stored shape (not one a converter flattened) stays blocks.
-    if (stored && stored->type == gguf::GgmlType::Q8_0 && entry.shape.size() == 2 &&
-        entry.shape == stored->shape && entry.shape[1] % 32 == 0)
-      return gguf_->q8_0_blocks(where.stored);
+    // A quantized matrix kept in its stored shape (not one a converter flattened) stays blocks.
+    const DType blocks = stored ? gguf::block_dtype(stored->type).value_or(DType::F32) : DType::F32;
+    if (dtype_is_blocks(blocks) && entry.shape.size() == 2 && entry.shape == stored->shape &&
+        entry.shape[1] % dtype_block_values(blocks) == 0)
+      return gguf_->quantized_blocks(where.stored);
   }
   return get(name);
 }

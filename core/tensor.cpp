@@ -357,6 +357,13 @@ double load_as_double(const std::byte* p, DType dtype) {
     case DType::Bool:
       return *p != std::byte{0} ? 1.0 : 0.0;
     case DType::Q8_0:
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
       break;  // blocks, not values: to() expands them first
   }
   return 0;
@@ -402,6 +409,13 @@ void store_from_double(std::byte* p, DType dtype, double value) {
       *p = std::byte(value != 0 ? 1 : 0);
       return;
     case DType::Q8_0:
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
       return;  // never a conversion's target: to() refuses it
   }
 }
@@ -442,8 +456,9 @@ Tensor Tensor::to(Device device) const {
   if (device == this->device()) return *this;
 #ifdef MMGEN_HAVE_CUDA
   if (device == Device::CUDA) {
-    check(dtype_ != DType::Q8_0,
-          "q8_0 blocks are read by the CPU product only; expand them (to(DType)) for the GPU");
+    check(!dtype_is_blocks(dtype_),
+          "{} blocks are read by the CPU product only; expand them (to(DType)) for the GPU",
+          dtype_name(dtype_));
     const Tensor source = contiguous();
     Tensor result = empty(shape_, dtype_, Device::CUDA);
     cuda::copy_host_to_device(result.raw(), source.raw(), nbytes());
@@ -461,15 +476,17 @@ Tensor Tensor::to(Device device) const {
 
 Tensor Tensor::to(DType dtype) const {
   if (dtype == dtype_) return contiguous();
-  check(dtype != DType::Q8_0, "a tensor is not converted to q8_0 here (mmgen convert writes it)");
-  if (dtype_ == DType::Q8_0) {  // blocks [..., b] → values [..., 32 b]
-    require_cpu("expanding q8_0 blocks");
+  check(!dtype_is_blocks(dtype), "a tensor is not converted to {} here (mmgen convert writes it)",
+        dtype_name(dtype));
+  if (dtype_is_blocks(dtype_)) {  // blocks [..., b] → values [..., block · b]
+    require_cpu("expanding quantized blocks");
     const Tensor blocks = contiguous();
     Shape shape = shape_;
-    check(!shape.empty(), "a q8_0 tensor has at least one dimension");
-    shape.back() *= 32;
+    check(!shape.empty(), "a {} tensor has at least one dimension", dtype_name(dtype_));
+    shape.back() *= dtype_block_values(dtype_);
     Tensor values = empty(shape, DType::F32);
-    gguf::dequantize(gguf::GgmlType::Q8_0, blocks.raw(), values.data<float>(), values.numel());
+    gguf::dequantize(gguf::ggml_type_of_blocks(dtype_), blocks.raw(), values.data<float>(),
+                     values.numel());
     return values.to(dtype);
   }
 #ifdef MMGEN_HAVE_CUDA

@@ -33,7 +33,7 @@ std::string architecture(const std::string& diffusers_class) {
 
 std::string convert_help() {
   const std::string text =
-      "Usage: mmgen convert --input PATH --out FILE.gguf [--type q8_0] [--overwrite]\n\n"
+      "Usage: mmgen convert --input PATH --out FILE.gguf [--type q8_0|q4_k] [--overwrite]\n\n"
       "Writes a component's weights (a diffusers folder's safetensors, one file or shards) as one\n"
       "GGUF file. The weight matrices take --type; norms, biases, embeddings, modulation tables\n"
       "and small tensors stay f32, as the community's converters keep them. The names stay as\n"
@@ -84,12 +84,17 @@ int run_convert(const std::vector<std::string>& arguments) {
   // The model's config beside the file, so the folder runs as a component folder.
   if (fs::exists(config_file) && !fs::exists(where / "config.json"))
     fs::copy_file(config_file, where / "config.json");
+  const std::string fallback =
+      summary.fallback > 0
+          ? fmt::format(", {} as q8_0 (rows not whole super-blocks)", summary.fallback)
+          : "";
   std::printf(
-      "convert: %lld tensors, %lld as %s and %lld kept f32; %.2f GB -> %.2f GB, %s, in %.1f s\n",
+      "convert: %lld tensors, %lld as %s%s and %lld kept f32; %.2f GB -> %.2f GB, %s, in %.1f s\n",
       (long long)summary.tensors, (long long)summary.converted,
-      std::string(gguf::ggml_type_info(uint32_t(type))->name).c_str(),
-      (long long)(summary.tensors - summary.converted), double(summary.bytes_in) / 1e9,
-      double(summary.bytes_out) / 1e9, out.string().c_str(), seconds);
+      std::string(gguf::ggml_type_info(uint32_t(type))->name).c_str(), fallback.c_str(),
+      (long long)(summary.tensors - summary.converted - summary.fallback),
+      double(summary.bytes_in) / 1e9, double(summary.bytes_out) / 1e9, out.string().c_str(),
+      seconds);
   return 0;
 }
 

@@ -312,9 +312,9 @@ const std::vector<OptionSpec>& option_table() {
       {.name = "type",
        .type = T::Choice,
        .builtin_default = "q8_0",
-       .help = "the weight matrices' type; norms, biases, embeddings, modulation tables and small "
-               "tensors stay f32",
-       .choices = {"q8_0", "f16", "bf16", "f32"},
+       .help = "the weight matrices' type (q4_k: rows not whole super-blocks of 256 take q8_0); "
+               "norms, biases, embeddings, modulation tables and small tensors stay f32",
+       .choices = {"q8_0", "q4_k", "f16", "bf16", "f32"},
        .commands = {C::Convert},
        .value_name = "TYPE"},
       {.name = "overwrite",

@@ -262,6 +262,106 @@ TEST(GgufProduct, Q8_0WeightsGiveTheDequantizedProductToTheBit) {
   EXPECT_THROW(Tensor::zeros({2, 32}).to(DType::Q8_0), Error);
 }
 
+// Every quantized type the `gguf` package wrote (tests/data/gguf/types.gguf) read as mapped blocks
+// by the CPU product: the product is the one from the package's own dequantized values to the bit
+// (the 4- and 5-bit types and the K-quants go through gguf::dequantize per panel row, q8_0 through
+// the packing loads). The legacy types' [2, 3, 64] are 6 rows of 64 inputs; the K-quants' [3, 512]
+// are 3 rows of two 256-value super-blocks. Each weight row is used several times over so the
+// product has more than one panel.
+TEST(GgufProduct, EveryQuantizedTypeGivesThePackagesDequantizedProductToTheBit) {
+  const gguf::GgufFile file = gguf::GgufFile::open(fixture());
+  for (const char* name : {"q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"}) {
+    SCOPED_TRACE(name);
+    const Tensor blocks = file.quantized_blocks(name);
+    const Tensor expected_values = file.to_f32(std::string(name) + ".expected");
+    const int64_t k = expected_values.size(-1), rows = expected_values.numel() / k;
+    EXPECT_EQ(blocks.numel() * dtype_block_values(blocks.dtype()), rows * k);
+    EXPECT_EQ(dtype_name(blocks.dtype()), name);
+    // 40 output rows (three panels' worth of the 16-wide AVX-512 kernel at least), cycling
+    // through the stored rows: blocks and values stacked the same way.
+    const int64_t n = 40, row_bytes = int64_t(blocks.nbytes()) / rows;
+    Tensor weight = Tensor::empty({n, k / dtype_block_values(blocks.dtype())}, blocks.dtype());
+    Tensor values = Tensor::empty({n, k});
+    for (int64_t j = 0; j < n; ++j) {
+      std::memcpy(static_cast<std::byte*>(weight.raw()) + j * row_bytes,
+                  static_cast<const std::byte*>(blocks.raw()) + (j % rows) * row_bytes,
+                  size_t(row_bytes));
+      std::memcpy(values.data<float>() + j * k, expected_values.data<float>() + (j % rows) * k,
+                  size_t(k) * sizeof(float));
+    }
+    EXPECT_EQ(std::memcmp(weight.to(DType::F32).raw(), values.raw(), values.nbytes()), 0);
+    for (int64_t m : {1, 5, 33}) {
+      const Tensor x = dit::random_tensor({m, k}, 0.0f, 1.0f, 21, DType::F32);
+      const Tensor bias = dit::random_tensor({n}, 0.0f, 1.0f, 22, DType::F32);
+      const Tensor ours = ops::linear(x, weight, bias), expected = ops::linear(x, values, bias);
+      ASSERT_EQ(ours.shape(), expected.shape());
+      EXPECT_EQ(std::memcmp(ours.raw(), expected.raw(), ours.nbytes()), 0)
+          << m << " rows: max diff " << testing::max_abs_diff(ours, expected);
+    }
+  }
+  // The weight store hands the product a 2-D quantized matrix as its mapped blocks, and
+  // everything else (a 3-D one, f16) as values.
+  const WeightStore store = WeightStore::open_file(fixture());
+  EXPECT_EQ(store.get_for_product("q4_k").dtype(), DType::Q4_K);
+  EXPECT_EQ(store.get_for_product("q6_k").shape(), (Shape{3, 2}));
+  EXPECT_EQ(store.get_for_product("q5_0").dtype(), DType::F32);  // [2, 3, 64]
+  EXPECT_EQ(store.stored_type("q4_k"), "q4_k");
+  // Not blocks, or not whole ones: refused in one line.
+  EXPECT_THROW(file.quantized_blocks("f16"), Error);
+  EXPECT_THROW(file.quantized_blocks("absent"), Error);
+  EXPECT_THROW(Tensor::zeros({2, 32}).to(DType::Q4_K), Error);
+}
+
+// q4_k written by mmgen: every value within half a step of its sub-block (its range / 15, plus the
+// scale's rounding up to a multiple of d) plus half of dmin (the min's rounding), as read back
+// by the dequantizer the `gguf` package agrees with; a row of constant values and one of zeros
+// come back exactly; the converter's q4_k policy falls back to q8_0 for rows of whole 32-blocks.
+TEST(GgufWriter, Q4_KValuesAreWithinHalfAStepOfTheirSubBlock) {
+  const int64_t count = 4 * 256;
+  Tensor values = dit::random_tensor({count}, 0.0f, 0.05f, 31, DType::F32);
+  float* x = values.data<float>();
+  for (int64_t i = 256; i < 512; ++i) x[i] += 0.2f;    // all positive: min clamps to 0
+  for (int64_t i = 512; i < 768; ++i) x[i] = 0.0f;     // zeros
+  for (int64_t i = 768; i < 800; ++i) x[i] = -0.125f;  // one constant sub-block
+  std::vector<std::byte> bytes(static_cast<size_t>(count / 256 * 144));
+  gguf::quantize_q4_k(x, count, bytes.data());
+  std::vector<float> y(static_cast<size_t>(count));
+  gguf::dequantize(gguf::GgmlType::Q4_K, bytes.data(), y.data(), count);
+  double worst = 0, sum2 = 0, ref2 = 0;
+  for (int64_t b = 0; b < count / 256; ++b) {
+    uint16_t d_bits, dmin_bits;
+    std::memcpy(&d_bits, bytes.data() + b * 144, 2);
+    std::memcpy(&dmin_bits, bytes.data() + b * 144 + 2, 2);
+    const float d = f16_to_f32(d_bits), dmin = f16_to_f32(dmin_bits);
+    for (int64_t s = 0; s < 8; ++s) {
+      const float* sub = x + b * 256 + s * 32;
+      const float lo = std::min(0.0f, *std::min_element(sub, sub + 32)),
+                  hi = *std::max_element(sub, sub + 32);
+      const double bound = 0.5 * ((hi - lo) / 15.0 + d + dmin) + 1e-7;
+      for (int64_t l = 0; l < 32; ++l) {
+        const int64_t i = b * 256 + s * 32 + l;
+        const double error = std::fabs(double(x[i]) - y[size_t(i)]);
+        EXPECT_LE(error, bound) << "value " << i;
+        worst = std::max(worst, error / bound);
+        sum2 += error * error;
+        ref2 += double(x[i]) * x[i];
+      }
+    }
+  }
+  for (int64_t i = 512; i < 768; ++i) EXPECT_EQ(y[size_t(i)], 0.0f);
+  for (int64_t i = 768; i < 800; ++i) EXPECT_NEAR(y[size_t(i)], -0.125f, 2e-4);
+  std::printf("q4_k: relative rms error %.3g, worst error %.2f of its bound\n",
+              std::sqrt(sum2 / ref2), worst);
+  EXPECT_THROW(gguf::quantize_q4_k(x, 100, bytes.data()), Error);
+  EXPECT_EQ(gguf::converted_type("blocks.0.ffn.net.0.proj.weight", {64, 512}, gguf::GgmlType::Q4_K),
+            gguf::GgmlType::Q4_K);
+  EXPECT_EQ(gguf::converted_type("blocks.0.ffn.net.0.proj.weight", {64, 96}, gguf::GgmlType::Q4_K),
+            gguf::GgmlType::Q8_0);
+  EXPECT_EQ(gguf::converted_type("blocks.0.ffn.net.0.proj.weight", {64, 40}, gguf::GgmlType::Q4_K),
+            gguf::GgmlType::F32);
+  EXPECT_EQ(gguf::parse_convert_type("q4_k"), gguf::GgmlType::Q4_K);
+}
+
 // `mmgen convert` on a random Wan transformer folder wide enough for q8_0 rows (64 channels, ffn
 // 128): the matrices are q8_0, what the model reads at high precision stays f32 to the bit, the
 // file reads back, and the forward from it is within the q8_0 bound of the safetensors forward.
@@ -365,7 +465,7 @@ TEST(GgufConvert, RefusesBadInputInOneLine) {
   const std::string source =
       (testing::source_dir() / "examples/models/wan-tiny/transformer").string();
   EXPECT_THROW(cli::run_convert({"--input", "/nonexistent", "--out", out.string()}), Error);
-  EXPECT_THROW(cli::run_convert({"--input", source, "--out", out.string(), "--type", "q4_k"}),
+  EXPECT_THROW(cli::run_convert({"--input", source, "--out", out.string(), "--type", "q6_k"}),
                Error);
   EXPECT_THROW(cli::run_convert({"--input", source, "--out", out.string() + ".bin"}), Error);
   EXPECT_THROW(cli::run_convert({"--out", out.string()}), Error);
