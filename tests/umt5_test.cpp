@@ -9,6 +9,8 @@
 
 #include "core/error.h"
 #include "core/file.h"
+#include "core/gguf.h"
+#include "core/gguf_writer.h"
 #include "core/safetensors.h"
 #include "models/text_encoders/prompt_embedding.h"
 #include "models/text_encoders/t5_config.h"
@@ -213,6 +215,84 @@ TEST(UMT5Encoder, RejectsACheckpointThatDoesNotMatchItsConfig) {
               UMT5Encoder(config, WeightStore::open_folder(folder));
             }).find("does not match config.json"),
             std::string::npos);
+}
+
+// llama.cpp's T5 names for a transformers name ("encoder.block.0.layer.0.SelfAttention.q.weight"
+// is "enc.blk.0.attn_q.weight"), as city96's UMT5 GGUF files for Wan store them.
+std::string llama_cpp_name(std::string name) {
+  static const std::pair<const char*, const char*> kFragments[] = {
+      {"encoder.block.", "enc.blk."},
+      {"encoder.final_layer_norm", "enc.output_norm"},
+      {"shared", "token_embd"},
+      {"layer.0.SelfAttention.relative_attention_bias", "attn_rel_b"},
+      {"layer.0.SelfAttention.q", "attn_q"},
+      {"layer.0.SelfAttention.k", "attn_k"},
+      {"layer.0.SelfAttention.v", "attn_v"},
+      {"layer.0.SelfAttention.o", "attn_o"},
+      {"layer.0.layer_norm", "attn_norm"},
+      {"layer.1.DenseReluDense.wi_0", "ffn_gate"},
+      {"layer.1.DenseReluDense.wi_1", "ffn_up"},
+      {"layer.1.DenseReluDense.wo", "ffn_down"},
+      {"layer.1.layer_norm", "ffn_norm"},
+  };
+  for (const auto& [from, to] : kFragments)
+    if (const size_t at = name.find(from); at != std::string::npos)
+      name.replace(at, std::string(from).size(), to);
+  return name;
+}
+
+// wan-tiny's encoder written as one GGUF file in llama.cpp's names, into a folder with its
+// config.json: the 2-D tensors with rows of whole 32-blocks as `quantized` (q8_0) or f32, or each
+// tensor as given by `values` (a name -> float32 map) in f32.
+fs::path write_gguf_encoder(const std::string& name, gguf::GgmlType matrices,
+                            const WeightStore* values = nullptr) {
+  const fs::path source = wan_tiny() / "model" / "text_encoder";
+  const WeightStore weights = WeightStore::open_folder(source);
+  const fs::path folder = testing::scratch_dir("umt5_gguf") / name;
+  fs::create_directories(folder);
+  fs::copy_file(source / "config.json", folder / "config.json",
+                fs::copy_options::overwrite_existing);
+  std::vector<gguf::TensorToWrite> tensors;
+  for (const std::string& stored : weights.names()) {
+    gguf::TensorToWrite t;
+    t.name = llama_cpp_name(stored);
+    t.values = values ? values->get_f32(t.name) : weights.get_f32(stored);
+    const bool matrix = t.values.dim() == 2 && t.values.size(1) % 32 == 0;
+    t.type = matrix && !values ? matrices : gguf::GgmlType::F32;
+    tensors.push_back(std::move(t));
+  }
+  gguf::write_gguf(folder / "model.gguf", {{"general.architecture", "t5encoder"}}, tensors);
+  return folder;
+}
+
+// A GGUF text encoder in llama.cpp's names (city96's UMT5-XXL files for Wan): from f32 it is the
+// safetensors encoder to the bit; from q8_0 the products read the blocks as mapped and give the
+// encoder of the dequantized values to the bit, within 2% of the float32 encoder.
+TEST(UMT5Encoder, ReadsAGgufFileInLlamaCppNames) {
+  MMGEN_REQUIRE_SHARED();
+  const SafetensorsFile ref = reference();
+  const Tensor ids = ref.tensor("text_encoder.input_ids"),
+               mask = ref.tensor("text_encoder.attention_mask");
+  const Tensor expected =
+      UMT5Encoder::from_folder(wan_tiny() / "model" / "text_encoder").forward(ids, mask);
+
+  const fs::path f32 = write_gguf_encoder("f32", gguf::GgmlType::F32);
+  EXPECT_TRUE(WeightStore::open_folder(f32).has("enc.blk.0.attn_rel_b.weight"));
+  const Tensor from_f32 = UMT5Encoder::from_folder(f32).forward(ids, mask);
+  ASSERT_EQ(from_f32.shape(), expected.shape());
+  EXPECT_EQ(testing::max_abs_diff(from_f32, expected), 0.0);
+
+  const fs::path q8 = write_gguf_encoder("q8_0", gguf::GgmlType::Q8_0);
+  const WeightStore q8_store = WeightStore::open_folder(q8);
+  EXPECT_EQ(q8_store.get_for_product("enc.blk.1.ffn_down.weight").dtype(), DType::Q8_0);
+  const Tensor from_q8 = UMT5Encoder::from_folder(q8).forward(ids, mask);
+  const fs::path dequantized = write_gguf_encoder("dequantized", gguf::GgmlType::F32, &q8_store);
+  const Tensor from_dequantized = UMT5Encoder::from_folder(dequantized).forward(ids, mask);
+  EXPECT_EQ(testing::max_abs_diff(from_q8, from_dequantized), 0.0);
+  const double error = testing::relative_error(from_q8, expected);
+  std::printf("UMT5 from q8_0 GGUF: relative error %.3g against float32\n", error);
+  EXPECT_GT(error, 0.0);
+  EXPECT_LT(error, 2e-2);
 }
 
 TEST(UMT5Encoder, RunsTheBf16WanShapesEncoder) {

@@ -17,19 +17,54 @@ namespace {
 // Below this many elements a loop runs on one thread: waking a team costs more than it saves.
 constexpr int64_t kParallelMin = int64_t(1) << 16;
 
-// A weight in its stored dtype after checking that it exists and has the expected shape.
-Tensor require_weight(const WeightStore& weights, const std::string& name, const Shape& shape) {
+// A weight after checking that it exists and holds the expected values: in its stored dtype,
+// or, for the products' matrices and the embedding table (`blocks`), a GGUF file's quantized
+// blocks as mapped (WeightStore::get_for_product; the CPU product and Tensor::to read them).
+Tensor require_weight(const WeightStore& weights, const std::string& name, const Shape& shape,
+                      bool blocks = false) {
   check(weights.has(name),
         "text encoder weights in {} lack \"{}\"; is this a T5/UMT5 encoder checkpoint matching its "
         "config.json?",
         weights.origin().string(), name);
-  Tensor tensor = weights.get(name);
-  check(tensor.shape() == shape && dtype_is_floating(tensor.dtype()),
+  Tensor tensor = blocks ? weights.get_for_product(name) : weights.get(name);
+  Shape values = tensor.shape();
+  if (!values.empty()) values.back() *= dtype_block_values(tensor.dtype());
+  check(values == shape && (dtype_is_floating(tensor.dtype()) || dtype_is_blocks(tensor.dtype())),
         "text encoder weight \"{}\" in {} is {} {}, expected a float tensor of shape {}; the "
         "checkpoint does not match config.json",
-        name, weights.origin().string(), dtype_name(tensor.dtype()), shape_string(tensor.shape()),
+        name, weights.origin().string(), dtype_name(tensor.dtype()), shape_string(values),
         shape_string(shape));
   return tensor;
+}
+
+// The names of llama.cpp's T5 GGUF files (city96's UMT5-XXL encoders for Wan among them) as
+// transformers names them, by the fragment replacements ComfyUI-GGUF's loader makes, in order:
+// "enc.blk.3.attn_q.weight" is "encoder.block.3.layer.0.SelfAttention.q.weight".
+WeightStore with_transformers_names(const WeightStore& weights) {
+  if (!weights.has("enc.blk.0.attn_q.weight")) return weights;
+  static const std::pair<const char*, const char*> kFragments[] = {
+      {"enc.", "encoder."},
+      {".blk.", ".block."},
+      {"token_embd", "shared"},
+      {"output_norm", "final_layer_norm"},
+      {"attn_q", "layer.0.SelfAttention.q"},
+      {"attn_k", "layer.0.SelfAttention.k"},
+      {"attn_v", "layer.0.SelfAttention.v"},
+      {"attn_o", "layer.0.SelfAttention.o"},
+      {"attn_norm", "layer.0.layer_norm"},
+      {"attn_rel_b", "layer.0.SelfAttention.relative_attention_bias"},
+      {"ffn_up", "layer.1.DenseReluDense.wi_1"},
+      {"ffn_down", "layer.1.DenseReluDense.wo"},
+      {"ffn_gate", "layer.1.DenseReluDense.wi_0"},
+      {"ffn_norm", "layer.1.layer_norm"},
+  };
+  return weights.renamed([](const std::string& stored) {
+    std::string name = stored;
+    for (const auto& [from, to] : kFragments)
+      if (const size_t at = name.find(from); at != std::string::npos)
+        name.replace(at, std::string(from).size(), to);
+    return name;
+  });
 }
 
 Tensor as_int64(const Tensor& ids, const char* what) {
@@ -41,11 +76,11 @@ Tensor as_int64(const Tensor& ids, const char* what) {
 }  // namespace
 
 UMT5Encoder::UMT5Encoder(T5Config config, WeightStore weights)
-    : config_(std::move(config)), weights_(std::move(weights)) {
+    : config_(std::move(config)), weights_(with_transformers_names(weights)) {
   const int64_t d = config_.d_model, inner = config_.inner_dim(), ff = config_.d_ff;
   const std::string embedding_name =
       weights_.has("shared.weight") ? "shared.weight" : "encoder.embed_tokens.weight";
-  embedding_ = require_weight(weights_, embedding_name, {config_.vocab_size, d});
+  embedding_ = require_weight(weights_, embedding_name, {config_.vocab_size, d}, true);
 
   for (int64_t i = 0; i < config_.num_layers; ++i) {
     const std::string block = "encoder.block." + std::to_string(i) + ".layer.";
@@ -53,10 +88,10 @@ UMT5Encoder::UMT5Encoder(T5Config config, WeightStore weights)
     const std::string dense = block + "1.DenseReluDense.";
     Layer layer;
     layer.attention_norm = require_weight(weights_, block + "0.layer_norm.weight", {d});
-    layer.q = require_weight(weights_, attn + "q.weight", {inner, d});
-    layer.k = require_weight(weights_, attn + "k.weight", {inner, d});
-    layer.v = require_weight(weights_, attn + "v.weight", {inner, d});
-    layer.o = require_weight(weights_, attn + "o.weight", {d, inner});
+    layer.q = require_weight(weights_, attn + "q.weight", {inner, d}, true);
+    layer.k = require_weight(weights_, attn + "k.weight", {inner, d}, true);
+    layer.v = require_weight(weights_, attn + "v.weight", {inner, d}, true);
+    layer.o = require_weight(weights_, attn + "o.weight", {d, inner}, true);
     if (i == 0 || config_.per_layer_position_bias())
       layer.position_table =
           require_weight(weights_, attn + "relative_attention_bias.weight",
@@ -64,12 +99,12 @@ UMT5Encoder::UMT5Encoder(T5Config config, WeightStore weights)
               .to(DType::F32);
     layer.ffn_norm = require_weight(weights_, block + "1.layer_norm.weight", {d});
     if (config_.gated) {
-      layer.wi_0 = require_weight(weights_, dense + "wi_0.weight", {ff, d});
-      layer.wi_1 = require_weight(weights_, dense + "wi_1.weight", {ff, d});
+      layer.wi_0 = require_weight(weights_, dense + "wi_0.weight", {ff, d}, true);
+      layer.wi_1 = require_weight(weights_, dense + "wi_1.weight", {ff, d}, true);
     } else {
-      layer.wi_0 = require_weight(weights_, dense + "wi.weight", {ff, d});
+      layer.wi_0 = require_weight(weights_, dense + "wi.weight", {ff, d}, true);
     }
-    layer.wo = require_weight(weights_, dense + "wo.weight", {d, ff});
+    layer.wo = require_weight(weights_, dense + "wo.weight", {d, ff}, true);
     layers_.push_back(std::move(layer));
   }
   final_norm_ = require_weight(weights_, "encoder.final_layer_norm.weight", {d});

@@ -1,7 +1,8 @@
 // The T5 / UMT5 encoder stack (transformers' T5EncoderModel / UMT5EncoderModel): Wan's text
 // encoder, written once over the device-neutral ops (core/ops.h) and run where set_device() puts
 // it. On the CPU it computes in float32 and weights stay in their stored dtype (often bf16,
-// memory-mapped), converted as each layer uses them. On the GPU the weights are resident in the
+// memory-mapped; a GGUF file's quantized blocks, in transformers' or llama.cpp's T5 names),
+// converted as each layer uses them. On the GPU the weights are resident in the
 // compute dtype (bf16 products with float32 accumulation, or float32 for the exact mode), the
 // residual stream stays float32, and the token embedding stays on the host (the table is large
 // and only the prompt's rows are needed). Attention runs through a paged backend (attention/
