@@ -30,8 +30,10 @@ Tensor decode_tiled(const WanVaeDecoder& decoder, const Tensor& z, const TileLay
 
 // The decode of several GPUs without --vae-tiling: one band of whole rows per rank
 // (TileBlend::bands), each decoded with a halo of the tail's radius, assembled on rank 0 with
-// nothing blended. Rank 0 returns what WanVaeDecoder::decode returns, the others an undefined
-// tensor. Every rank computes the heads; the full-resolution work is split.
+// nothing blended. Rank 0 returns what WanVaeDecoder::decode returns (on the GPU to the byte; on
+// the CPU up to the convolutions' summation order, which Eigen picks by the plane's size: about
+// 1e-6), the others an undefined tensor. Every rank computes the heads; the full-resolution work
+// is split.
 Tensor decode_in_bands(const WanVaeDecoder& decoder, const Tensor& z, dist::Communicator& ranks,
                        const DecodeProgress& progress = {});
 
