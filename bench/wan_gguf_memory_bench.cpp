@@ -2,8 +2,9 @@
 // heads x 128, ffn 8960, text_dim 4096; random weights) from its bf16 safetensors and from the
 // q8_0 and q4_k GGUFs `mmgen convert` writes of it. Each run is its own process, so each peak
 // resident set (getrusage) is that run's alone: the mapped checkpoint pages the forward touched,
-// one block's float32 weights, the activations. usage: wan_gguf_memory_bench --make DIR (writes
-// DIR/bf16, DIR/q8_0 and DIR/q4_k)
+// one block's float32 weights, the activations.
+//
+// usage: wan_gguf_memory_bench --make DIR   (writes DIR/bf16, DIR/q8_0 and DIR/q4_k)
 //        wan_gguf_memory_bench --run DIR/bf16|DIR/q8_0|DIR/q4_k [--frames 1] [--out FILE.npy]
 // The 480x832 request (30x52 latent patches a frame, 512 text tokens) is the issue's; --frames
 // sets its length (1: 1560 tokens).
