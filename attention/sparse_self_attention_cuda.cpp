@@ -37,6 +37,33 @@ void check_call(const char* backend, const SelfAttentionCall& call) {
         backend, call.head_dim);
 }
 
+Int8Operands quantize_operands(const SelfAttentionCall& call, Int8QuantizeArgs query,
+                               Int8QuantizeArgs key, FlashAttentionArgs& args) {
+  const int64_t B = call.batch, S = call.tokens, H = call.heads;
+  const int64_t key_blocks = (S + kFlashBlockN - 1) / kFlashBlockN;
+  Int8Operands operands;
+  operands.q = DeviceBuffer(size_t(B * S * H) * kInt8Width);
+  operands.k = DeviceBuffer(size_t(B * S * H) * kInt8Width);
+  operands.q_scales = DeviceBuffer(size_t(B * H * S) * 4);
+  operands.k_scales = DeviceBuffer(size_t(B * H * key_blocks * 4) * 4);
+  for (Int8QuantizeArgs* side : {&query, &key}) {
+    side->row_stride = H * call.head_dim;
+    side->batch = B, side->seq = S, side->heads = H, side->head_dim = call.head_dim;
+  }
+  query.x = call.q, query.out = operands.q.as<int8_t>(),
+  query.row_scales = operands.q_scales.as<float>();
+  query.block_scales = nullptr;
+  key.x = call.k, key.out = operands.k.as<int8_t>(),
+  key.block_scales = operands.k_scales.as<float>();
+  key.row_scales = nullptr;
+  int8_quantize(query);
+  int8_quantize(key);
+  args.q = operands.q.data(), args.k = operands.k.data();
+  args.q_strides = args.k_strides = {S * H * kInt8Width, H * kInt8Width, kInt8Width};
+  args.q_scales = operands.q_scales.as<float>(), args.k_scales = operands.k_scales.as<float>();
+  return operands;
+}
+
 std::shared_ptr<const SlotLayout> make_layout(const attention::BoxTiling& tiling, int64_t stride) {
   auto layout = std::make_shared<SlotLayout>();
   layout->grid = tiling.grid;

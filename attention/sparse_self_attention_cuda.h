@@ -7,7 +7,8 @@
 // the block-sparse attention kernel with per-query-block key-block lists, and undoes the
 // regrouping. V-MoBA (attention/backends/vmoba_attn/vmoba_attn_cuda.cpp) adds an expert pass over
 // gathered query runs; SLA (attention/backends/sla_attn/sla_attn_cuda.cpp) runs in the token
-// order with a linear branch beside. SVG2 has no GPU version yet.
+// order with a linear branch beside; sage_attn and sage_sla_attn compute their scores from INT8
+// q and k (quantize_operands). SVG2 has no GPU version yet.
 #pragma once
 
 #include <algorithm>
@@ -23,6 +24,7 @@
 #include "attention/backend.h"
 #include "attention/cuda/box_layout.h"
 #include "attention/cuda/flash_attention.h"
+#include "attention/cuda/int8_quantize.h"
 #include "attention/sta_tiling.h"
 #include "core/cuda/device_memory.h"
 
@@ -117,6 +119,16 @@ FlashAttentionArgs packed_args(const void* q, const void* k, const void* v, void
 FlashAttentionArgs dense_args(const SelfAttentionCall& call);
 // Throws Error, naming `backend`, for a call the GPU backends cannot take.
 void check_call(const char* backend, const SelfAttentionCall& call);
+
+// SageAttention's INT8 operands for a call (the INT8 score kernel reads them; v and out stay the
+// call's): quantised copies of q and k and their scales.
+struct Int8Operands {
+  DeviceBuffer q, k, q_scales, k_scales;
+};
+// Quantises the call's q and k as `query` and `key` say (their grouping, arithmetic, smoothing and
+// multiplier; the pointers, strides and sizes are the call's) and points `args` at the result.
+Int8Operands quantize_operands(const SelfAttentionCall& call, Int8QuantizeArgs query,
+                               Int8QuantizeArgs key, FlashAttentionArgs& args);
 
 // The video tokens of a tiling in padded box order: box b is slots [b·stride, (b + 1)·stride),
 // its valid tokens first (the CPU tiling's order inside the box), padding after.

@@ -248,23 +248,36 @@ attention::GpuAttention gpu_attention(const AttentionPlan& plan) {
   if (it == plan.components.end()) return result;
   // What the GPU runs, from the descriptors: dense backends with a CUDA kernel row run in the
   // model's own attention; the others need a GPU factory (self-attention only).
-  std::vector<std::string> dense, sparse_ok;
+  // A dense backend with a GPU factory (sage_attn's INT8 kernel) takes the self-attention; its
+  // cross-attention layers (Wan's 512 text keys) run the dense FlashAttention kernel, and say so.
+  std::vector<std::string> dense, sparse_ok, dense_self_only;
   for (const attention::BackendDescriptor* backend : attention::dit_backends()) {
     bool cuda_row = false;
     for (const auto& kernel : backend->kernels)
       cuda_row |= kernel.platform == attention::Platform::Cuda;
-    if (backend->cuda)
+    if (backend->cuda) {
       sparse_ok.emplace_back(backend->info.name);
-    else if (cuda_row && !backend->info.sparse)
+      if (!backend->info.sparse) dense_self_only.emplace_back(backend->info.name);
+    } else if (cuda_row && !backend->info.sparse) {
       dense.emplace_back(backend->info.name);
+    }
   }
   const auto contains = [](const std::vector<std::string>& names, const std::string& name) {
     return std::find(names.begin(), names.end(), name) != names.end();
   };
   using Kernel = attention::DenseKernel;
   std::string sparse;
+  bool said = false;
   for (const auto& layer : it->second.layers) {
     const bool self = layer.kind == attention::LayerKind::SelfAttention;
+    if (!self && contains(dense_self_only, layer.backend)) {
+      if (!said)
+        spdlog::info("--device cuda: {} runs the self-attention; cross-attention runs fa",
+                     layer.backend);
+      said = true;
+      result.dense.cross = Kernel::Flash;
+      continue;
+    }
     check(contains(dense, layer.backend) || (self && contains(sparse_ok, layer.backend)),
           "--device cuda: the transformer's {} attention backend runs on the CPU only so far; use "
           "{} or {} (self-attention) with --device cuda, or --device cpu",

@@ -27,8 +27,12 @@ int device_major() {
 
 template <int D, int kMode>
 void launch(const FlashAttentionArgs& args, bool hopper, cudaStream_t stream) {
-  hopper ? launch_flash_attention_hopper<D, kMode>(args, stream)
-         : launch_flash_attention<D, kMode>(args, stream);
+  if (args.q_scales)
+    launch_flash_attention_hopper_int8<D, kMode>(args, stream);
+  else if (hopper)
+    launch_flash_attention_hopper<D, kMode>(args, stream);
+  else
+    launch_flash_attention<D, kMode>(args, stream);
 }
 
 template <int D>
@@ -72,6 +76,20 @@ void flash_attention_forward(const FlashAttentionArgs& args, cudaStream_t stream
   static const bool has_hopper = device_major() == 9;
   check(args.kernel != FlashKernel::Hopper || has_hopper,
         "CUDA attention: the Hopper kernel needs an sm_90 GPU (H100/H200)");
+  if (args.q_scales) {
+    check(args.k_scales, "CUDA attention: INT8 scores need both q_scales and k_scales");
+    check(has_hopper && args.kernel != FlashKernel::Portable,
+          "CUDA attention: INT8 Q·Kᵀ (SageAttention) runs on the Hopper kernel only (an sm_90 "
+          "GPU); use --attention-backend fa on this GPU");
+    // The int8 rows' strides are bytes: TMA wants them in 16s.
+    auto int8_aligned = [](const AttentionStrides& s) {
+      return s.batch % 16 == 0 && s.token % 16 == 0 && s.head % 16 == 0;
+    };
+    check(int8_aligned(args.q_strides) && int8_aligned(args.k_strides),
+          "CUDA attention: INT8 q and k strides must be multiples of 16 bytes");
+  } else {
+    check(!args.k_scales, "CUDA attention: k_scales without q_scales");
+  }
   const bool hopper =
       args.kernel == FlashKernel::Hopper || (args.kernel == FlashKernel::Auto && has_hopper);
   if (args.head_dim == 64)

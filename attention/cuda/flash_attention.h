@@ -10,6 +10,10 @@
 
 namespace mmgen::cuda {
 
+// The row width of the INT8 q and k (bytes): one 128-byte swizzle row, as the Hopper kernel reads
+// its tiles; head sizes below it are zero-padded (exact: zeros add nothing to the products).
+inline constexpr int kInt8Width = 128;
+
 // Blocking of the kernel: a query block is kFlashBlockM tokens, a key block kFlashBlockN tokens.
 // Block lists are written in these units.
 inline constexpr int kFlashBlockM = 128;
@@ -50,6 +54,16 @@ struct FlashAttentionArgs {
   // VSA's cubes): entry i = (b * heads + h) * ceil(seq_q / 64) + row / 64. On the Hopper kernel
   // each half of a 128-row CTA then streams its own list, so neither computes the other's blocks.
   bool lists_per_half = false;
+
+  // INT8 scores (SageAttention's Q·Kᵀ; the Hopper kernel only) when q_scales is set: q and k are
+  // int8 [batch, seq, heads, kInt8Width] (head_dim zero-padded to 128, strides in elements, which
+  // are bytes here; attention/cuda/int8_quantize.h writes them) and a score is
+  //   (q_int · k_int) · q_scales[(b · heads + h) · seq_q + row] · k_scales[...] · scale,
+  // k_scales [batch, heads, ceil(seq_k / 64), 4]: key j of 64-key block kb takes entry
+  // (j mod 8) / 2 of its block's four (SageAttention's per-thread key groups follow the MMA
+  // fragments; coarser groups repeat one value four times). v and out stay bf16 of head_dim.
+  const float* q_scales = nullptr;
+  const float* k_scales = nullptr;
 
   FlashKernel kernel = FlashKernel::Auto;
 };

@@ -16,7 +16,12 @@
 //   blocks;
 // - while the tensor cores run O += P·V for one tile, the consumer computes the next tile's softmax
 //   (its Q·Kᵀ was issued just before), and the two consumers take turns issuing their products,
-//   so the exponentials hide behind the matrix work.
+//   so the exponentials hide behind the matrix work;
+// - with INT8 scores (kInt8, SageAttention) Q and K arrive as int8 rows of 128 bytes: one swizzle
+//   row, so their tiles have the byte layout of a bf16 D = 64 tile and the same descriptors step
+//   along K (32 bytes per step: k32 for s8, k16 for bf16). S = Q·Kᵀ runs as wgmma s8 into exact
+//   int32 accumulators (|q·k| <= 128 · 127² < 2^24, so the float conversion is exact too), each
+//   score then takes its row's and its key group's scale; P·V is the bf16 product as before.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
@@ -71,6 +76,20 @@ struct SoftmaxRows {
 
 template <int Keys>
 struct ScoreProduct;
+template <int Keys>
+struct Int8ScoreProduct;
+template <>
+struct Int8ScoreProduct<64> {
+  static __device__ __forceinline__ void run(int32_t (&s)[32], uint64_t a, uint64_t b, int acc) {
+    wgmma_m64n64k32_s8_ss(s, a, b, acc);
+  }
+};
+template <>
+struct Int8ScoreProduct<128> {
+  static __device__ __forceinline__ void run(int32_t (&s)[64], uint64_t a, uint64_t b, int acc) {
+    wgmma_m64n128k32_s8_ss(s, a, b, acc);
+  }
+};
 template <>
 struct ScoreProduct<64> {
   static __device__ __forceinline__ void run(float (&s)[32], uint64_t a, uint64_t b, int acc) {
@@ -156,7 +175,11 @@ __device__ __forceinline__ void pack_probabilities(const float (&p)[kTileKeys / 
   }
 }
 
-template <int D, int kMode>
+// Bytes of one tile row of Q or K in shared memory: an int8 row is one 128-byte swizzle row.
+template <int D, bool kInt8>
+constexpr int kQkRowBytes = kInt8 ? kInt8Width : D * 2;
+
+template <int D, int kMode, bool kInt8>
 __global__ void __launch_bounds__(kThreads, 1)
     flash_forward_hopper_kernel(const FlashAttentionArgs args,
                                 const __grid_constant__ CUtensorMap q_map,
@@ -166,15 +189,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   // TMA's and wgmma's swizzle is on absolute shared addresses: tiles start on 1024-byte boundaries.
   const uint32_t raw_address = shared_address(shared_raw);
   unsigned char* shared_aligned = shared_raw + (((raw_address + 1023) & ~1023u) - raw_address);
-  bf16* shared_q = reinterpret_cast<bf16*>(shared_aligned);
   constexpr bool kSparse = kMode != kFlashDense, kPerHalf = kMode == kFlashPerHalf;
   constexpr int kTileKeys = kTileKeysOf<kMode>;
   constexpr int kTileRegs = kTileKeys / 2;            // m64nKeys fp32 accumulators per thread
   constexpr int kEntries = kTileKeys / kFlashBlockN;  // list entries per tile
-  bf16* shared_k =
-      shared_q + kFlashBlockM * D;  // kStages [128, D] key tiles (or 2 x kStages [64, D])
-  bf16* shared_v = shared_k + kStages * 2 * kFlashBlockN * D;  // the same for values
-  Barriers* barriers = reinterpret_cast<Barriers*>(shared_v + kStages * 2 * kFlashBlockN * D);
+  constexpr int kQkRow = kQkRowBytes<D, kInt8>;
+  // 128-byte column halves of a Q or K row (bf16: D / 64; int8: one) and of a V row.
+  constexpr int kQkHalves = kQkRow / 128, kVHalves = D / 64;
+  unsigned char* shared_q = shared_aligned;
+  // kStages [128, row] key tiles (or 2 x kStages [64, row]), then the same for values.
+  unsigned char* shared_k = shared_q + kFlashBlockM * kQkRow;
+  unsigned char* shared_v = shared_k + kStages * 2 * kFlashBlockN * kQkRow;
+  Barriers* barriers = reinterpret_cast<Barriers*>(shared_v + kStages * 2 * kFlashBlockN * D * 2);
   auto address_of = [](uint64_t& barrier) { return shared_address(&barrier); };
 
   const int query_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
@@ -226,9 +252,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     barrier_init_fence();
   }
   __syncthreads();
-  // Slot s of set c: kStages [kTileKeys, D] tiles per set.
-  auto k_slot = [&](int c, int s) { return shared_k + (c * kStages + s) * kTileKeys * D; };
-  auto v_slot = [&](int c, int s) { return shared_v + (c * kStages + s) * kTileKeys * D; };
+  // Slot s of set c: kStages [kTileKeys, row] tiles per set.
+  auto k_slot = [&](int c, int s) { return shared_k + (c * kStages + s) * kTileKeys * kQkRow; };
+  auto v_slot = [&](int c, int s) { return shared_v + (c * kStages + s) * kTileKeys * D * 2; };
 
   if (warpgroup == 0) {  // producers: warp 0 (and with lists per 64 rows warp 1), one lane each
     release_registers<kProducerRegisters>();
@@ -237,21 +263,24 @@ __global__ void __launch_bounds__(kThreads, 1)
     // No tiles: no copies either (a CTA must not exit with copies into its shared memory pending;
     // a consumer that has tiles waits for Q).
     if (set == 0 && any_tiles) {
-      barrier_expect_bytes(address_of(barriers->q_full), kFlashBlockM * D * sizeof(bf16));
-      for (int half = 0; half < D / 64; ++half)
-        tensor_copy_4d(shared_address(shared_q + half * kFlashBlockM * 64), &q_map, half * 64,
+      barrier_expect_bytes(address_of(barriers->q_full), kFlashBlockM * kQkRow);
+      for (int half = 0; half < kQkHalves; ++half)
+        tensor_copy_4d(shared_address(shared_q + half * kFlashBlockM * 128), &q_map, half * 64,
                        int(first_query), head, batch, address_of(barriers->q_full));
     }
     // A 128-key tile's rows 0-63 are entry 2t, rows 64-127 entry 2t + 1; a missing second entry
     // loads the first again (its scores are masked; the values must only be finite).
-    auto copy_tile = [&](const CUtensorMap* map, bf16* slot, uint64_t& full, int t) {
+    // (`halves` 128-byte columns per row; the map's inner coordinate counts its own elements, and
+    // only bf16 rows have a second column, 64 elements in.)
+    auto copy_tile = [&](const CUtensorMap* map, unsigned char* slot, uint64_t& full, int t,
+                         int halves) {
       const int64_t key_a = first_key_of(kEntries * t);
       int64_t key_b = key_a;
       if constexpr (kEntries == 2)
         if (2 * t + 1 < list_size) key_b = first_key_of(2 * t + 1);
-      barrier_expect_bytes(address_of(full), kTileKeys * D * sizeof(bf16));
-      for (int half = 0; half < D / 64; ++half) {
-        const uint32_t base = shared_address(slot + half * kTileKeys * 64);
+      barrier_expect_bytes(address_of(full), kTileKeys * 128 * halves);
+      for (int half = 0; half < halves; ++half) {
+        const uint32_t base = shared_address(slot + half * kTileKeys * 128);
         tensor_copy_4d(base, map, half * 64, int(key_a), head, batch, address_of(full));
         if constexpr (kEntries == 2)
           tensor_copy_4d(base + kFlashBlockN * 128, map, half * 64, int(key_b), head, batch,
@@ -261,9 +290,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int t = 0; t < tiles; ++t) {
       const int slot = t % kStages, round = t / kStages;
       if (round > 0) barrier_wait(address_of(barriers->k_empty[set][slot]), (round - 1) & 1);
-      copy_tile(&k_map, k_slot(set, slot), barriers->k_full[set][slot], t);
+      copy_tile(&k_map, k_slot(set, slot), barriers->k_full[set][slot], t, kQkHalves);
       if (round > 0) barrier_wait(address_of(barriers->v_empty[set][slot]), (round - 1) & 1);
-      copy_tile(&v_map, v_slot(set, slot), barriers->v_full[set][slot], t);
+      copy_tile(&v_map, v_slot(set, slot), barriers->v_full[set][slot], t, kVHalves);
     }
     return;
   }
@@ -280,7 +309,29 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float scale_log2 = args.scale * 1.4426950408889634f;
   const uint32_t q_address = shared_address(shared_q) + consumer * 64 * 128;
   float scores[kTileRegs];
+  int32_t int_scores[kInt8 ? kTileRegs : 1];  // the s8 product's accumulators (kInt8)
   uint32_t p_fragments[kTileKeys / 16][4];
+  // What the in-flight score product writes: pinned around it so no access moves across.
+  auto pin_scores = [&] {
+    if constexpr (kInt8)
+      pin_registers(int_scores);
+    else
+      pin_registers(scores);
+  };
+  // kInt8: this thread's two rows' scales (0 past the end: those rows are never written), and
+  // where its (b, h)'s key-group scales start, at its own group (lane mod 4) of each block.
+  float q_scale[2] = {0.0f, 0.0f};
+  const float* k_scales = nullptr;
+  if constexpr (kInt8) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64_t row = first_query + consumer * 64 + warp_in_group * 16 + (lane >> 2) + half * 8;
+      if (row < args.seq_q)
+        q_scale[half] = args.q_scales[(int64_t(batch) * args.heads + head) * args.seq_q + row];
+    }
+    const int64_t key_blocks = (args.seq_k + kFlashBlockN - 1) / kFlashBlockN;
+    k_scales = args.k_scales + (int64_t(batch) * args.heads + head) * key_blocks * 4 + (lane & 3);
+  }
 
   auto release = [&](uint64_t& empty) {  // this warp is done reading a slot
     __syncwarp();
@@ -288,12 +339,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   auto issue_scores = [&](int t) {  // scores = Q·K_tᵀ, asynchronously
     const uint32_t k_address = shared_address(k_slot(set, t % kStages));
+    if constexpr (kInt8) {
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t half = kk / 4, step = (kk % 4) * 32;
-      ScoreProduct<kTileKeys>::run(
-          scores, swizzle128_descriptor(q_address + half * kFlashBlockM * 128 + step, 16, 1024),
-          swizzle128_descriptor(k_address + half * kTileKeys * 128 + step, 16, 1024), kk > 0);
+      for (int kk = 0; kk < kInt8Width / 32; ++kk)
+        Int8ScoreProduct<kTileKeys>::run(
+            int_scores, swizzle128_descriptor(q_address + kk * 32, 16, 1024),
+            swizzle128_descriptor(k_address + kk * 32, 16, 1024), kk > 0);
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const uint32_t half = kk / 4, step = (kk % 4) * 32;
+        ScoreProduct<kTileKeys>::run(
+            scores, swizzle128_descriptor(q_address + half * kFlashBlockM * 128 + step, 16, 1024),
+            swizzle128_descriptor(k_address + half * kTileKeys * 128 + step, 16, 1024), kk > 0);
+      }
     }
   };
   // O += P_t·V_t, asynchronously; V [keys, D] is N-major for this product (transposed read):
@@ -324,6 +383,16 @@ __global__ void __launch_bounds__(kThreads, 1)
         first_key_b = first_key_of(entry + 1);
         limit_b = key_limit(entry + 1, first_key_b);
       }
+    }
+    if constexpr (kInt8) {  // dequantise: row scale times the key group's scale, entry by entry
+      const float scale_a = k_scales[(first_key_a / kFlashBlockN) * 4];
+      const float scale_b = kEntries == 2 ? k_scales[(first_key_b / kFlashBlockN) * 4] : 0.0f;
+#pragma unroll
+      for (int i = 0; i < kTileKeys / 8; ++i)
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+          scores[4 * i + c] =
+              float(int_scores[4 * i + c]) * (q_scale[c >> 1] * (i < 8 ? scale_a : scale_b));
     }
     const bool mask = first_key_a + kFlashBlockN > limit_a ||
                       (kEntries == 2 && first_key_b + kFlashBlockN > limit_b);
@@ -361,14 +430,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tiles > 0) {
     barrier_wait(address_of(barriers->q_full), 0);
     barrier_wait(address_of(barriers->k_full[set][0]), 0);
-    pin_registers(scores);
+    pin_scores();
     begin_issue();
     wgmma_fence();
     issue_scores(0);
     wgmma_commit();
     end_issue();
     wgmma_wait_all();
-    pin_registers(scores);
+    pin_scores();
     release(barriers->k_empty[set][0]);
     softmax(0, owed);  // the output is still zero: what it owes is moot
     pack_probabilities<kTileKeys>(scores, p_fragments);
@@ -380,7 +449,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int next = t + 1;
     barrier_wait(address_of(barriers->k_full[set][next % kStages]), (next / kStages) & 1);
     barrier_wait(address_of(barriers->v_full[set][t % kStages]), (t / kStages) & 1);
-    pin_registers(scores);
+    pin_scores();
     pin_registers(acc);
     begin_issue();
     wgmma_fence();
@@ -393,7 +462,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_commit();
     end_issue();
     asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // scores of t + 1 done
-    pin_registers(scores);
+    pin_scores();
     release(barriers->k_empty[set][next % kStages]);
     softmax(next, owed);
     wgmma_wait_all();  // O += P_t·V_t done: P_t's registers and O are free again
@@ -453,32 +522,36 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
   return function;
 }
 
+// A 4-D tensor map over [batch, seq, heads, width] (width innermost; bf16, or int8 rows of
+// kInt8Width) whose box is 128 bytes of the row (the swizzle width) by `rows` tokens.
 CUtensorMap make_tensor_map(const void* base, const AttentionStrides& strides, int64_t batch,
-                            int64_t seq, int64_t heads, int64_t head_dim, int rows) {
+                            int64_t seq, int64_t heads, int64_t width, int rows,
+                            bool int8 = false) {
   CUtensorMap map;
-  const cuuint64_t sizes[4] = {cuuint64_t(head_dim), cuuint64_t(seq), cuuint64_t(heads),
+  const int64_t element = int8 ? 1 : 2;
+  const cuuint64_t sizes[4] = {cuuint64_t(width), cuuint64_t(seq), cuuint64_t(heads),
                                cuuint64_t(batch)};
-  const cuuint64_t byte_strides[3] = {cuuint64_t(strides.token) * 2, cuuint64_t(strides.head) * 2,
-                                      cuuint64_t(strides.batch) * 2};
-  const cuuint32_t box[4] = {64, cuuint32_t(rows), 1, 1};
+  const cuuint64_t byte_strides[3] = {cuuint64_t(strides.token * element),
+                                      cuuint64_t(strides.head * element),
+                                      cuuint64_t(strides.batch * element)};
+  const cuuint32_t box[4] = {cuuint32_t(128 / element), cuuint32_t(rows), 1, 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   check_driver(
-      encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(base), sizes,
-                     byte_strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+      encode_tiled()(&map, int8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                     4, const_cast<void*>(base), sizes, byte_strides, box, element_strides,
+                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
       "cuTensorMapEncodeTiled", __FILE__, __LINE__);
   return map;
 }
 
-}  // namespace
-
-template <int D, int kMode>
-void launch_flash_attention_hopper(const FlashAttentionArgs& args, cudaStream_t stream) {
-  constexpr int kSharedBytes =
-      (kFlashBlockM + 2 * kStages * 2 * kFlashBlockN) * D * int(sizeof(bf16)) +
-      int(sizeof(Barriers)) + 1024;
-  auto kernel = flash_forward_hopper_kernel<D, kMode>;
+// Q, then kStages key tiles of 128 rows, then as many value tiles, then the barriers.
+template <int D, int kMode, bool kInt8>
+void launch(const FlashAttentionArgs& args, cudaStream_t stream) {
+  constexpr int kSharedBytes = kFlashBlockM * kQkRowBytes<D, kInt8> +
+                               kStages * 2 * kFlashBlockN * (kQkRowBytes<D, kInt8> + D * 2) +
+                               int(sizeof(Barriers)) + 1024;
+  auto kernel = flash_forward_hopper_kernel<D, kMode, kInt8>;
   static const bool configured = [&] {
     MMGEN_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
@@ -487,10 +560,11 @@ void launch_flash_attention_hopper(const FlashAttentionArgs& args, cudaStream_t 
   (void)configured;
   // Sequence coordinates are 32-bit in the tensor-copy instruction (flash_attention_forward
   // checks the lengths); the heads' and batches' offsets are the maps' strides.
-  const CUtensorMap q_map =
-      make_tensor_map(args.q, args.q_strides, args.batch, args.seq_q, args.heads, D, kFlashBlockM);
-  const CUtensorMap k_map =
-      make_tensor_map(args.k, args.k_strides, args.batch, args.seq_k, args.heads, D, kFlashBlockN);
+  const int64_t qk_width = kInt8 ? kInt8Width : D;
+  const CUtensorMap q_map = make_tensor_map(args.q, args.q_strides, args.batch, args.seq_q,
+                                            args.heads, qk_width, kFlashBlockM, kInt8);
+  const CUtensorMap k_map = make_tensor_map(args.k, args.k_strides, args.batch, args.seq_k,
+                                            args.heads, qk_width, kFlashBlockN, kInt8);
   const CUtensorMap v_map =
       make_tensor_map(args.v, args.v_strides, args.batch, args.seq_k, args.heads, D, kFlashBlockN);
   const dim3 grid(unsigned((args.seq_q + kFlashBlockM - 1) / kFlashBlockM), unsigned(args.heads),
@@ -499,8 +573,22 @@ void launch_flash_attention_hopper(const FlashAttentionArgs& args, cudaStream_t 
   MMGEN_CUDA_CHECK_LAUNCH();
 }
 
-#define MMGEN_INSTANTIATE(D, MODE) \
-  template void launch_flash_attention_hopper<D, MODE>(const FlashAttentionArgs&, cudaStream_t);
+}  // namespace
+
+template <int D, int kMode>
+void launch_flash_attention_hopper(const FlashAttentionArgs& args, cudaStream_t stream) {
+  launch<D, kMode, false>(args, stream);
+}
+
+template <int D, int kMode>
+void launch_flash_attention_hopper_int8(const FlashAttentionArgs& args, cudaStream_t stream) {
+  launch<D, kMode, true>(args, stream);
+}
+
+#define MMGEN_INSTANTIATE(D, MODE)                                                               \
+  template void launch_flash_attention_hopper<D, MODE>(const FlashAttentionArgs&, cudaStream_t); \
+  template void launch_flash_attention_hopper_int8<D, MODE>(const FlashAttentionArgs&,           \
+                                                            cudaStream_t);
 MMGEN_INSTANTIATE(64, kFlashDense)
 MMGEN_INSTANTIATE(64, kFlashSparse)
 MMGEN_INSTANTIATE(64, kFlashPerHalf)

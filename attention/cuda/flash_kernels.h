@@ -17,4 +17,8 @@ void launch_flash_attention(const FlashAttentionArgs& args, cudaStream_t stream)
 template <int D, int kMode>
 void launch_flash_attention_hopper(const FlashAttentionArgs& args, cudaStream_t stream);
 
+// The same kernel with INT8 Q·Kᵀ (FlashAttentionArgs::q_scales): wgmma s8, sm_90 only.
+template <int D, int kMode>
+void launch_flash_attention_hopper_int8(const FlashAttentionArgs& args, cudaStream_t stream);
+
 }  // namespace mmgen::cuda

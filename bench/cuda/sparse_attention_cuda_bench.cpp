@@ -1,9 +1,11 @@
-// The GPU sliding_tile_attn, video_sparse_attn and vmoba_attn backends at Wan2.1-1.3B's
-// self-attention shape (1 x 12 heads x 32760 tokens x 128: the 21x30x52 patch grid of 480x832x81)
-// on random inputs, beside our dense fa kernel in the same run: per call the whole backend
-// (regrouping into tiles/cubes, VSA's coarse branch and lists, the kernel, the inverse regrouping)
-// and the block-sparse kernel alone (CUDA events, median of repeats after a warm-up), the density
-// in query-key pairs and the kernel's TFLOP/s on the kept pairs (4·D per pair; padding excluded).
+// The GPU sliding_tile_attn, video_sparse_attn, vmoba_attn, sla_attn, sage_attn and sage_sla_attn
+// backends at Wan2.1-1.3B's self-attention shape (1 x 12 heads x 32760 tokens x 128: the 21x30x52
+// patch grid of 480x832x81) on random inputs, beside our dense fa kernel in the same run: per call
+// the whole backend (regrouping into tiles/cubes, VSA's coarse branch and lists, the kernel, the
+// inverse regrouping) and the block-sparse kernel alone (CUDA events, median of repeats after a
+// warm-up), the density in query-key pairs and the kernel's TFLOP/s on the kept pairs (4·D per
+// pair; padding excluded). The dense sage_attn rows (INT8 Q·Kᵀ) also give their accuracy against
+// fa's output the way the SageAttention papers do: cosine similarity and relative L1 distance.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -119,6 +121,8 @@ int main(int argc, char** argv) try {
   for (int i = 0; i < repeats; ++i)
     dense_times.push_back(elapsed_ms([&] { flash_attention_forward(dense); }));
   const double dense_ms = median(dense_times);
+  std::vector<uint16_t> fa_out(count), row_out(count);
+  out.download(fa_out.data(), count * 2);
   std::printf("Wan2.1-1.3B self-attention: 1 x %ld heads x %ld tokens (grid %ldx%ldx%ld) x %ld\n",
               long(heads), long(tokens), long(grid[0]), long(grid[1]), long(grid[2]),
               long(head_dim));
@@ -132,6 +136,7 @@ int main(int argc, char** argv) try {
     json config;
     int64_t layer = 0;        // V-MoBA: 0 temporal, 1 spatial, 2 spatio-temporal chunks
     bool projection = false;  // SLA: with proj_l weights (the linear branch)
+    bool accuracy = false;    // dense: cosine similarity and relative L1 against fa's output
   };
   // V-MoBA at FastVideo's 1.3B chunk sizes: 2-frame temporal chunks (11), 3x4 spatial (130),
   // 4x6x4 spatio-temporal (390); top-k chosen for about 10% density, and the default threshold.
@@ -161,6 +166,15 @@ int main(int argc, char** argv) try {
       {"vmoba_attn spatio-temporal, threshold 0.25", "vmoba_attn", {{"first_full_step", 0}}, 2},
       {"sla_attn top 10% (no proj_l)", "sla_attn", {{"topk", 0.1}}},
       {"sla_attn top 10% + linear branch", "sla_attn", {{"topk", 0.1}}, 0, true},
+      {"sage_attn per_block (dense, INT8 QK)", "sage_attn", json::object(), 0, false, true},
+      {"sage_attn per_thread (dense, INT8 QK)",
+       "sage_attn",
+       {{"qk_quant_gran", "per_thread"}},
+       0,
+       false,
+       true},
+      {"sage_sla_attn top 10% (no proj_l)", "sage_sla_attn", {{"topk", 0.1}}},
+      {"sage_sla_attn top 10% + linear branch", "sage_sla_attn", {{"topk", 0.1}}, 0, true},
   };
   // Random proj_l weights for the SLA row with a linear branch.
   attention::LayerWeights projection;
@@ -197,6 +211,19 @@ int main(int argc, char** argv) try {
     const double call_ms = median(call_times), kernel_ms = median(kernel_times);
     std::printf("%-40s %8.3f %9.3f %9.3f %12.1f %7.1fx\n", row.name.c_str(), density, call_ms,
                 kernel_ms, 4.0 * head_dim * kept / kernel_ms * 1e-9, dense_ms / call_ms);
+    if (row.accuracy) {
+      backend->forward(call);
+      MMGEN_CUDA_CHECK(cudaDeviceSynchronize());
+      out.download(row_out.data(), count * 2);
+      double dot = 0, norm_a = 0, norm_b = 0, l1 = 0, l1_ref = 0;
+      for (size_t i = 0; i < count; ++i) {
+        const double a = bf16_to_f32(row_out[i]), b = bf16_to_f32(fa_out[i]);
+        dot += a * b, norm_a += a * a, norm_b += b * b;
+        l1 += std::abs(a - b), l1_ref += std::abs(b);
+      }
+      std::printf("    against fa: cosine similarity %.6f, relative L1 %.2e\n",
+                  dot / std::sqrt(norm_a * norm_b), l1 / l1_ref);
+    }
     if (!backend->step_seconds().empty()) {
       std::printf("    steps (mean of the timed calls):");
       for (const auto& [step, seconds] : backend->step_seconds())

@@ -3,7 +3,9 @@
 // same bf16 inputs: relative error < 1e-2. STA with different windows per head, the default 6x8x8
 // tile and a small custom one, skipped steps (dense); VSA with and without the gate; V-MoBA's three
 // chunk kinds in threshold and top-k mode, the host-chosen head_global and overall thresholds and
-// a dense first step, with the chosen (query, chunk) pairs counted against the CPU's choice.
+// a dense first step, with the chosen (query, chunk) pairs counted against the CPU's choice;
+// sage_attn (three granularities, K smoothed or not) and sage_sla_attn, whose INT8 levels are
+// also checked against the CPU quantisers' integer for integer.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -16,6 +18,9 @@
 #include "attention/backends/video_sparse_attn/vsa_gate.h"
 #include "attention/backends/vmoba_attn/vmoba_settings.h"
 #include "attention/block_sparse.h"
+#include "attention/cuda/int8_quantize.h"
+#include "attention/sage_quant.h"
+#include "attention/sla_quant.h"
 #include "attention/sparse_self_attention_cuda.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_memory.h"
@@ -136,6 +141,121 @@ void run_case(const Case& c, std::mt19937& generator) {
            fmt::format("{}: the GPU keeps {} query-key pairs, the CPU's choice {}", name,
                        backend->stats().kept_pairs, kept));
     expect(backend->stats().density() < 0.95, name + ": the choice is sparse");
+  }
+}
+
+// The GPU quantiser's levels and scales against the CPU's, value for value: sage_quant.h's
+// quantize_int8 (after sage_attention.cpp's smoothing) at each granularity, and sla_quant.h's
+// int8_round_trip (levels times steps) for SageSLA's q·scale and smoothed k.
+void check_levels(std::mt19937& generator) {
+  const int64_t B = 2, S = 777, H = 3;
+  for (const int64_t D : {int64_t(64), int64_t(128)}) {
+    const int64_t count = B * S * H * D;
+    Bf16Values x = random_bf16(size_t(count), generator);
+    // An outlier channel, as real keys have (what smoothing is for), and one all-zero row group.
+    for (int64_t i = 0; i < count; i += D) {
+      x.values[size_t(i + 3)] = bf16_to_f32(f32_to_bf16(x.values[size_t(i + 3)] + 6.0f));
+      x.bits[size_t(i + 3)] = f32_to_bf16(x.values[size_t(i + 3)]);
+    }
+    for (int64_t t = 128; t < 256; ++t)
+      for (int64_t c = 0; c < H * D; ++c) {
+        x.values[size_t(t * H * D + c)] = 0.0f;
+        x.bits[size_t(t * H * D + c)] = 0;
+      }
+    DeviceBuffer dx(size_t(count) * 2), levels(size_t(B * S * H) * kInt8Width),
+        row_scales(size_t(B * H * S) * 4), block_scales(size_t(B * H * ((S + 63) / 64) * 4) * 4);
+    dx.upload(x.bits.data(), size_t(count) * 2);
+    auto run = [&](Int8QuantizeArgs args, bool keys) {
+      args.x = dx.data(), args.row_stride = H * D;
+      args.batch = B, args.seq = S, args.heads = H, args.head_dim = D;
+      args.out = levels.as<int8_t>();
+      (keys ? args.block_scales : args.row_scales) =
+          keys ? block_scales.as<float>() : row_scales.as<float>();
+      int8_quantize(args);
+      MMGEN_CUDA_CHECK(cudaDeviceSynchronize());
+      std::vector<int8_t> out(size_t(B * S * H) * kInt8Width);
+      levels.download(out.data(), out.size());
+      std::vector<float> scales(keys ? size_t(B * H * ((S + 63) / 64) * 4) : size_t(B * H * S));
+      (keys ? block_scales : row_scales).download(scales.data(), scales.size() * 4);
+      return std::make_pair(out, scales);
+    };
+    const Tensor host = Tensor::from_vector({B, S, H, D}, x.values);
+    using attention::sage::Granularity;
+    for (const Granularity granularity :
+         {Granularity::PerBlock, Granularity::PerWarp, Granularity::PerThread})
+      for (const bool keys : {false, true}) {
+        Int8QuantizeArgs args;
+        args.smooth = keys;
+        if (granularity == Granularity::PerThread)
+          args.groups = keys ? Int8Groups::KeyThread : Int8Groups::QueryThread;
+        else
+          args.run = keys ? 64 : granularity == Granularity::PerBlock ? 128 : 32;
+        const auto [out, scales] = run(args, keys);
+        int64_t wrong = 0, wrong_scales = 0;
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t h = 0; h < H; ++h) {
+            std::vector<float> rows(size_t(S * D));
+            for (int64_t t = 0; t < S; ++t)
+              for (int64_t d = 0; d < D; ++d)
+                rows[size_t(t * D + d)] = x.values[size_t(((b * S + t) * H + h) * D + d)];
+            if (keys) {  // sage_attention.cpp's subtract_token_mean
+              std::vector<double> mean(size_t(D), 0.0);
+              for (int64_t t = 0; t < S; ++t)
+                for (int64_t d = 0; d < D; ++d) mean[size_t(d)] += rows[size_t(t * D + d)];
+              for (auto& m : mean) m /= double(S);
+              for (int64_t t = 0; t < S; ++t)
+                for (int64_t d = 0; d < D; ++d) rows[size_t(t * D + d)] -= float(mean[size_t(d)]);
+            }
+            std::vector<float> values(rows.size()), row_scale(static_cast<size_t>(S));
+            attention::sage::quantize_int8(rows.data(), S, D, D, granularity, !keys, values.data(),
+                                           row_scale.data());
+            for (int64_t t = 0; t < S; ++t) {
+              for (int64_t d = 0; d < kInt8Width; ++d) {
+                const float expected = d < D ? values[size_t(t * D + d)] : 0.0f;
+                wrong += float(out[size_t(((b * S + t) * H + h) * kInt8Width + d)]) != expected;
+              }
+              const float scale =
+                  keys ? scales[size_t(((b * H + h) * ((S + 63) / 64) + t / 64) * 4 + (t % 8) / 2)]
+                       : scales[size_t((b * H + h) * S + t)];
+              wrong_scales += scale != row_scale[size_t(t)];
+            }
+          }
+        expect(wrong == 0 && wrong_scales == 0,
+               fmt::format("int8_quantize D={} sage granularity {} {}: {} levels and {} scales "
+                           "differ from the CPU's",
+                           D, int(granularity), keys ? "keys (smoothed)" : "queries", wrong,
+                           wrong_scales));
+      }
+    // SageSLA: q·scale per 32 rows, smoothed k per 128-key block; the CPU round trip gives
+    // level · step, which must be the GPU's level times its scale exactly.
+    const float scale = 1.0f / std::sqrt(float(D));
+    for (const bool keys : {false, true}) {
+      Int8QuantizeArgs args;
+      args.arithmetic = Int8Arithmetic::Sla;
+      args.smooth = keys, args.run = keys ? 128 : 32, args.multiplier = keys ? 1.0f : scale;
+      const auto [out, scales] = run(args, keys);
+      attention::BlockLayout blocks;
+      for (int64_t start = 0; start < S; start += 128) {
+        blocks.start.push_back(start);
+        blocks.length.push_back(std::min<int64_t>(128, S - start));
+      }
+      const Tensor expected = keys ? attention::sla::int8_round_trip(
+                                         attention::sla::smooth_keys(host), blocks, 128, 1.0f)
+                                   : attention::sla::int8_round_trip(host, blocks, 32, scale);
+      int64_t wrong = 0;
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < S; ++t)
+          for (int64_t h = 0; h < H; ++h) {
+            const float step =
+                keys ? scales[size_t(((b * H + h) * ((S + 63) / 64) + t / 64) * 4 + (t % 8) / 2)]
+                     : scales[size_t((b * H + h) * S + t)];
+            for (int64_t d = 0; d < D; ++d)
+              wrong += float(out[size_t(((b * S + t) * H + h) * kInt8Width + d)]) * step !=
+                       expected.data<float>()[((b * S + t) * H + h) * D + d];
+          }
+      expect(wrong == 0, fmt::format("int8_quantize D={} SLA {}: {} values differ from the CPU's",
+                                     D, keys ? "keys (smoothed)" : "queries·scale", wrong));
+    }
   }
 }
 
@@ -316,8 +436,48 @@ int main() {
   };
   for (const Case& c : sla_cases) run_case(c, generator);
 
+  // SageAttention: dense INT8 scores at each granularity, on 910 tokens (partial last blocks),
+  // with and without the smoothing of K; SageSLA as SLA's cases.
+  const Case sage_cases[] = {
+      {"sage_attn", json::object(), 2, 2, 128, {7, 10, 13}, 0, false, "per_block"},
+      {"sage_attn", {{"qk_quant_gran", "per_warp"}}, 1, 3, 64, {7, 10, 13}, 0, false, "per_warp"},
+      {"sage_attn",
+       {{"qk_quant_gran", "per_thread"}},
+       1,
+       2,
+       128,
+       {7, 10, 13},
+       0,
+       false,
+       "per_thread"},
+      {"sage_attn", {{"smooth_k", false}}, 1, 2, 64, {7, 10, 13}, 0, false, "unsmoothed K"},
+      {"sage_sla_attn", {{"topk", 0.1}}, 2, 2, 128, {7, 10, 13}, 0, false, "top 10%"},
+      {"sage_sla_attn",
+       {{"topk", 0.2}, {"block_q", 64}},
+       1,
+       2,
+       64,
+       {7, 10, 13},
+       0,
+       false,
+       "64-query blocks"},
+      {"sage_sla_attn",
+       {{"topk", 0.2}, {"block_k", 128}},
+       1,
+       3,
+       128,
+       {7, 10, 13},
+       0,
+       false,
+       "128-key blocks, proj_l",
+       0,
+       true},
+  };
+  for (const Case& c : sage_cases) run_case(c, generator);
+  check_levels(generator);
+
   expect(error_message([] {
-           make_sparse_self_attention_cuda("sparse_video_gen_2_attn", json::object());
+           make_sparse_self_attention_cuda("sage_attn_3", json::object());
          }).find("no GPU version") != std::string::npos,
          "a backend without a GPU version is a clear error");
   return finish("sparse_attention_cuda_test");

@@ -1,7 +1,11 @@
 // sage_attn: SageAttention's INT8 Q·Kᵀ (K mean-smoothed, per-group scales) with float32 softmax
-// and P·V, on the CPU (attention/sage_attention.h). Dense: every key is attended.
+// and P·V, on the CPU (attention/sage_attention.h); on the GPU the same integers on the Hopper
+// kernel's wgmma s8 scores with a bf16 P·V (sage_attn_cuda.cpp). Dense: every key is attended.
 #include "attention/backends/descriptor.h"
 #include "attention/sage_attention.h"
+#ifdef MMGEN_HAVE_CUDA
+#include "attention/backends/sage_attn/sage_attn_cuda.h"
+#endif
 
 namespace mmgen::attention::sage_attn {
 
@@ -41,10 +45,11 @@ const BackendDescriptor& descriptor() {
                .summary = "SageAttention: dense attention with INT8 Q and K (K mean-smoothed)",
                .aliases = {},
                .platforms = {P::Cuda, P::Cpu},
-               .build_needs = "CUDA: the SageAttention kernels; CPU: mmgen's INT8 kernel",
-               .gpu_arch = "sm80+",
-               .dtypes = {"bf16", "fp16", "fp32 (CPU)"},
-               .head_sizes = "GPU: 64, 128 (smaller ones padded); CPU: any",
+               .build_needs = "CUDA: mmgen's INT8 quantiser and wgmma s8 attention kernel "
+                              "(self-attention; cross-attention runs fa); CPU: mmgen's INT8 kernel",
+               .gpu_arch = "sm90",
+               .dtypes = {"bf16", "fp32 (CPU)"},
+               .head_sizes = "GPU: 64, 128; CPU: any",
                .fallback = "fa",
                .config =
                    {
@@ -58,11 +63,19 @@ const BackendDescriptor& descriptor() {
                         .default_value = true,
                         .help = "subtract the mean of K before quantising it"},
                    }},
-      .kernels = {cpu_kernel("sage_attn")},
+      .kernels = {cpu_kernel("sage_attn")
+#ifdef MMGEN_HAVE_CUDA
+                      ,
+                  hopper_kernel("sage_attn")
+#endif
+      },
       .cpu = [](const json& settings,
                 const BackendResources&) -> std::unique_ptr<AttentionBackend> {
         return std::make_unique<SageAttnBackend>(settings);
       },
+#ifdef MMGEN_HAVE_CUDA
+      .cuda = make_cuda,
+#endif
   };
   return d;
 }

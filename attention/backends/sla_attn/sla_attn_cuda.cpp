@@ -5,7 +5,8 @@
 //              selection kernel, rows and columns of different counts; ties to the lower block);
 //   sparse:    the block-sparse FlashAttention kernel over those lists (block_q 128: a list per
 //              query block; 64: per half; block_k a multiple of 64: each SLA block is that many
-//              kernel blocks);
+//              kernel blocks); for SageSLA (int8_qk) its INT8 form, q·scale quantised per 32-row
+//              slice and the smoothed k per SLA key block, as attention/sla_quant.h does;
 //   linear:    only with the layer's proj_l weights (else it is zero, as on the CPU): φ(q) and
 //              φ(k) along head_dim, φ(k)ᵀv and Σφ(k) per head (cuBLASLt, bf16 in, float32
 //              sums), φ(q)(φ(k)ᵀv) / (1e-5 + φ(q)·Σφ(k)), then proj_l (one product over every
@@ -19,6 +20,7 @@
 #include "attention/cuda/sla_kernels.h"
 #include "attention/cuda/vsa_select.h"
 #include "attention/sla_core.h"
+#include "attention/sla_quant.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/gemm.h"
 #include "core/error.h"
@@ -34,18 +36,21 @@ class SlaCuda final : public SparseSelfAttentionCuda {
   explicit SlaCuda(const sla::SlaSettings& settings) : settings_(settings) {
     check((settings.block_q == 64 || settings.block_q == kFlashBlockM) &&
               settings.block_k % kFlashBlockN == 0,
-          "sla_attn on the GPU: block_q must be 64 or 128 and block_k a multiple of 64 (got {} "
+          "sla_attn / sage_sla_attn on the GPU: block_q must be 64 or 128 and block_k a multiple "
+          "of 64 (got {} "
           "and {}); use --device cpu for other block sizes",
           settings.block_q, settings.block_k);
   }
 
-  std::string_view name() const override { return "sla_attn"; }
+  std::string_view name() const override {
+    return settings_.int8_qk ? "sage_sla_attn" : "sla_attn";
+  }
   bool wants_layer_weights() const override { return true; }
 
   void forward(const SelfAttentionCall& call) override {
     check(flash_attention_supports_head_dim(call.head_dim),
-          "sla_attn on the GPU: head size {} is not compiled in (64 and 128 are); use --device cpu",
-          call.head_dim);
+          "{} on the GPU: head size {} is not compiled in (64 and 128 are); use --device cpu",
+          name(), call.head_dim);
     const int64_t B = call.batch, S = call.tokens, H = call.heads, D = call.head_dim;
     const int64_t pairs = B * H, width = H * D;
     const int64_t nq = (S + settings_.block_q - 1) / settings_.block_q;
@@ -87,6 +92,18 @@ class SlaCuda final : public SparseSelfAttentionCuda {
     args.block_offsets = offsets_.as<int32_t>();
     args.block_indices = factor > 1 ? indices.as<int32_t>() : selected.as<int32_t>();
     args.lists_per_half = settings_.block_q == 64;
+    Int8Operands operands;
+    if (settings_.int8_qk) {
+      // sla_quant.h: q·scale per 32-row slice of each query block (block_q is 64 or 128, so the
+      // slices are every 32 rows), the smoothed k per SLA key block; the scale is inside q.
+      Int8QuantizeArgs query, key;
+      query.arithmetic = key.arithmetic = Int8Arithmetic::Sla;
+      query.run = sla::kQueryWarpRows, query.multiplier = call.scale;
+      key.run = settings_.block_k, key.smooth = true;
+      operands = quantize_operands(call, query, key, args);
+      args.scale = 1.0f;
+      mark_step("quantise q and k");
+    }
     run_kernel(args);
     mark_step("sparse pass (kernel)");
     if (counting_) count(selected, pairs, nq, nk, kept, S);
@@ -174,9 +191,13 @@ class SlaCuda final : public SparseSelfAttentionCuda {
 
 }  // namespace
 
+std::unique_ptr<cuda::SparseSelfAttentionCuda> make_sla_cuda(const sla::SlaSettings& settings) {
+  return std::make_unique<SlaCuda>(settings);
+}
+
 std::unique_ptr<cuda::SparseSelfAttentionCuda> make_cuda(const nlohmann::json& settings,
                                                          const BackendResources&) {
-  return std::make_unique<SlaCuda>(sla::SlaSettings::from_json(settings, /*int8_qk=*/false));
+  return make_sla_cuda(sla::SlaSettings::from_json(settings, /*int8_qk=*/false));
 }
 
 }  // namespace mmgen::attention::sla_attn
