@@ -53,7 +53,7 @@ Tensor dense_attention_gpu(const Tensor& q, const Tensor& k, const Tensor& v, fl
 Tensor sparse_self_attention_gpu(cuda::SparseSelfAttentionCuda& backend, const Tensor& q,
                                  const Tensor& k, const Tensor& v, std::array<int64_t, 3> grid,
                                  int64_t step, int64_t layer, float scale, const Tensor& gate,
-                                 const LayerWeights* weights) {
+                                 const LayerWeights* weights, SparseRun run) {
   check(q.dim() == 4, "GPU attention: q must be [batch, tokens, heads, head_dim], got {}",
         shape_string(q.shape()));
   const int64_t batch = q.size(0), heads = q.size(2), head_dim = q.size(3);
@@ -66,6 +66,7 @@ Tensor sparse_self_attention_gpu(cuda::SparseSelfAttentionCuda& backend, const T
   call.batch = batch, call.tokens = q.size(1), call.heads = heads, call.head_dim = head_dim;
   call.grid = grid;
   call.step = step, call.layer = layer;
+  call.num_steps = run.num_steps, call.num_layers = run.num_layers, call.branch = run.branch;
   call.scale = scale;
   if (gate.defined()) {
     check(gate.device() == Device::CUDA && gate.dtype() == DType::F32 && gate.is_contiguous() &&
@@ -115,7 +116,7 @@ Tensor dense_attention_gpu(const Tensor&, const Tensor&, const Tensor&, float, D
 
 Tensor sparse_self_attention_gpu(cuda::SparseSelfAttentionCuda&, const Tensor&, const Tensor&,
                                  const Tensor&, std::array<int64_t, 3>, int64_t, int64_t, float,
-                                 const Tensor&, const LayerWeights*) {
+                                 const Tensor&, const LayerWeights*, SparseRun) {
   fail("GPU attention: this build has no CUDA support; use --device cpu");
 }
 

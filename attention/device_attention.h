@@ -40,11 +40,16 @@ Tensor dense_attention_gpu(const Tensor& q, const Tensor& k, const Tensor& v, fl
 // Self-attention of video tokens (q, k, v [B, t·h·w, H, D] bf16 on the GPU) through a sparse
 // backend, told the denoising step and layer; `gate` is VSA's to_gate_compress output as
 // float32 [B, S, H, D] on the GPU, or undefined; `weights` the layer's extra checkpoint weights on
-// the GPU for a backend that wants them (SLA's proj_l), or null.
+// the GPU for a backend that wants them (SLA's proj_l), or null; `run` the step and layer counts
+// and the guidance branch (SVG2's dense fractions and per-branch centroids).
+struct SparseRun {
+  int64_t num_steps = 1, num_layers = 1;
+  int branch = 0;
+};
 Tensor sparse_self_attention_gpu(cuda::SparseSelfAttentionCuda& backend, const Tensor& q,
                                  const Tensor& k, const Tensor& v, std::array<int64_t, 3> grid,
                                  int64_t step, int64_t layer, float scale, const Tensor& gate,
-                                 const LayerWeights* weights = nullptr);
+                                 const LayerWeights* weights = nullptr, SparseRun run = {});
 // Single-head attention over the pixels of one frame, for a VAE's mid-block attention:
 // q, k, v [C, P] float32 channel-major on the GPU (as a 1×1 convolution leaves them); writes
 // out [C, P] = (softmax(scale · qᵀk) · vᵀ)ᵀ, a contiguous float32 tensor (or view) there. Head size

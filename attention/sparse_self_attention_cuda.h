@@ -8,7 +8,9 @@
 // regrouping. V-MoBA (attention/backends/vmoba_attn/vmoba_attn_cuda.cpp) adds an expert pass over
 // gathered query runs; SLA (attention/backends/sla_attn/sla_attn_cuda.cpp) runs in the token
 // order with a linear branch beside; sage_attn and sage_sla_attn compute their scores from INT8
-// q and k (quantize_operands). SVG2 has no GPU version yet.
+// q and k (quantize_operands); SVG2
+// (attention/backends/sparse_video_gen_2_attn/svg2_cuda.cpp) clusters on the device and attends
+// each head's tokens permuted into padded cluster order.
 #pragma once
 
 #include <algorithm>
@@ -40,6 +42,11 @@ struct SelfAttentionCall {
   int64_t batch = 0, tokens = 0, heads = 0, head_dim = 0;
   std::array<int64_t, 3> grid{};  // the latent patch grid (t, h, w): tokens = t·h·w
   int64_t step = 0, layer = 0;
+  // The run's step and layer counts (leading dense steps and layers given as fractions: SVG2) and
+  // the guidance branch (0 conditional, 1 unconditional: SVG2 keeps its centroids per branch, as
+  // the CPU's per-branch layer states do).
+  int64_t num_steps = 1, num_layers = 1;
+  int branch = 0;
   float scale = 1.0f;
   // VSA only: to_gate_compress(attention input) as [batch, tokens, heads·head_dim] float32, or
   // null (a checkpoint without the gate: the output is the fine branch alone, as on the CPU).

@@ -1,5 +1,6 @@
-// INT8 quantisation of Q and K (int8_quantize.h) in four passes: the channel means (K only), each
-// row's largest magnitude, each group's largest, then the levels. The arithmetic is the CPU's,
+// INT8 quantisation of Q and K (int8_quantize.h): the channel means (K only, two small passes),
+// then one pass in which a CTA takes a span of whole groups of one (batch, head): each row's
+// largest magnitude, each group's, the levels and the scales. The arithmetic is the CPU's,
 // operation for operation, with the rounded IEEE intrinsics (no contraction into fused
 // multiply-adds, no approximate division), so the levels are the same integers.
 #include <cuda_bf16.h>
@@ -20,7 +21,8 @@ constexpr unsigned kFull = 0xffffffffu;
 // Tokens per partial sum of the channel means. The sums are in double and of bf16 values (8
 // significant bits): every partial sum is exact while the values span less than about 2^40, so
 // the order of summation (the CPU's is token by token) does not change the result.
-constexpr int64_t kMeanChunk = 256;
+constexpr int64_t kMeanChunk = 64;
+constexpr int kMeanThreads = 256;
 
 __device__ __forceinline__ float bf16_value(uint16_t bits) {
   return __uint_as_float(uint32_t(bits) << 16);
@@ -30,17 +32,18 @@ unsigned blocks_for(int64_t items, int threads) {
   return unsigned((items + threads - 1) / threads);
 }
 
-// Partial channel sums: grid (chunks, batch), a thread per column (head·head_dim + d).
+// Partial channel sums: grid (chunks, batch, column blocks), a thread per column (head·head_dim +
+// d) and chunk, so every load of a warp is one contiguous run of the row.
 __global__ void partial_sums_kernel(const uint16_t* x, int64_t row_stride, int64_t seq,
                                     int64_t width, double* partial) {
   const int64_t chunk = blockIdx.x, b = blockIdx.y, chunks = gridDim.x;
-  for (int64_t column = threadIdx.x; column < width; column += blockDim.x) {
-    double sum = 0.0;
-    const int64_t last = min(seq, (chunk + 1) * kMeanChunk);
-    for (int64_t t = chunk * kMeanChunk; t < last; ++t)
-      sum += double(bf16_value(x[(b * seq + t) * row_stride + column]));
-    partial[(b * chunks + chunk) * width + column] = sum;
-  }
+  const int64_t column = int64_t(blockIdx.z) * blockDim.x + threadIdx.x;
+  if (column >= width) return;
+  double sum = 0.0;
+  const int64_t last = min(seq, (chunk + 1) * kMeanChunk);
+  for (int64_t t = chunk * kMeanChunk; t < last; ++t)
+    sum += double(bf16_value(x[(b * seq + t) * row_stride + column]));
+  partial[(b * chunks + chunk) * width + column] = sum;
 }
 
 // Means = the partial sums added in chunk order, over the token count.
@@ -62,100 +65,92 @@ __device__ __forceinline__ float prepared(float x, const double* mean, Int8Arith
   return __fmul_rn(x, multiplier);
 }
 
-// A warp per (batch, token, head) row: its largest |value|, into [batch, heads, seq].
-__global__ void row_max_kernel(const Int8QuantizeArgs args, const double* means, float* row_max) {
-  const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  if (warp >= args.batch * args.seq * args.heads) return;
-  const int64_t h = warp % args.heads, t = (warp / args.heads) % args.seq,
-                b = warp / (args.heads * args.seq);
-  const uint16_t* row = static_cast<const uint16_t*>(args.x) +
-                        (b * args.seq + t) * args.row_stride + h * args.head_dim;
-  const double* mean = means ? means + (b * args.heads + h) * args.head_dim : nullptr;
-  float m = 0.0f;
-  for (int64_t d = lane; d < args.head_dim; d += 32)
-    m = fmaxf(m, fabsf(prepared(bf16_value(row[d]), mean ? mean + d : nullptr, args.arithmetic,
-                                args.multiplier)));
-  for (int offset = 16; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(kFull, m, offset));
-  if (lane == 0) row_max[(b * args.heads + h) * args.seq + t] = m;
+// The rows one CTA quantises: a span of whole groups (thread groups live inside 32 or 64 rows).
+int64_t span_rows(Int8Groups groups, int64_t run) {
+  return groups == Int8Groups::QueryThread ? 32 : groups == Int8Groups::KeyThread ? 64 : run;
 }
 
-__host__ __device__ int64_t group_count(Int8Groups groups, int64_t run, int64_t seq) {
-  switch (groups) {
-    case Int8Groups::QueryThread:
-      return (seq + 31) / 32 * 8;
-    case Int8Groups::KeyThread:
-      return (seq + 63) / 64 * 4;
-    default:
-      return (seq + run - 1) / run;
-  }
-}
-__device__ __forceinline__ int64_t group_of(Int8Groups groups, int64_t run, int64_t row) {
-  switch (groups) {
-    case Int8Groups::QueryThread:
-      return (row / 32) * 8 + row % 8;
-    case Int8Groups::KeyThread:
-      return (row / 64) * 4 + (row % 8) / 2;
-    default:
-      return row / run;
-  }
+// The first member of row r's group (span-relative) and the step between members; `count` of them.
+struct Members {
+  int first, step, count;
+};
+__device__ __forceinline__ Members members_of(Int8Groups groups, int span, int r) {
+  if (groups == Int8Groups::QueryThread) return {r % 8, 8, 4};          // r mod 8 in a 32-row slice
+  if (groups == Int8Groups::KeyThread) return {(r % 8) / 2 * 2, 8, 8};  // pairs, see below
+  return {0, 1, span};
 }
 
-// A thread per (batch·head, group): the group's largest magnitude over its member rows.
-__global__ void group_max_kernel(const float* row_max, int64_t pairs, int64_t seq,
-                                 Int8Groups groups, int64_t run, int64_t count, float* group_max) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= pairs * count) return;
-  const int64_t pair = i / count, g = i % count;
-  const float* rows = row_max + pair * seq;
-  float m = 0.0f;
-  if (groups == Int8Groups::QueryThread) {  // rows 32·slice + j + 8·m
-    const int64_t first = (g / 8) * 32 + g % 8;
-    for (int64_t r = first; r < min(seq, first + 32); r += 8) m = fmaxf(m, rows[r]);
-  } else if (groups == Int8Groups::KeyThread) {  // rows 64·block + 8·i + 2·j + {0, 1}
-    const int64_t first = (g / 4) * 64 + 2 * (g % 4);
-    for (int64_t r = first; r < min(seq, first + 64); r += 8) {
-      m = fmaxf(m, rows[r]);
-      if (r + 1 < seq) m = fmaxf(m, rows[r + 1]);
-    }
-  } else {
-    for (int64_t r = g * run; r < min(seq, (g + 1) * run); ++r) m = fmaxf(m, rows[r]);
-  }
-  group_max[i] = m;
-}
+constexpr int kQuantizeThreads = 256, kQuantizeWarps = kQuantizeThreads / 32;
 
-// A warp per row: the levels (int8, zero-padded to kInt8Width) and the row's scale.
-__global__ void levels_kernel(const Int8QuantizeArgs args, const double* means,
-                              const float* group_max, int64_t count) {
-  const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  if (warp >= args.batch * args.seq * args.heads) return;
-  const int64_t h = warp % args.heads, t = (warp / args.heads) % args.seq,
-                b = warp / (args.heads * args.seq), pair = b * args.heads + h;
-  const uint16_t* row = static_cast<const uint16_t*>(args.x) +
-                        (b * args.seq + t) * args.row_stride + h * args.head_dim;
+// A CTA per (span of rows, head, batch): each row's largest magnitude, each group's (shared
+// memory), then the levels (a lane per 4 bytes of the 128-byte int8 row) and the scales.
+__global__ void __launch_bounds__(kQuantizeThreads)
+    quantize_kernel(const Int8QuantizeArgs args, const double* means, int span) {
+  extern __shared__ float row_max[];  // [span], then the group maxima [span]
+  float* group_max = row_max + span;
+  const int64_t first_row = int64_t(blockIdx.x) * span, h = blockIdx.y, b = blockIdx.z;
+  const int64_t pair = b * args.heads + h;
+  const int rows = int(min(int64_t(span), args.seq - first_row));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const double* mean = means ? means + pair * args.head_dim : nullptr;
-  const float m = group_max[pair * count + group_of(args.groups, args.run, t)];
-  const bool sage = args.arithmetic == Int8Arithmetic::Sage;
-  // Sage divides by its scale; SLA multiplies by the reciprocal of its step (both rounded IEEE).
-  const float scale = sage ? (m > 0.0f ? __fdiv_rn(m, 127.0f) : 1.0f) : __fdiv_rn(m, 127.0f);
-  const float inverse = sage || m == 0.0f ? 0.0f : __frcp_rn(scale);
-  int8_t* out = args.out + ((b * args.seq + t) * args.heads + h) * kInt8Width;
-  for (int64_t d = lane; d < kInt8Width; d += 32) {
-    float level = 0.0f;
-    if (d < args.head_dim && (sage || m > 0.0f)) {
-      const float x =
-          prepared(bf16_value(row[d]), mean ? mean + d : nullptr, args.arithmetic, args.multiplier);
-      level = roundf(sage ? __fdiv_rn(x, scale) : __fmul_rn(x, inverse));
-      level = fminf(fmaxf(level, -127.0f), 127.0f);
+  auto row_of = [&](int r) {
+    return static_cast<const uint16_t*>(args.x) + (b * args.seq + first_row + r) * args.row_stride +
+           h * args.head_dim;
+  };
+  for (int r = warp; r < span; r += kQuantizeWarps) {
+    float m = 0.0f;
+    if (r < rows) {
+      const uint16_t* row = row_of(r);
+      for (int64_t d = lane; d < args.head_dim; d += 32)
+        m = fmaxf(m, fabsf(prepared(bf16_value(row[d]), mean ? mean + d : nullptr, args.arithmetic,
+                                    args.multiplier)));
+      for (int offset = 16; offset > 0; offset >>= 1)
+        m = fmaxf(m, __shfl_xor_sync(kFull, m, offset));
     }
-    out[d] = int8_t(level);
+    if (lane == 0) row_max[r] = m;  // rows past the end count as zeros, as on the CPU
   }
-  if (lane != 0) return;
-  if (args.row_scales) args.row_scales[pair * args.seq + t] = scale;
-  // Key form: the first two rows of each fragment group of a 64-key block (rows 0, 2, 4, 6).
-  if (args.block_scales && t % 64 < 8 && t % 2 == 0)
-    args.block_scales[(pair * ((args.seq + 63) / 64) + t / 64) * 4 + (t % 64) / 2] = scale;
+  __syncthreads();
+  for (int r = threadIdx.x; r < span; r += kQuantizeThreads) {
+    const Members members = members_of(args.groups, span, r);
+    float m = 0.0f;
+    for (int i = 0; i < members.count; ++i) {
+      const int at = members.first + i * members.step;
+      m = fmaxf(m, row_max[at]);
+      // Per-thread key groups are row pairs 8i + 2g and 8i + 2g + 1.
+      if (args.groups == Int8Groups::KeyThread) m = fmaxf(m, row_max[at + 1]);
+    }
+    group_max[r] = m;
+  }
+  __syncthreads();
+  const bool sage = args.arithmetic == Int8Arithmetic::Sage;
+  for (int r = warp; r < rows; r += kQuantizeWarps) {
+    const float m = group_max[r];
+    // Sage divides by its scale; SLA multiplies by the reciprocal of its step (both rounded IEEE).
+    const float scale = sage ? (m > 0.0f ? __fdiv_rn(m, 127.0f) : 1.0f) : __fdiv_rn(m, 127.0f);
+    const float inverse = sage || m == 0.0f ? 0.0f : __frcp_rn(scale);
+    const uint16_t* row = row_of(r);
+    const int64_t t = first_row + r;
+    uint32_t packed = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int d = 4 * lane + j;
+      float level = 0.0f;
+      if (d < args.head_dim && (sage || m > 0.0f)) {
+        const float x = prepared(bf16_value(row[d]), mean ? mean + d : nullptr, args.arithmetic,
+                                 args.multiplier);
+        level = roundf(sage ? __fdiv_rn(x, scale) : __fmul_rn(x, inverse));
+        level = fminf(fmaxf(level, -127.0f), 127.0f);
+      }
+      packed |= uint32_t(uint8_t(int8_t(level))) << (8 * j);
+    }
+    reinterpret_cast<uint32_t*>(args.out +
+                                ((b * args.seq + t) * args.heads + h) * kInt8Width)[lane] = packed;
+    if (lane != 0) continue;
+    if (args.row_scales) args.row_scales[pair * args.seq + t] = scale;
+    // Key form: the first two rows of each fragment group of a 64-key block (rows 0, 2, 4, 6).
+    if (args.block_scales && t % 64 < 8 && t % 2 == 0)
+      args.block_scales[(pair * ((args.seq + 63) / 64) + t / 64) * 4 + (t % 64) / 2] = scale;
+  }
 }
 
 }  // namespace
@@ -178,32 +173,29 @@ void int8_quantize(const Int8QuantizeArgs& args, cudaStream_t stream) {
     MMGEN_CUDA_CHECK(
         cudaMemsetAsync(args.block_scales, 0,
                         size_t(args.batch * args.heads * ((args.seq + 63) / 64) * 4) * 4, stream));
-  const int64_t width = args.heads * args.head_dim, pairs = args.batch * args.heads;
+  const int64_t width = args.heads * args.head_dim;
   DeviceBuffer means;
   if (args.smooth) {
     const int64_t chunks = (args.seq + kMeanChunk - 1) / kMeanChunk;
     DeviceBuffer partial(size_t(args.batch * chunks * width) * 8);
     means = DeviceBuffer(size_t(args.batch * width) * 8);
-    partial_sums_kernel<<<dim3(unsigned(chunks), unsigned(args.batch)), 256, 0, stream>>>(
-        static_cast<const uint16_t*>(args.x), args.row_stride, args.seq, width,
-        partial.as<double>());
+    partial_sums_kernel<<<dim3(unsigned(chunks), unsigned(args.batch),
+                               blocks_for(width, kMeanThreads)),
+                          kMeanThreads, 0, stream>>>(static_cast<const uint16_t*>(args.x),
+                                                     args.row_stride, args.seq, width,
+                                                     partial.as<double>());
     MMGEN_CUDA_CHECK_LAUNCH();
     means_kernel<<<blocks_for(args.batch * width, 256), 256, 0, stream>>>(
         partial.as<double>(), chunks, width, args.seq, args.batch, means.as<double>());
     MMGEN_CUDA_CHECK_LAUNCH();
   }
-  const int64_t rows = args.batch * args.seq * args.heads;
-  const int64_t count = group_count(args.groups, args.run, args.seq);
-  DeviceBuffer row_max(size_t(rows) * 4), group_max(size_t(pairs * count) * 4);
+  const int64_t span = span_rows(args.groups, args.run);
+  check(span <= 1024, "int8_quantize: groups of {} rows exceed the 1024 one CTA takes", span);
   const double* mean_data = args.smooth ? means.as<double>() : nullptr;
-  row_max_kernel<<<blocks_for(rows * 32, 256), 256, 0, stream>>>(args, mean_data,
-                                                                 row_max.as<float>());
-  MMGEN_CUDA_CHECK_LAUNCH();
-  group_max_kernel<<<blocks_for(pairs * count, 256), 256, 0, stream>>>(
-      row_max.as<float>(), pairs, args.seq, args.groups, args.run, count, group_max.as<float>());
-  MMGEN_CUDA_CHECK_LAUNCH();
-  levels_kernel<<<blocks_for(rows * 32, 256), 256, 0, stream>>>(args, mean_data,
-                                                                group_max.as<float>(), count);
+  const dim3 grid(unsigned((args.seq + span - 1) / span), unsigned(args.heads),
+                  unsigned(args.batch));
+  quantize_kernel<<<grid, kQuantizeThreads, size_t(2 * span) * 4, stream>>>(args, mean_data,
+                                                                            int(span));
   MMGEN_CUDA_CHECK_LAUNCH();
 }
 

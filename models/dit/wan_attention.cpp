@@ -81,7 +81,8 @@ Tensor wan_attention(const Tensor& q, const Tensor& k, const Tensor& v,
     const bool with_weights = layer && attention::sparse_backend_wants_layer_weights(*gpu.sparse);
     return attention::sparse_self_attention_gpu(
         *gpu.sparse, q, k, v, {call.grid_t, call.grid_h, call.grid_w}, call.step.index, call.layer,
-        scale, gate, with_weights ? &layer->self_weights : nullptr);
+        scale, gate, with_weights ? &layer->self_weights : nullptr,
+        {.num_steps = call.step.count, .num_layers = call.num_layers, .branch = call.step.branch});
   }
   attention::AttentionBackend* backend =
       layer ? (call.is_cross ? layer->cross_attention : layer->self_attention).get() : nullptr;

@@ -6,6 +6,9 @@
 
 #include "attention/backends/descriptor.h"
 #include "attention/backends/sparse_video_gen_2_attn/svg2_attention.h"
+#ifdef MMGEN_HAVE_CUDA
+#include "attention/backends/sparse_video_gen_2_attn/svg2_cuda.h"
+#endif
 
 namespace mmgen::attention::sparse_video_gen_2_attn {
 
@@ -21,10 +24,11 @@ const BackendDescriptor& descriptor() {
                       "contiguous; the top-p cluster pairs are attended",
            .aliases = {},
            .platforms = {P::Cuda, P::Cpu},
-           .build_needs = "CUDA: the Sparse-VideoGen kernels; CPU: mmgen's block-sparse kernel",
-           .gpu_arch = "sm80+",
-           .dtypes = {"bf16", "fp16", "fp32 (CPU)"},
-           .head_sizes = "64, 128, 256",
+           .build_needs = "CUDA: mmgen's k-means and block-sparse kernels; CPU: mmgen's "
+                          "block-sparse kernel",
+           .gpu_arch = "sm90",
+           .dtypes = {"bf16", "fp32 (CPU)"},
+           .head_sizes = "64, 128 (GPU); any (CPU)",
            .sparse = true,
            .per_step_state = "k-means centroids per layer, warm-started across steps; timestep; "
                              "latent grid",
@@ -87,11 +91,19 @@ const BackendDescriptor& descriptor() {
                     .min = 0.0,
                     .aliases = {"svg2_first_times_fp"}},
                }},
-      .kernels = {cpu_kernel("sparse_video_gen_2_attn")},
+      .kernels = {cpu_kernel("sparse_video_gen_2_attn")
+#ifdef MMGEN_HAVE_CUDA
+                      ,
+                  hopper_kernel("sparse_video_gen_2_attn")
+#endif
+      },
       .cpu = [](const json& settings,
                 const BackendResources&) -> std::unique_ptr<AttentionBackend> {
         return std::make_unique<svg2::Svg2Attention>(svg2::Options::from_json(settings));
       },
+#ifdef MMGEN_HAVE_CUDA
+      .cuda = svg2::make_cuda,
+#endif
       .dense_steps = [](const json& settings, int64_t steps) -> DenseSteps {
         const double first = settings.at("first_times_fp").get<double>();
         return {

@@ -19,14 +19,6 @@ int64_t leading_count(double setting, int64_t total) {
   return int64_t(setting);
 }
 
-// splitmix64: spreads (layer, batch·head, side) into independent generator seeds.
-uint64_t mix_seed(uint64_t value) {
-  value += 0x9e3779b97f4a7c15ull;
-  value = (value ^ (value >> 30)) * 0xbf58476d1ce4e5b9ull;
-  value = (value ^ (value >> 27)) * 0x94d049bb133111ebull;
-  return value ^ (value >> 31);
-}
-
 // The first `length` tokens of head h of batch b of a contiguous [B, S, H, D] tensor as [length,
 // D].
 std::vector<float> head_rows(const Tensor& x, int64_t b, int64_t h, int64_t length) {
@@ -124,9 +116,8 @@ void Svg2Attention::cluster(const Tensor& q, const Tensor& k, int64_t video_leng
       const std::vector<float> rows = head_rows(x, b, h, video_length);
       std::vector<float> initial =
           warm ? centroids
-               : seeded_initial_centroids(
-                     rows.data(), video_length, dim, clusters,
-                     mix_seed((uint64_t(layer) << 32) ^ (uint64_t(bh) << 1) ^ uint64_t(side)));
+               : seeded_initial_centroids(rows.data(), video_length, dim, clusters,
+                                          cold_start_seed(layer, bh, side));
       KMeansResult result = kmeans(rows.data(), video_length, dim, std::move(initial), iterations);
       most_iterations = std::max(most_iterations, result.iterations);
       centroids = std::move(result.centroids);

@@ -34,6 +34,8 @@
 //  - Stats count token pairs, so density() is the fraction of the attention matrix computed, as the
 //    other backends' (near-)uniform blocks give it: visited = Σ |Qc_i|·|Kc_j| over the attended
 //    cluster pairs, total = Sq·Sk, per (batch, head); dense calls count Sq·Sk for both.
+// The GPU half (svg2_cuda.h) runs the same clustering on the device and this file's plan on the
+// host, with the same labels, centroids and kept pairs on the same bf16 inputs.
 #pragma once
 
 #include <cstdint>

@@ -119,8 +119,7 @@ void assign(const float* x, int64_t points, int64_t dim, const std::vector<float
 
 }  // namespace
 
-std::vector<float> seeded_initial_centroids(const float* x, int64_t points, int64_t dim,
-                                            int64_t clusters, uint64_t seed) {
+std::vector<int64_t> seeded_initial_picks(int64_t points, int64_t clusters, uint64_t seed) {
   check(clusters >= 1 && clusters <= points, "k-means: {} clusters for {} points", clusters,
         points);
   // A partial Fisher-Yates shuffle driven by mt19937_64 (whose output the standard fixes; the
@@ -128,14 +127,30 @@ std::vector<float> seeded_initial_centroids(const float* x, int64_t points, int6
   std::mt19937_64 engine(seed);
   std::vector<int64_t> order(static_cast<size_t>(points));
   std::iota(order.begin(), order.end(), int64_t(0));
-  std::vector<float> centroids(static_cast<size_t>(clusters * dim));
   for (int64_t c = 0; c < clusters; ++c) {
     const int64_t pick = c + int64_t(engine() % uint64_t(points - c));
     std::swap(order[size_t(c)], order[size_t(pick)]);
-    std::copy(x + order[size_t(c)] * dim, x + order[size_t(c)] * dim + dim,
-              centroids.begin() + c * dim);
   }
+  order.resize(size_t(clusters));
+  return order;
+}
+
+std::vector<float> seeded_initial_centroids(const float* x, int64_t points, int64_t dim,
+                                            int64_t clusters, uint64_t seed) {
+  const std::vector<int64_t> picks = seeded_initial_picks(points, clusters, seed);
+  std::vector<float> centroids(static_cast<size_t>(clusters * dim));
+  for (int64_t c = 0; c < clusters; ++c)
+    std::copy(x + picks[size_t(c)] * dim, x + picks[size_t(c)] * dim + dim,
+              centroids.begin() + c * dim);
   return centroids;
+}
+
+uint64_t cold_start_seed(int64_t layer, int64_t pair, int side) {
+  uint64_t value = (uint64_t(layer) << 32) ^ (uint64_t(pair) << 1) ^ uint64_t(side);
+  value += 0x9e3779b97f4a7c15ull;
+  value = (value ^ (value >> 30)) * 0xbf58476d1ce4e5b9ull;
+  value = (value ^ (value >> 27)) * 0x94d049bb133111ebull;
+  return value ^ (value >> 31);
 }
 
 KMeansResult kmeans(const float* x, int64_t points, int64_t dim, std::vector<float> initial,

@@ -25,6 +25,11 @@ struct KMeansResult {
 // with a portable, seeded generator, so a run is reproducible on any machine.
 std::vector<float> seeded_initial_centroids(const float* x, int64_t points, int64_t dim,
                                             int64_t clusters, uint64_t seed);
+// The indices of those points, in centroid order (the GPU gathers the rows itself).
+std::vector<int64_t> seeded_initial_picks(int64_t points, int64_t clusters, uint64_t seed);
+// The seed of one cold start: layer, pair (b·heads + h) and side (0 queries, 1 keys) spread by
+// splitmix64, so every head and side draws independently and the CPU and GPU draw alike.
+uint64_t cold_start_seed(int64_t layer, int64_t pair, int side);
 
 // Clusters x [points, dim] (contiguous) starting from `initial` [clusters, dim]. With
 // max_iterations 0 it only assigns (the centroids stay as given).
