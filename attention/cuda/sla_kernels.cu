@@ -127,9 +127,11 @@ __global__ void column_sums_kernel(const uint16_t* columns, int64_t rows, int64_
   if (lane == 0) sums[row] = sum;
 }
 
+// A warp per (b·H + h, t) row: the sparse output plus the projected linear branch, normalised.
 template <int PerLane>
-__global__ void normalise_kernel(const float* numerator, const uint16_t* phi_q, const float* sums,
-                                 int64_t seq, int64_t heads, uint16_t* out, int64_t rows) {
+__global__ void combine_kernel(const uint16_t* sparse, const float* projected,
+                               const uint16_t* phi_q, const float* sums, const float* bias,
+                               int64_t seq, int64_t heads, uint16_t* out, int64_t rows) {
   constexpr int kDim = PerLane * 32;
   const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;  // p·seq + t
   const int lane = threadIdx.x % 32;
@@ -141,15 +143,13 @@ __global__ void normalise_kernel(const float* numerator, const uint16_t* phi_q, 
     dot += bf16_value(phi_q[row * kDim + lane + 32 * i]) * sums[pair * kDim + lane + 32 * i];
   for (int offset = 16; offset > 0; offset /= 2) dot += __shfl_xor_sync(kFull, dot, offset);
   const float inverse = 1.0f / (kLinearEps + dot);
-  uint16_t* target = out + ((b * seq + t) * heads + h) * kDim;
+  const int64_t at = ((b * seq + t) * heads + h) * kDim;
 #pragma unroll
-  for (int i = 0; i < PerLane; ++i)
-    target[lane + 32 * i] = bf16_bits(numerator[row * kDim + lane + 32 * i] * inverse);
-}
-
-__global__ void add_kernel(const uint16_t* a, const float* b, uint16_t* out, int64_t n) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = bf16_bits(bf16_value(a[i]) + b[i]);
+  for (int i = 0; i < PerLane; ++i) {
+    const int d = lane + 32 * i;
+    const float linear = projected[row * kDim + d] * inverse + (bias ? bias[d] : 0.0f);
+    out[at + d] = bf16_bits(bf16_value(sparse[at + d]) + linear);
+  }
 }
 
 void check_head_dim(int64_t head_dim) {
@@ -210,25 +210,20 @@ void sla_column_sums(const uint16_t* columns, int64_t pairs, int64_t head_dim, i
   MMGEN_CUDA_CHECK_LAUNCH();
 }
 
-void sla_normalise(const float* numerator, const uint16_t* phi_q, const float* sums, int64_t batch,
-                   int64_t seq, int64_t heads, int64_t head_dim, void* out, cudaStream_t stream) {
+void sla_combine(const void* sparse, const float* projected, const uint16_t* phi_q,
+                 const float* sums, const float* bias, int64_t batch, int64_t seq, int64_t heads,
+                 int64_t head_dim, void* out, cudaStream_t stream) {
   check_head_dim(head_dim);
   const int64_t rows = batch * heads * seq;
   if (rows == 0) return;
+  const auto* in = static_cast<const uint16_t*>(sparse);
   auto* target = static_cast<uint16_t*>(out);
   if (head_dim == 64)
-    normalise_kernel<2><<<blocks_for(rows * 32, 256), 256, 0, stream>>>(numerator, phi_q, sums, seq,
-                                                                        heads, target, rows);
+    combine_kernel<2><<<blocks_for(rows * 32, 256), 256, 0, stream>>>(
+        in, projected, phi_q, sums, bias, seq, heads, target, rows);
   else
-    normalise_kernel<4><<<blocks_for(rows * 32, 256), 256, 0, stream>>>(numerator, phi_q, sums, seq,
-                                                                        heads, target, rows);
-  MMGEN_CUDA_CHECK_LAUNCH();
-}
-
-void sla_add(const void* a, const float* b, void* out, int64_t n, cudaStream_t stream) {
-  if (n == 0) return;
-  add_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(static_cast<const uint16_t*>(a), b,
-                                                     static_cast<uint16_t*>(out), n);
+    combine_kernel<4><<<blocks_for(rows * 32, 256), 256, 0, stream>>>(
+        in, projected, phi_q, sums, bias, seq, heads, target, rows);
   MMGEN_CUDA_CHECK_LAUNCH();
 }
 

@@ -38,12 +38,12 @@ void sla_feature_rows(const void* x, int64_t token_stride, int64_t batch, int64_
 void sla_column_sums(const uint16_t* columns, int64_t pairs, int64_t head_dim, int64_t seq,
                      float* sums, cudaStream_t stream = nullptr);
 
-// out[b, t, h, :] = numerator[p, t, :] / (1e-5 + φq[p, t, :] · sums[p, :]) in bf16, p = b·H + h.
-void sla_normalise(const float* numerator, const uint16_t* phi_q, const float* sums, int64_t batch,
-                   int64_t seq, int64_t heads, int64_t head_dim, void* out,
-                   cudaStream_t stream = nullptr);
-
-// out = a + b elementwise: a bf16, b float32, out bf16, n elements.
-void sla_add(const void* a, const float* b, void* out, int64_t n, cudaStream_t stream = nullptr);
+// out[b, t, h, :] = sparse[b, t, h, :] + projected[p, t, :] / (1e-5 + φq[p, t, :] · sums[p, :])
+// + bias (float32 [D], may be null), p = b·H + h: the linear branch already through proj_l
+// (φq·(φkᵀv)·Wᵀ: the normaliser is per row, so it commutes with the projection), added to the
+// block-sparse output, bf16.
+void sla_combine(const void* sparse, const float* projected, const uint16_t* phi_q,
+                 const float* sums, const float* bias, int64_t batch, int64_t seq, int64_t heads,
+                 int64_t head_dim, void* out, cudaStream_t stream = nullptr);
 
 }  // namespace mmgen::cuda

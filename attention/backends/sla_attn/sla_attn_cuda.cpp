@@ -9,8 +9,9 @@
 //              slice and the smoothed k per SLA key block, as attention/sla_quant.h does;
 //   linear:    only with the layer's proj_l weights (else it is zero, as on the CPU): φ(q) and
 //              φ(k) along head_dim, φ(k)ᵀv and Σφ(k) per head (cuBLASLt, bf16 in, float32
-//              sums), φ(q)(φ(k)ᵀv) / (1e-5 + φ(q)·Σφ(k)), then proj_l (one product over every
-//              token and head) added to the sparse output.
+//              sums), proj_l folded into φ(k)ᵀv per head (the normaliser 1e-5 + φ(q)·Σφ(k) is
+//              per row, so it commutes with the projection), φ(q) times that, then one pass
+//              that normalises, adds the bias and the sparse output.
 #include "attention/backends/sla_attn/sla_attn_cuda.h"
 
 #include <spdlog/spdlog.h>
@@ -146,26 +147,27 @@ class SlaCuda final : public SparseSelfAttentionCuda {
                                                                              : SlaFeature::Relu;
     DeviceBuffer phi_q(size_t(pairs * S * D) * 2), phi_k_t(size_t(pairs * D * S) * 2),
         v_t(size_t(pairs * D * S) * 2), key_sums(size_t(pairs * D) * 4),
-        kv_t(size_t(pairs * D * D) * 2), numerator(size_t(pairs * S * D) * 4),
-        o_l(size_t(B * S * width) * 2), projected(size_t(B * S * width) * 4);
+        kv(size_t(pairs * D * D) * 2), folded(size_t(pairs * D * D) * 2),
+        projected(size_t(pairs * S * D) * 4);
     sla_feature_rows(call.q, width, B, S, H, D, map, phi_q.as<uint16_t>(), nullptr);
     sla_feature_rows(call.k, width, B, S, H, D, map, nullptr, phi_k_t.as<uint16_t>());
     sla_feature_rows(call.v, width, B, S, H, D, SlaFeature::Identity, nullptr, v_t.as<uint16_t>());
     sla_column_sums(phi_k_t.as<uint16_t>(), pairs, D, S, key_sums.as<float>());
-    for (int64_t p = 0; p < pairs; ++p) {
-      // (φ(k)ᵀv)ᵀ [D, D] = vᵀ · (φ(k)ᵀ)ᵀ, bf16 for the next product.
-      linear_bf16(v_t.as<uint16_t>() + p * D * S, phi_k_t.as<uint16_t>() + p * D * S, nullptr,
-                  kv_t.as<uint16_t>() + p * D * D, D, D, S, GemmOutput::BF16);
-      // φ(q)(φ(k)ᵀv): [S, D].
-      linear_bf16(phi_q.as<uint16_t>() + p * S * D, kv_t.as<uint16_t>() + p * D * D, nullptr,
-                  numerator.as<float>() + p * S * D, S, D, D, GemmOutput::F32);
-    }
-    sla_normalise(numerator.as<float>(), phi_q.as<uint16_t>(), key_sums.as<float>(), B, S, H, D,
-                  o_l.data());
-    // proj_l over every (token, head) row, then the sum with the sparse output.
-    linear_bf16(o_l.data(), weight_bf16.raw(), bias ? bias_f32.raw() : nullptr, projected.data(),
-                B * S * H, D, D, GemmOutput::F32);
-    sla_add(sparse_out.data(), projected.as<float>(), call.out, B * S * width);
+    // φ(k)ᵀv [D, D] per head, bf16 for the next product.
+    for (int64_t p = 0; p < pairs; ++p)
+      linear_bf16(phi_k_t.as<uint16_t>() + p * D * S, v_t.as<uint16_t>() + p * D * S, nullptr,
+                  kv.as<uint16_t>() + p * D * D, D, D, S, GemmOutput::BF16);
+    // proj_l folded into it: (φ(k)ᵀv · Wᵀ)ᵀ = W · (φ(k)ᵀv)ᵀ per head, one batched product; then
+    // φ(q) times that per head [S, D]. The projection then costs D² per token and head once per
+    // call instead of a pass over every token's output, and no normalised copy is written.
+    linear_bf16_batched(weight_bf16.raw(), kv.data(), folded.data(), D, D, D, pairs,
+                        GemmOutput::BF16);
+    for (int64_t p = 0; p < pairs; ++p)
+      linear_bf16(phi_q.as<uint16_t>() + p * S * D, folded.as<uint16_t>() + p * D * D, nullptr,
+                  projected.as<float>() + p * S * D, S, D, D, GemmOutput::F32);
+    sla_combine(
+        sparse_out.data(), projected.as<float>(), phi_q.as<uint16_t>(), key_sums.as<float>(),
+        bias ? reinterpret_cast<const float*>(bias_f32.raw()) : nullptr, B, S, H, D, call.out);
   }
 
   void count(const DeviceBuffer& selected, int64_t pairs, int64_t nq, int64_t nk, int64_t kept,
