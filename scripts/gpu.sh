@@ -45,6 +45,9 @@ if [ "${MMGEN_GPU_SANITIZE:-0}" = 1 ]; then
   compute-sanitizer --tool memcheck --error-exitcode 9 build-cuda/tests/cuda/wan_transformer_cuda_test \
     > "$OUT/sanitize_transformer.log" 2>&1 || status=1
   echo "compute-sanitizer memcheck (transformer): $(grep SUMMARY "$OUT/sanitize_transformer.log")"
+  compute-sanitizer --tool memcheck --error-exitcode 9 build-cuda/tests/cuda/svg2_cuda_test --quick \
+    > "$OUT/sanitize_svg2.log" 2>&1 || status=1
+  echo "compute-sanitizer memcheck (SVG2): $(grep SUMMARY "$OUT/sanitize_svg2.log")"
   for test in paged_attention_cuda_test umt5_encoder_cuda_test; do
     compute-sanitizer --tool memcheck --error-exitcode 9 "build-cuda/tests/cuda/$test" \
       > "$OUT/sanitize_$test.log" 2>&1 || status=1
@@ -65,7 +68,7 @@ echo "== paged text-encoder attention and UMT5 benchmark (torch SDPA on the same
 build-cuda/bench/cuda/paged_attention_cuda_bench --json "$OUT/paged_cases.json" | tee "$OUT/paged_bench.txt"
 python3 bench/cuda/torch_paged_reference.py "$OUT/paged_cases.json" | tee "$OUT/paged_torch.txt"
 
-echo "== STA / VSA on the GPU at Wan2.1-1.3B's self-attention shape"
+echo "== every GPU DiT attention backend at Wan2.1-1.3B's self-attention shape"
 build-cuda/bench/cuda/sparse_attention_cuda_bench --repeats 10 | tee "$OUT/sparse_attention_bench.txt"
 
 echo "== Wan transformer benchmark (dense, STA, VSA)"

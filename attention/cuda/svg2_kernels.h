@@ -81,4 +81,73 @@ void svg2_gather_rows(const void* x, const int32_t* token_of_slot, void* rows, i
 void svg2_scatter_rows(const void* rows, const int32_t* token_of_slot, void* out, int64_t slots,
                        const Svg2KmeansShape& shape, cudaStream_t stream = nullptr);
 
+// ---- The plan on the device ----
+//
+// The kept cluster pairs of every (pair, query cluster) row, with the CPU's rule
+// (svg2_plan.h's select_cluster_pairs): size-weighted softmax of scale · (Cq_i · Ck_j) over the
+// key clusters, descending (ties by index), kept while the mass before a cluster is <= top_p (the
+// first and the floor(min_kc_ratio · k_clusters) first always). The CPU rounds its float32 scores
+// in Eigen's order, which the device cannot promise to repeat, so the device computes the scores
+// (and the masses) in double and proves per row that any float32 score within the worst-case
+// summation error γ_D · Σ_d |a_d·b_d| of the exact one would give the same kept set: the kept and
+// the first dropped cluster must stay apart and the top-p crossing must stay on its side under
+// the resulting relative change of every mass. Rows that fail (near-ties) are flagged for the
+// host, which recomputes them with the CPU's own arithmetic (svg2_cuda.cpp); nothing else
+// differs. selected [rows · k_clusters] uint8, flags [rows] uint8, *flag_count (zeroed by the
+// caller) the number of flagged rows; rows = pairs · q_clusters.
+struct Svg2PlanShape {
+  int64_t pairs = 0, q_clusters = 0, k_clusters = 0, head_dim = 0;
+  int64_t q_rows() const { return pairs * q_clusters; }
+  int64_t k_rows() const { return pairs * k_clusters; }
+};
+void svg2_select_pairs(const float* q_centroids, const float* k_centroids, const int32_t* k_counts,
+                       float scale, double top_p, double min_kc_ratio, const Svg2PlanShape& shape,
+                       uint8_t* selected, uint8_t* flags, int32_t* flag_count,
+                       cudaStream_t stream = nullptr);
+
+// selected[row_ids[r] · k_clusters + j] = rows[r · k_clusters + j]: the host's flagged rows.
+void svg2_patch_rows(const uint8_t* rows, const int32_t* row_ids, int64_t count, int64_t k_clusters,
+                     uint8_t* selected, cudaStream_t stream = nullptr);
+
+// The block lists of the padded cluster order (svg2_cuda.cpp): every cluster padded to whole
+// 64-row blocks, one list per 64-query half holding, ascending, the key blocks of the kept
+// non-empty key clusters. Built in three passes around two scans, so only totals go to the host.
+//
+// blocks[i] = ceil(counts[i] / 64) for i < n, blocks[n] = 0 (so an exclusive scan's last entry
+// is the total).
+void svg2_block_counts(const int32_t* counts, int64_t n, int32_t* blocks,
+                       cudaStream_t stream = nullptr);
+// Exclusive prefix sums of n values (int32 or int64) and their scratch.
+size_t svg2_scan_scratch_bytes(int64_t n);
+void svg2_exclusive_scan(const int32_t* in, int32_t* out, int64_t n, void* scratch, size_t bytes,
+                         cudaStream_t stream = nullptr);
+void svg2_exclusive_scan(const int64_t* in, int64_t* out, int64_t n, void* scratch, size_t bytes,
+                         cudaStream_t stream = nullptr);
+// Per query-cluster row: list_len[row] = Σ key blocks of its kept non-empty key clusters,
+// entries[row] = list_len · its query halves (entries[rows] = 0), and *kept_pairs (zeroed by the
+// caller) += its rows · the keys of those clusters (integers: the sum is exact in any order).
+void svg2_list_lengths(const uint8_t* selected, const int32_t* q_counts, const int32_t* k_counts,
+                       const Svg2PlanShape& shape, int32_t* list_len, int64_t* entries,
+                       unsigned long long* kept_pairs, cudaStream_t stream = nullptr);
+// offsets[half] and indices of every row's halves (every half of a row gets the same list), and
+// offsets[total halves] = the total entries; slot starts (64 · block starts) of both sides and
+// key_lengths of every key block.
+struct Svg2ListArgs {
+  const uint8_t* selected = nullptr;
+  const int32_t *q_counts = nullptr, *k_counts = nullptr;
+  const int32_t *q_half_start = nullptr, *k_block_start = nullptr;  // [rows + 1] exclusive scans
+  const int32_t* list_len = nullptr;
+  const int64_t* entry_start = nullptr;  // [q rows + 1]
+  int32_t *offsets = nullptr, *indices = nullptr, *key_lengths = nullptr;
+  int32_t *q_slot_start = nullptr, *k_slot_start = nullptr;
+};
+void svg2_write_lists(const Svg2ListArgs& args, const Svg2PlanShape& shape,
+                      cudaStream_t stream = nullptr);
+// The totals the host needs, in one download: out = {*flag_count, q_half_start[q rows],
+// k_block_start[k rows], entry_start[q rows], *kept_pairs}.
+void svg2_plan_totals(const int32_t* flag_count, const int32_t* q_half_start,
+                      const int32_t* k_block_start, const int64_t* entry_start,
+                      const unsigned long long* kept_pairs, const Svg2PlanShape& shape,
+                      int64_t* out, cudaStream_t stream = nullptr);
+
 }  // namespace mmgen::cuda

@@ -1,11 +1,12 @@
-// The GPU sliding_tile_attn, video_sparse_attn, vmoba_attn, sla_attn, sage_attn and sage_sla_attn
-// backends at Wan2.1-1.3B's self-attention shape (1 x 12 heads x 32760 tokens x 128: the 21x30x52
-// patch grid of 480x832x81) on random inputs, beside our dense fa kernel in the same run: per call
-// the whole backend (regrouping into tiles/cubes, VSA's coarse branch and lists, the kernel, the
-// inverse regrouping) and the block-sparse kernel alone (CUDA events, median of repeats after a
-// warm-up), the density in query-key pairs and the kernel's TFLOP/s on the kept pairs (4·D per
-// pair; padding excluded). The dense sage_attn rows (INT8 Q·Kᵀ) also give their accuracy against
-// fa's output the way the SageAttention papers do: cosine similarity and relative L1 distance.
+// The GPU sliding_tile_attn, video_sparse_attn, vmoba_attn, sla_attn, sage_attn, sage_sla_attn and
+// sparse_video_gen_2_attn backends at Wan2.1-1.3B's self-attention shape (1 x 12 heads x 32760
+// tokens x 128: the 21x30x52 patch grid of 480x832x81) on random inputs, beside our dense fa kernel
+// in the same run: per call the whole backend (regrouping into tiles/cubes, VSA's coarse branch and
+// lists, the kernel, the inverse regrouping) and the block-sparse kernel alone (CUDA events, median
+// of repeats after a warm-up), the density in query-key pairs and the kernel's TFLOP/s on the kept
+// pairs (4·D per pair; padding excluded). The dense sage_attn rows (INT8 Q·Kᵀ) also give their
+// accuracy against fa's output the way the SageAttention papers do: cosine similarity and relative
+// L1 distance.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -137,6 +138,7 @@ int main(int argc, char** argv) try {
     int64_t layer = 0;        // V-MoBA: 0 temporal, 1 spatial, 2 spatio-temporal chunks
     bool projection = false;  // SLA: with proj_l weights (the linear branch)
     bool accuracy = false;    // dense: cosine similarity and relative L1 against fa's output
+    int64_t step = 0;         // SVG2: 1, so every call after the (cold) warm-up is a warm step
   };
   // V-MoBA at FastVideo's 1.3B chunk sizes: 2-frame temporal chunks (11), 3x4 spatial (130),
   // 4x6x4 spatio-temporal (390); top-k chosen for about 10% density, and the default threshold.
@@ -175,6 +177,32 @@ int main(int argc, char** argv) try {
        true},
       {"sage_sla_attn top 10% (no proj_l)", "sage_sla_attn", {{"topk", 0.1}}},
       {"sage_sla_attn top 10% + linear branch", "sage_sla_attn", {{"topk", 0.1}}, 0, true},
+      // SVG2 at about 10% density (docs/performance.md's CPU setting: top_p 0.115, no
+      // min_kc_ratio floor), timed warm (k-means warm-started from the previous call's centroids,
+      // on the same inputs): the default 300 / 1000 clusters, and 130 / 436, the tokens per
+      // cluster of the CPU bench's 65 / 218 at 16384 tokens.
+      {"sparse_video_gen_2_attn top_p 0.115, 300/1000",
+       "sparse_video_gen_2_attn",
+       {{"top_p_kmeans", 0.115},
+        {"min_kc_ratio", 0},
+        {"first_layers_fp", 0},
+        {"first_times_fp", 0}},
+       0,
+       false,
+       false,
+       1},
+      {"sparse_video_gen_2_attn top_p 0.115, 130/436",
+       "sparse_video_gen_2_attn",
+       {{"top_p_kmeans", 0.115},
+        {"min_kc_ratio", 0},
+        {"num_q_centroids", 130},
+        {"num_k_centroids", 436},
+        {"first_layers_fp", 0},
+        {"first_times_fp", 0}},
+       0,
+       false,
+       false,
+       1},
   };
   // Random proj_l weights for the SLA row with a linear branch.
   attention::LayerWeights projection;
@@ -192,7 +220,7 @@ int main(int argc, char** argv) try {
     if (row.name.find(only) == std::string::npos) continue;
     auto backend = make_sparse_self_attention_cuda(
         row.backend, attention::validate_backend_config(row.config, row.backend));
-    call.layer = row.layer;
+    call.layer = row.layer, call.step = row.step;
     call.weights = row.projection ? &projection : nullptr;
     backend->forward(call);  // warm-up: tiling, lists, kernel setup
     backend->count_pairs(true);

@@ -5,7 +5,10 @@
 // token-pair count and whether the clustering was warm. Cases: head sizes 64 and 128, batch 2,
 // odd grids, cold and warm steps, the default 300/1000 clusters, cluster counts clamped to the
 // tokens, kmeans_iter_step 0 (assign only), dense leading steps and layers (with and without
-// zero_step_kmeans_init), and two guidance branches of one layer kept apart.
+// zero_step_kmeans_init), two guidance branches of one layer kept apart, and ~10% density (top_p
+// 0.115). The device plan alone (svg2_select_pairs) is also checked against the CPU's
+// select_cluster_pairs on random centroids with exact ties: every row it does not hand to the
+// host must be the CPU's.
 #include "attention/backends/sparse_video_gen_2_attn/svg2_cuda.h"
 
 #include <cuda_runtime.h>
@@ -189,6 +192,8 @@ void run_case(const Case& c, std::mt19937& generator) {
       }
     }
     if (call_info.sparse) {
+      std::printf("%s: %lld query clusters' kept pairs recomputed on the host\n", name.c_str(),
+                  static_cast<long long>(gpu.last_flagged_rows()));
       const auto& cpu_plans = cpu.last_plans();
       const auto& gpu_plans = gpu.last_plans();
       int64_t q_labels = 0, k_labels = 0, selected = 0, kept_cpu = 0;
@@ -267,10 +272,68 @@ void check_assignment(std::mt19937& generator) {
                   H * S, C, differ, near_ties, widest));
 }
 
-// --time: one Wan-1.3B-sized call (480p, 81 frames: 21x30x52 tokens, 12 heads of 128) cold and
-// then warm with the default settings, GPU only, with the time of each step. Random inputs have no
-// structure, so the density is high (top_p is a mass); the times of the k-means and the padding
-// are what this shows.
+// The device plan alone (svg2_select_pairs) against the CPU's select_cluster_pairs on the same
+// random centroids and sizes (some clusters empty, some key centroids repeated with equal sizes:
+// exact ties), at several top_p and min_kc_ratio: every row the device does not flag must equal
+// the CPU's exactly (the flagged ones go to the host in the backend; their share is printed).
+void check_selection(std::mt19937& generator) {
+  const int64_t pairs = 3, qc = 300, kc = 1000, D = 128;
+  const float scale = 1.0f / std::sqrt(float(D));
+  std::normal_distribution<float> normal;
+  std::uniform_int_distribution<int32_t> size(0, 60);
+  std::vector<float> q(size_t(pairs * qc * D)), k(size_t(pairs * kc * D));
+  for (auto& x : q) x = 0.5f * normal(generator);
+  for (auto& x : k) x = 0.5f * normal(generator);
+  std::vector<int32_t> sizes(size_t(pairs * kc));
+  for (auto& n : sizes) n = size(generator) < 3 ? 0 : size(generator);
+  for (int64_t p = 0; p < pairs; ++p)
+    for (int64_t j = 0; j < 40; ++j) {  // cluster 2j+1 repeats cluster 2j
+      std::copy_n(k.begin() + (p * kc + 2 * j) * D, D, k.begin() + (p * kc + 2 * j + 1) * D);
+      sizes[size_t(p * kc + 2 * j + 1)] = sizes[size_t(p * kc + 2 * j)];
+    }
+  DeviceBuffer dq(q.size() * 4), dk(k.size() * 4), flags(size_t(pairs * qc)),
+      selected(size_t(pairs * qc * kc)), flag_count(4);
+  dq.upload(q.data(), dq.size()), dk.upload(k.data(), dk.size());
+  const DeviceBuffer dsizes = upload_vector(sizes);
+  for (const auto& [top_p, ratio] :
+       std::vector<std::pair<double, double>>{{0.115, 0.0}, {0.5, 0.1}, {0.9, 0.1}, {0.999, 0}}) {
+    MMGEN_CUDA_CHECK(cudaMemset(flag_count.data(), 0, 4));
+    svg2_select_pairs(dq.as<float>(), dk.as<float>(), dsizes.as<int32_t>(), scale, top_p, ratio,
+                      {pairs, qc, kc, D}, selected.as<uint8_t>(), flags.as<uint8_t>(),
+                      flag_count.as<int32_t>());
+    MMGEN_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint8_t> gpu(selected.size()), flagged(flags.size());
+    selected.download(gpu.data(), gpu.size());
+    flags.download(flagged.data(), flagged.size());
+    int64_t flagged_rows = 0, wrong_rows = 0;
+    for (int64_t p = 0; p < pairs; ++p) {
+      const std::vector<int64_t> k_sizes(sizes.begin() + p * kc, sizes.begin() + (p + 1) * kc);
+      const std::vector<uint8_t> cpu =
+          svg2::select_cluster_pairs(q.data() + p * qc * D, qc, k.data() + p * kc * D,
+                                     k_sizes.data(), kc, D, scale, top_p, ratio);
+      for (int64_t i = 0; i < qc; ++i) {
+        if (flagged[size_t(p * qc + i)]) {
+          ++flagged_rows;
+          continue;
+        }
+        wrong_rows += !std::equal(cpu.begin() + i * kc, cpu.begin() + (i + 1) * kc,
+                                  gpu.begin() + (p * qc + i) * kc);
+      }
+    }
+    expect(wrong_rows == 0,
+           fmt::format("device plan, top_p {} min_kc_ratio {}: {} of {} rows unflagged and "
+                       "unlike the CPU's ({} flagged for the host)",
+                       top_p, ratio, wrong_rows, pairs * qc, flagged_rows));
+  }
+}
+
+// --time: Wan-1.3B-sized calls (480p, 81 frames: 21x30x52 tokens, 12 heads of 128), GPU only,
+// cold (step 0) and then warm, with the time of each step (each step's times summed over the
+// calls so far), per setting: the defaults (top_p 0.9: random inputs have no structure, so the
+// size-weighted centroid softmax is nearly flat and the density high), and top_p 0.115 without
+// the min_kc_ratio floor (docs/performance.md's ~10% setting) at 300 / 1000 clusters and at 130 /
+// 436 (the tokens per cluster of the CPU bench's 65 / 218 at 16384 tokens). flagged: query
+// clusters whose kept pairs the host recomputed.
 void time_wan_sized() {
   const int64_t B = 1, H = 12, D = 128;
   const std::array<int64_t, 3> grid = {21, 30, 52};
@@ -279,29 +342,41 @@ void time_wan_sized() {
   std::vector<DeviceBuffer> inputs;
   for (int i = 0; i < 3; ++i) inputs.push_back(upload(random_bf16(size_t(count), generator).bits));
   DeviceBuffer out(size_t(count) * 2);
-  auto backend = make_sparse_self_attention_cuda("sparse_video_gen_2_attn",
-                                                 {{"first_layers_fp", 0}, {"first_times_fp", 0}});
-  backend->count_pairs(true);
-  backend->time_kernel(true);
   SelfAttentionCall call;
   call.q = inputs[0].data(), call.k = inputs[1].data(), call.v = inputs[2].data();
   call.out = out.data();
   call.batch = B, call.tokens = S, call.heads = H, call.head_dim = D, call.grid = grid;
   call.scale = 1.0f / std::sqrt(float(D)), call.num_steps = 50, call.num_layers = 30;
-  for (int64_t step = 0; step < 3; ++step) {
-    call.step = step;
-    MMGEN_CUDA_CHECK(cudaDeviceSynchronize());
-    const auto start = std::chrono::steady_clock::now();
-    backend->forward(call);
-    MMGEN_CUDA_CHECK(cudaDeviceSynchronize());
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::string steps;
-    for (const auto& [name, spent] : backend->step_seconds())
-      steps += fmt::format(" {} {:.1f} ms;", name, spent * 1e3);
-    std::printf("time: step %lld (%s) %.1f ms in all; so far:%s density %.3f\n",
-                static_cast<long long>(step), step == 0 ? "cold" : "warm", seconds * 1e3,
-                steps.c_str(), backend->stats().density());
+  const json dense_start = {{"first_layers_fp", 0}, {"first_times_fp", 0}};
+  json ten_percent = dense_start;
+  ten_percent["top_p_kmeans"] = 0.115, ten_percent["min_kc_ratio"] = 0;
+  json fewer = ten_percent;
+  fewer["num_q_centroids"] = 130, fewer["num_k_centroids"] = 436;
+  for (const json& settings : {dense_start, ten_percent, fewer}) {
+    std::printf("time: settings %s\n", settings.dump().c_str());
+    svg2::Svg2Cuda backend(svg2::Options::from_json(
+        attention::validate_backend_config(settings, "sparse_video_gen_2_attn")));
+    backend.count_pairs(true);
+    backend.time_kernel(true);
+    for (int64_t step = 0; step < 5; ++step) {
+      call.step = step;
+      MMGEN_CUDA_CHECK(cudaDeviceSynchronize());
+      const double kept_before = backend.stats().kept_pairs,
+                   total_before = backend.stats().total_pairs;
+      const auto start = std::chrono::steady_clock::now();
+      backend.forward(call);
+      MMGEN_CUDA_CHECK(cudaDeviceSynchronize());
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::string steps;
+      for (const auto& [name, spent] : backend.step_seconds())
+        steps += fmt::format(" {} {:.2f} ms;", name, spent * 1e3);
+      std::printf(
+          "time: step %lld (%s) %.2f ms in all; so far:%s density %.3f, flagged %lld\n",
+          static_cast<long long>(step), step == 0 ? "cold" : "warm", seconds * 1e3, steps.c_str(),
+          (backend.stats().kept_pairs - kept_before) / (backend.stats().total_pairs - total_before),
+          static_cast<long long>(backend.last_flagged_rows()));
+    }
   }
   // The dense kernel on the same call, for scale.
   FlashAttentionArgs dense = dense_args(call);
@@ -311,7 +386,7 @@ void time_wan_sized() {
   flash_attention_forward(dense);
   MMGEN_CUDA_CHECK(cudaDeviceSynchronize());
   std::printf(
-      "time: dense FlashAttention %.1f ms\n",
+      "time: dense FlashAttention %.2f ms\n",
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() * 1e3);
 }
 
@@ -377,6 +452,23 @@ int main(int argc, char** argv) {
        1,
        2,
        {{0}, {1}}},
+      // About 10% density (docs/performance.md's CPU setting): the top-p crossing early in the
+      // walk, no floor.
+      {"top_p 0.115, no floor",
+       {{"num_q_centroids", 24},
+        {"num_k_centroids", 96},
+        {"top_p_kmeans", 0.115},
+        {"min_kc_ratio", 0},
+        {"first_layers_fp", 0},
+        {"first_times_fp", 0}},
+       1,
+       2,
+       128,
+       {3, 12, 16},
+       0,
+       1,
+       3,
+       {{0}, {1}, {2}}},
       // 40 layers: floor(0.03 · 40) = 1 dense layer; layer 0 is dense at every step.
       {"dense layer",
        {{"num_q_centroids", 16}, {"num_k_centroids", 32}},
@@ -420,6 +512,7 @@ int main(int argc, char** argv) {
        {{0, 0, false}, {0, 1, false}, {1, 0}, {1, 1}, {2, 0}, {2, 1}}},
   };
   check_assignment(generator);
+  check_selection(generator);
   for (const Case& c : cases)
     if (!quick || c.label != "default clusters") run_case(c, generator);
 

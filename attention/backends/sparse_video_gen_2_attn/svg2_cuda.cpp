@@ -5,9 +5,15 @@
 //              distance rule, every update the CPU's double sums over the members in token order
 //              (a stable radix sort by label), each head stopping on its own; the centroids stay
 //              on the device per (layer, guidance branch) and warm-start the next step;
-//   plan:      the centroids and cluster sizes (a few MB) go to the host, where the CPU's own
-//              select_cluster_pairs picks the kept cluster pairs, so equal centroids give the same
-//              pairs; the block lists are built there too;
+//   plan:      on the device (svg2_select_pairs): a CTA per query cluster scores its key
+//              clusters in double, sorts the masses and walks the top-p, then proves that the
+//              CPU's float32 scores (Eigen's summation order, which the device cannot repeat: its
+//              kernels split some rows' sums into even and odd k) would give the same kept set;
+//              the rows it cannot prove (near-ties, a few percent on flat random inputs) are
+//              recomputed on the host with the CPU's own product and walk, and patched in. The
+//              block lists, offsets and key-block lengths are built on the device (two scans),
+//              so the host only downloads five totals (and, for flagged rows, their pairs'
+//              centroids);
 //   attention: every head's tokens permuted into cluster order on the device, each query cluster
 //              padded to whole 64-row halves and each key cluster to whole 64-key blocks (the
 //              padding masked by key_block_lengths), all heads laid end to end as one sequence,
@@ -23,12 +29,15 @@
 #include "attention/backends/sparse_video_gen_2_attn/svg2_cuda.h"
 
 #include <algorithm>
+#include <cmath>
+#include <numeric>
 #include <vector>
 
 #include "attention/backends/sparse_video_gen_2_attn/svg2_kmeans.h"
 #include "attention/cuda/svg2_kernels.h"
 #include "core/cuda/cuda_check.h"
 #include "core/error.h"
+#include "core/ops.h"
 
 namespace mmgen::attention::svg2 {
 
@@ -38,10 +47,6 @@ namespace {
 
 // The CPU's k-means tolerance (svg2_kmeans.h's default).
 constexpr float kTolerance = 1e-4f;
-
-int64_t round_up(int64_t value, int64_t step) {
-  return (value + step - 1) / step * step;
-}
 
 template <typename T>
 std::vector<T> download_vector(const DeviceBuffer& buffer, size_t count) {
@@ -152,6 +157,78 @@ void Svg2Cuda::cluster(const SelfAttentionCall& call, DeviceCentroids& state, Km
   state.last_iterations = most;
 }
 
+// The rows the device flagged, as the CPU computes them (svg2_plan.cpp's select_cluster_pairs):
+// per pair with a flagged row, the same Eigen product with the same arguments (so the same
+// float32 scores: the pairs run one after another, as the CPU backend calls it, so Eigen splits
+// each product over its threads the same way), then each flagged row's masses and walk in the
+// CPU's double arithmetic. The CPU sorts growing prefixes; its order is a strict total order, so
+// a full sort gives the same kept set and the same running sums. Only the flagged pairs'
+// centroids and the flagged rows cross the bus.
+void Svg2Cuda::patch_rows_on_host(const SelfAttentionCall& call, const DeviceCentroids& state,
+                                  const KmeansSide& keys, const DeviceBuffer& flags,
+                                  DeviceBuffer& selected) {
+  const int64_t D = call.head_dim, qc = state.q_clusters, kc = state.k_clusters;
+  const int64_t pairs = state.batch * state.heads;
+  const std::vector<uint8_t> flagged = download_vector<uint8_t>(flags, size_t(pairs * qc));
+  const std::vector<int32_t> k_counts = download_vector<int32_t>(keys.counts, size_t(pairs * kc));
+  const double top_p = options_.top_p_kmeans;
+  const int64_t always_kept = int64_t(std::floor(options_.min_kc_ratio * double(kc)));
+  std::vector<int32_t> row_ids;
+  std::vector<uint8_t> rows;
+  std::vector<float> q_centroids(size_t(qc * D)), k_centroids(size_t(kc * D)),
+      scores(size_t(qc * kc));
+  for (int64_t p = 0; p < pairs; ++p) {
+    const int64_t first_row = int64_t(row_ids.size());
+    for (int64_t i = 0; i < qc; ++i)
+      if (flagged[size_t(p * qc + i)]) row_ids.push_back(int32_t(p * qc + i));
+    const int64_t count = int64_t(row_ids.size()) - first_row;
+    if (count == 0) continue;
+    MMGEN_CUDA_CHECK(cudaMemcpy(q_centroids.data(), state.q_centroids.as<float>() + p * qc * D,
+                                q_centroids.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    MMGEN_CUDA_CHECK(cudaMemcpy(k_centroids.data(), state.k_centroids.as<float>() + p * kc * D,
+                                k_centroids.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    ops::gemm_bt(q_centroids.data(), k_centroids.data(), scores.data(), qc, D, kc);
+    rows.resize(size_t((first_row + count) * kc), 0);
+    const int32_t* sizes = k_counts.data() + p * kc;
+#pragma omp parallel for schedule(dynamic, 1) if (count > 1)
+    for (int64_t r = 0; r < count; ++r) {
+      const int64_t i = row_ids[size_t(first_row + r)] - p * qc;
+      uint8_t* keep = rows.data() + (first_row + r) * kc;
+      std::fill(keep, keep + kc, uint8_t(0));
+      if (top_p >= 1.0) {
+        std::fill(keep, keep + kc, uint8_t(1));
+        continue;
+      }
+      const float* s = scores.data() + i * kc;
+      std::vector<double> mass(static_cast<size_t>(kc));
+      std::vector<int64_t> sorted(static_cast<size_t>(kc));
+      double row_max = -INFINITY, total = 0;
+      for (int64_t j = 0; j < kc; ++j) row_max = std::max(row_max, double(s[j]) * call.scale);
+      for (int64_t j = 0; j < kc; ++j) {
+        mass[size_t(j)] = double(int64_t(sizes[j])) * std::exp(double(s[j]) * call.scale - row_max);
+        total += mass[size_t(j)];
+      }
+      for (auto& m : mass) m /= std::max(total, 1e-12);
+      std::iota(sorted.begin(), sorted.end(), int64_t(0));
+      std::sort(sorted.begin(), sorted.end(), [&](int64_t a, int64_t b) {
+        return mass[size_t(a)] > mass[size_t(b)] || (mass[size_t(a)] == mass[size_t(b)] && a < b);
+      });
+      double before = 0;
+      for (int64_t rank = 0; rank < kc; ++rank) {
+        const int64_t j = sorted[size_t(rank)];
+        if (rank == 0 || rank < always_kept || before <= top_p)
+          keep[j] = 1;
+        else
+          break;
+        before += mass[size_t(j)];
+      }
+    }
+  }
+  const DeviceBuffer device_rows = upload_vector(rows), device_ids = upload_vector(row_ids);
+  svg2_patch_rows(device_rows.as<uint8_t>(), device_ids.as<int32_t>(), int64_t(row_ids.size()), kc,
+                  selected.as<uint8_t>());
+}
+
 void Svg2Cuda::forward(const SelfAttentionCall& call) {
   check_call("sparse_video_gen_2_attn", call);
   const int64_t B = call.batch, S = call.tokens, H = call.heads, D = call.head_dim;
@@ -174,75 +251,88 @@ void Svg2Cuda::forward(const SelfAttentionCall& call) {
   cluster(call, state, &queries, &keys);
   mark_step("k-means");
 
-  // The plan on the host, from the centroids and key-cluster sizes: the CPU's own selection.
+  // The plan on the device (svg2_kernels.h): the kept pairs of every query cluster, the CPU's
+  // rule in exact arithmetic with the rows it cannot prove equal to the CPU's left to the host.
   const int64_t qc = state.q_clusters, kc = state.k_clusters;
-  const std::vector<float> q_centroids =
-      download_vector<float>(state.q_centroids, size_t(pairs * qc * D));
-  const std::vector<float> k_centroids =
-      download_vector<float>(state.k_centroids, size_t(pairs * kc * D));
-  const std::vector<int32_t> q_counts =
-      download_vector<int32_t>(queries.counts, size_t(pairs * qc));
-  const std::vector<int32_t> k_counts = download_vector<int32_t>(keys.counts, size_t(pairs * kc));
-  std::vector<std::vector<uint8_t>> selected(static_cast<size_t>(pairs));
-  for (int64_t p = 0; p < pairs; ++p) {
-    const std::vector<int64_t> k_sizes(k_counts.begin() + p * kc, k_counts.begin() + (p + 1) * kc);
-    selected[size_t(p)] = select_cluster_pairs(
-        q_centroids.data() + p * qc * D, qc, k_centroids.data() + p * kc * D, k_sizes.data(), kc, D,
-        call.scale, options_.top_p_kmeans, options_.min_kc_ratio);
+  const Svg2PlanShape plan{pairs, qc, kc, D};
+  const int64_t q_n = plan.q_rows(), k_n = plan.k_rows();
+  DeviceBuffer selected(size_t(std::max<int64_t>(q_n * kc, 1))),
+      flags(size_t(std::max<int64_t>(q_n, 1))), counters(16), totals(5 * sizeof(int64_t));
+  int32_t* flag_count = counters.as<int32_t>();
+  auto* kept_counter = reinterpret_cast<unsigned long long*>(counters.as<unsigned char>() + 8);
+  MMGEN_CUDA_CHECK(cudaMemsetAsync(counters.data(), 0, counters.size()));
+  svg2_select_pairs(state.q_centroids.as<float>(), state.k_centroids.as<float>(),
+                    keys.counts.as<int32_t>(), call.scale, options_.top_p_kmeans,
+                    options_.min_kc_ratio, plan, selected.as<uint8_t>(), flags.as<uint8_t>(),
+                    flag_count);
+  // Blocks per cluster and their exclusive sums (each array one longer: its last sum is the
+  // total).
+  DeviceBuffer q_blocks(size_t(q_n + 1) * 4), q_half_start(size_t(q_n + 1) * 4),
+      k_blocks(size_t(k_n + 1) * 4), k_block_start(size_t(k_n + 1) * 4),
+      list_len(size_t(std::max<int64_t>(q_n, 1)) * 4), entries(size_t(q_n + 1) * 8),
+      entry_start(size_t(q_n + 1) * 8);
+  const size_t scan_bytes = svg2_scan_scratch_bytes(std::max(q_n, k_n) + 1);
+  DeviceBuffer scan_scratch(scan_bytes);
+  svg2_block_counts(queries.counts.as<int32_t>(), q_n, q_blocks.as<int32_t>());
+  svg2_exclusive_scan(q_blocks.as<int32_t>(), q_half_start.as<int32_t>(), q_n + 1,
+                      scan_scratch.data(), scan_bytes);
+  svg2_block_counts(keys.counts.as<int32_t>(), k_n, k_blocks.as<int32_t>());
+  svg2_exclusive_scan(k_blocks.as<int32_t>(), k_block_start.as<int32_t>(), k_n + 1,
+                      scan_scratch.data(), scan_bytes);
+  // List lengths and the totals: the one download of the plan (five integers).
+  auto count_lists = [&] {
+    MMGEN_CUDA_CHECK(cudaMemsetAsync(kept_counter, 0, sizeof(unsigned long long)));
+    svg2_list_lengths(selected.as<uint8_t>(), queries.counts.as<int32_t>(),
+                      keys.counts.as<int32_t>(), plan, list_len.as<int32_t>(),
+                      entries.as<int64_t>(), kept_counter);
+    svg2_exclusive_scan(entries.as<int64_t>(), entry_start.as<int64_t>(), q_n + 1,
+                        scan_scratch.data(), scan_bytes);
+    svg2_plan_totals(flag_count, q_half_start.as<int32_t>(), k_block_start.as<int32_t>(),
+                     entry_start.as<int64_t>(), kept_counter, plan, totals.as<int64_t>());
+    return download_vector<int64_t>(totals, 5);
+  };
+  std::vector<int64_t> sums = count_lists();
+  mark_step("plan (device)");
+  if (sums[0] > 0) {
+    patch_rows_on_host(call, state, keys, flags, selected);
+    sums = count_lists();
+    mark_step("plan (host, flagged rows)");
   }
+  last_flagged_rows_ = sums[0];
+  const int64_t q_halves = sums[1], k_block_count = sums[2], entry_count = sums[3];
+  const double kept_pairs = double(sums[4]);
+  const int64_t q_rows = q_halves * 64, k_slots = k_block_count * kFlashBlockN;
+  check(q_rows < (int64_t(1) << 31) && k_slots < (int64_t(1) << 31),
+        "sparse_video_gen_2_attn on the GPU: {} padded query rows and {} key slots are too many",
+        q_rows, k_slots);
+  check(entry_count < (int64_t(1) << 31),
+        "sparse_video_gen_2_attn on the GPU: the block lists exceed 2^31 entries");
 
   // Slots: per pair, its query clusters in order, each padded to 64 rows; its key clusters, each
   // padded to whole 64-key blocks. Lists per 64-query half: the blocks of the kept, non-empty key
   // clusters, ascending (the CPU pattern's order).
-  std::vector<int32_t> q_slot_start(size_t(pairs * qc)), k_slot_start(size_t(pairs * kc)),
-      key_lengths, offsets, indices;
-  int64_t q_rows = 0, k_slots = 0;
-  for (int64_t i = 0; i < pairs * qc; ++i) {
-    q_slot_start[size_t(i)] = int32_t(q_rows);
-    q_rows += round_up(q_counts[size_t(i)], 64);
-  }
-  for (int64_t i = 0; i < pairs * kc; ++i) {
-    k_slot_start[size_t(i)] = int32_t(k_slots);
-    for (int64_t left = k_counts[size_t(i)]; left > 0; left -= kFlashBlockN)
-      key_lengths.push_back(int32_t(std::min<int64_t>(left, kFlashBlockN)));
-    k_slots += round_up(k_counts[size_t(i)], kFlashBlockN);
-  }
-  check(q_rows < (int64_t(1) << 31) && k_slots < (int64_t(1) << 31),
-        "sparse_video_gen_2_attn on the GPU: {} padded query rows and {} key slots are too many",
-        q_rows, k_slots);
-  offsets.reserve(size_t(q_rows / 64 + 1));
-  double kept_pairs = 0;
-  std::vector<int32_t> list;
-  for (int64_t p = 0; p < pairs; ++p)
-    for (int64_t i = 0; i < qc; ++i) {
-      const int64_t rows = q_counts[size_t(p * qc + i)];
-      if (rows == 0) continue;
-      list.clear();
-      const uint8_t* keep = selected[size_t(p)].data() + i * kc;
-      for (int64_t j = 0; j < kc; ++j) {
-        const int64_t keys_j = k_counts[size_t(p * kc + j)];
-        if (!keep[j] || keys_j == 0) continue;
-        kept_pairs += double(rows) * double(keys_j);
-        const int64_t first = k_slot_start[size_t(p * kc + j)] / kFlashBlockN;
-        for (int64_t block = 0; block < (keys_j + kFlashBlockN - 1) / kFlashBlockN; ++block)
-          list.push_back(int32_t(first + block));
-      }
-      for (int64_t half = 0; half < round_up(rows, 64) / 64; ++half) {
-        offsets.push_back(int32_t(indices.size()));
-        indices.insert(indices.end(), list.begin(), list.end());
-        check(indices.size() < (size_t(1) << 31),
-              "sparse_video_gen_2_attn on the GPU: the block lists exceed 2^31 entries");
-      }
-    }
-  offsets.push_back(int32_t(indices.size()));
-  mark_step("plan (host)");
+  DeviceBuffer device_offsets(size_t(q_halves + 1) * 4),
+      device_indices(size_t(std::max<int64_t>(entry_count, 1)) * 4),
+      device_lengths(size_t(std::max<int64_t>(k_block_count, 1)) * 4),
+      q_starts(size_t(std::max<int64_t>(q_n, 1)) * 4),
+      k_starts(size_t(std::max<int64_t>(k_n, 1)) * 4);
+  Svg2ListArgs lists;
+  lists.selected = selected.as<uint8_t>();
+  lists.q_counts = queries.counts.as<int32_t>(), lists.k_counts = keys.counts.as<int32_t>();
+  lists.q_half_start = q_half_start.as<int32_t>(),
+  lists.k_block_start = k_block_start.as<int32_t>();
+  lists.list_len = list_len.as<int32_t>(), lists.entry_start = entry_start.as<int64_t>();
+  lists.offsets = device_offsets.as<int32_t>(), lists.indices = device_indices.as<int32_t>();
+  lists.key_lengths = device_lengths.as<int32_t>();
+  lists.q_slot_start = q_starts.as<int32_t>(), lists.k_slot_start = k_starts.as<int32_t>();
+  svg2_write_lists(lists, plan);
+  mark_step("lists");
 
   // Permute into the slots.
   const Svg2KmeansShape q_shape = queries.shape, k_shape = keys.shape;
   DeviceBuffer q_token_of_slot(size_t(q_rows) * 4), k_token_of_slot(size_t(k_slots) * 4);
   MMGEN_CUDA_CHECK(cudaMemset(q_token_of_slot.data(), 0xff, q_token_of_slot.size()));
   MMGEN_CUDA_CHECK(cudaMemset(k_token_of_slot.data(), 0xff, k_token_of_slot.size()));
-  const DeviceBuffer q_starts = upload_vector(q_slot_start), k_starts = upload_vector(k_slot_start);
   svg2_slots(queries.view(), q_starts.as<int32_t>(), q_token_of_slot.as<int32_t>(), q_shape);
   svg2_slots(keys.view(), k_starts.as<int32_t>(), k_token_of_slot.as<int32_t>(), k_shape);
   DeviceBuffer q_perm(size_t(q_rows * D) * 2), k_perm(size_t(k_slots * D) * 2),
@@ -250,9 +340,6 @@ void Svg2Cuda::forward(const SelfAttentionCall& call) {
   svg2_gather_rows(call.q, q_token_of_slot.as<int32_t>(), q_perm.data(), q_rows, q_shape);
   svg2_gather_rows(call.k, k_token_of_slot.as<int32_t>(), k_perm.data(), k_slots, k_shape);
   svg2_gather_rows(call.v, k_token_of_slot.as<int32_t>(), v_perm.data(), k_slots, k_shape);
-  const DeviceBuffer device_offsets = upload_vector(offsets),
-                     device_indices = upload_vector(indices),
-                     device_lengths = upload_vector(key_lengths);
   mark_step("permute");
 
   // Every head end to end as one sequence of one head: lists and key-block lengths are global.
@@ -278,13 +365,14 @@ void Svg2Cuda::forward(const SelfAttentionCall& call) {
     const std::vector<int32_t> q_labels =
         download_vector<int32_t>(queries.labels, size_t(pairs * S));
     const std::vector<int32_t> k_labels = download_vector<int32_t>(keys.labels, size_t(pairs * S));
+    const std::vector<uint8_t> kept = download_vector<uint8_t>(selected, size_t(q_n * kc));
     last_plans_.resize(size_t(pairs));
     for (int64_t p = 0; p < pairs; ++p) {
-      HeadPlan& plan = last_plans_[size_t(p)];
-      plan.q_clusters = qc, plan.k_clusters = kc;
-      plan.q_labels.assign(q_labels.begin() + p * S, q_labels.begin() + (p + 1) * S);
-      plan.k_labels.assign(k_labels.begin() + p * S, k_labels.begin() + (p + 1) * S);
-      plan.selected = std::move(selected[size_t(p)]);
+      HeadPlan& head = last_plans_[size_t(p)];
+      head.q_clusters = qc, head.k_clusters = kc;
+      head.q_labels.assign(q_labels.begin() + p * S, q_labels.begin() + (p + 1) * S);
+      head.k_labels.assign(k_labels.begin() + p * S, k_labels.begin() + (p + 1) * S);
+      head.selected.assign(kept.begin() + p * qc * kc, kept.begin() + (p + 1) * qc * kc);
     }
   }
 }

@@ -41,15 +41,22 @@ class Svg2Cuda final : public cuda::SparseSelfAttentionCuda {
   bool last_was_dense() const { return last_dense_; }
   // The state of (layer, branch), or null before its first call.
   const DeviceCentroids* centroids(int64_t layer, int branch) const;
+  // Query-cluster rows of the last sparse call whose kept pairs the device could not prove equal
+  // to the CPU's (near-ties), which the host then recomputed.
+  int64_t last_flagged_rows() const { return last_flagged_rows_; }
 
  private:
   void cluster(const cuda::SelfAttentionCall& call, DeviceCentroids& state, KmeansSide* queries,
                KmeansSide* keys);
+  void patch_rows_on_host(const cuda::SelfAttentionCall& call, const DeviceCentroids& state,
+                          const KmeansSide& keys, const cuda::DeviceBuffer& flags,
+                          cuda::DeviceBuffer& selected);
 
   Options options_;
   std::mutex mutex_;
   std::map<std::pair<int64_t, int>, DeviceCentroids> states_;  // by (layer, branch 0 or 1)
   bool keep_plans_ = false, last_dense_ = true;
+  int64_t last_flagged_rows_ = 0;
   std::vector<HeadPlan> last_plans_;
 };
 
