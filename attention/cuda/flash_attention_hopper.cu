@@ -49,16 +49,14 @@ constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;
 template <int kMode>
 constexpr int kTileKeysOf = kMode == kFlashPerHalf ? kFlashBlockN : 2 * kFlashBlockN;
 // K and V slots in shared memory. Two keep the copy engine a tile ahead; three (224 KB at head
-// size 128) measured 11% slower dense on an H100 (515 vs 580 TFLOP/s), so two it is.
-template <int kMode>
-constexpr int kStagesOf = 2;
-constexpr int kMaxStages = 3;
+// size 128) measured 11% slower dense on an H100 (515 vs 580 TFLOP/s), and with lists per 64 rows
+// (VSA at sparsity 0.9, Wan2.1-1.3B's shape, H200, 2026-11-28) 2.54 ms against 2.55: two it is.
+constexpr int kStages = 2;
 
 // Barriers in shared memory, after the tiles; per consumer with lists per 64 query rows (index 0
 // serves both otherwise).
 struct Barriers {
-  uint64_t q_full, k_full[2][kMaxStages], v_full[2][kMaxStages], k_empty[2][kMaxStages],
-      v_empty[2][kMaxStages];
+  uint64_t q_full, k_full[2][kStages], v_full[2][kStages], k_empty[2][kStages], v_empty[2][kStages];
 };
 
 // Named barriers 1 and 2 (0 is __syncthreads) take turns between the two consumer warpgroups:
@@ -194,7 +192,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   unsigned char* shared_aligned = shared_raw + (((raw_address + 1023) & ~1023u) - raw_address);
   constexpr bool kSparse = kMode != kFlashDense, kPerHalf = kMode == kFlashPerHalf;
   constexpr int kTileKeys = kTileKeysOf<kMode>;
-  constexpr int kStages = kStagesOf<kMode>;
   constexpr int kTileRegs = kTileKeys / 2;            // m64nKeys fp32 accumulators per thread
   constexpr int kEntries = kTileKeys / kFlashBlockN;  // list entries per tile
   constexpr int kQkRow = kQkRowBytes<D, kInt8>;
@@ -552,7 +549,6 @@ CUtensorMap make_tensor_map(const void* base, const AttentionStrides& strides, i
 // Q, then kStages key tiles of 128 rows, then as many value tiles, then the barriers.
 template <int D, int kMode, bool kInt8>
 void launch(const FlashAttentionArgs& args, cudaStream_t stream) {
-  constexpr int kStages = kStagesOf<kMode>;
   constexpr int kSharedBytes = kFlashBlockM * kQkRowBytes<D, kInt8> +
                                kStages * 2 * kFlashBlockN * (kQkRowBytes<D, kInt8> + D * 2) +
                                int(sizeof(Barriers)) + 1024;
