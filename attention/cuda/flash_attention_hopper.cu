@@ -11,9 +11,9 @@
 //   of 1024 bytes), D/64 column halves one after the other; a key tile is two list entries
 //   (128 keys), kStages slots each for K and V;
 // - with lists per 64 query rows (kPerHalf, VSA's cubes) each consumer follows its own list: a key
-//   tile is one entry (64 keys, m64n64 products), each consumer has kStages slots of its own (the
-//   same shared memory in all) and its own producer thread, so neither computes the other's
-//   blocks;
+//   tile is two entries of it (128 keys, the same m64n128 products), each consumer has one key
+//   slot and two value slots of its own and its own producer thread, so neither computes the
+//   other's blocks;
 // - while the tensor cores run O += P·V for one tile, the consumer computes the next tile's softmax
 //   (its Q·Kᵀ was issued just before), and the two consumers take turns issuing their products,
 //   so the exponentials hide behind the matrix work;
@@ -44,14 +44,21 @@ using namespace device;
 constexpr int kThreads = 384;  // warpgroup 0: producer; 1 and 2: consumers
 constexpr int kConsumerWarps = 8;
 constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;
-// Key tiles: two list entries (128 keys, one wgmma m64n128 per step) shared by both consumers, or
-// with lists per 64 query rows one entry (64 keys) per consumer.
-template <int kMode>
-constexpr int kTileKeysOf = kMode == kFlashPerHalf ? kFlashBlockN : 2 * kFlashBlockN;
+// Key tiles: two list entries (128 keys, one wgmma m64n128 per step), shared by both consumers or,
+// with lists per 64 query rows, two entries of the consumer's own list.
+constexpr int kTileKeys = 2 * kFlashBlockN;
 // K and V slots in shared memory. Two keep the copy engine a tile ahead; three (224 KB at head
 // size 128) measured 11% slower dense on an H100 (515 vs 580 TFLOP/s), and with lists per 64 rows
 // (VSA at sparsity 0.9, Wan2.1-1.3B's shape, H200, 2026-11-28) 2.54 ms against 2.55: two it is.
 constexpr int kStages = 2;
+// With lists per 64 rows every consumer has its own slots, and shared memory holds two value
+// slots but one key slot each: a key slot is free again as soon as its scores are computed, early
+// in the step before, so one is enough to keep the copies ahead (64-key tiles with two slots each
+// ran at half the dense rate: 201 TFLOP/s for VSA on an H200).
+template <int kMode>
+constexpr int kKeyStagesOf = kMode == kFlashPerHalf ? 1 : kStages;
+template <int kMode>
+constexpr int kSlotSetsOf = kMode == kFlashPerHalf ? 2 : 1;
 
 // Barriers in shared memory, after the tiles; per consumer with lists per 64 query rows (index 0
 // serves both otherwise).
@@ -75,35 +82,6 @@ struct SoftmaxRows {
   float sum[2] = {0.0f, 0.0f};            // this thread's share; reduced over the quad at the end
 };
 
-template <int Keys>
-struct ScoreProduct;
-template <int Keys>
-struct Int8ScoreProduct;
-template <>
-struct Int8ScoreProduct<64> {
-  static __device__ __forceinline__ void run(int32_t (&s)[32], uint64_t a, uint64_t b, int acc) {
-    wgmma_m64n64k32_s8_ss(s, a, b, acc);
-  }
-};
-template <>
-struct Int8ScoreProduct<128> {
-  static __device__ __forceinline__ void run(int32_t (&s)[64], uint64_t a, uint64_t b, int acc) {
-    wgmma_m64n128k32_s8_ss(s, a, b, acc);
-  }
-};
-template <>
-struct ScoreProduct<64> {
-  static __device__ __forceinline__ void run(float (&s)[32], uint64_t a, uint64_t b, int acc) {
-    wgmma_m64n64k16_ss(s, a, b, acc);
-  }
-};
-template <>
-struct ScoreProduct<128> {
-  static __device__ __forceinline__ void run(float (&s)[64], uint64_t a, uint64_t b, int acc) {
-    wgmma_m64n128k16_ss(s, a, b, acc);
-  }
-};
-
 template <int D>
 struct OutputProduct;
 template <>
@@ -122,14 +100,14 @@ struct OutputProduct<128> {
 // Turns raw scores into unnormalised probabilities in place, masking keys that are not there
 // (entry a's keys from limit_a on, entry b's from limit_b on); returns the factors the
 // accumulated output must be scaled by.
-template <int kTileKeys>
-__device__ __forceinline__ void softmax_tile(float (&scores)[kTileKeys / 2], SoftmaxRows& rows,
+template <int Keys>
+__device__ __forceinline__ void softmax_tile(float (&scores)[Keys / 2], SoftmaxRows& rows,
                                              float scale_log2, bool mask, int64_t first_key_a,
                                              int64_t first_key_b, int64_t limit_a, int64_t limit_b,
                                              int lane, float (&correction)[2]) {
   if (mask) {
 #pragma unroll
-    for (int i = 0; i < kTileKeys / 8; ++i)
+    for (int i = 0; i < Keys / 8; ++i)
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int column = (i % 8) * 8 + 2 * (lane & 3) + (c & 1);
@@ -141,7 +119,7 @@ __device__ __forceinline__ void softmax_tile(float (&scores)[kTileKeys / 2], Sof
   for (int half = 0; half < 2; ++half) {
     float tile_max = -INFINITY;
 #pragma unroll
-    for (int i = 0; i < kTileKeys / 8; ++i)
+    for (int i = 0; i < Keys / 8; ++i)
       tile_max = fmaxf(tile_max, fmaxf(scores[4 * i + 2 * half], scores[4 * i + 2 * half + 1]));
     tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
     tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
@@ -152,7 +130,7 @@ __device__ __forceinline__ void softmax_tile(float (&scores)[kTileKeys / 2], Sof
     rows.max[half] = new_max;
     float sum = rows.sum[half] * correction[half];
 #pragma unroll
-    for (int i = 0; i < kTileKeys / 8; ++i)
+    for (int i = 0; i < Keys / 8; ++i)
 #pragma unroll
       for (int c = 2 * half; c < 2 * half + 2; ++c) {
         const float p = exp2f(fmaf(scores[4 * i + c], scale_log2, -offset));
@@ -164,11 +142,11 @@ __device__ __forceinline__ void softmax_tile(float (&scores)[kTileKeys / 2], Sof
 }
 
 // P as the A operand of the output product: 16 keys per step, the m16n8k16 A-fragment layout.
-template <int kTileKeys>
-__device__ __forceinline__ void pack_probabilities(const float (&p)[kTileKeys / 2],
-                                                   uint32_t (&fragments)[kTileKeys / 16][4]) {
+template <int Keys>
+__device__ __forceinline__ void pack_probabilities(const float (&p)[Keys / 2],
+                                                   uint32_t (&fragments)[Keys / 16][4]) {
 #pragma unroll
-  for (int ks = 0; ks < kTileKeys / 16; ++ks) {
+  for (int ks = 0; ks < Keys / 16; ++ks) {
     fragments[ks][0] = pack_bf16x2(p[8 * ks + 0], p[8 * ks + 1]);
     fragments[ks][1] = pack_bf16x2(p[8 * ks + 2], p[8 * ks + 3]);
     fragments[ks][2] = pack_bf16x2(p[8 * ks + 4], p[8 * ks + 5]);
@@ -191,17 +169,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t raw_address = shared_address(shared_raw);
   unsigned char* shared_aligned = shared_raw + (((raw_address + 1023) & ~1023u) - raw_address);
   constexpr bool kSparse = kMode != kFlashDense, kPerHalf = kMode == kFlashPerHalf;
-  constexpr int kTileKeys = kTileKeysOf<kMode>;
+  constexpr int kKeyStages = kKeyStagesOf<kMode>, kSets = kSlotSetsOf<kMode>;
   constexpr int kTileRegs = kTileKeys / 2;            // m64nKeys fp32 accumulators per thread
   constexpr int kEntries = kTileKeys / kFlashBlockN;  // list entries per tile
   constexpr int kQkRow = kQkRowBytes<D, kInt8>;
   // 128-byte column halves of a Q or K row (bf16: D / 64; int8: one) and of a V row.
   constexpr int kQkHalves = kQkRow / 128, kVHalves = D / 64;
   unsigned char* shared_q = shared_aligned;
-  // kStages [128, row] key tiles (or 2 x kStages [64, row]), then the same for values.
+  // kSets x kKeyStages [128, row] key tiles, then kSets x kStages [128, D] value tiles.
   unsigned char* shared_k = shared_q + kFlashBlockM * kQkRow;
-  unsigned char* shared_v = shared_k + kStages * 2 * kFlashBlockN * kQkRow;
-  Barriers* barriers = reinterpret_cast<Barriers*>(shared_v + kStages * 2 * kFlashBlockN * D * 2);
+  unsigned char* shared_v = shared_k + kSets * kKeyStages * kTileKeys * kQkRow;
+  Barriers* barriers = reinterpret_cast<Barriers*>(shared_v + kSets * kStages * kTileKeys * D * 2);
   auto address_of = [](uint64_t& barrier) { return shared_address(&barrier); };
 
   const int query_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
@@ -240,7 +218,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     return int64_t(kSparse ? args.block_indices[list_begin + e] : e) * kFlashBlockN;
   };
 
-  constexpr int kSets = kPerHalf ? 2 : 1;  // barrier sets and slot sets
   if (thread == 0) {
     barrier_init(address_of(barriers->q_full), 1);
     for (int c = 0; c < kSets; ++c)
@@ -253,8 +230,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     barrier_init_fence();
   }
   __syncthreads();
-  // Slot s of set c: kStages [kTileKeys, row] tiles per set.
-  auto k_slot = [&](int c, int s) { return shared_k + (c * kStages + s) * kTileKeys * kQkRow; };
+  // Slot s of set c.
+  auto k_slot = [&](int c, int s) { return shared_k + (c * kKeyStages + s) * kTileKeys * kQkRow; };
   auto v_slot = [&](int c, int s) { return shared_v + (c * kStages + s) * kTileKeys * D * 2; };
 
   if (warpgroup == 0) {  // producers: warp 0 (and with lists per 64 rows warp 1), one lane each
@@ -289,11 +266,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     };
     for (int t = 0; t < tiles; ++t) {
-      const int slot = t % kStages, round = t / kStages;
-      if (round > 0) barrier_wait(address_of(barriers->k_empty[set][slot]), (round - 1) & 1);
-      copy_tile(&k_map, k_slot(set, slot), barriers->k_full[set][slot], t, kQkHalves);
-      if (round > 0) barrier_wait(address_of(barriers->v_empty[set][slot]), (round - 1) & 1);
-      copy_tile(&v_map, v_slot(set, slot), barriers->v_full[set][slot], t, kVHalves);
+      const int k_slot_index = t % kKeyStages, k_round = t / kKeyStages;
+      if (k_round > 0)
+        barrier_wait(address_of(barriers->k_empty[set][k_slot_index]), (k_round - 1) & 1);
+      copy_tile(&k_map, k_slot(set, k_slot_index), barriers->k_full[set][k_slot_index], t,
+                kQkHalves);
+      const int v_slot_index = t % kStages, v_round = t / kStages;
+      if (v_round > 0)
+        barrier_wait(address_of(barriers->v_empty[set][v_slot_index]), (v_round - 1) & 1);
+      copy_tile(&v_map, v_slot(set, v_slot_index), barriers->v_full[set][v_slot_index], t,
+                kVHalves);
     }
     return;
   }
@@ -339,18 +321,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (lane == 0) barrier_arrive(address_of(empty));
   };
   auto issue_scores = [&](int t) {  // scores = Q·K_tᵀ, asynchronously
-    const uint32_t k_address = shared_address(k_slot(set, t % kStages));
+    const uint32_t k_address = shared_address(k_slot(set, t % kKeyStages));
     if constexpr (kInt8) {
 #pragma unroll
       for (int kk = 0; kk < kInt8Width / 32; ++kk)
-        Int8ScoreProduct<kTileKeys>::run(
-            int_scores, swizzle128_descriptor(q_address + kk * 32, 16, 1024),
-            swizzle128_descriptor(k_address + kk * 32, 16, 1024), kk > 0);
+        wgmma_m64n128k32_s8_ss(int_scores, swizzle128_descriptor(q_address + kk * 32, 16, 1024),
+                               swizzle128_descriptor(k_address + kk * 32, 16, 1024), kk > 0);
     } else {
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         const uint32_t half = kk / 4, step = (kk % 4) * 32;
-        ScoreProduct<kTileKeys>::run(
+        wgmma_m64n128k16_ss(
             scores, swizzle128_descriptor(q_address + half * kFlashBlockM * 128 + step, 16, 1024),
             swizzle128_descriptor(k_address + half * kTileKeys * 128 + step, 16, 1024), kk > 0);
       }
@@ -448,7 +429,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // off so the loop body has no branch around its wgmma: ptxas then keeps them asynchronous.)
   for (int t = 0; t + 1 < tiles; ++t) {
     const int next = t + 1;
-    barrier_wait(address_of(barriers->k_full[set][next % kStages]), (next / kStages) & 1);
+    barrier_wait(address_of(barriers->k_full[set][next % kKeyStages]), (next / kKeyStages) & 1);
     barrier_wait(address_of(barriers->v_full[set][t % kStages]), (t / kStages) & 1);
     pin_scores();
     pin_registers(acc);
@@ -464,7 +445,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     end_issue();
     asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // scores of t + 1 done
     pin_scores();
-    release(barriers->k_empty[set][next % kStages]);
+    release(barriers->k_empty[set][next % kKeyStages]);
     softmax(next, owed);
     wgmma_wait_all();  // O += P_t·V_t done: P_t's registers and O are free again
     pin_registers(acc);
@@ -546,12 +527,15 @@ CUtensorMap make_tensor_map(const void* base, const AttentionStrides& strides, i
   return map;
 }
 
-// Q, then kStages key tiles of 128 rows, then as many value tiles, then the barriers.
+// Q, then the key tiles of 128 rows, then the value tiles, then the barriers.
 template <int D, int kMode, bool kInt8>
 void launch(const FlashAttentionArgs& args, cudaStream_t stream) {
-  constexpr int kSharedBytes = kFlashBlockM * kQkRowBytes<D, kInt8> +
-                               kStages * 2 * kFlashBlockN * (kQkRowBytes<D, kInt8> + D * 2) +
-                               int(sizeof(Barriers)) + 1024;
+  constexpr int kSets = kSlotSetsOf<kMode>;
+  constexpr int kSharedBytes =
+      kFlashBlockM * kQkRowBytes<D, kInt8> +
+      kSets * kTileKeys * (kKeyStagesOf<kMode> * kQkRowBytes<D, kInt8> + kStages * D * 2) +
+      int(sizeof(Barriers)) + 1024;
+  static_assert(kSharedBytes <= 227 * 1024, "the tiles exceed an sm_90 CTA's shared memory");
   auto kernel = flash_forward_hopper_kernel<D, kMode, kInt8>;
   static const bool configured = [&] {
     MMGEN_CUDA_CHECK(
