@@ -70,14 +70,14 @@ int64_t span_rows(Int8Groups groups, int64_t run) {
   return groups == Int8Groups::QueryThread ? 32 : groups == Int8Groups::KeyThread ? 64 : run;
 }
 
-// The first member of row r's group (span-relative) and the step between members; `count` of them.
+// Per-thread groups: the first member of row r's group (span-relative), the step between
+// members and their count.
 struct Members {
   int first, step, count;
 };
-__device__ __forceinline__ Members members_of(Int8Groups groups, int span, int r) {
-  if (groups == Int8Groups::QueryThread) return {r % 8, 8, 4};          // r mod 8 in a 32-row slice
-  if (groups == Int8Groups::KeyThread) return {(r % 8) / 2 * 2, 8, 8};  // pairs, see below
-  return {0, 1, span};
+__device__ __forceinline__ Members members_of(Int8Groups groups, int r) {
+  if (groups == Int8Groups::QueryThread) return {r % 8, 8, 4};  // r mod 8 in a 32-row slice
+  return {(r % 8) / 2 * 2, 8, 8};                               // key row pairs, see below
 }
 
 constexpr int kQuantizeThreads = 256, kQuantizeWarps = kQuantizeThreads / 32;
@@ -86,7 +86,7 @@ constexpr int kQuantizeThreads = 256, kQuantizeWarps = kQuantizeThreads / 32;
 // memory), then the levels (a lane per 4 bytes of the 128-byte int8 row) and the scales.
 __global__ void __launch_bounds__(kQuantizeThreads)
     quantize_kernel(const Int8QuantizeArgs args, const double* means, int span) {
-  extern __shared__ float row_max[];  // [span], then the group maxima [span]
+  extern __shared__ float row_max[];  // [span], then the group maxima [span] (runs: [1])
   float* group_max = row_max + span;
   const int64_t first_row = int64_t(blockIdx.x) * span, h = blockIdx.y, b = blockIdx.z;
   const int64_t pair = b * args.heads + h;
@@ -110,21 +110,32 @@ __global__ void __launch_bounds__(kQuantizeThreads)
     if (lane == 0) row_max[r] = m;  // rows past the end count as zeros, as on the CPU
   }
   __syncthreads();
-  for (int r = threadIdx.x; r < span; r += kQuantizeThreads) {
-    const Members members = members_of(args.groups, span, r);
-    float m = 0.0f;
-    for (int i = 0; i < members.count; ++i) {
-      const int at = members.first + i * members.step;
-      m = fmaxf(m, row_max[at]);
-      // Per-thread key groups are row pairs 8i + 2g and 8i + 2g + 1.
-      if (args.groups == Int8Groups::KeyThread) m = fmaxf(m, row_max[at + 1]);
+  const bool runs = args.groups == Int8Groups::Runs;
+  if (runs) {  // the span is one group: one maximum, taken once
+    if (warp == 0) {
+      float m = 0.0f;
+      for (int r = lane; r < span; r += 32) m = fmaxf(m, row_max[r]);
+      for (int offset = 16; offset > 0; offset >>= 1)
+        m = fmaxf(m, __shfl_xor_sync(kFull, m, offset));
+      if (lane == 0) group_max[0] = m;
     }
-    group_max[r] = m;
+  } else {
+    for (int r = threadIdx.x; r < span; r += kQuantizeThreads) {
+      const Members members = members_of(args.groups, r);
+      float m = 0.0f;
+      for (int i = 0; i < members.count; ++i) {
+        const int at = members.first + i * members.step;
+        m = fmaxf(m, row_max[at]);
+        // Per-thread key groups are row pairs 8i + 2g and 8i + 2g + 1.
+        if (args.groups == Int8Groups::KeyThread) m = fmaxf(m, row_max[at + 1]);
+      }
+      group_max[r] = m;
+    }
   }
   __syncthreads();
   const bool sage = args.arithmetic == Int8Arithmetic::Sage;
   for (int r = warp; r < rows; r += kQuantizeWarps) {
-    const float m = group_max[r];
+    const float m = group_max[runs ? 0 : r];
     // Sage divides by its scale; SLA multiplies by the reciprocal of its step (both rounded IEEE).
     const float scale = sage ? (m > 0.0f ? __fdiv_rn(m, 127.0f) : 1.0f) : __fdiv_rn(m, 127.0f);
     const float inverse = sage || m == 0.0f ? 0.0f : __frcp_rn(scale);
