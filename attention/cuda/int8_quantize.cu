@@ -41,6 +41,7 @@ __global__ void partial_sums_kernel(const uint16_t* x, int64_t row_stride, int64
   if (column >= width) return;
   double sum = 0.0;
   const int64_t last = min(seq, (chunk + 1) * kMeanChunk);
+#pragma unroll 8
   for (int64_t t = chunk * kMeanChunk; t < last; ++t)
     sum += double(bf16_value(x[(b * seq + t) * row_stride + column]));
   partial[(b * chunks + chunk) * width + column] = sum;
@@ -53,6 +54,8 @@ __global__ void means_kernel(const double* partial, int64_t chunks, int64_t widt
   if (i >= batch * width) return;
   const int64_t b = i / width, column = i % width;
   double sum = 0.0;
+  // Unrolled so the loads are in flight together (the sum stays in chunk order).
+#pragma unroll 16
   for (int64_t c = 0; c < chunks; ++c) sum += partial[(b * chunks + c) * width + column];
   means[i] = sum / double(seq);
 }
@@ -82,6 +85,21 @@ __device__ __forceinline__ Members members_of(Int8Groups groups, int r) {
 
 constexpr int kQuantizeThreads = 256, kQuantizeWarps = kQuantizeThreads / 32;
 
+// Lane `lane`'s four elements 4·lane .. 4·lane + 3 of a row (zeros past head_dim): one 8-byte load
+// when the rows allow it (`vector`: head_dim and the row stride multiples of 4).
+__device__ __forceinline__ void load_four(const uint16_t* row, int lane, int64_t head_dim,
+                                          bool vector, float* value) {
+  const int d0 = 4 * lane;
+  if (vector && d0 < head_dim) {
+    const uint2 word = *reinterpret_cast<const uint2*>(row + d0);
+    value[0] = __uint_as_float(word.x << 16), value[1] = __uint_as_float(word.x & 0xffff0000u);
+    value[2] = __uint_as_float(word.y << 16), value[3] = __uint_as_float(word.y & 0xffff0000u);
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) value[j] = d0 + j < head_dim ? bf16_value(row[d0 + j]) : 0.0f;
+}
+
 // A CTA per (span of rows, head, batch): each row's largest magnitude, each group's (shared
 // memory), then the levels (a lane per 4 bytes of the 128-byte int8 row) and the scales.
 __global__ void __launch_bounds__(kQuantizeThreads)
@@ -93,6 +111,7 @@ __global__ void __launch_bounds__(kQuantizeThreads)
   const int rows = int(min(int64_t(span), args.seq - first_row));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const double* mean = means ? means + pair * args.head_dim : nullptr;
+  const bool vector = args.head_dim % 4 == 0 && args.row_stride % 4 == 0;
   auto row_of = [&](int r) {
     return static_cast<const uint16_t*>(args.x) + (b * args.seq + first_row + r) * args.row_stride +
            h * args.head_dim;
@@ -100,10 +119,15 @@ __global__ void __launch_bounds__(kQuantizeThreads)
   for (int r = warp; r < span; r += kQuantizeWarps) {
     float m = 0.0f;
     if (r < rows) {
-      const uint16_t* row = row_of(r);
-      for (int64_t d = lane; d < args.head_dim; d += 32)
-        m = fmaxf(m, fabsf(prepared(bf16_value(row[d]), mean ? mean + d : nullptr, args.arithmetic,
-                                    args.multiplier)));
+      float value[4];
+      load_four(row_of(r), lane, args.head_dim, vector, value);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int d = 4 * lane + j;
+        if (d < args.head_dim)
+          m = fmaxf(m, fabsf(prepared(value[j], mean ? mean + d : nullptr, args.arithmetic,
+                                      args.multiplier)));
+      }
       for (int offset = 16; offset > 0; offset >>= 1)
         m = fmaxf(m, __shfl_xor_sync(kFull, m, offset));
     }
@@ -139,7 +163,8 @@ __global__ void __launch_bounds__(kQuantizeThreads)
     // Sage divides by its scale; SLA multiplies by the reciprocal of its step (both rounded IEEE).
     const float scale = sage ? (m > 0.0f ? __fdiv_rn(m, 127.0f) : 1.0f) : __fdiv_rn(m, 127.0f);
     const float inverse = sage || m == 0.0f ? 0.0f : __frcp_rn(scale);
-    const uint16_t* row = row_of(r);
+    float value[4];
+    load_four(row_of(r), lane, args.head_dim, vector, value);
     const int64_t t = first_row + r;
     uint32_t packed = 0;
 #pragma unroll
@@ -147,8 +172,8 @@ __global__ void __launch_bounds__(kQuantizeThreads)
       const int d = 4 * lane + j;
       float level = 0.0f;
       if (d < args.head_dim && (sage || m > 0.0f)) {
-        const float x = prepared(bf16_value(row[d]), mean ? mean + d : nullptr, args.arithmetic,
-                                 args.multiplier);
+        const float x =
+            prepared(value[j], mean ? mean + d : nullptr, args.arithmetic, args.multiplier);
         level = roundf(sage ? __fdiv_rn(x, scale) : __fmul_rn(x, inverse));
         level = fminf(fmaxf(level, -127.0f), 127.0f);
       }

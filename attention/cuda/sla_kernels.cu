@@ -15,9 +15,6 @@ namespace {
 constexpr unsigned kFull = 0xffffffffu;
 constexpr float kLinearEps = 1e-5f;  // attention/sla_core.cpp's
 
-__device__ __forceinline__ float bf16_value(uint16_t bits) {
-  return __uint_as_float(uint32_t(bits) << 16);
-}
 __device__ __forceinline__ uint16_t bf16_bits(float value) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(value));
 }
@@ -26,19 +23,29 @@ unsigned blocks_for(int64_t items, int threads) {
   return unsigned((items + threads - 1) / threads);
 }
 
-// A thread per (block, column).
+// A thread per (block, two adjacent columns): a warp reads 128 contiguous bytes per row, and the
+// rows are unrolled so their loads are in flight together; each column still sums its rows in
+// order.
 __global__ void block_means_kernel(const uint16_t* x, int64_t token_stride, float* means,
                                    int64_t seq, int64_t heads, int64_t head_dim, int64_t block,
                                    int64_t blocks) {
   const int64_t j = blockIdx.x, b = blockIdx.y, width = heads * head_dim;
-  const int64_t column = int64_t(blockIdx.z) * blockDim.x + threadIdx.x;
+  const int64_t column = 2 * (int64_t(blockIdx.z) * blockDim.x + threadIdx.x);
   if (column >= width) return;
   const int64_t first = j * block, last = min(seq, first + block);
-  float sum = 0.0f;
-  for (int64_t t = first; t < last; ++t)
-    sum += bf16_value(x[(b * seq + t) * token_stride + column]);
+  const uint16_t* at = x + (b * seq) * token_stride + column;
+  float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll 8
+  for (int64_t t = first; t < last; ++t) {
+    const uint32_t two = *reinterpret_cast<const uint32_t*>(at + t * token_stride);
+    sum0 += __uint_as_float(two << 16);
+    sum1 += __uint_as_float(two & 0xffff0000u);
+  }
   const int64_t h = column / head_dim, d = column % head_dim;
-  means[((b * heads + h) * blocks + j) * head_dim + d] = sum / float(last - first);
+  const float count = float(last - first);
+  float* out = means + ((b * heads + h) * blocks + j) * head_dim + d;
+  out[0] = sum0 / count;
+  out[1] = sum1 / count;
 }
 
 __global__ void smooth_keys_kernel(float* means, int64_t pairs, int64_t blocks, int64_t head_dim,
@@ -48,9 +55,12 @@ __global__ void smooth_keys_kernel(float* means, int64_t pairs, int64_t blocks, 
   const int64_t p = item / head_dim, d = item % head_dim;
   float* column = means + p * blocks * head_dim + d;
   double total = 0;
+  // Unrolled so the loads are in flight together (the sum stays in block order).
+#pragma unroll 16
   for (int64_t j = 0; j < blocks; ++j)
     total += double(column[j * head_dim]) * double(min(block, seq - j * block));
   const float mean = float(total / double(seq));
+#pragma unroll 16
   for (int64_t j = 0; j < blocks; ++j) column[j * head_dim] -= mean;
 }
 
@@ -61,95 +71,136 @@ __global__ void expand_lists_kernel(const int32_t* selected, int64_t entries, in
   out[item] = int32_t(selected[item / factor] * factor + item % factor);
 }
 
-// A CTA per 32 tokens of one (batch, head): each warp maps 4 rows (lanes along D), the tile goes
-// through shared memory so the transposed writes are runs of 32 tokens.
+// A warp per (token, head) row of D = 32·PerLane elements, each lane PerLane adjacent ones (one
+// 4- or 8-byte load and store): φ along the row, written in the same [batch, seq, heads·D] layout,
+// contiguous.
 template <int PerLane>
-__global__ void feature_rows_kernel(const uint16_t* x, int64_t token_stride, int64_t seq,
-                                    int64_t heads, SlaFeature map, uint16_t* rows_out,
-                                    uint16_t* columns_out) {
-  constexpr int kDim = PerLane * 32, kTokens = 32;
-  __shared__ float tile[kTokens][kDim + 1];
-  const int64_t pair = blockIdx.y, b = pair / heads, h = pair % heads;
-  const int64_t first = int64_t(blockIdx.x) * kTokens;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int r = warp; r < kTokens; r += blockDim.x / 32) {
-    const int64_t t = first + r;
-    if (t >= seq) break;
-    float value[PerLane];
-    const uint16_t* row = x + (b * seq + t) * token_stride + h * kDim;
+struct Lanes;
+template <>
+struct Lanes<2> {
+  using Word = uint32_t;
+};
+template <>
+struct Lanes<4> {
+  using Word = uint2;
+};
+
+template <int PerLane>
+__device__ __forceinline__ void unpack(const typename Lanes<PerLane>::Word& word, float* value) {
+  const uint32_t* parts = reinterpret_cast<const uint32_t*>(&word);
 #pragma unroll
-    for (int i = 0; i < PerLane; ++i) value[i] = bf16_value(row[lane + 32 * i]);
-    if (map != SlaFeature::Identity) {
-      if (map == SlaFeature::Softmax) {
-        float top = value[0];
-#pragma unroll
-        for (int i = 1; i < PerLane; ++i) top = fmaxf(top, value[i]);
-        for (int offset = 16; offset > 0; offset /= 2)
-          top = fmaxf(top, __shfl_xor_sync(kFull, top, offset));
-        float sum = 0.0f;
-#pragma unroll
-        for (int i = 0; i < PerLane; ++i) sum += value[i] = expf(value[i] - top);
-        for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(kFull, sum, offset);
-        const float inverse = 1.0f / sum;
-#pragma unroll
-        for (int i = 0; i < PerLane; ++i) value[i] *= inverse;
-      } else if (map == SlaFeature::Elu) {
-#pragma unroll
-        for (int i = 0; i < PerLane; ++i)
-          value[i] = value[i] > 0.0f ? value[i] + 1.0f : expf(value[i]);
-      } else {
-#pragma unroll
-        for (int i = 0; i < PerLane; ++i) value[i] = fmaxf(value[i], 0.0f);
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < PerLane; ++i) {
-      tile[r][lane + 32 * i] = value[i];
-      if (rows_out) rows_out[(pair * seq + t) * kDim + lane + 32 * i] = bf16_bits(value[i]);
-    }
-  }
-  if (!columns_out) return;
-  __syncthreads();
-  for (int d = warp; d < kDim; d += blockDim.x / 32) {
-    const int64_t t = first + lane;
-    if (t < seq) columns_out[(pair * kDim + d) * seq + t] = bf16_bits(tile[lane][d]);
+  for (int i = 0; i < PerLane / 2; ++i) {
+    value[2 * i] = __uint_as_float(parts[i] << 16);
+    value[2 * i + 1] = __uint_as_float(parts[i] & 0xffff0000u);
   }
 }
+template <int PerLane>
+__device__ __forceinline__ typename Lanes<PerLane>::Word pack(const float* value) {
+  typename Lanes<PerLane>::Word word;
+  uint32_t* parts = reinterpret_cast<uint32_t*>(&word);
+#pragma unroll
+  for (int i = 0; i < PerLane / 2; ++i)
+    parts[i] = uint32_t(bf16_bits(value[2 * i])) | (uint32_t(bf16_bits(value[2 * i + 1])) << 16);
+  return word;
+}
 
-__global__ void column_sums_kernel(const uint16_t* columns, int64_t rows, int64_t seq,
-                                   float* sums) {
-  const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+template <int PerLane>
+__global__ void feature_map_kernel(const uint16_t* x, int64_t token_stride, int64_t seq,
+                                   int64_t heads, SlaFeature map, uint16_t* y, int64_t rows) {
+  using Word = typename Lanes<PerLane>::Word;
+  constexpr int kDim = PerLane * 32;
+  const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;  // (b·seq + t)·H + h
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;
-  float sum = 0.0f;
-  for (int64_t t = lane; t < seq; t += 32) sum += bf16_value(columns[row * seq + t]);
-  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(kFull, sum, offset);
-  if (lane == 0) sums[row] = sum;
+  const int64_t token = row / heads, h = row % heads;
+  float value[PerLane];
+  unpack<PerLane>(reinterpret_cast<const Word*>(x + token * token_stride + h * kDim)[lane], value);
+  if (map == SlaFeature::Softmax) {
+    float top = value[0];
+#pragma unroll
+    for (int i = 1; i < PerLane; ++i) top = fmaxf(top, value[i]);
+    for (int offset = 16; offset > 0; offset /= 2)
+      top = fmaxf(top, __shfl_xor_sync(kFull, top, offset));
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < PerLane; ++i) sum += value[i] = expf(value[i] - top);
+    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(kFull, sum, offset);
+    const float inverse = 1.0f / sum;
+#pragma unroll
+    for (int i = 0; i < PerLane; ++i) value[i] *= inverse;
+  } else if (map == SlaFeature::Elu) {
+#pragma unroll
+    for (int i = 0; i < PerLane; ++i) value[i] = value[i] > 0.0f ? value[i] + 1.0f : expf(value[i]);
+  } else if (map == SlaFeature::Relu) {
+#pragma unroll
+    for (int i = 0; i < PerLane; ++i) value[i] = fmaxf(value[i], 0.0f);
+  }
+  reinterpret_cast<Word*>(y + row * kDim)[lane] = pack<PerLane>(value);
 }
 
-// A warp per (b·H + h, t) row: the sparse output plus the projected linear branch, normalised.
+// Column sums of a contiguous [batch, seq, width] bf16 matrix in two deterministic stages: partial
+// sums over chunks of kSumChunk rows (a thread per two columns, rows unrolled), then the chunks
+// of each column in order.
+constexpr int kSumChunk = 256;
+
+__global__ void chunk_sums_kernel(const uint16_t* y, int64_t seq, int64_t width, int64_t chunks,
+                                  float* partial) {
+  const int64_t column = 2 * (int64_t(blockIdx.x) * blockDim.x + threadIdx.x);
+  const int64_t chunk = blockIdx.y, b = blockIdx.z;
+  if (column >= width) return;
+  const int64_t first = chunk * kSumChunk, last = min(seq, first + kSumChunk);
+  const uint16_t* at = y + b * seq * width + column;
+  float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll 8
+  for (int64_t t = first; t < last; ++t) {
+    const uint32_t two = *reinterpret_cast<const uint32_t*>(at + t * width);
+    sum0 += __uint_as_float(two << 16);
+    sum1 += __uint_as_float(two & 0xffff0000u);
+  }
+  float* out = partial + (b * chunks + chunk) * width + column;
+  out[0] = sum0;
+  out[1] = sum1;
+}
+
+__global__ void chunks_total_kernel(const float* partial, int64_t batch, int64_t chunks,
+                                    int64_t width, float* sums) {
+  const int64_t item = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // b·width + column
+  if (item >= batch * width) return;
+  const int64_t b = item / width, column = item % width;
+  float sum = 0.0f;
+  for (int64_t c = 0; c < chunks; ++c) sum += partial[(b * chunks + c) * width + column];
+  sums[item] = sum;
+}
+
+// A warp per (b, t, h) row, lanes as in feature_map_kernel: the sparse output plus the projected
+// linear branch (both [batch, seq, heads·D]), normalised by 1e-5 + φq·Σφk, plus the bias.
 template <int PerLane>
 __global__ void combine_kernel(const uint16_t* sparse, const float* projected,
                                const uint16_t* phi_q, const float* sums, const float* bias,
                                int64_t seq, int64_t heads, uint16_t* out, int64_t rows) {
+  using Word = typename Lanes<PerLane>::Word;
   constexpr int kDim = PerLane * 32;
-  const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;  // p·seq + t
+  const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;  // (b·seq + t)·H + h
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;
-  const int64_t pair = row / seq, t = row % seq, b = pair / heads, h = pair % heads;
+  const int64_t b = row / (seq * heads), h = row % heads;
+  const int d0 = lane * PerLane;
+  float phi[PerLane], fine[PerLane], linear[PerLane];
+  unpack<PerLane>(reinterpret_cast<const Word*>(phi_q + row * kDim)[lane], phi);
+  unpack<PerLane>(reinterpret_cast<const Word*>(sparse + row * kDim)[lane], fine);
+  const float* key_sums = sums + (b * heads + h) * kDim + d0;
+  const float* lin = projected + row * kDim + d0;
   float dot = 0.0f;
 #pragma unroll
-  for (int i = 0; i < PerLane; ++i)
-    dot += bf16_value(phi_q[row * kDim + lane + 32 * i]) * sums[pair * kDim + lane + 32 * i];
+  for (int i = 0; i < PerLane; ++i) {
+    dot += phi[i] * key_sums[i];
+    linear[i] = lin[i];
+  }
   for (int offset = 16; offset > 0; offset /= 2) dot += __shfl_xor_sync(kFull, dot, offset);
   const float inverse = 1.0f / (kLinearEps + dot);
-  const int64_t at = ((b * seq + t) * heads + h) * kDim;
 #pragma unroll
-  for (int i = 0; i < PerLane; ++i) {
-    const int d = lane + 32 * i;
-    const float linear = projected[row * kDim + d] * inverse + (bias ? bias[d] : 0.0f);
-    out[at + d] = bf16_bits(bf16_value(sparse[at + d]) + linear);
-  }
+  for (int i = 0; i < PerLane; ++i) fine[i] += linear[i] * inverse + (bias ? bias[d0 + i] : 0.0f);
+  reinterpret_cast<Word*>(out + row * kDim)[lane] = pack<PerLane>(fine);
 }
 
 void check_head_dim(int64_t head_dim) {
@@ -164,7 +215,7 @@ void sla_block_means(const void* x, int64_t token_stride, float* means, int64_t 
                      int64_t heads, int64_t head_dim, int64_t block, cudaStream_t stream) {
   const int64_t blocks = (seq + block - 1) / block;
   if (batch * blocks == 0) return;
-  const dim3 grid(unsigned(blocks), unsigned(batch), blocks_for(heads * head_dim, 128));
+  const dim3 grid(unsigned(blocks), unsigned(batch), blocks_for(heads * head_dim / 2, 128));
   block_means_kernel<<<grid, 128, 0, stream>>>(static_cast<const uint16_t*>(x), token_stride, means,
                                                seq, heads, head_dim, block, blocks);
   MMGEN_CUDA_CHECK_LAUNCH();
@@ -186,27 +237,35 @@ void sla_expand_lists(const int32_t* selected, int64_t lists, int64_t kept, int6
   MMGEN_CUDA_CHECK_LAUNCH();
 }
 
-void sla_feature_rows(const void* x, int64_t token_stride, int64_t batch, int64_t seq,
-                      int64_t heads, int64_t head_dim, SlaFeature map, uint16_t* rows_out,
-                      uint16_t* columns_out, cudaStream_t stream) {
+void sla_feature_map(const void* x, int64_t token_stride, int64_t batch, int64_t seq, int64_t heads,
+                     int64_t head_dim, SlaFeature map, uint16_t* y, cudaStream_t stream) {
   check_head_dim(head_dim);
-  if (batch * seq == 0) return;
-  const dim3 grid(blocks_for(seq, 32), unsigned(batch * heads));
+  const int64_t rows = batch * seq * heads;
+  if (rows == 0) return;
   const auto* in = static_cast<const uint16_t*>(x);
   if (head_dim == 64)
-    feature_rows_kernel<2>
-        <<<grid, 256, 0, stream>>>(in, token_stride, seq, heads, map, rows_out, columns_out);
+    feature_map_kernel<2><<<blocks_for(rows * 32, 256), 256, 0, stream>>>(in, token_stride, seq,
+                                                                          heads, map, y, rows);
   else
-    feature_rows_kernel<4>
-        <<<grid, 256, 0, stream>>>(in, token_stride, seq, heads, map, rows_out, columns_out);
+    feature_map_kernel<4><<<blocks_for(rows * 32, 256), 256, 0, stream>>>(in, token_stride, seq,
+                                                                          heads, map, y, rows);
   MMGEN_CUDA_CHECK_LAUNCH();
 }
 
-void sla_column_sums(const uint16_t* columns, int64_t pairs, int64_t head_dim, int64_t seq,
+int64_t sla_column_sums_scratch(int64_t batch, int64_t seq, int64_t width) {
+  return batch * ((seq + kSumChunk - 1) / kSumChunk) * width;
+}
+
+void sla_column_sums(const uint16_t* y, int64_t batch, int64_t seq, int64_t width, float* scratch,
                      float* sums, cudaStream_t stream) {
-  const int64_t rows = pairs * head_dim;
-  if (rows == 0) return;
-  column_sums_kernel<<<blocks_for(rows * 32, 256), 256, 0, stream>>>(columns, rows, seq, sums);
+  check(width % 2 == 0, "sla_column_sums: odd width {}", width);
+  if (batch * seq * width == 0) return;
+  const int64_t chunks = (seq + kSumChunk - 1) / kSumChunk;
+  chunk_sums_kernel<<<dim3(blocks_for(width / 2, 128), unsigned(chunks), unsigned(batch)), 128, 0,
+                      stream>>>(y, seq, width, chunks, scratch);
+  MMGEN_CUDA_CHECK_LAUNCH();
+  chunks_total_kernel<<<blocks_for(batch * width, 256), 256, 0, stream>>>(scratch, batch, chunks,
+                                                                          width, sums);
   MMGEN_CUDA_CHECK_LAUNCH();
 }
 
@@ -214,7 +273,7 @@ void sla_combine(const void* sparse, const float* projected, const uint16_t* phi
                  const float* sums, const float* bias, int64_t batch, int64_t seq, int64_t heads,
                  int64_t head_dim, void* out, cudaStream_t stream) {
   check_head_dim(head_dim);
-  const int64_t rows = batch * heads * seq;
+  const int64_t rows = batch * seq * heads;
   if (rows == 0) return;
   const auto* in = static_cast<const uint16_t*>(sparse);
   auto* target = static_cast<uint16_t*>(out);

@@ -27,21 +27,22 @@ void sla_smooth_key_means(float* means, int64_t pairs, int64_t blocks, int64_t h
 void sla_expand_lists(const int32_t* selected, int64_t lists, int64_t kept, int64_t factor,
                       int32_t* out, cudaStream_t stream = nullptr);
 
-// φ along head_dim (softmax, elu + 1, relu, or none) of every row of x, written
-// head-major (rows [b·H + h, t, :], when `rows_out` is set) and/or transposed
-// (columns [b·H + h, d, t], when `columns_out` is set), both bf16. head_dim 64 or 128.
-void sla_feature_rows(const void* x, int64_t token_stride, int64_t batch, int64_t seq,
-                      int64_t heads, int64_t head_dim, SlaFeature map, uint16_t* rows_out,
-                      uint16_t* columns_out, cudaStream_t stream = nullptr);
+// φ along head_dim (softmax, elu + 1, relu, or none) of every row of x, into y [batch, seq,
+// heads·D] contiguous, bf16 (the products read a head of it in place). head_dim 64 or 128.
+void sla_feature_map(const void* x, int64_t token_stride, int64_t batch, int64_t seq, int64_t heads,
+                     int64_t head_dim, SlaFeature map, uint16_t* y, cudaStream_t stream = nullptr);
 
-// sums[p, d] = Σ_t columns[p, d, t] (float32): the linear branch's Σ φ(k).
-void sla_column_sums(const uint16_t* columns, int64_t pairs, int64_t head_dim, int64_t seq,
+// sums[b, c] = Σ_t y[b, t, c] (float32) for contiguous y [batch, seq, width] (width even): partial
+// sums of row chunks into `scratch` (sla_column_sums_scratch floats), then the chunks in order.
+// With width = heads·D these are Σ φ(k) per (b, h), [batch·heads, D].
+int64_t sla_column_sums_scratch(int64_t batch, int64_t seq, int64_t width);
+void sla_column_sums(const uint16_t* y, int64_t batch, int64_t seq, int64_t width, float* scratch,
                      float* sums, cudaStream_t stream = nullptr);
 
-// out[b, t, h, :] = sparse[b, t, h, :] + projected[p, t, :] / (1e-5 + φq[p, t, :] · sums[p, :])
-// + bias (float32 [D], may be null), p = b·H + h: the linear branch already through proj_l
+// out[b, t, h, :] = sparse[b, t, h, :] + projected[b, t, h, :] / (1e-5 + φq[b, t, h, :] ·
+// sums[b·H + h, :]) + bias (float32 [D], may be null): the linear branch already through proj_l
 // (φq·(φkᵀv)·Wᵀ: the normaliser is per row, so it commutes with the projection), added to the
-// block-sparse output, bf16.
+// block-sparse output. sparse, φq and out bf16, projected float32, all [batch, seq, heads·D].
 void sla_combine(const void* sparse, const float* projected, const uint16_t* phi_q,
                  const float* sums, const float* bias, int64_t batch, int64_t seq, int64_t heads,
                  int64_t head_dim, void* out, cudaStream_t stream = nullptr);

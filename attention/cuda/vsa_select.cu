@@ -1,5 +1,6 @@
 // VSA's coarse branch kernels (vsa_select.h):
-// - cube means: one CTA per (cube, batch), threads along the hidden dimension (coalesced rows);
+// - cube means: one CTA per (cube, batch), threads along the hidden dimension two columns at a
+//   time (coalesced rows);
 // - selection: one CTA per 8 query cubes of a (batch, head); the query means sit in shared
 //   memory, each warp streams key means (lanes along D) and scores all 8 rows at once, then
 //   warp r selects row r's top-k exactly: a bitwise search for the k-th largest score (as
@@ -18,6 +19,8 @@ constexpr int kRows = 8;  // query cubes per selection CTA = warps
 constexpr int kSelectThreads = kRows * 32;
 constexpr int kMaxSharedBytes = 200 * 1024;
 
+// A thread per two adjacent columns (4-byte loads: a warp reads 128 contiguous bytes of a row),
+// rows unrolled so their loads are in flight together; each column sums its rows in order.
 __global__ void cube_means_kernel(const __nv_bfloat16_raw* x, float* means, int64_t cubes,
                                   int64_t heads, int64_t head_dim, const int32_t* lengths) {
   const int64_t cube = blockIdx.x, b = blockIdx.y, width = heads * head_dim;
@@ -25,12 +28,18 @@ __global__ void cube_means_kernel(const __nv_bfloat16_raw* x, float* means, int6
   const float inverse = length > 0 ? 1.0f / float(length) : 0.0f;
   const uint16_t* rows =
       reinterpret_cast<const uint16_t*>(x) + (b * cubes + cube) * kVsaCube * width;
-  for (int64_t c = threadIdx.x; c < width; c += blockDim.x) {
-    float sum = 0.0f;
-    for (int i = 0; i < length; ++i)
-      sum += __uint_as_float(uint32_t(rows[int64_t(i) * width + c]) << 16);
+  for (int64_t c = 2 * threadIdx.x; c < width; c += 2 * blockDim.x) {
+    float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll 8
+    for (int i = 0; i < length; ++i) {
+      const uint32_t two = *reinterpret_cast<const uint32_t*>(rows + int64_t(i) * width + c);
+      sum0 += __uint_as_float(two << 16);
+      sum1 += __uint_as_float(two & 0xffff0000u);
+    }
     const int64_t h = c / head_dim, d = c % head_dim;
-    means[((b * heads + h) * cubes + cube) * head_dim + d] = sum * inverse;
+    float* out = means + ((b * heads + h) * cubes + cube) * head_dim + d;
+    out[0] = sum0 * inverse;
+    out[1] = sum1 * inverse;
   }
 }
 
@@ -56,9 +65,12 @@ __global__ void __launch_bounds__(kSelectThreads)
   }
   __syncthreads();
 
-  for (int64_t j = warp; j < cubes; j += kRows) {
+  // Unrolled so a warp's key loads for several cubes are in flight together.
+#pragma unroll 2
+  for (int j = warp; j < int(cubes); j += kRows) {
     float dot[kRows] = {};
-    for (int64_t d = lane; d < head_dim; d += 32) {
+#pragma unroll 4
+    for (int d = lane; d < int(head_dim); d += 32) {
       const float key = k[j * head_dim + d];
 #pragma unroll
       for (int r = 0; r < kRows; ++r) dot[r] = fmaf(q_rows[r * head_dim + d], key, dot[r]);
@@ -131,7 +143,10 @@ __global__ void __launch_bounds__(kSelectThreads)
     const int64_t d = item % head_dim;
     if (first_row + r >= rows) continue;
     float sum = 0.0f;
-    for (int64_t j = 0; j < cubes; ++j) sum = fmaf(scores[r * cubes + j], v[j * head_dim + d], sum);
+    // Unrolled so the loads of several cubes are in flight (the sum keeps cube order).
+#pragma unroll 8
+    for (int j = 0; j < int(cubes); ++j)
+      sum = fmaf(scores[r * cubes + j], v[int64_t(j) * head_dim + d], sum);
     coarse[(pair * rows + first_row + r) * head_dim + d] = sum;
   }
 }

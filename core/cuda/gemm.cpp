@@ -83,24 +83,71 @@ class GemmContext {
     MMGEN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.x_layout, CUDA_R_16BF, k, m, k));
     MMGEN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.y_layout, y_type, n, m, n));
     if (batch > 1) {
-      const int32_t count = int32_t(batch);
-      const int64_t strides[3] = {n * k, 0, m * n};
-      const cublasLtMatrixLayout_t layouts[3] = {plan.w_layout, plan.x_layout, plan.y_layout};
-      for (int i = 0; i < 3; ++i) {
-        MMGEN_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
-            layouts[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
-        MMGEN_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
-            layouts[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &strides[i],
-            sizeof(strides[i])));
-      }
+      set_batch(plan.w_layout, batch, n * k);
+      set_batch(plan.x_layout, batch, 0);
+      set_batch(plan.y_layout, batch, m * n);
     }
+    choose_algorithm(plan, double(batch) * double(m) * double(n) * double(k), batch, m, n, k);
+    return plans_.emplace(key, plan).first->second;
+  }
+
+  // A general strided product (matmul_bf16): cuBLASLt's A is the right factor b, its B the left
+  // factor a, so the column-major result is yᵀ = bᵀ·aᵀ, which is y row-major.
+  Plan& strided_plan(const MatrixOperand& a, const MatrixOperand& b, int64_t y_row_stride,
+                     int64_t y_batch_stride, int64_t m, int64_t n, int64_t k, int64_t batch,
+                     GemmOutput output) {
+    std::lock_guard lock(mutex_);
+    const auto key =
+        std::make_tuple(m, n, k, int(output), batch, a.row_stride, a.batch_stride, a.transposed,
+                        b.row_stride, b.batch_stride, b.transposed, y_row_stride, y_batch_stride);
+    auto found = strided_plans_.find(key);
+    if (found != strided_plans_.end()) return found->second;
+    Plan plan;
+    const cudaDataType_t y_type = output == GemmOutput::BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    MMGEN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.operation, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t op_b = b.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_a = a.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
+    MMGEN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.operation, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                      &op_b, sizeof(op_b)));
+    MMGEN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.operation, CUBLASLT_MATMUL_DESC_TRANSB,
+                                                      &op_a, sizeof(op_a)));
+    // Stored column-major: b (k x n row-major) is [n, k]; transposed storage is [k, n].
+    MMGEN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.w_layout, CUDA_R_16BF, b.transposed ? k : n,
+                                                  b.transposed ? n : k, b.row_stride));
+    MMGEN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.x_layout, CUDA_R_16BF, a.transposed ? m : k,
+                                                  a.transposed ? k : m, a.row_stride));
+    MMGEN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.y_layout, y_type, n, m, y_row_stride));
+    if (batch > 1) {
+      set_batch(plan.w_layout, batch, b.batch_stride);
+      set_batch(plan.x_layout, batch, a.batch_stride);
+      set_batch(plan.y_layout, batch, y_batch_stride);
+    }
+    choose_algorithm(plan, double(batch) * double(m) * double(n) * double(k), batch, m, n, k);
+    return strided_plans_.emplace(key, plan).first->second;
+  }
+
+  cublasLtHandle_t handle() const { return handle_; }
+  void* workspace() const { return workspace_.data(); }
+  std::mutex& mutex() { return mutex_; }
+
+ private:
+  static void set_batch(cublasLtMatrixLayout_t layout, int64_t batch, int64_t stride) {
+    const int32_t count = int32_t(batch);
+    MMGEN_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                        &count, sizeof(count)));
+    MMGEN_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+        layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+  }
+
+  // A product's algorithm: cuBLASLt's first pick, with the next candidates kept for timing when
+  // the product is large (see kTunedMacs). Called with the mutex held.
+  void choose_algorithm(Plan& plan, double macs, int64_t batch, int64_t m, int64_t n, int64_t k) {
     cublasLtMatmulPreference_t preference;
     MMGEN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
     MMGEN_CUBLAS_CHECK(
         cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                              &kWorkspaceBytes, sizeof(kWorkspaceBytes)));
-    const bool tuned =
-        autotune_enabled() && double(batch) * double(m) * double(n) * double(k) >= kTunedMacs;
+    const bool tuned = autotune_enabled() && macs >= kTunedMacs;
     cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
     int found_count = 0;
     MMGEN_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(
@@ -112,20 +159,18 @@ class GemmContext {
     plan.algorithm = results[0].algo;
     if (found_count > 1)
       for (int i = 0; i < found_count; ++i) plan.candidates.push_back(results[i].algo);
-    return plans_.emplace(key, plan).first->second;
   }
 
-  cublasLtHandle_t handle() const { return handle_; }
-  void* workspace() const { return workspace_.data(); }
-  std::mutex& mutex() { return mutex_; }
-
- private:
   GemmContext() : workspace_(kWorkspaceBytes) { MMGEN_CUBLAS_CHECK(cublasLtCreate(&handle_)); }
 
   std::mutex mutex_;
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer workspace_;
   std::map<std::tuple<int64_t, int64_t, int64_t, int, bool, int, int64_t>, Plan> plans_;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int, int64_t, int64_t, int64_t, bool, int64_t,
+                      int64_t, bool, int64_t, int64_t>,
+           Plan>
+      strided_plans_;
 };
 
 // Runs `plan` (timing its candidates first if it still has them).
@@ -198,6 +243,19 @@ void linear_bf16_batched(const void* x, const void* w, void* y, int64_t m, int64
         n, k);
   run_plan(GemmContext::instance().plan(m, n, k, output, false, GemmActivation::None, batch), x, w,
            y, stream);
+}
+
+void matmul_bf16(const MatrixOperand& a, const MatrixOperand& b, void* y, int64_t y_row_stride,
+                 int64_t y_batch_stride, int64_t m, int64_t n, int64_t k, int64_t batch,
+                 GemmOutput output, cudaStream_t stream) {
+  check(m > 0 && n > 0 && k > 0 && batch > 0, "GPU matmul: empty product {} x {}x{}x{}", batch, m,
+        n, k);
+  check(a.row_stride >= (a.transposed ? m : k) && b.row_stride >= (b.transposed ? k : n) &&
+            y_row_stride >= n,
+        "GPU matmul: a row stride is shorter than its row");
+  run_plan(GemmContext::instance().strided_plan(a, b, y_row_stride, y_batch_stride, m, n, k, batch,
+                                                output),
+           a.data, b.data, y, stream);
 }
 
 }  // namespace mmgen::cuda

@@ -24,4 +24,21 @@ void linear_bf16(const void* x, const void* w, const void* bias, void* y, int64_
 void linear_bf16_batched(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k,
                          int64_t batch, GemmOutput output, cudaStream_t stream = nullptr);
 
+// A bf16 row-major operand of matmul_bf16: element (i, j) at data[i·row_stride + j], or, when
+// `transposed`, at data[j·row_stride + i] (what is stored is the operand's transpose); product b of
+// a batch starts b·batch_stride elements further on. Strided views let a product read one head of
+// a [tokens, heads·D] activation in place.
+struct MatrixOperand {
+  const void* data = nullptr;
+  int64_t row_stride = 0;
+  int64_t batch_stride = 0;
+  bool transposed = false;
+};
+// y[b] = a[b] · b[b] for b < batch: a is m x k, b is k x n, y is m x n row-major (row stride
+// y_row_stride, product b at y + b·y_batch_stride elements), bf16 or float32; fp32 accumulation,
+// one strided-batched cuBLASLt call.
+void matmul_bf16(const MatrixOperand& a, const MatrixOperand& b, void* y, int64_t y_row_stride,
+                 int64_t y_batch_stride, int64_t m, int64_t n, int64_t k, int64_t batch,
+                 GemmOutput output, cudaStream_t stream = nullptr);
+
 }  // namespace mmgen::cuda

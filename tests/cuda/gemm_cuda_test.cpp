@@ -1,7 +1,8 @@
 // cuBLASLt products against a float64 host reference from the same bf16 inputs: bias epilogue
 // with bf16 and fp32 outputs, and the GELU epilogue, which must be the tanh form Wan's
 // feed-forward uses (with fp32 output the tanh and erf forms differ by up to ~5e-4, far above the
-// product's rounding, so the check tells them apart).
+// product's rounding, so the check tells them apart). Then matmul_bf16 on strided and transposed
+// views of the same inputs.
 #include <cmath>
 #include <random>
 #include <vector>
@@ -98,6 +99,57 @@ int main() try {
          fmt::format("GELU epilogue is the tanh form: max abs error {:.2e} vs tanh GELU, {:.2e} "
                      "vs erf GELU",
                      tanh_error, erf_error));
+
+  // matmul_bf16 on strided views, the way SLA's linear branch reads one head of a [tokens,
+  // heads·D] activation in place: two heads of 128 columns of x (row stride k = 256).
+  const int64_t head = 128, heads = 2;
+  auto x_at = [&](int64_t r, int64_t c) { return double(x.values[size_t(r * k + c)]); };
+  auto w_at = [&](int64_t r, int64_t c) { return double(w.values[size_t(r * k + c)]); };
+  // a[h] = x[:, head h]ᵀ (128 x 96, stored transposed), b[h] = w[0:96, head h] (96 x 128):
+  // y[h] = x_hᵀ · w_h, 128 x 128 contiguous per head.
+  std::vector<float> ya(size_t(heads * head * head));
+  DeviceBuffer dya(ya.size() * 4);
+  dya.fill_bytes(0xff);
+  matmul_bf16(MatrixOperand{dx.data(), k, head, true}, MatrixOperand{dw.data(), k, head},
+              dya.data(), head, head * head, head, head, m, heads, GemmOutput::F32);
+  MMGEN_CUDA_CHECK(cudaDeviceSynchronize());
+  dya.download(ya.data(), ya.size() * 4);
+  double transposed_error = 0;
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < head; ++i)
+      for (int64_t j = 0; j < head; ++j) {
+        double dot = 0;
+        for (int64_t t = 0; t < m; ++t) dot += x_at(t, h * head + i) * w_at(t, h * head + j);
+        transposed_error = std::max(transposed_error,
+                                    std::abs(double(ya[size_t((h * head + i) * head + j)]) - dot));
+      }
+  expect(transposed_error < 1e-4,
+         fmt::format("strided product, left operand transposed: max abs error {:.2e}",
+                     transposed_error));
+  // a[h] = x[:, head h] (96 x 128), b[h] = w[160h : 160h + 160, head h]ᵀ (128 x 160, stored
+  // transposed), y[h] into columns 160h .. of a 96 x 320 output (row stride 320).
+  const int64_t outs = 160;
+  std::vector<float> yb(size_t(m * heads * outs));
+  DeviceBuffer dyb(yb.size() * 4);
+  dyb.fill_bytes(0xff);
+  matmul_bf16(MatrixOperand{dx.data(), k, head}, MatrixOperand{dw.data(), k, outs * k + head, true},
+              dyb.data(), heads * outs, outs, m, outs, head, heads, GemmOutput::F32);
+  MMGEN_CUDA_CHECK(cudaDeviceSynchronize());
+  dyb.download(yb.data(), yb.size() * 4);
+  double strided_error = 0;
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t c = 0; c < outs; ++c) {
+        double dot = 0;
+        for (int64_t i = 0; i < head; ++i)
+          dot += x_at(r, h * head + i) * w_at(h * outs + c, h * head + i);
+        strided_error = std::max(
+            strided_error, std::abs(double(yb[size_t(r * heads * outs + h * outs + c)]) - dot));
+      }
+  expect(strided_error < 1e-4,
+         fmt::format("strided product, right operand transposed, strided output: max abs error "
+                     "{:.2e}",
+                     strided_error));
   return finish("gemm_cuda_test");
 } catch (const std::exception& error) {
   std::printf("gemm_cuda_test: error: %s\n", error.what());

@@ -8,10 +8,11 @@
 //              kernel blocks); for SageSLA (int8_qk) its INT8 form, q·scale quantised per 32-row
 //              slice and the smoothed k per SLA key block, as attention/sla_quant.h does;
 //   linear:    only with the layer's proj_l weights (else it is zero, as on the CPU): φ(q) and
-//              φ(k) along head_dim, φ(k)ᵀv and Σφ(k) per head (cuBLASLt, bf16 in, float32
-//              sums), proj_l folded into φ(k)ᵀv per head (the normaliser 1e-5 + φ(q)·Σφ(k) is
-//              per row, so it commutes with the projection), φ(q) times that, then one pass
-//              that normalises, adds the bias and the sparse output.
+//              φ(k) along head_dim, φ(k)ᵀv and Σφ(k) per head (cuBLASLt reading each head in
+//              place in the activations' layout, bf16 in, float32 sums), proj_l folded into φ(k)ᵀv
+//              per head (the normaliser 1e-5 + φ(q)·Σφ(k) is per row, so it commutes with the
+//              projection), φ(q) times that, then one pass that normalises, adds the bias and the
+//              sparse output.
 #include "attention/backends/sla_attn/sla_attn_cuda.h"
 
 #include <spdlog/spdlog.h>
@@ -145,26 +146,34 @@ class SlaCuda final : public SparseSelfAttentionCuda {
     const SlaFeature map = settings_.feature_map == sla::FeatureMap::Softmax ? SlaFeature::Softmax
                            : settings_.feature_map == sla::FeatureMap::Elu   ? SlaFeature::Elu
                                                                              : SlaFeature::Relu;
-    DeviceBuffer phi_q(size_t(pairs * S * D) * 2), phi_k_t(size_t(pairs * D * S) * 2),
-        v_t(size_t(pairs * D * S) * 2), key_sums(size_t(pairs * D) * 4),
+    // Every operand stays in the [B, S, H·D] layout of the activations: the products read one
+    // head of it in place (row stride H·D, heads D apart), so nothing is transposed or copied.
+    DeviceBuffer phi_q(size_t(B * S * width) * 2), phi_k(size_t(B * S * width) * 2),
+        scratch(size_t(sla_column_sums_scratch(B, S, width)) * 4), key_sums(size_t(pairs * D) * 4),
         kv(size_t(pairs * D * D) * 2), folded(size_t(pairs * D * D) * 2),
-        projected(size_t(pairs * S * D) * 4);
-    sla_feature_rows(call.q, width, B, S, H, D, map, phi_q.as<uint16_t>(), nullptr);
-    sla_feature_rows(call.k, width, B, S, H, D, map, nullptr, phi_k_t.as<uint16_t>());
-    sla_feature_rows(call.v, width, B, S, H, D, SlaFeature::Identity, nullptr, v_t.as<uint16_t>());
-    sla_column_sums(phi_k_t.as<uint16_t>(), pairs, D, S, key_sums.as<float>());
-    // φ(k)ᵀv [D, D] per head, bf16 for the next product.
-    for (int64_t p = 0; p < pairs; ++p)
-      linear_bf16(phi_k_t.as<uint16_t>() + p * D * S, v_t.as<uint16_t>() + p * D * S, nullptr,
-                  kv.as<uint16_t>() + p * D * D, D, D, S, GemmOutput::BF16);
+        projected(size_t(B * S * width) * 4);
+    sla_feature_map(call.q, width, B, S, H, D, map, phi_q.as<uint16_t>());
+    sla_feature_map(call.k, width, B, S, H, D, map, phi_k.as<uint16_t>());
+    sla_column_sums(phi_k.as<uint16_t>(), B, S, width, scratch.as<float>(), key_sums.as<float>());
+    for (int64_t b = 0; b < B; ++b) {
+      // φ(k)ᵀv [D, D] per head (bf16 for the next product): φ(k)ᵀ is the stored φ(k) transposed.
+      const MatrixOperand phi_k_t{phi_k.as<uint16_t>() + b * S * width, width, D, true};
+      const MatrixOperand values{static_cast<const uint16_t*>(call.v) + b * S * width, width, D};
+      matmul_bf16(phi_k_t, values, kv.as<uint16_t>() + b * H * D * D, D, D * D, D, D, S, H,
+                  GemmOutput::BF16);
+    }
     // proj_l folded into it: (φ(k)ᵀv · Wᵀ)ᵀ = W · (φ(k)ᵀv)ᵀ per head, one batched product; then
-    // φ(q) times that per head [S, D]. The projection then costs D² per token and head once per
-    // call instead of a pass over every token's output, and no normalised copy is written.
+    // φ(q) times that per head. The projection then costs D² per token and head once per call
+    // instead of a pass over every token's output, and no normalised copy is written.
     linear_bf16_batched(weight_bf16.raw(), kv.data(), folded.data(), D, D, D, pairs,
                         GemmOutput::BF16);
-    for (int64_t p = 0; p < pairs; ++p)
-      linear_bf16(phi_q.as<uint16_t>() + p * S * D, folded.as<uint16_t>() + p * D * D, nullptr,
-                  projected.as<float>() + p * S * D, S, D, D, GemmOutput::F32);
+    for (int64_t b = 0; b < B; ++b) {
+      // projected = φ(q) · foldedᵀ per head, written into the [S, H·D] layout.
+      const MatrixOperand phi{phi_q.as<uint16_t>() + b * S * width, width, D};
+      const MatrixOperand folded_t{folded.as<uint16_t>() + b * H * D * D, D, D * D, true};
+      matmul_bf16(phi, folded_t, projected.as<float>() + b * S * width, width, D, S, D, D, H,
+                  GemmOutput::F32);
+    }
     sla_combine(
         sparse_out.data(), projected.as<float>(), phi_q.as<uint16_t>(), key_sums.as<float>(),
         bias ? reinterpret_cast<const float*>(bias_f32.raw()) : nullptr, B, S, H, D, call.out);
