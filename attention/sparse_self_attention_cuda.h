@@ -153,11 +153,13 @@ std::shared_ptr<const SlotLayout> make_layout(const attention::BoxTiling& tiling
 // and the result put back in token order.
 struct SlotBuffers {
   DeviceBuffer q, k, v, out;
-  SlotBuffers(const SelfAttentionCall& call, const SlotLayout& layout) {
+  // gather = false: the buffers are left for the caller to fill (VSA gathers with its means).
+  SlotBuffers(const SelfAttentionCall& call, const SlotLayout& layout, bool gather = true) {
     const int64_t width = call.heads * call.head_dim;
     const size_t bytes = size_t(call.batch * layout.slots * width) * 2;
     q = DeviceBuffer(bytes), k = DeviceBuffer(bytes), v = DeviceBuffer(bytes),
     out = DeviceBuffer(bytes);
+    if (!gather) return;
     gather_to_slots(call.q, q.data(), call.batch, call.tokens, layout.slots, width,
                     layout.token_of_slot.as<int32_t>());
     gather_to_slots(call.k, k.data(), call.batch, call.tokens, layout.slots, width,

@@ -48,20 +48,33 @@ __global__ void block_means_kernel(const uint16_t* x, int64_t token_stride, floa
   out[1] = sum1 / count;
 }
 
-__global__ void smooth_keys_kernel(float* means, int64_t pairs, int64_t blocks, int64_t head_dim,
-                                   int64_t seq, int64_t block) {
-  const int64_t item = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (item >= pairs * head_dim) return;
-  const int64_t p = item / head_dim, d = item % head_dim;
+// A CTA per (pair, 32 columns): warp w sums the blocks j ≡ w (mod 8) of its lane's column in
+// double (block mean times its length), the eight partial sums are added in warp order, and
+// every warp subtracts the mean from its blocks.
+constexpr int kSmoothWarps = 8;
+
+__global__ void smooth_keys_kernel(float* means, int64_t blocks, int64_t head_dim, int64_t seq,
+                                   int64_t block) {
+  __shared__ double partial[kSmoothWarps][32];
+  __shared__ float mean[32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t p = blockIdx.x, d = int64_t(blockIdx.y) * 32 + lane;
   float* column = means + p * blocks * head_dim + d;
   double total = 0;
-  // Unrolled so the loads are in flight together (the sum stays in block order).
-#pragma unroll 16
-  for (int64_t j = 0; j < blocks; ++j)
-    total += double(column[j * head_dim]) * double(min(block, seq - j * block));
-  const float mean = float(total / double(seq));
-#pragma unroll 16
-  for (int64_t j = 0; j < blocks; ++j) column[j * head_dim] -= mean;
+  if (d < head_dim)
+#pragma unroll 4
+    for (int64_t j = warp; j < blocks; j += kSmoothWarps)
+      total += double(column[j * head_dim]) * double(min(block, seq - j * block));
+  partial[warp][lane] = total;
+  __syncthreads();
+  if (warp == 0) {
+    double sum = 0;
+    for (int w = 0; w < kSmoothWarps; ++w) sum += partial[w][lane];
+    mean[lane] = float(sum / double(seq));
+  }
+  __syncthreads();
+  if (d >= head_dim) return;
+  for (int64_t j = warp; j < blocks; j += kSmoothWarps) column[j * head_dim] -= mean[lane];
 }
 
 __global__ void expand_lists_kernel(const int32_t* selected, int64_t entries, int64_t factor,
@@ -106,7 +119,8 @@ __device__ __forceinline__ typename Lanes<PerLane>::Word pack(const float* value
 
 template <int PerLane>
 __global__ void feature_map_kernel(const uint16_t* x, int64_t token_stride, int64_t seq,
-                                   int64_t heads, SlaFeature map, uint16_t* y, int64_t rows) {
+                                   int64_t heads, SlaFeature map, const float* sums, uint16_t* y,
+                                   int64_t rows) {
   using Word = typename Lanes<PerLane>::Word;
   constexpr int kDim = PerLane * 32;
   const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;  // (b·seq + t)·H + h
@@ -134,6 +148,16 @@ __global__ void feature_map_kernel(const uint16_t* x, int64_t token_stride, int6
   } else if (map == SlaFeature::Relu) {
 #pragma unroll
     for (int i = 0; i < PerLane; ++i) value[i] = fmaxf(value[i], 0.0f);
+  }
+  if (sums) {  // the linear branch's normaliser, 1 / (1e-5 + φ(q)·Σφ(k)), from float32 φ
+    const float* key_sums = sums + (token / seq * heads + h) * kDim + PerLane * lane;
+    float dot = 0.0f;
+#pragma unroll
+    for (int i = 0; i < PerLane; ++i) dot += value[i] * key_sums[i];
+    for (int offset = 16; offset > 0; offset /= 2) dot += __shfl_xor_sync(kFull, dot, offset);
+    const float inverse = 1.0f / (kLinearEps + dot);
+#pragma unroll
+    for (int i = 0; i < PerLane; ++i) value[i] *= inverse;
   }
   reinterpret_cast<Word*>(y + row * kDim)[lane] = pack<PerLane>(value);
 }
@@ -172,37 +196,6 @@ __global__ void chunks_total_kernel(const float* partial, int64_t batch, int64_t
   sums[item] = sum;
 }
 
-// A warp per (b, t, h) row, lanes as in feature_map_kernel: the sparse output plus the projected
-// linear branch (both [batch, seq, heads·D]), normalised by 1e-5 + φq·Σφk, plus the bias.
-template <int PerLane>
-__global__ void combine_kernel(const uint16_t* sparse, const float* projected,
-                               const uint16_t* phi_q, const float* sums, const float* bias,
-                               int64_t seq, int64_t heads, uint16_t* out, int64_t rows) {
-  using Word = typename Lanes<PerLane>::Word;
-  constexpr int kDim = PerLane * 32;
-  const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;  // (b·seq + t)·H + h
-  const int lane = threadIdx.x % 32;
-  if (row >= rows) return;
-  const int64_t b = row / (seq * heads), h = row % heads;
-  const int d0 = lane * PerLane;
-  float phi[PerLane], fine[PerLane], linear[PerLane];
-  unpack<PerLane>(reinterpret_cast<const Word*>(phi_q + row * kDim)[lane], phi);
-  unpack<PerLane>(reinterpret_cast<const Word*>(sparse + row * kDim)[lane], fine);
-  const float* key_sums = sums + (b * heads + h) * kDim + d0;
-  const float* lin = projected + row * kDim + d0;
-  float dot = 0.0f;
-#pragma unroll
-  for (int i = 0; i < PerLane; ++i) {
-    dot += phi[i] * key_sums[i];
-    linear[i] = lin[i];
-  }
-  for (int offset = 16; offset > 0; offset /= 2) dot += __shfl_xor_sync(kFull, dot, offset);
-  const float inverse = 1.0f / (kLinearEps + dot);
-#pragma unroll
-  for (int i = 0; i < PerLane; ++i) fine[i] += linear[i] * inverse + (bias ? bias[d0 + i] : 0.0f);
-  reinterpret_cast<Word*>(out + row * kDim)[lane] = pack<PerLane>(fine);
-}
-
 void check_head_dim(int64_t head_dim) {
   check(head_dim == 64 || head_dim == 128,
         "sla_attn on the GPU: head size {} (64 and 128 are compiled in); use --device cpu",
@@ -224,8 +217,8 @@ void sla_block_means(const void* x, int64_t token_stride, float* means, int64_t 
 void sla_smooth_key_means(float* means, int64_t pairs, int64_t blocks, int64_t head_dim,
                           int64_t seq, int64_t block, cudaStream_t stream) {
   if (pairs * head_dim == 0) return;
-  smooth_keys_kernel<<<blocks_for(pairs * head_dim, 128), 128, 0, stream>>>(means, pairs, blocks,
-                                                                            head_dim, seq, block);
+  const dim3 grid(unsigned(pairs), unsigned((head_dim + 31) / 32));
+  smooth_keys_kernel<<<grid, kSmoothWarps * 32, 0, stream>>>(means, blocks, head_dim, seq, block);
   MMGEN_CUDA_CHECK_LAUNCH();
 }
 
@@ -238,17 +231,18 @@ void sla_expand_lists(const int32_t* selected, int64_t lists, int64_t kept, int6
 }
 
 void sla_feature_map(const void* x, int64_t token_stride, int64_t batch, int64_t seq, int64_t heads,
-                     int64_t head_dim, SlaFeature map, uint16_t* y, cudaStream_t stream) {
+                     int64_t head_dim, SlaFeature map, const float* key_sums, uint16_t* y,
+                     cudaStream_t stream) {
   check_head_dim(head_dim);
   const int64_t rows = batch * seq * heads;
   if (rows == 0) return;
   const auto* in = static_cast<const uint16_t*>(x);
   if (head_dim == 64)
-    feature_map_kernel<2><<<blocks_for(rows * 32, 256), 256, 0, stream>>>(in, token_stride, seq,
-                                                                          heads, map, y, rows);
+    feature_map_kernel<2><<<blocks_for(rows * 32, 256), 256, 0, stream>>>(
+        in, token_stride, seq, heads, map, key_sums, y, rows);
   else
-    feature_map_kernel<4><<<blocks_for(rows * 32, 256), 256, 0, stream>>>(in, token_stride, seq,
-                                                                          heads, map, y, rows);
+    feature_map_kernel<4><<<blocks_for(rows * 32, 256), 256, 0, stream>>>(
+        in, token_stride, seq, heads, map, key_sums, y, rows);
   MMGEN_CUDA_CHECK_LAUNCH();
 }
 
@@ -266,23 +260,6 @@ void sla_column_sums(const uint16_t* y, int64_t batch, int64_t seq, int64_t widt
   MMGEN_CUDA_CHECK_LAUNCH();
   chunks_total_kernel<<<blocks_for(batch * width, 256), 256, 0, stream>>>(scratch, batch, chunks,
                                                                           width, sums);
-  MMGEN_CUDA_CHECK_LAUNCH();
-}
-
-void sla_combine(const void* sparse, const float* projected, const uint16_t* phi_q,
-                 const float* sums, const float* bias, int64_t batch, int64_t seq, int64_t heads,
-                 int64_t head_dim, void* out, cudaStream_t stream) {
-  check_head_dim(head_dim);
-  const int64_t rows = batch * seq * heads;
-  if (rows == 0) return;
-  const auto* in = static_cast<const uint16_t*>(sparse);
-  auto* target = static_cast<uint16_t*>(out);
-  if (head_dim == 64)
-    combine_kernel<2><<<blocks_for(rows * 32, 256), 256, 0, stream>>>(
-        in, projected, phi_q, sums, bias, seq, heads, target, rows);
-  else
-    combine_kernel<4><<<blocks_for(rows * 32, 256), 256, 0, stream>>>(
-        in, projected, phi_q, sums, bias, seq, heads, target, rows);
   MMGEN_CUDA_CHECK_LAUNCH();
 }
 

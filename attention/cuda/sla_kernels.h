@@ -28,9 +28,12 @@ void sla_expand_lists(const int32_t* selected, int64_t lists, int64_t kept, int6
                       int32_t* out, cudaStream_t stream = nullptr);
 
 // φ along head_dim (softmax, elu + 1, relu, or none) of every row of x, into y [batch, seq,
-// heads·D] contiguous, bf16 (the products read a head of it in place). head_dim 64 or 128.
+// heads·D] contiguous, bf16 (the products read a head of it in place). With `key_sums` (float32
+// Σφ(k) [batch·heads, D]) each row is also divided by the linear branch's normaliser
+// 1e-5 + φ·Σφ(k), taken from the float32 φ. head_dim 64 or 128.
 void sla_feature_map(const void* x, int64_t token_stride, int64_t batch, int64_t seq, int64_t heads,
-                     int64_t head_dim, SlaFeature map, uint16_t* y, cudaStream_t stream = nullptr);
+                     int64_t head_dim, SlaFeature map, const float* key_sums, uint16_t* y,
+                     cudaStream_t stream = nullptr);
 
 // sums[b, c] = Σ_t y[b, t, c] (float32) for contiguous y [batch, seq, width] (width even): partial
 // sums of row chunks into `scratch` (sla_column_sums_scratch floats), then the chunks in order.
@@ -38,13 +41,5 @@ void sla_feature_map(const void* x, int64_t token_stride, int64_t batch, int64_t
 int64_t sla_column_sums_scratch(int64_t batch, int64_t seq, int64_t width);
 void sla_column_sums(const uint16_t* y, int64_t batch, int64_t seq, int64_t width, float* scratch,
                      float* sums, cudaStream_t stream = nullptr);
-
-// out[b, t, h, :] = sparse[b, t, h, :] + projected[b, t, h, :] / (1e-5 + φq[b, t, h, :] ·
-// sums[b·H + h, :]) + bias (float32 [D], may be null): the linear branch already through proj_l
-// (φq·(φkᵀv)·Wᵀ: the normaliser is per row, so it commutes with the projection), added to the
-// block-sparse output. sparse, φq and out bf16, projected float32, all [batch, seq, heads·D].
-void sla_combine(const void* sparse, const float* projected, const uint16_t* phi_q,
-                 const float* sums, const float* bias, int64_t batch, int64_t seq, int64_t heads,
-                 int64_t head_dim, void* out, cudaStream_t stream = nullptr);
 
 }  // namespace mmgen::cuda

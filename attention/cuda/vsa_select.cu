@@ -1,16 +1,21 @@
 // VSA's coarse branch kernels (vsa_select.h):
 // - cube means: one CTA per (cube, batch), threads along the hidden dimension two columns at a
 //   time (coalesced rows);
-// - selection: one CTA per 8 query cubes of a (batch, head); the query means sit in shared
-//   memory, each warp streams key means (lanes along D) and scores all 8 rows at once, then
+// - scores: one batched float32 product of the query and key means (cuBLASLt, full fp32);
+// - selection: one CTA per 8 query cubes of a (batch, head), their score rows in shared memory;
 //   warp r selects row r's top-k exactly: a bitwise search for the k-th largest score (as
 //   order-preserving integers), then one ordered pass that takes every larger score and the
-//   first ties by index, writing the indices already ascending.
+//   first ties by index, writing the indices already ascending;
+// - coarse output (with a gate): the same warp's softmax of its row, then one batched product of
+//   those probabilities with the value means.
 #include <cmath>
 #include <cstdint>
 
 #include "attention/cuda/vsa_select.h"
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/device_memory.h"
+#include "core/cuda/gemm_f32.h"
+#include "core/error.h"
 
 namespace mmgen::cuda {
 namespace {
@@ -43,6 +48,51 @@ __global__ void cube_means_kernel(const __nv_bfloat16_raw* x, float* means, int6
   }
 }
 
+// The gather into slots and the cube means in one pass: a CTA per (cube, batch), a thread per
+// 16-byte chunk of the row (8 columns), the cube's 64 slots in order, eight rows' loads in flight
+// at a time. Each column sums the cube's valid rows in slot order, as cube_means_kernel does.
+constexpr int kGatherThreads = 256, kGatherRowsInFlight = 8;
+
+__global__ void __launch_bounds__(kGatherThreads)
+    gather_means_kernel(const uint4* __restrict__ x, uint4* __restrict__ y, float* means,
+                        int64_t tokens, int64_t cubes, int64_t heads, int64_t head_dim,
+                        const int32_t* token_of_slot, const int32_t* lengths) {
+  __shared__ int32_t token_of[kVsaCube];
+  const int64_t cube = blockIdx.x, b = blockIdx.y, chunks = heads * head_dim / 8;
+  if (threadIdx.x < kVsaCube) token_of[threadIdx.x] = token_of_slot[cube * kVsaCube + threadIdx.x];
+  __syncthreads();
+  const int length = lengths[cube];
+  const float inverse = length > 0 ? 1.0f / float(length) : 0.0f;
+  const uint4* in = x + b * tokens * chunks;
+  uint4* out = y + (b * cubes + cube) * kVsaCube * chunks;
+  for (int64_t c = threadIdx.x; c < chunks; c += kGatherThreads) {
+    float sum[8] = {};
+    for (int r0 = 0; r0 < kVsaCube; r0 += kGatherRowsInFlight) {
+      uint4 rows[kGatherRowsInFlight];
+#pragma unroll
+      for (int i = 0; i < kGatherRowsInFlight; ++i) {
+        const int32_t token = token_of[r0 + i];
+        rows[i] = token < 0 ? make_uint4(0, 0, 0, 0) : in[int64_t(token) * chunks + c];
+      }
+#pragma unroll
+      for (int i = 0; i < kGatherRowsInFlight; ++i) {
+        out[int64_t(r0 + i) * chunks + c] = rows[i];
+        if (r0 + i >= length) continue;
+        const uint32_t words[4] = {rows[i].x, rows[i].y, rows[i].z, rows[i].w};
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          sum[2 * w] += __uint_as_float(words[w] << 16);
+          sum[2 * w + 1] += __uint_as_float(words[w] & 0xffff0000u);
+        }
+      }
+    }
+    const int64_t column = c * 8, h = column / head_dim, d = column % head_dim;
+    float* mean = means + ((b * heads + h) * cubes + cube) * head_dim + d;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) mean[e] = sum[e] * inverse;
+  }
+}
+
 // Larger float, larger key (for the bitwise search).
 __device__ __forceinline__ uint32_t ordered(float value) {
   const uint32_t bits = __float_as_uint(value);
@@ -50,44 +100,14 @@ __device__ __forceinline__ uint32_t ordered(float value) {
 }
 
 __global__ void __launch_bounds__(kSelectThreads)
-    select_kernel(const float* qc, const float* kc, const float* vc, float scale, int64_t rows,
-                  int64_t cubes, int64_t head_dim, int64_t topk, int32_t* selected, float* coarse) {
-  extern __shared__ float shared[];
-  float* q_rows = shared;                     // [kRows, head_dim]
-  float* scores = shared + kRows * head_dim;  // [kRows, cubes]
+    select_kernel(float* raw_scores, float scale, int64_t rows, int64_t cubes, int64_t topk,
+                  int32_t* selected, bool probabilities) {
+  extern __shared__ float scores[];  // [kRows, cubes]
   const int64_t pair = blockIdx.y, first_row = int64_t(blockIdx.x) * kRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const float* q = qc + pair * rows * head_dim;
-  const float* k = kc + pair * cubes * head_dim;
-  for (int i = threadIdx.x; i < kRows * head_dim; i += kSelectThreads) {
-    const int64_t row = first_row + i / head_dim;
-    q_rows[i] = row < rows ? q[row * head_dim + i % head_dim] : 0.0f;
-  }
-  __syncthreads();
-
-  // Unrolled so a warp's key loads for several cubes are in flight together.
-#pragma unroll 2
-  for (int j = warp; j < int(cubes); j += kRows) {
-    float dot[kRows] = {};
-#pragma unroll 4
-    for (int d = lane; d < int(head_dim); d += 32) {
-      const float key = k[j * head_dim + d];
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) dot[r] = fmaf(q_rows[r * head_dim + d], key, dot[r]);
-    }
-#pragma unroll
-    for (int r = 0; r < kRows; ++r)
-#pragma unroll
-      for (int offset = 16; offset > 0; offset /= 2)
-        dot[r] += __shfl_xor_sync(0xffffffffu, dot[r], offset);
-    if (lane < kRows) {
-      float mine = dot[0];
-#pragma unroll
-      for (int r = 1; r < kRows; ++r)
-        if (lane == r) mine = dot[r];
-      scores[lane * cubes + j] = mine * scale;
-    }
-  }
+  float* raw = raw_scores + (pair * rows + first_row) * cubes;
+  const int64_t here = min(int64_t(kRows), rows - first_row) * cubes;
+  for (int64_t i = threadIdx.x; i < here; i += kSelectThreads) scores[i] = raw[i] * scale;
   __syncthreads();
 
   const int64_t row = first_row + warp;
@@ -121,9 +141,10 @@ __global__ void __launch_bounds__(kSelectThreads)
       ties_seen += __popc(ties);
     }
   }
-  if (!vc) return;
+  if (!probabilities) return;
 
-  // Coarse output: each row's softmax (its warp), then all threads form P·vc along D.
+  // The coarse branch's softmax of each row (its warp), written over the raw scores for the
+  // product with the value means that follows.
   if (row < rows) {
     float* s = scores + warp * cubes;
     float top = -INFINITY;
@@ -134,25 +155,12 @@ __global__ void __launch_bounds__(kSelectThreads)
     for (int64_t j = lane; j < cubes; j += 32) total += s[j] = expf(s[j] - top);
     for (int offset = 16; offset > 0; offset /= 2)
       total += __shfl_xor_sync(0xffffffffu, total, offset);
-    for (int64_t j = lane; j < cubes; j += 32) s[j] /= total;
-  }
-  __syncthreads();
-  const float* v = vc + pair * cubes * head_dim;
-  for (int64_t item = threadIdx.x; item < kRows * head_dim; item += kSelectThreads) {
-    const int r = int(item / head_dim);
-    const int64_t d = item % head_dim;
-    if (first_row + r >= rows) continue;
-    float sum = 0.0f;
-    // Unrolled so the loads of several cubes are in flight (the sum keeps cube order).
-#pragma unroll 8
-    for (int j = 0; j < int(cubes); ++j)
-      sum = fmaf(scores[r * cubes + j], v[int64_t(j) * head_dim + d], sum);
-    coarse[(pair * rows + first_row + r) * head_dim + d] = sum;
+    for (int64_t j = lane; j < cubes; j += 32) raw[warp * cubes + j] = s[j] / total;
   }
 }
 
-int select_shared_bytes(int64_t cubes, int64_t head_dim) {
-  return int((kRows * head_dim + kRows * cubes) * sizeof(float));
+int select_shared_bytes(int64_t cubes) {
+  return int(kRows * cubes * sizeof(float));
 }
 
 }  // namespace
@@ -165,25 +173,49 @@ void vsa_cube_means(const void* x, float* means, int64_t batch, int64_t cubes, i
   MMGEN_CUDA_CHECK_LAUNCH();
 }
 
+void vsa_gather_with_means(const void* x, void* y, float* means, int64_t batch, int64_t tokens,
+                           int64_t cubes, int64_t heads, int64_t head_dim,
+                           const int32_t* token_of_slot, const int32_t* lengths,
+                           cudaStream_t stream) {
+  check(head_dim % 8 == 0, "vsa_gather_with_means: head size {} is not a multiple of 8", head_dim);
+  if (batch * cubes == 0) return;
+  gather_means_kernel<<<dim3(unsigned(cubes), unsigned(batch)), kGatherThreads, 0, stream>>>(
+      static_cast<const uint4*>(x), static_cast<uint4*>(y), means, tokens, cubes, heads, head_dim,
+      token_of_slot, lengths);
+  MMGEN_CUDA_CHECK_LAUNCH();
+}
+
 int64_t vsa_max_cubes() {
-  return kMaxSharedBytes / int64_t(kRows * sizeof(float)) - 256;  // room for D up to 256
+  return kMaxSharedBytes / int64_t(kRows * sizeof(float));
 }
 
 void vsa_select(const float* qc, const float* kc, const float* vc, float scale, int64_t batch,
                 int64_t heads, int64_t rows, int64_t cubes, int64_t head_dim, int64_t topk,
                 int32_t* selected, float* coarse, cudaStream_t stream) {
   if (batch * heads * rows * cubes == 0) return;
-  const int bytes = select_shared_bytes(cubes, head_dim);
+  const int64_t pairs = batch * heads;
+  // Raw scores qc · kcᵀ per pair, [rows, cubes] row-major: one batched float32 product (full
+  // fp32, not TF32); column-major that is C[cubes, rows] = kcᵀ · qc.
+  DeviceBuffer scores(size_t(pairs * rows * cubes) * sizeof(float));
+  gemm_f32(true, false, cubes, rows, head_dim, kc, head_dim, qc, head_dim, scores.as<float>(),
+           cubes, /*tf32=*/false, stream,
+           GemmBatch{pairs, cubes * head_dim, rows * head_dim, rows * cubes});
+  const int bytes = select_shared_bytes(cubes);
   static const bool configured = [] {
     MMGEN_CUDA_CHECK(cudaFuncSetAttribute(
         select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSharedBytes));
     return true;
   }();
   (void)configured;
-  const dim3 grid(unsigned((rows + kRows - 1) / kRows), unsigned(batch * heads));
-  select_kernel<<<grid, kSelectThreads, bytes, stream>>>(qc, kc, vc, scale, rows, cubes, head_dim,
-                                                         topk, selected, coarse);
+  const dim3 grid(unsigned((rows + kRows - 1) / kRows), unsigned(pairs));
+  select_kernel<<<grid, kSelectThreads, bytes, stream>>>(scores.as<float>(), scale, rows, cubes,
+                                                         topk, selected, vc != nullptr);
   MMGEN_CUDA_CHECK_LAUNCH();
+  if (!vc) return;
+  // coarse = P · vc per pair, [rows, D] row-major: column-major C[D, rows] = vc · P.
+  gemm_f32(false, false, head_dim, rows, cubes, vc, head_dim, scores.as<float>(), cubes, coarse,
+           head_dim, /*tf32=*/false, stream,
+           GemmBatch{pairs, cubes * head_dim, rows * cubes, rows * head_dim});
 }
 
 }  // namespace mmgen::cuda

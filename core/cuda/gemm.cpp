@@ -95,11 +95,11 @@ class GemmContext {
   // factor a, so the column-major result is yᵀ = bᵀ·aᵀ, which is y row-major.
   Plan& strided_plan(const MatrixOperand& a, const MatrixOperand& b, int64_t y_row_stride,
                      int64_t y_batch_stride, int64_t m, int64_t n, int64_t k, int64_t batch,
-                     GemmOutput output) {
+                     GemmOutput output, bool bias) {
     std::lock_guard lock(mutex_);
-    const auto key =
-        std::make_tuple(m, n, k, int(output), batch, a.row_stride, a.batch_stride, a.transposed,
-                        b.row_stride, b.batch_stride, b.transposed, y_row_stride, y_batch_stride);
+    const auto key = std::make_tuple(m, n, k, int(output), batch, a.row_stride, a.batch_stride,
+                                     a.transposed, b.row_stride, b.batch_stride, b.transposed,
+                                     y_row_stride, y_batch_stride, bias);
     auto found = strided_plans_.find(key);
     if (found != strided_plans_.end()) return found->second;
     Plan plan;
@@ -111,6 +111,14 @@ class GemmContext {
                                                       &op_b, sizeof(op_b)));
     MMGEN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.operation, CUBLASLT_MATMUL_DESC_TRANSB,
                                                       &op_a, sizeof(op_a)));
+    if (bias) {  // a float32 bias per output column, the same for every product of the batch
+      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+      const cudaDataType_t bias_type = CUDA_R_32F;
+      MMGEN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+          plan.operation, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+      MMGEN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+          plan.operation, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+    }
     // Stored column-major: b (k x n row-major) is [n, k]; transposed storage is [k, n].
     MMGEN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.w_layout, CUDA_R_16BF, b.transposed ? k : n,
                                                   b.transposed ? n : k, b.row_stride));
@@ -168,22 +176,27 @@ class GemmContext {
   DeviceBuffer workspace_;
   std::map<std::tuple<int64_t, int64_t, int64_t, int, bool, int, int64_t>, Plan> plans_;
   std::map<std::tuple<int64_t, int64_t, int64_t, int, int64_t, int64_t, int64_t, bool, int64_t,
-                      int64_t, bool, int64_t, int64_t>,
+                      int64_t, bool, int64_t, int64_t, bool>,
            Plan>
       strided_plans_;
 };
 
 // Runs `plan` (timing its candidates first if it still has them).
-void run_plan(Plan& plan, const void* x, const void* w, void* y, cudaStream_t stream) {
+// `accumulate` (may be null): y = product + accumulate, a matrix of y's layout and type.
+void run_plan(Plan& plan, const void* x, const void* w, void* y, cudaStream_t stream,
+              const void* accumulate = nullptr) {
   GemmContext& context = GemmContext::instance();
   const float one = 1.0f, zero = 0.0f;
+  const void* c = accumulate ? accumulate : y;
   const auto run = [&](const cublasLtMatmulAlgo_t& algorithm) {
     return cublasLtMatmul(context.handle(), plan.operation, &one, w, plan.w_layout, x,
-                          plan.x_layout, &zero, y, plan.y_layout, y, plan.y_layout, &algorithm,
-                          context.workspace(), kWorkspaceBytes, stream);
+                          plan.x_layout, accumulate ? &one : &zero, c, plan.y_layout, y,
+                          plan.y_layout, &algorithm, context.workspace(), kWorkspaceBytes, stream);
   };
   {
     std::lock_guard lock(context.mutex());
+    // Timing runs the product several times: in place it would add `accumulate` each time.
+    if (accumulate == y) plan.candidates.clear();
     if (!plan.candidates.empty()) {
       // Each candidate once to warm it (one that fails to launch is dropped), then two rounds of
       // timings, the second in reverse order, each of kRunsPerTiming runs between two events; a
@@ -247,15 +260,18 @@ void linear_bf16_batched(const void* x, const void* w, void* y, int64_t m, int64
 
 void matmul_bf16(const MatrixOperand& a, const MatrixOperand& b, void* y, int64_t y_row_stride,
                  int64_t y_batch_stride, int64_t m, int64_t n, int64_t k, int64_t batch,
-                 GemmOutput output, cudaStream_t stream) {
+                 GemmOutput output, cudaStream_t stream, const MatmulEpilogue& epilogue) {
   check(m > 0 && n > 0 && k > 0 && batch > 0, "GPU matmul: empty product {} x {}x{}x{}", batch, m,
         n, k);
   check(a.row_stride >= (a.transposed ? m : k) && b.row_stride >= (b.transposed ? k : n) &&
             y_row_stride >= n,
         "GPU matmul: a row stride is shorter than its row");
-  run_plan(GemmContext::instance().strided_plan(a, b, y_row_stride, y_batch_stride, m, n, k, batch,
-                                                output),
-           a.data, b.data, y, stream);
+  Plan& plan = GemmContext::instance().strided_plan(a, b, y_row_stride, y_batch_stride, m, n, k,
+                                                    batch, output, epilogue.bias != nullptr);
+  if (epilogue.bias)
+    MMGEN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        plan.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &epilogue.bias, sizeof(epilogue.bias)));
+  run_plan(plan, a.data, b.data, y, stream, epilogue.accumulate);
 }
 
 }  // namespace mmgen::cuda

@@ -34,11 +34,19 @@ struct MatrixOperand {
   int64_t batch_stride = 0;
   bool transposed = false;
 };
-// y[b] = a[b] · b[b] for b < batch: a is m x k, b is k x n, y is m x n row-major (row stride
-// y_row_stride, product b at y + b·y_batch_stride elements), bf16 or float32; fp32 accumulation,
-// one strided-batched cuBLASLt call.
+// What matmul_bf16's epilogue adds to the product, in fp32 before y's rounding: a matrix of y's
+// layout and dtype (`accumulate`, may be y itself), and a float32 bias per column of y, the same
+// for every product of the batch. Null: nothing.
+struct MatmulEpilogue {
+  const void* accumulate = nullptr;
+  const float* bias = nullptr;
+};
+// y[b] = a[b] · b[b] (+ the epilogue) for b < batch: a is m x k, b is k x n, y is m x n row-major
+// (row stride y_row_stride, product b at y + b·y_batch_stride elements), bf16 or float32; fp32
+// accumulation, one strided-batched cuBLASLt call.
 void matmul_bf16(const MatrixOperand& a, const MatrixOperand& b, void* y, int64_t y_row_stride,
                  int64_t y_batch_stride, int64_t m, int64_t n, int64_t k, int64_t batch,
-                 GemmOutput output, cudaStream_t stream = nullptr);
+                 GemmOutput output, cudaStream_t stream = nullptr,
+                 const MatmulEpilogue& epilogue = {});
 
 }  // namespace mmgen::cuda

@@ -10,9 +10,15 @@
 
 namespace mmgen::cuda {
 
+// A strided batch of products: `count` of them, product i's A, B and C starting i·stride floats on.
+struct GemmBatch {
+  int64_t count = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+};
+
 // op(A) is [m, k] (A stored [k, m] when transpose_a), op(B) [k, n]; leading dimensions in floats.
 void gemm_f32(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const float* a,
               int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, bool tf32,
-              cudaStream_t stream = nullptr);
+              cudaStream_t stream = nullptr, const GemmBatch& batch = {});
 
 }  // namespace mmgen::cuda

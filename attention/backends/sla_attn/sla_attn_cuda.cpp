@@ -10,9 +10,9 @@
 //   linear:    only with the layer's proj_l weights (else it is zero, as on the CPU): φ(q) and
 //              φ(k) along head_dim, φ(k)ᵀv and Σφ(k) per head (cuBLASLt reading each head in
 //              place in the activations' layout, bf16 in, float32 sums), proj_l folded into φ(k)ᵀv
-//              per head (the normaliser 1e-5 + φ(q)·Σφ(k) is per row, so it commutes with the
-//              projection), φ(q) times that, then one pass that normalises, adds the bias and the
-//              sparse output.
+//              per head, φ(q) divided by its row's normaliser 1e-5 + φ(q)·Σφ(k) (per row, so it
+//              commutes with both products), and the last product adding the bias and the
+//              sparse output in its epilogue.
 #include "attention/backends/sla_attn/sla_attn_cuda.h"
 
 #include <spdlog/spdlog.h>
@@ -150,11 +150,12 @@ class SlaCuda final : public SparseSelfAttentionCuda {
     // head of it in place (row stride H·D, heads D apart), so nothing is transposed or copied.
     DeviceBuffer phi_q(size_t(B * S * width) * 2), phi_k(size_t(B * S * width) * 2),
         scratch(size_t(sla_column_sums_scratch(B, S, width)) * 4), key_sums(size_t(pairs * D) * 4),
-        kv(size_t(pairs * D * D) * 2), folded(size_t(pairs * D * D) * 2),
-        projected(size_t(B * S * width) * 4);
-    sla_feature_map(call.q, width, B, S, H, D, map, phi_q.as<uint16_t>());
-    sla_feature_map(call.k, width, B, S, H, D, map, phi_k.as<uint16_t>());
+        kv(size_t(pairs * D * D) * 2), folded(size_t(pairs * D * D) * 2);
+    sla_feature_map(call.k, width, B, S, H, D, map, nullptr, phi_k.as<uint16_t>());
     sla_column_sums(phi_k.as<uint16_t>(), B, S, width, scratch.as<float>(), key_sums.as<float>());
+    // φ(q) already divided by its row's normaliser (which is per row, so it commutes with both
+    // products below).
+    sla_feature_map(call.q, width, B, S, H, D, map, key_sums.as<float>(), phi_q.as<uint16_t>());
     for (int64_t b = 0; b < B; ++b) {
       // φ(k)ᵀv [D, D] per head (bf16 for the next product): φ(k)ᵀ is the stored φ(k) transposed.
       const MatrixOperand phi_k_t{phi_k.as<uint16_t>() + b * S * width, width, D, true};
@@ -162,21 +163,23 @@ class SlaCuda final : public SparseSelfAttentionCuda {
       matmul_bf16(phi_k_t, values, kv.as<uint16_t>() + b * H * D * D, D, D * D, D, D, S, H,
                   GemmOutput::BF16);
     }
-    // proj_l folded into it: (φ(k)ᵀv · Wᵀ)ᵀ = W · (φ(k)ᵀv)ᵀ per head, one batched product; then
-    // φ(q) times that per head. The projection then costs D² per token and head once per call
-    // instead of a pass over every token's output, and no normalised copy is written.
+    // proj_l folded into it: (φ(k)ᵀv · Wᵀ)ᵀ = W · (φ(k)ᵀv)ᵀ per head, one batched product. The
+    // projection then costs D² per token and head once per call instead of a pass over every
+    // token's output.
     linear_bf16_batched(weight_bf16.raw(), kv.data(), folded.data(), D, D, D, pairs,
                         GemmOutput::BF16);
     for (int64_t b = 0; b < B; ++b) {
-      // projected = φ(q) · foldedᵀ per head, written into the [S, H·D] layout.
-      const MatrixOperand phi{phi_q.as<uint16_t>() + b * S * width, width, D};
+      // out = φ(q)/norm · foldedᵀ + bias + the sparse output, per head, the sum and bias in the
+      // product's epilogue: the linear branch never goes to memory on its own.
+      const int64_t at = b * S * width;
+      const MatrixOperand phi{phi_q.as<uint16_t>() + at, width, D};
       const MatrixOperand folded_t{folded.as<uint16_t>() + b * H * D * D, D, D * D, true};
-      matmul_bf16(phi, folded_t, projected.as<float>() + b * S * width, width, D, S, D, D, H,
-                  GemmOutput::F32);
+      MatmulEpilogue epilogue;
+      epilogue.accumulate = static_cast<const uint16_t*>(sparse_out.data()) + at;
+      epilogue.bias = bias ? reinterpret_cast<const float*>(bias_f32.raw()) : nullptr;
+      matmul_bf16(phi, folded_t, static_cast<uint16_t*>(call.out) + at, width, D, S, D, D, H,
+                  GemmOutput::BF16, nullptr, epilogue);
     }
-    sla_combine(
-        sparse_out.data(), projected.as<float>(), phi_q.as<uint16_t>(), key_sums.as<float>(),
-        bias ? reinterpret_cast<const float*>(bias_f32.raw()) : nullptr, B, S, H, D, call.out);
   }
 
   void count(const DeviceBuffer& selected, int64_t pairs, int64_t nq, int64_t nk, int64_t kept,

@@ -39,18 +39,23 @@ class VideoSparseCuda final : public SparseSelfAttentionCuda {
           vsa_max_cubes());
     const int64_t topk = vsa_topk(sparsity_, cubes);
 
-    SlotBuffers buffers(call, layout);
+    SlotBuffers buffers(call, layout, /*gather=*/false);
     const size_t means_bytes = size_t(pairs * cubes * call.head_dim) * sizeof(float);
     DeviceBuffer qc(means_bytes), kc(means_bytes), vc, coarse;
     const int32_t* lengths = layout.key_lengths.as<int32_t>();  // one key block per cube
-    vsa_cube_means(buffers.q.data(), qc.as<float>(), call.batch, cubes, call.heads, call.head_dim,
-                   lengths);
-    vsa_cube_means(buffers.k.data(), kc.as<float>(), call.batch, cubes, call.heads, call.head_dim,
-                   lengths);
+    const int32_t* token_of_slot = layout.token_of_slot.as<int32_t>();
+    // Each operand is gathered into cube order and its cube means taken in the same pass.
+    vsa_gather_with_means(call.q, buffers.q.data(), qc.as<float>(), call.batch, call.tokens, cubes,
+                          call.heads, call.head_dim, token_of_slot, lengths);
+    vsa_gather_with_means(call.k, buffers.k.data(), kc.as<float>(), call.batch, call.tokens, cubes,
+                          call.heads, call.head_dim, token_of_slot, lengths);
     if (call.gate) {
       vc = DeviceBuffer(means_bytes), coarse = DeviceBuffer(means_bytes);
-      vsa_cube_means(buffers.v.data(), vc.as<float>(), call.batch, cubes, call.heads, call.head_dim,
-                     lengths);
+      vsa_gather_with_means(call.v, buffers.v.data(), vc.as<float>(), call.batch, call.tokens,
+                            cubes, call.heads, call.head_dim, token_of_slot, lengths);
+    } else {
+      gather_to_slots(call.v, buffers.v.data(), call.batch, call.tokens, layout.slots,
+                      call.heads * call.head_dim, token_of_slot);
     }
     DeviceBuffer selected(size_t(pairs * cubes * topk) * sizeof(int32_t));
     vsa_select(qc.as<float>(), kc.as<float>(), call.gate ? vc.as<float>() : nullptr, call.scale,
