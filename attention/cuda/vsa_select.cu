@@ -107,7 +107,8 @@ __global__ void __launch_bounds__(kSelectThreads)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   float* raw = raw_scores + (pair * rows + first_row) * cubes;
   const int64_t here = min(int64_t(kRows), rows - first_row) * cubes;
-  for (int64_t i = threadIdx.x; i < here; i += kSelectThreads) scores[i] = raw[i] * scale;
+#pragma unroll 4
+  for (int i = threadIdx.x; i < int(here); i += kSelectThreads) scores[i] = raw[i] * scale;
   __syncthreads();
 
   const int64_t row = first_row + warp;
@@ -118,12 +119,14 @@ __global__ void __launch_bounds__(kSelectThreads)
     for (int bit = 31; bit >= 0; --bit) {
       const uint32_t candidate = threshold | (1u << bit);
       int count = 0;
-      for (int64_t j = lane; j < cubes; j += 32) count += ordered(s[j]) >= candidate;
+#pragma unroll 4
+      for (int j = lane; j < int(cubes); j += 32) count += ordered(s[j]) >= candidate;
       count = __reduce_add_sync(0xffffffffu, count);
       if (count >= topk) threshold = candidate;
     }
     int above = 0;
-    for (int64_t j = lane; j < cubes; j += 32) above += ordered(s[j]) > threshold;
+#pragma unroll 4
+    for (int j = lane; j < int(cubes); j += 32) above += ordered(s[j]) > threshold;
     const int ties_wanted = int(topk) - __reduce_add_sync(0xffffffffu, above);
     int32_t* out = selected + (pair * rows + row) * topk;
     int written = 0, ties_seen = 0;

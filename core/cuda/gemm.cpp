@@ -111,13 +111,10 @@ class GemmContext {
                                                       &op_b, sizeof(op_b)));
     MMGEN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.operation, CUBLASLT_MATMUL_DESC_TRANSB,
                                                       &op_a, sizeof(op_a)));
-    if (bias) {  // a float32 bias per output column, the same for every product of the batch
+    if (bias) {  // a bias per output column in y's dtype, the same for every product of the batch
       const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-      const cudaDataType_t bias_type = CUDA_R_32F;
       MMGEN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
           plan.operation, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-      MMGEN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-          plan.operation, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
     }
     // Stored column-major: b (k x n row-major) is [n, k]; transposed storage is [k, n].
     MMGEN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.w_layout, CUDA_R_16BF, b.transposed ? k : n,

@@ -35,11 +35,12 @@ struct MatrixOperand {
   bool transposed = false;
 };
 // What matmul_bf16's epilogue adds to the product, in fp32 before y's rounding: a matrix of y's
-// layout and dtype (`accumulate`, may be y itself), and a float32 bias per column of y, the same
-// for every product of the batch. Null: nothing.
+// layout and dtype (`accumulate`, may be y itself), and a bias per column of y in y's dtype
+// (cuBLASLt takes no float32 bias with a bf16 y here), the same for every product of the batch.
+// Null: nothing.
 struct MatmulEpilogue {
   const void* accumulate = nullptr;
-  const float* bias = nullptr;
+  const void* bias = nullptr;
 };
 // y[b] = a[b] · b[b] (+ the epilogue) for b < batch: a is m x k, b is k x n, y is m x n row-major
 // (row stride y_row_stride, product b at y + b·y_batch_stride elements), bf16 or float32; fp32

@@ -140,9 +140,10 @@ class SlaCuda final : public SparseSelfAttentionCuda {
           shape_string(weight.shape()), device_name(weight.device()));
     check(!bias || (bias->device() == Device::CUDA && bias->numel() == D),
           "sla_attn on the GPU: proj_l.bias must be a [{}] GPU tensor", D);
-    // The projection's operands as the products take them: bf16 weight, float32 bias.
+    // The projection's operands as the products take them: bf16 weight and bias (the bias is
+    // added in the last product's epilogue, which takes it in the output's dtype).
     const Tensor weight_bf16 = weight.to(DType::BF16);
-    const Tensor bias_f32 = bias ? bias->to(DType::F32) : Tensor();
+    const Tensor bias_bf16 = bias ? bias->to(DType::BF16) : Tensor();
     const SlaFeature map = settings_.feature_map == sla::FeatureMap::Softmax ? SlaFeature::Softmax
                            : settings_.feature_map == sla::FeatureMap::Elu   ? SlaFeature::Elu
                                                                              : SlaFeature::Relu;
@@ -176,7 +177,7 @@ class SlaCuda final : public SparseSelfAttentionCuda {
       const MatrixOperand folded_t{folded.as<uint16_t>() + b * H * D * D, D, D * D, true};
       MatmulEpilogue epilogue;
       epilogue.accumulate = static_cast<const uint16_t*>(sparse_out.data()) + at;
-      epilogue.bias = bias ? reinterpret_cast<const float*>(bias_f32.raw()) : nullptr;
+      epilogue.bias = bias ? bias_bf16.raw() : nullptr;
       matmul_bf16(phi, folded_t, static_cast<uint16_t*>(call.out) + at, width, D, S, D, D, H,
                   GemmOutput::BF16, nullptr, epilogue);
     }
