@@ -21,7 +21,7 @@ constexpr unsigned kFull = 0xffffffffu;
 // Tokens per partial sum of the channel means. The sums are in double and of bf16 values (8
 // significant bits): every partial sum is exact while the values span less than about 2^40, so
 // the order of summation (the CPU's is token by token) does not change the result.
-constexpr int64_t kMeanChunk = 64;
+constexpr int64_t kMeanChunk = 256;
 constexpr int kMeanThreads = 256;
 
 __device__ __forceinline__ float bf16_value(uint16_t bits) {
@@ -83,7 +83,7 @@ __device__ __forceinline__ Members members_of(Int8Groups groups, int r) {
   return {(r % 8) / 2 * 2, 8, 8};                               // key row pairs, see below
 }
 
-constexpr int kQuantizeThreads = 256, kQuantizeWarps = kQuantizeThreads / 32;
+constexpr int kQuantizeThreads = 256, kQuantizeWarps = kQuantizeThreads / 32, kBatch = 4;
 
 // Lane `lane`'s four elements 4·lane .. 4·lane + 3 of a row (zeros past head_dim): one 8-byte load
 // when the rows allow it (`vector`: head_dim and the row stride multiples of 4).
@@ -116,22 +116,33 @@ __global__ void __launch_bounds__(kQuantizeThreads)
     return static_cast<const uint16_t*>(args.x) + (b * args.seq + first_row + r) * args.row_stride +
            h * args.head_dim;
   };
-  for (int r = warp; r < span; r += kQuantizeWarps) {
-    float m = 0.0f;
-    if (r < rows) {
-      float value[4];
-      load_four(row_of(r), lane, args.head_dim, vector, value);
+  // Rows go kBatch at a time per warp, their loads issued before any use, so a warp has several
+  // rows in flight.
+  for (int r0 = warp; r0 < span; r0 += kQuantizeWarps * kBatch) {
+    float value[kBatch][4];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int d = 4 * lane + j;
-        if (d < args.head_dim)
-          m = fmaxf(m, fabsf(prepared(value[j], mean ? mean + d : nullptr, args.arithmetic,
-                                      args.multiplier)));
-      }
-      for (int offset = 16; offset > 0; offset >>= 1)
-        m = fmaxf(m, __shfl_xor_sync(kFull, m, offset));
+    for (int i = 0; i < kBatch; ++i) {
+      const int r = r0 + i * kQuantizeWarps;
+      if (r < rows) load_four(row_of(r), lane, args.head_dim, vector, value[i]);
     }
-    if (lane == 0) row_max[r] = m;  // rows past the end count as zeros, as on the CPU
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int r = r0 + i * kQuantizeWarps;
+      if (r >= span) break;
+      float m = 0.0f;
+      if (r < rows) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int d = 4 * lane + j;
+          if (d < args.head_dim)
+            m = fmaxf(m, fabsf(prepared(value[i][j], mean ? mean + d : nullptr, args.arithmetic,
+                                        args.multiplier)));
+        }
+        for (int offset = 16; offset > 0; offset >>= 1)
+          m = fmaxf(m, __shfl_xor_sync(kFull, m, offset));
+      }
+      if (lane == 0) row_max[r] = m;  // rows past the end count as zeros, as on the CPU
+    }
   }
   __syncthreads();
   const bool runs = args.groups == Int8Groups::Runs;
@@ -158,34 +169,45 @@ __global__ void __launch_bounds__(kQuantizeThreads)
   }
   __syncthreads();
   const bool sage = args.arithmetic == Int8Arithmetic::Sage;
-  for (int r = warp; r < rows; r += kQuantizeWarps) {
-    const float m = group_max[runs ? 0 : r];
-    // Sage divides by its scale; SLA multiplies by the reciprocal of its step (both rounded IEEE).
-    const float scale = sage ? (m > 0.0f ? __fdiv_rn(m, 127.0f) : 1.0f) : __fdiv_rn(m, 127.0f);
-    const float inverse = sage || m == 0.0f ? 0.0f : __frcp_rn(scale);
-    float value[4];
-    load_four(row_of(r), lane, args.head_dim, vector, value);
-    const int64_t t = first_row + r;
-    uint32_t packed = 0;
+  for (int r0 = warp; r0 < rows; r0 += kQuantizeWarps * kBatch) {
+    float values[kBatch][4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int d = 4 * lane + j;
-      float level = 0.0f;
-      if (d < args.head_dim && (sage || m > 0.0f)) {
-        const float x =
-            prepared(value[j], mean ? mean + d : nullptr, args.arithmetic, args.multiplier);
-        level = roundf(sage ? __fdiv_rn(x, scale) : __fmul_rn(x, inverse));
-        level = fminf(fmaxf(level, -127.0f), 127.0f);
-      }
-      packed |= uint32_t(uint8_t(int8_t(level))) << (8 * j);
+    for (int i = 0; i < kBatch; ++i) {
+      const int r = r0 + i * kQuantizeWarps;
+      if (r < rows) load_four(row_of(r), lane, args.head_dim, vector, values[i]);
     }
-    reinterpret_cast<uint32_t*>(args.out +
-                                ((b * args.seq + t) * args.heads + h) * kInt8Width)[lane] = packed;
-    if (lane != 0) continue;
-    if (args.row_scales) args.row_scales[pair * args.seq + t] = scale;
-    // Key form: the first two rows of each fragment group of a 64-key block (rows 0, 2, 4, 6).
-    if (args.block_scales && t % 64 < 8 && t % 2 == 0)
-      args.block_scales[(pair * ((args.seq + 63) / 64) + t / 64) * 4 + (t % 64) / 2] = scale;
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int r = r0 + i * kQuantizeWarps;
+      if (r >= rows) break;
+      const float* value = values[i];
+      const float m = group_max[runs ? 0 : r];
+      // Sage divides by its scale; SLA multiplies by the reciprocal of its step (both rounded
+      // IEEE).
+      const float scale = sage ? (m > 0.0f ? __fdiv_rn(m, 127.0f) : 1.0f) : __fdiv_rn(m, 127.0f);
+      const float inverse = sage || m == 0.0f ? 0.0f : __frcp_rn(scale);
+      const int64_t t = first_row + r;
+      uint32_t packed = 0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int d = 4 * lane + j;
+        float level = 0.0f;
+        if (d < args.head_dim && (sage || m > 0.0f)) {
+          const float x =
+              prepared(value[j], mean ? mean + d : nullptr, args.arithmetic, args.multiplier);
+          level = roundf(sage ? __fdiv_rn(x, scale) : __fmul_rn(x, inverse));
+          level = fminf(fmaxf(level, -127.0f), 127.0f);
+        }
+        packed |= uint32_t(uint8_t(int8_t(level))) << (8 * j);
+      }
+      reinterpret_cast<uint32_t*>(args.out + ((b * args.seq + t) * args.heads + h) *
+                                                 kInt8Width)[lane] = packed;
+      if (lane != 0) continue;
+      if (args.row_scales) args.row_scales[pair * args.seq + t] = scale;
+      // Key form: the first two rows of each fragment group of a 64-key block (rows 0, 2, 4, 6).
+      if (args.block_scales && t % 64 < 8 && t % 2 == 0)
+        args.block_scales[(pair * ((args.seq + 63) / 64) + t / 64) * 4 + (t % 64) / 2] = scale;
+    }
   }
 }
 
