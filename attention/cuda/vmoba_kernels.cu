@@ -46,35 +46,48 @@ __device__ __forceinline__ float from_ordered(uint32_t key) {
   return __uint_as_float((key & 0x80000000u) ? key & 0x7fffffffu : ~key);
 }
 
-__global__ void split_means_kernel(const uint16_t* x, uint16_t* parts, int64_t rows, int64_t chunks,
-                                   int64_t stride, int64_t heads, int64_t head_dim,
-                                   const int32_t* lengths) {
+// A CTA per (chunk, batch, 64 columns): lane l sums columns 2l, 2l + 1 (4-byte loads: a warp
+// reads 128 contiguous bytes of a row) over the rows i ≡ warp (mod 8), eight rows' loads in
+// flight; the warps' partial sums are then added in warp order. The sums are in double and of
+// bf16 values (8 significant bits), so every partial sum is exact while the values span less than
+// about 2^40: the order does not change the result, which equals the CPU's slot-order sum.
+constexpr int kMeanWarps = 8, kMeanColumns = 64;
+
+__global__ void __launch_bounds__(kMeanWarps * 32)
+    split_means_kernel(const uint16_t* x, uint16_t* parts, int64_t rows, int64_t chunks,
+                       int64_t stride, int64_t heads, int64_t head_dim, const int32_t* lengths) {
+  __shared__ double partial[kMeanWarps][kMeanColumns];
   const int64_t chunk = blockIdx.x, b = blockIdx.y, width = heads * head_dim;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int length = lengths[chunk];
   const uint16_t* slots = x + (b * chunks + chunk) * stride * width;
-  const int64_t column = int64_t(blockIdx.z) * blockDim.x + threadIdx.x;
+  const int64_t column = int64_t(blockIdx.z) * kMeanColumns + 2 * lane;
+  double sum0 = 0.0, sum1 = 0.0;
   if (column < width) {
+#pragma unroll 8
+    for (int i = warp; i < length; i += kMeanWarps) {
+      const uint32_t two = *reinterpret_cast<const uint32_t*>(slots + int64_t(i) * width + column);
+      sum0 += double(__uint_as_float(two << 16));
+      sum1 += double(__uint_as_float(two & 0xffff0000u));
+    }
+  }
+  partial[warp][2 * lane] = sum0, partial[warp][2 * lane + 1] = sum1;
+  __syncthreads();
+  if (warp != 0) return;
+  for (int e = 0; e < 2; ++e) {
+    const int64_t c = column + e;
+    if (c >= width) break;
     double sum = 0.0;
-    for (int i = 0; i < length; ++i) sum += double(bf16_value(slots[int64_t(i) * width + column]));
+    for (int w = 0; w < kMeanWarps; ++w) sum += partial[w][2 * lane + e];
     const float mean = length ? float(sum / double(length)) : 0.0f;
     const uint16_t hi = bf16_bits(mean);
     const float rest = mean - bf16_value(hi);
     const uint16_t mid = bf16_bits(rest);
     const uint16_t lo = bf16_bits(rest - bf16_value(mid));
-    const int64_t h = column / head_dim, d = column % head_dim;
+    const int64_t h = c / head_dim, d = c % head_dim;
     uint16_t* out = parts + ((b * heads + h) * rows + chunk) * 3 * head_dim;
     out[d] = hi, out[head_dim + d] = mid, out[2 * head_dim + d] = lo;
   }
-}
-
-__global__ void tripled_queries_kernel(const uint16_t* x, uint16_t* y, int64_t b, int64_t h,
-                                       int64_t slots, int64_t heads, int64_t head_dim) {
-  const int64_t item = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (item >= slots * head_dim) return;
-  const int64_t s = item / head_dim, d = item % head_dim;
-  const uint16_t value = x[(b * slots + s) * heads * head_dim + h * head_dim + d];
-  uint16_t* row = y + s * 3 * head_dim;
-  row[d] = value, row[head_dim + d] = value, row[2 * head_dim + d] = value;
 }
 
 __device__ __forceinline__ double warp_sum(double value) {
@@ -346,19 +359,11 @@ unsigned blocks_for(int64_t items, int threads) {
 void vmoba_split_means(const void* x, uint16_t* parts, int64_t rows, int64_t batch, int64_t chunks,
                        int64_t stride, int64_t heads, int64_t head_dim, const int32_t* lengths,
                        cudaStream_t stream) {
+  check(head_dim % 2 == 0, "vmoba_split_means: odd head size {}", head_dim);
   if (batch * chunks == 0) return;
-  // A thread per (chunk, column): long temporal chunks are few, so the columns spread the work.
-  const dim3 grid(unsigned(chunks), unsigned(batch), blocks_for(heads * head_dim, 128));
-  split_means_kernel<<<grid, 128, 0, stream>>>(static_cast<const uint16_t*>(x), parts, rows, chunks,
-                                               stride, heads, head_dim, lengths);
-  MMGEN_CUDA_CHECK_LAUNCH();
-}
-
-void vmoba_tripled_queries(const void* x, uint16_t* y, int64_t b, int64_t h, int64_t slots,
-                           int64_t heads, int64_t head_dim, cudaStream_t stream) {
-  if (slots == 0) return;
-  tripled_queries_kernel<<<blocks_for(slots * head_dim, 256), 256, 0, stream>>>(
-      static_cast<const uint16_t*>(x), y, b, h, slots, heads, head_dim);
+  const dim3 grid(unsigned(chunks), unsigned(batch), blocks_for(heads * head_dim, kMeanColumns));
+  split_means_kernel<<<grid, kMeanWarps * 32, 0, stream>>>(
+      static_cast<const uint16_t*>(x), parts, rows, chunks, stride, heads, head_dim, lengths);
   MMGEN_CUDA_CHECK_LAUNCH();
 }
 

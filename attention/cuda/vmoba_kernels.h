@@ -18,8 +18,9 @@ inline int64_t vmoba_mask_words(int64_t chunks) {
   return (chunks + 31) / 32;
 }
 
-// The chunk mean keys, split so that bf16 products give float32-exact scores: the mean m of chunk
-// c's valid slots of x (summed in double in slot order, then rounded to float, as the CPU does) is
+// The chunk mean keys, split so that bf16 products give float32-exact scores (q·hi + q·mid + q·lo
+// with float32 accumulation is q·m to float32 rounding): the mean m of chunk c's valid slots of x
+// (summed in double, exact in any order for bf16 values, then rounded to float, as the CPU does) is
 // written as three bf16 parts, hi = bf16(m), mid = bf16(m − hi), lo = bf16(m − hi − mid), at
 // parts[((b·H + h)·rows + c)·3D + p·D + d] for p = 0, 1, 2 (rows >= chunks: each pair's block of
 // rows may be padded for the product; the padding is left as it is). x is
@@ -27,12 +28,6 @@ inline int64_t vmoba_mask_words(int64_t chunks) {
 void vmoba_split_means(const void* x, uint16_t* parts, int64_t rows, int64_t batch, int64_t chunks,
                        int64_t stride, int64_t heads, int64_t head_dim, const int32_t* lengths,
                        cudaStream_t stream = nullptr);
-
-// One (batch, head)'s queries, each written three times along its row: y[s, p·D + d] =
-// x[b, s, h·D + d] for p = 0, 1, 2, so that one product y · partsᵀ (k = 3D, float32
-// accumulation) is q·hi + q·mid + q·lo: q·m to float32 rounding. x as above, y [slots, 3D].
-void vmoba_tripled_queries(const void* x, uint16_t* y, int64_t b, int64_t h, int64_t slots,
-                           int64_t heads, int64_t head_dim, cudaStream_t stream = nullptr);
 
 // Largest chunk count vmoba_select takes (each query's keys sit in shared memory).
 int64_t vmoba_max_chunks();

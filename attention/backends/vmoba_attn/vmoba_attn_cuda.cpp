@@ -218,8 +218,7 @@ class VmobaCuda final : public SparseSelfAttentionCuda {
     // Score rows padded to 8 floats (the product's output rows stay 32-byte aligned); the extra
     // means are zero and never read.
     const int64_t padded = round_up(chunks, 8);
-    DeviceBuffer parts(size_t(pairs * padded * 3 * D) * 2), tripled(size_t(slots * 3 * D) * 2),
-        device_counts(counts.size() * 4);
+    DeviceBuffer parts(size_t(pairs * padded * 3 * D) * 2), device_counts(counts.size() * 4);
     MMGEN_CUDA_CHECK(cudaMemset(parts.data(), 0, parts.size()));
     MMGEN_CUDA_CHECK(cudaMemset(device_counts.data(), 0, device_counts.size()));
     vmoba_split_means(buffers.k.data(), parts.as<uint16_t>(), padded, call.batch, chunks,
@@ -231,12 +230,24 @@ class VmobaCuda final : public SparseSelfAttentionCuda {
     DeviceBuffer scores(size_t(group * pair_bytes));
     for (int64_t first = 0; first < pairs; first += group) {
       const int64_t count = std::min(group, pairs - first);
-      for (int64_t p = first; p < first + count; ++p) {
-        vmoba_tripled_queries(buffers.q.data(), tripled.as<uint16_t>(), p / call.heads,
-                              p % call.heads, slots, call.heads, D);
-        linear_bf16(tripled.data(), parts.as<uint16_t>() + p * padded * 3 * D, nullptr,
-                    scores.as<float>() + (p - first) * slots * padded, slots, padded, 3 * D,
-                    GemmOutput::F32);
+      // Scores q·hi + q·mid + q·lo: three batched products over the heads of one batch row, q
+      // read in place, each added to the last in its epilogue (float32).
+      const int64_t width = call.heads * D;
+      for (int64_t p = first; p < first + count;) {
+        const int64_t b = p / call.heads, h0 = p % call.heads;
+        const int64_t heads = std::min(call.heads - h0, first + count - p);
+        float* out = scores.as<float>() + (p - first) * slots * padded;
+        const MatrixOperand queries{buffers.q.as<uint16_t>() + b * slots * width + h0 * D, width,
+                                    D};
+        for (int64_t part = 0; part < 3; ++part) {
+          const MatrixOperand means{parts.as<uint16_t>() + p * padded * 3 * D + part * D, 3 * D,
+                                    padded * 3 * D, true};
+          MatmulEpilogue epilogue;
+          if (part > 0) epilogue.accumulate = out;
+          matmul_bf16(queries, means, out, padded, slots * padded, slots, padded, D, heads,
+                      GemmOutput::F32, nullptr, epilogue);
+        }
+        p += heads;
       }
       mark_step("choose: scores");
       VmobaSelectArgs select;
