@@ -90,6 +90,16 @@ __global__ void __launch_bounds__(kMeanWarps * 32)
   }
 }
 
+__global__ void tripled_queries_kernel(const uint16_t* x, uint16_t* y, int64_t b, int64_t h,
+                                       int64_t slots, int64_t heads, int64_t head_dim) {
+  const int64_t item = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (item >= slots * head_dim) return;
+  const int64_t s = item / head_dim, d = item % head_dim;
+  const uint16_t value = x[(b * slots + s) * heads * head_dim + h * head_dim + d];
+  uint16_t* row = y + s * 3 * head_dim;
+  row[d] = value, row[head_dim + d] = value, row[2 * head_dim + d] = value;
+}
+
 __device__ __forceinline__ double warp_sum(double value) {
   for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(kFull, value, offset);
   return value;
@@ -364,6 +374,14 @@ void vmoba_split_means(const void* x, uint16_t* parts, int64_t rows, int64_t bat
   const dim3 grid(unsigned(chunks), unsigned(batch), blocks_for(heads * head_dim, kMeanColumns));
   split_means_kernel<<<grid, kMeanWarps * 32, 0, stream>>>(
       static_cast<const uint16_t*>(x), parts, rows, chunks, stride, heads, head_dim, lengths);
+  MMGEN_CUDA_CHECK_LAUNCH();
+}
+
+void vmoba_tripled_queries(const void* x, uint16_t* y, int64_t b, int64_t h, int64_t slots,
+                           int64_t heads, int64_t head_dim, cudaStream_t stream) {
+  if (slots == 0) return;
+  tripled_queries_kernel<<<blocks_for(slots * head_dim, 256), 256, 0, stream>>>(
+      static_cast<const uint16_t*>(x), y, b, h, slots, heads, head_dim);
   MMGEN_CUDA_CHECK_LAUNCH();
 }
 

@@ -29,6 +29,12 @@ void vmoba_split_means(const void* x, uint16_t* parts, int64_t rows, int64_t bat
                        int64_t stride, int64_t heads, int64_t head_dim, const int32_t* lengths,
                        cudaStream_t stream = nullptr);
 
+// One (batch, head)'s queries, each written three times along its row: y[s, p·D + d] =
+// x[b, s, h·D + d] for p = 0, 1, 2, so that one product y · partsᵀ (k = 3D, float32
+// accumulation) is q·hi + q·mid + q·lo: q·m to float32 rounding. x as above, y [slots, 3D].
+void vmoba_tripled_queries(const void* x, uint16_t* y, int64_t b, int64_t h, int64_t slots,
+                           int64_t heads, int64_t head_dim, cudaStream_t stream = nullptr);
+
 // Largest chunk count vmoba_select takes (each query's keys sit in shared memory).
 int64_t vmoba_max_chunks();
 
