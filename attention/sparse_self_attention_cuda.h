@@ -167,6 +167,15 @@ struct SlotBuffers {
     gather_to_slots(call.v, v.data(), call.batch, call.tokens, layout.slots, width,
                     layout.token_of_slot.as<int32_t>());
   }
+  // Points the kernel's output at call.out in the tokens' order (through token_of_slot): no
+  // scatter pass afterwards.
+  static void write_in_token_order(FlashAttentionArgs& a, const SelfAttentionCall& call,
+                                   const SlotLayout& layout) {
+    const int64_t width = call.heads * call.head_dim;
+    a.out = call.out;
+    a.out_strides = {call.tokens * width, width, call.head_dim};
+    a.out_rows = layout.token_of_slot.as<int32_t>();
+  }
   FlashAttentionArgs args(const SelfAttentionCall& call, const SlotLayout& layout) {
     FlashAttentionArgs a = packed_args(q.data(), k.data(), v.data(), out.data(), call.batch,
                                        layout.slots, call.heads, call.head_dim, call.scale);

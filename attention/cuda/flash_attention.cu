@@ -267,13 +267,15 @@ __global__ void __launch_bounds__(kThreads, 2) flash_forward_kernel(const FlashA
       const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
       const int64_t row = first_query + warp * kRowsPerWarp + mi * 16 + (lane >> 2) + half * 8;
       if (row >= args.seq_q) continue;
-      bf16* out_row = out + row * args.out_strides.token;
+      const int64_t target = args.out_rows ? args.out_rows[row] : row;
+      bf16* out_row = out + target * args.out_strides.token;
+      if (target >= 0)
 #pragma unroll
-      for (int dn = 0; dn < D / 8; ++dn) {
-        const int column = dn * 8 + 2 * (lane & 3);
-        *reinterpret_cast<uint32_t*>(out_row + column) =
-            pack_bf16x2(acc[mi][dn][2 * half] * inverse, acc[mi][dn][2 * half + 1] * inverse);
-      }
+        for (int dn = 0; dn < D / 8; ++dn) {
+          const int column = dn * 8 + 2 * (lane & 3);
+          *reinterpret_cast<uint32_t*>(out_row + column) =
+              pack_bf16x2(acc[mi][dn][2 * half] * inverse, acc[mi][dn][2 * half + 1] * inverse);
+        }
       if (args.lse && (lane & 3) == 0)
         args.lse[(int64_t(batch) * args.heads + head) * args.seq_q + row] =
             sum > 0.0f ? (row_max[mi][half] + log2f(sum)) * 0.6931471805599453f : -INFINITY;

@@ -54,6 +54,10 @@ struct FlashAttentionArgs {
   // VSA's cubes): entry i = (b * heads + h) * ceil(seq_q / 64) + row / 64. On the Hopper kernel
   // each half of a 128-row CTA then streams its own list, so neither computes the other's blocks.
   bool lists_per_half = false;
+  // Optional, any mode: query row r's output goes to row out_rows[r] of out (one map for every
+  // batch and head; −1: not written), so a kernel over regrouped queries (STA's tiles, VSA's
+  // cubes) writes its result in the tokens' order with no scatter pass. lse stays indexed by r.
+  const int32_t* out_rows = nullptr;
 
   // INT8 scores (SageAttention's Q·Kᵀ; the Hopper kernel only) when q_scales is set: q and k are
   // int8 [batch, seq, heads, kInt8Width] (head_dim zero-padded to 128, strides in elements, which

@@ -477,11 +477,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
     const int64_t row = first_query + consumer * 64 + warp_in_group * 16 + (lane >> 2) + half * 8;
     if (row >= args.seq_q) continue;
-    bf16* out_row = out + row * args.out_strides.token;
+    const int64_t target = args.out_rows ? args.out_rows[row] : row;
+    bf16* out_row = out + target * args.out_strides.token;
+    if (target >= 0)
 #pragma unroll
-    for (int i = 0; i < D / 8; ++i)
-      *reinterpret_cast<uint32_t*>(out_row + i * 8 + 2 * (lane & 3)) =
-          pack_bf16x2(acc[4 * i + 2 * half] * inverse, acc[4 * i + 2 * half + 1] * inverse);
+      for (int i = 0; i < D / 8; ++i)
+        *reinterpret_cast<uint32_t*>(out_row + i * 8 + 2 * (lane & 3)) =
+            pack_bf16x2(acc[4 * i + 2 * half] * inverse, acc[4 * i + 2 * half + 1] * inverse);
     if (args.lse && (lane & 3) == 0)
       args.lse[(int64_t(batch) * args.heads + head) * args.seq_q + row] =
           sum > 0.0f ? (rows.max[half] + log2f(sum)) * 0.6931471805599453f : -INFINITY;

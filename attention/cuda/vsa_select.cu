@@ -3,9 +3,9 @@
 //   time (coalesced rows);
 // - scores: one batched float32 product of the query and key means (cuBLASLt, full fp32);
 // - selection: one CTA per 8 query cubes of a (batch, head), their score rows in shared memory;
-//   warp r selects row r's top-k exactly: a bitwise search for the k-th largest score (as
-//   order-preserving integers), then one ordered pass that takes every larger score and the
-//   first ties by index, writing the indices already ascending;
+//   warp r selects row r's top-k exactly: a byte-wise radix search for the k-th largest score
+//   (as order-preserving integers; four histogram passes), then one ordered pass that takes every
+//   larger score and the first ties by index, writing the indices already ascending;
 // - coarse output (with a gate): the same warp's softmax of its row, then one batched product of
 //   those probabilities with the value means.
 #include <cmath>
@@ -99,10 +99,60 @@ __device__ __forceinline__ uint32_t ordered(float value) {
   return (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
 }
 
+// The topk-th largest of the order-preserving keys of s[0 .. count) (one warp; `histogram` is
+// the warp's 256 ints). topk <= 0 gives the largest key value there is (nothing reaches it but
+// ties), topk >= count gives 0 (everything is above or at it).
+__device__ uint32_t kth_largest(const float* s, int count, int topk, int* histogram, int lane) {
+  if (topk <= 0) return 0xffffffffu;
+  if (topk >= count) return 0u;
+  uint32_t threshold = 0, known = 0;
+  int wanted = topk;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int i = lane; i < 256; i += 32) histogram[i] = 0;
+    __syncwarp();
+#pragma unroll 4
+    for (int j = lane; j < count; j += 32) {
+      const uint32_t key = ordered(s[j]);
+      if ((key & known) == threshold) atomicAdd(&histogram[(key >> shift) & 255], 1);
+    }
+    __syncwarp();
+    // Lane l holds bytes 255 − 8l down to 248 − 8l; `before` counts the keys with a larger byte.
+    int mine[8], total = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) total += mine[i] = histogram[255 - 8 * lane - i];
+    int through = total;
+    for (int offset = 1; offset < 32; offset *= 2) {
+      const int other = __shfl_up_sync(0xffffffffu, through, offset);
+      if (lane >= offset) through += other;
+    }
+    const int before = through - total;
+    const int holder = __ffs(__ballot_sync(0xffffffffu, before < wanted && through >= wanted)) - 1;
+    int byte = 0, larger = 0;
+    if (lane == holder) {
+      int run = before;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        if (run + mine[i] >= wanted) {
+          byte = 255 - 8 * lane - i, larger = run;
+          break;
+        }
+        run += mine[i];
+      }
+    }
+    byte = __shfl_sync(0xffffffffu, byte, holder);
+    larger = __shfl_sync(0xffffffffu, larger, holder);
+    threshold |= uint32_t(byte) << shift, known |= 255u << shift;
+    wanted -= larger;
+    __syncwarp();
+  }
+  return threshold;
+}
+
 __global__ void __launch_bounds__(kSelectThreads)
     select_kernel(float* raw_scores, float scale, int64_t rows, int64_t cubes, int64_t topk,
                   int32_t* selected, bool probabilities) {
   extern __shared__ float scores[];  // [kRows, cubes]
+  __shared__ int bins[kRows][256];   // each warp's byte histogram
   const int64_t pair = blockIdx.y, first_row = int64_t(blockIdx.x) * kRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   float* raw = raw_scores + (pair * rows + first_row) * cubes;
@@ -114,16 +164,10 @@ __global__ void __launch_bounds__(kSelectThreads)
   const int64_t row = first_row + warp;
   if (row < rows) {
     const float* s = scores + warp * cubes;
-    // The k-th largest key: the largest threshold that at least `topk` keys reach.
-    uint32_t threshold = 0;
-    for (int bit = 31; bit >= 0; --bit) {
-      const uint32_t candidate = threshold | (1u << bit);
-      int count = 0;
-#pragma unroll 4
-      for (int j = lane; j < int(cubes); j += 32) count += ordered(s[j]) >= candidate;
-      count = __reduce_add_sync(0xffffffffu, count);
-      if (count >= topk) threshold = candidate;
-    }
+    // The k-th largest key (the largest threshold that at least `topk` keys reach), a byte at a
+    // time from the top: a histogram of the next byte over the keys that match the bytes found
+    // so far, then the byte at which the count from the top first reaches the keys still wanted.
+    const uint32_t threshold = kth_largest(s, int(cubes), int(topk), bins[warp], lane);
     int above = 0;
 #pragma unroll 4
     for (int j = lane; j < int(cubes); j += 32) above += ordered(s[j]) > threshold;

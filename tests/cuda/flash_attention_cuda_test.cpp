@@ -26,6 +26,9 @@ struct Case {
   // Block-sparse only: random valid lengths per key block (padded edge tiles) and lists per 64
   // query rows instead of 128.
   bool lengths_and_halves = false;
+  // out_rows: query row r written to output row Sq − 1 − r, and every row r ≡ 3 (mod 7) not
+  // written at all (its target row must stay untouched).
+  bool scattered_out = false;
 };
 
 // Block lists: each (b, h, query block) keeps each key block with probability `density`; some
@@ -170,6 +173,14 @@ void run_case(const Case& c, FlashKernel kernel, std::mt19937& generator) {
       args.lists_per_half = true;
     }
   }
+  std::vector<int32_t> out_rows;
+  DeviceBuffer device_out_rows;
+  if (c.scattered_out) {
+    for (int64_t r = 0; r < Sq; ++r) out_rows.push_back(r % 7 == 3 ? -1 : int32_t(Sq - 1 - r));
+    device_out_rows = DeviceBuffer(out_rows.size() * 4);
+    device_out_rows.upload(out_rows.data(), out_rows.size() * 4);
+    args.out_rows = device_out_rows.as<int32_t>();
+  }
   flash_attention_forward(args);
   MMGEN_CUDA_CHECK(cudaDeviceSynchronize());
 
@@ -177,12 +188,21 @@ void run_case(const Case& c, FlashKernel kernel, std::mt19937& generator) {
   std::vector<float> lse(size_t(B * H * Sq));
   device_out.download(out_bits.data(), out_bits.size() * 2);
   device_lse.download(lse.data(), lse.size() * 4);
-  std::vector<double> actual(out_bits.size());
-  bool all_finite = true;
-  for (size_t i = 0; i < out_bits.size(); ++i) {
-    actual[i] = bf16_to_f32(out_bits[i]);
-    all_finite = all_finite && std::isfinite(actual[i]);
-  }
+  std::vector<double> actual, wanted;
+  bool all_finite = true, untouched = true;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t r = 0; r < Sq; ++r) {
+      const int64_t target = c.scattered_out ? out_rows[size_t(r)] : r;
+      for (int64_t e = 0; e < H * D; ++e) {
+        if (target < 0) {  // row Sq − 1 − r is nobody's target: still the 0xffff fill
+          untouched = untouched && out_bits[size_t((b * Sq + Sq - 1 - r) * H * D + e)] == 0xffff;
+          continue;
+        }
+        actual.push_back(bf16_to_f32(out_bits[size_t((b * Sq + target) * H * D + e)]));
+        wanted.push_back(expected[size_t((b * Sq + r) * H * D + e)]);
+        all_finite = all_finite && std::isfinite(actual.back());
+      }
+    }
   double lse_error = 0;
   bool lse_ok = true;
   for (size_t i = 0; i < lse.size(); ++i) {
@@ -193,12 +213,14 @@ void run_case(const Case& c, FlashKernel kernel, std::mt19937& generator) {
       lse_error = std::max(lse_error, std::abs(lse[i] - expected_lse[i]));
     }
   }
-  const double error = relative_error(actual, expected);
+  const double error = relative_error(actual, wanted);
   const std::string name =
-      fmt::format("B={} H={} Sq={} Sk={} D={}{}{}{}", B, H, Sq, Sk, D,
+      fmt::format("B={} H={} Sq={} Sk={} D={}{}{}{}{}", B, H, Sq, Sk, D,
                   c.sparse ? " block-sparse" : " dense", c.packed_qkv ? " packed-qkv" : "",
-                  c.lengths_and_halves ? " key lengths, lists per 64 rows" : "");
+                  c.lengths_and_halves ? " key lengths, lists per 64 rows" : "",
+                  c.scattered_out ? ", rows written through out_rows" : "");
   expect(all_finite, name + ": every output element written and finite");
+  if (c.scattered_out) expect(untouched, name + ": rows with out_rows −1 are not written");
   expect(error < 1e-2, fmt::format("{}: relative error {:.2e} < 1e-2", name, error));
   expect(lse_ok && lse_error < 2e-2,
          fmt::format("{}: LSE max abs error {:.2e} < 2e-2", name, lse_error));
@@ -209,13 +231,21 @@ void run_case(const Case& c, FlashKernel kernel, std::mt19937& generator) {
 int main() {
   std::mt19937 generator(20261123);
   const Case cases[] = {
-      {1, 2, 128, 128, 64, false, false},       {1, 2, 128, 128, 128, false, false},
-      {2, 3, 200, 333, 128, false, false},      {2, 3, 200, 333, 64, false, false},
-      {1, 2, 300, 300, 128, false, true},       {1, 1, 1000, 77, 128, false, false},
-      {1, 2, 1, 64, 64, false, false},          {1, 2, 520, 700, 128, true, false},
-      {2, 2, 390, 390, 64, true, true},         {1, 3, 1024, 1100, 128, true, false},
-      {2, 2, 520, 700, 128, true, false, true}, {1, 3, 390, 390, 64, true, true, true},
+      {1, 2, 128, 128, 64, false, false},
+      {1, 2, 128, 128, 128, false, false},
+      {2, 3, 200, 333, 128, false, false},
+      {2, 3, 200, 333, 64, false, false},
+      {1, 2, 300, 300, 128, false, true},
+      {1, 1, 1000, 77, 128, false, false},
+      {1, 2, 1, 64, 64, false, false},
+      {1, 2, 520, 700, 128, true, false},
+      {2, 2, 390, 390, 64, true, true},
+      {1, 3, 1024, 1100, 128, true, false},
+      {2, 2, 520, 700, 128, true, false, true},
+      {1, 3, 390, 390, 64, true, true, true},
       {1, 2, 130, 200, 128, true, false, true},  // 3 halves: the last CTA's second has no list
+      {2, 3, 200, 333, 128, false, false, false, true},
+      {2, 2, 520, 700, 64, true, false, true, true},
   };
   for (const FlashKernel kernel : {FlashKernel::Portable, FlashKernel::Hopper})
     for (const Case& c : cases) run_case(c, kernel, generator);

@@ -63,9 +63,8 @@ class SlidingTileCuda final : public cuda::SparseSelfAttentionCuda {
     FlashAttentionArgs args = buffers.args(call, *layout_);
     args.block_offsets = lists.offsets.as<int32_t>();
     args.block_indices = lists.indices.as<int32_t>();
+    SlotBuffers::write_in_token_order(args, call, *layout_);
     run_kernel(args);
-    scatter_from_slots(buffers.out.data(), call.out, call.batch, call.tokens, layout_->slots,
-                       call.heads * call.head_dim, layout_->slot_of_token.as<int32_t>());
   }
 
  private:

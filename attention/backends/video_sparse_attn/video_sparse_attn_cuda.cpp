@@ -72,14 +72,14 @@ class VideoSparseCuda final : public SparseSelfAttentionCuda {
     args.block_offsets = offsets_.as<int32_t>();
     args.block_indices = selected.as<int32_t>();
     args.lists_per_half = true;
+    // Without a gate the kernel writes the output in the tokens' order itself; with one, the
+    // scatter adds the gated coarse branch on the way back.
+    if (!call.gate) SlotBuffers::write_in_token_order(args, call, layout);
     run_kernel(args);
     if (call.gate)
       scatter_from_slots_gated(buffers.out.data(), call.out, call.batch, call.tokens, layout.slots,
                                call.heads, call.head_dim, layout.slot_of_token.as<int32_t>(),
                                coarse.as<float>(), call.gate);
-    else
-      scatter_from_slots(buffers.out.data(), call.out, call.batch, call.tokens, layout.slots,
-                         call.heads * call.head_dim, layout.slot_of_token.as<int32_t>());
     if (counting_) count(selected, pairs, cubes, topk, call);
   }
 
