@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "attention/cuda/radix_select.cuh"
 #include "attention/cuda/vmoba_kernels.h"
 #include "core/cuda/cuda_check.h"
 #include "core/error.h"
@@ -37,11 +38,7 @@ __device__ __forceinline__ uint16_t bf16_bits(float value) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(value));
 }
 
-// Larger float, larger key; and back.
-__device__ __forceinline__ uint32_t ordered(float value) {
-  const uint32_t bits = __float_as_uint(value);
-  return (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
-}
+// ordered_key (radix_select.cuh) undone.
 __device__ __forceinline__ float from_ordered(uint32_t key) {
   return __uint_as_float((key & 0x80000000u) ? key & 0x7fffffffu : ~key);
 }
@@ -127,14 +124,15 @@ __device__ __forceinline__ Reach reach(const uint32_t* keys, int chunks, int lan
 
 // One warp per query. The taken entries are those above a cut key plus the first `ties` entries
 // at the cut (lower chunk first): in descending order (ties to the lower chunk) that is the run
-// the CPU takes. The cut comes from a bitwise search over the order-preserving keys: in top-k
-// mode the largest key that at least `need` entries reach; in threshold mode the largest key
-// whose entries at or above it hold the target mass (the entry where the CPU's running mass first
-// reaches the target has that key).
+// the CPU takes. The cut is found over the order-preserving keys: in top-k mode the largest key
+// that at least `need` entries reach (the need-th largest, by a byte-wise radix search); in
+// threshold mode, by a bitwise search, the largest key whose entries at or above it hold the
+// target mass (the entry where the CPU's running mass first reaches the target has that key).
 __global__ void __launch_bounds__(kSelectWarps * 32) select_kernel(VmobaSelectArgs a, int words) {
   extern __shared__ __align__(16) unsigned char shared[];
   uint32_t* all_keys = reinterpret_cast<uint32_t*>(shared);  // [warps, chunks]
   int32_t* histogram = reinterpret_cast<int32_t*>(all_keys + kSelectWarps * a.chunks);
+  __shared__ int bins[kSelectWarps][256];  // each warp's radix histogram (top-k mode)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int chunks = int(a.chunks);
   const int64_t pair = blockIdx.y;
@@ -156,14 +154,13 @@ __global__ void __launch_bounds__(kSelectWarps * 32) select_kernel(VmobaSelectAr
     uint32_t cut = 0;  // take every candidate above it ...
     int ties = 0;      // ... and this many at it
     if (a.topk_mode) {
-      for (int c = lane; c < chunks; c += 32) keys[c] = c != own ? ordered(g[c]) : 0;
+      for (int c = lane; c < chunks; c += 32) keys[c] = c != own ? ordered_key(g[c]) : 0;
       __syncwarp();
       const int need = int(min(a.topk - 1, int64_t(others)));
       if (need > 0) {
-        for (int bit = 31; bit >= 0; --bit) {
-          const uint32_t candidate = cut | (1u << bit);
-          if (reach(keys, chunks, lane, candidate).count >= need) cut = candidate;
-        }
+        // The need-th largest key (the own chunk's 0 is below every other key, and need <=
+        // others, so it is never the one), by the radix search.
+        cut = kth_largest_key([&](int c) { return keys[c]; }, chunks, need, bins[warp], lane);
         ties = need - reach(keys, chunks, lane, cut, true).count;
       } else {
         cut = 0xffffffffu;  // nothing is above it
@@ -182,7 +179,7 @@ __global__ void __launch_bounds__(kSelectWarps * 32) select_kernel(VmobaSelectAr
         total += value;
         if (c == own) own_mass = value;
         // Normalised values are >= 0, so their keys have the top bit set: never 0.
-        keys[c] = c != own ? ordered(value) : 0;
+        keys[c] = c != own ? ordered_key(value) : 0;
       }
       total = warp_sum(total), own_mass = warp_sum(own_mass);
       const double target = fmax(0.0, a.threshold - own_mass / (total + kEps)) * (total + kEps);

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "attention/cuda/radix_select.cuh"
 #include "attention/cuda/vsa_select.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_memory.h"
@@ -93,61 +94,6 @@ __global__ void __launch_bounds__(kGatherThreads)
   }
 }
 
-// Larger float, larger key (for the bitwise search).
-__device__ __forceinline__ uint32_t ordered(float value) {
-  const uint32_t bits = __float_as_uint(value);
-  return (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
-}
-
-// The topk-th largest of the order-preserving keys of s[0 .. count) (one warp; `histogram` is
-// the warp's 256 ints). topk <= 0 gives the largest key value there is (nothing reaches it but
-// ties), topk >= count gives 0 (everything is above or at it).
-__device__ uint32_t kth_largest(const float* s, int count, int topk, int* histogram, int lane) {
-  if (topk <= 0) return 0xffffffffu;
-  if (topk >= count) return 0u;
-  uint32_t threshold = 0, known = 0;
-  int wanted = topk;
-  for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int i = lane; i < 256; i += 32) histogram[i] = 0;
-    __syncwarp();
-#pragma unroll 4
-    for (int j = lane; j < count; j += 32) {
-      const uint32_t key = ordered(s[j]);
-      if ((key & known) == threshold) atomicAdd(&histogram[(key >> shift) & 255], 1);
-    }
-    __syncwarp();
-    // Lane l holds bytes 255 − 8l down to 248 − 8l; `before` counts the keys with a larger byte.
-    int mine[8], total = 0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) total += mine[i] = histogram[255 - 8 * lane - i];
-    int through = total;
-    for (int offset = 1; offset < 32; offset *= 2) {
-      const int other = __shfl_up_sync(0xffffffffu, through, offset);
-      if (lane >= offset) through += other;
-    }
-    const int before = through - total;
-    const int holder = __ffs(__ballot_sync(0xffffffffu, before < wanted && through >= wanted)) - 1;
-    int byte = 0, larger = 0;
-    if (lane == holder) {
-      int run = before;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        if (run + mine[i] >= wanted) {
-          byte = 255 - 8 * lane - i, larger = run;
-          break;
-        }
-        run += mine[i];
-      }
-    }
-    byte = __shfl_sync(0xffffffffu, byte, holder);
-    larger = __shfl_sync(0xffffffffu, larger, holder);
-    threshold |= uint32_t(byte) << shift, known |= 255u << shift;
-    wanted -= larger;
-    __syncwarp();
-  }
-  return threshold;
-}
-
 __global__ void __launch_bounds__(kSelectThreads)
     select_kernel(float* raw_scores, float scale, int64_t rows, int64_t cubes, int64_t topk,
                   int32_t* selected, bool probabilities) {
@@ -167,17 +113,18 @@ __global__ void __launch_bounds__(kSelectThreads)
     // The k-th largest key (the largest threshold that at least `topk` keys reach), a byte at a
     // time from the top: a histogram of the next byte over the keys that match the bytes found
     // so far, then the byte at which the count from the top first reaches the keys still wanted.
-    const uint32_t threshold = kth_largest(s, int(cubes), int(topk), bins[warp], lane);
+    const uint32_t threshold = kth_largest_key([&](int j) { return ordered_key(s[j]); }, int(cubes),
+                                               int(topk), bins[warp], lane);
     int above = 0;
 #pragma unroll 4
-    for (int j = lane; j < int(cubes); j += 32) above += ordered(s[j]) > threshold;
+    for (int j = lane; j < int(cubes); j += 32) above += ordered_key(s[j]) > threshold;
     const int ties_wanted = int(topk) - __reduce_add_sync(0xffffffffu, above);
     int32_t* out = selected + (pair * rows + row) * topk;
     int written = 0, ties_seen = 0;
     const uint32_t lower_lanes = (1u << lane) - 1u;
     for (int64_t base = 0; base < cubes; base += 32) {
       const int64_t j = base + lane;
-      const uint32_t key = j < cubes ? ordered(s[j]) : 0u;
+      const uint32_t key = j < cubes ? ordered_key(s[j]) : 0u;
       const bool tie = j < cubes && key == threshold;
       const uint32_t ties = __ballot_sync(0xffffffffu, tie);
       const bool take = (j < cubes && key > threshold) ||
