@@ -23,6 +23,21 @@ unsigned blocks_for(int64_t items, int threads) {
   return unsigned((items + threads - 1) / threads);
 }
 
+// The sums over rows [first, last) of two adjacent bf16 columns (`at`: the first column's element
+// in row 0; rows `stride` elements apart), each in row order, the rows unrolled so their loads
+// are in flight together.
+__device__ __forceinline__ float2 sum_two_columns(const uint16_t* at, int64_t stride, int64_t first,
+                                                  int64_t last) {
+  float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll 8
+  for (int64_t t = first; t < last; ++t) {
+    const uint32_t two = *reinterpret_cast<const uint32_t*>(at + t * stride);
+    sum0 += __uint_as_float(two << 16);
+    sum1 += __uint_as_float(two & 0xffff0000u);
+  }
+  return make_float2(sum0, sum1);
+}
+
 // A thread per (block, two adjacent columns): a warp reads 128 contiguous bytes per row, and the
 // rows are unrolled so their loads are in flight together; each column still sums its rows in
 // order.
@@ -33,19 +48,13 @@ __global__ void block_means_kernel(const uint16_t* x, int64_t token_stride, floa
   const int64_t column = 2 * (int64_t(blockIdx.z) * blockDim.x + threadIdx.x);
   if (column >= width) return;
   const int64_t first = j * block, last = min(seq, first + block);
-  const uint16_t* at = x + (b * seq) * token_stride + column;
-  float sum0 = 0.0f, sum1 = 0.0f;
-#pragma unroll 8
-  for (int64_t t = first; t < last; ++t) {
-    const uint32_t two = *reinterpret_cast<const uint32_t*>(at + t * token_stride);
-    sum0 += __uint_as_float(two << 16);
-    sum1 += __uint_as_float(two & 0xffff0000u);
-  }
+  const float2 sums =
+      sum_two_columns(x + (b * seq) * token_stride + column, token_stride, first, last);
   const int64_t h = column / head_dim, d = column % head_dim;
   const float count = float(last - first);
   float* out = means + ((b * heads + h) * blocks + j) * head_dim + d;
-  out[0] = sum0 / count;
-  out[1] = sum1 / count;
+  out[0] = sums.x / count;
+  out[1] = sums.y / count;
 }
 
 // A CTA per (pair, 32 columns): warp w sums the blocks j ≡ w (mod 8) of its lane's column in
@@ -173,17 +182,10 @@ __global__ void chunk_sums_kernel(const uint16_t* y, int64_t seq, int64_t width,
   const int64_t chunk = blockIdx.y, b = blockIdx.z;
   if (column >= width) return;
   const int64_t first = chunk * kSumChunk, last = min(seq, first + kSumChunk);
-  const uint16_t* at = y + b * seq * width + column;
-  float sum0 = 0.0f, sum1 = 0.0f;
-#pragma unroll 8
-  for (int64_t t = first; t < last; ++t) {
-    const uint32_t two = *reinterpret_cast<const uint32_t*>(at + t * width);
-    sum0 += __uint_as_float(two << 16);
-    sum1 += __uint_as_float(two & 0xffff0000u);
-  }
+  const float2 sums = sum_two_columns(y + b * seq * width + column, width, first, last);
   float* out = partial + (b * chunks + chunk) * width + column;
-  out[0] = sum0;
-  out[1] = sum1;
+  out[0] = sums.x;
+  out[1] = sums.y;
 }
 
 __global__ void chunks_total_kernel(const float* partial, int64_t batch, int64_t chunks,
