@@ -150,10 +150,11 @@ struct SlotLayout {
 std::shared_ptr<const SlotLayout> make_layout(const attention::BoxTiling& tiling, int64_t stride);
 
 // q, k and v regrouped into a layout's slots, attention through `args` (lists set by the caller),
-// and the result put back in token order.
+// and the result written back in token order: by the kernel itself (write_in_token_order), or
+// from `out`, the result in slots, by the caller (V-MoBA's merge, VSA's gated scatter).
 struct SlotBuffers {
   DeviceBuffer q, k, v, out;
-  // gather = false: the buffers are left for the caller to fill (VSA gathers with its means).
+  // gather = false: q, k and v are left for the caller to fill (VSA gathers with its means).
   SlotBuffers(const SelfAttentionCall& call, const SlotLayout& layout, bool gather = true) {
     const int64_t width = call.heads * call.head_dim;
     const size_t bytes = size_t(call.batch * layout.slots * width) * 2;

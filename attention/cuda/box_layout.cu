@@ -44,15 +44,6 @@ __global__ void gather_kernel(const uint4* __restrict__ x, uint4* __restrict__ y
            y + int64_t(row) * chunks, chunks, threadIdx.x % 32);
 }
 
-__global__ void scatter_kernel(const uint4* __restrict__ y, uint4* __restrict__ x, int tokens,
-                               int slots, int chunks, const int32_t* slot_of_token, int rows) {
-  const int row = blockIdx.x * kRowsPerCta + threadIdx.x / 32;
-  if (row >= rows) return;
-  const int b = row / tokens, token = row % tokens;
-  copy_row(y + (int64_t(b) * slots + slot_of_token[token]) * chunks, x + int64_t(row) * chunks,
-           chunks, threadIdx.x % 32);
-}
-
 // A warp per row, lanes along its bf16 pairs (the gate and the coarse rows are float32).
 __global__ void scatter_gated_kernel(const __nv_bfloat162* __restrict__ y,
                                      __nv_bfloat162* __restrict__ x, int tokens, int slots,
@@ -87,15 +78,6 @@ void gather_to_slots(const void* x, void* y, int64_t batch, int64_t tokens, int6
   gather_kernel<<<ctas_for(batch * slots), kThreads, 0, stream>>>(
       static_cast<const uint4*>(x), static_cast<uint4*>(y), int(tokens), int(slots), int(width / 8),
       token_of_slot, int(batch * slots));
-  MMGEN_CUDA_CHECK_LAUNCH();
-}
-
-void scatter_from_slots(const void* y, void* x, int64_t batch, int64_t tokens, int64_t slots,
-                        int64_t width, const int32_t* slot_of_token, cudaStream_t stream) {
-  if (batch * tokens == 0) return;
-  scatter_kernel<<<ctas_for(batch * tokens), kThreads, 0, stream>>>(
-      static_cast<const uint4*>(y), static_cast<uint4*>(x), int(tokens), int(slots), int(width / 8),
-      slot_of_token, int(batch * tokens));
   MMGEN_CUDA_CHECK_LAUNCH();
 }
 

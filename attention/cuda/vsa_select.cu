@@ -1,6 +1,6 @@
 // VSA's coarse branch kernels (vsa_select.h):
-// - cube means: one CTA per (cube, batch), threads along the hidden dimension two columns at a
-//   time (coalesced rows);
+// - gather with cube means: one CTA per (cube, batch), a thread per 16-byte chunk of the row, the
+//   cube's rows copied into slots and summed in the same pass;
 // - scores: one batched float32 product of the query and key means (cuBLASLt, full fp32);
 // - selection: one CTA per 8 query cubes of a (batch, head), their score rows in shared memory;
 //   warp r selects row r's top-k exactly: a byte-wise radix search for the k-th largest score
@@ -25,33 +25,9 @@ constexpr int kRows = 8;  // query cubes per selection CTA = warps
 constexpr int kSelectThreads = kRows * 32;
 constexpr int kMaxSharedBytes = 200 * 1024;
 
-// A thread per two adjacent columns (4-byte loads: a warp reads 128 contiguous bytes of a row),
-// rows unrolled so their loads are in flight together; each column sums its rows in order.
-__global__ void cube_means_kernel(const __nv_bfloat16_raw* x, float* means, int64_t cubes,
-                                  int64_t heads, int64_t head_dim, const int32_t* lengths) {
-  const int64_t cube = blockIdx.x, b = blockIdx.y, width = heads * head_dim;
-  const int length = lengths[cube];
-  const float inverse = length > 0 ? 1.0f / float(length) : 0.0f;
-  const uint16_t* rows =
-      reinterpret_cast<const uint16_t*>(x) + (b * cubes + cube) * kVsaCube * width;
-  for (int64_t c = 2 * threadIdx.x; c < width; c += 2 * blockDim.x) {
-    float sum0 = 0.0f, sum1 = 0.0f;
-#pragma unroll 8
-    for (int i = 0; i < length; ++i) {
-      const uint32_t two = *reinterpret_cast<const uint32_t*>(rows + int64_t(i) * width + c);
-      sum0 += __uint_as_float(two << 16);
-      sum1 += __uint_as_float(two & 0xffff0000u);
-    }
-    const int64_t h = c / head_dim, d = c % head_dim;
-    float* out = means + ((b * heads + h) * cubes + cube) * head_dim + d;
-    out[0] = sum0 * inverse;
-    out[1] = sum1 * inverse;
-  }
-}
-
 // The gather into slots and the cube means in one pass: a CTA per (cube, batch), a thread per
 // 16-byte chunk of the row (8 columns), the cube's 64 slots in order, eight rows' loads in flight
-// at a time. Each column sums the cube's valid rows in slot order, as cube_means_kernel does.
+// at a time. Each column sums the cube's valid rows in slot order, as the CPU oracle does.
 constexpr int kGatherThreads = 256, kGatherRowsInFlight = 8;
 
 __global__ void __launch_bounds__(kGatherThreads)
@@ -158,14 +134,6 @@ int select_shared_bytes(int64_t cubes) {
 }
 
 }  // namespace
-
-void vsa_cube_means(const void* x, float* means, int64_t batch, int64_t cubes, int64_t heads,
-                    int64_t head_dim, const int32_t* lengths, cudaStream_t stream) {
-  if (batch * cubes == 0) return;
-  cube_means_kernel<<<dim3(unsigned(cubes), unsigned(batch)), 256, 0, stream>>>(
-      static_cast<const __nv_bfloat16_raw*>(x), means, cubes, heads, head_dim, lengths);
-  MMGEN_CUDA_CHECK_LAUNCH();
-}
 
 void vsa_gather_with_means(const void* x, void* y, float* means, int64_t batch, int64_t tokens,
                            int64_t cubes, int64_t heads, int64_t head_dim,
