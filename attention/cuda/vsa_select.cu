@@ -27,7 +27,8 @@ constexpr int kMaxSharedBytes = 200 * 1024;
 
 // The gather into slots and the cube means in one pass: a CTA per (cube, batch), a thread per
 // 16-byte chunk of the row (8 columns), the cube's 64 slots in order, eight rows' loads in flight
-// at a time. Each column sums the cube's valid rows in slot order, as the CPU oracle does.
+// at a time. Each column sums the cube's valid rows in slot order in float32 (the CPU oracle,
+// vsa_coarse.cpp, sums in double; the test bound covers the difference).
 constexpr int kGatherThreads = 256, kGatherRowsInFlight = 8;
 
 __global__ void __launch_bounds__(kGatherThreads)
