@@ -113,14 +113,16 @@ const std::vector<BackendInfo>& paged_catalogue() {
        .page_sizes = kNative},
       {.name = "dual_chunk_flash_attn",
        .family = Family::Paged,
-       .summary = "dual-chunk attention for very long contexts (Qwen2.5-1M style)",
+       .summary = "dual chunk attention for very long contexts (Qwen2.5-1M style): intra-, "
+                  "successive- and inter-chunk regions merged by LSE; dual-chunk models only",
        .aliases = {},
-       .platforms = {P::Cuda},
-       .build_needs = "the FlashAttention kernel",
+       .platforms = {P::Cuda, P::Cpu},
+       .build_needs = "CUDA: the FlashAttention kernel; CPU: mmgen's port of the design",
        .gpu_arch = "sm80+",
-       .dtypes = {"bf16", "fp16"},
+       .dtypes = {"bf16", "fp16", "fp32 (CPU)"},
        .head_sizes = "up to 256",
-       .page_sizes = kNotNative},
+       .page_sizes = kNotNative,
+       .model_attention = ModelAttention::DualChunk},
       {.name = "aiter",
        .family = Family::Paged,
        .summary = "AMD AITER paged attention kernels",
@@ -178,7 +180,8 @@ const std::vector<BackendInfo>& paged_catalogue() {
        .gpu_arch = "sm80+",
        .dtypes = {"bf16", "fp16"},
        .head_sizes = "MLA latent 512 + rope 64",
-       .page_sizes = kNotNative},
+       .page_sizes = kNotNative,
+       .model_attention = ModelAttention::LatentMla},
       {.name = "flashmla",
        .family = Family::Paged,
        .summary = "FlashMLA decode kernels; MLA models only",
@@ -188,7 +191,8 @@ const std::vector<BackendInfo>& paged_catalogue() {
        .gpu_arch = "sm90",
        .dtypes = {"bf16", "fp8"},
        .head_sizes = "MLA latent 512 + rope 64",
-       .page_sizes = kNative},
+       .page_sizes = kNative,
+       .model_attention = ModelAttention::LatentMla},
       {.name = "cutlass_mla",
        .family = Family::Paged,
        .summary = "CUTLASS MLA kernels; MLA models only",
@@ -199,7 +203,8 @@ const std::vector<BackendInfo>& paged_catalogue() {
        .min_gpu_sm = 100,
        .dtypes = {"bf16", "fp8"},
        .head_sizes = "MLA latent 512 + rope 64",
-       .page_sizes = kNative},
+       .page_sizes = kNative,
+       .model_attention = ModelAttention::LatentMla},
       {.name = "trtllm_mla",
        .family = Family::Paged,
        .summary = "TensorRT-LLM MLA kernels; MLA models only",
@@ -210,7 +215,8 @@ const std::vector<BackendInfo>& paged_catalogue() {
        .min_gpu_sm = 100,
        .dtypes = {"bf16", "fp8"},
        .head_sizes = "MLA latent 512 + rope 64",
-       .page_sizes = kNative},
+       .page_sizes = kNative,
+       .model_attention = ModelAttention::LatentMla},
   };
   return catalogue;
 }
@@ -302,6 +308,18 @@ std::string kernel_mismatch(const KernelBuild& kernel, const Machine& machine,
 
 std::string_view family_name(Family family) {
   return family == Family::Dit ? "dit" : "paged";
+}
+
+std::string_view model_attention_name(ModelAttention kind) {
+  switch (kind) {
+    case ModelAttention::Plain:
+      return "plain";
+    case ModelAttention::DualChunk:
+      return "dual chunk";
+    case ModelAttention::LatentMla:
+      return "MLA";
+  }
+  return "?";
 }
 
 std::string_view platform_name(Platform platform) {

@@ -25,6 +25,12 @@ enum class Family { Dit, Paged };
 enum class Platform { Cuda, Rocm, Xpu, Musa, Mps, Npu, Cpu };
 
 std::string_view family_name(Family family);  // "dit", "paged"
+
+// What a paged backend needs of a text encoder's attention layers: plain heads of q, k, v; dual
+// chunk attention (three query rotations, attention/paged/paged_layer.h); or multi-head latent
+// attention (DeepSeek's MLA: a compressed KV latent). A backend runs only its kind of model.
+enum class ModelAttention { Plain, DualChunk, LatentMla };
+std::string_view model_attention_name(ModelAttention kind);  // "plain", "dual chunk", "MLA"
 std::string_view platform_name(Platform platform);
 
 // One setting of a backend's --attention-backend-config.
@@ -56,15 +62,16 @@ struct BackendInfo {
   // The oldest NVIDIA GPU (compute capability x10) with the hardware it needs, where older ones
   // lack it whatever the build (100: Blackwell's FP4 and its MMA); 0: no such limit.
   int min_gpu_sm = 0;
-  std::vector<std::string_view> dtypes = {};   // input dtypes across its platforms
-  std::string_view head_sizes = {};            // e.g. "any", "64, 128"
-  std::string_view page_sizes = {};            // paged family: native page sizes; "" for DiT
-  bool sparse = false;                      // DiT: skips key blocks (not allowed on dense layers)
-  std::string_view extra_weights = {};      // weights it needs beyond a plain checkpoint
-  std::string_view per_step_state = {};     // what it reads or keeps across steps / layers
-  std::string_view fallback = {};           // used when this one cannot run here ("" : none)
-  std::string_view paged_counterpart = {};  // DiT entries: the paged backend text encoders use
-  std::vector<ConfigKey> config = {};       // its --attention-backend-config settings
+  std::vector<std::string_view> dtypes = {};  // input dtypes across its platforms
+  std::string_view head_sizes = {};           // e.g. "any", "64, 128"
+  std::string_view page_sizes = {};           // paged family: native page sizes; "" for DiT
+  bool sparse = false;                        // DiT: skips key blocks (not allowed on dense layers)
+  std::string_view extra_weights = {};        // weights it needs beyond a plain checkpoint
+  std::string_view per_step_state = {};       // what it reads or keeps across steps / layers
+  std::string_view fallback = {};             // used when this one cannot run here ("" : none)
+  std::string_view paged_counterpart = {};    // DiT entries: the paged backend text encoders use
+  ModelAttention model_attention = ModelAttention::Plain;  // paged entries: the models it runs
+  std::vector<ConfigKey> config = {};  // its --attention-backend-config settings
   // A key that holds a group of its settings as a nested object (SGLang's `moba_config` for
   // V-MoBA); "" : none.
   std::string_view config_group = {};

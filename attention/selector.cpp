@@ -286,11 +286,37 @@ LayerChoice select_dense(const ComponentChoice& choice, const ComponentAttention
   return use_auto(note);
 }
 
+// Why `entry` cannot run `component`'s kind of attention; empty when it can.
+std::string model_refusal(const BackendInfo& entry, const ComponentAttention& component) {
+  if (entry.model_attention == component.model_attention) return {};
+  return fmt::format("{} runs only models with {} attention and {}'s is {}", entry.name,
+                     model_attention_name(entry.model_attention), component.name,
+                     model_attention_name(component.model_attention));
+}
+
+// Auto for a text encoder: the platform's preference for plain attention, else the one design
+// of the model's kind.
+std::string auto_paged(const ComponentAttention& component, const Machine& machine) {
+  if (component.model_attention == ModelAttention::Plain)
+    return auto_backend(machine, Family::Paged, machine.dtype, component.head_size);
+  std::vector<std::string> names, notes;
+  for (const BackendInfo& entry : backend_catalogue()) {
+    if (entry.family != Family::Paged || entry.model_attention != component.model_attention)
+      continue;
+    const Availability availability =
+        kernel_availability(machine, Family::Paged, entry.name, machine.dtype, component.head_size);
+    if (availability.ok) return std::string(entry.name);
+    notes.push_back(fmt::format("{}: {}", entry.name, availability.reason));
+  }
+  fail("{} has {} attention, and no backend for it runs here ({})", component.name,
+       model_attention_name(component.model_attention), fmt::join(notes, "; "));
+}
+
 LayerChoice select_paged(const ComponentChoice& choice, const ComponentAttention& component,
                          const Machine& machine) {
   LayerChoice layer{LayerKind::Attention, {}, {}};
   if (choice.source == Source::Auto) {
-    layer.backend = auto_backend(machine, Family::Paged, machine.dtype, component.head_size);
+    layer.backend = auto_paged(component, machine);
     return layer;
   }
   const BackendInfo* paged = find_backend(Family::Paged, choice.requested);
@@ -306,6 +332,9 @@ LayerChoice select_paged(const ComponentChoice& choice, const ComponentAttention
            origin(choice), component.name, fmt::join(backend_names(Family::Paged), ", "),
            choice.requested, hint);
     }
+    const std::string refusal = model_refusal(*paged, component);
+    check(refusal.empty(), "{}: {} cannot use it: {}; choose another backend", origin(choice),
+          component.name, refusal);
     const Attempt attempt = run_or_fall_back(machine, Family::Paged, std::string(paged->name),
                                              machine.dtype, component.head_size);
     check(attempt.ok,
@@ -328,6 +357,13 @@ LayerChoice select_paged(const ComponentChoice& choice, const ComponentAttention
     note = fmt::format("{} is a DiT backend without a paged counterpart", choice.requested);
   }
   if (!target.empty()) {
+    if (std::string refusal = model_refusal(*find_backend(Family::Paged, target), component);
+        !refusal.empty()) {
+      layer.backend = auto_paged(component, machine);
+      layer.fallback = join_notes(join_notes(note, refusal),
+                                  fmt::format("text encoders use auto: {}", layer.backend));
+      return layer;
+    }
     const Attempt attempt =
         run_or_fall_back(machine, Family::Paged, target, machine.dtype, component.head_size);
     if (attempt.ok) {
@@ -337,7 +373,7 @@ LayerChoice select_paged(const ComponentChoice& choice, const ComponentAttention
     }
     note = join_notes(note, attempt.note);
   }
-  layer.backend = auto_backend(machine, Family::Paged, machine.dtype, component.head_size);
+  layer.backend = auto_paged(component, machine);
   layer.fallback = join_notes(note, fmt::format("text encoders use auto: {}", layer.backend));
   return layer;
 }

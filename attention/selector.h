@@ -99,6 +99,9 @@ struct ComponentAttention {
   // A DiT: why the sparse backends cannot run its self-attention; empty when they can. Any
   // sparse choice for it is then an Error that says so.
   std::string sparse_refusal;
+  // A text encoder: the kind of attention its layers have. Only backends of that kind run it, and
+  // auto picks one (dual_chunk_flash_attn for dual chunk attention).
+  ModelAttention model_attention = ModelAttention::Plain;
 };
 
 struct SelectionLevels {

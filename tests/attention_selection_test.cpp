@@ -518,6 +518,36 @@ TEST_F(Selection, TextEncodersMapDitNamesToPagedCounterparts) {
   EXPECT_EQ(choice.primary().backend, "torch_native");
 }
 
+// Dual chunk and MLA backends run only their kind of model, and such a model runs only them.
+TEST_F(Selection, PagedBackendsRunOnlyTheirKindOfModel) {
+  const Machine machine = cpu_with({}, {"triton", "dual_chunk_flash_attn"});
+  EXPECT_ERROR_HAS(
+      choose(kTextEncoder, levels({{"text_encoder", "dual_chunk_flash_attn"}}), machine),
+      "--component-attention-backends text_encoder=dual_chunk_flash_attn",
+      "dual_chunk_flash_attn runs only models with dual chunk attention and "
+      "text_encoder's is plain");
+  EXPECT_ERROR_HAS(choose(kTextEncoder, levels({{"text_encoder", "flashmla"}}), machine),
+                   "flashmla runs only models with MLA attention");
+  // Globally: auto, with the reason.
+  auto choice = choose(kTextEncoder, levels({}, "dual_chunk_flash_attn"), machine);
+  EXPECT_EQ(choice.primary().backend, "triton");
+  EXPECT_EQ(choice.primary().fallback,
+            "dual_chunk_flash_attn runs only models with dual chunk attention and text_encoder's "
+            "is plain; text encoders use auto: triton");
+  ComponentAttention dual = kTextEncoder;
+  dual.model_attention = ModelAttention::DualChunk;
+  EXPECT_EQ(choose(dual, levels(), machine).primary().backend, "dual_chunk_flash_attn");
+  choice = choose(dual, levels({}, "fa"), machine);
+  EXPECT_EQ(choice.primary().backend, "dual_chunk_flash_attn");
+  EXPECT_NE(choice.primary().fallback.find("fa3 runs only models with plain attention"),
+            std::string::npos)
+      << choice.primary().fallback;
+  EXPECT_ERROR_HAS(choose(dual, levels({{"text_encoder", "triton"}}), machine),
+                   "triton runs only models with plain attention and text_encoder's is dual chunk");
+  EXPECT_ERROR_HAS(choose(dual, levels(), cpu_with({}, {"triton"})),
+                   "text_encoder has dual chunk attention, and no backend for it runs here");
+}
+
 TEST_F(Selection, ExplicitOverrideThatDoesNotFitIsAnError) {
   EXPECT_ERROR_HAS(choose(kTextEncoder, levels({{"text_encoder", "torch_sdpa"}})),
                    "--component-attention-backends text_encoder=torch_sdpa",

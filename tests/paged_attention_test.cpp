@@ -23,6 +23,7 @@
 namespace mmgen::attention::paged {
 namespace {
 
+// The designs for plain layers (dual_chunk_flash_attn, for dual-chunk layers, is tested apart).
 const std::vector<std::string> kBackends = {"torch_native", "triton", "flashinfer", "fa3",
                                             "flex_attention"};
 const std::vector<int64_t> kPageSizes = {1, 16, 64};
@@ -471,6 +472,181 @@ TEST(PagedAttention, CatalogueRegistersTheCpuDesigns) {
     EXPECT_TRUE(kernel_availability(this_machine(), Family::Paged, name, "fp32", 64).ok) << name;
   EXPECT_NE(testing::error_message([] { make_paged_backend("fa4"); }).find("no CPU implementation"),
             std::string::npos);
+}
+
+// ------------------------------------------------------------------ dual chunk attention
+
+// Dual chunk attention in double: query position p of chunk c = p / L sees key j ≤ p through its
+// intra rotation (j ≥ c·L), its succ rotation (the chunk before) or its inter rotation (earlier),
+// one softmax over all of them. q [extend, 3·Hq, D] (the variants head-blocked), k / v whole.
+Tensor dual_chunk_reference(const std::vector<RequestData>& requests, const Config& s,
+                            const DualChunk& dca) {
+  int64_t tokens = 0;
+  for (const auto& r : requests) tokens += r.q.size(0);
+  Tensor out = Tensor::zeros({tokens, s.hq, s.d});
+  const int64_t group = s.hq / s.hkv, len = dca.chunk_len();
+  int64_t at = 0;
+  for (const auto& r : requests) {
+    const int64_t seq = r.k.size(0);
+    const double scale = double(s.scale) * dca.logit_scale(seq);
+    for (int64_t i = 0; i < r.q.size(0); ++i, ++at) {
+      const int64_t q_pos = seq - r.q.size(0) + i, chunk0 = q_pos / len * len;
+      for (int64_t h = 0; h < s.hq; ++h) {
+        std::vector<double> score(size_t(q_pos + 1));
+        double max_score = -INFINITY;
+        for (int64_t j = 0; j <= q_pos; ++j) {
+          const int64_t variant = j >= chunk0 ? 0 : j >= chunk0 - len ? 1 : 2;
+          const float* q = r.q.data<float>() + ((i * 3 + variant) * s.hq + h) * s.d;
+          const float* k = r.k.data<float>() + (j * s.hkv + h / group) * s.d;
+          double dot = 0;
+          for (int64_t x = 0; x < s.d; ++x) dot += double(q[x]) * k[x];
+          score[size_t(j)] = dot * scale;
+          max_score = std::max(max_score, score[size_t(j)]);
+        }
+        double sum = 0;
+        for (auto& value : score) sum += value = std::exp(value - max_score);
+        float* o = out.data<float>() + (at * s.hq + h) * s.d;
+        for (int64_t x = 0; x < s.d; ++x) {
+          double acc = 0;
+          for (int64_t j = 0; j <= q_pos; ++j)
+            acc += score[size_t(j)] * r.v.data<float>()[(j * s.hkv + h / group) * s.d + x];
+          o[x] = float(acc / sum);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// Requests with three query rotations per token.
+std::vector<RequestData> dual_chunk_requests(const std::vector<int64_t>& prefix,
+                                             const std::vector<int64_t>& extend, const Config& s,
+                                             std::mt19937& rng) {
+  auto requests = random_requests(prefix, extend, {}, s, rng);
+  for (auto& r : requests) r.q = random_tensor({r.extend, 3 * s.hq, s.d}, rng);
+  return requests;
+}
+
+PagedLayer dual_chunk_layer(const Config& s, const DualChunk& dca) {
+  PagedLayer layer = make_layer(s);
+  layer.dual_chunk = dca;
+  return layer;
+}
+
+TEST(DualChunkAttention, QueryPositionsFollowSGLangsRotaryTables) {
+  const DualChunk dca{.chunk_size = 32, .local_size = 8};  // chunk_len 24
+  EXPECT_EQ(dca.key_position(53), 5);
+  const auto p = dca.query_positions(53);  // 53 % 24 = 5
+  EXPECT_EQ(p.intra, 5);
+  EXPECT_EQ(p.succ, 29);                        // 5 + 24, under chunk_size
+  EXPECT_EQ(p.inter, 32);                       // min(2·24 − 1, 32)
+  EXPECT_EQ(dca.query_positions(71).succ, 32);  // 23 + 24 capped at chunk_size
+  EXPECT_FLOAT_EQ(dca.logit_scale(100), 1.0f);  // no original_max_position_embeddings
+  const DualChunk scaled{.chunk_size = 32, .local_size = 8, .original_max_position_embeddings = 16};
+  EXPECT_NEAR(scaled.logit_scale(100), 0.1 * std::log(100.0 / 16.0) + 1.0, 1e-6);
+  EXPECT_FLOAT_EQ(scaled.logit_scale(10), 1.0f);  // clipped at 1
+}
+
+// Chunks of 24 over prompts of up to 250 tokens: every region, prefixes that end mid-chunk, GQA,
+// the logit scale, page sizes 1 and 16; then three decode steps.
+TEST(DualChunkAttention, ExtendAndDecodeMatchTheReference) {
+  for (int64_t page_size : {int64_t(1), int64_t(16)}) {
+    std::mt19937 rng(21);
+    Config s;
+    const DualChunk dca{.chunk_size = 32, .local_size = 8, .original_max_position_embeddings = 40};
+    auto requests = dual_chunk_requests(kPrefix, kExtend, s, rng);
+    Memory memory(page_size, s);
+    ForwardBatch batch = causal_batch(memory, requests);
+    auto backend = make_paged_backend("dual_chunk_flash_attn");
+    backend->init_forward_metadata(batch);
+    const PagedLayer layer = dual_chunk_layer(s, dca);
+    const Tensor out = backend->forward(pack(requests, &RequestData::q, true),
+                                        pack(requests, &RequestData::k, true),
+                                        pack(requests, &RequestData::v, true), layer, batch);
+    expect_close(out, dual_chunk_reference(requests, s, dca),
+                 "dual chunk extend page " + std::to_string(page_size));
+    for (int step = 0; step < 3; ++step) {
+      ForwardBatch decode;
+      decode.mode = ForwardMode::Decode;
+      decode.req_pool_indices = batch.req_pool_indices;
+      std::vector<int64_t> last;
+      std::vector<RequestData> steps;
+      for (size_t i = 0; i < requests.size(); ++i) {
+        RequestData& r = requests[i];
+        const int64_t seq = r.k.size(0);
+        last.push_back(memory.table.row(batch.req_pool_indices[i])[seq - 1]);
+        decode.seq_lens.push_back(seq + 1);
+        RequestData step_data;
+        step_data.q = random_tensor(Shape{1, 3 * s.hq, s.d}, rng);
+        step_data.k = random_tensor(Shape{1, s.hkv, s.d}, rng);
+        step_data.v = random_tensor(Shape{1, s.hkv, s.d}, rng);
+        RequestData grown;
+        grown.q = step_data.q;
+        grown.k = pack({r, step_data}, &RequestData::k, false);
+        grown.v = pack({r, step_data}, &RequestData::v, false);
+        r = grown;
+        steps.push_back(step_data);
+      }
+      ASSERT_TRUE(memory.allocator.alloc_decode(decode.seq_lens, last, decode.out_cache_loc));
+      for (size_t i = 0; i < requests.size(); ++i)
+        memory.table.row(decode.req_pool_indices[i])[decode.seq_lens[i] - 1] =
+            decode.out_cache_loc[i];
+      decode.req_to_token = &memory.table;
+      decode.kv_pool = &memory.pool;
+      decode.finish_metadata();
+      backend->init_forward_metadata(decode);
+      const Tensor step_out =
+          backend->forward(pack(steps, &RequestData::q, false), pack(steps, &RequestData::k, false),
+                           pack(steps, &RequestData::v, false), layer, decode);
+      expect_close(
+          step_out, dual_chunk_reference(requests, s, dca),
+          "dual chunk decode page " + std::to_string(page_size) + " step " + std::to_string(step));
+    }
+  }
+}
+
+// Within one chunk only the intra rotation is used: the result is plain causal attention of it.
+TEST(DualChunkAttention, PromptsShorterThanAChunkArePlainCausalAttention) {
+  std::mt19937 rng(22);
+  Config s;
+  const DualChunk dca{.chunk_size = 512, .local_size = 64};
+  auto requests = dual_chunk_requests(kPrefix, kExtend, s, rng);
+  Memory memory(16, s);
+  ForwardBatch batch = causal_batch(memory, requests);
+  auto backend = make_paged_backend("dual_chunk_flash_attn");
+  backend->init_forward_metadata(batch);
+  const Tensor out =
+      backend->forward(pack(requests, &RequestData::q, true), pack(requests, &RequestData::k, true),
+                       pack(requests, &RequestData::v, true), dual_chunk_layer(s, dca), batch);
+  std::vector<RequestData> intra = requests;
+  for (auto& r : intra) r.q = r.q.slice(1, 0, s.hq).contiguous();
+  expect_close(out, reference(intra, s), "dual chunk within one chunk");
+}
+
+TEST(DualChunkAttention, OtherDesignsAndOtherLayersAreRefused) {
+  std::mt19937 rng(23);
+  Config s;
+  const DualChunk dca{.chunk_size = 32, .local_size = 8};
+  auto requests = dual_chunk_requests({0}, {10}, s, rng);
+  Memory memory(1, s);
+  ForwardBatch batch = causal_batch(memory, requests);
+  const Tensor q = pack(requests, &RequestData::q, true), k = pack(requests, &RequestData::k, true),
+               v = pack(requests, &RequestData::v, true);
+  auto triton = make_paged_backend("triton");
+  triton->init_forward_metadata(batch);
+  std::string message =
+      testing::error_message([&] { triton->forward(q, k, v, dual_chunk_layer(s, dca), batch); });
+  EXPECT_NE(message.find("only dual_chunk_flash_attn runs"), std::string::npos) << message;
+  auto dual = make_paged_backend("dual_chunk_flash_attn");
+  dual->init_forward_metadata(batch);
+  message = testing::error_message(
+      [&] { dual->forward(q.slice(1, 0, s.hq).contiguous(), k, v, make_layer(s), batch); });
+  EXPECT_NE(message.find("runs only models with dual chunk attention"), std::string::npos)
+      << message;
+  PagedLayer windowed = dual_chunk_layer(s, dca);
+  windowed.sliding_window_size = 8;
+  message = testing::error_message([&] { dual->forward(q, k, v, windowed, batch); });
+  EXPECT_NE(message.find("without a sliding window"), std::string::npos) << message;
 }
 
 // ------------------------------------------------------------------ the runner and its cache

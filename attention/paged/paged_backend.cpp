@@ -28,9 +28,11 @@ Tensor PagedAttentionBackend::forward(const Tensor& q, const Tensor& k, const Te
 PagedAttentionBackend::Inputs PagedAttentionBackend::check_inputs(const Tensor& q, const Tensor& k,
                                                                   const Tensor& v,
                                                                   const PagedLayer& layer,
-                                                                  const ForwardBatch& batch) {
+                                                                  const ForwardBatch& batch,
+                                                                  bool dual_chunk_design) {
   layer.validate();
-  const Shape q_shape = {batch.num_tokens, layer.num_q_heads, layer.head_dim};
+  check_dual_chunk_design(layer, dual_chunk_design, "");
+  const Shape q_shape = {batch.num_tokens, layer.query_rows(), layer.head_dim};
   const Shape kv_shape = {batch.num_tokens, layer.num_kv_heads, layer.head_dim};
   check(q.shape() == q_shape && k.shape() == kv_shape && v.shape() == kv_shape &&
             q.dtype() == DType::F32 && k.dtype() == DType::F32 && v.dtype() == DType::F32,
@@ -58,8 +60,23 @@ const int64_t* PagedAttentionBackend::request_slots(const ForwardBatch& batch, i
   return batch.req_to_token->row(batch.req_pool_indices[size_t(request)]);
 }
 
+void check_dual_chunk_design(const PagedLayer& layer, bool dual_chunk_design,
+                             std::string_view where) {
+  if (dual_chunk_design)
+    check(layer.dual_chunk.enabled(),
+          "{}paged attention layer {}: dual_chunk_flash_attn runs only models with dual chunk "
+          "attention (a dual_chunk_attention_config in the model's config); choose another "
+          "paged backend",
+          where, layer.layer_id);
+  else
+    check(!layer.dual_chunk.enabled(),
+          "{}paged attention layer {}: the model uses dual chunk attention (chunk_size {}), "
+          "which only dual_chunk_flash_attn runs; choose it",
+          where, layer.layer_id, layer.dual_chunk.chunk_size);
+}
+
 std::vector<std::string_view> cpu_paged_backends() {
-  return {"torch_native", "triton", "flashinfer", "fa3", "flex_attention"};
+  return {"torch_native", "triton", "flashinfer", "fa3", "flex_attention", "dual_chunk_flash_attn"};
 }
 
 std::unique_ptr<PagedAttentionBackend> make_paged_backend(std::string_view name,
@@ -69,6 +86,7 @@ std::unique_ptr<PagedAttentionBackend> make_paged_backend(std::string_view name,
   if (name == "flashinfer") return make_flashinfer_backend(options.flashinfer_use_ragged);
   if (name == "fa3") return make_fa3_backend();
   if (name == "flex_attention") return make_flex_attention_backend();
+  if (name == "dual_chunk_flash_attn") return make_dual_chunk_backend();
   fail("paged attention backend '{}' has no CPU implementation in this build; these do: {}", name,
        fmt::join(cpu_paged_backends(), ", "));
 }

@@ -1,5 +1,8 @@
 #include "attention/paged/paged_layer.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/error.h"
 
 namespace mmgen::attention::paged {
@@ -23,6 +26,30 @@ void PagedLayer::validate() const {
         "paged attention layer {}: {} query heads, {} KV heads of {}: KV heads must divide query "
         "heads",
         layer_id, num_q_heads, num_kv_heads, head_dim);
+  if (!dual_chunk.enabled()) return;
+  check(dual_chunk.local_size >= 0 && dual_chunk.chunk_len() > 0 &&
+            dual_chunk.original_max_position_embeddings >= 0,
+        "paged attention layer {}: dual chunk attention needs 0 <= local_size < chunk_size and "
+        "original_max_position_embeddings >= 0, got chunk_size {}, local_size {}, "
+        "original_max_position_embeddings {}",
+        layer_id, dual_chunk.chunk_size, dual_chunk.local_size,
+        dual_chunk.original_max_position_embeddings);
+  check(causal() && sliding_window_size < 0 && bias == nullptr,
+        "paged attention layer {}: dual chunk attention runs causal layers without a sliding "
+        "window or a score bias (as SGLang's dual_chunk_flash_attn)",
+        layer_id);
+}
+
+DualChunk::QueryPositions DualChunk::query_positions(int64_t position) const {
+  const int64_t len = chunk_len(), in_chunk = position % len;
+  return {in_chunk, std::min(in_chunk + len, chunk_size), std::min(2 * len - 1, chunk_size)};
+}
+
+float DualChunk::logit_scale(int64_t length) const {
+  if (original_max_position_embeddings <= 0) return 1.0f;
+  const double scale =
+      0.1 * std::log(double(length) / double(original_max_position_embeddings)) + 1.0;
+  return float(std::max(1.0, scale));
 }
 
 }  // namespace mmgen::attention::paged

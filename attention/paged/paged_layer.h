@@ -40,6 +40,34 @@ class RelativePositionBias final : public ScoreBias {
   int64_t max_len_;
 };
 
+// Dual chunk attention (DCA: Qwen2.5-1M's long-context attention; SGLang's dual_chunk_flash_attn).
+// Positions are cut into chunks of chunk_len = chunk_size − local_size. The model's rotary
+// embedding rotates every key at position % chunk_len and every query three ways, one per region
+// of the keys it sees (query_positions()):
+//   intra: its own chunk, causal — the query at position % chunk_len;
+//   succ:  the chunk before — at position % chunk_len + chunk_len, capped at chunk_size;
+//   inter: every chunk before that — at min(2·chunk_len − 1, chunk_size) for every query.
+// So relative distances stay below chunk_size however long the sequence. A dual-chunk layer's q is
+// [tokens, 3·num_q_heads, head_dim]: heads [0, Hq) the intra rotation, [Hq, 2·Hq) the succ one,
+// [2·Hq, 3·Hq) the inter one (SGLang concatenates the same three, plus two for its sparse mode).
+// With original_max_position_embeddings > 0 the logits of a request of L tokens are multiplied by
+// max(1, 0.1·ln(L / original_max_position_embeddings) + 1).
+struct DualChunk {
+  int64_t chunk_size = 0;  // 0: no dual chunk attention
+  int64_t local_size = 0;
+  int64_t original_max_position_embeddings = 0;
+
+  bool enabled() const { return chunk_size > 0; }
+  int64_t chunk_len() const { return chunk_size - local_size; }
+  int64_t key_position(int64_t position) const { return position % chunk_len(); }
+  struct QueryPositions {
+    int64_t intra, succ, inter;
+  };
+  QueryPositions query_positions(int64_t position) const;
+  // The logit multiplier of a request of `length` tokens.
+  float logit_scale(int64_t length) const;
+};
+
 struct PagedLayer {
   int64_t layer_id = 0;  // index into the KV pool
   int64_t num_q_heads = 1;
@@ -52,10 +80,14 @@ struct PagedLayer {
   // |q − k| ≤ w. −1: no window.
   int64_t sliding_window_size = -1;
   const ScoreBias* bias = nullptr;  // not owned; null: none
+  DualChunk dual_chunk;             // disabled by default
 
   int64_t group() const { return num_q_heads / num_kv_heads; }
+  // Heads of the q a backend takes: num_q_heads, three times that for dual chunk attention.
+  int64_t query_rows() const { return dual_chunk.enabled() ? 3 * num_q_heads : num_q_heads; }
   bool causal() const { return type == AttentionType::Decoder; }
-  // Throws Error when the heads do not divide or sizes are not positive.
+  // Throws Error when the heads do not divide, sizes are not positive, or dual chunk attention is
+  // set on a layer it cannot run (not causal, a window or a bias; chunk sizes that do not fit).
   void validate() const;
 };
 
