@@ -3,7 +3,7 @@
 // indices, the upload through pinned staging, the CUDA-graph buffers, the KV store and the
 // split-KV decode. The designs differ in their key indices (page table vs CSR slots) and in how
 // extend reads the keys: paged_fa3_cuda.cpp (fa3 and flex_attention), paged_flashinfer_cuda.cpp,
-// paged_triton_cuda.cpp, paged_torch_native_cuda.cpp.
+// paged_triton_cuda.cpp, paged_torch_native_cuda.cpp, paged_dual_chunk_cuda.cpp.
 #pragma once
 
 #include <cstdint>
@@ -69,6 +69,8 @@ class PagedBackendCudaBase : public PagedBackendCuda {
     int64_t batch_size = 0, indices = 0, max_pages = 0;
   };
 
+  // Whether this design runs dual chunk attention layers (and only those).
+  virtual bool runs_dual_chunk() const { return false; }
   // The design's key indices for the batch (sections.indices, kv_start, kv_len, max_pages).
   virtual void add_key_indices(const ForwardBatch& batch, MetadataBuilder& builder,
                                Sections& sections, const GraphCapacity* graph) = 0;
@@ -141,6 +143,8 @@ std::unique_ptr<PagedBackendCuda> make_triton_backend_cuda(DeviceKVPool* pool,
 std::unique_ptr<PagedBackendCuda> make_torch_native_backend_cuda(
     DeviceKVPool* pool, const PagedBackendCudaOptions& options);
 std::unique_ptr<PagedBackendCuda> make_flex_attention_backend_cuda(
+    DeviceKVPool* pool, const PagedBackendCudaOptions& options);
+std::unique_ptr<PagedBackendCuda> make_dual_chunk_backend_cuda(
     DeviceKVPool* pool, const PagedBackendCudaOptions& options);
 
 }  // namespace mmgen::cuda::paged

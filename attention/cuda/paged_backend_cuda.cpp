@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "attention/cuda/paged_backend_base.h"
+#include "attention/paged/paged_backend.h"
 #include "core/cuda/cuda_check.h"
 #include "core/error.h"
 
@@ -191,6 +192,7 @@ PagedAttentionParams PagedBackendCudaBase::query_params(const DeviceAttentionIo&
                                                         const ForwardBatch& batch,
                                                         bool extend) const {
   layer.validate();
+  attention::paged::check_dual_chunk_design(layer, runs_dual_chunk(), "GPU ");
   const int64_t d = layer.head_dim, hq = layer.num_q_heads, hkv = layer.num_kv_heads;
   check(layer.bias == nullptr,
         "GPU paged attention layer {}: PagedLayer::bias is the CPU hook; on the GPU the bias is "
@@ -381,7 +383,7 @@ void PagedBackendCudaBase::init_forward_metadata_replay_cuda_graph(int64_t batch
 // ------------------------------------------------------------------ registry
 
 std::vector<std::string_view> cuda_paged_backends() {
-  return {"fa3", "flashinfer", "triton", "torch_native", "flex_attention"};
+  return {"fa3", "flashinfer", "triton", "torch_native", "flex_attention", "dual_chunk_flash_attn"};
 }
 
 std::vector<int> cuda_paged_head_sizes() {
@@ -395,6 +397,7 @@ std::unique_ptr<PagedBackendCuda> make_paged_backend_cuda(std::string_view name,
   if (name == "triton") return make_triton_backend_cuda(pool, options);
   if (name == "torch_native") return make_torch_native_backend_cuda(pool, options);
   if (name == "flex_attention") return make_flex_attention_backend_cuda(pool, options);
+  if (name == "dual_chunk_flash_attn") return make_dual_chunk_backend_cuda(pool, options);
   fail("paged attention backend '{}' has no CUDA implementation in this build; these do: {}", name,
        fmt::join(cuda_paged_backends(), ", "));
 }

@@ -34,6 +34,23 @@ __device__ __forceinline__ void visible_keys(const PagedAttentionParams& p, int 
     lo = max(lo, qp - p.window);
     hi = min(hi, qp + p.window + 1);
   }
+  if (p.chunk_len > 0) {  // dual chunk attention: one region of the query's chunk
+    const int64_t chunk0 = qp / p.chunk_len * p.chunk_len;
+    if (p.chunk_region == 0) {
+      lo = max(lo, chunk0);
+    } else if (p.chunk_region == 1) {
+      lo = max(lo, chunk0 - p.chunk_len);
+      hi = min(hi, chunk0);
+    } else {
+      hi = min(hi, chunk0 - p.chunk_len);
+    }
+  }
+}
+
+// Dual chunk attention's per-request multiplier of the scores (1 without it).
+__device__ __forceinline__ float length_scale(const PagedAttentionParams& p, int r) {
+  if (p.length_scale_base <= 0.0f) return 1.0f;
+  return fmaxf(1.0f, 0.1f * logf(float(p.seq_len[r]) / p.length_scale_base) + 1.0f);
 }
 
 // The row (in the packed tokens or the pool) of key position `pos` of request r.
@@ -197,7 +214,7 @@ __global__ void __launch_bounds__(kThreads) paged_tiles_kernel(const PagedAttent
   for (int dn = 0; dn < D / 8; ++dn)
 #pragma unroll
     for (int c = 0; c < 4; ++c) acc[dn][c] = 0.0f;
-  const float scale_log2 = p.scale * kLog2e;
+  const float scale_log2 = p.scale * length_scale(p, r) * kLog2e;
 
   for (int j = 0; j < blocks; ++j) {
     const int buffer = j & 1;
@@ -356,7 +373,7 @@ __global__ void __launch_bounds__(kThreads)
     Vec8<T> raw;
     raw.load(static_cast<const T*>(p.q) + token * p.q_stride + head * D + sub * 8);
     raw.unpack(q);
-    const float factor = p.scale * kLog2e;
+    const float factor = p.scale * length_scale(p, r) * kLog2e;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       q[i] *= factor;
@@ -519,11 +536,16 @@ __global__ void store_kv_kernel(const bf16* k, int64_t k_stride, const bf16* v, 
 
 __global__ void merge_states_kernel(bf16* out_a, int64_t a_stride, const float* lse_a,
                                     const bf16* out_b, int64_t b_stride, const float* lse_b,
-                                    int64_t tokens, int64_t heads, int64_t head_dim) {
+                                    int64_t tokens, int64_t heads, int64_t head_dim,
+                                    float* lse_out) {
   const int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (index >= tokens * heads * head_dim) return;
   const int64_t d = index % head_dim, th = index / head_dim, head = th % heads, token = th / heads;
   const float la = lse_a[th], lb = lse_b[th];
+  if (lse_out && d == 0) {
+    const float m = fmaxf(la, lb);
+    lse_out[th] = m == -INFINITY ? -INFINITY : m + logf(__expf(la - m) + __expf(lb - m));
+  }
   if (lb == -INFINITY) return;
   bf16* a = out_a + token * a_stride + head * head_dim + d;
   const float b = __bfloat162float(out_b[token * b_stride + head * head_dim + d]);
@@ -637,13 +659,14 @@ void store_kv(const void* k, int64_t k_stride, const void* v, int64_t v_stride,
 
 void merge_attention_states(void* out_a, int64_t out_a_stride, const float* lse_a,
                             const void* out_b, int64_t out_b_stride, const float* lse_b,
-                            int64_t tokens, int64_t heads, int64_t head_dim, cudaStream_t stream) {
+                            int64_t tokens, int64_t heads, int64_t head_dim, cudaStream_t stream,
+                            float* lse_out) {
   const int64_t total = tokens * heads * head_dim;
   if (total == 0) return;
   constexpr int kBlock = 256;
   merge_states_kernel<<<unsigned((total + kBlock - 1) / kBlock), kBlock, 0, stream>>>(
       static_cast<bf16*>(out_a), out_a_stride, lse_a, static_cast<const bf16*>(out_b), out_b_stride,
-      lse_b, tokens, heads, head_dim);
+      lse_b, tokens, heads, head_dim, lse_out);
   MMGEN_CUDA_CHECK_LAUNCH();
 }
 

@@ -68,6 +68,15 @@ struct PagedAttentionParams {
   const void* v_new = nullptr;
   int64_t k_new_stride = 0, v_new_stride = 0;
 
+  // Dual chunk attention (attention/paged/paged_layer.h): chunk_len > 0 cuts a query's keys to
+  // one region of its chunk c = qp / chunk_len — 0 intra: [c·L, ...) (with the causal rule),
+  // 1 succ: [(c − 1)·L, c·L), 2 inter: [0, (c − 1)·L). length_scale_base > 0 multiplies request
+  // r's scores by max(1, 0.1·ln(seq_len[r] / length_scale_base) + 1).
+  int64_t chunk_len = 0;
+  int chunk_region = 0;
+  float length_scale_base = 0.0f;
+  const int32_t* seq_len = nullptr;
+
   // Work lists, device int32: the request of each packed token (row kernel), and the
   // (request, first query within it) pair of each 64-token query tile (tile kernel).
   const int32_t* token_request = nullptr;
@@ -103,8 +112,10 @@ void store_kv(const void* k, int64_t k_stride, const void* v, int64_t v_stride,
 
 // FlashInfer's merge_state: out_a = the LSE-weighted combination of two partial results over
 // disjoint key sets (out_a / out_b bf16 rows of [heads, head_dim], lse fp32 [tokens, heads]).
+// lse_out (not lse_a: other threads still read it), when given, gets the merged LSE.
 void merge_attention_states(void* out_a, int64_t out_a_stride, const float* lse_a,
                             const void* out_b, int64_t out_b_stride, const float* lse_b,
-                            int64_t tokens, int64_t heads, int64_t head_dim, cudaStream_t stream);
+                            int64_t tokens, int64_t heads, int64_t head_dim, cudaStream_t stream,
+                            float* lse_out = nullptr);
 
 }  // namespace mmgen::cuda::paged

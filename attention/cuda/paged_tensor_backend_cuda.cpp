@@ -65,7 +65,7 @@ class TensorPagedBackendCuda final : public PagedAttentionBackend {
           "GPU paged attention: q, k, v must be bf16 (or float32, the exact mode), got {}",
           dtype_name(dtype));
     DeviceAttentionIo io;
-    io.q_stride = token_stride(q, "q", tokens, layer.num_q_heads, layer.head_dim, dtype);
+    io.q_stride = token_stride(q, "q", tokens, layer.query_rows(), layer.head_dim, dtype);
     io.k_stride = token_stride(k, "k", tokens, layer.num_kv_heads, layer.head_dim, dtype);
     io.v_stride = token_stride(v, "v", tokens, layer.num_kv_heads, layer.head_dim, dtype);
     Tensor out = Tensor::empty({tokens, layer.num_q_heads, layer.head_dim}, dtype, Device::CUDA);

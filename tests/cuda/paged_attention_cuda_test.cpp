@@ -1,7 +1,8 @@
 // The GPU paged backends (fa3 and flex_attention: native page table; flashinfer: ragged + paged
 // CSR, and its paged-only mode; triton: prefix through CSR slots and new tokens packed in one
 // softmax, split-KV decode; torch_native: whole sequences through the request rows, the row
-// kernel) against the CPU torch_native backend (itself checked against a
+// kernel; dual_chunk_flash_attn: three regions merged by LSE, against the CPU dual chunk design)
+// against the CPU torch_native backend (itself checked against a
 // double-precision formula) on the same bf16-rounded inputs and the same slots: ragged causal
 // extends, a continued request (its own partial last page), a prefix hit on another request's
 // pages, decode steps, grouped-query attention, a sliding window, page sizes 1 and 16, the tile
@@ -80,16 +81,31 @@ bool finite(const std::vector<double>& values) {
   return true;
 }
 
+// Dual chunk layers: chunks of 32 over sequences of up to ~200 tokens (every region), with the
+// length scale active beyond 64 tokens.
+const ap::DualChunk kDualChunk{
+    .chunk_size = 48, .local_size = 16, .original_max_position_embeddings = 64};
+
 struct Case {
   std::string backend;
   int64_t page_size = 1, hq = 4, hkv = 2, d = 64, window = -1;
   bool ragged = true, force_rows = false;
+  bool dual_chunk = false;  // dual chunk layers, checked against the CPU dual chunk design
   std::string label() const {
     return fmt::format("{}{} P={} Hq={} Hkv={} D={}{}{}", backend, ragged ? "" : "(paged-only)",
                        page_size, hq, hkv, d, window >= 0 ? fmt::format(" window={}", window) : "",
                        force_rows ? " row kernel" : "");
   }
+  int64_t query_rows() const { return dual_chunk ? 3 * hq : hq; }
 };
+
+// The designs for plain layers (dual_chunk_flash_attn runs dual chunk layers only).
+std::vector<std::string> plain_backends() {
+  std::vector<std::string> names;
+  for (const std::string_view name : cp::cuda_paged_backends())
+    if (name != "dual_chunk_flash_attn") names.emplace_back(name);
+  return names;
+}
 
 // A decoder model's paged state on both sides: one host request table and allocator, a CPU pool
 // and a GPU pool with the same slots.
@@ -101,7 +117,7 @@ class DecoderScenario {
         allocator_(4096, c.page_size),
         cpu_pool_(4096, c.page_size, kLayers, c.hkv, c.d),
         gpu_pool_(4096, c.page_size, kLayers, c.hkv, c.d),
-        cpu_(ap::make_paged_backend("torch_native")),
+        cpu_(ap::make_paged_backend(c.dual_chunk ? "dual_chunk_flash_attn" : "torch_native")),
         rng_(uint32_t(c.page_size * 1000 + c.d + c.hq)) {
     cp::PagedBackendCudaOptions options;
     options.flashinfer_use_ragged = c.ragged;
@@ -119,6 +135,7 @@ class DecoderScenario {
     layer.head_dim = case_.d;
     layer.scaling = float(1.0 / std::sqrt(double(case_.d)));
     layer.sliding_window_size = case_.window;
+    if (case_.dual_chunk) layer.dual_chunk = kDualChunk;
     return layer;
   }
 
@@ -176,7 +193,7 @@ class DecoderScenario {
     double worst = 0;
     const int64_t n = batch.num_tokens;
     for (int64_t l = 0; l < kLayers; ++l) {
-      const Values q = random_values({n, case_.hq, case_.d}, rng_, 1.0f);
+      const Values q = random_values({n, case_.query_rows(), case_.d}, rng_, 1.0f);
       const Values k = random_values({n, case_.hkv, case_.d}, rng_, 1.0f);
       const Values v = random_values({n, case_.hkv, case_.d}, rng_, 1.0f);
       const Tensor expected = cpu_->forward(q.host, k.host, v.host, layer(l), batch);
@@ -233,9 +250,10 @@ void decoder_case(const Case& c) {
   worst = std::max(worst, s.run(s.extend_batch({a, hit, b}, {20, 9, 1})));
   for (int step = 0; step < 3; ++step)
     worst = std::max(worst, s.run(s.decode_batch({a, b, r2, hit})));
-  expect(worst < 1e-2, fmt::format("{}: extend, prefix hits and decode vs CPU torch_native: worst "
-                                   "relative error {:.2e} < 1e-2",
-                                   c.label(), worst));
+  expect(worst < 1e-2,
+         fmt::format("{}: extend, prefix hits and decode vs CPU {}: worst "
+                     "relative error {:.2e} < 1e-2",
+                     c.label(), c.dual_chunk ? "dual_chunk_flash_attn" : "torch_native", worst));
 }
 
 // Encoder-only: packed prompts, no pool, T5-style bias (scale 1), padding, optional window.
@@ -313,6 +331,7 @@ void encoder_case(const std::string& backend, int64_t d, bool force_rows, int64_
 void graph_case(const std::string& backend, int64_t page_size, int64_t d) {
   Case c;
   c.backend = backend;
+  c.dual_chunk = backend == "dual_chunk_flash_attn";
   c.page_size = page_size;
   c.d = d;
   c.hq = 8;
@@ -322,13 +341,13 @@ void graph_case(const std::string& backend, int64_t page_size, int64_t d) {
   for (int i = 0; i < 4; ++i) rows.push_back(s.new_request());
   s.run(s.extend_batch(rows, {300, 17, 64, 1}));  // 300 keys: split-KV decode
 
-  const int64_t max_bs = 4, q_row = c.hq * d, kv_row = c.hkv * d;
+  const int64_t max_bs = 4, q_row = c.query_rows() * d, out_row = c.hq * d, kv_row = c.hkv * d;
   std::vector<cuda::DeviceBuffer> q, k, v, out;
   for (int64_t l = 0; l < kLayers; ++l) {
     q.emplace_back(size_t(max_bs * q_row) * 2);
     k.emplace_back(size_t(max_bs * kv_row) * 2);
     v.emplace_back(size_t(max_bs * kv_row) * 2);
-    out.emplace_back(size_t(max_bs * q_row) * 2);
+    out.emplace_back(size_t(max_bs * out_row) * 2);
   }
   auto step = [&](int64_t, const ap::ForwardBatch& batch) {
     for (int64_t l = 0; l < kLayers; ++l) {
@@ -347,7 +366,7 @@ void graph_case(const std::string& backend, int64_t page_size, int64_t d) {
     std::vector<Tensor> expected;
     s.cpu().init_forward_metadata(batch);
     for (int64_t l = 0; l < kLayers; ++l) {
-      inputs.push_back(random_values({n, c.hq, d}, s.rng(), 1.0f));
+      inputs.push_back(random_values({n, c.query_rows(), d}, s.rng(), 1.0f));
       inputs.push_back(random_values({n, c.hkv, d}, s.rng(), 1.0f));
       inputs.push_back(random_values({n, c.hkv, d}, s.rng(), 1.0f));
       expected.push_back(s.cpu().forward(inputs[size_t(3 * l)].host, inputs[size_t(3 * l + 1)].host,
@@ -360,14 +379,15 @@ void graph_case(const std::string& backend, int64_t page_size, int64_t d) {
     s.gpu().init_forward_metadata(batch);
     step(n, batch);
     std::vector<std::vector<double>> eager, replayed;
-    for (int64_t l = 0; l < kLayers; ++l) eager.push_back(download_bf16(out[size_t(l)], n * q_row));
+    for (int64_t l = 0; l < kLayers; ++l)
+      eager.push_back(download_bf16(out[size_t(l)], n * out_row));
     for (auto& buffer : out) MMGEN_CUDA_CHECK(cudaMemset(buffer.data(), 0xff, buffer.size()));
     const int64_t bucket = runner.replay(batch);
     MMGEN_CUDA_CHECK(cudaStreamSynchronize(runner.stream()));
     double worst = 0;
     bool same = true;
     for (int64_t l = 0; l < kLayers; ++l) {
-      replayed.push_back(download_bf16(out[size_t(l)], n * q_row));
+      replayed.push_back(download_bf16(out[size_t(l)], n * out_row));
       same = same && replayed.back() == eager[size_t(l)];
       worst = std::max(worst, finite(replayed.back())
                                   ? relative_error(replayed.back(), as_doubles(expected[size_t(l)]))
@@ -392,7 +412,8 @@ void catalogue_case() {
     for (int head : {8, 64, 128, 256})
       all = all && at::kernel_availability(gpu, at::Family::Paged, name, "bf16", head).ok;
   expect(all,
-         "fa3, flashinfer, triton, torch_native and flex_attention run on this GPU at head "
+         "fa3, flashinfer, triton, torch_native, flex_attention and dual_chunk_flash_attn run on "
+         "this GPU at head "
          "sizes 8, 64, 128 and 256");
   const at::Availability odd = at::kernel_availability(gpu, at::Family::Paged, "fa3", "bf16", 12);
   const at::Availability amx =
@@ -427,14 +448,23 @@ void error_cases() {
   expect(pool.find("needs the batch's request table") != std::string::npos ||
              pool.find("needs a KV pool") != std::string::npos,
          "a decoder layer without a pool or request table is refused: " + pool);
+  ap::PagedLayer dual = layer;
+  dual.dual_chunk = kDualChunk;
+  const std::string plain = error_message([&] { gpu->forward(io, dual, batch, true); });
+  expect(plain.find("which only dual_chunk_flash_attn runs") != std::string::npos,
+         "a plain design refuses a dual chunk layer: " + plain);
+  auto dca = cp::make_paged_backend_cuda("dual_chunk_flash_attn", nullptr);
+  dca->init_forward_metadata(batch);
+  const std::string only = error_message([&] { dca->forward(io, layer, batch, true); });
+  expect(only.find("runs only models with dual chunk attention") != std::string::npos,
+         "dual_chunk_flash_attn refuses a plain layer: " + only);
 }
 
 }  // namespace
 
 int main() try {
-  for (const std::string_view name : cp::cuda_paged_backends())
+  for (const std::string& backend : plain_backends())
     for (int64_t page : {1, 16}) {
-      const std::string backend(name);
       decoder_case({.backend = backend, .page_size = page, .hq = 4, .hkv = 2, .d = 64});
       decoder_case({.backend = backend, .page_size = page, .hq = 4, .hkv = 4, .d = 128});
       decoder_case({.backend = backend, .page_size = page, .hq = 2, .hkv = 1, .d = 32});
@@ -445,8 +475,21 @@ int main() try {
     }
   for (int64_t page : {1, 16})
     decoder_case({.backend = "flashinfer", .page_size = page, .d = 64, .ragged = false});
-  for (const std::string_view name : cp::cuda_paged_backends()) {
-    const std::string backend(name);
+  for (int64_t page : {1, 16}) {
+    const Case dual{.backend = "dual_chunk_flash_attn", .page_size = page, .dual_chunk = true};
+    decoder_case(dual);
+    decoder_case({.backend = "dual_chunk_flash_attn",
+                  .page_size = page,
+                  .hq = 4,
+                  .hkv = 4,
+                  .d = 128,
+                  .dual_chunk = true});
+    decoder_case({.backend = "dual_chunk_flash_attn",
+                  .page_size = page,
+                  .force_rows = true,
+                  .dual_chunk = true});
+  }
+  for (const std::string& backend : plain_backends()) {
     encoder_case(backend, 64, false, -1);
     encoder_case(backend, 64, true, -1);
     encoder_case(backend, 8, false, -1);  // wan-tiny's head size: the row kernel
