@@ -172,25 +172,26 @@ const std::vector<BackendInfo>& paged_catalogue() {
        .page_sizes = kUnconfirmed},
       {.name = "flashinfer_mla",
        .family = Family::Paged,
-       .summary = "multi-head latent attention (compressed KV, DeepSeek-style) on FlashInfer; "
-                  "MLA models only",
+       .summary = "multi-head latent attention (compressed KV, DeepSeek-style) in its absorbed "
+                  "form, every query over the latent rows through token slots; MLA models only",
        .aliases = {},
-       .platforms = {P::Cuda},
-       .build_needs = "FlashInfer",
+       .platforms = {P::Cuda, P::Cpu},
+       .build_needs = "CUDA: FlashInfer; CPU: mmgen's port of the design",
        .gpu_arch = "sm80+",
-       .dtypes = {"bf16", "fp16"},
-       .head_sizes = "MLA latent 512 + rope 64",
+       .dtypes = {"bf16", "fp16", "fp32 (CPU)"},
+       .head_sizes = "MLA latent 512 + rope 64 (any latent + rope on the CPU)",
        .page_sizes = kNotNative,
        .model_attention = ModelAttention::LatentMla},
       {.name = "flashmla",
        .family = Family::Paged,
-       .summary = "FlashMLA decode kernels; MLA models only",
+       .summary = "FlashMLA: decode over 64-token pages, long sequences split and merged by "
+                  "log-sum-exp; extend as flashinfer_mla; MLA models only",
        .aliases = {},
-       .platforms = {P::Cuda},
-       .build_needs = "the FlashMLA kernels",
+       .platforms = {P::Cuda, P::Cpu},
+       .build_needs = "CUDA: the FlashMLA kernels; CPU: mmgen's port of the design",
        .gpu_arch = "sm90",
-       .dtypes = {"bf16", "fp8"},
-       .head_sizes = "MLA latent 512 + rope 64",
+       .dtypes = {"bf16", "fp8", "fp32 (CPU)"},
+       .head_sizes = "MLA latent 512 + rope 64 (any latent + rope on the CPU)",
        .page_sizes = kNative,
        .model_attention = ModelAttention::LatentMla},
       {.name = "cutlass_mla",
@@ -310,18 +311,6 @@ std::string_view family_name(Family family) {
   return family == Family::Dit ? "dit" : "paged";
 }
 
-std::string_view model_attention_name(ModelAttention kind) {
-  switch (kind) {
-    case ModelAttention::Plain:
-      return "plain";
-    case ModelAttention::DualChunk:
-      return "dual chunk";
-    case ModelAttention::LatentMla:
-      return "MLA";
-  }
-  return "?";
-}
-
 std::string_view platform_name(Platform platform) {
   switch (platform) {
     case P::Cuda:
@@ -383,12 +372,22 @@ std::string normalize_backend_name(Family family, std::string_view name) {
   return entry ? std::string(entry->name) : lower(trim(name));
 }
 
+std::vector<std::string_view> paged_backends_for(const std::vector<std::string_view>& names,
+                                                 ModelAttention kind) {
+  std::vector<std::string_view> out;
+  for (std::string_view name : names)
+    if (const BackendInfo* entry = find_backend(Family::Paged, name);
+        entry && entry->model_attention == kind)
+      out.push_back(name);
+  return out;
+}
+
 // The kernel table: the paged family's kernels from attention/paged/ and attention/cuda/paged_*,
 // the DiT family's from their descriptors (attention/backends/<name>/).
-//  - the paged family on CPU: the designs in attention/paged/ (torch_native, triton, flashinfer,
-//    fa3, flex_attention), over a float32 KV pool.
-//  - the paged family on CUDA (MMGEN_CUDA builds): fa3 and flashinfer in attention/cuda/paged_*,
-//    bf16 over a bf16 device KV pool.
+//  - the paged family on CPU: the designs in attention/paged/ (paged::cpu_paged_backends()), over
+//    a float32 KV pool.
+//  - the paged family on CUDA (MMGEN_CUDA builds): the designs in attention/cuda/paged_*
+//    (cuda::paged::cuda_paged_backends()), bf16 over a bf16 device KV pool.
 const std::vector<KernelBuild>& compiled_kernels() {
   static const std::vector<KernelBuild> kernels = [] {
     std::vector<KernelBuild> list;

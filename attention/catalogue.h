@@ -19,6 +19,8 @@
 #include <string_view>
 #include <vector>
 
+#include "attention/model_attention.h"
+
 namespace mmgen::attention {
 
 enum class Family { Dit, Paged };
@@ -26,11 +28,6 @@ enum class Platform { Cuda, Rocm, Xpu, Musa, Mps, Npu, Cpu };
 
 std::string_view family_name(Family family);  // "dit", "paged"
 
-// What a paged backend needs of a text encoder's attention layers: plain heads of q, k, v; dual
-// chunk attention (three query rotations, attention/paged/paged_layer.h); or multi-head latent
-// attention (DeepSeek's MLA: a compressed KV latent). A backend runs only its kind of model.
-enum class ModelAttention { Plain, DualChunk, LatentMla };
-std::string_view model_attention_name(ModelAttention kind);  // "plain", "dual chunk", "MLA"
 std::string_view platform_name(Platform platform);
 
 // One setting of a backend's --attention-backend-config.
@@ -100,6 +97,10 @@ struct KernelBuild {
   int min_sm = 0;                             // GPU kernels: compute capability x10 (90 = Hopper)
   int max_sm = 0;                             // 0: no upper bound
 };
+
+// The paged backends among `names` that run layers of `kind` (their entries' model_attention).
+std::vector<std::string_view> paged_backends_for(const std::vector<std::string_view>& names,
+                                                 ModelAttention kind);
 
 // The kernels this build has. A DiT backend's rows come from its descriptor
 // (attention/backends/<name>/), the paged family's from attention/paged/ and attention/cuda/;

@@ -155,8 +155,10 @@ struct Memory {
   ReqToTokenPool table{16, 1024};
   PageAllocator allocator;
   KVPool pool;
-  Memory(int64_t page_size, const Config& s)
-      : allocator(8192, page_size), pool(8192 / page_size * page_size, page_size, 1, s.hkv, s.d) {}
+  // keys_only: MLA's pool of latent rows.
+  Memory(int64_t page_size, const Config& s, bool keys_only = false)
+      : allocator(8192, page_size),
+        pool(8192 / page_size * page_size, page_size, 1, s.hkv, s.d, 0, keys_only) {}
 };
 
 ForwardBatch causal_batch(Memory& memory, const std::vector<RequestData>& requests) {
@@ -647,6 +649,172 @@ TEST(DualChunkAttention, OtherDesignsAndOtherLayersAreRefused) {
   windowed.sliding_window_size = 8;
   message = testing::error_message([&] { dual->forward(q, k, v, windowed, batch); });
   EXPECT_NE(message.find("without a sliding window"), std::string::npos) << message;
+}
+
+// ------------------------------------------------------------------ multi-head latent attention
+
+// Absorbed MLA in double: every query head attends the request's latent rows causally, V being
+// their first `rank` columns. q [extend, Hq, D], k whole [seq, 1, D]; out [tokens, Hq, rank].
+Tensor mla_reference(const std::vector<RequestData>& requests, const Config& s, int64_t rank) {
+  int64_t tokens = 0;
+  for (const auto& r : requests) tokens += r.q.size(0);
+  Tensor out = Tensor::zeros({tokens, s.hq, rank});
+  int64_t at = 0;
+  for (const auto& r : requests) {
+    const int64_t seq = r.k.size(0);
+    for (int64_t i = 0; i < r.q.size(0); ++i, ++at) {
+      const int64_t q_pos = seq - r.q.size(0) + i;
+      for (int64_t h = 0; h < s.hq; ++h) {
+        const float* q = r.q.data<float>() + (i * s.hq + h) * s.d;
+        std::vector<double> score(size_t(q_pos + 1));
+        double max_score = -INFINITY;
+        for (int64_t j = 0; j <= q_pos; ++j) {
+          const float* k = r.k.data<float>() + j * s.d;
+          double dot = 0;
+          for (int64_t x = 0; x < s.d; ++x) dot += double(q[x]) * k[x];
+          score[size_t(j)] = dot * s.scale;
+          max_score = std::max(max_score, score[size_t(j)]);
+        }
+        double sum = 0;
+        for (auto& value : score) sum += value = std::exp(value - max_score);
+        float* o = out.data<float>() + (at * s.hq + h) * rank;
+        for (int64_t x = 0; x < rank; ++x) {
+          double acc = 0;
+          for (int64_t j = 0; j <= q_pos; ++j)
+            acc += score[size_t(j)] * r.k.data<float>()[j * s.d + x];
+          o[x] = float(acc / sum);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// A DeepSeek-shaped layer in miniature: latent rank 32 + rope 8, one KV head, four query heads.
+constexpr int64_t kRank = 32, kRope = 8;
+
+Config mla_config() {
+  Config s;
+  s.hq = 4;
+  s.hkv = 1;
+  s.d = kRank + kRope;
+  s.scale = 0.15f;
+  return s;
+}
+
+PagedLayer mla_layer(const Config& s) {
+  PagedLayer layer = make_layer(s);
+  layer.latent = {.kv_lora_rank = kRank, .qk_rope_head_dim = kRope};
+  return layer;
+}
+
+// v as the model hands it: the first kv_lora_rank columns of k.
+Tensor latent_values(const Tensor& k) {
+  return k.slice(2, 0, kRank).contiguous();
+}
+
+// Extend over cached prefixes (one past FlashMLA's 512-key split), then three decode steps.
+TEST(LatentAttention, ExtendAndDecodeMatchTheReference) {
+  const std::vector<int64_t> prefix = {0, 5, 64, 700, 37}, extend = {1, 70, 9, 40, 150};
+  for (const auto& [name, page_size] : {std::pair<std::string, int64_t>{"flashinfer_mla", 1},
+                                        {"flashinfer_mla", 16},
+                                        {"flashmla", 64}}) {
+    const std::string label = name + " page " + std::to_string(page_size);
+    std::mt19937 rng(31);
+    const Config s = mla_config();
+    auto requests = random_requests(prefix, extend, {}, s, rng);
+    Memory memory(page_size, s, true);
+    ForwardBatch batch = causal_batch(memory, requests);
+    auto backend = make_paged_backend(name);
+    backend->init_forward_metadata(batch);
+    const PagedLayer layer = mla_layer(s);
+    const Tensor k = pack(requests, &RequestData::k, true);
+    const Tensor out =
+        backend->forward(pack(requests, &RequestData::q, true), k, latent_values(k), layer, batch);
+    expect_close(out, mla_reference(requests, s, kRank), label + " extend");
+    for (int step = 0; step < 3; ++step) {
+      ForwardBatch decode;
+      decode.mode = ForwardMode::Decode;
+      decode.req_pool_indices = batch.req_pool_indices;
+      std::vector<int64_t> last;
+      std::vector<RequestData> steps;
+      for (size_t i = 0; i < requests.size(); ++i) {
+        RequestData& r = requests[i];
+        const int64_t seq = r.k.size(0);
+        last.push_back(memory.table.row(batch.req_pool_indices[i])[seq - 1]);
+        decode.seq_lens.push_back(seq + 1);
+        RequestData step_data;
+        step_data.q = random_tensor(Shape{1, s.hq, s.d}, rng);
+        step_data.k = random_tensor(Shape{1, 1, s.d}, rng);
+        step_data.v = step_data.k;
+        RequestData grown;
+        grown.q = step_data.q;
+        grown.k = pack({r, step_data}, &RequestData::k, false);
+        grown.v = grown.k;
+        r = grown;
+        steps.push_back(step_data);
+      }
+      ASSERT_TRUE(memory.allocator.alloc_decode(decode.seq_lens, last, decode.out_cache_loc));
+      for (size_t i = 0; i < requests.size(); ++i)
+        memory.table.row(decode.req_pool_indices[i])[decode.seq_lens[i] - 1] =
+            decode.out_cache_loc[i];
+      decode.req_to_token = &memory.table;
+      decode.kv_pool = &memory.pool;
+      decode.finish_metadata();
+      backend->init_forward_metadata(decode);
+      const Tensor step_k = pack(steps, &RequestData::k, false);
+      const Tensor step_out = backend->forward(pack(steps, &RequestData::q, false), step_k,
+                                               latent_values(step_k), layer, decode);
+      expect_close(step_out, mla_reference(requests, s, kRank),
+                   label + " decode step " + std::to_string(step));
+    }
+  }
+}
+
+TEST(LatentAttention, OtherDesignsLayersAndPoolsAreRefused) {
+  std::mt19937 rng(32);
+  const Config s = mla_config();
+  auto requests = random_requests({0}, {10}, {}, s, rng);
+  Memory memory(16, s, true);
+  ForwardBatch batch = causal_batch(memory, requests);
+  const Tensor q = pack(requests, &RequestData::q, true), k = pack(requests, &RequestData::k, true);
+  auto triton = make_paged_backend("triton");
+  triton->init_forward_metadata(batch);
+  std::string message =
+      testing::error_message([&] { triton->forward(q, k, latent_values(k), mla_layer(s), batch); });
+  EXPECT_NE(message.find("which only flashinfer_mla and flashmla run"), std::string::npos)
+      << message;
+  auto mla = make_paged_backend("flashinfer_mla");
+  mla->init_forward_metadata(batch);
+  message = testing::error_message([&] { mla->forward(q, k, k, make_layer(s), batch); });
+  EXPECT_NE(message.find("flashinfer_mla runs only models with multi-head latent attention"),
+            std::string::npos)
+      << message;
+  Memory plain_pool(16, s);
+  ForwardBatch plain_batch = causal_batch(plain_pool, requests);
+  message = testing::error_message(
+      [&] { mla->forward(q, k, latent_values(k), mla_layer(s), plain_batch); });
+  EXPECT_NE(message.find("needs a keys-only KV pool"), std::string::npos) << message;
+  PagedLayer wrong = mla_layer(s);
+  wrong.latent.qk_rope_head_dim = 4;
+  message = testing::error_message([&] { wrong.validate(); });
+  EXPECT_NE(message.find("one KV head of kv_lora_rank + qk_rope_head_dim = 32 + 4"),
+            std::string::npos)
+      << message;
+  // FlashMLA decodes 64-token pages only.
+  ForwardBatch decode;
+  decode.mode = ForwardMode::Decode;
+  decode.req_pool_indices = batch.req_pool_indices;
+  decode.seq_lens = {11};
+  decode.out_cache_loc = {999};
+  decode.req_to_token = &memory.table;
+  decode.kv_pool = &memory.pool;
+  decode.finish_metadata();
+  auto flashmla = make_paged_backend("flashmla");
+  message = testing::error_message([&] { flashmla->init_forward_metadata(decode); });
+  EXPECT_NE(message.find("FlashMLA reads pages of 64 tokens, this pool's hold 16"),
+            std::string::npos)
+      << message;
 }
 
 // ------------------------------------------------------------------ the runner and its cache

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/catalogue.h"
 #include "attention/paged/paged_backend.h"
 #include "core/error.h"
 #include "core/file.h"
@@ -446,7 +447,8 @@ TEST(Qwen3Paged, EncoderMatchesDenseOnEveryBackendPageSizeAndCacheSetting) {
   ids.push_back(ids[0]);  // a repeated prompt: all but its last token come from the cache
   const std::vector<Tensor> dense = encode_hidden_states_minus2(model, ids);
   double worst_reference = 0, worst_dense = 0;
-  for (std::string_view backend : attention::paged::cpu_paged_backends())
+  for (std::string_view backend : attention::paged_backends_for(
+           attention::paged::cpu_paged_backends(), attention::ModelAttention::Plain))
     for (int64_t page_size : {1, 16, 64})
       for (bool cache : {false, true}) {
         Qwen3PagedEncoder encoder(model, paged_options(backend, page_size, cache));
@@ -518,7 +520,8 @@ TEST(Qwen3Paged, GreedyDecodeMatchesTransformersOnEveryBackend) {
   const json ref = reference_json();
   const SafetensorsFile tensors = reference();
   const Qwen3TextModel model = Qwen3TextModel::from_folder(encoder_folder());
-  for (std::string_view backend : attention::paged::cpu_paged_backends())
+  for (std::string_view backend : attention::paged_backends_for(
+           attention::paged::cpu_paged_backends(), attention::ModelAttention::Plain))
     for (int64_t page_size : {1, 16})
       for (bool cache : {false, true}) {
         Qwen3PagedDecoder decoder(model, paged_options(backend, page_size, cache));

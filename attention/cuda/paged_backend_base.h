@@ -69,8 +69,8 @@ class PagedBackendCudaBase : public PagedBackendCuda {
     int64_t batch_size = 0, indices = 0, max_pages = 0;
   };
 
-  // Whether this design runs dual chunk attention layers (and only those).
-  virtual bool runs_dual_chunk() const { return false; }
+  // The kind of layer this design runs (and no other).
+  virtual attention::ModelAttention layer_kind() const { return attention::ModelAttention::Plain; }
   // The design's key indices for the batch (sections.indices, kv_start, kv_len, max_pages).
   virtual void add_key_indices(const ForwardBatch& batch, MetadataBuilder& builder,
                                Sections& sections, const GraphCapacity* graph) = 0;

@@ -192,7 +192,7 @@ PagedAttentionParams PagedBackendCudaBase::query_params(const DeviceAttentionIo&
                                                         const ForwardBatch& batch,
                                                         bool extend) const {
   layer.validate();
-  attention::paged::check_dual_chunk_design(layer, runs_dual_chunk(), "GPU ");
+  attention::paged::check_layer_kind(layer, name(), layer_kind(), "GPU ");
   const int64_t d = layer.head_dim, hq = layer.num_q_heads, hkv = layer.num_kv_heads;
   check(layer.bias == nullptr,
         "GPU paged attention layer {}: PagedLayer::bias is the CPU hook; on the GPU the bias is "

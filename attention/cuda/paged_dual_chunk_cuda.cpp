@@ -33,7 +33,9 @@ class DualChunkBackendCuda final : public SlotBackendCuda {
   }
 
  protected:
-  bool runs_dual_chunk() const override { return true; }
+  attention::ModelAttention layer_kind() const override {
+    return attention::ModelAttention::DualChunk;
+  }
   void add_key_indices(const ForwardBatch& batch, MetadataBuilder& builder, Sections& s,
                        const GraphCapacity* graph) override {
     add_slot_indices(batch, batch.seq_lens, builder, s, graph);  // every region reads the pool

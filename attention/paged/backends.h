@@ -15,6 +15,8 @@ std::unique_ptr<PagedAttentionBackend> make_flashinfer_backend(bool use_ragged);
 std::unique_ptr<PagedAttentionBackend> make_fa3_backend();
 std::unique_ptr<PagedAttentionBackend> make_flex_attention_backend();
 std::unique_ptr<PagedAttentionBackend> make_dual_chunk_backend();
+std::unique_ptr<PagedAttentionBackend> make_flashinfer_mla_backend();
+std::unique_ptr<PagedAttentionBackend> make_flashmla_backend();
 
 // flex_attention's callbacks (torch.nn.attention.flex_attention), per score element:
 // score_mod(score, b, h, q_idx, kv_idx) returns the modified score (q_idx, kv_idx: positions in

@@ -41,6 +41,7 @@ std::vector<TileTask> chunk_tile_tasks(const ForwardBatch& batch, const PagedLay
 class DualChunkBackend final : public PagedAttentionBackend {
  public:
   std::string_view name() const override { return "dual_chunk_flash_attn"; }
+  ModelAttention layer_kind() const override { return ModelAttention::DualChunk; }
 
   void init_forward_metadata(const ForwardBatch&) override {}
 
@@ -56,7 +57,7 @@ class DualChunkBackend final : public PagedAttentionBackend {
  private:
   Tensor run(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const PagedLayer& layer,
              const ForwardBatch& batch, bool save_kv_cache) {
-    const Inputs in = check_inputs(q_in, k_in, v_in, layer, batch, /*dual_chunk_design=*/true);
+    const Inputs in = check_inputs(q_in, k_in, v_in, layer, batch);
     if (save_kv_cache) save_kv(in.k, in.v, layer, batch);
     const int64_t hq = layer.num_q_heads, d = layer.head_dim, group = layer.group();
     const int64_t q_token = 3 * hq * d, chunk_len = layer.dual_chunk.chunk_len();

@@ -145,18 +145,20 @@ void PageAllocator::free(std::span<const int64_t> slots) {
 // ------------------------------------------------------------------ KVPool
 
 KVPool::KVPool(int64_t size, int64_t page_size, int64_t num_layers, int64_t kv_heads,
-               int64_t head_dim, int64_t state_width)
+               int64_t head_dim, int64_t state_width, bool keys_only)
     : rows_(size + page_size),
       page_size_(page_size),
       kv_heads_(kv_heads),
       head_dim_(head_dim),
-      state_width_(state_width) {
+      state_width_(state_width),
+      keys_only_(keys_only) {
   check(num_layers >= 0 && kv_heads > 0 && head_dim > 0,
         "paged attention: a KV pool needs layers, heads and a head size (got {}, {}, {})",
         num_layers, kv_heads, head_dim);
   for (int64_t l = 0; l < num_layers; ++l) {
     k_.push_back(Tensor::zeros({rows_, kv_heads, head_dim}));
-    v_.push_back(Tensor::zeros({rows_, kv_heads, head_dim}));
+    // Keys only (MLA's latent rows): the value buffer is the key buffer (a view, same storage).
+    v_.push_back(keys_only ? k_.back() : Tensor::zeros({rows_, kv_heads, head_dim}));
   }
   if (state_width > 0) states_ = Tensor::zeros({rows_, state_width});
 }
@@ -165,9 +167,18 @@ void KVPool::set_kv(int64_t layer, std::span<const int64_t> slots, const Tensor&
                     const Tensor& v) {
   const int64_t n = int64_t(slots.size());
   check(k.dim() == 3 && k.size(0) == n && k.size(1) == kv_heads_ && k.size(2) == head_dim_ &&
-            v.shape() == k.shape(),
+            (keys_only_ || v.shape() == k.shape()),
         "paged attention: K/V {} for {} slots do not fit a pool of [{}, {}]",
         shape_string(k.shape()), n, kv_heads_, head_dim_);
+  if (keys_only_) {  // v is part of k
+    const Tensor kc = k.contiguous();
+    const int64_t row = row_floats();
+    float* kb = k_[size_t(layer)].data<float>();
+    const float* ks = kc.data<float>();
+    for (int64_t i = 0; i < n; ++i)
+      std::memcpy(kb + slots[size_t(i)] * row, ks + i * row, size_t(row) * sizeof(float));
+    return;
+  }
   const Tensor kc = k.contiguous(), vc = v.contiguous();
   const int64_t row = row_floats();
   float* kb = k_[size_t(layer)].data<float>();

@@ -75,8 +75,10 @@ class KVPool {
  public:
   // `size` token slots (plus the padding page), `state_width` floats of per-token state (0: none).
   // num_layers 0: the states only (a GPU runner, whose K/V live in the backend's device pool).
+  // keys_only: one row per token, no separate V (MLA's latent rows, whose first kv_lora_rank
+  // columns are the values): value_buffer is key_buffer and set_kv ignores v.
   KVPool(int64_t size, int64_t page_size, int64_t num_layers, int64_t kv_heads, int64_t head_dim,
-         int64_t state_width = 0);
+         int64_t state_width = 0, bool keys_only = false);
 
   int64_t num_layers() const { return int64_t(k_.size()); }
   int64_t page_size() const { return page_size_; }
@@ -85,6 +87,7 @@ class KVPool {
   int64_t rows() const { return rows_; }  // size + page_size
   int64_t row_floats() const { return kv_heads_ * head_dim_; }
   int64_t state_width() const { return state_width_; }
+  bool keys_only() const { return keys_only_; }
 
   // [rows, kv_heads, head_dim] views of one layer's buffers.
   Tensor& key_buffer(int64_t layer) { return k_[size_t(layer)]; }
@@ -101,6 +104,7 @@ class KVPool {
 
  private:
   int64_t rows_, page_size_, kv_heads_, head_dim_, state_width_;
+  bool keys_only_;
   std::vector<Tensor> k_, v_;
   Tensor states_;
 };

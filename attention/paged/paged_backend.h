@@ -17,7 +17,7 @@
 // hook refreshes them in place before each replay, on the critical path and without host syncs.
 //
 // Backends (CPU ports of the designs; see each file): torch_native, triton, flashinfer, fa3,
-// flex_attention, dual_chunk_flash_attn.
+// flex_attention, dual_chunk_flash_attn, flashinfer_mla, flashmla.
 #pragma once
 
 #include <memory>
@@ -56,14 +56,16 @@ class PagedAttentionBackend {
   virtual int64_t cuda_graph_seq_len_fill_value() const { return 1; }
 
  protected:
-  // Shared by the designs: checks shapes and returns contiguous q, k, v. A dual-chunk layer (q of
-  // layer.query_rows() heads) runs on the dual chunk design alone, and that design on nothing else.
+  // Shared by the designs: checks shapes and that the layer is of the kind this design runs
+  // (check_layer_kind), and returns contiguous q [T, query_rows, D], k [T, Hkv, D] and
+  // v [T, Hkv, value_dim] (for MLA, v is the first kv_lora_rank columns of k and is not read).
   struct Inputs {
     Tensor q, k, v;
   };
-  static Inputs check_inputs(const Tensor& q, const Tensor& k, const Tensor& v,
-                             const PagedLayer& layer, const ForwardBatch& batch,
-                             bool dual_chunk_design = false);
+  Inputs check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const PagedLayer& layer,
+                      const ForwardBatch& batch) const;
+  // The kind of layer this design runs.
+  virtual ModelAttention layer_kind() const { return ModelAttention::Plain; }
   // Writes the new tokens' K/V to the pool (decoder layers only; checks that there is a pool).
   static void save_kv(const Tensor& k, const Tensor& v, const PagedLayer& layer,
                       const ForwardBatch& batch);
@@ -108,9 +110,9 @@ std::unique_ptr<PagedAttentionBackend> make_paged_decoder_backend(
 // The paged backends this build implements on the CPU (feeds the catalogue's kernel table).
 std::vector<std::string_view> cpu_paged_backends();
 
-// Throws Error when a dual-chunk layer meets another design or the dual chunk design meets a
-// plain layer. `where` prefixes the message ("GPU " or "").
-void check_dual_chunk_design(const PagedLayer& layer, bool dual_chunk_design,
-                             std::string_view where);
+// Throws Error when `layer` is not of the kind `design` (a backend of kind `design_kind`) runs.
+// `where` prefixes the message ("GPU " or "").
+void check_layer_kind(const PagedLayer& layer, std::string_view design, ModelAttention design_kind,
+                      std::string_view where);
 
 }  // namespace mmgen::attention::paged

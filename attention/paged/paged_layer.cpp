@@ -26,6 +26,20 @@ void PagedLayer::validate() const {
         "paged attention layer {}: {} query heads, {} KV heads of {}: KV heads must divide query "
         "heads",
         layer_id, num_q_heads, num_kv_heads, head_dim);
+  if (latent.enabled()) {
+    check(!dual_chunk.enabled(),
+          "paged attention layer {}: a layer has dual chunk or latent attention, not both",
+          layer_id);
+    check(num_kv_heads == 1 && latent.qk_rope_head_dim >= 0 &&
+              head_dim == latent.kv_lora_rank + latent.qk_rope_head_dim,
+          "paged attention layer {}: multi-head latent attention has one KV head of kv_lora_rank "
+          "+ qk_rope_head_dim = {} + {}, got {} KV heads of {}",
+          layer_id, latent.kv_lora_rank, latent.qk_rope_head_dim, num_kv_heads, head_dim);
+    check(causal() && sliding_window_size < 0 && bias == nullptr,
+          "paged attention layer {}: multi-head latent attention runs causal layers without a "
+          "sliding window or a score bias",
+          layer_id);
+  }
   if (!dual_chunk.enabled()) return;
   check(dual_chunk.local_size >= 0 && dual_chunk.chunk_len() > 0 &&
             dual_chunk.original_max_position_embeddings >= 0,

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "attention/model_attention.h"
 #include "core/tensor.h"
 
 namespace mmgen::attention::paged {
@@ -68,6 +69,19 @@ struct DualChunk {
   float logit_scale(int64_t length) const;
 };
 
+// Multi-head latent attention (DeepSeek-V2/V3's MLA) in its absorbed form, as SGLang's MLA
+// backends take it: one KV head whose row is the token's compressed latent (kv_lora_rank values)
+// followed by its rotary part (qk_rope_head_dim), head_dim = their sum (576 for DeepSeek); each
+// query head is already multiplied into the latent space (W_UK absorbed); V is the first
+// kv_lora_rank columns of the same row, so the pool keeps one row per token and the output is
+// [tokens, num_q_heads, kv_lora_rank] (W_UV is applied by the model afterwards).
+struct LatentAttention {
+  int64_t kv_lora_rank = 0;  // 0: not MLA
+  int64_t qk_rope_head_dim = 0;
+
+  bool enabled() const { return kv_lora_rank > 0; }
+};
+
 struct PagedLayer {
   int64_t layer_id = 0;  // index into the KV pool
   int64_t num_q_heads = 1;
@@ -81,13 +95,22 @@ struct PagedLayer {
   int64_t sliding_window_size = -1;
   const ScoreBias* bias = nullptr;  // not owned; null: none
   DualChunk dual_chunk;             // disabled by default
+  LatentAttention latent;           // disabled by default
 
   int64_t group() const { return num_q_heads / num_kv_heads; }
   // Heads of the q a backend takes: num_q_heads, three times that for dual chunk attention.
   int64_t query_rows() const { return dual_chunk.enabled() ? 3 * num_q_heads : num_q_heads; }
+  // Width of V and of the output rows: head_dim, the latent rank for MLA.
+  int64_t value_dim() const { return latent.enabled() ? latent.kv_lora_rank : head_dim; }
+  ModelAttention kind() const {
+    return dual_chunk.enabled() ? ModelAttention::DualChunk
+           : latent.enabled()   ? ModelAttention::LatentMla
+                                : ModelAttention::Plain;
+  }
   bool causal() const { return type == AttentionType::Decoder; }
-  // Throws Error when the heads do not divide, sizes are not positive, or dual chunk attention is
-  // set on a layer it cannot run (not causal, a window or a bias; chunk sizes that do not fit).
+  // Throws Error when the heads do not divide, sizes are not positive, or dual chunk or latent
+  // attention is set on a layer it cannot run (not causal, a window or a bias; sizes that do not
+  // fit).
   void validate() const;
 };
 

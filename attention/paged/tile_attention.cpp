@@ -31,11 +31,13 @@ VisibleKeys visible_keys(const PagedLayer& layer, const ForwardBatch& batch, int
 
 void TileAttention::begin(const float* q, int64_t token_stride, int64_t count, int64_t first_head,
                           int64_t group, int64_t head_dim, int64_t q_pos0,
-                          const VisibleKeys& visible, const ScoreBias* bias, float scale) {
+                          const VisibleKeys& visible, const ScoreBias* bias, float scale,
+                          int64_t value_dim) {
   count_ = count;
   group_ = group;
   first_head_ = first_head;
   head_dim_ = head_dim;
+  v_dim_ = value_dim < 0 ? head_dim : value_dim;
   q_pos0_ = q_pos0;
   visible_ = visible;
   bias_ = bias;
@@ -49,7 +51,7 @@ void TileAttention::begin(const float* q, int64_t token_stride, int64_t count, i
                   q + i * token_stride + (first_head + g) * head_dim,
                   size_t(head_dim) * sizeof(float));
   q_.bottomRows(padded - rows).setZero();
-  acc_.setZero(padded, head_dim);
+  acc_.setZero(padded, v_dim_);
   max_.assign(size_t(rows), kNegInf);
   sum_.assign(size_t(rows), 0.0);
 }
@@ -66,7 +68,7 @@ void TileAttention::update(const float* k, const float* v, int64_t stride, int64
                            int64_t n, const Prepare& prepare) {
   const int64_t rows = count_ * group_;
   StridedConst keys(k, n, head_dim_, Eigen::OuterStride<>(stride));
-  StridedConst values(v, n, head_dim_, Eigen::OuterStride<>(stride));
+  StridedConst values(v, n, v_dim_, Eigen::OuterStride<>(stride));
   scores_.resize(q_.rows(), n);
   scores_.noalias() = q_ * keys.transpose();
   scores_.bottomRows(q_.rows() - rows).setZero();  // the padding rows add nothing
@@ -157,8 +159,8 @@ void TileAttention::attend_run(const KeyRun& run, int64_t kv_head, int64_t block
     return;
   }
   k_scratch_.resize(size_t(block * head_dim_));
-  v_scratch_.resize(size_t(block * head_dim_));
-  const size_t bytes = size_t(head_dim_) * sizeof(float);
+  v_scratch_.resize(size_t(block * head_dim_));  // rows head_dim_ apart, as K's (one stride)
+  const size_t bytes = size_t(head_dim_) * sizeof(float), v_bytes = size_t(v_dim_) * sizeof(float);
   for (int64_t start = grid_first; start < last; start += block) {
     const int64_t n = std::min(block, last - start);
     if (keep_block_ && !(*keep_block_)(start, n)) continue;
@@ -169,7 +171,7 @@ void TileAttention::attend_run(const KeyRun& run, int64_t kv_head, int64_t block
                                            position % run.page_size;
       const int64_t offset = slot * run.pool_row + head_offset;
       std::memcpy(k_scratch_.data() + j * head_dim_, run.pool_k + offset, bytes);
-      std::memcpy(v_scratch_.data() + j * head_dim_, run.pool_v + offset, bytes);
+      std::memcpy(v_scratch_.data() + j * head_dim_, run.pool_v + offset, v_bytes);
     }
     attend(k_scratch_.data(), v_scratch_.data(), head_dim_, start, n);
   }
@@ -179,16 +181,16 @@ void TileAttention::finish(float* out, int64_t out_token_stride, float* lse,
                            int64_t lse_token_stride) const {
   for (int64_t r = 0; r < count_ * group_; ++r) {
     const int64_t g = r / count_, i = r % count_, head = first_head_ + g;
-    float* dst = out + i * out_token_stride + head * head_dim_;
+    float* dst = out + i * out_token_stride + head * v_dim_;
     const double sum = sum_[size_t(r)];
     if (sum == 0) {
-      std::fill(dst, dst + head_dim_, 0.0f);
+      std::fill(dst, dst + v_dim_, 0.0f);
       if (lse) lse[i * lse_token_stride + head] = kNegInf;
       continue;
     }
     const float inverse = float(1.0 / sum);
-    const float* a = acc_.data() + r * head_dim_;
-    for (int64_t d = 0; d < head_dim_; ++d) dst[d] = a[d] * inverse;
+    const float* a = acc_.data() + r * v_dim_;
+    for (int64_t d = 0; d < v_dim_; ++d) dst[d] = a[d] * inverse;
     if (lse) lse[i * lse_token_stride + head] = max_[size_t(r)] + float(std::log(sum));
   }
 }
@@ -212,7 +214,8 @@ std::vector<TileTask> make_tile_tasks(const ForwardBatch& batch, const PagedLaye
 void run_tiles(const std::vector<TileTask>& tasks, const float* q, const PagedLayer& layer,
                const ForwardBatch& batch, bool causal, const RunsOf& runs_of, int64_t block,
                float* out, float* lse) {
-  const int64_t hq = layer.num_q_heads, d = layer.head_dim, group = layer.group();
+  const int64_t hq = layer.num_q_heads, d = layer.head_dim, dv = layer.value_dim(),
+                group = layer.group();
   const int64_t count = int64_t(tasks.size());
   // A parallel region even for one task: Eigen then never threads a tile's GEMMs itself (its
   // threaded GEMM blocks the sum differently), so a query's result does not depend on the batch.
@@ -227,11 +230,11 @@ void run_tiles(const std::vector<TileTask>& tasks, const float* q, const PagedLa
       const int64_t token = batch.extend_start_loc[r] + task.first;
       tile.begin(q + token * hq * d, hq * d, task.count, task.kv_head * group, group, d,
                  batch.extend_prefix_lens[r] + task.first,
-                 visible_keys(layer, batch, task.request, causal), layer.bias, layer.scaling);
+                 visible_keys(layer, batch, task.request, causal), layer.bias, layer.scaling, dv);
       runs.clear();
       runs_of(task, runs);
       for (const KeyRun& run : runs) tile.attend_run(run, task.kv_head, block);
-      tile.finish(out + token * hq * d, hq * d, lse ? lse + token * hq : nullptr, hq);
+      tile.finish(out + token * hq * dv, hq * dv, lse ? lse + token * hq : nullptr, hq);
     }
   }
 }

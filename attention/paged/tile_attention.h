@@ -82,9 +82,11 @@ class TileAttention {
  public:
   // Queries of `count` tokens (token t at q + t·token_stride, [heads, head_dim] each) for query
   // heads first_head .. first_head + group − 1, at positions q_pos0 .. q_pos0 + count − 1.
+  // value_dim (−1: head_dim) is the width of V and of the output rows; V rows are laid out as K
+  // rows are (same strides), their first value_dim columns read (MLA: V is the head of K).
   void begin(const float* q, int64_t token_stride, int64_t count, int64_t first_head, int64_t group,
              int64_t head_dim, int64_t q_pos0, const VisibleKeys& visible, const ScoreBias* bias,
-             float scale);
+             float scale, int64_t value_dim = -1);
   // The key positions some query of this tile may see: [lo, hi).
   void key_span(int64_t& lo, int64_t& hi) const;
   // Keys at positions k_pos0 .. k_pos0 + n − 1, rows `stride` floats apart (K and V alike).
@@ -106,7 +108,7 @@ class TileAttention {
   int64_t first_head() const { return first_head_; }
   int64_t count() const { return count_; }
   int64_t q_pos0() const { return q_pos0_; }
-  // out rows into a packed [tokens, heads, head_dim] batch; lse (natural log, may be null) into
+  // out rows into a packed [tokens, heads, value_dim] batch; lse (natural log, may be null) into
   // [tokens, heads]. A row that saw no key gets zeros and lse −inf.
   void finish(float* out, int64_t out_token_stride, float* lse, int64_t lse_token_stride) const;
 
@@ -117,7 +119,7 @@ class TileAttention {
   void update(const float* k, const float* v, int64_t stride, int64_t k_pos0, int64_t n,
               const Prepare& prepare);
 
-  int64_t count_ = 0, group_ = 1, first_head_ = 0, head_dim_ = 0, q_pos0_ = 0;
+  int64_t count_ = 0, group_ = 1, first_head_ = 0, head_dim_ = 0, v_dim_ = 0, q_pos0_ = 0;
   VisibleKeys visible_;
   const ScoreBias* bias_ = nullptr;
   float scale_ = 1;
@@ -140,7 +142,7 @@ std::vector<TileTask> make_tile_tasks(const ForwardBatch& batch, const PagedLaye
 
 // Runs every task on OpenMP threads: each thread's TileAttention begins the task's queries (q is
 // the packed [num_tokens, Hq, D] batch), attends the runs `runs_of(task, runs)` lists, and writes
-// out [num_tokens, Hq, D] (and lse [num_tokens, Hq] when not null).
+// out [num_tokens, Hq, layer.value_dim()] (and lse [num_tokens, Hq] when not null).
 using RunsOf = std::function<void(const TileTask& task, std::vector<KeyRun>& runs)>;
 void run_tiles(const std::vector<TileTask>& tasks, const float* q, const PagedLayer& layer,
                const ForwardBatch& batch, bool causal, const RunsOf& runs_of, int64_t block,

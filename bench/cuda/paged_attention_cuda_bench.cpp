@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/catalogue.h"
 #include "attention/cuda/paged_backend_cuda.h"
 #include "attention/cuda/paged_graph_runner.h"
 #include "attention/paged/kv_memory.h"
@@ -123,7 +124,8 @@ nlohmann::json extend_case(const std::string& name, const std::vector<int64_t>& 
   std::printf("%s: %zu requests, %ld tokens (longest %ld), %ld/%ld heads x %ld%s\n", name.c_str(),
               lengths.size(), long(tokens), long(max_len), long(hq), long(hkv), long(d),
               causal ? ", causal" : ", encoder-only + T5 bias");
-  for (const std::string_view name : cp::cuda_paged_backends()) {
+  for (const std::string_view name : mmgen::attention::paged_backends_for(
+           cp::cuda_paged_backends(), mmgen::attention::ModelAttention::Plain)) {
     const std::string backend(name);
     auto gpu = cp::make_paged_backend_cuda(backend, &pool);
     gpu->init_forward_metadata(batch);
@@ -140,7 +142,8 @@ void decode_case(int64_t batch_size, int64_t context, int repeats) {
   const int64_t layers = 28, hq = 16, hkv = 8, d = 128;
   std::vector<int64_t> lengths(size_t(batch_size), context);
   for (size_t i = 0; i < lengths.size(); ++i) lengths[i] = context - int64_t(i * 37 % 200);
-  for (const std::string_view name : cp::cuda_paged_backends()) {
+  for (const std::string_view name : mmgen::attention::paged_backends_for(
+           cp::cuda_paged_backends(), mmgen::attention::ModelAttention::Plain)) {
     const std::string backend(name);
     PagedRequests requests(lengths, 16, context + 64);
     cp::DeviceKVPool pool(batch_size * (context + 64) + 256, 16, layers, hkv, d);

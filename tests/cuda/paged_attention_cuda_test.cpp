@@ -99,11 +99,13 @@ struct Case {
   int64_t query_rows() const { return dual_chunk ? 3 * hq : hq; }
 };
 
-// The designs for plain layers (dual_chunk_flash_attn runs dual chunk layers only).
+// The designs for plain layers (dual_chunk_flash_attn runs dual chunk layers only, the MLA designs
+// latent layers only).
 std::vector<std::string> plain_backends() {
   std::vector<std::string> names;
-  for (const std::string_view name : cp::cuda_paged_backends())
-    if (name != "dual_chunk_flash_attn") names.emplace_back(name);
+  for (const std::string_view name : mmgen::attention::paged_backends_for(
+           cp::cuda_paged_backends(), mmgen::attention::ModelAttention::Plain))
+    names.emplace_back(name);
   return names;
 }
 

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "attention/catalogue.h"
 #include "attention/cuda/paged_backend_cuda.h"
 #include "core/file.h"
 #include "core/ops.h"
@@ -131,7 +132,8 @@ void check_qwen3_tiny(const fs::path& root) {
   // The paged encoder: every backend × page size × cache; rows vs the reference, cache on vs off,
   // backend vs the first backend.
   std::vector<Tensor> first_backend;
-  for (std::string_view backend : cuda::paged::cuda_paged_backends())
+  for (std::string_view backend : attention::paged_backends_for(cuda::paged::cuda_paged_backends(),
+                                                                attention::ModelAttention::Plain))
     for (int64_t page_size : {1, 16}) {
       std::vector<Tensor> uncached;
       for (bool cache : {false, true}) {
@@ -212,7 +214,8 @@ void check_zimage_tiny(const fs::path& root) {
   model.set_device(Device::CUDA);
   std::vector<std::string> prompts;
   for (const json& prompt : ref["prompts"]) prompts.push_back(prompt["prompt"].get<std::string>());
-  for (std::string_view backend : cuda::paged::cuda_paged_backends()) {
+  for (std::string_view backend : attention::paged_backends_for(cuda::paged::cuda_paged_backends(),
+                                                                attention::ModelAttention::Plain)) {
     PrefixCacheReport report;
     std::string attention;
     const std::vector<Tensor> rows =
