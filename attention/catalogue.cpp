@@ -398,14 +398,19 @@ const std::vector<KernelBuild>& compiled_kernels() {
 #ifdef MMGEN_HAVE_CUDA
     // The paged backends with a CUDA implementation in attention/cuda/paged_* (bf16; built for
     // sm_90a only, as the DiT kernels below are, so sm 90 exactly).
-    for (std::string_view name : cuda::paged::cuda_paged_backends())
-      list.push_back({.family = Family::Paged,
-                      .backend = name,
-                      .platform = P::Cuda,
-                      .dtypes = {"bf16"},
-                      .head_sizes = cuda::paged::cuda_paged_head_sizes(),
-                      .min_sm = 90,
-                      .max_sm = 90});
+    // The MLA designs take MLA's one head of latent 512 + rope 64 (the latent kernel).
+    for (std::string_view name : cuda::paged::cuda_paged_backends()) {
+      const bool latent =
+          find_backend(Family::Paged, name)->model_attention == ModelAttention::LatentMla;
+      list.push_back(
+          {.family = Family::Paged,
+           .backend = name,
+           .platform = P::Cuda,
+           .dtypes = {"bf16"},
+           .head_sizes = latent ? std::vector<int>{576} : cuda::paged::cuda_paged_head_sizes(),
+           .min_sm = 90,
+           .max_sm = 90});
+    }
 #endif
     // The DiT backends' kernels, from their descriptors: every CPU kernel, then every GPU one.
     for (const Platform platform : {P::Cpu, P::Cuda})

@@ -3,7 +3,8 @@
 // indices, the upload through pinned staging, the CUDA-graph buffers, the KV store and the
 // split-KV decode. The designs differ in their key indices (page table vs CSR slots) and in how
 // extend reads the keys: paged_fa3_cuda.cpp (fa3 and flex_attention), paged_flashinfer_cuda.cpp,
-// paged_triton_cuda.cpp, paged_torch_native_cuda.cpp, paged_dual_chunk_cuda.cpp.
+// paged_triton_cuda.cpp, paged_torch_native_cuda.cpp, paged_dual_chunk_cuda.cpp,
+// paged_mla_cuda.cpp (flashinfer_mla; flashmla is the page-table design of paged_fa3_cuda.cpp).
 #pragma once
 
 #include <cstdint>
@@ -145,6 +146,10 @@ std::unique_ptr<PagedBackendCuda> make_torch_native_backend_cuda(
 std::unique_ptr<PagedBackendCuda> make_flex_attention_backend_cuda(
     DeviceKVPool* pool, const PagedBackendCudaOptions& options);
 std::unique_ptr<PagedBackendCuda> make_dual_chunk_backend_cuda(
+    DeviceKVPool* pool, const PagedBackendCudaOptions& options);
+std::unique_ptr<PagedBackendCuda> make_flashinfer_mla_backend_cuda(
+    DeviceKVPool* pool, const PagedBackendCudaOptions& options);
+std::unique_ptr<PagedBackendCuda> make_flashmla_backend_cuda(
     DeviceKVPool* pool, const PagedBackendCudaOptions& options);
 
 }  // namespace mmgen::cuda::paged

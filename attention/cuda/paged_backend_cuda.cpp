@@ -198,12 +198,19 @@ PagedAttentionParams PagedBackendCudaBase::query_params(const DeviceAttentionIo&
         "GPU paged attention layer {}: PagedLayer::bias is the CPU hook; on the GPU the bias is "
         "DeviceAttentionIo::bias",
         layer.layer_id);
-  const bool supported = extend ? paged_tile_kernel_supports(d) || paged_row_kernel_supports(d)
-                                : paged_row_kernel_supports(d);
-  check(supported,
-        "GPU paged attention ({}): head size {} is not compiled; the GPU kernels take 8, 16, 32, "
-        "64, 128 or 256",
-        name(), d);
+  if (layer.latent.enabled()) {
+    check(paged_latent_kernel_supports(d, layer.value_dim()),
+          "GPU paged attention ({}): the latent kernel takes MLA's latent 512 + rope 64, got {} + "
+          "{}",
+          name(), layer.value_dim(), d - layer.value_dim());
+  } else {
+    const bool supported = extend ? paged_tile_kernel_supports(d) || paged_row_kernel_supports(d)
+                                  : paged_row_kernel_supports(d);
+    check(supported,
+          "GPU paged attention ({}): head size {} is not compiled; the GPU kernels take 8, 16, "
+          "32, 64, 128 or 256",
+          name(), d);
+  }
   check(io.q && io.k && io.v && io.out, "GPU paged attention layer {}: q, k, v and out are needed",
         layer.layer_id);
   check(device_base_ != nullptr,
@@ -221,7 +228,8 @@ PagedAttentionParams PagedBackendCudaBase::query_params(const DeviceAttentionIo&
   p.q = io.q;
   p.q_stride = io.q_stride ? io.q_stride : hq * d;
   p.out = io.out;
-  p.out_stride = io.out_stride ? io.out_stride : hq * d;
+  p.v_dim = layer.value_dim();
+  p.out_stride = io.out_stride ? io.out_stride : hq * p.v_dim;
   p.k = io.k;
   p.v = io.v;
   p.k_stride = io.k_stride ? io.k_stride : hkv * d;
@@ -268,6 +276,10 @@ void PagedBackendCudaBase::set_pool_keys(PagedAttentionParams& p, const PagedLay
         "KV heads of {})",
         layer.layer_id, layer.num_kv_heads, layer.head_dim, pool_->num_layers(), pool_->kv_heads(),
         pool_->head_dim());
+  check(pool_->keys_only() == layer.latent.enabled(),
+        "GPU paged attention ({}): layer {} {} but the pool {}", name(), layer.layer_id,
+        layer.latent.enabled() ? "is MLA (one latent row per token)" : "has K and V",
+        pool_->keys_only() ? "keeps keys only" : "keeps K and V");
   p.k = pool_->key_buffer(layer.layer_id);
   p.v = pool_->value_buffer(layer.layer_id);
   p.k_stride = p.v_stride = pool_->row_elems();
@@ -283,9 +295,9 @@ void PagedBackendCudaBase::save_kv(const DeviceAttentionIo& io, const PagedLayer
   PagedAttentionParams unused;
   set_pool_keys(unused, layer);  // checks the layer against the pool
   const int64_t row = layer.num_kv_heads * layer.head_dim;
-  store_kv(io.k, io.k_stride ? io.k_stride : row, io.v, io.v_stride ? io.v_stride : row,
-           at(sections_.out_loc), batch.num_tokens, pool_->key_buffer(layer.layer_id),
-           pool_->value_buffer(layer.layer_id), row, stream_);
+  store_kv(io.k, io.k_stride ? io.k_stride : row, pool_->keys_only() ? nullptr : io.v,
+           io.v_stride ? io.v_stride : row, at(sections_.out_loc), batch.num_tokens,
+           pool_->key_buffer(layer.layer_id), pool_->value_buffer(layer.layer_id), row, stream_);
 }
 
 void PagedBackendCudaBase::run_extend(const PagedAttentionParams& params) {
@@ -383,7 +395,14 @@ void PagedBackendCudaBase::init_forward_metadata_replay_cuda_graph(int64_t batch
 // ------------------------------------------------------------------ registry
 
 std::vector<std::string_view> cuda_paged_backends() {
-  return {"fa3", "flashinfer", "triton", "torch_native", "flex_attention", "dual_chunk_flash_attn"};
+  return {"fa3",
+          "flashinfer",
+          "triton",
+          "torch_native",
+          "flex_attention",
+          "dual_chunk_flash_attn",
+          "flashinfer_mla",
+          "flashmla"};
 }
 
 std::vector<int> cuda_paged_head_sizes() {
@@ -398,6 +417,8 @@ std::unique_ptr<PagedBackendCuda> make_paged_backend_cuda(std::string_view name,
   if (name == "torch_native") return make_torch_native_backend_cuda(pool, options);
   if (name == "flex_attention") return make_flex_attention_backend_cuda(pool, options);
   if (name == "dual_chunk_flash_attn") return make_dual_chunk_backend_cuda(pool, options);
+  if (name == "flashinfer_mla") return make_flashinfer_mla_backend_cuda(pool, options);
+  if (name == "flashmla") return make_flashmla_backend_cuda(pool, options);
   fail("paged attention backend '{}' has no CUDA implementation in this build; these do: {}", name,
        fmt::join(cuda_paged_backends(), ", "));
 }

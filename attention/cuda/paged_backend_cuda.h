@@ -98,8 +98,9 @@ class PagedBackendCuda {
 };
 
 // Builds a GPU paged backend by catalogue name ("fa3", "flashinfer", "triton", "torch_native",
-// "flex_attention", "dual_chunk_flash_attn"); `pool` may be null for encoder-only use (no K/V
-// kept). Throws Error for a name without a CUDA implementation.
+// "flex_attention", "dual_chunk_flash_attn", "flashinfer_mla", "flashmla"); `pool` may be null for
+// encoder-only use (no K/V kept); the MLA designs need a keys-only pool. Throws Error for a name
+// without a CUDA implementation.
 std::unique_ptr<PagedBackendCuda> make_paged_backend_cuda(
     std::string_view name, DeviceKVPool* pool, const PagedBackendCudaOptions& options = {});
 

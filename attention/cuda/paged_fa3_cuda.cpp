@@ -20,8 +20,9 @@ namespace {
 class PageTableBackendCuda final : public PagedBackendCudaBase {
  public:
   PageTableBackendCuda(DeviceKVPool* pool, const PagedBackendCudaOptions& options,
-                       std::string_view name)
-      : PagedBackendCudaBase(pool, options), name_(name) {}
+                       std::string_view name,
+                       attention::ModelAttention kind = attention::ModelAttention::Plain)
+      : PagedBackendCudaBase(pool, options), name_(name), kind_(kind) {}
   std::string_view name() const override { return name_; }
 
   void forward_extend(const DeviceAttentionIo& io, const PagedLayer& layer,
@@ -44,6 +45,7 @@ class PageTableBackendCuda final : public PagedBackendCudaBase {
   }
 
  protected:
+  attention::ModelAttention layer_kind() const override { return kind_; }
   void add_key_indices(const ForwardBatch& batch, MetadataBuilder& builder, Sections& s,
                        const GraphCapacity* graph) override {
     s.kv_len = s.seq_len;
@@ -54,6 +56,10 @@ class PageTableBackendCuda final : public PagedBackendCudaBase {
           "pool",
           name_);
     const int64_t page = pool_->page_size(), bs = batch.batch_size();
+    check(kind_ != attention::ModelAttention::LatentMla || page == kFlashMlaPage,
+          "GPU {} paged attention: FlashMLA reads pages of {} tokens, this pool's hold {}; use a "
+          "page size of {} or flashinfer_mla",
+          name_, kFlashMlaPage, page, kFlashMlaPage);
     const int64_t longest = batch.max_seq_len();
     s.max_pages = graph ? graph->max_pages : (longest + page - 1) / page;
     check(longest <= s.max_pages * page,
@@ -90,7 +96,9 @@ class PageTableBackendCuda final : public PagedBackendCudaBase {
   }
 
  private:
+  static constexpr int64_t kFlashMlaPage = 64;
   std::string_view name_;
+  attention::ModelAttention kind_;
 };
 
 }  // namespace
@@ -103,6 +111,14 @@ std::unique_ptr<PagedBackendCuda> make_fa3_backend_cuda(DeviceKVPool* pool,
 std::unique_ptr<PagedBackendCuda> make_flex_attention_backend_cuda(
     DeviceKVPool* pool, const PagedBackendCudaOptions& options) {
   return std::make_unique<PageTableBackendCuda>(pool, options, "flex_attention");
+}
+
+// FlashMLA: absorbed multi-head latent attention through a native page table of 64-token pages
+// (a keys-only pool of latent rows), the latent kernel for extend and split-KV decode.
+std::unique_ptr<PagedBackendCuda> make_flashmla_backend_cuda(
+    DeviceKVPool* pool, const PagedBackendCudaOptions& options) {
+  return std::make_unique<PageTableBackendCuda>(pool, options, "flashmla",
+                                                attention::ModelAttention::LatentMla);
 }
 
 }  // namespace mmgen::cuda::paged

@@ -493,6 +493,121 @@ __global__ void __launch_bounds__(kThreads)
   if (p.lse && lane == 0) p.lse[token * p.num_q_heads + head] = lse;
 }
 
+// ------------------------------------------------------------------ latent (MLA) row kernel
+
+// Absorbed multi-head latent attention: one KV head whose rows are the latent (kLatent values,
+// also the V) and the rotary part (kRope). One CTA per (token, query head, split); each warp takes
+// every fourth key, its lanes holding chunks (8 values) `lane` and `lane + 32` of the latent and,
+// lanes 0-7, chunk `lane` of the rotary part: one 16-byte load of each per key gives the score
+// (a warp reduction) and the V row at once. Warps keep their own running max, sum and
+// accumulator, merged through shared memory. A correctness-first kernel (no tensor cores, heads
+// of one token read the same rows through L1/L2), not FlashMLA's speed.
+constexpr int kLatent = 512, kRope = 64, kLatentChunks = kLatent / 8 / 32;  // 2 per lane
+
+__global__ void __launch_bounds__(kThreads)
+    paged_latent_kernel(const PagedAttentionParams p, int max_splits, float* partial_out,
+                        float* partial_lse) {
+  __shared__ float shared_acc[kWarps][kLatent];
+  __shared__ float shared_max[kWarps], shared_sum[kWarps];
+  const int64_t token = blockIdx.x;
+  const int head = blockIdx.y, split = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int r = p.token_request[token];
+  const int64_t qp = int64_t(p.q_pos0[r]) + (token - p.q_start[r]);
+
+  int64_t lo, hi;
+  visible_keys(p, r, qp, lo, hi);
+  const int64_t keys = hi > lo ? hi - lo : 0;
+  int splits = 1;
+  if (max_splits > 1)
+    splits = int(min(int64_t(max_splits),
+                     max(int64_t(1), (keys + kPagedSplitMinKeys - 1) / kPagedSplitMinKeys)));
+  const int64_t per_split = (keys + splits - 1) / splits;
+  const int64_t begin = split < splits ? lo + split * per_split : hi;
+  const int64_t end = split < splits ? min(hi, begin + per_split) : hi;
+
+  // This lane's query values, scaled into the log2 domain: latent chunks lane, lane + 32; rope
+  // chunk lane (lanes 0-7).
+  const bf16* q = static_cast<const bf16*>(p.q) + token * p.q_stride + head * (kLatent + kRope);
+  const float factor = p.scale * length_scale(p, r) * kLog2e;
+  float q_latent[kLatentChunks][8], q_rope[8];
+#pragma unroll
+  for (int c = 0; c < kLatentChunks; ++c) {
+    unpack8(*reinterpret_cast<const uint4*>(q + (lane + 32 * c) * 8), q_latent[c]);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) q_latent[c][i] *= factor;
+  }
+  const bool rope_lane = lane < kRope / 8;
+  if (rope_lane) unpack8(*reinterpret_cast<const uint4*>(q + kLatent + lane * 8), q_rope);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) q_rope[i] = rope_lane ? q_rope[i] * factor : 0.0f;
+
+  float running_max = -INFINITY, running_sum = 0.0f, acc[kLatentChunks][8] = {};
+  for (int64_t pos = begin + warp; pos < end; pos += kWarps) {
+    const bf16* row = static_cast<const bf16*>(p.k) + key_row(p, r, pos) * p.k_stride;
+    float k[kLatentChunks][8], score = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kLatentChunks; ++c) {
+      unpack8(*reinterpret_cast<const uint4*>(row + (lane + 32 * c) * 8), k[c]);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) score += q_latent[c][i] * k[c][i];
+    }
+    if (rope_lane) {
+      float rope[8];
+      unpack8(*reinterpret_cast<const uint4*>(row + kLatent + lane * 8), rope);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) score += q_rope[i] * rope[i];
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2)
+      score += __shfl_xor_sync(0xffffffffu, score, offset);
+    const float new_max = fmaxf(running_max, score);
+    const float correction = exp2f(running_max - new_max), weight = exp2f(score - new_max);
+    running_sum = running_sum * correction + weight;
+#pragma unroll
+    for (int c = 0; c < kLatentChunks; ++c)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[c][i] = acc[c][i] * correction + weight * k[c][i];
+    running_max = new_max;
+  }
+
+  // Merge the warps: each scales its state to the CTA's maximum.
+  if (lane == 0) shared_max[warp] = running_max;
+  __syncthreads();
+  float total_max = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) total_max = fmaxf(total_max, shared_max[w]);
+  const float scale_warp = running_max == -INFINITY ? 0.0f : exp2f(running_max - total_max);
+  if (lane == 0) shared_sum[warp] = running_sum * scale_warp;
+#pragma unroll
+  for (int c = 0; c < kLatentChunks; ++c)
+#pragma unroll
+    for (int i = 0; i < 8; ++i) shared_acc[warp][(lane + 32 * c) * 8 + i] = acc[c][i] * scale_warp;
+  __syncthreads();
+  float total_sum = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) total_sum += shared_sum[w];
+  const float inverse = total_sum > 0.0f ? 1.0f / total_sum : 0.0f;
+  const float lse = total_sum > 0.0f ? (total_max + log2f(total_sum)) * kLn2 : -INFINITY;
+  const int64_t entry = (token * p.num_q_heads + head) * max_splits + split;
+  bf16* out = static_cast<bf16*>(p.out) + token * p.out_stride + head * kLatent;
+  for (int d = threadIdx.x; d < kLatent; d += kThreads) {
+    float value = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) value += shared_acc[w][d];
+    if (max_splits > 1)
+      partial_out[entry * kLatent + d] = value * inverse;
+    else
+      out[d] = __float2bfloat16_rn(value * inverse);
+  }
+  if (threadIdx.x == 0) {
+    if (max_splits > 1)
+      partial_lse[entry] = lse;
+    else if (p.lse)
+      p.lse[token * p.num_q_heads + head] = lse;
+  }
+}
+
 // One CTA of head_dim threads per (token, head): the LSE-weighted sum of the splits, in split
 // order (the same bits whatever the batch around it).
 template <typename T>
@@ -530,6 +645,7 @@ __global__ void store_kv_kernel(const bf16* k, int64_t k_stride, const bf16* v, 
   const int64_t slot = slots[token];
   *reinterpret_cast<uint4*>(pool_k + slot * row_elems + chunk * 8) =
       *reinterpret_cast<const uint4*>(k + token * k_stride + chunk * 8);
+  if (!v) return;  // a keys-only pool (MLA's latent rows)
   *reinterpret_cast<uint4*>(pool_v + slot * row_elems + chunk * 8) =
       *reinterpret_cast<const uint4*>(v + token * v_stride + chunk * 8);
 }
@@ -609,38 +725,54 @@ void paged_attention_tiles(const PagedAttentionParams& p, cudaStream_t stream) {
   }
 }
 
+bool paged_latent_kernel_supports(int64_t head_dim, int64_t value_dim) {
+  return head_dim == kLatent + kRope && value_dim == kLatent;
+}
+
 void paged_attention_rows(const PagedAttentionParams& p, int64_t max_splits, float* partial_out,
                           float* partial_lse, cudaStream_t stream) {
   if (p.num_tokens == 0) return;
   const int splits = int(max_splits < 1 ? 1 : max_splits);
-  switch (p.head_dim) {
-    case 8:
-      launch_rows<8>(p, splits, partial_out, partial_lse, stream);
-      break;
-    case 16:
-      launch_rows<16>(p, splits, partial_out, partial_lse, stream);
-      break;
-    case 32:
-      launch_rows<32>(p, splits, partial_out, partial_lse, stream);
-      break;
-    case 64:
-      launch_rows<64>(p, splits, partial_out, partial_lse, stream);
-      break;
-    case 128:
-      launch_rows<128>(p, splits, partial_out, partial_lse, stream);
-      break;
-    case 256:
-      launch_rows<256>(p, splits, partial_out, partial_lse, stream);
-      break;
-    default:
-      check_cuda(cudaErrorInvalidValue, "paged_attention_rows: head size not compiled", __FILE__,
-                 __LINE__);
+  const bool latent = p.v_dim > 0 && p.v_dim != p.head_dim;
+  if (latent) {
+    if (!paged_latent_kernel_supports(p.head_dim, p.v_dim) || p.fp32 || p.group != p.num_q_heads)
+      check_cuda(cudaErrorInvalidValue,
+                 "paged_attention_rows: the latent kernel takes bf16, one KV head, 512 + 64",
+                 __FILE__, __LINE__);
+    const dim3 grid(unsigned(p.num_tokens), unsigned(p.num_q_heads), unsigned(splits));
+    paged_latent_kernel<<<grid, kThreads, 0, stream>>>(p, splits, partial_out, partial_lse);
+    MMGEN_CUDA_CHECK_LAUNCH();
+  } else {
+    switch (p.head_dim) {
+      case 8:
+        launch_rows<8>(p, splits, partial_out, partial_lse, stream);
+        break;
+      case 16:
+        launch_rows<16>(p, splits, partial_out, partial_lse, stream);
+        break;
+      case 32:
+        launch_rows<32>(p, splits, partial_out, partial_lse, stream);
+        break;
+      case 64:
+        launch_rows<64>(p, splits, partial_out, partial_lse, stream);
+        break;
+      case 128:
+        launch_rows<128>(p, splits, partial_out, partial_lse, stream);
+        break;
+      case 256:
+        launch_rows<256>(p, splits, partial_out, partial_lse, stream);
+        break;
+      default:
+        check_cuda(cudaErrorInvalidValue, "paged_attention_rows: head size not compiled", __FILE__,
+                   __LINE__);
+    }
   }
   if (splits > 1) {
+    const int64_t out_dim = latent ? p.v_dim : p.head_dim;
     const dim3 grid(unsigned(p.num_tokens), unsigned(p.num_q_heads));
     auto merge = p.fp32 ? merge_splits_kernel<float> : merge_splits_kernel<bf16>;
-    merge<<<grid, unsigned(p.head_dim), 0, stream>>>(
-        partial_out, partial_lse, splits, p.num_q_heads, p.head_dim, p.out, p.out_stride, p.lse);
+    merge<<<grid, unsigned(out_dim), 0, stream>>>(partial_out, partial_lse, splits, p.num_q_heads,
+                                                  out_dim, p.out, p.out_stride, p.lse);
     MMGEN_CUDA_CHECK_LAUNCH();
   }
 }

@@ -36,6 +36,9 @@ struct PagedAttentionParams {
   int64_t out_stride = 0;
   float* lse = nullptr;
   int64_t num_tokens = 0, num_q_heads = 0, group = 1, head_dim = 0;
+  // Width of V and out rows when it differs from head_dim: multi-head latent attention, whose V is
+  // the first v_dim columns of the K row (the latent kernel; 0: head_dim).
+  int64_t v_dim = 0;
   // q, k, v and out in float32 instead of bf16 (the row kernel only; no pool): the exact mode.
   bool fp32 = false;
   float scale = 1.0f;
@@ -91,11 +94,14 @@ inline constexpr int kPagedSplitMinKeys = 64;
 
 bool paged_tile_kernel_supports(int64_t head_dim);
 bool paged_row_kernel_supports(int64_t head_dim);
+// The latent (MLA) kernel: head_dim 576 = latent 512 + rope 64, value_dim 512, one KV head.
+bool paged_latent_kernel_supports(int64_t head_dim, int64_t value_dim);
 
 // The tile kernel over params.tiles (grid: tiles × query heads).
 void paged_attention_tiles(const PagedAttentionParams& params, cudaStream_t stream);
 
-// The row kernel over every packed token and query head. max_splits > 1: each row's visible keys
+// The row kernel over every packed token and query head (the latent kernel when params.v_dim
+// differs from head_dim). max_splits > 1: each row's visible keys
 // are cut into min(max_splits, ⌈keys / kPagedSplitMinKeys⌉) splits (from the lengths on the
 // device, so a captured graph replays any lengths), the partial results go to
 // partial_out [num_tokens, num_q_heads, max_splits, head_dim] and partial_lse
@@ -105,7 +111,7 @@ void paged_attention_rows(const PagedAttentionParams& params, int64_t max_splits
 
 // Scatters n new tokens' K and V rows (bf16 [kv_heads · head_dim], k_stride / v_stride elements
 // apart) to the pool rows slots[i] (set_kv_buffer). row_elems = kv_heads · head_dim, a multiple
-// of 8.
+// of 8. v null: K only (a keys-only pool).
 void store_kv(const void* k, int64_t k_stride, const void* v, int64_t v_stride,
               const int32_t* slots, int64_t n, void* pool_k, void* pool_v, int64_t row_elems,
               cudaStream_t stream);

@@ -15,8 +15,10 @@ namespace mmgen::cuda::paged {
 
 class DeviceKVPool {
  public:
+  // keys_only: one row per token and no V buffer (MLA's latent rows, whose first kv_lora_rank
+  // columns are the values): value_buffer is key_buffer.
   DeviceKVPool(int64_t size, int64_t page_size, int64_t num_layers, int64_t kv_heads,
-               int64_t head_dim);
+               int64_t head_dim, bool keys_only = false);
 
   int64_t num_layers() const { return num_layers_; }
   int64_t page_size() const { return page_size_; }
@@ -25,6 +27,7 @@ class DeviceKVPool {
   int64_t rows() const { return rows_; }
   int64_t row_elems() const { return kv_heads_ * head_dim_; }
   int64_t pages() const { return rows_ / page_size_; }
+  bool keys_only() const { return buffers_ == 1; }
 
   // Device pointers to one layer's [rows, kv_heads, head_dim] bf16 buffers.
   void* key_buffer(int64_t layer) const;
@@ -33,7 +36,8 @@ class DeviceKVPool {
 
  private:
   int64_t rows_, page_size_, num_layers_, kv_heads_, head_dim_;
-  DeviceBuffer storage_;  // [layers][K, V][rows][kv_heads][head_dim]
+  int64_t buffers_;       // 2: K and V; 1: K only
+  DeviceBuffer storage_;  // [layers][K, V (unless keys only)][rows][kv_heads][head_dim]
 };
 
 }  // namespace mmgen::cuda::paged

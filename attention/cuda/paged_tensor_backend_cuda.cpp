@@ -14,7 +14,7 @@ int64_t token_stride(const Tensor& x, const char* what, int64_t tokens, int64_t 
                      int64_t head_dim, DType dtype) {
   check(x.device() == Device::CUDA && x.dim() == 3 && x.size(0) == tokens && x.size(1) == heads &&
             x.size(2) == head_dim && x.dtype() == dtype && x.strides()[2] == 1 &&
-            x.strides()[1] == head_dim,
+            (heads == 1 || x.strides()[1] == head_dim),
         "GPU paged attention: {} is {} {} on {}, expected [{}, {}, {}] {} on the GPU", what,
         dtype_name(x.dtype()), shape_string(x.shape()), device_name(x.device()), tokens, heads,
         head_dim, dtype_name(dtype));
@@ -67,8 +67,8 @@ class TensorPagedBackendCuda final : public PagedAttentionBackend {
     DeviceAttentionIo io;
     io.q_stride = token_stride(q, "q", tokens, layer.query_rows(), layer.head_dim, dtype);
     io.k_stride = token_stride(k, "k", tokens, layer.num_kv_heads, layer.head_dim, dtype);
-    io.v_stride = token_stride(v, "v", tokens, layer.num_kv_heads, layer.head_dim, dtype);
-    Tensor out = Tensor::empty({tokens, layer.num_q_heads, layer.head_dim}, dtype, Device::CUDA);
+    io.v_stride = token_stride(v, "v", tokens, layer.num_kv_heads, layer.value_dim(), dtype);
+    Tensor out = Tensor::empty({tokens, layer.num_q_heads, layer.value_dim()}, dtype, Device::CUDA);
     io.q = q.raw(), io.k = k.raw(), io.v = v.raw(), io.out = out.raw();
     io.fp32 = dtype == DType::F32;
     PagedLayer device_layer = layer;

@@ -131,7 +131,7 @@ std::unique_ptr<PagedAttentionBackend> make_paged_decoder_backend(
   return cuda::paged::make_tensor_paged_backend_cuda(
       name,
       std::make_unique<cuda::paged::DeviceKVPool>(pool.size, pool.page_size, pool.num_layers,
-                                                  pool.kv_heads, pool.head_dim),
+                                                  pool.kv_heads, pool.head_dim, pool.keys_only),
       cuda_options);
 #else
   (void)pool;

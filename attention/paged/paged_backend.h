@@ -97,6 +97,7 @@ struct DeviceKVPoolShape {
   int64_t num_layers = 0;
   int64_t kv_heads = 0;
   int64_t head_dim = 0;
+  bool keys_only = false;  // MLA: one latent row per token, no V
 };
 // A backend for decoder (causal, KV-caching) layers on `device`. On the CPU it is
 // make_paged_backend(name): its K/V live in batch.kv_pool, the caller's. On the GPU it owns a

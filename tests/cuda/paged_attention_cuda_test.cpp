@@ -1,8 +1,9 @@
 // The GPU paged backends (fa3 and flex_attention: native page table; flashinfer: ragged + paged
 // CSR, and its paged-only mode; triton: prefix through CSR slots and new tokens packed in one
 // softmax, split-KV decode; torch_native: whole sequences through the request rows, the row
-// kernel; dual_chunk_flash_attn: three regions merged by LSE, against the CPU dual chunk design)
-// against the CPU torch_native backend (itself checked against a
+// kernel; dual_chunk_flash_attn: three regions merged by LSE, against the CPU dual chunk design;
+// flashinfer_mla (slots) and flashmla (64-token pages): absorbed MLA on the latent kernel, against
+// the CPU flashinfer_mla) against the CPU torch_native backend (itself checked against a
 // double-precision formula) on the same bf16-rounded inputs and the same slots: ragged causal
 // extends, a continued request (its own partial last page), a prefix hit on another request's
 // pages, decode steps, grouped-query attention, a sliding window, page sizes 1 and 16, the tile
@@ -81,6 +82,19 @@ bool finite(const std::vector<double>& values) {
   return true;
 }
 
+// MLA's absorbed form at DeepSeek's sizes: latent 512 + rope 64, one KV head.
+constexpr int64_t kLatentRank = 512, kLatentRope = 64;
+
+// V as the model hands it for MLA: the first kLatentRank columns of each K row.
+Values latent_values(const Values& k) {
+  const int64_t n = k.host.size(0), d = k.host.size(2);
+  Values v;
+  v.host = k.host.slice(2, 0, kLatentRank).contiguous();
+  for (int64_t t = 0; t < n; ++t)
+    v.bits.insert(v.bits.end(), k.bits.begin() + t * d, k.bits.begin() + t * d + kLatentRank);
+  return v;
+}
+
 // Dual chunk layers: chunks of 32 over sequences of up to ~200 tokens (every region), with the
 // length scale active beyond 64 tokens.
 const ap::DualChunk kDualChunk{
@@ -91,12 +105,14 @@ struct Case {
   int64_t page_size = 1, hq = 4, hkv = 2, d = 64, window = -1;
   bool ragged = true, force_rows = false;
   bool dual_chunk = false;  // dual chunk layers, checked against the CPU dual chunk design
+  bool latent = false;      // MLA layers (hkv 1, d 576), checked against CPU flashinfer_mla
   std::string label() const {
     return fmt::format("{}{} P={} Hq={} Hkv={} D={}{}{}", backend, ragged ? "" : "(paged-only)",
                        page_size, hq, hkv, d, window >= 0 ? fmt::format(" window={}", window) : "",
                        force_rows ? " row kernel" : "");
   }
   int64_t query_rows() const { return dual_chunk ? 3 * hq : hq; }
+  int64_t value_dim() const { return latent ? kLatentRank : d; }
 };
 
 // The designs for plain layers (dual_chunk_flash_attn runs dual chunk layers only, the MLA designs
@@ -117,9 +133,11 @@ class DecoderScenario {
       : case_(c),
         table_(8, 2048),
         allocator_(4096, c.page_size),
-        cpu_pool_(4096, c.page_size, kLayers, c.hkv, c.d),
-        gpu_pool_(4096, c.page_size, kLayers, c.hkv, c.d),
-        cpu_(ap::make_paged_backend(c.dual_chunk ? "dual_chunk_flash_attn" : "torch_native")),
+        cpu_pool_(4096, c.page_size, kLayers, c.hkv, c.d, 0, c.latent),
+        gpu_pool_(4096, c.page_size, kLayers, c.hkv, c.d, c.latent),
+        cpu_(ap::make_paged_backend(c.dual_chunk ? "dual_chunk_flash_attn"
+                                    : c.latent   ? "flashinfer_mla"
+                                                 : "torch_native")),
         rng_(uint32_t(c.page_size * 1000 + c.d + c.hq)) {
     cp::PagedBackendCudaOptions options;
     options.flashinfer_use_ragged = c.ragged;
@@ -138,6 +156,7 @@ class DecoderScenario {
     layer.scaling = float(1.0 / std::sqrt(double(case_.d)));
     layer.sliding_window_size = case_.window;
     if (case_.dual_chunk) layer.dual_chunk = kDualChunk;
+    if (case_.latent) layer.latent = {.kv_lora_rank = kLatentRank, .qk_rope_head_dim = kLatentRope};
     return layer;
   }
 
@@ -197,10 +216,11 @@ class DecoderScenario {
     for (int64_t l = 0; l < kLayers; ++l) {
       const Values q = random_values({n, case_.query_rows(), case_.d}, rng_, 1.0f);
       const Values k = random_values({n, case_.hkv, case_.d}, rng_, 1.0f);
-      const Values v = random_values({n, case_.hkv, case_.d}, rng_, 1.0f);
+      const Values v =
+          case_.latent ? latent_values(k) : random_values({n, case_.hkv, case_.d}, rng_, 1.0f);
       const Tensor expected = cpu_->forward(q.host, k.host, v.host, layer(l), batch);
       cuda::DeviceBuffer qd = upload(q.bits), kd = upload(k.bits), vd = upload(v.bits),
-                         out(size_t(n * case_.hq * case_.d) * 2);
+                         out(size_t(n * case_.hq * case_.value_dim()) * 2);
       cp::DeviceAttentionIo io;
       io.q = qd.data(), io.k = kd.data(), io.v = vd.data(), io.out = out.data();
       gpu_->forward(io, layer(l), batch);
@@ -247,15 +267,18 @@ void decoder_case(const Case& c) {
   const int64_t a = s.new_request(), b = s.new_request(), r2 = s.new_request();
   double worst = s.run(s.extend_batch({a, b, r2}, {37, 5, 130}));
   // Continue a (its own partial last page), prefix hit on r2's first pages, b grows by one.
-  const int64_t shared = c.page_size == 1 ? 100 : 96;
+  const int64_t shared = c.page_size == 1 ? 100 : 96 / c.page_size * c.page_size;
   const int64_t hit = s.share_prefix(r2, shared);
   worst = std::max(worst, s.run(s.extend_batch({a, hit, b}, {20, 9, 1})));
   for (int step = 0; step < 3; ++step)
     worst = std::max(worst, s.run(s.decode_batch({a, b, r2, hit})));
-  expect(worst < 1e-2,
-         fmt::format("{}: extend, prefix hits and decode vs CPU {}: worst "
-                     "relative error {:.2e} < 1e-2",
-                     c.label(), c.dual_chunk ? "dual_chunk_flash_attn" : "torch_native", worst));
+  expect(worst < 1e-2, fmt::format("{}: extend, prefix hits and decode vs CPU {}: worst "
+                                   "relative error {:.2e} < 1e-2",
+                                   c.label(),
+                                   c.dual_chunk ? "dual_chunk_flash_attn"
+                                   : c.latent   ? "flashinfer_mla"
+                                                : "torch_native",
+                                   worst));
 }
 
 // Encoder-only: packed prompts, no pool, T5-style bias (scale 1), padding, optional window.
@@ -334,21 +357,25 @@ void graph_case(const std::string& backend, int64_t page_size, int64_t d) {
   Case c;
   c.backend = backend;
   c.dual_chunk = backend == "dual_chunk_flash_attn";
+  c.latent =
+      mmgen::attention::find_backend(mmgen::attention::Family::Paged, backend)->model_attention ==
+      mmgen::attention::ModelAttention::LatentMla;
   c.page_size = page_size;
   c.d = d;
   c.hq = 8;
-  c.hkv = 2;
+  c.hkv = c.latent ? 1 : 2;
   DecoderScenario s(c);
   std::vector<int64_t> rows;
   for (int i = 0; i < 4; ++i) rows.push_back(s.new_request());
   s.run(s.extend_batch(rows, {300, 17, 64, 1}));  // 300 keys: split-KV decode
 
-  const int64_t max_bs = 4, q_row = c.query_rows() * d, out_row = c.hq * d, kv_row = c.hkv * d;
+  const int64_t max_bs = 4, q_row = c.query_rows() * d, out_row = c.hq * c.value_dim(),
+                kv_row = c.hkv * d, v_row = c.hkv * c.value_dim();
   std::vector<cuda::DeviceBuffer> q, k, v, out;
   for (int64_t l = 0; l < kLayers; ++l) {
     q.emplace_back(size_t(max_bs * q_row) * 2);
     k.emplace_back(size_t(max_bs * kv_row) * 2);
-    v.emplace_back(size_t(max_bs * kv_row) * 2);
+    v.emplace_back(size_t(max_bs * v_row) * 2);
     out.emplace_back(size_t(max_bs * out_row) * 2);
   }
   auto step = [&](int64_t, const ap::ForwardBatch& batch) {
@@ -370,12 +397,13 @@ void graph_case(const std::string& backend, int64_t page_size, int64_t d) {
     for (int64_t l = 0; l < kLayers; ++l) {
       inputs.push_back(random_values({n, c.query_rows(), d}, s.rng(), 1.0f));
       inputs.push_back(random_values({n, c.hkv, d}, s.rng(), 1.0f));
-      inputs.push_back(random_values({n, c.hkv, d}, s.rng(), 1.0f));
+      inputs.push_back(c.latent ? latent_values(inputs.back())
+                                : random_values({n, c.hkv, d}, s.rng(), 1.0f));
       expected.push_back(s.cpu().forward(inputs[size_t(3 * l)].host, inputs[size_t(3 * l + 1)].host,
                                          inputs[size_t(3 * l + 2)].host, s.layer(l), batch));
       q[size_t(l)].upload(inputs[size_t(3 * l)].bits.data(), size_t(n * q_row) * 2);
       k[size_t(l)].upload(inputs[size_t(3 * l + 1)].bits.data(), size_t(n * kv_row) * 2);
-      v[size_t(l)].upload(inputs[size_t(3 * l + 2)].bits.data(), size_t(n * kv_row) * 2);
+      v[size_t(l)].upload(inputs[size_t(3 * l + 2)].bits.data(), size_t(n * v_row) * 2);
     }
     // Eager (the same kernels, metadata sized to the batch), then the graph of the bucket.
     s.gpu().init_forward_metadata(batch);
@@ -410,18 +438,30 @@ void catalogue_case() {
   const std::string chosen = at::auto_backend(gpu, at::Family::Paged, "bf16", 64);
   expect(chosen == "fa3", "the text encoders' auto choice on this GPU is fa3: " + chosen);
   bool all = true;
-  for (const std::string_view name : cp::cuda_paged_backends())
+  for (const std::string& name : plain_backends())
     for (int head : {8, 64, 128, 256})
       all = all && at::kernel_availability(gpu, at::Family::Paged, name, "bf16", head).ok;
+  for (const char* name : {"flashinfer_mla", "flashmla"})
+    all = all && at::kernel_availability(gpu, at::Family::Paged, name, "bf16", 576).ok &&
+          !at::kernel_availability(gpu, at::Family::Paged, name, "bf16", 128).ok;
   expect(all,
          "fa3, flashinfer, triton, torch_native, flex_attention and dual_chunk_flash_attn run on "
-         "this GPU at head "
-         "sizes 8, 64, 128 and 256");
+         "this GPU at head sizes 8, 64, 128 and 256; flashinfer_mla and flashmla at MLA's 576 "
+         "only");
   const at::Availability odd = at::kernel_availability(gpu, at::Family::Paged, "fa3", "bf16", 12);
   const at::Availability amx =
       at::kernel_availability(gpu, at::Family::Paged, "intel_amx", "bf16", 64);
   expect(!odd.ok && !amx.ok, "head size 12 and a CPU-only design are refused on the GPU: " +
                                  odd.reason + "; " + amx.reason);
+}
+
+ap::PagedLayer mla_layer() {
+  ap::PagedLayer layer;
+  layer.num_q_heads = 4;
+  layer.num_kv_heads = 1;
+  layer.head_dim = kLatentRank + kLatentRope;
+  layer.latent = {.kv_lora_rank = kLatentRank, .qk_rope_head_dim = kLatentRope};
+  return layer;
 }
 
 void error_cases() {
@@ -460,6 +500,18 @@ void error_cases() {
   const std::string only = error_message([&] { dca->forward(io, layer, batch, true); });
   expect(only.find("runs only models with dual chunk attention") != std::string::npos,
          "dual_chunk_flash_attn refuses a plain layer: " + only);
+  const std::string plain_mla = error_message([&] { gpu->forward(io, mla_layer(), batch, true); });
+  expect(plain_mla.find("which only flashinfer_mla and flashmla run") != std::string::npos,
+         "a plain design refuses an MLA layer: " + plain_mla);
+  DecoderScenario pages16({.backend = "flashmla",
+                           .page_size = 16,
+                           .hkv = 1,
+                           .d = kLatentRank + kLatentRope,
+                           .latent = true});
+  const int64_t row = pages16.new_request();
+  const std::string page = error_message([&] { pages16.run(pages16.extend_batch({row}, {10})); });
+  expect(page.find("FlashMLA reads pages of 64 tokens, this pool's hold 16") != std::string::npos,
+         "flashmla refuses pages of 16 tokens: " + page);
 }
 
 }  // namespace
@@ -491,6 +543,16 @@ int main() try {
                   .force_rows = true,
                   .dual_chunk = true});
   }
+  for (const auto& [backend, page] : {std::pair<std::string, int64_t>{"flashinfer_mla", 1},
+                                      {"flashinfer_mla", 16},
+                                      {"flashmla", 64}})
+    for (int64_t hq : {4, 16})
+      decoder_case({.backend = backend,
+                    .page_size = page,
+                    .hq = hq,
+                    .hkv = 1,
+                    .d = kLatentRank + kLatentRope,
+                    .latent = true});
   for (const std::string& backend : plain_backends()) {
     encoder_case(backend, 64, false, -1);
     encoder_case(backend, 64, true, -1);
@@ -499,8 +561,11 @@ int main() try {
     encoder_case(backend, 8, false, -1, true);  // the exact mode
     encoder_case(backend, 64, false, 20, true);
   }
-  for (const std::string_view backend : cp::cuda_paged_backends())
-    for (int64_t page : {1, 16}) graph_case(std::string(backend), page, 128);
+  for (const std::string& backend : plain_backends())
+    for (int64_t page : {1, 16}) graph_case(backend, page, 128);
+  graph_case("dual_chunk_flash_attn", 16, 128);
+  graph_case("flashinfer_mla", 16, kLatentRank + kLatentRope);
+  graph_case("flashmla", 64, kLatentRank + kLatentRope);
   graph_case("fa3", 16, 64);
   catalogue_case();
   error_cases();
