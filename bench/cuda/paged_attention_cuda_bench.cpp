@@ -9,9 +9,12 @@
 //     CUDA-graph replay (replay hook + one graph launch), batch 1, 8 and 32 at ~1000 tokens;
 //  3. a UMT5-XXL-sized encoder (24 layers, d_model 4096, 64 heads x 64, d_ff 10240, random bf16
 //     weights): two 512-token prompts (Wan's prompt and negative prompt) and 8 ragged prompts.
-// `--json FILE` writes the extend cases for bench/cuda/torch_paged_reference.py (torch SDPA on
-// the same shapes, same run).
+//  4. dual_chunk_flash_attn against fa3's plain causal attention on the same prompts, and the
+//     MLA designs' decode at DeepSeek-V3's sizes (128 heads, latent 512 + rope 64).
+// `--json FILE` writes the extend, dual chunk and MLA cases for bench/cuda/torch_paged_reference.py
+// (torch SDPA on the same shapes, same run).
 #include <cuda_runtime.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
@@ -134,6 +137,121 @@ nlohmann::json extend_case(const std::string& name, const std::vector<int64_t>& 
     const double tflops = flops / (ms * 1e-3) / 1e12;
     std::printf("  %-11s %8.3f ms  %6.1f TFLOP/s\n", backend.c_str(), ms, tflops);
     result["mmgen"][backend] = {{"ms", ms}, {"tflops", tflops}};
+  }
+  return result;
+}
+
+// Dual chunk attention against plain causal attention on the same keys: Qwen3-8B-like heads,
+// prompts several chunks long (chunk_size 2048, local_size 256: chunks of 1792). The same causal
+// pairs as the plain case, so the FLOP count is the same; torch has no dual chunk attention, so
+// its yardstick (torch_paged_reference.py) is plain causal SDPA on the same shapes.
+nlohmann::json dual_chunk_case(int repeats) {
+  const std::vector<int64_t> lengths = {8192, 3000};
+  const int64_t hq = 32, hkv = 8, d = 128;
+  const int64_t tokens = std::accumulate(lengths.begin(), lengths.end(), int64_t(0));
+  double pairs = 0;
+  for (int64_t n : lengths) pairs += double(n) * double(n + 1) / 2;
+  const double flops = 4.0 * double(d) * double(hq) * pairs;
+  PagedRequests requests(lengths, 16, 8192);
+  cp::DeviceKVPool pool(1 << 16, 16, 1, hkv, d);
+  cuda::DeviceBuffer q = random_bf16(3 * tokens * hq * d, 1), k = random_bf16(tokens * hkv * d, 2),
+                     v = random_bf16(tokens * hkv * d, 3), out(size_t(tokens * hq * d) * 2);
+  ap::PagedLayer layer;
+  layer.num_q_heads = hq;
+  layer.num_kv_heads = hkv;
+  layer.head_dim = d;
+  layer.scaling = float(1.0 / std::sqrt(double(d)));
+  cp::DeviceAttentionIo io;
+  io.q = q.data(), io.k = k.data(), io.v = v.data(), io.out = out.data();
+  nlohmann::json result = {{"name", "dual chunk vs causal (Qwen3-8B-like, chunks of 1792)"},
+                           {"lengths", lengths},
+                           {"q_heads", hq},
+                           {"kv_heads", hkv},
+                           {"head_dim", d},
+                           {"causal", true},
+                           {"bias", false},
+                           {"flops", flops},
+                           {"mmgen", nlohmann::json::object()}};
+  std::printf("dual chunk attention: %zu requests, %ld tokens, %ld/%ld heads x %ld, chunks of %d\n",
+              lengths.size(), long(tokens), long(hq), long(hkv), long(d), 2048 - 256);
+  for (const std::string backend : {"fa3", "dual_chunk_flash_attn"}) {
+    ap::PagedLayer run = layer;
+    if (backend == "dual_chunk_flash_attn")
+      run.dual_chunk = {.chunk_size = 2048, .local_size = 256};
+    auto gpu = cp::make_paged_backend_cuda(backend, &pool);
+    gpu->init_forward_metadata(requests.batch);
+    const double ms = time_ms([&] { gpu->forward(io, run, requests.batch, true); }, repeats);
+    std::printf("  %-22s %8.3f ms  %6.1f TFLOP/s\n", backend.c_str(), ms,
+                flops / (ms * 1e-3) / 1e12);
+    result["mmgen"][backend] = {{"ms", ms}, {"tflops", flops / (ms * 1e-3) / 1e12}};
+  }
+  return result;
+}
+
+// Absorbed MLA decode at DeepSeek-V3's sizes (128 query heads, latent 512 + rope 64), one layer,
+// `batch_size` requests of ~`context` tokens: the latent rows each step streams, as GB/s.
+nlohmann::json mla_decode_case(int64_t batch_size, int64_t context, int repeats) {
+  const int64_t hq = 128, d = 576, dv = 512;
+  std::vector<int64_t> lengths(size_t(batch_size), context);
+  PagedRequests requests(lengths, 64, context + 64);
+  cp::DeviceKVPool pool(batch_size * (context + 64) + 256, 64, 1, 1, d, /*keys_only=*/true);
+  ap::PagedLayer layer;
+  layer.num_q_heads = hq;
+  layer.num_kv_heads = 1;
+  layer.head_dim = d;
+  layer.scaling = float(1.0 / std::sqrt(192.0));  // DeepSeek: 1/√(qk_nope + qk_rope)
+  layer.latent = {.kv_lora_rank = dv, .qk_rope_head_dim = d - dv};
+  ap::ForwardBatch step;
+  step.mode = ap::ForwardMode::Decode;
+  step.req_pool_indices = requests.batch.req_pool_indices;
+  std::vector<int64_t> last;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    step.seq_lens.push_back(lengths[i] + 1);
+    last.push_back(requests.table.row(step.req_pool_indices[i])[lengths[i] - 1]);
+  }
+  requests.allocator.alloc_decode(step.seq_lens, last, step.out_cache_loc);
+  step.finish_metadata();
+  step.req_to_token = &requests.table;
+  for (size_t i = 0; i < lengths.size(); ++i)
+    requests.table.row(step.req_pool_indices[i])[lengths[i]] = step.out_cache_loc[i];
+  const double bytes = double(batch_size) * double(context + 1) * double(d) * 2;
+  const double flops = 2.0 * double(batch_size) * double(hq) * double(context + 1) * double(d + dv);
+  cuda::DeviceBuffer q = random_bf16(batch_size * hq * d, 6), k = random_bf16(batch_size * d, 7),
+                     out(size_t(batch_size * hq * dv) * 2);
+  cp::DeviceAttentionIo io;
+  io.q = q.data(), io.k = k.data(), io.v = k.data(), io.out = out.data();
+  io.v_stride = d;
+  nlohmann::json result = {
+      {"name", fmt::format("MLA decode (DeepSeek-V3-like), batch {}", batch_size)},
+      {"latent", true},
+      {"batch", batch_size},
+      {"context", context + 1},
+      {"q_heads", hq},
+      {"head_dim", d},
+      {"v_dim", dv},
+      {"flops", flops},
+      {"bytes", bytes},
+      {"mmgen", nlohmann::json::object()}};
+  std::printf("MLA decode: batch %ld x %ld tokens, %ld heads, latent %ld + rope %ld\n",
+              long(batch_size), long(context + 1), long(hq), long(dv), long(d - dv));
+  for (const std::string backend : {"flashinfer_mla", "flashmla"}) {
+    auto gpu = cp::make_paged_backend_cuda(backend, &pool);
+    {  // the prompts' latent rows: a prefill of random rows
+      const int64_t tokens = requests.batch.num_tokens;
+      cuda::DeviceBuffer pq = random_bf16(tokens * hq * d, 9), pk = random_bf16(tokens * d, 10),
+                         po(size_t(tokens * hq * dv) * 2);
+      cp::DeviceAttentionIo prompt;
+      prompt.q = pq.data(), prompt.k = pk.data(), prompt.v = pk.data(), prompt.out = po.data();
+      prompt.v_stride = d;
+      gpu->init_forward_metadata(requests.batch);
+      gpu->forward(prompt, layer, requests.batch);
+      MMGEN_CUDA_CHECK(cudaDeviceSynchronize());
+    }
+    gpu->init_forward_metadata(step);
+    const double ms = time_ms([&] { gpu->forward_decode(io, layer, step, false); }, repeats);
+    std::printf("  %-15s %8.3f ms  %7.1f GB/s of latent rows  %6.1f TFLOP/s\n", backend.c_str(), ms,
+                bytes / (ms * 1e-3) / 1e9, flops / (ms * 1e-3) / 1e12);
+    result["mmgen"][backend] = {{"ms", ms}, {"gbps", bytes / (ms * 1e-3) / 1e9}};
   }
   return result;
 }
@@ -304,6 +422,9 @@ int main(int argc, char** argv) try {
                               {1024, 512, 300, 77, 1500, 64, 900, 256}, 32, 8, 128, true, repeats));
   cases.push_back(extend_case("encoder ragged + T5 bias (UMT5-XXL-like)",
                               {512, 120, 37, 300, 512, 80, 226, 400}, 64, 64, 64, false, repeats));
+  std::printf("== dual chunk attention and MLA (the model-specific designs)\n");
+  cases.push_back(dual_chunk_case(repeats));
+  for (int64_t bs : {1, 32}) cases.push_back(mla_decode_case(bs, 4096, repeats));
   if (!json_path.empty()) std::ofstream(json_path) << cases.dump(2);
   std::printf("== paged decode, 28 layers of attention (Qwen3-0.6B-like: 16/8 heads x 128)\n");
   for (int64_t bs : {1, 8, 32}) decode_case(bs, 1000, repeats);

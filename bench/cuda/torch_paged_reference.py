@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Torch SDPA yardsticks for the ragged extend cases of bench/cuda/paged_attention_cuda_bench.
+"""Torch SDPA yardsticks for the extend, dual chunk and MLA cases of
+bench/cuda/paged_attention_cuda_bench.
 
 Reads the cases the bench wrote (--json FILE: request lengths, heads, head size, causal or
 encoder-only with a T5 bias, mmgen's times) and times torch on the same shapes in the same run:
@@ -8,6 +9,8 @@ encoder-only with a T5 bias, mmgen's times) and times torch on the same shapes i
     the T5 bias and the padding mask as one float attn_mask [B, H, S, S] (the memory-efficient
     kernel: the flash kernels take no additive mask), as SGLang's diffusion runtime runs T5;
   - per request: one SDPA call per request, no padding (the sum of the calls).
+The dual chunk case runs as plain causal attention in torch (torch has no dual chunk attention; the
+pairs are the same). The MLA cases time absorbed decode (mla_case).
 TFLOP/s count the useful work only (unpadded, causal pairs), as the bench does. Prints a table,
 then times a UMT5-XXL-sized encoder in torch eager bf16 on the bench's prompt batches (padded).
 """
@@ -28,6 +31,9 @@ def main():
     cases = json.load(open(sys.argv[1]))
     torch.manual_seed(0)
     for case in cases:
+        if case.get("latent"):
+            mla_case(case)
+            continue
         lengths, hq, hkv, d = case["lengths"], case["q_heads"], case["kv_heads"], case["head_dim"]
         causal, flops = case["causal"], case["flops"]
         B, S = len(lengths), max(lengths)
@@ -85,6 +91,32 @@ def main():
                 continue
             print(f"  {name:<48} {ms:8.3f} ms  {flops / (ms * 1e-3) / 1e12:6.1f} TFLOP/s  "
                   f"({ms / best_mmgen:.2f}x mmgen's best)")
+
+
+def mla_case(case):
+    """Absorbed MLA decode in torch on the same shapes: one query per request and head, the
+    latent rows [B, 1, S, 576] as K and their first 512 columns as V (the GQA form: one KV head),
+    through SDPA (torch picks the kernel) and as the explicit product SGLang's torch_native MLA
+    path computes."""
+    B, S, H, d, dv = case["batch"], case["context"], case["q_heads"], case["head_dim"], case["v_dim"]
+    q = torch.randn(B, H, 1, d, device="cuda", dtype=torch.bfloat16)
+    latent = torch.randn(B, 1, S, d, device="cuda", dtype=torch.bfloat16)
+    v = latent[..., :dv]
+    scale = 192 ** -0.5
+    rows = [(f"mmgen {name}", r["ms"]) for name, r in case["mmgen"].items()]
+    fn = lambda: F.scaled_dot_product_attention(q, latent, v, scale=scale, enable_gqa=True)
+    fn()
+    rows.append(("torch SDPA (GQA form)", time_ms(fn)))
+
+    def product():
+        scores = (q.squeeze(2) @ latent.squeeze(1).transpose(1, 2)).float() * scale  # [B, H, S]
+        return torch.softmax(scores, -1).to(torch.bfloat16) @ v.squeeze(1)
+    rows.append(("torch matmul + softmax", time_ms(product)))
+    print(f"{case['name']}: {B} x {S} tokens, {H} heads, latent {dv} + rope {d - dv}")
+    best_mmgen = min(ms for name, ms in rows if name.startswith("mmgen"))
+    for name, ms in rows:
+        print(f"  {name:<48} {ms:8.3f} ms  {case['bytes'] / (ms * 1e-3) / 1e9:7.1f} GB/s  "
+              f"({ms / best_mmgen:.2f}x mmgen's best)")
 
 
 def t5_encoder_yardstick():
