@@ -208,6 +208,42 @@ ForwardBatch causal_batch(Memory& memory, const std::vector<RequestData>& reques
   return batch;
 }
 
+// One decode step: every request grows by one token (a random query of `q_rows` rows of Hq
+// heads, key and value; for MLA's latent rows the value is the key), written to a new slot after
+// its last. `steps` gets the new tokens; returns the decode batch.
+ForwardBatch decode_step(Memory& memory, const std::vector<int64_t>& rows,
+                         std::vector<RequestData>& requests, std::vector<RequestData>& steps,
+                         const Config& s, int64_t q_rows, bool latent, std::mt19937& rng) {
+  ForwardBatch decode;
+  decode.mode = ForwardMode::Decode;
+  decode.req_pool_indices = rows;
+  std::vector<int64_t> last;
+  steps.clear();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    RequestData& r = requests[i];
+    const int64_t seq = r.k.size(0);
+    last.push_back(memory.table.row(rows[i])[seq - 1]);
+    decode.seq_lens.push_back(seq + 1);
+    RequestData step_data;
+    step_data.q = random_tensor(Shape{1, q_rows, s.d}, rng);
+    step_data.k = random_tensor(Shape{1, s.hkv, s.d}, rng);
+    step_data.v = latent ? step_data.k : random_tensor(Shape{1, s.hkv, s.d}, rng);
+    RequestData grown;  // the request with its new token appended
+    grown.q = step_data.q;
+    grown.k = pack({r, step_data}, &RequestData::k, false);
+    grown.v = latent ? grown.k : pack({r, step_data}, &RequestData::v, false);
+    r = grown;
+    steps.push_back(step_data);
+  }
+  EXPECT_TRUE(memory.allocator.alloc_decode(decode.seq_lens, last, decode.out_cache_loc));
+  for (size_t i = 0; i < requests.size(); ++i)
+    memory.table.row(rows[i])[decode.seq_lens[i] - 1] = decode.out_cache_loc[i];
+  decode.req_to_token = &memory.table;
+  decode.kv_pool = &memory.pool;
+  decode.finish_metadata();
+  return decode;
+}
+
 const std::vector<int64_t> kPrefix = {0, 5, 16, 64, 100, 37};
 const std::vector<int64_t> kExtend = {1, 9, 70, 1, 150, 40};
 const std::vector<int64_t> kEncoderLengths = {1, 9, 70, 3, 150, 40};
@@ -349,34 +385,9 @@ TEST(PagedAttention, DecodeStepsMatchTheReference) {
       backend->forward(pack(requests, &RequestData::q, true), pack(requests, &RequestData::k, true),
                        pack(requests, &RequestData::v, true), make_layer(s), batch);
       for (int step = 0; step < 3; ++step) {
-        ForwardBatch decode;
-        decode.mode = ForwardMode::Decode;
-        decode.req_pool_indices = batch.req_pool_indices;
-        std::vector<int64_t> last;
         std::vector<RequestData> steps;
-        for (size_t i = 0; i < requests.size(); ++i) {
-          RequestData& r = requests[i];
-          const int64_t seq = r.k.size(0);
-          last.push_back(memory.table.row(batch.req_pool_indices[i])[seq - 1]);
-          decode.seq_lens.push_back(seq + 1);
-          RequestData step_data;
-          step_data.q = random_tensor(Shape{1, s.hq, s.d}, rng);
-          step_data.k = random_tensor(Shape{1, s.hkv, s.d}, rng);
-          step_data.v = random_tensor(Shape{1, s.hkv, s.d}, rng);
-          RequestData grown;  // the request with its new token appended
-          grown.q = step_data.q;
-          grown.k = pack({r, step_data}, &RequestData::k, false);
-          grown.v = pack({r, step_data}, &RequestData::v, false);
-          r = grown;
-          steps.push_back(step_data);
-        }
-        ASSERT_TRUE(memory.allocator.alloc_decode(decode.seq_lens, last, decode.out_cache_loc));
-        for (size_t i = 0; i < requests.size(); ++i)
-          memory.table.row(decode.req_pool_indices[i])[decode.seq_lens[i] - 1] =
-              decode.out_cache_loc[i];
-        decode.req_to_token = &memory.table;
-        decode.kv_pool = &memory.pool;
-        decode.finish_metadata();
+        const ForwardBatch decode =
+            decode_step(memory, batch.req_pool_indices, requests, steps, s, s.hq, false, rng);
         backend->init_forward_metadata(decode);
         const Tensor out = backend->forward(
             pack(steps, &RequestData::q, false), pack(steps, &RequestData::k, false),
@@ -568,34 +579,9 @@ TEST(DualChunkAttention, ExtendAndDecodeMatchTheReference) {
     expect_close(out, dual_chunk_reference(requests, s, dca),
                  "dual chunk extend page " + std::to_string(page_size));
     for (int step = 0; step < 3; ++step) {
-      ForwardBatch decode;
-      decode.mode = ForwardMode::Decode;
-      decode.req_pool_indices = batch.req_pool_indices;
-      std::vector<int64_t> last;
       std::vector<RequestData> steps;
-      for (size_t i = 0; i < requests.size(); ++i) {
-        RequestData& r = requests[i];
-        const int64_t seq = r.k.size(0);
-        last.push_back(memory.table.row(batch.req_pool_indices[i])[seq - 1]);
-        decode.seq_lens.push_back(seq + 1);
-        RequestData step_data;
-        step_data.q = random_tensor(Shape{1, 3 * s.hq, s.d}, rng);
-        step_data.k = random_tensor(Shape{1, s.hkv, s.d}, rng);
-        step_data.v = random_tensor(Shape{1, s.hkv, s.d}, rng);
-        RequestData grown;
-        grown.q = step_data.q;
-        grown.k = pack({r, step_data}, &RequestData::k, false);
-        grown.v = pack({r, step_data}, &RequestData::v, false);
-        r = grown;
-        steps.push_back(step_data);
-      }
-      ASSERT_TRUE(memory.allocator.alloc_decode(decode.seq_lens, last, decode.out_cache_loc));
-      for (size_t i = 0; i < requests.size(); ++i)
-        memory.table.row(decode.req_pool_indices[i])[decode.seq_lens[i] - 1] =
-            decode.out_cache_loc[i];
-      decode.req_to_token = &memory.table;
-      decode.kv_pool = &memory.pool;
-      decode.finish_metadata();
+      const ForwardBatch decode =
+          decode_step(memory, batch.req_pool_indices, requests, steps, s, 3 * s.hq, false, rng);
       backend->init_forward_metadata(decode);
       const Tensor step_out =
           backend->forward(pack(steps, &RequestData::q, false), pack(steps, &RequestData::k, false),
@@ -733,34 +719,9 @@ TEST(LatentAttention, ExtendAndDecodeMatchTheReference) {
         backend->forward(pack(requests, &RequestData::q, true), k, latent_values(k), layer, batch);
     expect_close(out, mla_reference(requests, s, kRank), label + " extend");
     for (int step = 0; step < 3; ++step) {
-      ForwardBatch decode;
-      decode.mode = ForwardMode::Decode;
-      decode.req_pool_indices = batch.req_pool_indices;
-      std::vector<int64_t> last;
       std::vector<RequestData> steps;
-      for (size_t i = 0; i < requests.size(); ++i) {
-        RequestData& r = requests[i];
-        const int64_t seq = r.k.size(0);
-        last.push_back(memory.table.row(batch.req_pool_indices[i])[seq - 1]);
-        decode.seq_lens.push_back(seq + 1);
-        RequestData step_data;
-        step_data.q = random_tensor(Shape{1, s.hq, s.d}, rng);
-        step_data.k = random_tensor(Shape{1, 1, s.d}, rng);
-        step_data.v = step_data.k;
-        RequestData grown;
-        grown.q = step_data.q;
-        grown.k = pack({r, step_data}, &RequestData::k, false);
-        grown.v = grown.k;
-        r = grown;
-        steps.push_back(step_data);
-      }
-      ASSERT_TRUE(memory.allocator.alloc_decode(decode.seq_lens, last, decode.out_cache_loc));
-      for (size_t i = 0; i < requests.size(); ++i)
-        memory.table.row(decode.req_pool_indices[i])[decode.seq_lens[i] - 1] =
-            decode.out_cache_loc[i];
-      decode.req_to_token = &memory.table;
-      decode.kv_pool = &memory.pool;
-      decode.finish_metadata();
+      const ForwardBatch decode =
+          decode_step(memory, batch.req_pool_indices, requests, steps, s, s.hq, true, rng);
       backend->init_forward_metadata(decode);
       const Tensor step_k = pack(steps, &RequestData::k, false);
       const Tensor step_out = backend->forward(pack(steps, &RequestData::q, false), step_k,
