@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 
 #include "core/error.h"
 #include "core/gemm_cpu.h"
@@ -371,6 +372,23 @@ Tensor random_uniform(const Shape& shape, DType dtype, Device device, uint64_t s
       values.data<float>()[i] = value;
   }
   return values;
+}
+
+Tensor repeat_rows(const Tensor& x, int64_t times) {
+  MMGEN_ON_DEVICE(x, repeat_rows(x, times));
+  check(times >= 1 && x.dim() >= 1 && x.is_contiguous(),
+        "repeat_rows: a contiguous tensor and a count of at least 1 (got {} and {})",
+        shape_string(x.shape()), times);
+  Shape shape = x.shape();
+  shape[0] *= times;
+  Tensor out = Tensor::empty(shape, x.dtype());
+  const size_t row = x.nbytes() / size_t(std::max<int64_t>(x.size(0), 1));
+  const std::byte* from = x.raw();
+  std::byte* to = out.raw();
+  for (int64_t r = 0; r < x.size(0); ++r)
+    for (int64_t j = 0; j < times; ++j)
+      std::memcpy(to + (size_t(r * times + j)) * row, from + size_t(r) * row, row);
+  return out;
 }
 
 void scale_(Tensor& x, float factor) {

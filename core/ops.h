@@ -117,6 +117,10 @@ void rope_half_(Tensor& x, const Tensor& cos, const Tensor& sin);
 void rms_norm_rope_(Tensor& x, const Tensor& weight, float eps, const Tensor& cos = Tensor(),
                     const Tensor& sin = Tensor(), int64_t head_dim = 0,
                     int64_t rows_per_position = 1);
+// x [rows, ...] contiguous → [rows·times, ...]: row r·times + j is x's row r, each row repeated
+// `times` times in a block (the three rotations of a dual chunk attention query start as three
+// copies). Any dtype, on x's device.
+Tensor repeat_rows(const Tensor& x, int64_t times);
 // A weight as float32 (in parallel for bf16): the stored tensor when it already is.
 Tensor weight_to_f32(const Tensor& weight);
 

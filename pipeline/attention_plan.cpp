@@ -110,7 +110,14 @@ AttentionPlan plan_attention(const ModelIndex& index, const Request& request,
       without_attention.push_back(name);
     } else {
       with_attention.push_back(name);
-      component.head_size = head_size_of(config_or_empty(index, name));
+      const json config = config_or_empty(index, name);
+      component.head_size = head_size_of(config);
+      // A text encoder with dual chunk attention (Qwen's 1M-context configs) runs on the dual
+      // chunk design only.
+      if (component.role == ComponentRole::TextEncoder &&
+          config.contains("dual_chunk_attention_config") &&
+          !config["dual_chunk_attention_config"].is_null())
+        component.model_attention = ModelAttention::DualChunk;
       if (component.role == ComponentRole::Dit) describe_dit(component, entry.class_name);
     }
     components[name] = component;

@@ -541,5 +541,90 @@ TEST(Qwen3Paged, GreedyDecodeMatchesTransformersOnEveryBackend) {
       }
 }
 
+// ---------------------------------------------------------------- dual chunk attention
+
+// The fixture's config with a dual_chunk_attention_config (SGLang's keys).
+Qwen3Config dual_chunk_config(int64_t chunk_size, int64_t local_size, int64_t original) {
+  json object = json::parse(read_text_file(encoder_folder() / "config.json"));
+  object["dual_chunk_attention_config"] = {{"chunk_size", chunk_size},
+                                           {"local_size", local_size},
+                                           {"original_max_position_embeddings", original}};
+  return Qwen3Config::from_json(object);
+}
+
+// hidden_states[-2] against tests/data/qwen3_dual_chunk (make.py: a float64 NumPy forward of this
+// fixture with SGLang's dual chunk rotation and attention, whose plain forward matches
+// transformers to 2.5e-7): 43 tokens in chunks of 7, the length scale on. Through hidden_state
+// (a paged runner, dual_chunk_flash_attn by default) and through the prompt encoder, uncached and
+// over a cached prefix.
+TEST(Qwen3DualChunk, HiddenStatesMatchTheNumPyReference) {
+  MMGEN_REQUIRE_SHARED();
+  const SafetensorsFile ref = SafetensorsFile::open(
+      testing::source_dir() / "tests/data/qwen3_dual_chunk/reference.safetensors");
+  const Tensor id_tensor = ref.tensor("input_ids");
+  std::vector<int64_t> ids(size_t(id_tensor.numel()));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = id_tensor.data<int64_t>()[i];
+  const Tensor expected = ref.tensor("hidden_states_minus2");
+  const Qwen3TextModel model(dual_chunk_config(10, 3, 16),
+                             WeightStore::open_folder(encoder_folder()));
+  const double error = testing::relative_error(model.hidden_state(ids, -2), expected);
+  EXPECT_LT(error, 1e-5);
+  std::printf("dual chunk hidden_states[-2] vs the NumPy reference: relative error %.2e\n", error);
+  for (bool cache : {false, true}) {
+    Qwen3PagedEncoder encoder(model, paged_options("", 16, cache));
+    const std::vector<std::vector<int64_t>> prompts = {
+        ids, std::vector<int64_t>(ids.begin(), ids.begin() + 30), ids};
+    const std::vector<Tensor> rows = encoder.encode(prompts);
+    EXPECT_LT(testing::relative_error(rows[0], expected), 1e-5) << "cache " << cache;
+    EXPECT_LT(testing::relative_error(rows[2], expected), 1e-5) << "cache " << cache;
+    if (cache) {
+      EXPECT_GT(encoder.report().hit_tokens, 0);
+    }
+  }
+  // The plain model differs: the test sees the chunks.
+  const Qwen3TextModel plain = Qwen3TextModel::from_folder(encoder_folder());
+  EXPECT_GT(testing::relative_error(plain.hidden_state(ids, -2), expected), 0.1);
+}
+
+// Chunks longer than the prompt: every key is in the query's own chunk, rotated at its own
+// position, so dual chunk attention is the plain model.
+TEST(Qwen3DualChunk, ChunksLongerThanThePromptGiveThePlainModel) {
+  MMGEN_REQUIRE_SHARED();
+  const Qwen3TextModel dual(dual_chunk_config(8192, 1024, 0),
+                            WeightStore::open_folder(encoder_folder()));
+  const Qwen3TextModel plain = Qwen3TextModel::from_folder(encoder_folder());
+  const std::vector<int64_t> ids = ids_of(reference_json()["prompts"][2]);
+  EXPECT_LT(testing::relative_error(dual.hidden_state(ids, -2), plain.hidden_state(ids, -2)), 1e-6);
+}
+
+TEST(Qwen3DualChunk, RefusesWhatItCannotRun) {
+  MMGEN_REQUIRE_SHARED();
+  EXPECT_NE(testing::error_message([] {
+              dual_chunk_config(8, 8, 0);
+            }).find("dual_chunk_attention_config: local_size 8 must be below chunk_size 8"),
+            std::string::npos);
+  json windows = json::parse(read_text_file(encoder_folder() / "config.json"));
+  windows["use_sliding_window"] = true;
+  windows["sliding_window"] = 16;
+  windows.erase("layer_types");
+  windows["max_window_layers"] = 0;
+  windows["dual_chunk_attention_config"] = {{"chunk_size", 32}, {"local_size", 8}};
+  EXPECT_NE(testing::error_message([&] {
+              Qwen3Config::from_json(windows);
+            }).find("dual chunk attention with sliding-window layers is not supported"),
+            std::string::npos);
+  const Qwen3TextModel model(dual_chunk_config(10, 3, 0),
+                             WeightStore::open_folder(encoder_folder()));
+  EXPECT_NE(testing::error_message([&] {
+              model.dense_attention(false);
+            }).find("runs on the paged backend dual_chunk_flash_attn"),
+            std::string::npos);
+  Qwen3PagedEncoder triton(model, paged_options("triton", 1, false));
+  EXPECT_NE(testing::error_message([&] {
+              triton.encode({{1, 2, 3}});
+            }).find("which only dual_chunk_flash_attn runs"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace mmgen::text_encoders

@@ -237,6 +237,20 @@ TEST(Ops, RmsNormRopeRowsPerPositionReadsOneTableRowPerToken) {
   EXPECT_FLOAT_EQ(a[3 * head_dim + 1], x1 * s[2] + x2 * c[2]);
 }
 
+// Each row repeated in place: row r·times + j is row r, for float32 and bf16 alike.
+TEST(Ops, RepeatRowsRepeatsEachRowInABlock) {
+  const Tensor x =
+      Tensor::from_vector(Shape{3, 2, 2}, std::vector<float>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+  const Tensor out = ops::repeat_rows(x, 3);
+  ASSERT_EQ(out.shape(), (Shape{9, 2, 2}));
+  for (int64_t r = 0; r < 9; ++r)
+    for (int64_t i = 0; i < 4; ++i)
+      EXPECT_EQ(out.data<float>()[r * 4 + i], float((r / 3) * 4 + i)) << r << " " << i;
+  const Tensor half = ops::repeat_rows(x.to(DType::BF16), 2).to(DType::F32);
+  EXPECT_EQ(half.select(0, 5).item_f32({1, 1}), 11.0f);
+  EXPECT_THROW(ops::repeat_rows(x, 0), Error);
+}
+
 TEST(Ops, RandomUniformIsSeededBoundedAndRoundedThroughBf16) {
   const Tensor a = ops::random_uniform({4096}, DType::F32, Device::CPU, 7, 0.5f);
   const Tensor b = ops::random_uniform({4096}, DType::F32, Device::CPU, 7, 0.5f);

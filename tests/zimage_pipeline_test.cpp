@@ -200,6 +200,33 @@ TEST_F(ZImagePipelineTest, EveryPagedTextEncoderBackendGivesTheSameImage) {
   }
 }
 
+// A text encoder whose config has dual chunk attention (the 1M-context Qwen configs) is planned
+// on dual_chunk_flash_attn, the only design for it; with chunks longer than the prompt it is the
+// plain encoder, so the image is the fixture's.
+TEST_F(ZImagePipelineTest, ADualChunkTextEncoderRunsOnTheDualChunkDesign) {
+  const fs::path model = testing::scratch_dir("zimage-dual-chunk") / "model";
+  fs::remove_all(model);
+  fs::copy(fixture() / "model", model, fs::copy_options::recursive);
+  const fs::path config_path = model / "text_encoder/config.json";
+  nlohmann::json config = nlohmann::json::parse(read_text_file(config_path));
+  config["dual_chunk_attention_config"] = {{"chunk_size", 4096}, {"local_size", 512}};
+  std::ofstream(config_path) << config.dump(2);
+  const ModelIndex index = load_model_index(model);
+  const AttentionPlan plan = plan_attention(index, Request{});
+  EXPECT_EQ(plan.components.at("text_encoder").primary().backend, "dual_chunk_flash_attn");
+  Request triton;
+  triton.component_attention_backends = "text_encoder=triton";
+  const std::string message = testing::error_message([&] { plan_attention(index, triton); });
+  EXPECT_TRUE(contains(message, "triton runs only models with plain attention")) << message;
+  ZImageGenerationInput input = fixture_input();
+  input.initial_latents = reference_->tensor("pipeline.noise").clone();
+  ZImagePipeline pipeline(index, plan);
+  EXPECT_EQ(pipeline.text_encoder_backend(), "dual_chunk_flash_attn");
+  const double error = image_error(pipeline.generate(input).frames, "pipeline.image");
+  std::printf("dual chunk text encoder: pipeline.image max abs diff %.3g\n", error);
+  EXPECT_LT(error, 1e-3);
+}
+
 TEST_F(ZImagePipelineTest, EachDenseTransformerBackendReproducesTheImage) {
   ZImageGenerationInput input = fixture_input();
   input.initial_latents = reference_->tensor("pipeline.noise").clone();

@@ -12,15 +12,24 @@ PagedRunner::PagedRunner(PagedModelSpec spec, PagedRunnerOptions options)
     : spec_(std::move(spec)), options_(std::move(options)) {
   PagedLayer probe{.num_q_heads = spec_.num_q_heads,
                    .num_kv_heads = spec_.num_kv_heads,
-                   .head_dim = spec_.head_dim};
+                   .head_dim = spec_.head_dim,
+                   .type = spec_.type,
+                   .dual_chunk = spec_.dual_chunk};
   probe.validate();
+  if (spec_.dual_chunk.enabled())
+    for (const int64_t window : spec_.sliding_window_sizes)
+      check(window < 0,
+            "paged attention: dual chunk attention runs layers without a sliding window (as "
+            "SGLang's dual_chunk_flash_attn)");
   check(spec_.num_layers > 0, "paged attention: a model needs at least one layer");
   check(spec_.sliding_window_sizes.empty() ||
             int64_t(spec_.sliding_window_sizes.size()) == spec_.num_layers,
         "paged attention: {} sliding windows for {} layers", spec_.sliding_window_sizes.size(),
         spec_.num_layers);
   const bool gpu = options_.device != Device::CPU;
-  if (!options_.backend.empty())
+  if (options_.backend.empty() && spec_.dual_chunk.enabled())
+    backend_name_ = "dual_chunk_flash_attn";  // the one design for dual chunk layers
+  else if (!options_.backend.empty())
     backend_name_ = normalize_backend_name(Family::Paged, options_.backend);
   else if (gpu)
     backend_name_ = auto_backend(machine_for_device("cuda"), Family::Paged, "bf16", spec_.head_dim);
@@ -190,8 +199,9 @@ Tensor PagedRunner::attention(int64_t layer, const Tensor& q, const Tensor& k, c
   paged_layer.sliding_window_size =
       spec_.sliding_window_sizes.empty() ? -1 : spec_.sliding_window_sizes[size_t(layer)];
   paged_layer.bias = bias;
+  paged_layer.dual_chunk = spec_.dual_chunk;
   const int64_t tokens = batch_.num_tokens;
-  return backend_->forward(q.reshape({tokens, spec_.num_q_heads, spec_.head_dim}),
+  return backend_->forward(q.reshape({tokens, paged_layer.query_rows(), spec_.head_dim}),
                            k.reshape({tokens, spec_.num_kv_heads, spec_.head_dim}),
                            v.reshape({tokens, spec_.num_kv_heads, spec_.head_dim}), paged_layer,
                            batch_, true);

@@ -55,6 +55,9 @@ struct PagedModelSpec {
   // Per layer, SGLang's exclusive convention (HF sliding_window − 1); empty or −1: none.
   std::vector<int64_t> sliding_window_sizes;
   int64_t state_width = 0;  // floats of per-token state cached with the KV (0: none)
+  // Dual chunk attention on every layer (disabled by default): q comes as [T, 3·Hq, D] (the three
+  // rotations, paged_layer.h) and only dual_chunk_flash_attn runs it, the runner's default then.
+  DualChunk dual_chunk;
 };
 
 struct PagedRunnerOptions {

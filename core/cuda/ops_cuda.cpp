@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "core/cuda/device_ops.h"
+#include "core/cuda/device_storage.h"
 #include "core/cuda/elementwise.h"
 #include "core/cuda/gemm.h"
 #include "core/cuda/gemm_f32.h"
@@ -349,6 +350,22 @@ Tensor silu_mul(const Tensor& gate, const Tensor& up, DType out) {
 void scale_(Tensor& x, float factor) {
   require_f32(x, "scale");
   scale_f32(x.data<float>(), factor, x.numel());
+}
+
+// One pitched copy per repeat: copy j writes every row r to row r·times + j.
+Tensor repeat_rows(const Tensor& x, int64_t times) {
+  check(times >= 1 && x.dim() >= 1 && x.is_contiguous(),
+        "repeat_rows: a contiguous tensor and a count of at least 1 (got {} and {})",
+        shape_string(x.shape()), times);
+  Shape shape = x.shape();
+  shape[0] *= times;
+  Tensor out = Tensor::empty(shape, x.dtype(), Device::CUDA);
+  const int64_t rows = x.size(0);
+  const size_t row = rows > 0 ? x.nbytes() / size_t(rows) : 0;
+  for (int64_t j = 0; j < times; ++j)
+    copy_2d_device_to_device(out.raw() + size_t(j) * row,
+                             row * size_t(times), x.raw(), row, row, size_t(rows));
+  return out;
 }
 
 Tensor random_uniform(const Shape& shape, DType dtype, uint64_t seed, float scale) {

@@ -38,6 +38,7 @@ void mul_(Tensor& x, const Tensor& y);
 Tensor silu_mul(const Tensor& gate, const Tensor& up, DType out);
 Tensor fold_scale_gate(const Tensor& modulation, const Tensor& norms);  // float32 on the GPU
 void scale_(Tensor& x, float factor);
+Tensor repeat_rows(const Tensor& x, int64_t times);
 Tensor random_uniform(const Shape& shape, DType dtype, uint64_t seed, float scale);
 
 }  // namespace mmgen::cuda::ops

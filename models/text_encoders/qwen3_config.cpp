@@ -120,6 +120,31 @@ void read_windows(const json& object, Qwen3Config& config, const std::string& wh
       config.layer_windows[size_t(i)] = window;
 }
 
+// SGLang's dual_chunk_attention_config with its defaults (chunk_size 8192, local_size 1024,
+// original_max_position_embeddings 0). Its sparse settings (MInference patterns for prompts above
+// sparse_attention_threshold tokens, an approximation) are not read: the dense path runs always.
+void read_dual_chunk(const json& object, Qwen3Config& config, const std::string& where) {
+  if (!present(object, "dual_chunk_attention_config")) return;
+  const json& dca = object["dual_chunk_attention_config"];
+  const std::string at = where + " dual_chunk_attention_config";
+  check(dca.is_object(), "{} must be an object, got {}", at, dca.dump());
+  config.dual_chunk.chunk_size = positive_int(dca, "chunk_size", 8192, at);
+  config.dual_chunk.local_size = non_negative_int(dca, "local_size", 1024, at);
+  config.dual_chunk.original_max_position_embeddings =
+      non_negative_int(dca, "original_max_position_embeddings", 0, at);
+  check(config.dual_chunk.local_size < config.dual_chunk.chunk_size,
+        "{}: local_size {} must be below chunk_size {}; fix the text encoder's config.json", at,
+        config.dual_chunk.local_size, config.dual_chunk.chunk_size);
+  check(config.rope_type == "default",
+        "{}: dual chunk attention replaces the RoPE scaling \"{}\"; use one or the other", at,
+        config.rope_type);
+  for (int64_t window : config.layer_windows)
+    check(window == 0,
+          "{}: dual chunk attention with sliding-window layers is not supported (as in SGLang); "
+          "turn use_sliding_window off",
+          at);
+}
+
 }  // namespace
 
 Qwen3Config Qwen3Config::from_json(const json& object, const std::string& where) {
@@ -159,6 +184,7 @@ Qwen3Config Qwen3Config::from_json(const json& object, const std::string& where)
   check(config.head_dim % 2 == 0, "{}: head_dim {} must be even for RoPE", where, config.head_dim);
   read_rope(object, config, where);
   read_windows(object, config, where);
+  read_dual_chunk(object, config, where);
   return config;
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/paged/paged_layer.h"
 #include "core/file.h"
 
 namespace mmgen::text_encoders {
@@ -33,6 +34,11 @@ struct Qwen3Config {
   // Per layer: 0 for full causal attention, else the sliding window in keys (transformers'
   // convention: a query at position q sees keys k with q - window < k <= q).
   std::vector<int64_t> layer_windows;
+
+  // SGLang's dual_chunk_attention_config (Qwen2.5-1M and the 1M-context Qwen3 configs): when set,
+  // RoPE rotates keys at position % chunk_len and queries three ways, and the attention is dual
+  // chunk attention (attention/paged/paged_layer.h), which only dual_chunk_flash_attn runs.
+  attention::paged::DualChunk dual_chunk;
 
   int64_t kv_group_size() const { return num_attention_heads / num_key_value_heads; }
   int64_t q_width() const { return num_attention_heads * head_dim; }

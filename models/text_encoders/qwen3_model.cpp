@@ -133,6 +133,10 @@ std::unique_ptr<DenseCausalAttention> Qwen3TextModel::dense_attention(bool keep_
   check(device_ == Device::CPU,
         "text encoder: the dense causal attention runs on the CPU; on the GPU the model attends "
         "through a paged runner (Qwen3PagedEncoder / Qwen3PagedDecoder)");
+  check(!config_.dual_chunk.enabled(),
+        "text encoder {}: its config has dual chunk attention, which runs on the paged backend "
+        "dual_chunk_flash_attn (Qwen3PagedEncoder / Qwen3PagedDecoder), not the dense one",
+        weights_.origin().string());
   return std::make_unique<DenseCausalAttention>(
       config_.num_hidden_layers, config_.num_key_value_heads, config_.head_dim, keep_kv);
 }
@@ -159,7 +163,20 @@ Tensor Qwen3TextModel::embed(const std::vector<int64_t>& ids) const {
 // attention call, and the output projection. Products read the compute dtype (the CPU: float32,
 // so every .to(compute_) below is a no-op there); q and k are normalised and rotated in float32
 // and rounded once for attention, v comes out of its product in the compute dtype.
-Tensor Qwen3TextModel::self_attention(int64_t index, const Tensor& x, const RopeTables& rope,
+Qwen3TextModel::ForwardRope Qwen3TextModel::forward_rope(
+    const std::vector<int64_t>& positions) const {
+  const attention::paged::DualChunk& dca = config_.dual_chunk;
+  if (!dca.enabled()) return {rope_.tables(positions, device_), {}};
+  std::vector<int64_t> keys, queries;
+  for (int64_t position : positions) {
+    keys.push_back(dca.key_position(position));
+    const auto rotations = dca.query_positions(position);
+    queries.insert(queries.end(), {rotations.intra, rotations.succ, rotations.inter});
+  }
+  return {rope_.tables(keys, device_), rope_.tables(queries, device_)};
+}
+
+Tensor Qwen3TextModel::self_attention(int64_t index, const Tensor& x, const ForwardRope& rope,
                                       CausalAttention& attention) const {
   const Layer& layer = layers_[size_t(index)];
   const int64_t tokens = x.size(0), head_dim = config_.head_dim;
@@ -172,8 +189,16 @@ Tensor Qwen3TextModel::self_attention(int64_t index, const Tensor& x, const Rope
                            layer.k_norm, config_.rms_norm_eps);
   const Tensor v = ops::linear(normed, layer.v, layer.v_bias, compute_)
                        .view({tokens, config_.num_key_value_heads, head_dim});
-  ops::rope_half_(q, rope.cos, rope.sin);
-  ops::rope_half_(k, rope.cos, rope.sin);
+  ops::rope_half_(k, rope.keys.cos, rope.keys.sin);
+  if (config_.dual_chunk.enabled()) {
+    // Three copies of each token's query, rotated at its intra, succ and inter positions: the
+    // [T, 3·Hq, D] q of a dual chunk layer.
+    q = ops::repeat_rows(q, 3).view({3 * tokens, config_.num_attention_heads, head_dim});
+    ops::rope_half_(q, rope.queries.cos, rope.queries.sin);
+    q = q.view({tokens, 3 * config_.num_attention_heads, head_dim});
+  } else {
+    ops::rope_half_(q, rope.keys.cos, rope.keys.sin);
+  }
   const float scale = float(1.0 / std::sqrt(double(head_dim)));
   const Tensor context = attention.attend(index, q.to(compute_), k.to(compute_), v, scale,
                                           config_.layer_windows[size_t(index)]);
@@ -209,7 +234,7 @@ Tensor Qwen3TextModel::apply_layers(Tensor x, const std::vector<int64_t>& positi
         "text encoder: hidden rows {} for {} positions", shape_string(x.shape()), positions.size());
   x = x.to(device_);
   if (begin == end) return x;
-  const RopeTables rope = rope_.tables(positions, device_);  // once for every layer
+  const ForwardRope rope = forward_rope(positions);  // once for every layer
   for (int64_t i = begin; i < end; ++i) {
     ops::add_(x, self_attention(i, x, rope, attention));
     ops::add_(x, mlp(layers_[size_t(i)], x));
@@ -237,11 +262,12 @@ Tensor Qwen3TextModel::hidden_state(const std::vector<int64_t>& ids, int64_t ind
   if (resolved == 0) return embed(ids);  // no layer runs
   const int64_t layers = std::min(resolved, count - 1);
   Tensor hidden;
-  if (device_ == Device::CPU) {
+  if (device_ == Device::CPU && !config_.dual_chunk.enabled()) {
     const auto attention = dense_attention(/*keep_kv=*/false);
     hidden = forward_layers(ids, CausalBatch::fresh({int64_t(ids.size())}), *attention, layers);
   } else {
-    // The GPU attends through a paged runner: a pool of this prompt's size, no cache.
+    // The GPU (and dual chunk attention) attends through a paged runner: a pool of this
+    // prompt's size, no cache.
     attention::paged::PagedRunnerOptions options;
     options.device = device_;
     options.prefix_cache = false;

@@ -45,7 +45,8 @@ class Qwen3TextModel {
   bool has_lm_head() const { return lm_head_.defined(); }
 
   // A dense attention fitting this model (CPU only); keep_kv for forwards that extend earlier
-  // ones. On the GPU attention goes through a paged runner (qwen3_paged.h).
+  // ones. On the GPU attention goes through a paged runner (qwen3_paged.h), and so does a model
+  // with dual chunk attention on either device (dual_chunk_flash_attn).
   std::unique_ptr<DenseCausalAttention> dense_attention(bool keep_kv) const;
 
   // Runs the first `layers` decoder layers (0 ≤ layers ≤ num_hidden_layers) on a packed batch:
@@ -84,7 +85,14 @@ class Qwen3TextModel {
   void map_weights();
   // Float32 [T, hidden] on the host: only the prompt's rows are converted.
   Tensor embed(const std::vector<int64_t>& ids) const;
-  Tensor self_attention(int64_t index, const Tensor& x, const RopeTables& rope,
+  // The RoPE tables of one forward: the keys' (and plain queries'); with dual chunk attention
+  // (config_.dual_chunk) the keys' sit at position % chunk_len and `queries` holds the three
+  // query rotations, 3·T rows (token t's intra, succ and inter at rows 3t, 3t + 1, 3t + 2).
+  struct ForwardRope {
+    RopeTables keys, queries;
+  };
+  ForwardRope forward_rope(const std::vector<int64_t>& positions) const;
+  Tensor self_attention(int64_t index, const Tensor& x, const ForwardRope& rope,
                         CausalAttention& attention) const;
   Tensor mlp(const Layer& layer, const Tensor& x) const;
 

@@ -24,6 +24,7 @@ paged::PagedModelSpec qwen3_paged_spec(const Qwen3Config& config, int64_t layers
     spec.sliding_window_sizes.push_back(window > 0 ? window - 1 : -1);
   }
   spec.state_width = state_width;
+  spec.dual_chunk = config.dual_chunk;
   return spec;
 }
 

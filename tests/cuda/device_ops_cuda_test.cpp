@@ -109,6 +109,13 @@ int main() try {
   expect(identical(product.to(Device::CPU), cpu_product), "mul_ on the GPU equals the CPU's");
   expect(identical(scaled.to(Device::CPU), cpu_scaled), "scale_ on the GPU equals the CPU's");
 
+  // Rows repeated in blocks (dual chunk attention's three query copies): the CPU's bytes.
+  expect(identical(ops::repeat_rows(x.to(Device::CUDA), 3).to(Device::CPU), ops::repeat_rows(x, 3)),
+         "repeat_rows on the GPU equals the CPU's");
+  expect(identical(ops::repeat_rows(x.to(DType::BF16).to(Device::CUDA), 2).to(Device::CPU),
+                   ops::repeat_rows(x.to(DType::BF16), 2)),
+         "repeat_rows of bf16 rows on the GPU equals the CPU's");
+
   // The random fill: the same numbers on both devices.
   expect(identical(ops::random_uniform({1000}, DType::BF16, Device::CUDA, 9, 0.5f).to(Device::CPU),
                    ops::random_uniform({1000}, DType::BF16, Device::CPU, 9, 0.5f)),

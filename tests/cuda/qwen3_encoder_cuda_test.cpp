@@ -238,6 +238,34 @@ void check_zimage_tiny(const fs::path& root) {
 
 }  // namespace
 
+// Dual chunk attention on the GPU: the qwen3-tiny encoder with chunks of 7 against
+// tests/data/qwen3_dual_chunk (make.py: a float64 NumPy forward with SGLang's dual chunk rotation
+// and attention), through hidden_state (a paged runner on dual_chunk_flash_attn) and the prompt
+// encoder with the prefix cache.
+void check_dual_chunk(const fs::path& root) {
+  json config = json::parse(read_text_file(root / "model" / "text_encoder" / "config.json"));
+  config["dual_chunk_attention_config"] = {
+      {"chunk_size", 10}, {"local_size", 3}, {"original_max_position_embeddings", 16}};
+  Qwen3TextModel model(Qwen3Config::from_json(config),
+                       WeightStore::open_folder(root / "model" / "text_encoder"));
+  model.set_device(Device::CUDA);
+  const SafetensorsFile ref = SafetensorsFile::open(
+      fs::path(MMGEN_SOURCE_DIR) / "tests/data/qwen3_dual_chunk/reference.safetensors");
+  const Tensor id_tensor = ref.tensor("input_ids");
+  std::vector<int64_t> ids(size_t(id_tensor.numel()));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = id_tensor.data<int64_t>()[i];
+  const Tensor expected = ref.tensor("hidden_states_minus2");
+  const double direct = relative_error(model.hidden_state(ids, -2), expected);
+  Qwen3PagedEncoder encoder(model, options("", 16, true));
+  const std::vector<Tensor> rows = encoder.encode({ids, ids});
+  const double cached = relative_error(rows[1], expected);
+  expect(direct < kReference && cached < kReference && encoder.report().hit_tokens > 0,
+         fmt::format("dual chunk qwen3-tiny (chunks of 7, 43 tokens) on the GPU vs the NumPy "
+                     "reference: {:.2e}, through the prompt encoder over a cached prefix {:.2e} "
+                     "< {:.0e}",
+                     direct, cached, kReference));
+}
+
 int main() try {
   const fs::path root = fixtures();
   if (!fs::exists(root / "qwen3-tiny" / "reference" / "reference.safetensors") ||
@@ -251,6 +279,7 @@ int main() try {
   check_rope_op();
   check_qwen3_tiny(root / "qwen3-tiny");
   check_zimage_tiny(root / "zimage-tiny");
+  check_dual_chunk(root / "qwen3-tiny");
   return finish("qwen3_encoder_cuda_test");
 } catch (const std::exception& error) {
   std::printf("qwen3_encoder_cuda_test: error: %s\n", error.what());
