@@ -93,6 +93,25 @@ struct PagedRequests {
       for (int64_t j = 0; j < lengths[i]; ++j)
         table.row(batch.req_pool_indices[i])[j] = batch.out_cache_loc[at++];
   }
+  // Decode one token per request: a slot after each prompt.
+  ap::ForwardBatch decode_step() {
+    ap::ForwardBatch step;
+    step.mode = ap::ForwardMode::Decode;
+    step.req_pool_indices = batch.req_pool_indices;
+    std::vector<int64_t> last;
+    for (int64_t i = 0; i < batch.batch_size(); ++i) {
+      const int64_t length = batch.seq_lens[size_t(i)];
+      step.seq_lens.push_back(length + 1);
+      last.push_back(table.row(step.req_pool_indices[size_t(i)])[length - 1]);
+    }
+    allocator.alloc_decode(step.seq_lens, last, step.out_cache_loc);
+    step.finish_metadata();
+    step.req_to_token = &table;
+    for (int64_t i = 0; i < batch.batch_size(); ++i)
+      table.row(step.req_pool_indices[size_t(i)])[batch.seq_lens[size_t(i)]] =
+          step.out_cache_loc[size_t(i)];
+    return step;
+  }
 };
 
 nlohmann::json extend_case(const std::string& name, const std::vector<int64_t>& lengths, int64_t hq,
@@ -201,19 +220,7 @@ nlohmann::json mla_decode_case(int64_t batch_size, int64_t context, int repeats)
   layer.head_dim = d;
   layer.scaling = float(1.0 / std::sqrt(192.0));  // DeepSeek: 1/√(qk_nope + qk_rope)
   layer.latent = {.kv_lora_rank = dv, .qk_rope_head_dim = d - dv};
-  ap::ForwardBatch step;
-  step.mode = ap::ForwardMode::Decode;
-  step.req_pool_indices = requests.batch.req_pool_indices;
-  std::vector<int64_t> last;
-  for (size_t i = 0; i < lengths.size(); ++i) {
-    step.seq_lens.push_back(lengths[i] + 1);
-    last.push_back(requests.table.row(step.req_pool_indices[i])[lengths[i] - 1]);
-  }
-  requests.allocator.alloc_decode(step.seq_lens, last, step.out_cache_loc);
-  step.finish_metadata();
-  step.req_to_token = &requests.table;
-  for (size_t i = 0; i < lengths.size(); ++i)
-    requests.table.row(step.req_pool_indices[i])[lengths[i]] = step.out_cache_loc[i];
+  const ap::ForwardBatch step = requests.decode_step();
   const double bytes = double(batch_size) * double(context + 1) * double(d) * 2;
   const double flops = 2.0 * double(batch_size) * double(hq) * double(context + 1) * double(d + dv);
   cuda::DeviceBuffer q = random_bf16(batch_size * hq * d, 6), k = random_bf16(batch_size * d, 7),
@@ -274,20 +281,7 @@ void decode_case(int64_t batch_size, int64_t context, int repeats) {
     layer.num_kv_heads = hkv;
     layer.head_dim = d;
     layer.scaling = float(1.0 / std::sqrt(double(d)));
-    // Decode one token per request: slots after each prompt.
-    ap::ForwardBatch step;
-    step.mode = ap::ForwardMode::Decode;
-    step.req_pool_indices = requests.batch.req_pool_indices;
-    std::vector<int64_t> last;
-    for (size_t i = 0; i < lengths.size(); ++i) {
-      step.seq_lens.push_back(lengths[i] + 1);
-      last.push_back(requests.table.row(step.req_pool_indices[i])[lengths[i] - 1]);
-    }
-    requests.allocator.alloc_decode(step.seq_lens, last, step.out_cache_loc);
-    step.finish_metadata();
-    step.req_to_token = &requests.table;
-    for (size_t i = 0; i < lengths.size(); ++i)
-      requests.table.row(step.req_pool_indices[i])[lengths[i]] = step.out_cache_loc[i];
+    const ap::ForwardBatch step = requests.decode_step();
     cuda::DeviceBuffer q = random_bf16(batch_size * hq * d, 6),
                        k = random_bf16(batch_size * hkv * d, 7),
                        v = random_bf16(batch_size * hkv * d, 8),
