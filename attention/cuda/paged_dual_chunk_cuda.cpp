@@ -7,6 +7,7 @@
 // first by LSE, as SGLang merges its three flash_attn calls. Decode runs the row kernel per region
 // without splitting the keys. Like SGLang's, layers must be causal, without window or bias.
 #include "attention/cuda/paged_backend_base.h"
+#include "core/cuda/cuda_check.h"
 #include "core/error.h"
 
 namespace mmgen::cuda::paged {
@@ -28,8 +29,10 @@ class DualChunkBackendCuda final : public SlotBackendCuda {
   }
   void init_cuda_graph_state(int64_t max_batch_size, int64_t max_num_tokens) override {
     SlotBackendCuda::init_cuda_graph_state(max_batch_size, max_num_tokens);
-    // Captured steps must not allocate: the scratch for the largest captured step, now.
-    reserve(max_num_tokens * options_.max_q_heads, pool_->head_dim());
+    // Captured steps read a scratch of their own, allocated once: the eager one may be
+    // reallocated by a longer eager call after a capture, which the graph would not see.
+    graph_scratch_ =
+        DeviceBuffer(scratch_bytes(max_num_tokens * options_.max_q_heads, pool_->head_dim()));
   }
 
  protected:
@@ -42,9 +45,25 @@ class DualChunkBackendCuda final : public SlotBackendCuda {
   }
 
  private:
-  void reserve(int64_t rows, int64_t head_dim) {
-    const size_t bytes = size_t(rows) * size_t(3 * 4 + head_dim * 2);
-    if (scratch_.size() < bytes) scratch_ = DeviceBuffer(bytes);
+  // Per query row: three LSEs and one bf16 output row.
+  static size_t scratch_bytes(int64_t rows, int64_t head_dim) {
+    return size_t(rows) * size_t(3 * 4 + head_dim * 2);
+  }
+  // The graph scratch while a graph is being captured on the stream, else the eager one (grown
+  // as needed).
+  DeviceBuffer& scratch_for(int64_t rows, int64_t head_dim) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    MMGEN_CUDA_CHECK(cudaStreamIsCapturing(stream_, &status));
+    const size_t bytes = scratch_bytes(rows, head_dim);
+    if (status != cudaStreamCaptureStatusNone) {
+      check(graph_scratch_.size() >= bytes,
+            "GPU dual_chunk_flash_attn: a captured step of {} query rows exceeds the CUDA-graph "
+            "scratch (init_cuda_graph_state's tokens x max_q_heads)",
+            rows);
+      return graph_scratch_;
+    }
+    if (eager_scratch_.size() < bytes) eager_scratch_ = DeviceBuffer(bytes);
+    return eager_scratch_;
   }
 
   void run(const DeviceAttentionIo& io, const PagedLayer& layer, const ForwardBatch& batch,
@@ -65,8 +84,7 @@ class DualChunkBackendCuda final : public SlotBackendCuda {
     p.seq_len = at(sections_.seq_len);
 
     const int64_t rows = tokens * hq;
-    reserve(rows, d);
-    float* lse_a = scratch_.as<float>();
+    float* lse_a = scratch_for(rows, d).as<float>();
     float* lse_b = lse_a + rows;
     float* lse_c = lse_b + rows;
     void* out_b = lse_c + rows;
@@ -91,7 +109,8 @@ class DualChunkBackendCuda final : public SlotBackendCuda {
                            stream_);
   }
 
-  DeviceBuffer scratch_;  // lse of intra, of the region being merged, of intra + succ; out_b
+  // Each: the LSEs of intra, of the region being merged and of intra + succ, then out_b.
+  DeviceBuffer eager_scratch_, graph_scratch_;
 };
 
 }  // namespace
