@@ -98,7 +98,9 @@ FlashAttentionArgs dense_args(const SelfAttentionCall& call) {
                       call.head_dim, call.scale));
 }
 
-void SparseSelfAttentionCuda::run_kernel(const FlashAttentionArgs& args) {
+void SparseSelfAttentionCuda::run_kernel(const FlashAttentionArgs& given) {
+  FlashAttentionArgs args = given;
+  if (portable_) args.kernel = FlashKernel::Portable;
   if (!timing_) return flash_attention_forward(args);
   cudaEvent_t start, stop;
   MMGEN_CUDA_CHECK(cudaEventCreate(&start));

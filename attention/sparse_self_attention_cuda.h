@@ -81,6 +81,11 @@ class SparseSelfAttentionCuda {
   // synchronising), apart from the regrouping and list building around it.
   void time_kernel(bool enabled) { timing_ = enabled; }
   double kernel_seconds() const { return kernel_seconds_; }
+  // Tests and benchmarks: run the portable attention kernel even on a Hopper GPU (what every
+  // other GPU runs), and the steps around it that kernel needs (VSA then regroups its cubes).
+  void use_portable_kernel(bool enabled) { portable_ = enabled; }
+  // Whether the Hopper kernel runs (an sm_90 GPU, the portable kernel not asked for).
+  bool hopper_kernel() const { return !portable_ && flash_attention_has_hopper(); }
   // With time_kernel on, the time of the backend's other steps, by name, as far as it reports
   // them (synchronising around each).
   const std::vector<std::pair<std::string, double>>& step_seconds() const { return steps_; }
@@ -91,7 +96,7 @@ class SparseSelfAttentionCuda {
   void mark_step(const char* name);
   void start_steps();
 
-  bool counting_ = false, timing_ = false;
+  bool counting_ = false, timing_ = false, portable_ = false;
   SparseAttentionStats stats_;
   double kernel_seconds_ = 0;
   std::vector<std::pair<std::string, double>> steps_;

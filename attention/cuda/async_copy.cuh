@@ -44,6 +44,17 @@ __device__ __forceinline__ void tensor_copy_4d(uint32_t destination, const CUten
       : "memory");
 }
 
+// The same over a 5-D map (a video's cubes: D, heads, w, h, frames).
+__device__ __forceinline__ void tensor_copy_5d(uint32_t destination, const CUtensorMap* map, int c0,
+                                               int c1, int c2, int c3, int c4, uint32_t barrier) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n" ::"r"(destination),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4),
+      "r"(barrier)
+      : "memory");
+}
+
 // Moves this warpgroup's register budget (all its warps must execute it).
 template <int Registers>
 __device__ __forceinline__ void release_registers() {

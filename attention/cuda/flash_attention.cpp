@@ -37,7 +37,9 @@ void launch(const FlashAttentionArgs& args, bool hopper, cudaStream_t stream) {
 
 template <int D>
 void dispatch(const FlashAttentionArgs& args, bool hopper, cudaStream_t stream) {
-  if (args.block_offsets == nullptr)
+  if (args.reads_cubes())
+    launch_flash_attention_hopper<D, kFlashCubes>(args, stream);
+  else if (args.block_offsets == nullptr)
     launch<D, kFlashDense>(args, hopper, stream);
   else if (args.lists_per_half)
     launch<D, kFlashPerHalf>(args, hopper, stream);
@@ -49,6 +51,11 @@ void dispatch(const FlashAttentionArgs& args, bool hopper, cudaStream_t stream) 
 
 bool flash_attention_supports_head_dim(int64_t head_dim) {
   return head_dim == 64 || head_dim == 128;
+}
+
+bool flash_attention_has_hopper() {
+  static const bool has_hopper = device_major() == 9;
+  return has_hopper;
 }
 
 void flash_attention_forward(const FlashAttentionArgs& args, cudaStream_t stream) {
@@ -73,7 +80,7 @@ void flash_attention_forward(const FlashAttentionArgs& args, cudaStream_t stream
   check(args.block_offsets || (!args.key_block_lengths && !args.lists_per_half),
         "CUDA attention: key_block_lengths and lists_per_half need block-sparse mode");
   if (args.seq_q == 0) return;
-  static const bool has_hopper = device_major() == 9;
+  const bool has_hopper = flash_attention_has_hopper();
   check(args.kernel != FlashKernel::Hopper || has_hopper,
         "CUDA attention: the Hopper kernel needs an sm_90 GPU (H100/H200)");
   if (args.q_scales) {
@@ -89,6 +96,26 @@ void flash_attention_forward(const FlashAttentionArgs& args, cudaStream_t stream
           "CUDA attention: INT8 q and k strides must be multiples of 16 bytes");
   } else {
     check(!args.k_scales, "CUDA attention: k_scales without q_scales");
+  }
+  if (args.reads_cubes()) {
+    const int64_t* grid = args.video_grid;
+    check(grid[1] > 0 && grid[2] > 0 && args.seq_q == grid[0] * grid[1] * grid[2] &&
+              args.seq_k == args.seq_q,
+          "CUDA attention: cubes of a {}x{}x{} video need {} query and key tokens, got {} and {}",
+          grid[0], grid[1], grid[2], grid[0] * grid[1] * grid[2], args.seq_q, args.seq_k);
+    check(has_hopper && args.kernel != FlashKernel::Portable,
+          "CUDA attention: reading cubes in place needs the Hopper kernel (an sm_90 GPU)");
+    check(args.lists_per_half && !args.key_block_lengths && !args.lse && !args.q_scales,
+          "CUDA attention: cubes in place take lists per 64 rows, with no key lengths, no LSE "
+          "and no INT8 scores");
+    check(args.batch * grid[0] < (int64_t(1) << 31),
+          "CUDA attention: {} batches of {} frames exceed the tensor copies' coordinates",
+          args.batch, grid[0]);
+    for (const AttentionStrides* s : {&args.q_strides, &args.k_strides, &args.v_strides})
+      check(args.batch == 1 || s->batch == args.seq_q * s->token,
+            "CUDA attention: cubes in place need contiguous batches (batch stride {} for {} "
+            "tokens of stride {})",
+            s->batch, args.seq_q, s->token);
   }
   const bool hopper =
       args.kernel == FlashKernel::Hopper || (args.kernel == FlashKernel::Auto && has_hopper);

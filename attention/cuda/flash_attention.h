@@ -59,6 +59,19 @@ struct FlashAttentionArgs {
   // cubes) writes its result in the tokens' order with no scatter pass. lse stays indexed by r.
   const int32_t* out_rows = nullptr;
 
+  // Optional, with lists_per_half (the Hopper kernel only; bf16 scores, no lse): the sequence is
+  // the tokens of a video grid (frames, height, width), w fastest, read in place in VSA's 4x4x4
+  // cubes instead of 64-token runs. Query half i and key block j are then cube i and cube j of the
+  // cube grid in (t, h, w) order, w fastest (tile_video's order), and a cube's 64 rows are its
+  // tokens in (t, h, w) order within it, so no pass regroups q, k and v first: the tensor copies
+  // read each cube as a box of the video, and a cube's rows past the grid's edge take no weight
+  // and are not written. seq_q = seq_k = frames·height·width; the lists count ceil(frames / 4) ·
+  // ceil(height / 4) · ceil(width / 4) halves. out is in token order, or, with out_rows, row r of
+  // the cubes' slots (64 per cube) goes to out_rows[r]. Batches must be contiguous in q, k and v
+  // (batch stride = seq · token stride): their frames are one axis of the copies.
+  int64_t video_grid[3] = {0, 0, 0};
+  bool reads_cubes() const { return video_grid[0] > 0; }
+
   // INT8 scores (SageAttention's Q·Kᵀ; the Hopper kernel only) when q_scales is set: q and k are
   // int8 [batch, seq, heads, kInt8Width] (head_dim zero-padded to 128, strides in elements, which
   // are bytes here; attention/cuda/int8_quantize.h writes them) and a score is
@@ -74,6 +87,15 @@ struct FlashAttentionArgs {
 
 // Head sizes the kernel is compiled for.
 bool flash_attention_supports_head_dim(int64_t head_dim);
+
+// Whether the current GPU runs the Hopper kernel (sm_90), which alone reads cubes in place
+// (FlashAttentionArgs::video_grid) and takes INT8 scores.
+bool flash_attention_has_hopper();
+
+// Cubes of VSA's 4x4x4 tiling along one axis of `extent` tokens.
+inline int64_t video_cubes_along(int64_t extent) {
+  return (extent + 3) / 4;
+}
 
 // Launches on `stream`; throws mmgen::Error for an unsupported head size or a failed launch.
 void flash_attention_forward(const FlashAttentionArgs& args, cudaStream_t stream = nullptr);

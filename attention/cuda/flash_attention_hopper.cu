@@ -56,14 +56,52 @@ constexpr int kStages = 2;
 // in the step before, so one is enough to keep the copies ahead (64-key tiles with two slots each
 // ran at half the dense rate: 201 TFLOP/s for VSA on an H200).
 template <int kMode>
-constexpr int kKeyStagesOf = kMode == kFlashPerHalf ? 1 : kStages;
+constexpr bool kPerHalfOf = kMode == kFlashPerHalf || kMode == kFlashCubes;
 template <int kMode>
-constexpr int kSlotSetsOf = kMode == kFlashPerHalf ? 2 : 1;
+constexpr int kKeyStagesOf = kPerHalfOf<kMode> ? 1 : kStages;
+template <int kMode>
+constexpr int kSlotSetsOf = kPerHalfOf<kMode> ? 2 : 1;
+
+// A video's cubes when the kernel reads them in place (FlashAttentionArgs::video_grid): cube c of
+// the (t, h, w) cube grid, w fastest, starts at token (4·ct, 4·ch, 4·cw), and its 64 rows are the
+// box's tokens in (t, h, w) order, the order a 5-D tensor copy lays them out in.
+struct CubeGrid {
+  int frames, height, width, along_h, along_w, count;
+  __device__ explicit CubeGrid(const int64_t (&grid)[3])
+      : frames(int(grid[0])),
+        height(int(grid[1])),
+        width(int(grid[2])),
+        along_h((height + 3) / 4),
+        along_w((width + 3) / 4),
+        count(((frames + 3) / 4) * along_h * along_w) {}
+  // (first frame, first row, first column) of cube c.
+  __device__ int3 origin(int c) const {
+    const int plane = along_h * along_w;
+    return make_int3(4 * (c / plane), 4 * ((c % plane) / along_w), 4 * (c % along_w));
+  }
+  // Bit j set when row j of the cube at `o` is a token of the video (not past an edge).
+  __device__ uint64_t valid_rows(int3 o) const {
+    const int in_t = min(4, frames - o.x), in_h = min(4, height - o.y), in_w = min(4, width - o.z);
+    // A run of in_w bits, repeated for in_h rows of 4, repeated for in_t frames of 16.
+    const uint32_t plane = ((1u << in_w) - 1) * 0x1111u & ((1u << (4 * in_h)) - 1);
+    const uint64_t frames_mask = in_t == 4 ? ~uint64_t(0) : (uint64_t(1) << (16 * in_t)) - 1;
+    return uint64_t(plane) * 0x0001000100010001ull & frames_mask;
+  }
+};
+
+// The first n of a block's 64 rows: bits 0 .. n - 1.
+__device__ __forceinline__ uint64_t first_rows(int64_t n) {
+  return n >= 64 ? ~uint64_t(0) : n <= 0 ? uint64_t(0) : (uint64_t(1) << n) - 1;
+}
 
 // Barriers in shared memory, after the tiles; per consumer with lists per 64 query rows (index 0
 // serves both otherwise).
+// Beside them, which rows of each key slot's two blocks are keys (bit j: row j), written by the
+// producer before it arms the slot's copies: a consumer reads them once the keys have arrived, so
+// the block geometry (cube origins, block lengths) stays off its softmax.
 struct Barriers {
   uint64_t q_full, k_full[2][kStages], v_full[2][kStages], k_empty[2][kStages], v_empty[2][kStages];
+  uint64_t key_rows[2][kStages][kTileKeys / kFlashBlockN];
 };
 
 // Named barriers 1 and 2 (0 is __syncthreads) take turns between the two consumer warpgroups:
@@ -98,22 +136,22 @@ struct OutputProduct<128> {
 };
 
 // Turns raw scores into unnormalised probabilities in place, masking keys that are not there
-// (entry a's keys from limit_a on, entry b's from limit_b on); returns the factors the
+// (entry a's keys whose bit in valid_a is clear, entry b's in valid_b); returns the factors the
 // accumulated output must be scaled by.
 template <int Keys>
 __device__ __forceinline__ void softmax_tile(float (&scores)[Keys / 2], SoftmaxRows& rows,
-                                             float scale_log2, bool mask, int64_t first_key_a,
-                                             int64_t first_key_b, int64_t limit_a, int64_t limit_b,
-                                             int lane, float (&correction)[2]) {
+                                             float scale_log2, bool mask, uint64_t valid_a,
+                                             uint64_t valid_b, int lane, float (&correction)[2]) {
   if (mask) {
+    // This thread's columns are (i mod 8)·8 + 2·(lane mod 4) + (c mod 2): one shift by the lane's
+    // part, then every test is a constant shift.
+    const uint64_t mine_a = valid_a >> (2 * (lane & 3)), mine_b = valid_b >> (2 * (lane & 3));
 #pragma unroll
     for (int i = 0; i < Keys / 8; ++i)
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int column = (i % 8) * 8 + 2 * (lane & 3) + (c & 1);
-        const bool valid = i < 8 ? first_key_a + column < limit_a : first_key_b + column < limit_b;
-        if (!valid) scores[4 * i + c] = -INFINITY;
-      }
+      for (int c = 0; c < 4; ++c)
+        if ((((i < 8 ? mine_a : mine_b) >> ((i % 8) * 8 + (c & 1))) & 1) == 0)
+          scores[4 * i + c] = -INFINITY;
   }
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -168,7 +206,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   // TMA's and wgmma's swizzle is on absolute shared addresses: tiles start on 1024-byte boundaries.
   const uint32_t raw_address = shared_address(shared_raw);
   unsigned char* shared_aligned = shared_raw + (((raw_address + 1023) & ~1023u) - raw_address);
-  constexpr bool kSparse = kMode != kFlashDense, kPerHalf = kMode == kFlashPerHalf;
+  constexpr bool kSparse = kMode != kFlashDense, kPerHalf = kPerHalfOf<kMode>;
+  constexpr bool kCubes = kMode == kFlashCubes;
+  // The cube grid (kCubes), rebuilt from the arguments where it is used, so no register holds
+  // it across the consumers' loop.
+  auto cube_grid = [&] { return CubeGrid(args.video_grid); };
   constexpr int kKeyStages = kKeyStagesOf<kMode>, kSets = kSlotSetsOf<kMode>;
   constexpr int kTileRegs = kTileKeys / 2;            // m64nKeys fp32 accumulators per thread
   constexpr int kEntries = kTileKeys / kFlashBlockN;  // list entries per tile
@@ -194,7 +236,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   int list_begin = 0, list_size = 0;
   bool any_tiles = false;  // in either half
   if constexpr (kPerHalf) {
-    const int64_t halves = (args.seq_q + kFlashBlockM / 2 - 1) / (kFlashBlockM / 2);
+    const int64_t halves =
+        kCubes ? cube_grid().count : (args.seq_q + kFlashBlockM / 2 - 1) / (kFlashBlockM / 2);
     const int64_t first = 2 * int64_t(query_block);
     const int64_t base = (int64_t(batch) * args.heads + head) * halves + first;
     const int size_0 = args.block_offsets[base + 1] - args.block_offsets[base];
@@ -218,6 +261,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     return int64_t(kSparse ? args.block_indices[list_begin + e] : e) * kFlashBlockN;
   };
 
+  // Where entry e's keys end: the sequence's end or the block's valid length.
+  auto key_limit = [&](int e, int64_t first_key) {
+    int64_t limit = args.seq_k;
+    if constexpr (kSparse)
+      if (args.key_block_lengths)
+        limit = min(limit, first_key + args.key_block_lengths[args.block_indices[list_begin + e]]);
+    return limit;
+  };
   if (thread == 0) {
     barrier_init(address_of(barriers->q_full), 1);
     for (int c = 0; c < kSets; ++c)
@@ -241,40 +292,87 @@ __global__ void __launch_bounds__(kThreads, 1)
     // No tiles: no copies either (a CTA must not exit with copies into its shared memory pending;
     // a consumer that has tiles waits for Q).
     if (set == 0 && any_tiles) {
-      barrier_expect_bytes(address_of(barriers->q_full), kFlashBlockM * kQkRow);
-      for (int half = 0; half < kQkHalves; ++half)
-        tensor_copy_4d(shared_address(shared_q + half * kFlashBlockM * 128), &q_map, half * 64,
-                       int(first_query), head, batch, address_of(barriers->q_full));
+      if constexpr (kCubes) {  // the block's one or two query cubes
+        const CubeGrid grid = cube_grid();
+        const int cubes_here = min(2, grid.count - 2 * query_block);
+        barrier_expect_bytes(address_of(barriers->q_full), cubes_here * 64 * kQkRow);
+        for (int c = 0; c < cubes_here; ++c) {
+          const int3 o = grid.origin(2 * query_block + c);
+          for (int half = 0; half < kQkHalves; ++half)
+            tensor_copy_5d(shared_address(shared_q + half * kFlashBlockM * 128 + c * 64 * 128),
+                           &q_map, half * 64, head, o.z, o.y, batch * grid.frames + o.x,
+                           address_of(barriers->q_full));
+        }
+      } else {
+        barrier_expect_bytes(address_of(barriers->q_full), kFlashBlockM * kQkRow);
+        for (int half = 0; half < kQkHalves; ++half)
+          tensor_copy_4d(shared_address(shared_q + half * kFlashBlockM * 128), &q_map, half * 64,
+                         int(first_query), head, batch, address_of(barriers->q_full));
+      }
     }
-    // A 128-key tile's rows 0-63 are entry 2t, rows 64-127 entry 2t + 1; a missing second entry
-    // loads the first again (its scores are masked; the values must only be finite).
+    // A 128-key tile's rows 0-63 are entry 2t, rows 64-127 entry 2t + 1.
+    // Tile t's blocks, worked out before the producer waits for free slots (the cube origins'
+    // divisions and the list reads overlap the wait): where each starts in the maps (its first
+    // key, or its cube's column, row and frame of the batch's frames) and which of its rows are
+    // keys. A missing second entry loads the first again, with no rows: its scores are masked and
+    // its values need only be finite.
+    struct TileBlocks {
+      int3 at[kEntries];
+      uint64_t rows[kEntries];
+    };
+    auto tile_blocks = [&](int t) {
+      TileBlocks blocks;
+#pragma unroll
+      for (int i = 0; i < kEntries; ++i) {
+        const int e = kEntries * t + i;
+        if (e >= list_size) {
+          blocks.at[i] = blocks.at[0], blocks.rows[i] = 0;
+          continue;
+        }
+        if constexpr (kCubes) {
+          const CubeGrid grid = cube_grid();
+          const int3 o = grid.origin(args.block_indices[list_begin + e]);
+          blocks.at[i] = make_int3(o.z, o.y, batch * grid.frames + o.x);
+          blocks.rows[i] = grid.valid_rows(o);
+        } else {
+          const int64_t first_key = first_key_of(e);
+          blocks.at[i] = make_int3(int(first_key), 0, 0);
+          blocks.rows[i] = first_rows(key_limit(e, first_key) - first_key);
+        }
+      }
+      return blocks;
+    };
     // (`halves` 128-byte columns per row; the map's inner coordinate counts its own elements, and
     // only bf16 rows have a second column, 64 elements in.)
-    auto copy_tile = [&](const CUtensorMap* map, unsigned char* slot, uint64_t& full, int t,
-                         int halves) {
-      const int64_t key_a = first_key_of(kEntries * t);
-      int64_t key_b = key_a;
-      if constexpr (kEntries == 2)
-        if (2 * t + 1 < list_size) key_b = first_key_of(2 * t + 1);
+    auto copy_tile = [&](const CUtensorMap* map, unsigned char* slot, uint64_t& full,
+                         const TileBlocks& blocks, int halves) {
       barrier_expect_bytes(address_of(full), kTileKeys * 128 * halves);
-      for (int half = 0; half < halves; ++half) {
-        const uint32_t base = shared_address(slot + half * kTileKeys * 128);
-        tensor_copy_4d(base, map, half * 64, int(key_a), head, batch, address_of(full));
-        if constexpr (kEntries == 2)
-          tensor_copy_4d(base + kFlashBlockN * 128, map, half * 64, int(key_b), head, batch,
-                         address_of(full));
-      }
+      for (int half = 0; half < halves; ++half)
+#pragma unroll
+        for (int i = 0; i < kEntries; ++i) {
+          const uint32_t destination =
+              shared_address(slot + half * kTileKeys * 128 + i * kFlashBlockN * 128);
+          const int3 at = blocks.at[i];
+          if constexpr (kCubes)
+            tensor_copy_5d(destination, map, half * 64, head, at.x, at.y, at.z, address_of(full));
+          else
+            tensor_copy_4d(destination, map, half * 64, at.x, head, batch, address_of(full));
+        }
     };
     for (int t = 0; t < tiles; ++t) {
+      const TileBlocks blocks = tile_blocks(t);
       const int k_slot_index = t % kKeyStages, k_round = t / kKeyStages;
       if (k_round > 0)
         barrier_wait(address_of(barriers->k_empty[set][k_slot_index]), (k_round - 1) & 1);
-      copy_tile(&k_map, k_slot(set, k_slot_index), barriers->k_full[set][k_slot_index], t,
+        // The masks go in before the copies are armed: the consumer reads them after the keys.
+#pragma unroll
+      for (int i = 0; i < kEntries; ++i) barriers->key_rows[set][k_slot_index][i] = blocks.rows[i];
+      copy_tile(&k_map, k_slot(set, k_slot_index), barriers->k_full[set][k_slot_index], blocks,
                 kQkHalves);
       const int v_slot_index = t % kStages, v_round = t / kStages;
       if (v_round > 0)
         barrier_wait(address_of(barriers->v_empty[set][v_slot_index]), (v_round - 1) & 1);
-      copy_tile(&v_map, v_slot(set, v_slot_index), barriers->v_full[set][v_slot_index], t,
+      copy_tile(&v_map, v_slot(set, v_slot_index), barriers->v_full[set][v_slot_index], blocks,
                 kVHalves);
     }
     return;
@@ -347,26 +445,19 @@ __global__ void __launch_bounds__(kThreads, 1)
           acc, p_fragments[ks],
           swizzle128_descriptor(v_address + ks * 16 * 128, kTileKeys * 128, 1024));
   };
-  // Where entry e's keys end: the sequence's end or the block's valid length.
-  auto key_limit = [&](int e, int64_t first_key) {
-    int64_t limit = args.seq_k;
-    if constexpr (kSparse)
-      if (args.key_block_lengths)
-        limit = min(limit, first_key + args.key_block_lengths[args.block_indices[list_begin + e]]);
-    return limit;
+  // The row masks of tile t's key slot (read once its keys are in, before the slot is released).
+  uint64_t tile_rows[2];
+  auto read_key_rows = [&](int t) {
+    const uint64_t* key_rows = barriers->key_rows[set][t % kKeyStages];
+    tile_rows[0] = key_rows[0], tile_rows[1] = key_rows[1];
   };
   auto softmax = [&](int t, float(&correction)[2]) {
-    const int entry = kEntries * t;
-    const int64_t first_key_a = first_key_of(entry);
-    const int64_t limit_a = key_limit(entry, first_key_a);
-    int64_t first_key_b = 0, limit_b = 0;  // no entry b: masked
-    if constexpr (kEntries == 2) {
-      if (entry + 1 < list_size) {
-        first_key_b = first_key_of(entry + 1);
-        limit_b = key_limit(entry + 1, first_key_b);
-      }
-    }
+    const uint64_t valid_a = tile_rows[0], valid_b = tile_rows[1];
     if constexpr (kInt8) {  // dequantise: row scale times the key group's scale, entry by entry
+      const int entry = kEntries * t;
+      const int64_t first_key_a = first_key_of(entry);
+      const int64_t first_key_b =
+          kEntries == 1 || entry + 1 >= list_size ? 0 : first_key_of(entry + 1);
       const float scale_a = k_scales[(first_key_a / kFlashBlockN) * 4];
       const float scale_b = kEntries == 2 ? k_scales[(first_key_b / kFlashBlockN) * 4] : 0.0f;
 #pragma unroll
@@ -376,10 +467,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           scores[4 * i + c] =
               float(int_scores[4 * i + c]) * (q_scale[c >> 1] * (i < 8 ? scale_a : scale_b));
     }
-    const bool mask = first_key_a + kFlashBlockN > limit_a ||
-                      (kEntries == 2 && first_key_b + kFlashBlockN > limit_b);
-    softmax_tile<kTileKeys>(scores, rows, scale_log2, mask, first_key_a, first_key_b, limit_a,
-                            limit_b, lane, correction);
+    const bool mask = ~valid_a != 0 || (kEntries == 2 && ~valid_b != 0);
+    softmax_tile<kTileKeys>(scores, rows, scale_log2, mask, valid_a, valid_b, lane, correction);
   };
 
   // Turns: consumer 0 issues first. Every issue phase waits for its turn and passes it on, except
@@ -412,6 +501,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tiles > 0) {
     barrier_wait(address_of(barriers->q_full), 0);
     barrier_wait(address_of(barriers->k_full[set][0]), 0);
+    read_key_rows(0);
     pin_scores();
     begin_issue();
     wgmma_fence();
@@ -430,6 +520,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int t = 0; t + 1 < tiles; ++t) {
     const int next = t + 1;
     barrier_wait(address_of(barriers->k_full[set][next % kKeyStages]), (next / kKeyStages) & 1);
+    read_key_rows(next);
     barrier_wait(address_of(barriers->v_full[set][t % kStages]), (t / kStages) & 1);
     pin_scores();
     pin_registers(acc);
@@ -476,8 +567,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
     const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
     const int64_t row = first_query + consumer * 64 + warp_in_group * 16 + (lane >> 2) + half * 8;
-    if (row >= args.seq_q) continue;
-    const int64_t target = args.out_rows ? args.out_rows[row] : row;
+    int64_t target = row;
+    if constexpr (kCubes) {  // row r of a cube: the token at its (t, h, w) offset, if inside
+      const int cube = 2 * query_block + consumer, r = int(row % 64);
+      const CubeGrid grid = cube_grid();
+      if (cube >= grid.count) continue;
+      const int3 o = grid.origin(cube);
+      const int t = o.x + r / 16, h = o.y + (r / 4) % 4, w = o.z + r % 4;
+      if (t >= grid.frames || h >= grid.height || w >= grid.width) continue;
+      target = args.out_rows ? args.out_rows[row] : (int64_t(t) * grid.height + h) * grid.width + w;
+    } else {
+      if (row >= args.seq_q) continue;
+      if (args.out_rows) target = args.out_rows[row];
+    }
     bf16* out_row = out + target * args.out_strides.token;
     if (target >= 0)
 #pragma unroll
@@ -529,6 +631,30 @@ CUtensorMap make_tensor_map(const void* base, const AttentionStrides& strides, i
   return map;
 }
 
+// A 5-D tensor map over a video's tokens [batch · frames, height, width, heads, D] bf16 (D
+// innermost; the batches contiguous, so their frames are one axis) whose box is one 4x4x4 cube of
+// one head, 64 elements of D (128 bytes) per token: 64 rows of the swizzled tile, in (t, h, w)
+// order. Tokens past the video's edges arrive as zeros.
+CUtensorMap make_cube_map(const void* base, const AttentionStrides& strides, int64_t batch,
+                          const int64_t (&grid)[3], int64_t heads, int64_t head_dim) {
+  CUtensorMap map;
+  const cuuint64_t sizes[5] = {cuuint64_t(head_dim), cuuint64_t(heads), cuuint64_t(grid[2]),
+                               cuuint64_t(grid[1]), cuuint64_t(batch * grid[0])};
+  const int64_t token = strides.token * 2;
+  const cuuint64_t byte_strides[4] = {cuuint64_t(strides.head * 2), cuuint64_t(token),
+                                      cuuint64_t(token * grid[2]),
+                                      cuuint64_t(token * grid[2] * grid[1])};
+  const cuuint32_t box[5] = {64, 1, 4, 4, 4};
+  const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
+  check_driver(
+      encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 5, const_cast<void*>(base), sizes,
+                     byte_strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+      "cuTensorMapEncodeTiled (cubes)", __FILE__, __LINE__);
+  return map;
+}
+
 // Q, then the key tiles of 128 rows, then the value tiles, then the barriers.
 template <int D, int kMode, bool kInt8>
 void launch(const FlashAttentionArgs& args, cudaStream_t stream) {
@@ -548,13 +674,24 @@ void launch(const FlashAttentionArgs& args, cudaStream_t stream) {
   // Sequence coordinates are 32-bit in the tensor-copy instruction (flash_attention_forward
   // checks the lengths); the heads' and batches' offsets are the maps' strides.
   const int64_t qk_width = kInt8 ? kInt8Width : D;
-  const CUtensorMap q_map = make_tensor_map(args.q, args.q_strides, args.batch, args.seq_q,
-                                            args.heads, qk_width, kFlashBlockM, kInt8);
-  const CUtensorMap k_map = make_tensor_map(args.k, args.k_strides, args.batch, args.seq_k,
-                                            args.heads, qk_width, kFlashBlockN, kInt8);
-  const CUtensorMap v_map =
-      make_tensor_map(args.v, args.v_strides, args.batch, args.seq_k, args.heads, D, kFlashBlockN);
-  const dim3 grid(unsigned((args.seq_q + kFlashBlockM - 1) / kFlashBlockM), unsigned(args.heads),
+  CUtensorMap q_map, k_map, v_map;
+  int64_t query_rows = args.seq_q;  // rows of the query blocks: 64 per cube when reading cubes
+  if constexpr (kMode == kFlashCubes) {
+    static_assert(!kInt8, "cubes are read as bf16");
+    q_map = make_cube_map(args.q, args.q_strides, args.batch, args.video_grid, args.heads, D);
+    k_map = make_cube_map(args.k, args.k_strides, args.batch, args.video_grid, args.heads, D);
+    v_map = make_cube_map(args.v, args.v_strides, args.batch, args.video_grid, args.heads, D);
+    query_rows = 64 * video_cubes_along(args.video_grid[0]) *
+                 video_cubes_along(args.video_grid[1]) * video_cubes_along(args.video_grid[2]);
+  } else {
+    q_map = make_tensor_map(args.q, args.q_strides, args.batch, args.seq_q, args.heads, qk_width,
+                            kFlashBlockM, kInt8);
+    k_map = make_tensor_map(args.k, args.k_strides, args.batch, args.seq_k, args.heads, qk_width,
+                            kFlashBlockN, kInt8);
+    v_map = make_tensor_map(args.v, args.v_strides, args.batch, args.seq_k, args.heads, D,
+                            kFlashBlockN);
+  }
+  const dim3 grid(unsigned((query_rows + kFlashBlockM - 1) / kFlashBlockM), unsigned(args.heads),
                   unsigned(args.batch));
   kernel<<<grid, kThreads, kSharedBytes, stream>>>(args, q_map, k_map, v_map);
   MMGEN_CUDA_CHECK_LAUNCH();
@@ -583,5 +720,9 @@ MMGEN_INSTANTIATE(128, kFlashDense)
 MMGEN_INSTANTIATE(128, kFlashSparse)
 MMGEN_INSTANTIATE(128, kFlashPerHalf)
 #undef MMGEN_INSTANTIATE
+template void launch_flash_attention_hopper<64, kFlashCubes>(const FlashAttentionArgs&,
+                                                             cudaStream_t);
+template void launch_flash_attention_hopper<128, kFlashCubes>(const FlashAttentionArgs&,
+                                                              cudaStream_t);
 
 }  // namespace mmgen::cuda

@@ -6,9 +6,10 @@
 
 namespace mmgen::cuda {
 
-// How the key blocks are chosen: all of them, one list per 128-row query block, or one list per
-// 64-row half (FlashAttentionArgs::lists_per_half).
-inline constexpr int kFlashDense = 0, kFlashSparse = 1, kFlashPerHalf = 2;
+// How the key blocks are chosen: all of them, one list per 128-row query block, one list per
+// 64-row half (FlashAttentionArgs::lists_per_half), or one per 64-row half with the halves and key
+// blocks read in place as a video's 4x4x4 cubes (FlashAttentionArgs::video_grid; Hopper only).
+inline constexpr int kFlashDense = 0, kFlashSparse = 1, kFlashPerHalf = 2, kFlashCubes = 3;
 
 template <int D, int kMode>
 void launch_flash_attention(const FlashAttentionArgs& args, cudaStream_t stream);

@@ -1,4 +1,7 @@
 // VSA's coarse branch kernels (vsa_select.h):
+// - cube means in place: one CTA per (cube, batch), a thread per 16-byte chunk of the row, the
+//   cube's tokens read straight from the video in the CPU tiling's order and summed in double in
+//   that order, as the CPU oracle sums them (so the means are the oracle's, bit for bit);
 // - gather with cube means: one CTA per (cube, batch), a thread per 16-byte chunk of the row, the
 //   cube's rows copied into slots and summed in the same pass;
 // - scores: one batched float32 product of the query and key means (cuBLASLt, full fp32);
@@ -8,6 +11,7 @@
 //   larger score and the first ties by index, writing the indices already ascending;
 // - coarse output (with a gate): the same warp's softmax of its row, then one batched product of
 //   those probabilities with the value means.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -68,6 +72,56 @@ __global__ void __launch_bounds__(kGatherThreads)
     float* mean = means + ((b * heads + h) * cubes + cube) * head_dim + d;
 #pragma unroll
     for (int e = 0; e < 8; ++e) mean[e] = sum[e] * inverse;
+  }
+}
+
+// The cube means of several operands (blockIdx.z picks one) read in place: a CTA per (cube,
+// batch), a thread per 16-byte chunk, eight rows' loads in flight.
+struct MeanOperands {
+  const uint4* x[3];
+  float* means[3];
+};
+
+__global__ void __launch_bounds__(kGatherThreads)
+    cube_means_kernel(MeanOperands operands, int frames, int height, int width, int64_t heads,
+                      int64_t head_dim) {
+  __shared__ int32_t token_of[kVsaCube];
+  const int along_h = (height + 3) / 4, along_w = (width + 3) / 4, plane = along_h * along_w;
+  const int cube = blockIdx.x, cubes = ((frames + 3) / 4) * plane;
+  const int64_t b = blockIdx.y, chunks = heads * head_dim / 8;
+  const int t0 = 4 * (cube / plane), h0 = 4 * ((cube % plane) / along_w), w0 = 4 * (cube % along_w);
+  const int in_t = min(4, frames - t0), in_h = min(4, height - h0), in_w = min(4, width - w0);
+  const int length = in_t * in_h * in_w;  // the cube's tokens, in (t, h, w) order as tile_video
+  for (int i = threadIdx.x; i < length; i += blockDim.x) {
+    const int t = i / (in_h * in_w), h = (i / in_w) % in_h, w = i % in_w;
+    token_of[i] = ((t0 + t) * height + h0 + h) * width + w0 + w;
+  }
+  __syncthreads();
+  const int64_t tokens = int64_t(frames) * height * width;
+  const uint4* in = operands.x[blockIdx.z] + b * tokens * chunks;
+  float* means = operands.means[blockIdx.z];
+  for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {
+    double sum[8] = {};
+    for (int r0 = 0; r0 < length; r0 += kGatherRowsInFlight) {
+      uint4 rows[kGatherRowsInFlight];
+#pragma unroll
+      for (int i = 0; i < kGatherRowsInFlight; ++i)
+        rows[i] = r0 + i < length ? in[int64_t(token_of[r0 + i]) * chunks + c] : uint4{};
+#pragma unroll
+      for (int i = 0; i < kGatherRowsInFlight; ++i) {
+        if (r0 + i >= length) break;
+        const uint32_t words[4] = {rows[i].x, rows[i].y, rows[i].z, rows[i].w};
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          sum[2 * w] += double(__uint_as_float(words[w] << 16));
+          sum[2 * w + 1] += double(__uint_as_float(words[w] & 0xffff0000u));
+        }
+      }
+    }
+    const int64_t column = c * 8, h = column / head_dim, d = column % head_dim;
+    float* mean = means + ((b * heads + h) * cubes + cube) * head_dim + d;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) mean[e] = float(sum[e] / double(length));
   }
 }
 
@@ -145,6 +199,23 @@ void vsa_gather_with_means(const void* x, void* y, float* means, int64_t batch, 
   gather_means_kernel<<<dim3(unsigned(cubes), unsigned(batch)), kGatherThreads, 0, stream>>>(
       static_cast<const uint4*>(x), static_cast<uint4*>(y), means, tokens, cubes, heads, head_dim,
       token_of_slot, lengths);
+  MMGEN_CUDA_CHECK_LAUNCH();
+}
+
+void vsa_cube_means(const void* const* x, float* const* means, int operands, int64_t batch,
+                    const std::array<int64_t, 3>& grid, int64_t heads, int64_t head_dim,
+                    cudaStream_t stream) {
+  check(head_dim % 8 == 0, "vsa_cube_means: head size {} is not a multiple of 8", head_dim);
+  check(operands >= 1 && operands <= 3, "vsa_cube_means: 1 to 3 operands, got {}", operands);
+  const int64_t cubes = ((grid[0] + 3) / 4) * ((grid[1] + 3) / 4) * ((grid[2] + 3) / 4);
+  if (batch * cubes == 0) return;
+  MeanOperands list{};
+  for (int i = 0; i < operands; ++i)
+    list.x[i] = static_cast<const uint4*>(x[i]), list.means[i] = means[i];
+  const int64_t chunks = heads * head_dim / 8;
+  const int threads = int(std::min<int64_t>(kGatherThreads, (chunks + 31) / 32 * 32));
+  cube_means_kernel<<<dim3(unsigned(cubes), unsigned(batch), unsigned(operands)), threads, 0,
+                      stream>>>(list, int(grid[0]), int(grid[1]), int(grid[2]), heads, head_dim);
   MMGEN_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,13 +1,14 @@
-// Video Sparse Attention's coarse branch on the GPU, over tokens already in the padded cube order
-// of box_layout.h (cube c is slots [64c, 64c + 64), its valid tokens first): cube means, coarse
-// scores, the top-k key cubes of every query cube (the attention kernel's lists per 64 query
-// rows: a cube is one 64-row half of a query block and one key block) and the coarse output when
-// a gate needs it. The same choices as the CPU oracle
-// (attention/backends/video_sparse_attn/vsa_coarse.h).
+// Video Sparse Attention's coarse branch on the GPU: cube means (read in place from the video's
+// tokens, or taken while regrouping them into the padded cube order of box_layout.h, where cube c
+// is slots [64c, 64c + 64), its valid tokens first), coarse scores, the top-k key cubes of every
+// query cube (the attention kernel's lists per 64 query rows: a cube is one 64-row half of a
+// query block and one key block) and the coarse output when a gate needs it. The same choices as
+// the CPU oracle (attention/backends/video_sparse_attn/vsa_coarse.h).
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstdint>
 
 namespace mmgen::cuda {
@@ -22,6 +23,15 @@ void vsa_gather_with_means(const void* x, void* y, float* means, int64_t batch, 
                            int64_t cubes, int64_t heads, int64_t head_dim,
                            const int32_t* token_of_slot, const int32_t* lengths,
                            cudaStream_t stream = nullptr);
+
+// The cube means of up to three operands read in place (the Hopper kernel reads the cubes in
+// place too: FlashAttentionArgs::video_grid): x[i] [batch, tokens, heads·D] bf16 with tokens the
+// video of `grid` (frames, height, width; w fastest), means[i][b, h, c, :] the mean over cube c's
+// tokens (cube c of the (t, h, w) cube grid, w fastest), summed in double in the CPU tiling's
+// order, as the CPU oracle sums them. head_dim a multiple of 8.
+void vsa_cube_means(const void* const* x, float* const* means, int operands, int64_t batch,
+                    const std::array<int64_t, 3>& grid, int64_t heads, int64_t head_dim,
+                    cudaStream_t stream = nullptr);
 
 // Largest cube count vsa_select handles (its scores sit in shared memory).
 int64_t vsa_max_cubes();

@@ -15,6 +15,7 @@
 
 #include "attention/backend.h"
 #include "attention/backend_config.h"
+#include "attention/backends/video_sparse_attn/vsa_coarse.h"
 #include "attention/backends/video_sparse_attn/vsa_gate.h"
 #include "attention/backends/vmoba_attn/vmoba_settings.h"
 #include "attention/block_sparse.h"
@@ -22,6 +23,7 @@
 #include "attention/sage_quant.h"
 #include "attention/sla_quant.h"
 #include "attention/sparse_self_attention_cuda.h"
+#include "attention/sta_tiling.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_memory.h"
 #include "cuda_test_support.h"
@@ -44,7 +46,29 @@ struct Case {
   std::string label;
   int64_t layer = 0;
   bool projection = false;  // SLA: the layer has proj_l weights (the linear branch runs)
+  bool portable = false;    // run the portable kernel (and the steps it needs) on any GPU
 };
+
+// VSA's kept query-key pairs by the CPU's own choice (vsa_coarse on the same values): each query
+// cube's tokens times the tokens of its chosen key cubes.
+double vsa_cpu_kept_pairs(const Case& c, const json& config, const Tensor& q, const Tensor& k,
+                          const Tensor& v) {
+  const attention::BoxTiling tiling =
+      attention::tile_video({c.grid[0], c.grid[1], c.grid[2]}, {4, 4, 4}, 0);
+  const int64_t cubes = tiling.box_count();
+  const int64_t topk = attention::vsa_topk(config.at("sparsity").get<double>(), cubes);
+  const auto coarse = attention::vsa_coarse(
+      attention::gather_tokens(q, tiling.order), attention::gather_tokens(k, tiling.order),
+      attention::gather_tokens(v, tiling.order), 1.0f / std::sqrt(float(c.head_dim)), tiling, topk,
+      64, false);
+  double kept = 0;
+  for (const auto& pattern : coarse.patterns)
+    for (int64_t i = 0; i < cubes; ++i)
+      for (int64_t e = pattern.indptr[size_t(i)]; e < pattern.indptr[size_t(i) + 1]; ++e)
+        kept += double(tiling.video_blocks.length[size_t(i)]) *
+                double(pattern.kv_blocks.length[size_t(pattern.indices[size_t(e)])]);
+  return kept;
+}
 
 // V-MoBA's kept query-key pairs by the CPU's own choice (select_chunks on the same values): each
 // chunk's queries attend the chunk, and each (query, chosen chunk) adds the chunk's keys.
@@ -117,6 +141,7 @@ void run_case(const Case& c, std::mt19937& generator) {
   call.gate = c.gate ? gate.as<float>() : nullptr;
   call.weights = c.projection ? &device_weights : nullptr;
   auto backend = make_sparse_self_attention_cuda(c.backend, config);
+  backend->use_portable_kernel(c.portable);
   backend->count_pairs(true);
   backend->forward(call);
   MMGEN_CUDA_CHECK(cudaDeviceSynchronize());
@@ -130,8 +155,9 @@ void run_case(const Case& c, std::mt19937& generator) {
   }
   const double error = relative_error(actual, expected);
   const std::string name =
-      fmt::format("{} {} B={} H={} D={} grid {}x{}x{} (density {:.3f})", c.backend, c.label, B, H,
-                  D, c.grid[0], c.grid[1], c.grid[2], backend->stats().density());
+      fmt::format("{} {}{} B={} H={} D={} grid {}x{}x{} (density {:.3f})", c.backend, c.label,
+                  c.portable ? " (portable kernel)" : "", B, H, D, c.grid[0], c.grid[1], c.grid[2],
+                  backend->stats().density());
   expect(finite, name + ": every output element written and finite");
   expect(error < 1e-2,
          fmt::format("{}: relative error {:.2e} vs the CPU backend < 1e-2", name, error));
@@ -141,6 +167,12 @@ void run_case(const Case& c, std::mt19937& generator) {
            fmt::format("{}: the GPU keeps {} query-key pairs, the CPU's choice {}", name,
                        backend->stats().kept_pairs, kept));
     expect(backend->stats().density() < 0.95, name + ": the choice is sparse");
+  }
+  if (c.backend == "video_sparse_attn") {
+    const double kept = vsa_cpu_kept_pairs(c, config, host(q), host(k), host(v));
+    expect(backend->stats().kept_pairs == kept,
+           fmt::format("{}: the GPU keeps {} query-key pairs, the CPU's choice {}", name,
+                       backend->stats().kept_pairs, kept));
   }
 }
 
@@ -302,6 +334,32 @@ int main() {
        0,
        true,
        "gated, whole cubes"},
+      // The portable kernel's path on any GPU: q, k and v regrouped into cube slots first (on
+      // Hopper the kernel reads the cubes in place).
+      {"video_sparse_attn",
+       {{"sparsity", 0.7}},
+       2,
+       2,
+       128,
+       {6, 9, 10},
+       0,
+       false,
+       "sparsity 0.7",
+       0,
+       false,
+       true},
+      {"video_sparse_attn",
+       {{"sparsity", 0.9}},
+       1,
+       2,
+       128,
+       {5, 13, 11},
+       0,
+       true,
+       "gated",
+       0,
+       false,
+       true},
   };
   for (const Case& c : cases) run_case(c, generator);
 

@@ -1,8 +1,11 @@
 // video_sparse_attn on the GPU: the coarse branch (cube means, top-k key cubes) runs on the device
-// (attention/cuda/vsa_select.h) and its selection drives the block-sparse attention kernel.
+// (attention/cuda/vsa_select.h) and its selection drives the block-sparse attention kernel, which
+// on Hopper reads the cubes straight from q, k and v (FlashAttentionArgs::video_grid).
 #include "attention/backends/video_sparse_attn/video_sparse_attn_cuda.h"
 
+#include <algorithm>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "attention/backends/video_sparse_attn/vsa_coarse.h"
@@ -38,24 +41,39 @@ class VideoSparseCuda final : public SparseSelfAttentionCuda {
           "video_sparse_attn on the GPU: {} cubes exceed the {} its selection kernel holds", cubes,
           vsa_max_cubes());
     const int64_t topk = vsa_topk(sparsity_, cubes);
-
-    SlotBuffers buffers(call, layout, /*gather=*/false);
     const size_t means_bytes = size_t(pairs * cubes * call.head_dim) * sizeof(float);
     DeviceBuffer qc(means_bytes), kc(means_bytes), vc, coarse;
-    const int32_t* lengths = layout.key_lengths.as<int32_t>();  // one key block per cube
-    const int32_t* token_of_slot = layout.token_of_slot.as<int32_t>();
-    // Each operand is gathered into cube order and its cube means taken in the same pass.
-    vsa_gather_with_means(call.q, buffers.q.data(), qc.as<float>(), call.batch, call.tokens, cubes,
-                          call.heads, call.head_dim, token_of_slot, lengths);
-    vsa_gather_with_means(call.k, buffers.k.data(), kc.as<float>(), call.batch, call.tokens, cubes,
-                          call.heads, call.head_dim, token_of_slot, lengths);
-    if (call.gate) {
-      vc = DeviceBuffer(means_bytes), coarse = DeviceBuffer(means_bytes);
-      vsa_gather_with_means(call.v, buffers.v.data(), vc.as<float>(), call.batch, call.tokens,
-                            cubes, call.heads, call.head_dim, token_of_slot, lengths);
+    if (call.gate) vc = DeviceBuffer(means_bytes), coarse = DeviceBuffer(means_bytes);
+
+    // The Hopper kernel reads the cubes in place, so only the means take a pass over q and k (and
+    // v, with a gate); the portable kernel needs them regrouped into slots, the means taken in the
+    // same pass.
+    std::optional<SlotBuffers> slots;
+    FlashAttentionArgs args;
+    if (hopper_kernel()) {
+      const void* operands[3] = {call.q, call.k, call.v};
+      float* means[3] = {qc.as<float>(), kc.as<float>(), vc.as<float>()};
+      vsa_cube_means(operands, means, call.gate ? 3 : 2, call.batch, call.grid, call.heads,
+                     call.head_dim);
+      args = dense_args(call);
+      for (int a = 0; a < 3; ++a) args.video_grid[a] = call.grid[size_t(a)];
     } else {
-      gather_to_slots(call.v, buffers.v.data(), call.batch, call.tokens, layout.slots,
-                      call.heads * call.head_dim, token_of_slot);
+      slots.emplace(call, layout, /*gather=*/false);
+      const int32_t* lengths = layout.key_lengths.as<int32_t>();  // one key block per cube
+      const int32_t* token_of_slot = layout.token_of_slot.as<int32_t>();
+      vsa_gather_with_means(call.q, slots->q.data(), qc.as<float>(), call.batch, call.tokens, cubes,
+                            call.heads, call.head_dim, token_of_slot, lengths);
+      vsa_gather_with_means(call.k, slots->k.data(), kc.as<float>(), call.batch, call.tokens, cubes,
+                            call.heads, call.head_dim, token_of_slot, lengths);
+      if (call.gate)
+        vsa_gather_with_means(call.v, slots->v.data(), vc.as<float>(), call.batch, call.tokens,
+                              cubes, call.heads, call.head_dim, token_of_slot, lengths);
+      else
+        gather_to_slots(call.v, slots->v.data(), call.batch, call.tokens, layout.slots,
+                        call.heads * call.head_dim, token_of_slot);
+      args = slots->args(call, layout);
+      // Without a gate the kernel writes the output in the tokens' order itself.
+      if (!call.gate) SlotBuffers::write_in_token_order(args, call, layout);
     }
     DeviceBuffer selected(size_t(pairs * cubes * topk) * sizeof(int32_t));
     vsa_select(qc.as<float>(), kc.as<float>(), call.gate ? vc.as<float>() : nullptr, call.scale,
@@ -68,18 +86,24 @@ class VideoSparseCuda final : public SparseSelfAttentionCuda {
       offsets_ = upload_vector(offsets);
       offsets_topk_ = topk;
     }
-    FlashAttentionArgs args = buffers.args(call, layout);
     args.block_offsets = offsets_.as<int32_t>();
     args.block_indices = selected.as<int32_t>();
     args.lists_per_half = true;
-    // Without a gate the kernel writes the output in the tokens' order itself; with one, the
-    // scatter adds the gated coarse branch on the way back.
-    if (!call.gate) SlotBuffers::write_in_token_order(args, call, layout);
+    // With a gate the fine output lands in slots (cube order), and the scatter adds the gated
+    // coarse branch on its way back to the tokens.
+    DeviceBuffer fine;
+    if (call.gate && !slots) {
+      fine = DeviceBuffer(size_t(call.batch * layout.slots * call.heads * call.head_dim) * 2);
+      args.out = fine.data();
+      args.out_strides = {layout.slots * call.heads * call.head_dim, call.heads * call.head_dim,
+                          call.head_dim};
+      args.out_rows = slot_of_cube_row(layout);
+    }
     run_kernel(args);
     if (call.gate)
-      scatter_from_slots_gated(buffers.out.data(), call.out, call.batch, call.tokens, layout.slots,
-                               call.heads, call.head_dim, layout.slot_of_token.as<int32_t>(),
-                               coarse.as<float>(), call.gate);
+      scatter_from_slots_gated(slots ? slots->out.data() : fine.data(), call.out, call.batch,
+                               call.tokens, layout.slots, call.heads, call.head_dim,
+                               layout.slot_of_token.as<int32_t>(), coarse.as<float>(), call.gate);
     if (counting_) count(selected, pairs, cubes, topk, call);
   }
 
@@ -99,10 +123,38 @@ class VideoSparseCuda final : public SparseSelfAttentionCuda {
     stats_.total_pairs += double(pairs) * double(call.tokens) * double(call.tokens);
   }
 
+  // Row r of cube c as the kernel reads it in place (t·16 + h·4 + w, past-the-edge rows
+  // included) -> the cube's slot for the same token in the layout (its tokens first, in the same
+  // order), so a gated call's fine output lands in the slots the scatter reads.
+  const int32_t* slot_of_cube_row(const SlotLayout& layout) {
+    if (slot_rows_grid_ != layout.grid) {
+      const Grid3& grid = layout.grid;
+      const int64_t along_h = (grid[1] + 3) / 4, along_w = (grid[2] + 3) / 4;
+      std::vector<int32_t> slots(static_cast<size_t>(layout.slots), -1);
+      for (int64_t c = 0; c < layout.boxes; ++c) {
+        const int64_t t0 = 4 * (c / (along_h * along_w)), h0 = 4 * (c / along_w % along_h),
+                      w0 = 4 * (c % along_w);
+        const int64_t in_t = std::min<int64_t>(4, grid[0] - t0),
+                      in_h = std::min<int64_t>(4, grid[1] - h0),
+                      in_w = std::min<int64_t>(4, grid[2] - w0);
+        for (int64_t r = 0; r < kVsaCube; ++r) {
+          const int64_t t = r / 16, h = r / 4 % 4, w = r % 4;
+          if (t < in_t && h < in_h && w < in_w)
+            slots[size_t(c * kVsaCube + r)] = int32_t(c * kVsaCube + (t * in_h + h) * in_w + w);
+        }
+      }
+      slot_rows_ = upload_vector(slots);
+      slot_rows_grid_ = grid;
+    }
+    return slot_rows_.as<int32_t>();
+  }
+
   double sparsity_;
   std::mutex mutex_;
   std::shared_ptr<const SlotLayout> layout_;
-  DeviceBuffer offsets_;  // i·topk: the kernel's list offsets for the last shape
+  DeviceBuffer offsets_;    // i·topk: the kernel's list offsets for the last shape
+  DeviceBuffer slot_rows_;  // slot_of_cube_row's map for slot_rows_grid_
+  Grid3 slot_rows_grid_{};
   int64_t offsets_topk_ = 0;
 };
 
