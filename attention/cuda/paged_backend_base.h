@@ -85,6 +85,11 @@ class PagedBackendCudaBase : public PagedBackendCuda {
   PagedAttentionParams query_params(const DeviceAttentionIo& io, const PagedLayer& layer,
                                     const ForwardBatch& batch, bool extend) const;
   void set_pool_keys(PagedAttentionParams& params, const PagedLayer& layer) const;
+  // A decoder layer's keys for extend: the new tokens' K/V saved to the pool when asked, then
+  // `params` pointed at the pool through the design's decode keys (whole sequences). Throws for a
+  // batch without a request table.
+  void read_keys_from_pool(PagedAttentionParams& params, const DeviceAttentionIo& io,
+                           const PagedLayer& layer, const ForwardBatch& batch, bool save_kv_cache);
   // Writes the new tokens' K/V to the pool (decoder layers).
   void save_kv(const DeviceAttentionIo& io, const PagedLayer& layer, const ForwardBatch& batch);
   // Extend attention: the tile kernel where compiled for the head size, else the row kernel.

@@ -265,6 +265,17 @@ PagedAttentionParams PagedBackendCudaBase::query_params(const DeviceAttentionIo&
   return p;
 }
 
+void PagedBackendCudaBase::read_keys_from_pool(PagedAttentionParams& p, const DeviceAttentionIo& io,
+                                               const PagedLayer& layer, const ForwardBatch& batch,
+                                               bool save_kv_cache) {
+  check(sections_.indices >= 0,
+        "GPU {} paged attention layer {}: a decoder layer needs the batch's request table", name(),
+        layer.layer_id);
+  if (save_kv_cache) save_kv(io, layer, batch);
+  set_pool_keys(p, layer);
+  set_decode_keys(p, layer);
+}
+
 void PagedBackendCudaBase::set_pool_keys(PagedAttentionParams& p, const PagedLayer& layer) const {
   check(pool_ != nullptr,
         "GPU paged attention ({}): decoder layer {} needs a device KV pool (the backend was built "

@@ -70,15 +70,10 @@ class DualChunkBackendCuda final : public SlotBackendCuda {
            bool save_kv_cache, bool extend) {
     check(!io.fp32, "GPU dual_chunk_flash_attn layer {}: the KV pool is bf16; q, k, v must be too",
           layer.layer_id);
-    check(sections_.indices >= 0,
-          "GPU dual_chunk_flash_attn layer {}: a decoder layer needs the batch's request table",
-          layer.layer_id);
     const int64_t hq = layer.num_q_heads, d = layer.head_dim, tokens = batch.num_tokens;
     PagedAttentionParams p = query_params(io, layer, batch, extend);
     if (!io.q_stride) p.q_stride = 3 * hq * d;  // packed: the three rotations of a token
-    if (save_kv_cache) save_kv(io, layer, batch);
-    set_pool_keys(p, layer);
-    set_decode_keys(p, layer);
+    read_keys_from_pool(p, io, layer, batch, save_kv_cache);
     p.chunk_len = layer.dual_chunk.chunk_len();
     p.length_scale_base = float(layer.dual_chunk.original_max_position_embeddings);
     p.seq_len = at(sections_.seq_len);

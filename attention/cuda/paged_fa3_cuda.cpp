@@ -35,12 +35,7 @@ class PageTableBackendCuda final : public PagedBackendCudaBase {
       run_extend(p);
       return;
     }
-    check(sections_.indices >= 0,
-          "GPU {} paged attention layer {}: a decoder layer needs the batch's request table", name_,
-          layer.layer_id);
-    if (save_kv_cache) save_kv(io, layer, batch);
-    set_pool_keys(p, layer);
-    set_decode_keys(p, layer);
+    read_keys_from_pool(p, io, layer, batch, save_kv_cache);
     run_extend(p);
   }
 

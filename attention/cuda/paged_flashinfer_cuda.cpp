@@ -27,13 +27,7 @@ class FlashInferBackendCuda final : public SlotBackendCuda {
     const bool decoder = layer.type == attention::paged::AttentionType::Decoder;
     PagedAttentionParams p = query_params(io, layer, batch, true);
     if (!ragged_ && decoder) {  // paged only
-      check(sections_.indices >= 0,
-            "GPU flashinfer paged attention layer {}: a decoder layer needs the batch's request "
-            "table",
-            layer.layer_id);
-      if (save_kv_cache) save_kv(io, layer, batch);
-      set_pool_keys(p, layer);
-      set_decode_keys(p, layer);
+      read_keys_from_pool(p, io, layer, batch, save_kv_cache);
       run_extend(p);
       return;
     }

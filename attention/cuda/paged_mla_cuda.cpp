@@ -18,13 +18,7 @@ class FlashInferMlaBackendCuda final : public SlotBackendCuda {
   void forward_extend(const DeviceAttentionIo& io, const PagedLayer& layer,
                       const ForwardBatch& batch, bool save_kv_cache) override {
     PagedAttentionParams p = query_params(io, layer, batch, true);
-    check(sections_.indices >= 0,
-          "GPU flashinfer_mla paged attention layer {}: a decoder layer needs the batch's request "
-          "table",
-          layer.layer_id);
-    if (save_kv_cache) save_kv(io, layer, batch);
-    set_pool_keys(p, layer);
-    set_decode_keys(p, layer);
+    read_keys_from_pool(p, io, layer, batch, save_kv_cache);
     run_extend(p);
   }
 

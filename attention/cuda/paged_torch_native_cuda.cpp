@@ -30,13 +30,7 @@ class TorchNativeBackendCuda final : public SlotBackendCuda {
       p.kv_len = at(sections_.seq_len);
       p.kv_start = at(sections_.q_start);
     } else {
-      check(sections_.indices >= 0,
-            "GPU torch_native paged attention layer {}: a decoder layer needs the batch's request "
-            "table",
-            layer.layer_id);
-      if (save_kv_cache) save_kv(io, layer, batch);
-      set_pool_keys(p, layer);
-      set_decode_keys(p, layer);
+      read_keys_from_pool(p, io, layer, batch, save_kv_cache);
     }
     paged_attention_rows(p, 1, nullptr, nullptr, stream_);
   }
