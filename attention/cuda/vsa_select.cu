@@ -31,8 +31,8 @@ constexpr int kMaxSharedBytes = 200 * 1024;
 
 // The gather into slots and the cube means in one pass: a CTA per (cube, batch), a thread per
 // 16-byte chunk of the row (8 columns), the cube's 64 slots in order, eight rows' loads in flight
-// at a time. Each column sums the cube's valid rows in slot order in float32 (the CPU oracle,
-// vsa_coarse.cpp, sums in double; the test bound covers the difference).
+// at a time. Each column sums the cube's valid rows in slot order (the CPU tiling's order) in
+// double, as the CPU oracle (vsa_coarse.cpp) does, so the means are the oracle's bit for bit.
 constexpr int kGatherThreads = 256, kGatherRowsInFlight = 8;
 
 __global__ void __launch_bounds__(kGatherThreads)
@@ -44,11 +44,10 @@ __global__ void __launch_bounds__(kGatherThreads)
   if (threadIdx.x < kVsaCube) token_of[threadIdx.x] = token_of_slot[cube * kVsaCube + threadIdx.x];
   __syncthreads();
   const int length = lengths[cube];
-  const float inverse = length > 0 ? 1.0f / float(length) : 0.0f;
   const uint4* in = x + b * tokens * chunks;
   uint4* out = y + (b * cubes + cube) * kVsaCube * chunks;
   for (int64_t c = threadIdx.x; c < chunks; c += kGatherThreads) {
-    float sum[8] = {};
+    double sum[8] = {};
     for (int r0 = 0; r0 < kVsaCube; r0 += kGatherRowsInFlight) {
       uint4 rows[kGatherRowsInFlight];
 #pragma unroll
@@ -63,15 +62,15 @@ __global__ void __launch_bounds__(kGatherThreads)
         const uint32_t words[4] = {rows[i].x, rows[i].y, rows[i].z, rows[i].w};
 #pragma unroll
         for (int w = 0; w < 4; ++w) {
-          sum[2 * w] += __uint_as_float(words[w] << 16);
-          sum[2 * w + 1] += __uint_as_float(words[w] & 0xffff0000u);
+          sum[2 * w] += double(__uint_as_float(words[w] << 16));
+          sum[2 * w + 1] += double(__uint_as_float(words[w] & 0xffff0000u));
         }
       }
     }
     const int64_t column = c * 8, h = column / head_dim, d = column % head_dim;
     float* mean = means + ((b * heads + h) * cubes + cube) * head_dim + d;
 #pragma unroll
-    for (int e = 0; e < 8; ++e) mean[e] = sum[e] * inverse;
+    for (int e = 0; e < 8; ++e) mean[e] = length > 0 ? float(sum[e] / double(length)) : 0.0f;
   }
 }
 

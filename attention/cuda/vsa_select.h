@@ -18,7 +18,7 @@ inline constexpr int kVsaCube = 64;  // tokens (slots) per 4x4x4 cube: one key b
 // gather_to_slots (box_layout.h) and the cube means in one pass over x: y [batch, 64·cubes,
 // heads·D] gets x's rows in slot order (zeros in padding slots); means[b, h, c, :] is the mean of
 // x[b, s, h·D : (h+1)·D] over the cube's valid slots s in [64c, 64c + lengths[c]), summed in
-// slot order in float32 (the CPU oracle sums in double). head_dim a multiple of 8.
+// slot order in double, as the CPU oracle sums them. head_dim a multiple of 8.
 void vsa_gather_with_means(const void* x, void* y, float* means, int64_t batch, int64_t tokens,
                            int64_t cubes, int64_t heads, int64_t head_dim,
                            const int32_t* token_of_slot, const int32_t* lengths,
