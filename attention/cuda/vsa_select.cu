@@ -35,6 +35,27 @@ constexpr int kMaxSharedBytes = 200 * 1024;
 // double, as the CPU oracle (vsa_coarse.cpp) does, so the means are the oracle's bit for bit.
 constexpr int kGatherThreads = 256, kGatherRowsInFlight = 8;
 
+// Adds a 16-byte chunk of a row (eight bf16 columns) to the columns' double sums.
+__device__ __forceinline__ void add_row(double (&sum)[8], const uint4& row) {
+  const uint32_t words[4] = {row.x, row.y, row.z, row.w};
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    sum[2 * w] += double(__uint_as_float(words[w] << 16));
+    sum[2 * w + 1] += double(__uint_as_float(words[w] & 0xffff0000u));
+  }
+}
+
+// Chunk c's eight means of cube `cube` of batch b: its sums over `length` tokens, as the CPU
+// divides them (in double, then rounded to float); an empty cube's means are 0.
+__device__ __forceinline__ void write_means(float* means, const double (&sum)[8], int length,
+                                            int64_t b, int64_t cube, int64_t cubes, int64_t c,
+                                            int64_t heads, int64_t head_dim) {
+  const int64_t column = c * 8, h = column / head_dim, d = column % head_dim;
+  float* mean = means + ((b * heads + h) * cubes + cube) * head_dim + d;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) mean[e] = length > 0 ? float(sum[e] / double(length)) : 0.0f;
+}
+
 __global__ void __launch_bounds__(kGatherThreads)
     gather_means_kernel(const uint4* __restrict__ x, uint4* __restrict__ y, float* means,
                         int64_t tokens, int64_t cubes, int64_t heads, int64_t head_dim,
@@ -59,18 +80,10 @@ __global__ void __launch_bounds__(kGatherThreads)
       for (int i = 0; i < kGatherRowsInFlight; ++i) {
         out[int64_t(r0 + i) * chunks + c] = rows[i];
         if (r0 + i >= length) continue;
-        const uint32_t words[4] = {rows[i].x, rows[i].y, rows[i].z, rows[i].w};
-#pragma unroll
-        for (int w = 0; w < 4; ++w) {
-          sum[2 * w] += double(__uint_as_float(words[w] << 16));
-          sum[2 * w + 1] += double(__uint_as_float(words[w] & 0xffff0000u));
-        }
+        add_row(sum, rows[i]);
       }
     }
-    const int64_t column = c * 8, h = column / head_dim, d = column % head_dim;
-    float* mean = means + ((b * heads + h) * cubes + cube) * head_dim + d;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) mean[e] = length > 0 ? float(sum[e] / double(length)) : 0.0f;
+    write_means(means, sum, length, b, cube, cubes, c, heads, head_dim);
   }
 }
 
@@ -109,18 +122,10 @@ __global__ void __launch_bounds__(kGatherThreads)
 #pragma unroll
       for (int i = 0; i < kGatherRowsInFlight; ++i) {
         if (r0 + i >= length) break;
-        const uint32_t words[4] = {rows[i].x, rows[i].y, rows[i].z, rows[i].w};
-#pragma unroll
-        for (int w = 0; w < 4; ++w) {
-          sum[2 * w] += double(__uint_as_float(words[w] << 16));
-          sum[2 * w + 1] += double(__uint_as_float(words[w] & 0xffff0000u));
-        }
+        add_row(sum, rows[i]);
       }
     }
-    const int64_t column = c * 8, h = column / head_dim, d = column % head_dim;
-    float* mean = means + ((b * heads + h) * cubes + cube) * head_dim + d;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) mean[e] = float(sum[e] / double(length));
+    write_means(means, sum, length, b, cube, cubes, c, heads, head_dim);
   }
 }
 
