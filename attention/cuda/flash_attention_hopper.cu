@@ -361,10 +361,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     for (int t = 0; t < tiles; ++t) {
       const TileBlocks blocks = tile_blocks(t);
+      // Once the key slot is free, its masks go in before its copies are armed: the consumers
+      // read them after the keys have arrived.
       const int k_slot_index = t % kKeyStages, k_round = t / kKeyStages;
       if (k_round > 0)
         barrier_wait(address_of(barriers->k_empty[set][k_slot_index]), (k_round - 1) & 1);
-        // The masks go in before the copies are armed: the consumer reads them after the keys.
 #pragma unroll
       for (int i = 0; i < kEntries; ++i) barriers->key_rows[set][k_slot_index][i] = blocks.rows[i];
       copy_tile(&k_map, k_slot(set, k_slot_index), barriers->k_full[set][k_slot_index], blocks,
