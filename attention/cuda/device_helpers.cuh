@@ -55,6 +55,16 @@ __device__ __forceinline__ void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// 2^x as one MUFU.EX2: the flush-to-zero form. exp2f without fast math wraps the same instruction
+// in a test and two predicated multiplies to produce subnormal results (below 2^-126), which an
+// attention probability in bf16 never needs; in the softmax loops those three extra instructions
+// per score cost issue slots the exponentials and the products share.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 __device__ __forceinline__ uint32_t pack_bf16x2(float low, float high) {
   const __nv_bfloat162 pair = __floats2bfloat162_rn(low, high);
   return *reinterpret_cast<const uint32_t*>(&pair);

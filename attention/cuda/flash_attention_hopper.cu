@@ -164,14 +164,14 @@ __device__ __forceinline__ void softmax_tile(float (&scores)[Keys / 2], SoftmaxR
     const float new_max = fmaxf(rows.max[half], tile_max * scale_log2);
     // A row that has seen only masked keys keeps -inf; 0 as offset avoids inf - inf.
     const float offset = new_max == -INFINITY ? 0.0f : new_max;
-    correction[half] = exp2f(rows.max[half] - offset);
+    correction[half] = exp2_ftz(rows.max[half] - offset);
     rows.max[half] = new_max;
     float sum = rows.sum[half] * correction[half];
 #pragma unroll
     for (int i = 0; i < Keys / 8; ++i)
 #pragma unroll
       for (int c = 2 * half; c < 2 * half + 2; ++c) {
-        const float p = exp2f(fmaf(scores[4 * i + c], scale_log2, -offset));
+        const float p = exp2_ftz(fmaf(scores[4 * i + c], scale_log2, -offset));
         scores[4 * i + c] = p;
         sum += p;
       }
@@ -477,7 +477,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   // The factor the output owes for the latest tile's new row maxima; applied right before that
   // tile's P·V is issued, while the tensor cores already run the next Q·Kᵀ.
   float owed[2] = {1.0f, 1.0f};
+  // Once the row maxima settle (after the first few tiles on most inputs) every factor is exactly
+  // 1 and the multiplies change nothing: the warp skips them when none of its rows moved.
   auto settle = [&] {
+    if (!__any_sync(0xffffffffu, owed[0] != 1.0f || owed[1] != 1.0f)) return;
 #pragma unroll
     for (int i = 0; i < D / 8; ++i) {
       acc[4 * i + 0] *= owed[0];
