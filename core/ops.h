@@ -88,6 +88,13 @@ Tensor modulated_layer_norm(const Tensor& x, const Tensor& shift, const Tensor& 
 // x += y · gate (gate: `dim` float32 values broadcast over rows), or x += y when gate is
 // undefined. float32.
 void add_gated_(Tensor& x, const Tensor& y, const Tensor& gate = Tensor());
+// x += y · gate (gate undefined: x += y), then returns LayerNorm(x, no affine) · scale + shift per
+// row as `out`: a DiT block's residual update and the next pre-norm (scale and shift: a
+// modulation's 1 + scale and shift, or an affine norm's weight and bias; `dim` float32 values on
+// x's device). On the CPU y is float32 and this is add_gated_ then modulated_layer_norm; on the
+// GPU (y float32 or bf16, out bf16) one pass, x read once.
+Tensor add_gated_layer_norm_(Tensor& x, const Tensor& y, const Tensor& gate, float eps,
+                             const Tensor& scale, const Tensor& shift, DType out);
 // x += RMSNorm(y) · weight · gate (gate undefined: no gate), x float32 [rows, dim]: a block's
 // post-norm joining the residual. On the CPU y is float32 and this is rms_norm then add_gated_;
 // on the GPU (y float32 or bf16) one pass, the normed rows never written out.

@@ -95,6 +95,16 @@ Tensor add_rms_norm_gated_norm_(Tensor& x, const Tensor& y, const Tensor& weight
   return rms_norm(x, next_weight, next_eps, out);
 }
 
+Tensor add_gated_layer_norm_(Tensor& x, const Tensor& y, const Tensor& gate, float eps,
+                             const Tensor& scale, const Tensor& shift, DType out) {
+#ifdef MMGEN_HAVE_CUDA
+  if (x.device() == Device::CUDA)
+    return cuda::ops::add_gated_layer_norm_(x, y, gate, eps, scale, shift, out);
+#endif
+  add_gated_(x, y, gate);
+  return modulated_layer_norm(x, shift, scale, eps, out);
+}
+
 void add_gated_(Tensor& x, const Tensor& y, const Tensor& gate) {
 #ifdef MMGEN_HAVE_CUDA
   if (x.device() == Device::CUDA) return cuda::ops::add_gated_(x, y, gate);

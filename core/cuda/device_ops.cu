@@ -273,6 +273,9 @@ unsigned grid_for(int64_t count) {
 void layer_norm_to_bf16(const float* x, void* out, int64_t rows, int64_t dim, const float* scale,
                         const float* shift, float eps, cudaStream_t stream) {
   if (rows == 0) return;
+  if (residual_layer_norm_bf16(const_cast<float*>(x), nullptr, false, nullptr, rows, dim, scale,
+                               shift, eps, out, stream))
+    return;  // x is only read when there is no update
   layer_norm_kernel<<<unsigned(rows), kRowThreads, 0, stream>>>(x, static_cast<bf16*>(out), dim,
                                                                 scale, shift, eps);
   MMGEN_CUDA_CHECK_LAUNCH();
@@ -313,7 +316,8 @@ void rms_norm_rope_bf16(void* x, int64_t rows, int64_t dim, const float* weight,
   else if (dim <= 512)
     launch_rms_norm_rope_warp<8>(values, rows, dim, weight, eps, cos, sin, tokens, head_dim,
                                  rows_per_position, stream);
-  else
+  else if (!rms_norm_rope_rows_bf16(values, rows, dim, weight, eps, cos, sin, tokens, head_dim,
+                                    rows_per_position, stream))
     rms_norm_rope_kernel<<<unsigned(rows), kRowThreads, 0, stream>>>(
         values, dim, weight, eps, cos, sin, tokens, head_dim, rows_per_position);
   MMGEN_CUDA_CHECK_LAUNCH();

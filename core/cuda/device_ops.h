@@ -44,4 +44,20 @@ void add_rms_norm_gated_f32(float* x, const void* y, bool y_bf16, int64_t rows, 
                             const float* next_weight = nullptr, float next_eps = 0,
                             void* normed = nullptr, cudaStream_t stream = nullptr);
 
+// core/cuda/wide_rows.cu: the row in registers, one block of 1-8 warps per row, 16-byte accesses
+// (the hidden width of a DiT block). Each returns false, launching nothing, for a row it does not
+// take (width not a multiple of 4 or 8, wider than 12288 or 16384, or unaligned pointers); the
+// callers then use the kernels above.
+//
+// Optionally x += y · gate (y fp32 or bf16 (y_bf16) [rows, dim]; gate fp32 [dim] or null for
+// x += y; y null: x is only read), then out (bf16 [rows, dim]) = LayerNorm(x) · scale + shift as
+// layer_norm_to_bf16: a block's residual update and the next pre-norm in one pass.
+bool residual_layer_norm_bf16(float* x, const void* y, bool y_bf16, const float* gate, int64_t rows,
+                              int64_t dim, const float* scale, const float* shift, float eps,
+                              void* out, cudaStream_t stream = nullptr);
+// rms_norm_rope_bf16 for rows of a multiple of 8 values with head_dim a multiple of 8.
+bool rms_norm_rope_rows_bf16(void* x, int64_t rows, int64_t dim, const float* weight, float eps,
+                             const float* cos, const float* sin, int64_t tokens, int64_t head_dim,
+                             int64_t rows_per_position, cudaStream_t stream = nullptr);
+
 }  // namespace mmgen::cuda

@@ -166,6 +166,37 @@ void add_gated_(Tensor& x, const Tensor& y, const Tensor& gate) {
                 gate.defined() ? gate.data<float>() : nullptr);
 }
 
+Tensor add_gated_layer_norm_(Tensor& x, const Tensor& y, const Tensor& gate, float eps,
+                             const Tensor& scale, const Tensor& shift, DType out) {
+  MMGEN_PROFILE("gpu: residual");
+  require_f32(x, "add_gated_layer_norm");
+  require_device(y, "add_gated_layer_norm", "update");
+  check(x.shape() == y.shape() && (y.dtype() == DType::F32 || y.dtype() == DType::BF16),
+        "add_gated_layer_norm: x {} and y {} {} must have one shape, y float32 or bf16",
+        shape_string(x.shape()), dtype_name(y.dtype()), shape_string(y.shape()));
+  check(out == DType::BF16, "add_gated_layer_norm on the GPU: a bf16 result only");
+  const int64_t dim = x.size(-1), rows = x.numel() / dim;
+  for (const auto& [t, what] :
+       {std::pair{&scale, "scale"}, std::pair{&shift, "shift"}, std::pair{&gate, "gate"}}) {
+    if (!t->defined() && t == &gate) continue;
+    require_device(*t, "add_gated_layer_norm", what);
+    check(t->numel() == dim && t->dtype() == DType::F32,
+          "add_gated_layer_norm: {} {} {} for rows of {}", what, dtype_name(t->dtype()),
+          shape_string(t->shape()), dim);
+  }
+  const float* g = gate.defined() ? gate.data<float>() : nullptr;
+  Tensor normed = Tensor::empty(x.shape(), DType::BF16, Device::CUDA);
+  if (!residual_layer_norm_bf16(x.data<float>(), y.raw(), y.dtype() == DType::BF16, g, rows, dim,
+                                scale.data<float>(), shift.data<float>(), eps, normed.raw())) {
+    // A row the one-pass kernel does not take: the update, then the norm.
+    const Tensor update = y.to(DType::F32);
+    add_gated_f32(x.data<float>(), update.data<float>(), rows, dim, g);
+    layer_norm_to_bf16(x.data<float>(), normed.raw(), rows, dim, scale.data<float>(),
+                       shift.data<float>(), eps);
+  }
+  return normed;
+}
+
 namespace {
 
 // The residual update's operands checked; returns the row width.
@@ -363,8 +394,8 @@ Tensor repeat_rows(const Tensor& x, int64_t times) {
   const int64_t rows = x.size(0);
   const size_t row = rows > 0 ? x.nbytes() / size_t(rows) : 0;
   for (int64_t j = 0; j < times; ++j)
-    copy_2d_device_to_device(out.raw() + size_t(j) * row,
-                             row * size_t(times), x.raw(), row, row, size_t(rows));
+    copy_2d_device_to_device(out.raw() + size_t(j) * row, row * size_t(times), x.raw(), row, row,
+                             size_t(rows));
   return out;
 }
 

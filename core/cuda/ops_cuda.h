@@ -19,6 +19,8 @@ Tensor layer_norm(const Tensor& x, float eps, const Tensor& weight, const Tensor
 Tensor modulated_layer_norm(const Tensor& x, const Tensor& shift, const Tensor& scale_plus_one,
                             float eps, DType out);
 void add_gated_(Tensor& x, const Tensor& y, const Tensor& gate);
+Tensor add_gated_layer_norm_(Tensor& x, const Tensor& y, const Tensor& gate, float eps,
+                             const Tensor& scale, const Tensor& shift, DType out);
 void add_rms_norm_gated_(Tensor& x, const Tensor& y, const Tensor& weight, float eps,
                          const Tensor& gate);
 Tensor add_rms_norm_gated_norm_(Tensor& x, const Tensor& y, const Tensor& weight, float eps,

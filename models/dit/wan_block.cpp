@@ -43,7 +43,7 @@ void check_attention(const WeightStore& store, const std::string& prefix, int64_
 
 // Attention of `queries` [B, S, D] over `context` [B, L, D] (the queries themselves for
 // self-attention), both in the compute dtype, through the projections, q/k RMSNorm across heads
-// and, for self-attention, RoPE. Returns the output projection [B, S, D] float32.
+// and, for self-attention, RoPE. Returns the output projection [B, S, D] in `compute`.
 Tensor attend(const Tensor& queries, const Tensor& context, const WanAttentionWeights& w,
               const WanTransformerConfig& config, const WanRopeTables* rope, DType compute,
               const WanAttentionCall& call) {
@@ -64,7 +64,7 @@ Tensor attend(const Tensor& queries, const Tensor& context, const WanAttentionWe
                              k.view({batch, kv_len, heads, head_dim}),
                              v.view({batch, kv_len, heads, head_dim}), with_input);
   }  // q, k, v released before the output projection allocates
-  return ops::linear(attended.view({batch, q_len, dim}), w.out_weight, w.out_bias);
+  return ops::linear(attended.view({batch, q_len, dim}), w.out_weight, w.out_bias, compute);
 }
 
 }  // namespace
@@ -105,8 +105,8 @@ void check_block_weights(const WeightStore& store, int64_t layer,
 }
 
 WanBlockWeights WanBlockWeights::placed(Device device, DType compute) const {
-  // A product's weight in the compute dtype; its bias in the product's output dtype (compute
-  // where the next op reads it, float32 where it joins the residual stream).
+  // A product's weight and bias in the compute dtype: every product writes `compute`, the
+  // branches' outputs too (they join the float32 residual stream in the op after them).
   const auto product = [&](const Tensor& t) { return t.to(compute).to(device); };
   const auto f32 = [&](const Tensor& t) { return t.defined() ? t.to(device) : t; };
   const auto attention = [&](const WanAttentionWeights& a) {
@@ -114,7 +114,7 @@ WanBlockWeights WanBlockWeights::placed(Device device, DType compute) const {
     p.q_weight = product(a.q_weight), p.q_bias = product(a.q_bias);
     p.k_weight = product(a.k_weight), p.k_bias = product(a.k_bias);
     p.v_weight = product(a.v_weight), p.v_bias = product(a.v_bias);
-    p.out_weight = product(a.out_weight), p.out_bias = f32(a.out_bias);
+    p.out_weight = product(a.out_weight), p.out_bias = product(a.out_bias);
     p.norm_q = f32(a.norm_q), p.norm_k = f32(a.norm_k);
     return p;
   };
@@ -123,54 +123,70 @@ WanBlockWeights WanBlockWeights::placed(Device device, DType compute) const {
   p.cross_attention = attention(cross_attention);
   p.norm2_weight = f32(norm2_weight), p.norm2_bias = f32(norm2_bias);
   p.ffn_in_weight = product(ffn_in_weight), p.ffn_in_bias = product(ffn_in_bias);
-  p.ffn_out_weight = product(ffn_out_weight), p.ffn_out_bias = f32(ffn_out_bias);
+  p.ffn_out_weight = product(ffn_out_weight), p.ffn_out_bias = product(ffn_out_bias);
   p.modulation = modulation;  // read on the host
   return p;
 }
 
-void run_wan_block(Tensor& x, const Tensor& text, const WanModulation& m,
-                   const WanBlockWeights& weights, const WanTransformerConfig& config,
-                   const WanRopeTables& rope, DType compute, const WanAttentionCall& call) {
+Tensor run_wan_block(Tensor& x, const Tensor& normed, const Tensor& text, const WanModulation& m,
+                     const WanNextNorm& next, const WanBlockWeights& weights,
+                     const WanTransformerConfig& config, const WanRopeTables& rope, DType compute,
+                     const WanAttentionCall& call) {
   const int64_t batch = x.size(0), tokens = x.size(1), dim = x.size(2);
   const int64_t rows = batch * tokens;
+  // The branches' outputs come in `compute` (bf16 on the GPU, as diffusers' bf16 modules give
+  // them) and join the float32 residual stream in the op that also normalises it for the next
+  // branch.
 
-  // 1. Self-attention, gated residual.
+  // 1. Self-attention, gated residual, then the cross-attention's pre-norm.
+  Tensor cross_normed;
   {
-    const Tensor normed =
-        ops::modulated_layer_norm(x, m.shift, m.scale_plus_one, config.eps, compute);
     WanAttentionCall self_call = call;
     self_call.is_cross = false;
     const Tensor out =
         attend(normed, normed, weights.self_attention, config, &rope, compute, self_call);
-    ops::add_gated_(x, out, m.gate);
+    if (config.cross_attn_norm) {
+      cross_normed = ops::add_gated_layer_norm_(x, out, m.gate, config.eps, weights.norm2_weight,
+                                                weights.norm2_bias, compute);
+    } else {
+      ops::add_gated_(x, out.to(DType::F32), m.gate);
+      cross_normed = x.to(compute);
+    }
   }
 
-  // 2. Cross-attention to the text, plain residual (no gate).
+  // 2. Cross-attention to the text, plain residual (no gate), then the feed-forward's pre-norm.
+  Tensor ffn_normed;
   {
-    const Tensor normed =
-        config.cross_attn_norm
-            ? ops::layer_norm(x, config.eps, weights.norm2_weight, weights.norm2_bias, compute)
-            : x.to(compute);
     WanAttentionCall cross_call = call;
     cross_call.is_cross = true;
     const Tensor out =
-        attend(normed, text, weights.cross_attention, config, nullptr, compute, cross_call);
-    ops::add_gated_(x, out);
+        attend(cross_normed, text, weights.cross_attention, config, nullptr, compute, cross_call);
+    cross_normed = Tensor();
+    ffn_normed = ops::add_gated_layer_norm_(x, out, Tensor(), config.eps, m.ffn_scale_plus_one,
+                                            m.ffn_shift, compute);
   }
 
-  // 3. Feed-forward (GELU, tanh form), gated residual. On the CPU over chunks of rows, so the
-  // hidden activation stays bounded; the GPU takes all rows at once.
+  // 3. Feed-forward (GELU, tanh form), gated residual, then the next pre-norm. On the CPU over
+  // chunks of rows, so the hidden activation stays bounded; the GPU takes all rows at once.
   const int64_t chunk_rows = x.is_cpu() ? std::min(rows, kFfnChunkRows) : rows;
-  const Tensor flat = x.view({rows, dim});
+  Tensor flat = x.view({rows, dim});
+  const Tensor flat_normed = ffn_normed.view({rows, dim});
+  const auto feed_forward = [&](int64_t start, int64_t end) {
+    const Tensor hidden = ops::linear(flat_normed.slice(0, start, end), weights.ffn_in_weight,
+                                      weights.ffn_in_bias, compute, Activation::GeluTanh);
+    return ops::linear(hidden, weights.ffn_out_weight, weights.ffn_out_bias, compute);
+  };
+  if (chunk_rows == rows)
+    return ops::add_gated_layer_norm_(flat, feed_forward(0, rows), m.ffn_gate, config.eps,
+                                      next.scale, next.shift, compute)
+        .view(x.shape());
   for (int64_t start = 0; start < rows; start += chunk_rows) {
-    Tensor rows_in = flat.slice(0, start, std::min(rows, start + chunk_rows));
-    const Tensor normed =
-        ops::modulated_layer_norm(rows_in, m.ffn_shift, m.ffn_scale_plus_one, config.eps, compute);
-    const Tensor hidden = ops::linear(normed, weights.ffn_in_weight, weights.ffn_in_bias, compute,
-                                      Activation::GeluTanh);
-    ops::add_gated_(rows_in, ops::linear(hidden, weights.ffn_out_weight, weights.ffn_out_bias),
-                    m.ffn_gate);
+    const int64_t end = std::min(rows, start + chunk_rows);
+    Tensor rows_in = flat.slice(0, start, end);
+    ops::add_gated_(rows_in, feed_forward(start, end), m.ffn_gate);
   }
+  ffn_normed = Tensor();
+  return ops::modulated_layer_norm(x, next.shift, next.scale, config.eps, compute);
 }
 
 }  // namespace mmgen::dit

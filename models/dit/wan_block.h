@@ -50,11 +50,21 @@ struct WanRopeTables {
 void check_block_weights(const WeightStore& store, int64_t layer,
                          const WanTransformerConfig& config);
 
+// What follows a block: its LayerNorm (no affine part) is scaled by `scale` and shifted by
+// `shift`, each [D] float32 on the model's device (the next block's 1 + scale and shift, or the
+// output head's).
+struct WanNextNorm {
+  Tensor scale, shift;
+};
+
 // Runs block `call.layer` on x [B, S, D] (float32, the residual stream) in place, where x lives.
-// text is the embedded text [B, L, D] in `compute`, the dtype the products read (float32 on the
-// CPU; bf16 on the GPU).
-void run_wan_block(Tensor& x, const Tensor& text, const WanModulation& modulation,
-                   const WanBlockWeights& weights, const WanTransformerConfig& config,
-                   const WanRopeTables& rope, DType compute, const WanAttentionCall& call);
+// `normed` is this block's modulated pre-norm of x in `compute`, the dtype the products read
+// (float32 on the CPU; bf16 on the GPU): modulated_layer_norm(x, shift, scale_plus_one). text is
+// the embedded text [B, L, D] in `compute`. Returns the pre-norm `next` asks for, of the updated x,
+// in `compute`: each residual update and the norm after it are one op (one pass on the GPU).
+Tensor run_wan_block(Tensor& x, const Tensor& normed, const Tensor& text,
+                     const WanModulation& modulation, const WanNextNorm& next,
+                     const WanBlockWeights& weights, const WanTransformerConfig& config,
+                     const WanRopeTables& rope, DType compute, const WanAttentionCall& call);
 
 }  // namespace mmgen::dit

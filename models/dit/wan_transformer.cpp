@@ -275,17 +275,32 @@ Tensor WanTransformer::forward(const Tensor& latents, float timestep, const Tens
   call.step = step;
   call.attention = attention;
   call.sequence = sequence;
+  // Each block starts from its modulated pre-norm and hands on the next one (the output head's
+  // after the last block), so every residual update and the norm after it are one op.
+  const auto block_modulation = [&](int64_t layer) {
+    const Tensor m = modulation.select(0, layer);
+    return WanModulation{m.select(0, 0), m.select(0, 1), m.select(0, 2),
+                         m.select(0, 3), m.select(0, 4), m.select(0, 5)};
+  };
+  Tensor normed;
+  if (config_.num_layers > 0) {
+    const WanModulation first = block_modulation(0);
+    normed = ops::modulated_layer_norm(x, first.shift, first.scale_plus_one, config_.eps, compute_);
+  } else {
+    normed =
+        ops::modulated_layer_norm(x, head.select(0, 0), head.select(0, 1), config_.eps, compute_);
+  }
   for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
     call.layer = layer;
-    const Tensor m = modulation.select(0, layer);
-    const WanModulation block_modulation{m.select(0, 0), m.select(0, 1), m.select(0, 2),
-                                         m.select(0, 3), m.select(0, 4), m.select(0, 5)};
-    run_wan_block(x, text, block_modulation, block_weights(layer), config_, rope, compute_, call);
+    const bool last = layer + 1 == config_.num_layers;
+    const WanModulation following = last ? WanModulation{} : block_modulation(layer + 1);
+    const WanNextNorm next = last ? WanNextNorm{head.select(0, 1), head.select(0, 0)}
+                                  : WanNextNorm{following.scale_plus_one, following.shift};
+    normed = run_wan_block(x, normed, text, block_modulation(layer), next, block_weights(layer),
+                           config_, rope, compute_, call);
   }
 
-  // Output head: modulated LayerNorm, projection, back to the host, unpatchify.
-  const Tensor normed =
-      ops::modulated_layer_norm(x, head.select(0, 0), head.select(0, 1), config_.eps, compute_);
+  // Output head: the last block's modulated LayerNorm, projection, back to the host, unpatchify.
   Tensor out = ops::linear(normed, outer.proj_weight, outer.proj_bias);
   if (sequence) out = attention::gather_sequence(out, sequence->shards, *sequence->group);
   MMGEN_PROFILE("wan: unpatchify");

@@ -4,7 +4,11 @@
 // - ops::rms_norm_rope_ on bf16 rows: the warp-per-row kernel (rows up to 512 wide: q/k one row
 //   per head) at widths 16, 64, 128, 320 and 512, without tables, with one table row per row and
 //   with fewer table rows than rows (row r reads table row r mod tokens), row counts that do not
-//   fill the last block; and the block-per-row kernel on 1536-wide rows (Wan's full hidden width).
+//   fill the last block; and Wan's full hidden width (1536, 5120) on the one-pass wide-row kernel,
+//   a width it does not take on the block-per-row kernel.
+// - ops::add_gated_layer_norm_ and ops::modulated_layer_norm (Wan's residual update with the next
+//   pre-norm, and the norm alone) against the CPU ops, at widths that reach each register-slot
+//   count of the one-pass kernel and at widths it hands to the separate kernels.
 //   The CPU computes in float32 (double sums), the GPU in float32 with one bf16 rounding of the
 //   result: they agree to that rounding, 2⁻⁸ relative per value.
 // - ops::silu_mul with bf16 and float32 inputs and outputs on odd sizes (the element-by-element
@@ -126,6 +130,46 @@ void check_add_rms_norm_gated_norm(int64_t rows, int64_t dim, DType y_dtype, boo
                   "error {:.2e})",
                   rows, dim, dtype_name(y_dtype), gated ? ", gated" : "", updated.worst,
                   normed.worst, normed.relative));
+}
+
+// Wan's residual update fused with the next LayerNorm (ops::add_gated_layer_norm_) and the plain
+// modulated LayerNorm against the CPU ops: x within float32 noise, the normed rows within a bf16
+// rounding. The widths reach each register-slot count of the one-pass kernel (wide_rows.cu), 1 and
+// 4 warps per row, and the fallbacks (a width not a multiple of 4, one wider than 12288).
+void check_add_gated_layer_norm(int64_t rows, int64_t dim, DType y_dtype, bool gated,
+                                std::mt19937& generator) {
+  const Tensor x = random_rounded({rows, dim}, generator, 4.0f);
+  const Tensor y = random_rounded({rows, dim}, generator);
+  std::uniform_real_distribution<float> around_one(0.5f, 1.5f);
+  const auto vector = [&] {
+    std::vector<float> v(static_cast<size_t>(dim));
+    for (float& value : v) value = around_one(generator);
+    return Tensor::from_vector({dim}, v);
+  };
+  const Tensor scale = vector(), shift = vector(), gate = gated ? vector() : Tensor();
+  Tensor expected_x = x.clone();
+  const Tensor expected =
+      ops::add_gated_layer_norm_(expected_x, y, gate, 1e-6f, scale, shift, DType::F32);
+  Tensor actual_x = x.to(Device::CUDA);
+  const Tensor actual = ops::add_gated_layer_norm_(
+      actual_x, y.to(y_dtype).to(Device::CUDA), gated ? gate.to(Device::CUDA) : Tensor(), 1e-6f,
+      scale.to(Device::CUDA), shift.to(Device::CUDA), DType::BF16);
+  const Agreement updated = compare(actual_x, expected_x, 1e-6, 1e-6);
+  const Agreement normed = compare(actual, expected, 1.0 / 256, 1e-5);
+  expect(actual.dtype() == DType::BF16 && updated.worst <= 1.0 && normed.worst <= 1.0,
+         fmt::format("add_gated_layer_norm [{}, {}] {} y{}: x within 1e-6 of the CPU (worst "
+                     "{:.2f} of it), the next pre-norm within a bf16 rounding (worst {:.2f}, "
+                     "relative error {:.2e})",
+                     rows, dim, dtype_name(y_dtype), gated ? ", gated" : "", updated.worst,
+                     normed.worst, normed.relative));
+  const Tensor plain = ops::modulated_layer_norm(x, shift, scale, 1e-6f);
+  const Tensor gpu_plain = ops::modulated_layer_norm(x.to(Device::CUDA), shift.to(Device::CUDA),
+                                                     scale.to(Device::CUDA), 1e-6f, DType::BF16);
+  const Agreement alone = compare(gpu_plain, plain, 1.0 / 256, 1e-5);
+  expect(alone.worst <= 1.0,
+         fmt::format("modulated_layer_norm [{}, {}]: within a bf16 rounding of the CPU (worst "
+                     "{:.2f} of it)",
+                     rows, dim, alone.worst));
 }
 
 void check_silu_mul(const Shape& shape, DType gate_dtype, DType up_dtype, DType out, int64_t skip,
@@ -306,8 +350,17 @@ int main() try {
       check_add_rms_norm_gated_norm(37, 3840, y_dtype, gated, generator);
       check_add_rms_norm_gated_norm(5, 100, y_dtype, gated, generator);
     }
+  // Wide rows (Wan's hidden width across heads): the one-pass kernel at 1 and 3 warps per row, and
+  // a width it does not take (head size not a multiple of 8: the block-per-row kernel).
   check_rms_norm_rope(21, 1536, 128, 0, generator);
   check_rms_norm_rope(21, 1536, 128, 7, generator);
+  check_rms_norm_rope(130, 1536, 128, 65, generator, 2);
+  check_rms_norm_rope(9, 5120, 128, 9, generator);
+  check_rms_norm_rope(9, 1540, 140, 4, generator);
+  for (const DType y_dtype : {DType::BF16, DType::F32})
+    for (const bool gated : {true, false})
+      for (const int64_t dim : {1536, 5120, 96, 100, 10, 13000})
+        check_add_gated_layer_norm(dim > 5000 ? 5 : 37, dim, y_dtype, gated, generator);
 
   for (const DType gate : {DType::BF16, DType::F32})
     for (const DType up : {DType::BF16, DType::F32})
