@@ -41,13 +41,13 @@ Tensor classifier_free_guidance(const Tensor& cond, const Tensor& uncond, float 
   return out;
 }
 
-// Two [1, ...] tensors of one shape as one [2, ...] batch (float32).
+// Two [1, ...] tensors of one shape as one [2, ...] batch (float32, on the host).
 Tensor stack_pair(const Tensor& first, const Tensor& second) {
   Shape shape = first.shape();
   shape[0] = 2;
   Tensor both = Tensor::empty(shape);
-  both.select(0, 0).copy_from(first.to(DType::F32).select(0, 0));
-  both.select(0, 1).copy_from(second.to(DType::F32).select(0, 0));
+  both.select(0, 0).copy_from(first.to(Device::CPU).to(DType::F32).select(0, 0));
+  both.select(0, 1).copy_from(second.to(Device::CPU).to(DType::F32).select(0, 0));
   return both;
 }
 
@@ -420,11 +420,17 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
     parallel->guidance->all_gather(mine, {cond, uncond});
     return classifier_free_guidance(cond, uncond, float(input.guidance_scale));
   };
-  // On the CPU with dense attention the two guidance branches run as one batch of two: each
-  // weight is packed once per step instead of twice and the products are twice as tall. Every op
-  // of the forward treats rows and batch elements alone (the CPU product's sums do not depend on
-  // the rows beside them), so the predictions are the two separate forwards' to the bit.
-  const bool batch_guidance = guided && !input.cuda && !parallel && attention.dense_on_cpu() &&
+  // With dense attention the two guidance branches run as one batch of two.
+  // - On the CPU each weight is packed once per step instead of twice and the products are twice
+  //   as tall. Every op of the forward treats rows and batch elements alone (the CPU product's
+  //   sums do not depend on the rows beside them), so the predictions are the two separate
+  //   forwards' to the bit.
+  // - On the GPU one launch sequence serves both branches: the attention kernel's grid is twice
+  //   as long (its last partial wave costs half as much) and the host work between forwards
+  //   happens once per step. The products may round differently from two separate forwards
+  //   (cuBLASLt picks its algorithm by shape); each branch still attends only to itself.
+  const bool dense = input.cuda ? attention.dense_on_gpu() : attention.dense_on_cpu();
+  const bool batch_guidance = guided && !parallel && dense &&
                               prompt_embeds.shape() == negative_embeds.shape() &&
                               prompt_embeds.size(0) == 1;
   const Tensor both_embeds = batch_guidance ? stack_pair(prompt_embeds, negative_embeds) : Tensor();

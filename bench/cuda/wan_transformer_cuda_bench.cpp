@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,17 @@ namespace fs = std::filesystem;
 
 int main(int argc, char** argv) try {
   int repeats = 5;
-  if (argc == 3 && std::string(argv[1]) == "--repeats") repeats = std::stoi(argv[2]);
+  std::string modes_wanted = "dense,sta,vsa";  // --modes: a comma list of these
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--repeats")
+      repeats = std::stoi(argv[i + 1]);
+    else if (flag == "--modes")
+      modes_wanted = argv[i + 1];
+    else
+      throw std::runtime_error("unknown flag " + flag +
+                               "; use --repeats N and --modes dense,sta,vsa");
+  }
   dit::WanTransformerConfig config;
   config.num_attention_heads = 12;
   config.attention_head_dim = 128;
@@ -51,21 +62,25 @@ int main(int argc, char** argv) try {
   const fs::path mask_file = fs::temp_directory_path() / "mmgen_wan_1_3b_sta_223.json";
   std::ofstream(mask_file) << mask.dump();
   struct Mode {
+    const char* name;
     const char* label;
     std::string backend;
     nlohmann::json config;
   };
   const Mode modes[] = {
-      {"dense self-attention (fa)", "", {}},
-      {"sliding_tile_attn, window 2x2x3 tiles",
+      {"dense", "dense self-attention (fa)", "", {}},
+      {"sta",
+       "sliding_tile_attn, window 2x2x3 tiles",
        "sliding_tile_attn",
        {{"mask_strategy_file_path", mask_file.string()}, {"skip_time_steps", 0}}},
-      {"video_sparse_attn, sparsity 0.9", "video_sparse_attn", {{"sparsity", 0.9}}},
+      {"vsa", "video_sparse_attn, sparsity 0.9", "video_sparse_attn", {{"sparsity", 0.9}}},
   };
   std::printf("Wan2.1-1.3B-sized transformer, 480x832x81 frames (32760 tokens), 512 text tokens\n");
   std::printf("weights on GPU: %.2f GiB (uploaded in %.1f s)\n",
               gpu.resident_weight_bytes() / double(1 << 30), load_seconds);
   for (const Mode& mode : modes) {
+    if (("," + modes_wanted + ",").find("," + std::string(mode.name) + ",") == std::string::npos)
+      continue;
     dit::WanAttention attention;
     if (!mode.backend.empty())
       attention.gpu.sparse = cuda::make_sparse_self_attention_cuda(
