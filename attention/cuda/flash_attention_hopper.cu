@@ -493,6 +493,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   // (Measured on an H100: turns help D = 64, whose tiles carry half the matrix work, and cost
   // D = 128 a few percent, so they are used for D = 64 only.)
   // (Not with lists per 64 rows: the consumers' tile counts differ, turns need them equal.)
+  // (Measured again on an H200 after the ftz exponentials, 2026-11-29: turns at D = 128 gave
+  // dense 617 against 610-616 TFLOP/s without, inside the spread, and cost the block-sparse kernel
+  // 6%: 571 against 606.)
   constexpr bool kTurns = D == 64 && !kPerHalf;
   auto begin_issue = [&] {
     if (kTurns) wait_for_turn(consumer);

@@ -102,6 +102,32 @@ def main():
             rounds[name].append(do_bench(run, warmup=100, rep=500, return_mode="median"))
     timings = {name: sorted(values)[len(values) // 2] for name, values in rounds.items()}
 
+    # Wan's cross-attention shape: the same queries over the first 512 keys (text tokens).
+    cross_keys = 512
+    k_cross, v_cross = k[:, :cross_keys].contiguous(), v[:, :cross_keys].contiguous()
+    kh_cross, vh_cross = kh[:, :, :cross_keys].contiguous(), vh[:, :, :cross_keys].contiguous()
+    cross_out = torch.empty_like(q)
+
+    def run_mmgen_cross():
+        status = library.mmgen_flash_attention(
+            q.data_ptr(), k_cross.data_ptr(), v_cross.data_ptr(), cross_out.data_ptr(), B, S,
+            cross_keys, H, D, scale, 0, torch.cuda.current_stream().cuda_stream)
+        assert status == 0
+
+    def run_cudnn_cross():
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            return F.scaled_dot_product_attention(qh, kh_cross, vh_cross, scale=scale)
+    cross_kernels = {"mmgen fa, 512 keys": run_mmgen_cross}
+    try:
+        run_cudnn_cross()
+        cross_kernels["torch SDPA cuDNN, 512 keys"] = run_cudnn_cross
+    except RuntimeError as error:
+        print(f"cuDNN cross-attention: not available ({str(error).splitlines()[0]})")
+    cross_rounds = {name: [] for name in cross_kernels}
+    for _ in range(5):
+        for name, run in cross_kernels.items():
+            cross_rounds[name].append(do_bench(run, warmup=50, rep=200, return_mode="median"))
+
     flops = 4.0 * B * H * S * S * D
     print(f"\ncheck: dense vs float32 reference on 1024 rows: relative error {error_dense_rows:.2e}")
     print(f"check: dense vs torch SDPA flash (all rows):      relative error {error_vs_flash:.2e}")
@@ -114,6 +140,10 @@ def main():
     for name, ms in timings.items():
         spread = ", ".join(f"{flops / t * 1e-9:.0f}" for t in rounds[name])
         print(f"{name:34s} {ms:9.3f} {flops / ms * 1e-9:9.1f}   rounds: {spread}")
+    cross_flops = 4.0 * B * H * S * cross_keys * D
+    for name, values in cross_rounds.items():
+        ms = sorted(values)[len(values) // 2]
+        print(f"{name:34s} {ms:9.3f} {cross_flops / ms * 1e-9:9.1f}   (cross-attention shape)")
     print("mmgen bench (its own process, before the rounds above):")
     for r in meta["results"]:
         if r["head_dim"] == D:
