@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -101,10 +102,14 @@ void check_rms_norm_rope(int64_t rows, int64_t dim, int64_t head_dim, int64_t to
                      rows, dim, tables, agreement.worst, agreement.relative));
 }
 
-// The residual update fused with the next pre-norm against the two CPU ops: x within float32
-// noise, the normed rows within a bf16 rounding.
-void check_add_rms_norm_gated_norm(int64_t rows, int64_t dim, DType y_dtype, bool gated,
-                                   std::mt19937& generator) {
+// A residual update fused with the next pre-norm (x += f(y), then the norm of the new x) as
+// `update` runs it on the CPU (float32) and on the GPU (y in y_dtype, a bf16 result), with two
+// norm or modulation vectors a and b and, when gated, a gate (values around one): x within float32
+// noise of the CPU, the normed rows within a bf16 rounding.
+using ResidualUpdate = std::function<Tensor(Tensor& x, const Tensor& y, const Tensor& a,
+                                            const Tensor& b, const Tensor& gate, DType out)>;
+void check_residual_update(const std::string& name, const ResidualUpdate& update, int64_t rows,
+                           int64_t dim, DType y_dtype, bool gated, std::mt19937& generator) {
   const Tensor x = random_rounded({rows, dim}, generator, 4.0f);
   const Tensor y = random_rounded({rows, dim}, generator);
   std::uniform_real_distribution<float> around_one(0.5f, 1.5f);
@@ -113,59 +118,51 @@ void check_add_rms_norm_gated_norm(int64_t rows, int64_t dim, DType y_dtype, boo
     for (float& value : v) value = around_one(generator);
     return Tensor::from_vector({dim}, v);
   };
-  const Tensor weight = vector(), next_weight = vector(), gate = gated ? vector() : Tensor();
+  const Tensor a = vector(), b = vector(), gate = gated ? vector() : Tensor();
   Tensor expected_x = x.clone();
-  const Tensor expected = ops::add_rms_norm_gated_norm_(expected_x, y, weight, 1e-5f, gate,
-                                                        next_weight, 1e-6f, DType::F32);
+  const Tensor expected = update(expected_x, y, a, b, gate, DType::F32);
   Tensor actual_x = x.to(Device::CUDA);
-  const Tensor actual = ops::add_rms_norm_gated_norm_(
-      actual_x, y.to(y_dtype).to(Device::CUDA), weight.to(Device::CUDA), 1e-5f,
-      gated ? gate.to(Device::CUDA) : Tensor(), next_weight.to(Device::CUDA), 1e-6f, DType::BF16);
-  const Agreement updated = compare(actual_x, expected_x, 1e-6, 1e-6);
-  const Agreement normed = compare(actual, expected, 1.0 / 256, 1e-5);
-  expect(
-      actual.dtype() == DType::BF16 && updated.worst <= 1.0 && normed.worst <= 1.0,
-      fmt::format("add_rms_norm_gated_norm [{}, {}] {} y{}: x within 1e-6 of the CPU (worst {:.2f} "
-                  "of it), the next pre-norm within a bf16 rounding (worst {:.2f}, relative "
-                  "error {:.2e})",
-                  rows, dim, dtype_name(y_dtype), gated ? ", gated" : "", updated.worst,
-                  normed.worst, normed.relative));
-}
-
-// Wan's residual update fused with the next LayerNorm (ops::add_gated_layer_norm_) and the plain
-// modulated LayerNorm against the CPU ops: x within float32 noise, the normed rows within a bf16
-// rounding. The widths reach each register-slot count of the one-pass kernel (wide_rows.cu), 1 and
-// 4 warps per row, and the fallbacks (a width not a multiple of 4, one wider than 12288).
-void check_add_gated_layer_norm(int64_t rows, int64_t dim, DType y_dtype, bool gated,
-                                std::mt19937& generator) {
-  const Tensor x = random_rounded({rows, dim}, generator, 4.0f);
-  const Tensor y = random_rounded({rows, dim}, generator);
-  std::uniform_real_distribution<float> around_one(0.5f, 1.5f);
-  const auto vector = [&] {
-    std::vector<float> v(static_cast<size_t>(dim));
-    for (float& value : v) value = around_one(generator);
-    return Tensor::from_vector({dim}, v);
-  };
-  const Tensor scale = vector(), shift = vector(), gate = gated ? vector() : Tensor();
-  Tensor expected_x = x.clone();
-  const Tensor expected =
-      ops::add_gated_layer_norm_(expected_x, y, gate, 1e-6f, scale, shift, DType::F32);
-  Tensor actual_x = x.to(Device::CUDA);
-  const Tensor actual = ops::add_gated_layer_norm_(
-      actual_x, y.to(y_dtype).to(Device::CUDA), gated ? gate.to(Device::CUDA) : Tensor(), 1e-6f,
-      scale.to(Device::CUDA), shift.to(Device::CUDA), DType::BF16);
+  const Tensor actual =
+      update(actual_x, y.to(y_dtype).to(Device::CUDA), a.to(Device::CUDA), b.to(Device::CUDA),
+             gated ? gate.to(Device::CUDA) : Tensor(), DType::BF16);
   const Agreement updated = compare(actual_x, expected_x, 1e-6, 1e-6);
   const Agreement normed = compare(actual, expected, 1.0 / 256, 1e-5);
   expect(actual.dtype() == DType::BF16 && updated.worst <= 1.0 && normed.worst <= 1.0,
-         fmt::format("add_gated_layer_norm [{}, {}] {} y{}: x within 1e-6 of the CPU (worst "
-                     "{:.2f} of it), the next pre-norm within a bf16 rounding (worst {:.2f}, "
-                     "relative error {:.2e})",
-                     rows, dim, dtype_name(y_dtype), gated ? ", gated" : "", updated.worst,
+         fmt::format("{} [{}, {}] {} y{}: x within 1e-6 of the CPU (worst {:.2f} of it), the next "
+                     "pre-norm within a bf16 rounding (worst {:.2f}, relative error {:.2e})",
+                     name, rows, dim, dtype_name(y_dtype), gated ? ", gated" : "", updated.worst,
                      normed.worst, normed.relative));
-  const Tensor plain = ops::modulated_layer_norm(x, shift, scale, 1e-6f);
-  const Tensor gpu_plain = ops::modulated_layer_norm(x.to(Device::CUDA), shift.to(Device::CUDA),
-                                                     scale.to(Device::CUDA), 1e-6f, DType::BF16);
-  const Agreement alone = compare(gpu_plain, plain, 1.0 / 256, 1e-5);
+}
+
+// Z-Image's post-norm joining the residual, then the next RMSNorm (ops::add_rms_norm_gated_norm_).
+void check_add_rms_norm_gated_norm(int64_t rows, int64_t dim, DType y_dtype, bool gated,
+                                   std::mt19937& generator) {
+  check_residual_update(
+      "add_rms_norm_gated_norm",
+      [](Tensor& x, const Tensor& y, const Tensor& weight, const Tensor& next_weight,
+         const Tensor& gate, DType out) {
+        return ops::add_rms_norm_gated_norm_(x, y, weight, 1e-5f, gate, next_weight, 1e-6f, out);
+      },
+      rows, dim, y_dtype, gated, generator);
+}
+
+// Wan's residual update fused with the next LayerNorm (ops::add_gated_layer_norm_), and the
+// modulated LayerNorm alone. The widths reach each register-slot count of the one-pass kernel
+// (wide_rows.cu), 1 and 4 warps per row, and the fallbacks (a width not a multiple of 4, one wider
+// than 12288).
+void check_add_gated_layer_norm(int64_t rows, int64_t dim, DType y_dtype, bool gated,
+                                std::mt19937& generator) {
+  check_residual_update(
+      "add_gated_layer_norm",
+      [](Tensor& x, const Tensor& y, const Tensor& scale, const Tensor& shift, const Tensor& gate,
+         DType out) { return ops::add_gated_layer_norm_(x, y, gate, 1e-6f, scale, shift, out); },
+      rows, dim, y_dtype, gated, generator);
+  const Tensor x = random_rounded({rows, dim}, generator, 4.0f);
+  const Tensor scale = random_rounded({dim}, generator), shift = random_rounded({dim}, generator);
+  const Tensor expected = ops::modulated_layer_norm(x, shift, scale, 1e-6f);
+  const Tensor actual = ops::modulated_layer_norm(x.to(Device::CUDA), shift.to(Device::CUDA),
+                                                  scale.to(Device::CUDA), 1e-6f, DType::BF16);
+  const Agreement alone = compare(actual, expected, 1.0 / 256, 1e-5);
   expect(alone.worst <= 1.0,
          fmt::format("modulated_layer_norm [{}, {}]: within a bf16 rounding of the CPU (worst "
                      "{:.2f} of it)",
