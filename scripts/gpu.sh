@@ -71,6 +71,9 @@ python3 bench/cuda/torch_paged_reference.py "$OUT/paged_cases.json" | tee "$OUT/
 echo "== every GPU DiT attention backend at Wan2.1-1.3B's self-attention shape"
 build-cuda/bench/cuda/sparse_attention_cuda_bench --repeats 10 | tee "$OUT/sparse_attention_bench.txt"
 
+echo "== the 1.3B transformer's products in bf16 and in FP8 (e4m3), with the cost of quantizing"
+build-cuda/bench/cuda/gemm_fp8_cuda_bench | tee "$OUT/gemm_fp8_bench.txt"
+
 echo "== Wan transformer benchmark (dense, STA, VSA)"
 build-cuda/bench/cuda/wan_transformer_cuda_bench --repeats 5 | tee "$OUT/wan_transformer_bench.txt"
 echo "== Wan VAE decoder: the convolution kernel alone, then wan-tiny and Wan2.1-sized 480x832x81 decodes"

@@ -55,10 +55,11 @@ class GemmContext {
 
   // `batch` > 1: that many products of one x (stride 0) with weights and outputs laid one after
   // another (strides n·k and m·n).
+  // `fp8`: x and w are e4m3 with a scale each (set per call), the rest as for bf16 operands.
   Plan& plan(int64_t m, int64_t n, int64_t k, GemmOutput output, bool bias,
-             GemmActivation activation, int64_t batch) {
+             GemmActivation activation, int64_t batch, bool fp8 = false) {
     std::lock_guard lock(mutex_);
-    const auto key = std::make_tuple(m, n, k, int(output), bias, int(activation), batch);
+    const auto key = std::make_tuple(m, n, k, int(output), bias, int(activation), batch, fp8);
     auto found = plans_.find(key);
     if (found != plans_.end()) return found->second;
     Plan plan;
@@ -79,8 +80,18 @@ class GemmContext {
       MMGEN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
           plan.operation, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &y_type, sizeof(y_type)));
     }
-    MMGEN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.w_layout, CUDA_R_16BF, k, n, k));
-    MMGEN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.x_layout, CUDA_R_16BF, k, m, k));
+    if (fp8) {
+      // The heuristic offers scaled FP8 algorithms only when the scales are set: any device
+      // address stands in here; each call sets its own (linear_fp8).
+      const void* stand_in = workspace_.data();
+      for (const auto attribute :
+           {CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER})
+        MMGEN_CUBLAS_CHECK(
+            cublasLtMatmulDescSetAttribute(plan.operation, attribute, &stand_in, sizeof(stand_in)));
+    }
+    const cudaDataType_t operand = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
+    MMGEN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.w_layout, operand, k, n, k));
+    MMGEN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.x_layout, operand, k, m, k));
     MMGEN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.y_layout, y_type, n, m, n));
     if (batch > 1) {
       set_batch(plan.w_layout, batch, n * k);
@@ -159,8 +170,8 @@ class GemmContext {
         handle_, plan.operation, plan.w_layout, plan.x_layout, plan.y_layout, plan.y_layout,
         preference, tuned ? kCandidates : 1, results, &found_count));
     cublasLtMatmulPreferenceDestroy(preference);
-    check(found_count > 0, "cuBLASLt has no algorithm for {} {}x{}x{} bf16 product(s)", batch, m, n,
-          k);
+    check(found_count > 0, "cuBLASLt has no algorithm for {} {}x{}x{} product(s) of these operands",
+          batch, m, n, k);
     plan.algorithm = results[0].algo;
     if (found_count > 1)
       for (int i = 0; i < found_count; ++i) plan.candidates.push_back(results[i].algo);
@@ -171,7 +182,7 @@ class GemmContext {
   std::mutex mutex_;
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer workspace_;
-  std::map<std::tuple<int64_t, int64_t, int64_t, int, bool, int, int64_t>, Plan> plans_;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int, bool, int, int64_t, bool>, Plan> plans_;
   std::map<std::tuple<int64_t, int64_t, int64_t, int, int64_t, int64_t, int64_t, bool, int64_t,
                       int64_t, bool, int64_t, int64_t, bool>,
            Plan>
@@ -241,6 +252,33 @@ void linear_bf16(const void* x, const void* w, const void* bias, void* y, int64_
         "GPU linear: an activation epilogue needs a bias");
   Plan& plan =
       GemmContext::instance().plan(m, n, k, output, bias != nullptr, activation, /*batch=*/1);
+  if (bias)
+    MMGEN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        plan.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  run_plan(plan, x, w, y, stream);
+}
+
+void linear_fp8(const void* x, const float* x_scale, const void* w, const float* w_scale,
+                const void* bias, void* y, int64_t m, int64_t n, int64_t k, GemmOutput output,
+                cudaStream_t stream, GemmActivation activation) {
+  check(m > 0 && n > 0 && k > 0, "GPU FP8 linear: empty product {}x{}x{}", m, n, k);
+  check(k % 16 == 0 && n % 8 == 0,
+        "GPU FP8 linear: {} inputs and {} outputs; e4m3 products need inputs in multiples of 16 "
+        "and outputs in multiples of 8",
+        k, n);
+  check(activation == GemmActivation::None || bias != nullptr,
+        "GPU FP8 linear: an activation epilogue needs a bias");
+  check(reinterpret_cast<uintptr_t>(x_scale) % 16 == 0 &&
+            reinterpret_cast<uintptr_t>(w_scale) % 16 == 0,
+        "GPU FP8 linear: the scales must lie on 16-byte boundaries (cuBLASLt has no algorithm for "
+        "others)");
+  Plan& plan = GemmContext::instance().plan(m, n, k, output, bias != nullptr, activation,
+                                            /*batch=*/1, /*fp8=*/true);
+  // cuBLASLt's A is the weight, its B the input (see plan()).
+  MMGEN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+      plan.operation, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, sizeof(w_scale)));
+  MMGEN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+      plan.operation, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale, sizeof(x_scale)));
   if (bias)
     MMGEN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
         plan.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));

@@ -18,6 +18,13 @@ enum class GemmActivation { None, GeluTanh };
 void linear_bf16(const void* x, const void* w, const void* bias, void* y, int64_t m, int64_t n,
                  int64_t k, GemmOutput output, cudaStream_t stream = nullptr,
                  GemmActivation activation = GemmActivation::None);
+// linear_bf16 on FP8 operands (Hopper's e4m3 tensor-core products, twice bf16's rate): y[m, n] =
+// act(x_scale · w_scale · (x[m, k] · w[n, k]ᵀ) + bias[n]) with x and w e4m3 row-major and their
+// scales one float each in device memory (quantize_e4m3, core/cuda/fp8.h); fp32 accumulation;
+// bias and y in the output's dtype. k must be a multiple of 16 and n of 8.
+void linear_fp8(const void* x, const float* x_scale, const void* w, const float* w_scale,
+                const void* bias, void* y, int64_t m, int64_t n, int64_t k, GemmOutput output,
+                cudaStream_t stream = nullptr, GemmActivation activation = GemmActivation::None);
 // `batch` products of one x with weights laid one after another, no bias: y[b] = x · w[b]ᵀ with
 // w [batch, n, k] and y [batch, m, n] contiguous. One strided-batched cuBLASLt call (x read with
 // stride 0): Z-Image's q/k/v or w1/w3 as one launch, fewer partial waves than one call each.

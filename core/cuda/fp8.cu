@@ -1,0 +1,99 @@
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/fp8.h"
+
+namespace mmgen::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+__device__ __forceinline__ float load(const bf16* x, int64_t i) {
+  return __bfloat162float(x[i]);
+}
+__device__ __forceinline__ float load(const float* x, int64_t i) {
+  return x[i];
+}
+
+// max |x| into *amax: a grid-stride pass, a warp maximum, then one atomic per warp (a float's
+// bits order like an int's when it is not negative).
+template <typename In>
+__global__ void amax_kernel(const In* x, int64_t count, float* amax) {
+  float local = 0.0f;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count;
+       i += int64_t(gridDim.x) * blockDim.x)
+    local = fmaxf(local, fabsf(load(x, i)));
+  for (int offset = 16; offset > 0; offset /= 2)
+    local = fmaxf(local, __shfl_xor_sync(0xffffffffu, local, offset));
+  if (threadIdx.x % 32 == 0) atomicMax(reinterpret_cast<int*>(amax), __float_as_int(local));
+}
+
+__device__ __forceinline__ float scale_of(float amax) {
+  return amax > 0.0f && isfinite(amax) ? amax / kE4m3Max : 1.0f;
+}
+
+// Two values per thread and step, converted as a pair (one cvt instruction).
+template <typename In>
+__global__ void quantize_kernel(const In* x, int64_t count, __nv_fp8x2_storage_t* out,
+                                const float* amax, float* scale) {
+  const float s = scale_of(*amax), inverse = 1.0f / s;
+  if (blockIdx.x == 0 && threadIdx.x == 0) *scale = s;
+  const int64_t pairs = count / 2;
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < pairs;
+       p += int64_t(gridDim.x) * blockDim.x)
+    out[p] = __nv_cvt_float2_to_fp8x2(
+        make_float2(load(x, 2 * p) * inverse, load(x, 2 * p + 1) * inverse), __NV_SATFINITE,
+        __NV_E4M3);
+  if (count % 2 == 1 && blockIdx.x == 0 && threadIdx.x == 0) {
+    __nv_fp8_storage_t* last = reinterpret_cast<__nv_fp8_storage_t*>(out) + count - 1;
+    *last = __nv_cvt_float_to_fp8(load(x, count - 1) * inverse, __NV_SATFINITE, __NV_E4M3);
+  }
+}
+
+__global__ void dequantize_kernel(const __nv_fp8_storage_t* q, const float* scale, int64_t count,
+                                  float* out) {
+  const float s = *scale;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const __half_raw h = __nv_cvt_fp8_to_halfraw(q[i], __NV_E4M3);
+    out[i] = __half2float(__half(h)) * s;
+  }
+}
+
+unsigned blocks_for(int64_t count) {
+  const int64_t blocks = (count + 255) / 256;
+  return unsigned(blocks < 4096 ? (blocks > 0 ? blocks : 1) : 4096);
+}
+
+template <typename In>
+void quantize(const In* x, int64_t count, void* out, float* scale, float* amax,
+              cudaStream_t stream) {
+  MMGEN_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), stream));
+  amax_kernel<<<blocks_for(count), 256, 0, stream>>>(x, count, amax);
+  MMGEN_CUDA_CHECK_LAUNCH();
+  quantize_kernel<<<blocks_for(count / 2 + 1), 256, 0, stream>>>(
+      x, count, static_cast<__nv_fp8x2_storage_t*>(out), amax, scale);
+  MMGEN_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void quantize_e4m3(const void* x, bool x_bf16, int64_t count, void* out, float* scale, float* amax,
+                   cudaStream_t stream) {
+  if (count <= 0) return;
+  if (x_bf16)
+    quantize(static_cast<const bf16*>(x), count, out, scale, amax, stream);
+  else
+    quantize(static_cast<const float*>(x), count, out, scale, amax, stream);
+}
+
+void dequantize_e4m3(const void* q, const float* scale, int64_t count, float* out,
+                     cudaStream_t stream) {
+  if (count <= 0) return;
+  dequantize_kernel<<<blocks_for(count), 256, 0, stream>>>(
+      static_cast<const __nv_fp8_storage_t*>(q), scale, count, out);
+  MMGEN_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace mmgen::cuda
