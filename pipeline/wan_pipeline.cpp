@@ -3,6 +3,7 @@
 #ifdef MMGEN_HAVE_CUDA
 #include "attention/backends/video_sparse_attn/vsa_gate.h"
 #include "attention/sparse_self_attention_cuda.h"
+#include "core/cuda/device_memory.h"
 #endif
 
 #include <fmt/ranges.h>
@@ -21,6 +22,7 @@
 #include "core/npy.h"
 #include "core/random.h"
 #include "core/safetensors.h"
+#include "core/system_memory.h"
 #include "models/text_encoders/prompt_embedding.h"
 #include "models/tokenizers/prompt_clean.h"
 #include "pipeline/progress.h"
@@ -295,6 +297,23 @@ attention::GpuAttention gpu_attention(const AttentionPlan& plan) {
   return result;
 }
 
+// Whether the GPU has room for the guidance branches as one batch of two: a second batch
+// element's activations in a forward are about tokens · (16 · dim + 2 · ffn_dim) bytes (the
+// float32 residual stream, its bf16 norms, q/k/v, the attention output and projection, the
+// feed-forward's hidden layer; 1.3 GiB at Wan2.1-1.3B's 480x832x81, whose batch-of-one forward
+// measured 1.56 GiB beside its weights), taken with a quarter more for the rest.
+bool gpu_room_for_batched_guidance(const dit::WanTransformerConfig& config, int64_t tokens) {
+  const double needed =
+      1.25 * double(tokens) * double(16 * config.inner_dim() + 2 * config.ffn_dim);
+  const size_t available = cuda::CachingAllocator::instance().available_bytes();
+  if (double(available) >= needed) return true;
+  spdlog::info(
+      "guidance: the two branches run one after the other ({} of GPU memory free; one batch of "
+      "two needs about {} more)",
+      format_bytes(available), format_bytes(uint64_t(needed)));
+  return false;
+}
+
 // A GPU run's attention: the plan's kernels, and for a backend that reads the layers' extra
 // checkpoint weights (VSA's to_gate_compress, SLA's proj_l) those of every block on the GPU (the
 // gate's weight in bf16, as the model's other products take it; the rest as stored).
@@ -429,10 +448,18 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
   //   as long (its last partial wave costs half as much) and the host work between forwards
   //   happens once per step. The products may round differently from two separate forwards
   //   (cuBLASLt picks its algorithm by shape); each branch still attends only to itself.
+  //   It runs where the GPU has room for the second branch's activations.
   const bool dense = input.cuda ? attention.dense_on_gpu() : attention.dense_on_cpu();
-  const bool batch_guidance = guided && !parallel && dense &&
-                              prompt_embeds.shape() == negative_embeds.shape() &&
-                              prompt_embeds.size(0) == 1;
+  bool batch_guidance = guided && !parallel && dense &&
+                        prompt_embeds.shape() == negative_embeds.shape() &&
+                        prompt_embeds.size(0) == 1;
+#ifdef MMGEN_HAVE_CUDA
+  if (batch_guidance && input.cuda) {
+    const auto [pt, ph, pw] = transformer_->config().patch_size;
+    batch_guidance = gpu_room_for_batched_guidance(
+        transformer_->config(), (shape[2] / pt) * (shape[3] / ph) * (shape[4] / pw));
+  }
+#endif
   const Tensor both_embeds = batch_guidance ? stack_pair(prompt_embeds, negative_embeds) : Tensor();
   auto predict_guided = [&](int step, int steps) {
     const Tensor both = transformer_->forward(stack_pair(latents, latents), step_timestep(step),

@@ -89,6 +89,12 @@ size_t CachingAllocator::bytes_reserved() const {
   std::lock_guard lock(mutex_);
   return reserved_;
 }
+size_t CachingAllocator::available_bytes() const {
+  size_t free_bytes = 0, total_bytes = 0;
+  MMGEN_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  std::lock_guard lock(mutex_);
+  return free_bytes + (reserved_ - in_use_);
+}
 size_t CachingAllocator::peak_bytes_in_use() const {
   std::lock_guard lock(mutex_);
   return peak_in_use_;

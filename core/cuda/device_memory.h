@@ -20,6 +20,8 @@ class CachingAllocator {
   size_t bytes_in_use() const;
   size_t bytes_reserved() const;  // in use + cached
   size_t peak_bytes_in_use() const;
+  // What a request could still get: the driver's free memory plus the cached free blocks.
+  size_t available_bytes() const;
 
   // Sizes are rounded up to 512 bytes below 1 MiB and to 2 MiB above, so nearby sizes share blocks.
   static size_t rounded_size(size_t bytes);
