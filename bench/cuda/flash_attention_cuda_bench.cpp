@@ -20,6 +20,7 @@
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_memory.h"
 #include "core/dtype.h"
+#include "event_timing.h"
 
 using namespace mmgen;
 using namespace mmgen::cuda;
@@ -77,28 +78,6 @@ BlockLists make_lists(int64_t heads, int64_t seq, int64_t head_dim, int64_t keep
   return lists;
 }
 
-double median_ms(const std::function<void()>& launch, int repeats) {
-  for (int i = 0; i < 3; ++i) launch();
-  MMGEN_CUDA_CHECK(cudaDeviceSynchronize());
-  cudaEvent_t start, stop;
-  MMGEN_CUDA_CHECK(cudaEventCreate(&start));
-  MMGEN_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<float> times;
-  for (int i = 0; i < repeats; ++i) {
-    MMGEN_CUDA_CHECK(cudaEventRecord(start));
-    launch();
-    MMGEN_CUDA_CHECK(cudaEventRecord(stop));
-    MMGEN_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    MMGEN_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    times.push_back(ms);
-  }
-  MMGEN_CUDA_CHECK(cudaEventDestroy(start));
-  MMGEN_CUDA_CHECK(cudaEventDestroy(stop));
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
-
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -141,7 +120,8 @@ int main(int argc, char** argv) try {
     // H100/H200), whose output is dumped and checked.
     FlashAttentionArgs portable = args;
     portable.kernel = FlashKernel::Portable;
-    const double portable_ms = median_ms([&] { flash_attention_forward(portable); }, repeats);
+    const double portable_ms =
+        bench::median_event_ms([&] { flash_attention_forward(portable); }, repeats, 3);
     std::printf("%-34s %4ld %9.3f %9.1f %8.3f\n", "fa dense, portable mma.sync kernel",
                 long(head_dim), portable_ms, dense_flops / portable_ms * 1e-9, 1.0);
     results.push_back({{"case", "dense_portable"},
@@ -149,7 +129,8 @@ int main(int argc, char** argv) try {
                        {"ms", portable_ms},
                        {"tflops", dense_flops / portable_ms * 1e-9},
                        {"density", 1.0}});
-    const double dense_ms = median_ms([&] { flash_attention_forward(args); }, repeats);
+    const double dense_ms =
+        bench::median_event_ms([&] { flash_attention_forward(args); }, repeats, 3);
     std::printf("%-34s %4ld %9.3f %9.1f %8.3f %8s\n", "fa dense", long(head_dim), dense_ms,
                 dense_flops / dense_ms * 1e-9, 1.0, "1.0x");
     results.push_back({{"case", "dense"},
@@ -170,7 +151,8 @@ int main(int argc, char** argv) try {
     FlashAttentionArgs cross = args;
     cross.seq_k = 512;
     const double cross_flops = 4.0 * double(batch * heads) * double(seq) * 512.0 * head_dim;
-    const double cross_ms = median_ms([&] { flash_attention_forward(cross); }, repeats);
+    const double cross_ms =
+        bench::median_event_ms([&] { flash_attention_forward(cross); }, repeats, 3);
     std::printf("%-34s %4ld %9.3f %9.1f %8.3f\n", "fa cross-attention, 512 keys", long(head_dim),
                 cross_ms, cross_flops / cross_ms * 1e-9, 1.0);
     results.push_back({{"case", "cross_512"},
@@ -190,7 +172,8 @@ int main(int argc, char** argv) try {
       FlashAttentionArgs sparse = args;
       sparse.block_offsets = offsets.as<int32_t>();
       sparse.block_indices = indices.as<int32_t>();
-      const double ms = median_ms([&] { flash_attention_forward(sparse); }, repeats);
+      const double ms =
+          bench::median_event_ms([&] { flash_attention_forward(sparse); }, repeats, 3);
       const double density = lists.pairs_flops / dense_flops;
       const std::string name =
           window ? "block-sparse, local window ~10%" : "block-sparse, random ~10%";

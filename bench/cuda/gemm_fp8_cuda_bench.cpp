@@ -18,33 +18,12 @@
 #include "core/cuda/fp8.h"
 #include "core/cuda/gemm.h"
 #include "core/dtype.h"
+#include "event_timing.h"
 
 using namespace mmgen;
 using namespace mmgen::cuda;
 
 namespace {
-
-double median_ms(const std::function<void()>& call, int repeats) {
-  call();  // first use: the product's algorithm is timed and chosen here
-  MMGEN_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<double> times;
-  cudaEvent_t start, stop;
-  MMGEN_CUDA_CHECK(cudaEventCreate(&start));
-  MMGEN_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int r = 0; r < repeats; ++r) {
-    MMGEN_CUDA_CHECK(cudaEventRecord(start));
-    call();
-    MMGEN_CUDA_CHECK(cudaEventRecord(stop));
-    MMGEN_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    MMGEN_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    times.push_back(ms);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
 
 std::vector<uint16_t> random_bf16_bits(size_t count, float sigma, uint32_t seed) {
   std::mt19937 generator(seed);
@@ -80,20 +59,20 @@ int main(int argc, char** argv) try {
     float* w_scale = scales.as<float>() + 4;  // scales 16-byte aligned, as cuBLASLt wants them
     quantize_e4m3(w.data(), true, int64_t(w_count), w8.data(), w_scale, amax.as<float>());
     const GemmActivation activation = s.gelu ? GemmActivation::GeluTanh : GemmActivation::None;
-    const double bf16_ms = median_ms(
+    const double bf16_ms = bench::median_event_ms(
         [&] {
           linear_bf16(x.data(), w.data(), bias.data(), y16.data(), s.m, s.n, s.k, GemmOutput::BF16,
                       nullptr, activation);
         },
         repeats);
-    const double quant_ms = median_ms(
+    const double quant_ms = bench::median_event_ms(
         [&] {
           quantize_e4m3(x.data(), true, int64_t(x_count), x8.data(), x_scale, amax.as<float>());
         },
         repeats);
     double fp8_ms = 0;
     try {
-      fp8_ms = median_ms(
+      fp8_ms = bench::median_event_ms(
           [&] {
             linear_fp8(x8.data(), x_scale, w8.data(), w_scale, bias.data(), y8.data(), s.m, s.n,
                        s.k, GemmOutput::BF16, nullptr, activation);

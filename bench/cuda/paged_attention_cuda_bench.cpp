@@ -32,6 +32,7 @@
 #include "attention/paged/kv_memory.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/t5_ops.h"
+#include "event_timing.h"
 #include "models/text_encoders/umt5_encoder.h"
 
 using namespace mmgen;
@@ -39,33 +40,6 @@ namespace ap = mmgen::attention::paged;
 namespace cp = mmgen::cuda::paged;
 
 namespace {
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
-
-// Median milliseconds of `action` over `repeats` runs after a warm-up (CUDA events).
-template <typename Action>
-double time_ms(Action&& action, int repeats, cudaStream_t stream = nullptr) {
-  action();
-  cudaEvent_t start, stop;
-  MMGEN_CUDA_CHECK(cudaEventCreate(&start));
-  MMGEN_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<double> ms;
-  for (int i = 0; i < repeats; ++i) {
-    MMGEN_CUDA_CHECK(cudaEventRecord(start, stream));
-    action();
-    MMGEN_CUDA_CHECK(cudaEventRecord(stop, stream));
-    MMGEN_CUDA_CHECK(cudaEventSynchronize(stop));
-    float elapsed = 0;
-    MMGEN_CUDA_CHECK(cudaEventElapsedTime(&elapsed, start, stop));
-    ms.push_back(elapsed);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return median(ms);
-}
 
 cuda::DeviceBuffer random_bf16(int64_t count, uint64_t seed, float scale = 1.0f) {
   cuda::DeviceBuffer buffer(size_t(count) * 2);
@@ -152,7 +126,8 @@ nlohmann::json extend_case(const std::string& name, const std::vector<int64_t>& 
     auto gpu = cp::make_paged_backend_cuda(backend, &pool);
     gpu->init_forward_metadata(batch);
     // The layer call alone (metadata is per forward, shared by every layer).
-    const double ms = time_ms([&] { gpu->forward(io, layer, batch, causal); }, repeats);
+    const double ms =
+        bench::median_event_ms([&] { gpu->forward(io, layer, batch, causal); }, repeats);
     const double tflops = flops / (ms * 1e-3) / 1e12;
     std::printf("  %-11s %8.3f ms  %6.1f TFLOP/s\n", backend.c_str(), ms, tflops);
     result["mmgen"][backend] = {{"ms", ms}, {"tflops", tflops}};
@@ -199,7 +174,8 @@ nlohmann::json dual_chunk_case(int repeats) {
       run.dual_chunk = {.chunk_size = 2048, .local_size = 256};
     auto gpu = cp::make_paged_backend_cuda(backend, &pool);
     gpu->init_forward_metadata(requests.batch);
-    const double ms = time_ms([&] { gpu->forward(io, run, requests.batch, true); }, repeats);
+    const double ms =
+        bench::median_event_ms([&] { gpu->forward(io, run, requests.batch, true); }, repeats);
     std::printf("  %-22s %8.3f ms  %6.1f TFLOP/s\n", backend.c_str(), ms,
                 flops / (ms * 1e-3) / 1e12);
     result["mmgen"][backend] = {{"ms", ms}, {"tflops", flops / (ms * 1e-3) / 1e12}};
@@ -255,7 +231,8 @@ nlohmann::json mla_decode_case(int64_t batch_size, int64_t context, int repeats)
       MMGEN_CUDA_CHECK(cudaDeviceSynchronize());
     }
     gpu->init_forward_metadata(step);
-    const double ms = time_ms([&] { gpu->forward_decode(io, layer, step, false); }, repeats);
+    const double ms =
+        bench::median_event_ms([&] { gpu->forward_decode(io, layer, step, false); }, repeats);
     std::printf("  %-15s %8.3f ms  %7.1f GB/s of latent rows  %6.1f TFLOP/s\n", backend.c_str(), ms,
                 bytes / (ms * 1e-3) / 1e9, flops / (ms * 1e-3) / 1e12);
     result["mmgen"][backend] = {{"ms", ms}, {"gbps", bytes / (ms * 1e-3) / 1e9}};
@@ -323,7 +300,7 @@ void decode_case(int64_t batch_size, int64_t context, int repeats) {
             std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
                 .count());
       }
-      return median(us);
+      return bench::median(us);
     };
     const double eager = wall_us([&] {
       gpu->init_forward_metadata(step);
@@ -393,8 +370,9 @@ void encoder_case(int repeats) {
       std::printf(
           "  %-11s %-38s %4ld tokens: %7.2f ms on the device (%.0f TFLOP/s in the "
           "products), %7.2f ms with the host copies; the host returns after %.2f ms\n",
-          backend.c_str(), label.c_str(), long(batch.num_tokens), median(compute) * 1e3,
-          flops / median(compute) / 1e12, median(total) * 1e3, median(enqueue) * 1e3);
+          backend.c_str(), label.c_str(), long(batch.num_tokens), bench::median(compute) * 1e3,
+          flops / bench::median(compute) / 1e12, bench::median(total) * 1e3,
+          bench::median(enqueue) * 1e3);
     }
     std::printf("  weights on GPU: %.2f GiB\n",
                 double(encoder.resident_weight_bytes()) / double(1 << 30));

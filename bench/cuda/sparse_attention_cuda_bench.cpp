@@ -30,6 +30,7 @@
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_memory.h"
 #include "core/dtype.h"
+#include "event_timing.h"
 
 using namespace mmgen;
 using namespace mmgen::cuda;
@@ -44,26 +45,6 @@ std::vector<uint16_t> random_bf16(size_t count, uint32_t seed) {
   std::vector<uint16_t> bits(count);
   for (auto& b : bits) b = f32_to_bf16(normal(generator));
   return bits;
-}
-
-double elapsed_ms(const std::function<void()>& work) {
-  cudaEvent_t start, stop;
-  MMGEN_CUDA_CHECK(cudaEventCreate(&start));
-  MMGEN_CUDA_CHECK(cudaEventCreate(&stop));
-  MMGEN_CUDA_CHECK(cudaEventRecord(start));
-  work();
-  MMGEN_CUDA_CHECK(cudaEventRecord(stop));
-  MMGEN_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  MMGEN_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  MMGEN_CUDA_CHECK(cudaEventDestroy(start));
-  MMGEN_CUDA_CHECK(cudaEventDestroy(stop));
-  return ms;
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
 }
 
 // An STA mask giving every head of `layers` layers at step 0 the window `window`.
@@ -120,8 +101,8 @@ int main(int argc, char** argv) try {
   for (int i = 0; i < 3; ++i) flash_attention_forward(dense);
   std::vector<double> dense_times;
   for (int i = 0; i < repeats; ++i)
-    dense_times.push_back(elapsed_ms([&] { flash_attention_forward(dense); }));
-  const double dense_ms = median(dense_times);
+    dense_times.push_back(bench::event_ms([&] { flash_attention_forward(dense); }));
+  const double dense_ms = bench::median(dense_times);
   std::vector<uint16_t> fa_out(count), row_out(count);
   out.download(fa_out.data(), count * 2);
   std::printf("Wan2.1-1.3B self-attention: 1 x %ld heads x %ld tokens (grid %ldx%ldx%ld) x %ld\n",
@@ -229,14 +210,14 @@ int main(int argc, char** argv) try {
     backend->count_pairs(false);
     std::vector<double> call_times, kernel_times;
     for (int i = 0; i < repeats; ++i)
-      call_times.push_back(elapsed_ms([&] { backend->forward(call); }));
+      call_times.push_back(bench::event_ms([&] { backend->forward(call); }));
     backend->time_kernel(true);
     for (int i = 0; i < repeats; ++i) {
       const double before = backend->kernel_seconds();
       backend->forward(call);
       kernel_times.push_back((backend->kernel_seconds() - before) * 1e3);
     }
-    const double call_ms = median(call_times), kernel_ms = median(kernel_times);
+    const double call_ms = bench::median(call_times), kernel_ms = bench::median(kernel_times);
     std::printf("%-40s %8.3f %9.3f %9.3f %12.1f %7.1fx\n", row.name.c_str(), density, call_ms,
                 kernel_ms, 4.0 * head_dim * kept / kernel_ms * 1e-9, dense_ms / call_ms);
     if (row.accuracy) {
@@ -280,8 +261,8 @@ int main(int argc, char** argv) try {
   auto step_ms = [&](const std::function<void()>& work) {
     work();
     std::vector<double> times;
-    for (int i = 0; i < repeats; ++i) times.push_back(elapsed_ms(work));
-    return median(times);
+    for (int i = 0; i < repeats; ++i) times.push_back(bench::event_ms(work));
+    return bench::median(times);
   };
   const double gather_ms = step_ms([&] {
     gather_to_slots(q.data(), padded.data(), 1, tokens, slots, width, to_slot.as<int32_t>());

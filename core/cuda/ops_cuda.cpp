@@ -176,14 +176,15 @@ Tensor add_gated_layer_norm_(Tensor& x, const Tensor& y, const Tensor& gate, flo
         shape_string(x.shape()), dtype_name(y.dtype()), shape_string(y.shape()));
   check(out == DType::BF16, "add_gated_layer_norm on the GPU: a bf16 result only");
   const int64_t dim = x.size(-1), rows = x.numel() / dim;
-  for (const auto& [t, what] :
-       {std::pair{&scale, "scale"}, std::pair{&shift, "shift"}, std::pair{&gate, "gate"}}) {
-    if (!t->defined() && t == &gate) continue;
-    require_device(*t, "add_gated_layer_norm", what);
-    check(t->numel() == dim && t->dtype() == DType::F32,
-          "add_gated_layer_norm: {} {} {} for rows of {}", what, dtype_name(t->dtype()),
-          shape_string(t->shape()), dim);
-  }
+  const auto require_row_vector = [&](const Tensor& t, const char* what) {
+    require_device(t, "add_gated_layer_norm", what);
+    check(t.numel() == dim && t.dtype() == DType::F32,
+          "add_gated_layer_norm: {} {} {} for rows of {}", what, dtype_name(t.dtype()),
+          shape_string(t.shape()), dim);
+  };
+  require_row_vector(scale, "scale");
+  require_row_vector(shift, "shift");
+  if (gate.defined()) require_row_vector(gate, "gate");
   const float* g = gate.defined() ? gate.data<float>() : nullptr;
   Tensor normed = Tensor::empty(x.shape(), DType::BF16, Device::CUDA);
   if (!residual_layer_norm_bf16(x.data<float>(), y.raw(), y.dtype() == DType::BF16, g, rows, dim,

@@ -282,22 +282,22 @@ Tensor WanTransformer::forward(const Tensor& latents, float timestep, const Tens
     return WanModulation{m.select(0, 0), m.select(0, 1), m.select(0, 2),
                          m.select(0, 3), m.select(0, 4), m.select(0, 5)};
   };
-  Tensor normed;
-  if (config_.num_layers > 0) {
-    const WanModulation first = block_modulation(0);
-    normed = ops::modulated_layer_norm(x, first.shift, first.scale_plus_one, config_.eps, compute_);
-  } else {
-    normed =
-        ops::modulated_layer_norm(x, head.select(0, 0), head.select(0, 1), config_.eps, compute_);
-  }
+  // The head's norm when there are no blocks; else block 0's, each block then returning the next.
+  WanModulation current = config_.num_layers > 0 ? block_modulation(0) : WanModulation{};
+  Tensor normed = config_.num_layers > 0
+                      ? ops::modulated_layer_norm(x, current.shift, current.scale_plus_one,
+                                                  config_.eps, compute_)
+                      : ops::modulated_layer_norm(x, head.select(0, 0), head.select(0, 1),
+                                                  config_.eps, compute_);
   for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
     call.layer = layer;
     const bool last = layer + 1 == config_.num_layers;
     const WanModulation following = last ? WanModulation{} : block_modulation(layer + 1);
     const WanNextNorm next = last ? WanNextNorm{head.select(0, 1), head.select(0, 0)}
                                   : WanNextNorm{following.scale_plus_one, following.shift};
-    normed = run_wan_block(x, normed, text, block_modulation(layer), next, block_weights(layer),
-                           config_, rope, compute_, call);
+    normed = run_wan_block(x, normed, text, current, next, block_weights(layer), config_, rope,
+                           compute_, call);
+    current = following;
   }
 
   // Output head: the last block's modulated LayerNorm, projection, back to the host, unpatchify.
