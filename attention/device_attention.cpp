@@ -88,6 +88,10 @@ bool sparse_backend_wants_layer_weights(const cuda::SparseSelfAttentionCuda& bac
   return backend.wants_layer_weights();
 }
 
+bool sparse_backend_batch_elements_alone(const cuda::SparseSelfAttentionCuda& backend) {
+  return backend.batch_elements_alone();
+}
+
 void channel_attention_gpu(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
                            bool exact, Tensor& out) {
   for (const Tensor* x : {&q, &k, &v, const_cast<const Tensor*>(&out)})
@@ -125,6 +129,10 @@ bool sparse_backend_wants_gate(const cuda::SparseSelfAttentionCuda&) {
 }
 
 bool sparse_backend_wants_layer_weights(const cuda::SparseSelfAttentionCuda&) {
+  return false;
+}
+
+bool sparse_backend_batch_elements_alone(const cuda::SparseSelfAttentionCuda&) {
   return false;
 }
 

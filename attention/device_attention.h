@@ -62,5 +62,8 @@ void channel_attention_gpu(const Tensor& q, const Tensor& k, const Tensor& v, fl
 // among them).
 bool sparse_backend_wants_gate(const cuda::SparseSelfAttentionCuda& backend);
 bool sparse_backend_wants_layer_weights(const cuda::SparseSelfAttentionCuda& backend);
+// Whether the backend attends each batch element alone, keeping nothing between calls (the two
+// guidance branches may then run as one batch).
+bool sparse_backend_batch_elements_alone(const cuda::SparseSelfAttentionCuda& backend);
 
 }  // namespace mmgen::attention

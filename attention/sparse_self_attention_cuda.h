@@ -74,6 +74,9 @@ class SparseSelfAttentionCuda {
   virtual bool wants_gate() const { return false; }
   // Whether calls should carry the layer's extra checkpoint weights on the GPU.
   virtual bool wants_layer_weights() const { return wants_gate(); }
+  // Whether a batch element's output is what it would get alone (no state across calls, nothing
+  // shared across the batch), so the two guidance branches may run as one batch of two.
+  virtual bool batch_elements_alone() const { return false; }
 
   void count_pairs(bool enabled) { counting_ = enabled; }
   const SparseAttentionStats& stats() const { return stats_; }

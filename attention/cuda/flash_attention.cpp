@@ -27,6 +27,8 @@ int device_major() {
 
 template <int D, int kMode>
 void launch(const FlashAttentionArgs& args, bool hopper, cudaStream_t stream) {
+  if constexpr (kMode == kFlashDense)
+    if (args.v_scales) return launch_flash_attention_hopper_int8_fp8<D>(args, stream);
   if (args.q_scales)
     launch_flash_attention_hopper_int8<D, kMode>(args, stream);
   else if (hopper)
@@ -96,6 +98,13 @@ void flash_attention_forward(const FlashAttentionArgs& args, cudaStream_t stream
           "CUDA attention: INT8 q and k strides must be multiples of 16 bytes");
   } else {
     check(!args.k_scales, "CUDA attention: k_scales without q_scales");
+  }
+  if (args.v_scales) {
+    check(args.q_scales && !args.block_offsets,
+          "CUDA attention: FP8 values (SageAttention2's P·V) need INT8 scores and dense mode");
+    check(args.v_keys >= args.seq_k && args.v_keys % 128 == 0 && args.v_keys < (int64_t(1) << 31),
+          "CUDA attention: FP8 value rows of {} keys for {} keys; fp8_value_keys gives the length",
+          args.v_keys, args.seq_k);
   }
   if (args.reads_cubes()) {
     const int64_t* grid = args.video_grid;

@@ -81,6 +81,15 @@ struct FlashAttentionArgs {
   // fragments; coarser groups repeat one value four times). v and out stay bf16 of head_dim.
   const float* q_scales = nullptr;
   const float* k_scales = nullptr;
+  // FP8 values (SageAttention2's P·V; with INT8 scores, dense mode only) when v_scales is set: v
+  // is e4m3 [batch, heads, head_dim, v_keys] as fp8_quantize_values writes it (each channel's
+  // keys contiguous, permuted within runs of 32, v_keys = fp8_value_keys(seq_k), v_strides
+  // unused) and v_scales [batch, heads, head_dim] its per-channel scales. The probabilities enter
+  // the product as e4m3 too, scaled by 448 (their largest is then 448, e4m3's largest), and each
+  // 128-key tile's product is added to the float32 output in float32 (the tensor cores' FP8
+  // accumulation keeps fewer bits).
+  const float* v_scales = nullptr;
+  int64_t v_keys = 0;
 
   FlashKernel kernel = FlashKernel::Auto;
 };

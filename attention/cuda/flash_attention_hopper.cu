@@ -21,7 +21,14 @@
 //   row, so their tiles have the byte layout of a bf16 D = 64 tile and the same descriptors step
 //   along K (32 bytes per step: k32 for s8, k16 for bf16). S = Q·Kᵀ runs as wgmma s8 into exact
 //   int32 accumulators (|q·k| <= 128 · 127² < 2^24, so the float conversion is exact too), each
-//   score then takes its row's and its key group's scale; P·V is the bf16 product as before.
+//   score then takes its row's and its key group's scale; P·V is the bf16 product as before;
+// - with FP8 values as well (kFp8V, SageAttention2; dense only) V arrives as e4m3 channel rows of
+//   128 keys (fp8_values.h: transposed, since FP8 wgmma reads B K-major only, and permuted within
+//   runs of 32 keys), one swizzle row per channel; the probabilities, scaled by 448, are packed
+//   into e4m3 A fragments straight from the score layout (the permutation makes that a local
+//   repack), each tile's P·V runs as wgmma e4m3 k32 into fresh accumulators and is added to the
+//   float32 output in float32 (FP8 wgmma accumulates in fewer bits), and the channel scales
+//   multiply the output at the end.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
@@ -138,10 +145,13 @@ struct OutputProduct<128> {
 // Turns raw scores into unnormalised probabilities in place, masking keys that are not there
 // (entry a's keys whose bit in valid_a is clear, entry b's in valid_b); returns the factors the
 // accumulated output must be scaled by.
+// The probabilities come out multiplied by 2^log2_gain (the FP8 product's 448); the row sums with
+// them, so the output's normalisation cancels the gain.
 template <int Keys>
 __device__ __forceinline__ void softmax_tile(float (&scores)[Keys / 2], SoftmaxRows& rows,
-                                             float scale_log2, bool mask, uint64_t valid_a,
-                                             uint64_t valid_b, int lane, float (&correction)[2]) {
+                                             float scale_log2, float log2_gain, bool mask,
+                                             uint64_t valid_a, uint64_t valid_b, int lane,
+                                             float (&correction)[2]) {
   if (mask) {
     // This thread's columns are (i mod 8)·8 + 2·(lane mod 4) + (c mod 2): one shift by the lane's
     // part, then every test is a constant shift.
@@ -167,11 +177,12 @@ __device__ __forceinline__ void softmax_tile(float (&scores)[Keys / 2], SoftmaxR
     correction[half] = exp2_ftz(rows.max[half] - offset);
     rows.max[half] = new_max;
     float sum = rows.sum[half] * correction[half];
+    const float shift = log2_gain - offset;
 #pragma unroll
     for (int i = 0; i < Keys / 8; ++i)
 #pragma unroll
       for (int c = 2 * half; c < 2 * half + 2; ++c) {
-        const float p = exp2_ftz(fmaf(scores[4 * i + c], scale_log2, -offset));
+        const float p = exp2_ftz(fmaf(scores[4 * i + c], scale_log2, shift));
         scores[4 * i + c] = p;
         sum += p;
       }
@@ -192,11 +203,49 @@ __device__ __forceinline__ void pack_probabilities(const float (&p)[Keys / 2],
   }
 }
 
+// P as e4m3 A fragments of the FP8 output product: 32 keys per step. Step ks takes score columns
+// 32ks .. 32ks + 31, of which this thread holds 8i + 2(lane mod 4) + {0, 1} for i = 4ks .. 4ks + 3
+// (fp8_values.h orders V's keys to match): bytes (i = 4ks, 4ks + 1) of its row, then of the row 8
+// below, then the same for i = 4ks + 2, 4ks + 3. Rounded to nearest, saturating (p <= 448).
+__device__ __forceinline__ uint32_t pack_e4m3x4(float a, float b, float c, float d) {
+  uint16_t low, high;  // cvt puts its first operand in the upper byte
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(low) : "f"(b), "f"(a));
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(high) : "f"(d), "f"(c));
+  return uint32_t(low) | (uint32_t(high) << 16);
+}
+template <int Keys>
+__device__ __forceinline__ void pack_probabilities_e4m3(const float (&p)[Keys / 2],
+                                                        uint32_t (&fragments)[Keys / 32][4]) {
+#pragma unroll
+  for (int ks = 0; ks < Keys / 32; ++ks) {
+    const int b = 16 * ks;
+    fragments[ks][0] = pack_e4m3x4(p[b + 0], p[b + 1], p[b + 4], p[b + 5]);
+    fragments[ks][1] = pack_e4m3x4(p[b + 2], p[b + 3], p[b + 6], p[b + 7]);
+    fragments[ks][2] = pack_e4m3x4(p[b + 8], p[b + 9], p[b + 12], p[b + 13]);
+    fragments[ks][3] = pack_e4m3x4(p[b + 10], p[b + 11], p[b + 14], p[b + 15]);
+  }
+}
+
+template <int D>
+__device__ __forceinline__ void output_product_e4m3(float (&o)[D / 2], const uint32_t (&a)[4],
+                                                    uint64_t b, int accumulate) {
+  if constexpr (D == 64)
+    wgmma_m64n64k32_e4m3_rs(o, a, b, accumulate);
+  else
+    wgmma_m64n128k32_e4m3_rs(o, a, b, accumulate);
+}
+
+// log2(448): the FP8 probabilities' gain.
+constexpr float kLog2Fp8Gain = 8.807354922057604f;
+
 // Bytes of one tile row of Q or K in shared memory: an int8 row is one 128-byte swizzle row.
 template <int D, bool kInt8>
 constexpr int kQkRowBytes = kInt8 ? kInt8Width : D * 2;
+// Bytes of one V slot: a tile's keys by D in bf16, or (FP8 values) D channel rows of 128 keys.
+template <int D, bool kFp8V>
+constexpr int kVSlotBytes = kFp8V ? D* kTileKeys : kTileKeys* D * 2;
 
-template <int D, int kMode, bool kInt8>
+template <int D, int kMode, bool kInt8, bool kFp8V>
 __global__ void __launch_bounds__(kThreads, 1)
     flash_forward_hopper_kernel(const FlashAttentionArgs args,
                                 const __grid_constant__ CUtensorMap q_map,
@@ -220,8 +269,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   unsigned char* shared_q = shared_aligned;
   // kSets x kKeyStages [128, row] key tiles, then kSets x kStages [128, D] value tiles.
   unsigned char* shared_k = shared_q + kFlashBlockM * kQkRow;
+  static_assert(!kFp8V || (kInt8 && kMode == kFlashDense), "FP8 values are dense INT8 only");
+  constexpr int kVSlot = kVSlotBytes<D, kFp8V>;
   unsigned char* shared_v = shared_k + kSets * kKeyStages * kTileKeys * kQkRow;
-  Barriers* barriers = reinterpret_cast<Barriers*>(shared_v + kSets * kStages * kTileKeys * D * 2);
+  Barriers* barriers = reinterpret_cast<Barriers*>(shared_v + kSets * kStages * kVSlot);
   auto address_of = [](uint64_t& barrier) { return shared_address(&barrier); };
 
   const int query_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
@@ -283,7 +334,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   // Slot s of set c.
   auto k_slot = [&](int c, int s) { return shared_k + (c * kKeyStages + s) * kTileKeys * kQkRow; };
-  auto v_slot = [&](int c, int s) { return shared_v + (c * kStages + s) * kTileKeys * D * 2; };
+  auto v_slot = [&](int c, int s) { return shared_v + (c * kStages + s) * kVSlot; };
 
   if (warpgroup == 0) {  // producers: warp 0 (and with lists per 64 rows warp 1), one lane each
     release_registers<kProducerRegisters>();
@@ -373,8 +424,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int v_slot_index = t % kStages, v_round = t / kStages;
       if (v_round > 0)
         barrier_wait(address_of(barriers->v_empty[set][v_slot_index]), (v_round - 1) & 1);
-      copy_tile(&v_map, v_slot(set, v_slot_index), barriers->v_full[set][v_slot_index], blocks,
-                kVHalves);
+      if constexpr (kFp8V) {  // D channel rows of the tile's 128 keys, from its first key on
+        uint64_t& full = barriers->v_full[set][v_slot_index];
+        barrier_expect_bytes(address_of(full), kVSlot);
+        tensor_copy_4d(shared_address(v_slot(set, v_slot_index)), &v_map, blocks.at[0].x, 0, head,
+                       batch, address_of(full));
+      } else {
+        copy_tile(&v_map, v_slot(set, v_slot_index), barriers->v_full[set][v_slot_index], blocks,
+                  kVHalves);
+      }
     }
     return;
   }
@@ -392,7 +450,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t q_address = shared_address(shared_q) + consumer * 64 * 128;
   float scores[kTileRegs];
   int32_t int_scores[kInt8 ? kTileRegs : 1];  // the s8 product's accumulators (kInt8)
-  uint32_t p_fragments[kTileKeys / 16][4];
+  uint32_t p_fragments[kFp8V ? kTileKeys / 32 : kTileKeys / 16][4];
+  // kFp8V: each tile's P·V, before it joins acc in float32.
+  float tile_out[kFp8V ? kORegs : 1];
+  constexpr float kLog2Gain = kFp8V ? kLog2Fp8Gain : 0.0f;
+  auto pack = [&] {
+    if constexpr (kFp8V)
+      pack_probabilities_e4m3<kTileKeys>(scores, p_fragments);
+    else
+      pack_probabilities<kTileKeys>(scores, p_fragments);
+  };
   // What the in-flight score product writes: pinned around it so no access moves across.
   auto pin_scores = [&] {
     if constexpr (kInt8)
@@ -438,13 +505,31 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   // O += P_t·V_t, asynchronously; V [keys, D] is N-major for this product (transposed read):
   // 64-column halves are kTileKeys * 128 bytes apart, 8-key groups 1024 bytes apart.
+  // kFp8V: tile_out = P_t·V_t; V_t is D channel rows of 128 keys (K-major, like K with INT8).
   auto issue_output = [&](int t) {
     const uint32_t v_address = shared_address(v_slot(set, t % kStages));
+    if constexpr (kFp8V) {
 #pragma unroll
-    for (int ks = 0; ks < kTileKeys / 16; ++ks)
-      OutputProduct<D>::run(
-          acc, p_fragments[ks],
-          swizzle128_descriptor(v_address + ks * 16 * 128, kTileKeys * 128, 1024));
+      for (int ks = 0; ks < kTileKeys / 32; ++ks)
+        output_product_e4m3<D>(tile_out, p_fragments[ks],
+                               swizzle128_descriptor(v_address + ks * 32, 16, 1024), ks > 0);
+    } else {
+#pragma unroll
+      for (int ks = 0; ks < kTileKeys / 16; ++ks)
+        OutputProduct<D>::run(
+            acc, p_fragments[ks],
+            swizzle128_descriptor(v_address + ks * 16 * 128, kTileKeys * 128, 1024));
+    }
+  };
+  // kFp8V: acc = acc · (tile t's correction) + tile t's product, in float32.
+  auto fold = [&](const float(&correction)[2]) {
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      acc[4 * i + 0] = fmaf(acc[4 * i + 0], correction[0], tile_out[4 * i + 0]);
+      acc[4 * i + 1] = fmaf(acc[4 * i + 1], correction[0], tile_out[4 * i + 1]);
+      acc[4 * i + 2] = fmaf(acc[4 * i + 2], correction[1], tile_out[4 * i + 2]);
+      acc[4 * i + 3] = fmaf(acc[4 * i + 3], correction[1], tile_out[4 * i + 3]);
+    }
   };
   // The row masks of tile t's key slot (read once its keys are in, before the slot is released).
   uint64_t tile_rows[2];
@@ -461,15 +546,20 @@ __global__ void __launch_bounds__(kThreads, 1)
           kEntries == 1 || entry + 1 >= list_size ? 0 : first_key_of(entry + 1);
       const float scale_a = k_scales[(first_key_a / kFlashBlockN) * 4];
       const float scale_b = kEntries == 2 ? k_scales[(first_key_b / kFlashBlockN) * 4] : 0.0f;
+      // int -> float by the exponent trick: I2F issues 16 per clock per SM, the exponentials'
+      // rate, while an integer add and a float subtract run on the 64- and 128-wide pipes. Exact
+      // for |x| < 2^22 (1.5·2^23 + x is then a float with x in its low mantissa bits), and
+      // |q·k| <= 128 · 127² < 2^21.
 #pragma unroll
       for (int i = 0; i < kTileKeys / 8; ++i)
 #pragma unroll
         for (int c = 0; c < 4; ++c)
-          scores[4 * i + c] =
-              float(int_scores[4 * i + c]) * (q_scale[c >> 1] * (i < 8 ? scale_a : scale_b));
+          scores[4 * i + c] = (__int_as_float(int_scores[4 * i + c] + 0x4b400000) - 12582912.0f) *
+                              (q_scale[c >> 1] * (i < 8 ? scale_a : scale_b));
     }
     const bool mask = ~valid_a != 0 || (kEntries == 2 && ~valid_b != 0);
-    softmax_tile<kTileKeys>(scores, rows, scale_log2, mask, valid_a, valid_b, lane, correction);
+    softmax_tile<kTileKeys>(scores, rows, scale_log2, kLog2Gain, mask, valid_a, valid_b, lane,
+                            correction);
   };
 
   // Turns: consumer 0 issues first. Every issue phase waits for its turn and passes it on, except
@@ -496,6 +586,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // (Measured again on an H200 after the ftz exponentials, 2026-11-29: turns at D = 128 gave
   // dense 617 against 610-616 TFLOP/s without, inside the spread, and cost the block-sparse kernel
   // 6%: 571 against 606.)
+  // (With FP8 values, where the products take half as long and the exponentials as long as
+  // before, turns measured slower too: 664.5 against 682.5 TFLOP/s, H200, 2026-11-29.)
   constexpr bool kTurns = D == 64 && !kPerHalf;
   auto begin_issue = [&] {
     if (kTurns) wait_for_turn(consumer);
@@ -519,13 +611,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     pin_scores();
     release(barriers->k_empty[set][0]);
     softmax(0, owed);  // the output is still zero: what it owes is moot
-    pack_probabilities<kTileKeys>(scores, p_fragments);
+    pack();
   }
   // Tile t: while the tensor cores run O += P_t·V_t, the threads turn tile t + 1's scores into
   // probabilities; the output is rescaled once that product is done. (The last tile is peeled
   // off so the loop body has no branch around its wgmma: ptxas then keeps them asynchronous.)
   for (int t = 0; t + 1 < tiles; ++t) {
     const int next = t + 1;
+    const float owed_now[2] = {owed[0], owed[1]};  // tile t's (kFp8V folds it in after softmax)
     barrier_wait(address_of(barriers->k_full[set][next % kKeyStages]), (next / kKeyStages) & 1);
     read_key_rows(next);
     barrier_wait(address_of(barriers->v_full[set][t % kStages]), (t / kStages) & 1);
@@ -535,9 +628,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_fence();
     issue_scores(next);
     wgmma_commit();
-    settle();
-    pin_registers(acc);
-    wgmma_fence();  // orders the rescaled accumulators before the product that adds to them
+    if constexpr (!kFp8V) {
+      settle();
+      pin_registers(acc);
+      wgmma_fence();  // orders the rescaled accumulators before the product that adds to them
+    }
     issue_output(t);
     wgmma_commit();
     end_issue();
@@ -548,12 +643,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_wait_all();  // O += P_t·V_t done: P_t's registers and O are free again
     pin_registers(acc);
     release(barriers->v_empty[set][t % kStages]);
-    pack_probabilities<kTileKeys>(scores, p_fragments);
+    if constexpr (kFp8V) {
+      pin_registers(tile_out);
+      fold(owed_now);
+    }
+    pack();
   }
   if (tiles > 0) {
     const int last = tiles - 1;
     barrier_wait(address_of(barriers->v_full[set][last % kStages]), (last / kStages) & 1);
-    settle();
+    if constexpr (!kFp8V) settle();
     pin_registers(acc);
     begin_issue();
     wgmma_fence();
@@ -562,6 +661,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     end_issue();
     wgmma_wait_all();
     pin_registers(acc);
+    if constexpr (kFp8V) {
+      pin_registers(tile_out);
+      fold(owed);
+    }
+  }
+  if constexpr (kFp8V) {  // the channel scales of this thread's columns
+    const float* channel =
+        args.v_scales + (int64_t(batch) * args.heads + head) * D + 2 * (lane & 3);
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      const float2 s = *reinterpret_cast<const float2*>(channel + 8 * i);
+      acc[4 * i + 0] *= s.x, acc[4 * i + 1] *= s.y, acc[4 * i + 2] *= s.x, acc[4 * i + 3] *= s.y;
+    }
   }
 
   // acc[4i + c]: row lane/4 (+8 for c >= 2) of this warp's 16, column 8i + 2(lane%4) + (c&1).
@@ -595,7 +707,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             pack_bf16x2(acc[4 * i + 2 * half] * inverse, acc[4 * i + 2 * half + 1] * inverse);
     if (args.lse && (lane & 3) == 0)
       args.lse[(int64_t(batch) * args.heads + head) * args.seq_q + row] =
-          sum > 0.0f ? (rows.max[half] + log2f(sum)) * 0.6931471805599453f : -INFINITY;
+          sum > 0.0f ? (rows.max[half] + log2f(sum) - kLog2Gain) * 0.6931471805599453f : -INFINITY;
   }
 }
 
@@ -662,16 +774,36 @@ CUtensorMap make_cube_map(const void* base, const AttentionStrides& strides, int
   return map;
 }
 
+// A 4-D tensor map over FP8 values [batch, heads, D, keys] (keys innermost, fp8_values.h) whose box
+// is one tile: 128 keys (128 bytes, the swizzle width) by the D channels.
+CUtensorMap make_fp8_value_map(const void* base, int64_t batch, int64_t heads, int64_t head_dim,
+                               int64_t keys) {
+  CUtensorMap map;
+  const cuuint64_t sizes[4] = {cuuint64_t(keys), cuuint64_t(head_dim), cuuint64_t(heads),
+                               cuuint64_t(batch)};
+  const cuuint64_t byte_strides[3] = {cuuint64_t(keys), cuuint64_t(keys * head_dim),
+                                      cuuint64_t(keys * head_dim * heads)};
+  const cuuint32_t box[4] = {cuuint32_t(kTileKeys), cuuint32_t(head_dim), 1, 1};
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  check_driver(
+      encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, const_cast<void*>(base), sizes,
+                     byte_strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+      "cuTensorMapEncodeTiled (FP8 values)", __FILE__, __LINE__);
+  return map;
+}
+
 // Q, then the key tiles of 128 rows, then the value tiles, then the barriers.
-template <int D, int kMode, bool kInt8>
+template <int D, int kMode, bool kInt8, bool kFp8V = false>
 void launch(const FlashAttentionArgs& args, cudaStream_t stream) {
   constexpr int kSets = kSlotSetsOf<kMode>;
-  constexpr int kSharedBytes =
-      kFlashBlockM * kQkRowBytes<D, kInt8> +
-      kSets * kTileKeys * (kKeyStagesOf<kMode> * kQkRowBytes<D, kInt8> + kStages * D * 2) +
-      int(sizeof(Barriers)) + 1024;
+  constexpr int kSharedBytes = kFlashBlockM * kQkRowBytes<D, kInt8> +
+                               kSets * (kTileKeys * kKeyStagesOf<kMode> * kQkRowBytes<D, kInt8> +
+                                        kStages * kVSlotBytes<D, kFp8V>)+int(sizeof(Barriers)) +
+                               1024;
   static_assert(kSharedBytes <= 227 * 1024, "the tiles exceed an sm_90 CTA's shared memory");
-  auto kernel = flash_forward_hopper_kernel<D, kMode, kInt8>;
+  auto kernel = flash_forward_hopper_kernel<D, kMode, kInt8, kFp8V>;
   static const bool configured = [&] {
     MMGEN_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
@@ -695,8 +827,9 @@ void launch(const FlashAttentionArgs& args, cudaStream_t stream) {
                             kFlashBlockM, kInt8);
     k_map = make_tensor_map(args.k, args.k_strides, args.batch, args.seq_k, args.heads, qk_width,
                             kFlashBlockN, kInt8);
-    v_map = make_tensor_map(args.v, args.v_strides, args.batch, args.seq_k, args.heads, D,
-                            kFlashBlockN);
+    v_map = kFp8V ? make_fp8_value_map(args.v, args.batch, args.heads, D, args.v_keys)
+                  : make_tensor_map(args.v, args.v_strides, args.batch, args.seq_k, args.heads, D,
+                                    kFlashBlockN);
   }
   const dim3 grid(unsigned((query_rows + kFlashBlockM - 1) / kFlashBlockM), unsigned(args.heads),
                   unsigned(args.batch));
@@ -715,6 +848,13 @@ template <int D, int kMode>
 void launch_flash_attention_hopper_int8(const FlashAttentionArgs& args, cudaStream_t stream) {
   launch<D, kMode, true>(args, stream);
 }
+
+template <int D>
+void launch_flash_attention_hopper_int8_fp8(const FlashAttentionArgs& args, cudaStream_t stream) {
+  launch<D, kFlashDense, true, true>(args, stream);
+}
+template void launch_flash_attention_hopper_int8_fp8<64>(const FlashAttentionArgs&, cudaStream_t);
+template void launch_flash_attention_hopper_int8_fp8<128>(const FlashAttentionArgs&, cudaStream_t);
 
 #define MMGEN_INSTANTIATE(D, MODE)                                                               \
   template void launch_flash_attention_hopper<D, MODE>(const FlashAttentionArgs&, cudaStream_t); \

@@ -22,4 +22,8 @@ void launch_flash_attention_hopper(const FlashAttentionArgs& args, cudaStream_t 
 template <int D, int kMode>
 void launch_flash_attention_hopper_int8(const FlashAttentionArgs& args, cudaStream_t stream);
 
+// The INT8-score kernel with FP8 values (FlashAttentionArgs::v_scales): dense, sm_90 only.
+template <int D>
+void launch_flash_attention_hopper_int8_fp8(const FlashAttentionArgs& args, cudaStream_t stream);
+
 }  // namespace mmgen::cuda

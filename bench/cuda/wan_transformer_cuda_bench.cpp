@@ -3,7 +3,8 @@
 // 32760 tokens) with 512 text tokens: wall-clock seconds per forward (median of repeats after a
 // warm-up, host work included) and the peak GPU memory the caching allocator handed out; with
 // dense self-attention (fa), then with sliding_tile_attn (window 2x2x3 tiles of 6x8x8 in every
-// layer and head) and video_sparse_attn (sparsity 0.9), about 90% sparse.
+// layer and head) and video_sparse_attn (sparsity 0.9), about 90% sparse, and sage_attn (dense,
+// INT8 Q·Kᵀ with FP8 P·V).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -35,7 +36,7 @@ int main(int argc, char** argv) try {
       modes_wanted = argv[i + 1];
     else
       throw std::runtime_error("unknown flag " + flag +
-                               "; use --repeats N and --modes dense,sta,vsa");
+                               "; use --repeats N and --modes dense,sta,vsa,sage");
   }
   dit::WanTransformerConfig config;
   config.num_attention_heads = 12;
@@ -74,6 +75,7 @@ int main(int argc, char** argv) try {
        "sliding_tile_attn",
        {{"mask_strategy_file_path", mask_file.string()}, {"skip_time_steps", 0}}},
       {"vsa", "video_sparse_attn, sparsity 0.9", "video_sparse_attn", {{"sparsity", 0.9}}},
+      {"sage", "sage_attn (INT8 Q·Kᵀ, FP8 P·V)", "sage_attn", nlohmann::json::object()},
   };
   std::printf("Wan2.1-1.3B-sized transformer, 480x832x81 frames (32760 tokens), 512 text tokens\n");
   std::printf("weights on GPU: %.2f GiB (uploaded in %.1f s)\n",

@@ -40,10 +40,13 @@ struct WanAttention {
   // torch_sdpa): such attention gives a batch element the values it gives it alone, so the two
   // guidance branches may run as one batch.
   bool dense_on_cpu() const;
-  // True when a GPU run's self-attention is the plan's dense kernel: no sparse backend, whose
-  // state (SVG2's centroids, counted per guidance branch) follows one branch per call. Dense
-  // kernels attend each batch element alone, so the two branches may run as one batch.
-  bool dense_on_gpu() const { return !gpu.sparse; }
+  // True when a GPU run's self-attention is the plan's dense kernel, or a backend that attends
+  // each batch element alone (sage_attn): not a sparse backend whose state (SVG2's centroids,
+  // counted per guidance branch) follows one branch per call. Then the two branches may run as
+  // one batch.
+  bool dense_on_gpu() const {
+    return !gpu.sparse || attention::sparse_backend_batch_elements_alone(*gpu.sparse);
+  }
 };
 
 // Where a forward pass sits in the denoising loop.

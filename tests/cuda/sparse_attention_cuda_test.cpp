@@ -5,7 +5,9 @@
 // chunk kinds in threshold and top-k mode, the host-chosen head_global and overall thresholds and
 // a dense first step, with the chosen (query, chunk) pairs counted against the CPU's choice;
 // sage_attn (three granularities, K smoothed or not) and sage_sla_attn, whose INT8 levels are
-// also checked against the CPU quantisers' integer for integer.
+// also checked against the CPU quantisers' integer for integer; sage_attn's FP8 P·V against the
+// CPU backend on the same e4m3 values of V (its quantiser checked byte for byte), within what
+// e4m3 probabilities cost.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -19,6 +21,7 @@
 #include "attention/backends/video_sparse_attn/vsa_gate.h"
 #include "attention/backends/vmoba_attn/vmoba_settings.h"
 #include "attention/block_sparse.h"
+#include "attention/cuda/fp8_values.h"
 #include "attention/cuda/int8_quantize.h"
 #include "attention/sage_quant.h"
 #include "attention/sla_quant.h"
@@ -90,6 +93,108 @@ double vmoba_cpu_kept_pairs(const Case& c, const json& config, const Tensor& q, 
   return kept;
 }
 
+// e4m3 (the OCP FP8 format the tensor cores read: 4 exponent bits of bias 7, 3 mantissa bits, no
+// infinities) by rounding to nearest even, saturated at ±448: the bits, and the value of bits.
+uint8_t e4m3_bits(float x) {
+  const uint8_t sign = std::signbit(x) ? 0x80 : 0;
+  const double a = std::fabs(double(x));
+  if (a >= 448.0) return sign | 0x7e;
+  if (a == 0.0) return sign;
+  int e = 0;
+  std::frexp(a, &e);                         // a = m · 2^e, m in [0.5, 1)
+  const int exponent = std::max(e - 1, -6);  // below 2^-6 the spacing stays 2^-9 (subnormals)
+  const double step = std::ldexp(1.0, exponent - 3);
+  const double r = std::nearbyint(a / step) * step;  // the current mode: nearest, ties to even
+  if (r == 0.0) return sign;                         // below half the smallest subnormal
+  std::frexp(r, &e);
+  if (e - 1 < -6) return sign | uint8_t(std::lround(r / std::ldexp(1.0, -9)));
+  return sign | uint8_t(((e - 1 + 7) << 3) | std::lround((r / std::ldexp(1.0, e - 1) - 1.0) * 8));
+}
+float e4m3_value(uint8_t bits) {
+  const int exponent = (bits >> 3) & 15, mantissa = bits & 7;
+  const double magnitude = exponent == 0 ? std::ldexp(double(mantissa), -9)
+                                         : std::ldexp(1.0 + mantissa / 8.0, exponent - 7);
+  return float((bits & 0x80) ? -magnitude : magnitude);
+}
+
+// What fp8_values.h specifies for [B, S, H, D] values: the scales, the e4m3 bytes in the
+// transposed, permuted layout, and the values those bytes stand for in the input's layout.
+struct Fp8Reference {
+  std::vector<float> scales;
+  std::vector<uint8_t> bytes;
+  std::vector<float> dequantized;
+};
+Fp8Reference fp8_reference(const std::vector<float>& v, int64_t B, int64_t S, int64_t H,
+                           int64_t D) {
+  const int64_t keys = fp8_value_keys(S);
+  Fp8Reference ref;
+  ref.scales.resize(size_t(B * H * D));
+  ref.bytes.assign(size_t(B * H * D * keys), 0);
+  ref.dequantized.resize(v.size());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t d = 0; d < D; ++d) {
+        auto at = [&](int64_t t) { return size_t(((b * S + t) * H + h) * D + d); };
+        float largest = 0.0f;
+        for (int64_t t = 0; t < S; ++t) largest = std::max(largest, std::fabs(v[at(t)]));
+        const float scale = largest > 0.0f ? largest / kFp8ValueMax : 1.0f;
+        const size_t channel = size_t((b * H + h) * D + d);
+        ref.scales[channel] = scale;
+        for (int64_t position = 0; position < keys; ++position) {
+          const int64_t t = position / 32 * 32 + fp8_value_key_at(int(position % 32));
+          if (t >= S) continue;
+          const uint8_t bits = e4m3_bits(v[at(t)] / scale);
+          ref.bytes[channel * size_t(keys) + size_t(position)] = bits;
+          ref.dequantized[at(t)] = e4m3_value(bits) * scale;
+        }
+      }
+  return ref;
+}
+
+// fp8_quantize_values against fp8_reference, byte for byte and scale for scale: two head sizes,
+// partial last tiles, an outlier channel, an all-zero channel and a strided (packed qkv) input.
+void check_fp8_values(std::mt19937& generator) {
+  const int64_t B = 2, S = 777, H = 3;
+  for (const int64_t D : {int64_t(64), int64_t(128)}) {
+    const int64_t count = B * S * H * D;
+    Bf16Values x = random_bf16(size_t(count), generator);
+    for (int64_t i = 0; i < count; i += D) {  // channel 3 large, channel 5 of head 1 zero
+      x.values[size_t(i + 3)] = bf16_to_f32(f32_to_bf16(x.values[size_t(i + 3)] * 40.0f));
+      if ((i / D) % H == 1) x.values[size_t(i + 5)] = 0.0f;
+      x.bits[size_t(i + 3)] = f32_to_bf16(x.values[size_t(i + 3)]);
+      x.bits[size_t(i + 5)] = f32_to_bf16(x.values[size_t(i + 5)]);
+    }
+    // The values as the middle third of a packed [B, S, 3·H·D] buffer (q, k, v side by side).
+    std::vector<uint16_t> packed(size_t(3 * count), 0);
+    for (int64_t row = 0; row < B * S; ++row)
+      for (int64_t c = 0; c < H * D; ++c)
+        packed[size_t(row * 3 * H * D + H * D + c)] = x.bits[size_t(row * H * D + c)];
+    DeviceBuffer dv(packed.size() * 2), out(size_t(B * H * D * fp8_value_keys(S))),
+        scales(size_t(B * H * D) * 4);
+    dv.upload(packed.data(), packed.size() * 2);
+    out.fill_bytes(0xff);
+    Fp8ValuesArgs args;
+    args.v = static_cast<const uint16_t*>(dv.data()) + H * D;
+    args.strides = {S * 3 * H * D, 3 * H * D, D};
+    args.batch = B, args.seq = S, args.heads = H, args.head_dim = D;
+    args.out = out.as<uint8_t>(), args.scales = scales.as<float>();
+    fp8_quantize_values(args);
+    MMGEN_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint8_t> bytes(size_t(B * H * D * fp8_value_keys(S)));
+    std::vector<float> got_scales(size_t(B * H * D));
+    out.download(bytes.data(), bytes.size());
+    scales.download(got_scales.data(), got_scales.size() * 4);
+    const Fp8Reference ref = fp8_reference(x.values, B, S, H, D);
+    int64_t wrong = 0, wrong_scales = 0;
+    for (size_t i = 0; i < bytes.size(); ++i) wrong += bytes[i] != ref.bytes[i];
+    for (size_t i = 0; i < got_scales.size(); ++i) wrong_scales += got_scales[i] != ref.scales[i];
+    expect(wrong == 0 && wrong_scales == 0,
+           fmt::format("fp8_quantize_values D={}: {} of {} bytes and {} of {} scales differ from "
+                       "the reference",
+                       D, wrong, bytes.size(), wrong_scales, got_scales.size()));
+  }
+}
+
 void run_case(const Case& c, std::mt19937& generator) {
   const int64_t B = c.batch, H = c.heads, D = c.head_dim;
   const int64_t S = c.grid[0] * c.grid[1] * c.grid[2], count = B * S * H * D;
@@ -120,8 +225,18 @@ void run_case(const Case& c, std::mt19937& generator) {
     device_weights["proj_l.bias"] = weights["proj_l.bias"].to(Device::CUDA);
   }
   context.weights = &weights;
+  // sage_attn's FP8 P·V: the CPU oracle (float32 P·V) gets V's e4m3 values, so what remains is
+  // the e4m3 probabilities' rounding. Their 3 mantissa bits round each one by up to 2^-4
+  // (about 2.4% root mean square, uniform in the last place); on random inputs the output is
+  // itself a sum of many such terms of random sign, so its relative error is about that much.
+  const bool fp8_values = c.backend == "sage_attn" && config.at("pv_dtype") == "fp8";
+  const Tensor oracle_v =
+      fp8_values
+          ? Tensor::from_vector({B, S, H, D}, fp8_reference(v.values, B, S, H, D).dequantized)
+          : host(v);
+  const double bound = fp8_values ? 3e-2 : 1e-2;
   const Tensor expected_tensor = attention::make_dit_backend(c.backend, config)
-                                     ->forward(host(q), host(k), host(v), scale, context, nullptr);
+                                     ->forward(host(q), host(k), oracle_v, scale, context, nullptr);
   std::vector<double> expected(static_cast<size_t>(count));
   for (int64_t i = 0; i < count; ++i) expected[size_t(i)] = expected_tensor.data<float>()[i];
 
@@ -159,8 +274,16 @@ void run_case(const Case& c, std::mt19937& generator) {
                   c.portable ? " (portable kernel)" : "", B, H, D, c.grid[0], c.grid[1], c.grid[2],
                   backend->stats().density());
   expect(finite, name + ": every output element written and finite");
-  expect(error < 1e-2,
-         fmt::format("{}: relative error {:.2e} vs the CPU backend < 1e-2", name, error));
+  expect(error < bound,
+         fmt::format("{}: relative error {:.2e} vs the CPU backend < {:.0e}", name, error, bound));
+  if (fp8_values) {  // what the FP8 values cost on top, for the record
+    const Tensor unquantized = attention::make_dit_backend(c.backend, config)
+                                   ->forward(host(q), host(k), host(v), scale, context, nullptr);
+    std::vector<double> plain(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i) plain[size_t(i)] = unquantized.data<float>()[i];
+    std::printf("  %s: %.2e from the CPU on the e4m3 V, %.2e from it on bf16 V\n", name.c_str(),
+                error, relative_error(actual, plain));
+  }
   if (c.backend == "vmoba_attn" && c.step >= config.at("first_full_step").get<int64_t>()) {
     const double kept = vmoba_cpu_kept_pairs(c, config, host(q), host(k));
     expect(backend->stats().kept_pairs == kept,
@@ -496,19 +619,47 @@ int main() {
 
   // SageAttention: dense INT8 scores at each granularity, on 910 tokens (partial last blocks),
   // with and without the smoothing of K; SageSLA as SLA's cases.
+  const json bf16_pv = {{"pv_dtype", "bf16"}};
   const Case sage_cases[] = {
-      {"sage_attn", json::object(), 2, 2, 128, {7, 10, 13}, 0, false, "per_block"},
-      {"sage_attn", {{"qk_quant_gran", "per_warp"}}, 1, 3, 64, {7, 10, 13}, 0, false, "per_warp"},
+      {"sage_attn", bf16_pv, 2, 2, 128, {7, 10, 13}, 0, false, "per_block, bf16 P·V"},
       {"sage_attn",
-       {{"qk_quant_gran", "per_thread"}},
+       {{"qk_quant_gran", "per_warp"}, {"pv_dtype", "bf16"}},
+       1,
+       3,
+       64,
+       {7, 10, 13},
+       0,
+       false,
+       "per_warp, bf16 P·V"},
+      {"sage_attn",
+       {{"qk_quant_gran", "per_thread"}, {"pv_dtype", "bf16"}},
        1,
        2,
        128,
        {7, 10, 13},
        0,
        false,
-       "per_thread"},
-      {"sage_attn", {{"smooth_k", false}}, 1, 2, 64, {7, 10, 13}, 0, false, "unsmoothed K"},
+       "per_thread, bf16 P·V"},
+      {"sage_attn",
+       {{"smooth_k", false}, {"pv_dtype", "bf16"}},
+       1,
+       2,
+       64,
+       {7, 10, 13},
+       0,
+       false,
+       "unsmoothed K, bf16 P·V"},
+      {"sage_attn", json::object(), 2, 2, 128, {7, 10, 13}, 0, false, "per_block, FP8 P·V"},
+      {"sage_attn", json::object(), 1, 3, 64, {7, 10, 13}, 0, false, "per_block, FP8 P·V"},
+      {"sage_attn",
+       {{"qk_quant_gran", "per_thread"}},
+       1,
+       2,
+       128,
+       {16, 16, 17},
+       0,
+       false,
+       "per_thread, FP8 P·V, 4352 tokens"},
       {"sage_sla_attn", {{"topk", 0.1}}, 2, 2, 128, {7, 10, 13}, 0, false, "top 10%"},
       {"sage_sla_attn",
        {{"topk", 0.2}, {"block_q", 64}},
@@ -533,6 +684,7 @@ int main() {
   };
   for (const Case& c : sage_cases) run_case(c, generator);
   check_levels(generator);
+  check_fp8_values(generator);
 
   expect(error_message([] {
            make_sparse_self_attention_cuda("sage_attn_3", json::object());

@@ -2,10 +2,11 @@
 // transformer swapped for a random one of head size 64 (the fixture's 24 is not compiled into the
 // flash kernel), planned the way `mmgen generate` plans it (the selector against this build's CUDA
 // kernels for --device cuda), against the same request on the CPU with the CPU backends:
-// sliding_tile_attn, video_sparse_attn, vmoba_attn, sla_attn, sage_attn (its cross-attention runs
-// fa on the GPU), sage_sla_attn and sparse_video_gen_2_attn, 3 steps with guidance, video
-// relative error < 1e-2. Both runs take the same prompt embeddings, so the difference is the
-// transformer and the VAE.
+// sliding_tile_attn, video_sparse_attn, vmoba_attn, sla_attn, sage_attn with a bf16 P·V (its
+// cross-attention runs fa on the GPU), sage_sla_attn and sparse_video_gen_2_attn, 3 steps with
+// guidance, video relative error < 1e-2; sage_attn's default FP8 P·V (the CPU's stays float32)
+// within what its e4m3 probabilities and values cost each layer, < 3e-2. Both runs take the same
+// prompt embeddings, so the difference is the transformer and the VAE.
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -106,15 +107,18 @@ int main() try {
        {std::pair{std::string("sliding_tile_attn"), sta},
         std::pair{std::string("video_sparse_attn"), vsa},
         std::pair{std::string("vmoba_attn"), moba}, std::pair{std::string("sla_attn"), sla},
+        std::pair{std::string("sage_attn"), json{{"pv_dtype", "bf16"}}},
         std::pair{std::string("sage_attn"), json::object()},
         std::pair{std::string("sage_sla_attn"), sla},
         std::pair{std::string("sparse_video_gen_2_attn"), svg2}}) {
     const Tensor cpu = generate(index, "cpu", backend, config, backend);
     const Tensor gpu = generate(index, "cuda", backend, config, backend);
     const double error = relative_error(gpu, cpu);
-    expect(error < 1e-2, fmt::format("{}: --device cuda video vs --device cpu: relative error "
-                                     "{:.2e} < 1e-2",
-                                     backend, error));
+    const bool fp8 = backend == "sage_attn" && !config.contains("pv_dtype");
+    const double bound = fp8 ? 3e-2 : 1e-2;
+    expect(error < bound, fmt::format("{} {}: --device cuda video vs --device cpu: relative error "
+                                      "{:.2e} < {:.0e}",
+                                      backend, config.dump(), error, bound));
   }
   fs::remove_all(folder);
   return finish("wan_pipeline_sparse_cuda_test");

@@ -1,6 +1,7 @@
 // sage_attn: SageAttention's INT8 Q·Kᵀ (K mean-smoothed, per-group scales) with float32 softmax
 // and P·V, on the CPU (attention/sage_attention.h); on the GPU the same integers on the Hopper
-// kernel's wgmma s8 scores with a bf16 P·V (sage_attn_cuda.cpp). Dense: every key is attended.
+// kernel's wgmma s8 scores with SageAttention2's FP8 P·V or a bf16 one (pv_dtype;
+// sage_attn_cuda.cpp). Dense: every key is attended.
 #include "attention/backends/descriptor.h"
 #include "attention/sage_attention.h"
 #ifdef MMGEN_HAVE_CUDA
@@ -45,8 +46,9 @@ const BackendDescriptor& descriptor() {
                .summary = "SageAttention: dense attention with INT8 Q and K (K mean-smoothed)",
                .aliases = {},
                .platforms = {P::Cuda, P::Cpu},
-               .build_needs = "CUDA: mmgen's INT8 quantiser and wgmma s8 attention kernel "
-                              "(self-attention; cross-attention runs fa); CPU: mmgen's INT8 kernel",
+               .build_needs = "CUDA: mmgen's INT8 and FP8 quantisers and wgmma s8/e4m3 attention "
+                              "kernel (self-attention; cross-attention runs fa); CPU: mmgen's INT8 "
+                              "kernel",
                .gpu_arch = "sm90",
                .dtypes = {"bf16", "fp32 (CPU)"},
                .head_sizes = "GPU: 64, 128; CPU: any",
@@ -62,6 +64,13 @@ const BackendDescriptor& descriptor() {
                         .type = ConfigType::Bool,
                         .default_value = true,
                         .help = "subtract the mean of K before quantising it"},
+                       {.name = "pv_dtype",
+                        .type = ConfigType::Choice,
+                        .default_value = "fp8",
+                        .help = "P·V on the GPU: fp8 (SageAttention2's on Hopper: e4m3 V with "
+                                "per-channel scales, e4m3 P, float32 sums per 128-key tile) or "
+                                "bf16; the CPU's is float32 either way",
+                        .choices = {"fp8", "bf16"}},
                    }},
       .kernels = {cpu_kernel("sage_attn")
 #ifdef MMGEN_HAVE_CUDA
