@@ -145,11 +145,16 @@ struct OutputProduct<128> {
 // Turns raw scores into unnormalised probabilities in place, masking keys that are not there
 // (entry a's keys whose bit in valid_a is clear, entry b's in valid_b); returns the factors the
 // accumulated output must be scaled by.
+// A score s of this thread's row half h and entry e (a: i < 8, b: the rest) stands for
+// s · scale[h][e] in the log2 domain: one factor for bf16 scores (kBlockScales false: scale[0][0]),
+// and for INT8 ones the row's and the key group's scales folded in (positive), so the integer
+// scores need no multiply of their own: the row maximum is taken per entry on the raw scores and
+// scaled after (max(s·f) = f·max(s) for f > 0).
 // The probabilities come out multiplied by 2^log2_gain (the FP8 product's 448); the row sums with
 // them, so the output's normalisation cancels the gain.
-template <int Keys>
+template <int Keys, bool kBlockScales>
 __device__ __forceinline__ void softmax_tile(float (&scores)[Keys / 2], SoftmaxRows& rows,
-                                             float scale_log2, float log2_gain, bool mask,
+                                             const float (&scale)[2][2], float log2_gain, bool mask,
                                              uint64_t valid_a, uint64_t valid_b, int lane,
                                              float (&correction)[2]) {
   if (mask) {
@@ -165,13 +170,21 @@ __device__ __forceinline__ void softmax_tile(float (&scores)[Keys / 2], SoftmaxR
   }
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    float tile_max = -INFINITY;
+    float max_a = -INFINITY, max_b = -INFINITY;
 #pragma unroll
-    for (int i = 0; i < Keys / 8; ++i)
-      tile_max = fmaxf(tile_max, fmaxf(scores[4 * i + 2 * half], scores[4 * i + 2 * half + 1]));
+    for (int i = 0; i < Keys / 8; ++i) {
+      const float m = fmaxf(scores[4 * i + 2 * half], scores[4 * i + 2 * half + 1]);
+      if (kBlockScales && i >= 8)
+        max_b = fmaxf(max_b, m);
+      else
+        max_a = fmaxf(max_a, m);
+    }
+    // Scaled before the quad's reduction: its lanes' key groups may have scales of their own.
+    float tile_max = max_a * scale[half][0];
+    if constexpr (kBlockScales) tile_max = fmaxf(tile_max, max_b * scale[half][1]);
     tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
     tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-    const float new_max = fmaxf(rows.max[half], tile_max * scale_log2);
+    const float new_max = fmaxf(rows.max[half], tile_max);
     // A row that has seen only masked keys keeps -inf; 0 as offset avoids inf - inf.
     const float offset = new_max == -INFINITY ? 0.0f : new_max;
     correction[half] = exp2_ftz(rows.max[half] - offset);
@@ -182,7 +195,8 @@ __device__ __forceinline__ void softmax_tile(float (&scores)[Keys / 2], SoftmaxR
     for (int i = 0; i < Keys / 8; ++i)
 #pragma unroll
       for (int c = 2 * half; c < 2 * half + 2; ++c) {
-        const float p = exp2_ftz(fmaf(scores[4 * i + c], scale_log2, shift));
+        const float p =
+            exp2_ftz(fmaf(scores[4 * i + c], scale[half][kBlockScales && i >= 8], shift));
         scores[4 * i + c] = p;
         sum += p;
       }
@@ -449,7 +463,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float scale_log2 = args.scale * 1.4426950408889634f;
   const uint32_t q_address = shared_address(shared_q) + consumer * 64 * 128;
   float scores[kTileRegs];
-  int32_t int_scores[kInt8 ? kTileRegs : 1];  // the s8 product's accumulators (kInt8)
   uint32_t p_fragments[kFp8V ? kTileKeys / 32 : kTileKeys / 16][4];
   // kFp8V: each tile's P·V, before it joins acc in float32.
   float tile_out[kFp8V ? kORegs : 1];
@@ -460,13 +473,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     else
       pack_probabilities<kTileKeys>(scores, p_fragments);
   };
-  // What the in-flight score product writes: pinned around it so no access moves across.
-  auto pin_scores = [&] {
-    if constexpr (kInt8)
-      pin_registers(int_scores);
-    else
-      pin_registers(scores);
-  };
+  // What the in-flight score product writes (with INT8 scores, the int32 bits of its exact
+  // accumulators, converted in place): pinned around it so no access moves across.
+  auto pin_scores = [&] { pin_registers(scores); };
   // kInt8: this thread's two rows' scales (0 past the end: those rows are never written), and
   // where its (b, h)'s key-group scales start, at its own group (lane mod 4) of each block.
   float q_scale[2] = {0.0f, 0.0f};
@@ -491,7 +500,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if constexpr (kInt8) {
 #pragma unroll
       for (int kk = 0; kk < kInt8Width / 32; ++kk)
-        wgmma_m64n128k32_s8_ss(int_scores, swizzle128_descriptor(q_address + kk * 32, 16, 1024),
+        wgmma_m64n128k32_s8_ss(scores, swizzle128_descriptor(q_address + kk * 32, 16, 1024),
                                swizzle128_descriptor(k_address + kk * 32, 16, 1024), kk > 0);
     } else {
 #pragma unroll
@@ -537,29 +546,45 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint64_t* key_rows = barriers->key_rows[set][t % kKeyStages];
     tile_rows[0] = key_rows[0], tile_rows[1] = key_rows[1];
   };
-  auto softmax = [&](int t, float(&correction)[2]) {
-    const uint64_t valid_a = tile_rows[0], valid_b = tile_rows[1];
-    if constexpr (kInt8) {  // dequantise: row scale times the key group's scale, entry by entry
+  // kInt8: tile t's key-group scales (entries a and b).
+  float2 key_scales = make_float2(0.0f, 0.0f);
+  auto load_key_scales = [&](int t) {
+    if constexpr (kInt8) {
       const int entry = kEntries * t;
       const int64_t first_key_a = first_key_of(entry);
       const int64_t first_key_b =
           kEntries == 1 || entry + 1 >= list_size ? 0 : first_key_of(entry + 1);
-      const float scale_a = k_scales[(first_key_a / kFlashBlockN) * 4];
-      const float scale_b = kEntries == 2 ? k_scales[(first_key_b / kFlashBlockN) * 4] : 0.0f;
+      key_scales.x = k_scales[(first_key_a / kFlashBlockN) * 4];
+      key_scales.y = kEntries == 2 ? k_scales[(first_key_b / kFlashBlockN) * 4] : 0.0f;
+    }
+  };
+  auto softmax = [&](int t, float(&correction)[2]) {
+    load_key_scales(t);
+    const uint64_t valid_a = tile_rows[0], valid_b = tile_rows[1];
+    const bool mask = ~valid_a != 0 || (kEntries == 2 && ~valid_b != 0);
+    if constexpr (kInt8) {
       // int -> float by the exponent trick: I2F issues 16 per clock per SM, the exponentials'
       // rate, while an integer add and a float subtract run on the 64- and 128-wide pipes. Exact
       // for |x| < 2^22 (1.5·2^23 + x is then a float with x in its low mantissa bits), and
-      // |q·k| <= 128 · 127² < 2^21.
+      // |q·k| <= 128 · 127² < 2^21. The scales multiply in the exponentials' fused multiply-add.
 #pragma unroll
-      for (int i = 0; i < kTileKeys / 8; ++i)
+      for (int i = 0; i < kTileRegs; ++i)
+        scores[i] = __int_as_float(__float_as_int(scores[i]) + 0x4b400000) - 12582912.0f;
+      // A zero scale (a group of zeros, padding) would turn a masked -inf into NaN; 1e-30 keeps
+      // -inf and leaves |q·k| <= 2^21 scores at 2e-24, which is 0 to every sum they join.
+      float scale[2][2];
 #pragma unroll
-        for (int c = 0; c < 4; ++c)
-          scores[4 * i + c] = (__int_as_float(int_scores[4 * i + c] + 0x4b400000) - 12582912.0f) *
-                              (q_scale[c >> 1] * (i < 8 ? scale_a : scale_b));
+      for (int half = 0; half < 2; ++half) {
+        scale[half][0] = fmaxf(q_scale[half] * key_scales.x * scale_log2, 1e-30f);
+        scale[half][1] = fmaxf(q_scale[half] * key_scales.y * scale_log2, 1e-30f);
+      }
+      softmax_tile<kTileKeys, true>(scores, rows, scale, kLog2Gain, mask, valid_a, valid_b, lane,
+                                    correction);
+    } else {
+      const float scale[2][2] = {{scale_log2, scale_log2}, {scale_log2, scale_log2}};
+      softmax_tile<kTileKeys, false>(scores, rows, scale, kLog2Gain, mask, valid_a, valid_b, lane,
+                                     correction);
     }
-    const bool mask = ~valid_a != 0 || (kEntries == 2 && ~valid_b != 0);
-    softmax_tile<kTileKeys>(scores, rows, scale_log2, kLog2Gain, mask, valid_a, valid_b, lane,
-                            correction);
   };
 
   // Turns: consumer 0 issues first. Every issue phase waits for its turn and passes it on, except

@@ -106,8 +106,9 @@ __device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[64], uint64_t a_d
 }
 
 // d (+)= A·B over 32 of K; A and B INT8 from shared memory (K-major, the only layout integer wgmma
-// reads), exact int32 accumulators.
-__device__ __forceinline__ void wgmma_m64n128k32_s8_ss(int32_t (&d)[64], uint64_t a_desc,
+// reads), exact int32 accumulators whose bits sit in float registers (the caller converts them
+// in place: one register array serves the integer scores and the float ones).
+__device__ __forceinline__ void wgmma_m64n128k32_s8_ss(float (&d)[64], uint64_t a_desc,
                                                        uint64_t b_desc, int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
@@ -117,16 +118,38 @@ __device__ __forceinline__ void wgmma_m64n128k32_s8_ss(int32_t (&d)[64], uint64_
       "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
       "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, "
       "p;\n}\n"
-      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]),
-        "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]),
-        "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]),
-        "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]),
-        "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]), "+r"(d[32]), "+r"(d[33]), "+r"(d[34]),
-        "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]), "+r"(d[40]), "+r"(d[41]),
-        "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]), "+r"(d[48]),
-        "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]),
-        "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]),
-        "+r"(d[63])
+      : "+r"(reinterpret_cast<uint32_t&>(d[0])), "+r"(reinterpret_cast<uint32_t&>(d[1])),
+        "+r"(reinterpret_cast<uint32_t&>(d[2])), "+r"(reinterpret_cast<uint32_t&>(d[3])),
+        "+r"(reinterpret_cast<uint32_t&>(d[4])), "+r"(reinterpret_cast<uint32_t&>(d[5])),
+        "+r"(reinterpret_cast<uint32_t&>(d[6])), "+r"(reinterpret_cast<uint32_t&>(d[7])),
+        "+r"(reinterpret_cast<uint32_t&>(d[8])), "+r"(reinterpret_cast<uint32_t&>(d[9])),
+        "+r"(reinterpret_cast<uint32_t&>(d[10])), "+r"(reinterpret_cast<uint32_t&>(d[11])),
+        "+r"(reinterpret_cast<uint32_t&>(d[12])), "+r"(reinterpret_cast<uint32_t&>(d[13])),
+        "+r"(reinterpret_cast<uint32_t&>(d[14])), "+r"(reinterpret_cast<uint32_t&>(d[15])),
+        "+r"(reinterpret_cast<uint32_t&>(d[16])), "+r"(reinterpret_cast<uint32_t&>(d[17])),
+        "+r"(reinterpret_cast<uint32_t&>(d[18])), "+r"(reinterpret_cast<uint32_t&>(d[19])),
+        "+r"(reinterpret_cast<uint32_t&>(d[20])), "+r"(reinterpret_cast<uint32_t&>(d[21])),
+        "+r"(reinterpret_cast<uint32_t&>(d[22])), "+r"(reinterpret_cast<uint32_t&>(d[23])),
+        "+r"(reinterpret_cast<uint32_t&>(d[24])), "+r"(reinterpret_cast<uint32_t&>(d[25])),
+        "+r"(reinterpret_cast<uint32_t&>(d[26])), "+r"(reinterpret_cast<uint32_t&>(d[27])),
+        "+r"(reinterpret_cast<uint32_t&>(d[28])), "+r"(reinterpret_cast<uint32_t&>(d[29])),
+        "+r"(reinterpret_cast<uint32_t&>(d[30])), "+r"(reinterpret_cast<uint32_t&>(d[31])),
+        "+r"(reinterpret_cast<uint32_t&>(d[32])), "+r"(reinterpret_cast<uint32_t&>(d[33])),
+        "+r"(reinterpret_cast<uint32_t&>(d[34])), "+r"(reinterpret_cast<uint32_t&>(d[35])),
+        "+r"(reinterpret_cast<uint32_t&>(d[36])), "+r"(reinterpret_cast<uint32_t&>(d[37])),
+        "+r"(reinterpret_cast<uint32_t&>(d[38])), "+r"(reinterpret_cast<uint32_t&>(d[39])),
+        "+r"(reinterpret_cast<uint32_t&>(d[40])), "+r"(reinterpret_cast<uint32_t&>(d[41])),
+        "+r"(reinterpret_cast<uint32_t&>(d[42])), "+r"(reinterpret_cast<uint32_t&>(d[43])),
+        "+r"(reinterpret_cast<uint32_t&>(d[44])), "+r"(reinterpret_cast<uint32_t&>(d[45])),
+        "+r"(reinterpret_cast<uint32_t&>(d[46])), "+r"(reinterpret_cast<uint32_t&>(d[47])),
+        "+r"(reinterpret_cast<uint32_t&>(d[48])), "+r"(reinterpret_cast<uint32_t&>(d[49])),
+        "+r"(reinterpret_cast<uint32_t&>(d[50])), "+r"(reinterpret_cast<uint32_t&>(d[51])),
+        "+r"(reinterpret_cast<uint32_t&>(d[52])), "+r"(reinterpret_cast<uint32_t&>(d[53])),
+        "+r"(reinterpret_cast<uint32_t&>(d[54])), "+r"(reinterpret_cast<uint32_t&>(d[55])),
+        "+r"(reinterpret_cast<uint32_t&>(d[56])), "+r"(reinterpret_cast<uint32_t&>(d[57])),
+        "+r"(reinterpret_cast<uint32_t&>(d[58])), "+r"(reinterpret_cast<uint32_t&>(d[59])),
+        "+r"(reinterpret_cast<uint32_t&>(d[60])), "+r"(reinterpret_cast<uint32_t&>(d[61])),
+        "+r"(reinterpret_cast<uint32_t&>(d[62])), "+r"(reinterpret_cast<uint32_t&>(d[63]))
       : "l"(a_desc), "l"(b_desc), "r"(accumulate));
 }
 
@@ -170,12 +193,6 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3_rs(float (&d)[64], const u
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
         "+f"(d[63])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(accumulate));
-}
-
-template <int N>
-__device__ __forceinline__ void pin_registers(int32_t (&registers)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(registers[i])::"memory");
 }
 
 }  // namespace mmgen::cuda::device
