@@ -80,13 +80,15 @@ const std::vector<ForeignName>& foreign_names() {
       {"sage_hub", "sage_attn", "diffusers' sage_hub (SageAttention)"},
       {"sage_varlen", "sage_attn", "diffusers' sage_varlen (SageAttention)"},
       {"_sage_qk_int8_pv_fp8_cuda", "sage_attn",
-       "diffusers' _sage_qk_int8_pv_fp8_cuda (SageAttention)"},
+       "diffusers' _sage_qk_int8_pv_fp8_cuda (SageAttention with an FP8 P·V)"},
       {"_sage_qk_int8_pv_fp8_cuda_sm90", "sage_attn",
-       "diffusers' _sage_qk_int8_pv_fp8_cuda_sm90 (SageAttention)"},
+       "diffusers' _sage_qk_int8_pv_fp8_cuda_sm90 (SageAttention with an FP8 P·V)"},
       {"_sage_qk_int8_pv_fp16_cuda", "sage_attn",
-       "diffusers' _sage_qk_int8_pv_fp16_cuda (SageAttention)"},
+       "diffusers' _sage_qk_int8_pv_fp16_cuda (SageAttention with a 16-bit P·V: "
+       "--attention-backend-config pv_dtype=bf16 asks sage_attn for its bf16 one on the GPU)"},
       {"_sage_qk_int8_pv_fp16_triton", "sage_attn",
-       "diffusers' _sage_qk_int8_pv_fp16_triton (SageAttention)"},
+       "diffusers' _sage_qk_int8_pv_fp16_triton (SageAttention with a 16-bit P·V: "
+       "--attention-backend-config pv_dtype=bf16 asks sage_attn for its bf16 one on the GPU)"},
       {"sageattention", "sage_attn", "sageattention (SageAttention)"},
       {"xformers", "",
        "diffusers' xformers (xformers' memory-efficient attention) has no backend here; fa "
