@@ -257,7 +257,7 @@ template <int D, bool kInt8>
 constexpr int kQkRowBytes = kInt8 ? kInt8Width : D * 2;
 // Bytes of one V slot: a tile's keys by D in bf16, or (FP8 values) D channel rows of 128 keys.
 template <int D, bool kFp8V>
-constexpr int kVSlotBytes = kFp8V ? D* kTileKeys : kTileKeys* D * 2;
+constexpr int kVSlotBytes = (kFp8V ? 1 : 2) * kTileKeys* D;
 
 template <int D, int kMode, bool kInt8, bool kFp8V>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -546,20 +546,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint64_t* key_rows = barriers->key_rows[set][t % kKeyStages];
     tile_rows[0] = key_rows[0], tile_rows[1] = key_rows[1];
   };
-  // kInt8: tile t's key-group scales (entries a and b).
-  float2 key_scales = make_float2(0.0f, 0.0f);
-  auto load_key_scales = [&](int t) {
-    if constexpr (kInt8) {
-      const int entry = kEntries * t;
-      const int64_t first_key_a = first_key_of(entry);
-      const int64_t first_key_b =
-          kEntries == 1 || entry + 1 >= list_size ? 0 : first_key_of(entry + 1);
-      key_scales.x = k_scales[(first_key_a / kFlashBlockN) * 4];
-      key_scales.y = kEntries == 2 ? k_scales[(first_key_b / kFlashBlockN) * 4] : 0.0f;
-    }
-  };
   auto softmax = [&](int t, float(&correction)[2]) {
-    load_key_scales(t);
     const uint64_t valid_a = tile_rows[0], valid_b = tile_rows[1];
     const bool mask = ~valid_a != 0 || (kEntries == 2 && ~valid_b != 0);
     if constexpr (kInt8) {
@@ -570,13 +557,20 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int i = 0; i < kTileRegs; ++i)
         scores[i] = __int_as_float(__float_as_int(scores[i]) + 0x4b400000) - 12582912.0f;
+      // Tile t's key-group scales, entries a and b.
+      const int entry = kEntries * t;
+      const int64_t first_key_a = first_key_of(entry);
+      const int64_t first_key_b =
+          kEntries == 1 || entry + 1 >= list_size ? 0 : first_key_of(entry + 1);
+      const float scale_a = k_scales[(first_key_a / kFlashBlockN) * 4];
+      const float scale_b = kEntries == 2 ? k_scales[(first_key_b / kFlashBlockN) * 4] : 0.0f;
       // A zero scale (a group of zeros, padding) would turn a masked -inf into NaN; 1e-30 keeps
       // -inf and leaves |q·k| <= 2^21 scores at 2e-24, which is 0 to every sum they join.
       float scale[2][2];
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        scale[half][0] = fmaxf(q_scale[half] * key_scales.x * scale_log2, 1e-30f);
-        scale[half][1] = fmaxf(q_scale[half] * key_scales.y * scale_log2, 1e-30f);
+        scale[half][0] = fmaxf(q_scale[half] * scale_a * scale_log2, 1e-30f);
+        scale[half][1] = fmaxf(q_scale[half] * scale_b * scale_log2, 1e-30f);
       }
       softmax_tile<kTileKeys, true>(scores, rows, scale, kLog2Gain, mask, valid_a, valid_b, lane,
                                     correction);
@@ -799,26 +793,6 @@ CUtensorMap make_cube_map(const void* base, const AttentionStrides& strides, int
   return map;
 }
 
-// A 4-D tensor map over FP8 values [batch, heads, D, keys] (keys innermost, fp8_values.h) whose box
-// is one tile: 128 keys (128 bytes, the swizzle width) by the D channels.
-CUtensorMap make_fp8_value_map(const void* base, int64_t batch, int64_t heads, int64_t head_dim,
-                               int64_t keys) {
-  CUtensorMap map;
-  const cuuint64_t sizes[4] = {cuuint64_t(keys), cuuint64_t(head_dim), cuuint64_t(heads),
-                               cuuint64_t(batch)};
-  const cuuint64_t byte_strides[3] = {cuuint64_t(keys), cuuint64_t(keys * head_dim),
-                                      cuuint64_t(keys * head_dim * heads)};
-  const cuuint32_t box[4] = {cuuint32_t(kTileKeys), cuuint32_t(head_dim), 1, 1};
-  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-  check_driver(
-      encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, const_cast<void*>(base), sizes,
-                     byte_strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
-      "cuTensorMapEncodeTiled (FP8 values)", __FILE__, __LINE__);
-  return map;
-}
-
 // Q, then the key tiles of 128 rows, then the value tiles, then the barriers.
 template <int D, int kMode, bool kInt8, bool kFp8V = false>
 void launch(const FlashAttentionArgs& args, cudaStream_t stream) {
@@ -852,9 +826,16 @@ void launch(const FlashAttentionArgs& args, cudaStream_t stream) {
                             kFlashBlockM, kInt8);
     k_map = make_tensor_map(args.k, args.k_strides, args.batch, args.seq_k, args.heads, qk_width,
                             kFlashBlockN, kInt8);
-    v_map = kFp8V ? make_fp8_value_map(args.v, args.batch, args.heads, D, args.v_keys)
-                  : make_tensor_map(args.v, args.v_strides, args.batch, args.seq_k, args.heads, D,
-                                    kFlashBlockN);
+    if constexpr (kFp8V) {
+      // FP8 values [batch, heads, D, v_keys] (fp8_values.h) as such a map of bytes: v_keys per
+      // "row" of D "tokens", so a box is one tile, 128 keys by the D channels.
+      const int64_t keys = args.v_keys;
+      v_map = make_tensor_map(args.v, {keys * D * args.heads, keys, keys * D}, args.batch, D,
+                              args.heads, keys, D, /*int8=*/true);
+    } else {
+      v_map = make_tensor_map(args.v, args.v_strides, args.batch, args.seq_k, args.heads, D,
+                              kFlashBlockN);
+    }
   }
   const dim3 grid(unsigned((query_rows + kFlashBlockM - 1) / kFlashBlockM), unsigned(args.heads),
                   unsigned(args.batch));

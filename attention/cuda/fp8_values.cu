@@ -66,7 +66,7 @@ __global__ void __launch_bounds__(kThreads)
   // Item = (channel, group of 4 positions): a warp writes one channel's 128 bytes.
   for (int item = threadIdx.x; item < D * (kTileKeys / 4); item += kThreads) {
     const int d = item / (kTileKeys / 4), group = item % (kTileKeys / 4);
-    const float scale = channel_scale(largest[b * args.heads * D + h * D + d]);
+    const float scale = channel_scale(largest[channel_base + d]);
     uint32_t packed = 0;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
