@@ -3,6 +3,7 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/fp8.h"
+#include "core/error.h"
 
 namespace mmgen::cuda {
 namespace {
@@ -61,6 +62,53 @@ __global__ void dequantize_kernel(const __nv_fp8_storage_t* q, const float* scal
   }
 }
 
+// One row per CTA: the row's maximum (16-byte loads, a block reduction), then its conversion,
+// reading the row again (from L1/L2: a row is at most a few tens of KB).
+constexpr int kRowThreads = 128;
+__global__ void __launch_bounds__(kRowThreads)
+    quantize_rows_kernel(const bf16* x, int64_t cols, int64_t row_stride, uint8_t* out,
+                         float* scales) {
+  const int64_t r = blockIdx.x;
+  const uint4* row = reinterpret_cast<const uint4*>(x + r * row_stride);
+  const int64_t vectors = cols / 8;
+  float local = 0.0f;
+  for (int64_t v = threadIdx.x; v < vectors; v += kRowThreads) {
+    const uint4 bits = row[v];
+    const bf16* values = reinterpret_cast<const bf16*>(&bits);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) local = fmaxf(local, fabsf(__bfloat162float(values[j])));
+  }
+  for (int offset = 16; offset > 0; offset /= 2)
+    local = fmaxf(local, __shfl_xor_sync(0xffffffffu, local, offset));
+  __shared__ float warp_max[kRowThreads / 32];
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = local;
+  __syncthreads();
+  float amax = warp_max[0];
+#pragma unroll
+  for (int w = 1; w < kRowThreads / 32; ++w) amax = fmaxf(amax, warp_max[w]);
+  const float s = scale_of(amax);
+  if (threadIdx.x == 0) scales[r] = s;
+  uint2* out_row = reinterpret_cast<uint2*>(out + r * cols);
+  for (int64_t v = threadIdx.x; v < vectors; v += kRowThreads) {
+    const uint4 bits = row[v];
+    const bf16* values = reinterpret_cast<const bf16*>(&bits);
+    uint32_t packed[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const __nv_fp8x2_storage_t low = __nv_cvt_float2_to_fp8x2(
+          make_float2(__fdiv_rn(__bfloat162float(values[4 * half + 0]), s),
+                      __fdiv_rn(__bfloat162float(values[4 * half + 1]), s)),
+          __NV_SATFINITE, __NV_E4M3);
+      const __nv_fp8x2_storage_t high = __nv_cvt_float2_to_fp8x2(
+          make_float2(__fdiv_rn(__bfloat162float(values[4 * half + 2]), s),
+                      __fdiv_rn(__bfloat162float(values[4 * half + 3]), s)),
+          __NV_SATFINITE, __NV_E4M3);
+      packed[half] = uint32_t(low) | (uint32_t(high) << 16);
+    }
+    out_row[v] = make_uint2(packed[0], packed[1]);
+  }
+}
+
 unsigned blocks_for(int64_t count) {
   const int64_t blocks = (count + 255) / 256;
   return unsigned(blocks < 4096 ? (blocks > 0 ? blocks : 1) : 4096);
@@ -86,6 +134,19 @@ void quantize_e4m3(const void* x, bool x_bf16, int64_t count, void* out, float* 
     quantize(static_cast<const bf16*>(x), count, out, scale, amax, stream);
   else
     quantize(static_cast<const float*>(x), count, out, scale, amax, stream);
+}
+
+void quantize_e4m3_rows(const void* x, int64_t rows, int64_t cols, int64_t row_stride, void* out,
+                        float* scales, cudaStream_t stream) {
+  check(cols % 8 == 0 && row_stride % 8 == 0 && row_stride >= cols &&
+            reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 8 == 0,
+        "quantize_e4m3_rows: rows of {} values {} apart must be whole 16-byte vectors", cols,
+        row_stride);
+  check(rows < (int64_t(1) << 31), "quantize_e4m3_rows: {} rows are too many", rows);
+  if (rows <= 0 || cols <= 0) return;
+  quantize_rows_kernel<<<unsigned(rows), kRowThreads, 0, stream>>>(
+      static_cast<const bf16*>(x), cols, row_stride, static_cast<uint8_t*>(out), scales);
+  MMGEN_CUDA_CHECK_LAUNCH();
 }
 
 void dequantize_e4m3(const void* q, const float* scale, int64_t count, float* out,

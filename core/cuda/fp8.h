@@ -19,6 +19,14 @@ constexpr float kE4m3Max = 448.0f;
 void quantize_e4m3(const void* x, bool x_bf16, int64_t count, void* out, float* scale, float* amax,
                    cudaStream_t stream = nullptr);
 
+// One scale per row instead (what an FP8 product with outer-vector scales reads: per-token scales
+// for activations, per-output-channel scales for a weight [n, k]): for each of `rows` bf16 rows of
+// `cols` values (row r at x + r·row_stride), scales[r] = max|row| / 448 (1 for a row of zeros) and
+// out[r·cols + c] = e4m3(x[r][c] / scales[r]), rounded to nearest even, saturating. One CTA per
+// row, 16-byte loads; cols must be a multiple of 8 and row_stride too.
+void quantize_e4m3_rows(const void* x, int64_t rows, int64_t cols, int64_t row_stride, void* out,
+                        float* scales, cudaStream_t stream = nullptr);
+
 // out[i] = float(q[i]) · *scale for `count` e4m3 values: what a product of quantized operands
 // multiplies (tests and error measurements).
 void dequantize_e4m3(const void* q, const float* scale, int64_t count, float* out,

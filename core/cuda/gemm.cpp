@@ -55,11 +55,13 @@ class GemmContext {
 
   // `batch` > 1: that many products of one x (stride 0) with weights and outputs laid one after
   // another (strides n·k and m·n).
-  // `fp8`: x and w are e4m3 with a scale each (set per call), the rest as for bf16 operands.
+  // `fp8`: x and w are e4m3 with a scale each (set per call), the rest as for bf16 operands;
+  // `fp8_rows`: a scale per row of x and per row of w instead (cuBLASLt's outer-vector scaling).
   Plan& plan(int64_t m, int64_t n, int64_t k, GemmOutput output, bool bias,
-             GemmActivation activation, int64_t batch, bool fp8 = false) {
+             GemmActivation activation, int64_t batch, bool fp8 = false, bool fp8_rows = false) {
     std::lock_guard lock(mutex_);
-    const auto key = std::make_tuple(m, n, k, int(output), bias, int(activation), batch, fp8);
+    const auto key =
+        std::make_tuple(m, n, k, int(output), bias, int(activation), batch, fp8, fp8_rows);
     auto found = plans_.find(key);
     if (found != plans_.end()) return found->second;
     Plan plan;
@@ -81,6 +83,13 @@ class GemmContext {
           plan.operation, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &y_type, sizeof(y_type)));
     }
     if (fp8) {
+      if (fp8_rows) {  // A (the weight) scales its n rows, B (the input) its m columns
+        const cublasLtMatmulMatrixScale_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+        for (const auto attribute :
+             {CUBLASLT_MATMUL_DESC_A_SCALE_MODE, CUBLASLT_MATMUL_DESC_B_SCALE_MODE})
+          MMGEN_CUBLAS_CHECK(
+              cublasLtMatmulDescSetAttribute(plan.operation, attribute, &mode, sizeof(mode)));
+      }
       // The heuristic offers scaled FP8 algorithms only when the scales are set: any device
       // address stands in here; each call sets its own (linear_fp8).
       const void* stand_in = workspace_.data();
@@ -182,7 +191,7 @@ class GemmContext {
   std::mutex mutex_;
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer workspace_;
-  std::map<std::tuple<int64_t, int64_t, int64_t, int, bool, int, int64_t, bool>, Plan> plans_;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int, bool, int, int64_t, bool, bool>, Plan> plans_;
   std::map<std::tuple<int64_t, int64_t, int64_t, int, int64_t, int64_t, int64_t, bool, int64_t,
                       int64_t, bool, int64_t, int64_t, bool>,
            Plan>
@@ -260,7 +269,7 @@ void linear_bf16(const void* x, const void* w, const void* bias, void* y, int64_
 
 void linear_fp8(const void* x, const float* x_scale, const void* w, const float* w_scale,
                 const void* bias, void* y, int64_t m, int64_t n, int64_t k, GemmOutput output,
-                cudaStream_t stream, GemmActivation activation) {
+                cudaStream_t stream, GemmActivation activation, Fp8Scales scales) {
   check(m > 0 && n > 0 && k > 0, "GPU FP8 linear: empty product {}x{}x{}", m, n, k);
   check(k % 16 == 0 && n % 8 == 0,
         "GPU FP8 linear: {} inputs and {} outputs; e4m3 products need inputs in multiples of 16 "
@@ -273,7 +282,7 @@ void linear_fp8(const void* x, const float* x_scale, const void* w, const float*
         "GPU FP8 linear: the scales must lie on 16-byte boundaries (cuBLASLt has no algorithm for "
         "others)");
   Plan& plan = GemmContext::instance().plan(m, n, k, output, bias != nullptr, activation,
-                                            /*batch=*/1, /*fp8=*/true);
+                                            /*batch=*/1, /*fp8=*/true, scales == Fp8Scales::PerRow);
   // cuBLASLt's A is the weight, its B the input (see plan()).
   MMGEN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
       plan.operation, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, sizeof(w_scale)));

@@ -18,13 +18,18 @@ enum class GemmActivation { None, GeluTanh };
 void linear_bf16(const void* x, const void* w, const void* bias, void* y, int64_t m, int64_t n,
                  int64_t k, GemmOutput output, cudaStream_t stream = nullptr,
                  GemmActivation activation = GemmActivation::None);
-// linear_bf16 on FP8 operands (Hopper's e4m3 tensor-core products, twice bf16's rate): y[m, n] =
-// act(x_scale · w_scale · (x[m, k] · w[n, k]ᵀ) + bias[n]) with x and w e4m3 row-major and their
-// scales one float each in device memory (quantize_e4m3, core/cuda/fp8.h); fp32 accumulation;
-// bias and y in the output's dtype. k must be a multiple of 16 and n of 8.
+// How linear_fp8's operands are scaled: one float per tensor, or one per row of x (m) and one per
+// row of w (n), cuBLASLt's outer-vector scaling (quantize_e4m3_rows writes both).
+enum class Fp8Scales { PerTensor, PerRow };
+// linear_bf16 on FP8 operands (Hopper's e4m3 tensor-core products, twice bf16's rate): y[i, j] =
+// act(x_scale · w_scale · (x[m, k] · w[n, k]ᵀ)[i, j] + bias[j]) with x and w e4m3 row-major and
+// their scales in device memory (one float each, or x_scale[i] and w_scale[j] with PerRow;
+// core/cuda/fp8.h); fp32 accumulation; bias and y in the output's dtype. k must be a multiple of
+// 16 and n of 8.
 void linear_fp8(const void* x, const float* x_scale, const void* w, const float* w_scale,
                 const void* bias, void* y, int64_t m, int64_t n, int64_t k, GemmOutput output,
-                cudaStream_t stream = nullptr, GemmActivation activation = GemmActivation::None);
+                cudaStream_t stream = nullptr, GemmActivation activation = GemmActivation::None,
+                Fp8Scales scales = Fp8Scales::PerTensor);
 // `batch` products of one x with weights laid one after another, no bias: y[b] = x · w[b]ᵀ with
 // w [batch, n, k] and y [batch, m, n] contiguous. One strided-batched cuBLASLt call (x read with
 // stride 0): Z-Image's q/k/v or w1/w3 as one launch, fewer partial waves than one call each.

@@ -5,6 +5,10 @@
 // - linear_fp8 with the bias and the GELU epilogues against a float64 host product of the
 //   dequantized operands (what the tensor cores multiply): within the bf16 output's rounding; and
 //   its distance from the unquantized product, which is what a user of an FP8 mode gives up;
+// - quantize_e4m3_rows (one scale per row, rows read with a stride): every scale and byte equal to
+//   the host's e4m3 rounding of x / (max|row| / 448);
+// - linear_fp8 with per-row scales (cuBLASLt's outer-vector scaling: per token and per output
+//   channel) against the same float64 product of its dequantized operands;
 // - a width the e4m3 product cannot take is refused in one line.
 #include <fmt/format.h>
 
@@ -152,6 +156,81 @@ int main() try {
                        "operands' product (e4m3's rounding; < 0.08)",
                        m, n, k, epilogue, to_exact));
   }
+  // Per-row scales: x as the first k of rows k + 16 apart (a strided view), w contiguous.
+  {
+    const int64_t stride = k + 16;
+    std::vector<uint16_t> x_wide(size_t(m * stride), 0);
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t i = 0; i < k; ++i) x_wide[size_t(r * stride + i)] = x_bits[size_t(r * k + i)];
+    DeviceBuffer x_wide_gpu(x_wide.size() * 2), x_row_scales(size_t(m) * 4),
+        w_row_scales(size_t(n) * 4);
+    x_wide_gpu.upload(x_wide.data(), x_wide.size() * 2);
+    x8.fill_bytes(0xff), w8.fill_bytes(0xff);
+    quantize_e4m3_rows(x_wide_gpu.data(), m, k, stride, x8.data(), x_row_scales.as<float>());
+    quantize_e4m3_rows(w_gpu.data(), n, k, k, w8.data(), w_row_scales.as<float>());
+    // The host's rounding of the same rows: scales, bytes, and the values they stand for.
+    auto host_rows = [&](const std::vector<float>& a, int64_t rows, DeviceBuffer& bytes_gpu,
+                         DeviceBuffer& scales_gpu, const char* what) {
+      std::vector<uint8_t> bytes(size_t(rows * k));
+      std::vector<float> scales_got(static_cast<size_t>(rows)), values(bytes.size());
+      bytes_gpu.download(bytes.data(), bytes.size());
+      scales_gpu.download(scales_got.data(), scales_got.size() * 4);
+      int64_t wrong = 0, wrong_scales = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        float amax = 0;
+        for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::abs(a[size_t(r * k + i)]));
+        const float s = amax > 0 ? amax / kE4m3Max : 1.0f;
+        wrong_scales += scales_got[size_t(r)] != s;
+        for (int64_t i = 0; i < k; ++i) {
+          const size_t at = size_t(r * k + i);
+          wrong += bytes[at] != e4m3_bits(a[at] / s);
+          values[at] = e4m3_value(bytes[at]) * scales_got[size_t(r)];
+        }
+      }
+      expect(wrong == 0 && wrong_scales == 0,
+             fmt::format("quantize_e4m3_rows {} ({} rows of {}): {} bytes and {} scales differ "
+                         "from the host's rounding",
+                         what, rows, k, wrong, wrong_scales));
+      return values;
+    };
+    const std::vector<float> xr = host_rows(x, m, x8, x_row_scales, "x, strided");
+    const std::vector<float> wr = host_rows(w, n, w8, w_row_scales, "w");
+    for (const int form : {0, 2}) {
+      const bool gelu = form == 2;
+      const char* epilogue = gelu ? "bias + GELU (tanh)" : "no";
+      const std::string failed = error_message([&] {
+        linear_fp8(x8.data(), x_row_scales.as<float>(), w8.data(), w_row_scales.as<float>(),
+                   gelu ? bias_gpu.data() : nullptr, y.data(), m, n, k, GemmOutput::BF16, nullptr,
+                   gelu ? GemmActivation::GeluTanh : GemmActivation::None, Fp8Scales::PerRow);
+      });
+      if (!failed.empty()) {
+        expect(false, fmt::format("linear_fp8 per-row scales, {} epilogue: {}", epilogue, failed));
+        continue;
+      }
+      std::vector<uint16_t> y_bits(size_t(m * n));
+      y.download(y_bits.data(), y_bits.size() * 2);
+      std::vector<double> actual(y_bits.size()), quantized(y_bits.size()), exact(y_bits.size());
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t c = 0; c < n; ++c) {
+          double dot_q = gelu ? bias[size_t(c)] : 0.0, dot = dot_q;
+          for (int64_t i = 0; i < k; ++i) {
+            dot_q += double(xr[size_t(r * k + i)]) * wr[size_t(c * k + i)];
+            dot += double(x[size_t(r * k + i)]) * w[size_t(c * k + i)];
+          }
+          const size_t at = size_t(r * n + c);
+          quantized[at] = gelu ? gelu_tanh(dot_q) : dot_q;
+          exact[at] = gelu ? gelu_tanh(dot) : dot;
+          actual[at] = bf16_to_f32(y_bits[at]);
+        }
+      const double to_quantized = relative_error(actual, quantized);
+      expect(to_quantized < 4e-3,
+             fmt::format("linear_fp8 per-row scales {}x{}x{}, {} epilogue: {:.2e} from the "
+                         "product of the dequantized operands (< 4e-3); {:.2e} from the "
+                         "unquantized operands' product",
+                         m, n, k, epilogue, to_quantized, relative_error(actual, exact)));
+    }
+  }
+
   const std::string refused = error_message([&] {
     linear_fp8(x8.data(), x_scale, w8.data(), w_scale, nullptr, y.data(), 8, 16, 24,
                GemmOutput::BF16);
