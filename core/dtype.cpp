@@ -1,5 +1,6 @@
 #include "core/dtype.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace mmgen {
@@ -23,6 +24,7 @@ constexpr DTypeInfo kDTypes[] = {
     {DType::I8, 1, "i8", "I8"},
     {DType::U8, 1, "u8", "U8"},
     {DType::Bool, 1, "bool", "BOOL"},
+    {DType::F8E4M3Rows, 1, "f8_e4m3_rows", ""},  // the row scales are not a safetensors type
     // ggml's blocks: no safetensors type
     {DType::Q8_0, 34, "q8_0", "", 32},
     {DType::Q4_0, 18, "q4_0", "", 32},
@@ -68,6 +70,31 @@ bool dtype_is_blocks(DType dtype) {
 
 bool dtype_is_floating(DType dtype) {
   return dtype == DType::F32 || dtype == DType::F64 || dtype == DType::BF16 || dtype == DType::F16;
+}
+
+uint8_t f32_to_e4m3(float x) {
+  const uint8_t sign = std::signbit(x) ? 0x80 : 0;
+  const double a = std::fabs(double(x));
+  if (std::isnan(x)) return 0x7f;
+  if (a >= 448.0) return sign | 0x7e;
+  if (a == 0.0) return sign;
+  int e = 0;
+  std::frexp(a, &e);                         // a = m · 2^e, m in [0.5, 1)
+  const int exponent = std::max(e - 1, -6);  // below 2^-6 the spacing stays 2^-9 (subnormals)
+  const double step = std::ldexp(1.0, exponent - 3);
+  const double r = std::nearbyint(a / step) * step;  // the current mode: nearest, ties to even
+  if (r == 0.0) return sign;                         // below half the smallest subnormal
+  std::frexp(r, &e);
+  if (e - 1 < -6) return sign | uint8_t(std::lround(r / std::ldexp(1.0, -9)));
+  return sign | uint8_t(((e - 1 + 7) << 3) | std::lround((r / std::ldexp(1.0, e - 1) - 1.0) * 8));
+}
+
+float e4m3_to_f32(uint8_t bits) {
+  const int exponent = (bits >> 3) & 15, mantissa = bits & 7;
+  if (exponent == 15 && mantissa == 7) return std::nanf("");
+  const double magnitude = exponent == 0 ? std::ldexp(double(mantissa), -9)
+                                         : std::ldexp(1.0 + mantissa / 8.0, exponent - 7);
+  return float((bits & 0x80) ? -magnitude : magnitude);
 }
 
 float f16_to_f32(uint16_t h) {

@@ -1,5 +1,7 @@
 #include "core/tensor.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <list>
@@ -12,6 +14,7 @@
 #include "core/parallel.h"
 #ifdef MMGEN_HAVE_CUDA
 #include "core/cuda/device_storage.h"
+#include "core/cuda/fp8.h"
 #endif
 
 namespace mmgen {
@@ -133,8 +136,20 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   tensor.shape_ = shape;
   tensor.strides_ = contiguous_strides(shape);
   tensor.dtype_ = dtype;
-  tensor.storage_ = allocate(size_t(shape_numel(shape)) * dtype_size(dtype), device);
+  tensor.storage_ = allocate(tensor.nbytes(), device);
   return tensor;
+}
+
+size_t Tensor::nbytes() const {
+  if (dtype_ != DType::F8E4M3Rows) return size_t(numel()) * dtype_size(dtype_);
+  const int64_t cols = shape_.empty() ? 1 : shape_.back();
+  return row_scales_offset(numel()) + size_t(cols > 0 ? numel() / cols : 0) * sizeof(float);
+}
+
+float* Tensor::row_scales() const {
+  check(dtype_ == DType::F8E4M3Rows, "row scales of a {} tensor: only f8_e4m3_rows has them",
+        dtype_name(dtype_));
+  return reinterpret_cast<float*>(raw() + row_scales_offset(numel()));
 }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
@@ -230,6 +245,10 @@ Tensor Tensor::view(const Shape& shape) const {
   }
   check(shape_numel(resolved) == numel(), "cannot view {} as {}", shape_string(shape_),
         shape_string(shape));
+  check(dtype_ != DType::F8E4M3Rows ||
+            (!resolved.empty() && !shape_.empty() && resolved.back() == shape_.back()),
+        "an f8_e4m3_rows view keeps its rows: {} cannot be viewed as {}", shape_string(shape_),
+        shape_string(shape));
   Tensor result = *this;
   result.shape_ = resolved;
   result.strides_ = contiguous_strides(resolved);
@@ -241,6 +260,10 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end) const {
   int64_t extent = shape_[size_t(d)];
   check(0 <= start && start <= end && end <= extent,
         "slice [{}, {}) outside dimension {} of size {}", start, end, d, extent);
+  check(dtype_ != DType::F8E4M3Rows || (start == 0 && end == extent),
+        "a slice of an f8_e4m3_rows tensor {} would lose its row scales; slice it before "
+        "quantizing",
+        shape_string(shape_));
   Tensor result = *this;
   result.offset_ += size_t(start * strides_[size_t(d)]) * dtype_size(dtype_);
   result.shape_[size_t(d)] = end - start;
@@ -258,6 +281,10 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
 Tensor Tensor::permute(const std::vector<int64_t>& order) const {
   check(int64_t(order.size()) == dim(), "permute order has {} entries for a {}-d tensor",
         order.size(), dim());
+  check(dtype_ != DType::F8E4M3Rows,
+        "an f8_e4m3_rows tensor {} is not permuted (its row scales "
+        "follow its rows); permute it before quantizing",
+        shape_string(shape_));
   Tensor result = *this;
   std::vector<bool> seen(order.size(), false);
   for (size_t i = 0; i < order.size(); ++i) {
@@ -272,6 +299,8 @@ Tensor Tensor::permute(const std::vector<int64_t>& order) const {
 
 Tensor Tensor::unsqueeze(int64_t d) const {
   d = normalize_dim(d, dim() + 1);
+  check(dtype_ != DType::F8E4M3Rows || d < dim(),
+        "an f8_e4m3_rows tensor {} keeps its last dimension", shape_string(shape_));
   Tensor result = *this;
   int64_t stride = d < dim() ? strides_[size_t(d)] * shape_[size_t(d)] : 1;
   result.shape_.insert(result.shape_.begin() + d, 1);
@@ -356,6 +385,7 @@ double load_as_double(const std::byte* p, DType dtype) {
       return double(uint8_t(*p));
     case DType::Bool:
       return *p != std::byte{0} ? 1.0 : 0.0;
+    case DType::F8E4M3Rows:  // scaled per row: to() converts the whole tensor
     case DType::Q8_0:
     case DType::Q4_0:
     case DType::Q4_1:
@@ -408,6 +438,7 @@ void store_from_double(std::byte* p, DType dtype, double value) {
     case DType::Bool:
       *p = std::byte(value != 0 ? 1 : 0);
       return;
+    case DType::F8E4M3Rows:
     case DType::Q8_0:
     case DType::Q4_0:
     case DType::Q4_1:
@@ -418,6 +449,36 @@ void store_from_double(std::byte* p, DType dtype, double value) {
     case DType::Q6_K:
       return;  // never a conversion's target: to() refuses it
   }
+}
+
+// To or from F8E4M3Rows on the host, through float32: each row's scale is max|row| / 448 (1 for
+// a row of zeros) and its values e4m3(x / scale), as core/cuda/fp8.cu's quantize_e4m3_rows.
+Tensor convert_rows_on_host(const Tensor& source, DType dtype, int64_t rows, int64_t cols) {
+  if (source.dtype() == DType::F8E4M3Rows) {
+    Tensor values = Tensor::empty(source.shape(), DType::F32);
+    const uint8_t* bytes = reinterpret_cast<const uint8_t*>(source.raw());
+    const float* scales = source.row_scales();
+    float* out = values.data<float>();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        out[r * cols + c] = e4m3_to_f32(bytes[r * cols + c]) * scales[r];
+    return values.to(dtype);
+  }
+  const Tensor values = source.to(DType::F32);
+  Tensor result = Tensor::empty(source.shape(), DType::F8E4M3Rows);
+  const float* in = values.data<float>();
+  uint8_t* bytes = reinterpret_cast<uint8_t*>(result.raw());
+  float* scales = result.row_scales();
+  const int threads = threads_for(rows * cols);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+  for (int64_t r = 0; r < rows; ++r) {
+    float amax = 0.0f;
+    for (int64_t c = 0; c < cols; ++c) amax = std::max(amax, std::fabs(in[r * cols + c]));
+    const float scale = amax > 0.0f && std::isfinite(amax) ? amax / kE4m3Largest : 1.0f;
+    scales[r] = scale;
+    for (int64_t c = 0; c < cols; ++c) bytes[r * cols + c] = f32_to_e4m3(in[r * cols + c] / scale);
+  }
+  return result;
 }
 
 }  // namespace
@@ -489,15 +550,31 @@ Tensor Tensor::to(DType dtype) const {
                      values.numel());
     return values.to(dtype);
   }
+  const bool rows_scaled = dtype == DType::F8E4M3Rows || dtype_ == DType::F8E4M3Rows;
+  check(!rows_scaled || (!shape_.empty() && shape_.back() > 0),
+        "f8_e4m3_rows needs rows: a {} tensor has none", shape_string(shape_));
+  const int64_t cols = rows_scaled ? shape_.back() : 1, rows = numel() / cols;
 #ifdef MMGEN_HAVE_CUDA
   if (!is_cpu()) {
     check(is_contiguous(), "converting a strided {} tensor on the GPU is not supported",
           shape_string(shape_));
     Tensor result = empty(shape_, dtype, device());
-    cuda::convert_on_device(raw(), dtype_, result.raw(), dtype, numel());
+    if (dtype == DType::F8E4M3Rows) {
+      check(dtype_ == DType::BF16, "the GPU quantizes bf16 rows to f8_e4m3_rows, not {}",
+            dtype_name(dtype_));
+      cuda::quantize_e4m3_rows(raw(), rows, cols, cols, result.raw(), result.row_scales());
+    } else if (dtype_ == DType::F8E4M3Rows) {
+      check(dtype == DType::BF16 || dtype == DType::F32,
+            "the GPU expands f8_e4m3_rows to bf16 or float32, not {}", dtype_name(dtype));
+      cuda::dequantize_e4m3_rows(raw(), row_scales(), rows, cols, result.raw(),
+                                 dtype == DType::BF16);
+    } else {
+      cuda::convert_on_device(raw(), dtype_, result.raw(), dtype, numel());
+    }
     return result;
   }
 #endif
+  if (rows_scaled) return convert_rows_on_host(contiguous(), dtype, rows, cols);
   Tensor source = contiguous();
   Tensor result = empty(shape_, dtype);
   const int64_t count = numel();
@@ -546,6 +623,7 @@ void Tensor::copy_from(const Tensor& source) {
 
 float Tensor::item_f32(const std::vector<int64_t>& index) const {
   require_cpu("item_f32");
+  check(dtype_ != DType::F8E4M3Rows, "item_f32 of an f8_e4m3_rows tensor: convert it first");
   check(int64_t(index.size()) == dim(), "index of {} entries for a {}-d tensor", index.size(),
         dim());
   int64_t offset = 0;

@@ -75,7 +75,9 @@ class Tensor {
   DType dtype() const { return dtype_; }
   Device device() const { return storage_ ? storage_->device() : Device::CPU; }
   bool is_cpu() const { return device() == Device::CPU; }
-  size_t nbytes() const { return size_t(numel()) * dtype_size(dtype_); }
+  size_t nbytes() const;  // F8E4M3Rows: the values, padding and the row scales
+  // An F8E4M3Rows tensor's float32 scales, one per row (core/dtype.h), where it lives.
+  float* row_scales() const;
   bool is_contiguous() const;
 
   // Pointer to the first element. T must have the dtype's element size (uint16_t for bf16/f16).

@@ -353,6 +353,13 @@ int run_resolved(ResolvedGenerate resolved) {
   else if (request.cpu_bf16_products)
     spdlog::info("cpu products: --cpu-matmul-precision bf16 has no effect on --device {}",
                  request.device);
+  if (request.gpu_fp8_products && request.device == "cuda")
+    spdlog::info(
+        "gpu products: fp8 (--gpu-matmul-precision fp8: the transformer blocks' linear layers in "
+        "e4m3 with per-channel and per-token scales; not diffusers' bf16 numbers)");
+  else if (request.gpu_fp8_products)
+    spdlog::info("gpu products: --gpu-matmul-precision fp8 has no effect on --device {}",
+                 request.device);
   if (resolved.flow_shift) spdlog::info("scheduler: {}", resolved.flow_shift->explanation);
   log_attention_plan(resolved.attention);
   // From here a Ctrl-C or SIGTERM stops at the next step boundary (core/interrupt.h).

@@ -138,6 +138,13 @@ const std::vector<OptionSpec>& option_table() {
        "CPU linear layers: fp32 (exact, diffusers' numbers) or bf16 (input and weights rounded to "
        "bfloat16, float32 sums; about 2x faster, needs AVX-512 BF16)",
        {"fp32", "bf16"}},
+      {"gpu-matmul-precision",
+       T::Choice,
+       "bf16",
+       "GPU linear layers of Wan's transformer blocks: bf16 (diffusers' bf16 numbers) or fp8 "
+       "(e4m3 on Hopper's tensor cores, one scale per output channel and per token; faster, with "
+       "the error docs/performance.md measures)",
+       {"bf16", "fp8"}},
       {"log-level",
        T::Choice,
        "info",

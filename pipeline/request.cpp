@@ -97,6 +97,7 @@ Request request_from_settings(const json& settings) {
   r.gpus = settings.value("gpus", int64_t(1));
   r.cfg_parallel = settings.value("cfg-parallel", false);
   r.cpu_bf16_products = settings.value("cpu-matmul-precision", std::string("fp32")) == "bf16";
+  r.gpu_fp8_products = settings.value("gpu-matmul-precision", std::string("bf16")) == "fp8";
   r.log_level = settings.value("log-level", std::string("info"));
   r.quiet = settings.value("quiet", false);
   r.dry_run = settings.value("dry-run", false);

@@ -54,6 +54,7 @@ struct Request {
   // The ranks' communicators when gpus > 1 (set by the CLI once the processes have joined).
   std::shared_ptr<ParallelRun> parallel;
   bool cpu_bf16_products = false;  // --cpu-matmul-precision bf16
+  bool gpu_fp8_products = false;   // --gpu-matmul-precision fp8
   std::string log_level = "info";
   bool quiet = false;
   bool dry_run = false;

@@ -350,9 +350,11 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
   // (CPU backends, or the GPU's kernels and sparse backend) is built fresh per run below.
   if (input.cuda) {
 #ifdef MMGEN_HAVE_CUDA
-    if (transformer_->device() != Device::CUDA) {  // the weights go up once per pipeline
+    // The weights go up once per pipeline (again only for another product precision).
+    if (transformer_->device() != Device::CUDA ||
+        transformer_->fp8_products() != input.fp8_products) {
       Progress upload("upload", 1);
-      transformer_->set_device(Device::CUDA);
+      transformer_->set_device(Device::CUDA, DType::BF16, input.fp8_products);
       upload.finish();
     }
     // Every rank decodes its share of the rows (or with --vae-tiling of the tiles).
@@ -532,6 +534,7 @@ WanGenerationInput wan_input_from_request(const Request& request, const WanPipel
   input.flow_shift = request.flow_shift;
   input.seed = request.seed;
   input.cuda = request.device == "cuda";
+  input.fp8_products = request.gpu_fp8_products && input.cuda;
   input.parallel = request.parallel.get();
   if (request.vae_tiling) {
     const int64_t factor = pipeline.vae_spatial_factor();

@@ -37,6 +37,9 @@ struct WanGenerationInput {
   // When defined, [1, tokens, text_dim] used instead of encoding prompt / negative_prompt.
   Tensor prompt_embeds, negative_prompt_embeds;
   bool cuda = false;  // text encoder, transformer and VAE decoder on the GPU (--device cuda)
+  // --gpu-matmul-precision fp8: the transformer blocks' products in FP8 (e4m3, per-channel and
+  // per-token scales) on the GPU.
+  bool fp8_products = false;
   // --vae-tiling: decode in spatial tiles (latent pixels); nullopt decodes the whole frame.
   std::optional<vae::TileLayout> vae_tiles;
   // Several ranks share the run (pipeline/parallel_run.h); null: this process alone.

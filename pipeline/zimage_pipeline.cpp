@@ -274,6 +274,9 @@ ZImageGenerationOutput ZImagePipeline::generate(const ZImageGenerationInput& inp
 
 ZImageGenerationInput zimage_input_from_request(const Request& request,
                                                 const ZImagePipeline& pipeline) {
+  check(!request.gpu_fp8_products,
+        "--gpu-matmul-precision fp8: FP8 products are built for Wan's transformer so far; Z-Image "
+        "runs its products in bf16, so leave it at bf16");
   ZImageGenerationInput input;
   input.prompt = request.prompt;
   input.negative_prompt = request.negative_prompt;

@@ -112,6 +112,56 @@ TEST(Tensor, DTypeConversionRoundTrip) {
   EXPECT_THROW(t.data<int64_t>(), Error);
 }
 
+TEST(Tensor, E4m3RoundsToNearestEvenAndSaturates) {
+  EXPECT_EQ(f32_to_e4m3(1.0f), 0x38);
+  EXPECT_EQ(f32_to_e4m3(-0.5f), 0xb0);
+  EXPECT_EQ(f32_to_e4m3(448.0f), 0x7e);
+  EXPECT_EQ(f32_to_e4m3(1e9f), 0x7e);     // saturated, as __NV_SATFINITE
+  EXPECT_EQ(f32_to_e4m3(1.0625f), 0x38);  // halfway between 1 and 1.125: the even one
+  EXPECT_EQ(f32_to_e4m3(1.1875f), 0x3a);  // halfway between 1.125 and 1.25: the even one
+  EXPECT_EQ(f32_to_e4m3(std::ldexp(1.0f, -9)), 0x01);  // the smallest subnormal
+  EXPECT_EQ(f32_to_e4m3(std::ldexp(1.0f, -11)), 0x00);
+  for (int bits = 0; bits < 0x7f; ++bits) {  // every finite positive value round-trips
+    EXPECT_EQ(f32_to_e4m3(e4m3_to_f32(uint8_t(bits))), bits);
+    EXPECT_EQ(f32_to_e4m3(-e4m3_to_f32(uint8_t(bits))), bits == 0 ? 0x80 : (bits | 0x80));
+  }
+  EXPECT_TRUE(std::isnan(e4m3_to_f32(0x7f)));
+}
+
+// f8_e4m3_rows on the host: a row's scale is max|row| / 448, its values e4m3(x / scale), the
+// scales after the values from the next 16-byte boundary; views keep the rows, slices are refused.
+TEST(Tensor, E4m3RowsQuantizePerRowAndKeepTheirScales) {
+  const Tensor x = Tensor::from_vector(
+      {2, 3}, std::vector<float>{448.0f * 2, -1.0f, 0.3f, 0.0f, 0.0f, 0.0f});  // a row of zeros
+  const Tensor q = x.to(DType::F8E4M3Rows);
+  EXPECT_EQ(q.dtype(), DType::F8E4M3Rows);
+  EXPECT_EQ(q.nbytes(), 16u + 2 * sizeof(float));
+  EXPECT_EQ(reinterpret_cast<const std::byte*>(q.row_scales()) - q.raw(), 16);
+  EXPECT_EQ(q.row_scales()[0], 2.0f);
+  EXPECT_EQ(q.row_scales()[1], 1.0f);
+  const uint8_t* bytes = reinterpret_cast<const uint8_t*>(q.raw());
+  EXPECT_EQ(bytes[0], 0x7e);                      // 896 / 2 = 448
+  EXPECT_EQ(bytes[1], f32_to_e4m3(-0.5f));        // exact
+  EXPECT_EQ(bytes[2], f32_to_e4m3(0.3f / 2.0f));  // 0.15 rounds to 0.15625
+  const Tensor back = q.to(DType::F32);
+  EXPECT_EQ(back.item_f32({0, 0}), 896.0f);
+  EXPECT_EQ(back.item_f32({0, 1}), -1.0f);
+  EXPECT_EQ(back.item_f32({0, 2}), 0.3125f);
+  EXPECT_EQ(back.item_f32({1, 2}), 0.0f);
+  EXPECT_EQ(q.view({1, 2, 3}).nbytes(), q.nbytes());
+  EXPECT_THROW((void)q.view({3, 2}), Error);      // rows of 2 would misplace the scales
+  EXPECT_THROW((void)q.slice(0, 1, 2), Error);    // a row without its scale's place
+  EXPECT_THROW((void)q.item_f32({0, 0}), Error);  // not a value without its scale
+  // Dequantized within e4m3's rounding of each value relative to its row's scale.
+  const Tensor wide = ops::random_uniform({5, 64}, DType::F32, Device::CPU, 3, 2.0f);
+  const Tensor wide_back = wide.to(DType::F8E4M3Rows).to(DType::F32);
+  for (int64_t r = 0; r < 5; ++r)
+    for (int64_t c = 0; c < 64; ++c) {
+      const float v = wide.item_f32({r, c}), d = wide_back.item_f32({r, c});
+      EXPECT_LE(std::fabs(d - v), std::fabs(v) / 16 + std::ldexp(2.0f / 448, -10)) << r << "," << c;
+    }
+}
+
 TEST(Tensor, DeviceIsTheStoragesAndCpuMovesShare) {
   const Tensor t = arange({2, 3});
   EXPECT_EQ(t.device(), Device::CPU);

@@ -51,10 +51,13 @@ void add_rms_norm_gated_f32(float* x, const void* y, bool y_bf16, int64_t rows, 
 //
 // Optionally x += y · gate (y fp32 or bf16 (y_bf16) [rows, dim]; gate fp32 [dim] or null for
 // x += y; y null: x is only read), then out (bf16 [rows, dim]) = LayerNorm(x) · scale + shift as
-// layer_norm_to_bf16: a block's residual update and the next pre-norm in one pass.
+// layer_norm_to_bf16: a block's residual update and the next pre-norm in one pass. With
+// `e4m3_scales`, out is e4m3 instead, one byte per value, each row scaled by its max|out| / 448
+// written to e4m3_scales[row] (quantize_e4m3_rows of the float32 result: an FP8 product's input).
 bool residual_layer_norm_bf16(float* x, const void* y, bool y_bf16, const float* gate, int64_t rows,
                               int64_t dim, const float* scale, const float* shift, float eps,
-                              void* out, cudaStream_t stream = nullptr);
+                              void* out, cudaStream_t stream = nullptr,
+                              float* e4m3_scales = nullptr);
 // rms_norm_rope_bf16 for rows of a multiple of 8 values with head_dim a multiple of 8.
 bool rms_norm_rope_rows_bf16(void* x, int64_t rows, int64_t dim, const float* weight, float eps,
                              const float* cos, const float* sin, int64_t tokens, int64_t head_dim,

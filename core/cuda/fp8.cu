@@ -109,6 +109,20 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
+template <typename Out>
+__global__ void dequantize_rows_kernel(const __nv_fp8_storage_t* q, const float* scales,
+                                       int64_t cols, int64_t count, Out* out) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const float value =
+        __half2float(__half(__nv_cvt_fp8_to_halfraw(q[i], __NV_E4M3))) * scales[i / cols];
+    if constexpr (sizeof(Out) == 2)
+      out[i] = __float2bfloat16_rn(value);
+    else
+      out[i] = value;
+  }
+}
+
 unsigned blocks_for(int64_t count) {
   const int64_t blocks = (count + 255) / 256;
   return unsigned(blocks < 4096 ? (blocks > 0 ? blocks : 1) : 4096);
@@ -146,6 +160,20 @@ void quantize_e4m3_rows(const void* x, int64_t rows, int64_t cols, int64_t row_s
   if (rows <= 0 || cols <= 0) return;
   quantize_rows_kernel<<<unsigned(rows), kRowThreads, 0, stream>>>(
       static_cast<const bf16*>(x), cols, row_stride, static_cast<uint8_t*>(out), scales);
+  MMGEN_CUDA_CHECK_LAUNCH();
+}
+
+void dequantize_e4m3_rows(const void* q, const float* scales, int64_t rows, int64_t cols, void* out,
+                          bool out_bf16, cudaStream_t stream) {
+  const int64_t count = rows * cols;
+  if (count <= 0) return;
+  const auto* bytes = static_cast<const __nv_fp8_storage_t*>(q);
+  if (out_bf16)
+    dequantize_rows_kernel<<<blocks_for(count), 256, 0, stream>>>(bytes, scales, cols, count,
+                                                                  static_cast<bf16*>(out));
+  else
+    dequantize_rows_kernel<<<blocks_for(count), 256, 0, stream>>>(bytes, scales, cols, count,
+                                                                  static_cast<float*>(out));
   MMGEN_CUDA_CHECK_LAUNCH();
 }
 

@@ -27,6 +27,11 @@ void quantize_e4m3(const void* x, bool x_bf16, int64_t count, void* out, float* 
 void quantize_e4m3_rows(const void* x, int64_t rows, int64_t cols, int64_t row_stride, void* out,
                         float* scales, cudaStream_t stream = nullptr);
 
+// The reverse of quantize_e4m3_rows: out[r·cols + c] = float(q[r·cols + c]) · scales[r], as
+// bf16 (out_bf16) or float32.
+void dequantize_e4m3_rows(const void* q, const float* scales, int64_t rows, int64_t cols, void* out,
+                          bool out_bf16, cudaStream_t stream = nullptr);
+
 // out[i] = float(q[i]) · *scale for `count` e4m3 values: what a product of quantized operands
 // multiplies (tests and error measurements).
 void dequantize_e4m3(const void* q, const float* scale, int64_t count, float* out,

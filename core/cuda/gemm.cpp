@@ -271,6 +271,18 @@ void linear_fp8(const void* x, const float* x_scale, const void* w, const float*
                 const void* bias, void* y, int64_t m, int64_t n, int64_t k, GemmOutput output,
                 cudaStream_t stream, GemmActivation activation, Fp8Scales scales) {
   check(m > 0 && n > 0 && k > 0, "GPU FP8 linear: empty product {}x{}x{}", m, n, k);
+  // cuBLASLt's e4m3 products run from compute capability 8.9 (Ada; Hopper's are the fast ones).
+  static const int capability = [] {
+    int device = 0, major = 0, minor = 0;
+    MMGEN_CUDA_CHECK(cudaGetDevice(&device));
+    MMGEN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    MMGEN_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    return 10 * major + minor;
+  }();
+  check(capability >= 89,
+        "GPU FP8 linear: this GPU (compute capability {}.{}) has no e4m3 tensor-core products; "
+        "they need 8.9 or newer (Ada, Hopper): use --gpu-matmul-precision bf16",
+        capability / 10, capability % 10);
   check(k % 16 == 0 && n % 8 == 0,
         "GPU FP8 linear: {} inputs and {} outputs; e4m3 products need inputs in multiples of 16 "
         "and outputs in multiples of 8",

@@ -5,6 +5,7 @@
 #include "core/cuda/device_ops.h"
 #include "core/cuda/device_storage.h"
 #include "core/cuda/elementwise.h"
+#include "core/cuda/fp8.h"
 #include "core/cuda/gemm.h"
 #include "core/cuda/gemm_f32.h"
 #include "core/cuda/group_norm.h"
@@ -33,6 +34,37 @@ void require_f32(const Tensor& x, const char* op) {
 
 namespace {
 
+// The product of an f8_e4m3_rows weight (one scale per output channel): the input as e4m3 with
+// one scale per token (quantized here unless it comes so from the op that made it), cuBLASLt's
+// FP8 product with outer-vector scales, bias and the tanh GELU in its epilogue.
+Tensor fp8_product(const Tensor& x, const Tensor& weight, const Tensor& bias, DType out,
+                   const Activation* activation) {
+  check(x.dtype() == DType::BF16 || x.dtype() == DType::F8E4M3Rows,
+        "linear on the GPU: an f8_e4m3_rows weight reads bf16 or f8_e4m3_rows inputs, not {}",
+        dtype_name(x.dtype()));
+  check(out == DType::BF16 || out == DType::F32,
+        "linear on the GPU: an FP8 product writes bf16 or float32, not {}", dtype_name(out));
+  check(!activation || *activation == Activation::GeluTanh,
+        "linear on the GPU: an FP8 product fuses the tanh GELU only");
+  const Tensor x8 = x.to(DType::F8E4M3Rows);
+  const int64_t in = weight.size(1), features = weight.size(0), rows = x.numel() / in;
+  Shape shape = x.shape();
+  shape.back() = features;
+  Tensor y = Tensor::empty(shape, out, Device::CUDA);
+  Tensor b;
+  if (bias.defined()) {
+    require_device(bias, "linear", "bias");
+    check(bias.numel() == features, "linear: bias of {} for {} outputs", bias.numel(), features);
+    b = bias.to(out);
+  }
+  if (activation && !b.defined()) b = Tensor::zeros({features}, out, Device::CUDA);
+  linear_fp8(x8.raw(), x8.row_scales(), weight.raw(), weight.row_scales(),
+             b.defined() ? b.raw() : nullptr, y.raw(), rows, features, in,
+             out == DType::F32 ? GemmOutput::F32 : GemmOutput::BF16, nullptr,
+             activation ? GemmActivation::GeluTanh : GemmActivation::None, Fp8Scales::PerRow);
+  return y;
+}
+
 // y = act(x · wᵀ + b); `activation` null: none.
 Tensor product(const Tensor& x, const Tensor& weight, const Tensor& bias, DType out,
                const Activation* activation) {
@@ -42,6 +74,10 @@ Tensor product(const Tensor& x, const Tensor& weight, const Tensor& bias, DType 
   check(weight.dim() == 2 && x.size(-1) == weight.size(1),
         "linear: input {} does not match weight {}", shape_string(x.shape()),
         shape_string(weight.shape()));
+  if (weight.dtype() == DType::F8E4M3Rows) return fp8_product(x, weight, bias, out, activation);
+  // Quantized activations met by a bf16 weight (a VSA gate reading an FP8 model's pre-norm).
+  if (x.dtype() == DType::F8E4M3Rows && weight.dtype() == DType::BF16)
+    return product(x.to(DType::BF16), weight, bias, out, activation);
   check(x.dtype() == weight.dtype() && (x.dtype() == DType::BF16 || x.dtype() == DType::F32),
         "linear on the GPU: input {} and weight {} must both be bf16 (or both float32, the exact "
         "mode)",
@@ -105,8 +141,12 @@ std::vector<Tensor> linear_each(const Tensor& x, const std::vector<Tensor>& weig
               weights[i].raw() == first.raw() + int64_t(i) * first.nbytes();
   std::vector<Tensor> results;
   if (!stacked || (out != DType::BF16 && out != DType::F32)) {
+    // FP8 weights: the input quantized once for all of them.
+    const bool fp8 = first.dtype() == DType::F8E4M3Rows && x.dtype() == DType::BF16 &&
+                     x.device() == Device::CUDA && x.is_contiguous();
+    const Tensor input = fp8 ? x.to(DType::F8E4M3Rows) : x;
     for (const Tensor& weight : weights)
-      results.push_back(product(x, weight, Tensor(), out, nullptr));
+      results.push_back(product(input, weight, Tensor(), out, nullptr));
     return results;
   }
   const int64_t batch = int64_t(weights.size()), in = first.size(1), features = first.size(0),
@@ -138,13 +178,23 @@ Tensor modulated_layer_norm(const Tensor& x, const Tensor& shift, const Tensor& 
                             float eps, DType out) {
   MMGEN_PROFILE("gpu: norms");
   require_f32(x, "modulated_layer_norm");
-  check(out == DType::BF16, "modulated_layer_norm on the GPU: a bf16 result only");
+  check(out == DType::BF16 || out == DType::F8E4M3Rows,
+        "modulated_layer_norm on the GPU: a bf16 or f8_e4m3_rows result only");
   require_device(shift, "modulated_layer_norm", "shift");
   require_device(scale_plus_one, "modulated_layer_norm", "scale");
   const int64_t dim = x.size(-1), rows = x.numel() / dim;
   check(shift.numel() == dim && scale_plus_one.numel() == dim,
         "modulated_layer_norm: {} shift and {} scale values for rows of {}", shift.numel(),
         scale_plus_one.numel(), dim);
+  if (out == DType::F8E4M3Rows) {  // an FP8 product's input, quantized as it is written
+    Tensor y = Tensor::empty(x.shape(), out, Device::CUDA);
+    // With no update the one-pass kernel only reads x.
+    if (residual_layer_norm_bf16(const_cast<float*>(x.data<float>()), nullptr, false, nullptr, rows,
+                                 dim, scale_plus_one.data<float>(), shift.data<float>(), eps,
+                                 y.raw(), nullptr, y.row_scales()))
+      return y;
+    return modulated_layer_norm(x, shift, scale_plus_one, eps, DType::BF16).to(out);
+  }
   Tensor y = Tensor::empty(x.shape(), DType::BF16, Device::CUDA);
   layer_norm_to_bf16(x.data<float>(), y.raw(), rows, dim, scale_plus_one.data<float>(),
                      shift.data<float>(), eps);
@@ -174,7 +224,8 @@ Tensor add_gated_layer_norm_(Tensor& x, const Tensor& y, const Tensor& gate, flo
   check(x.shape() == y.shape() && (y.dtype() == DType::F32 || y.dtype() == DType::BF16),
         "add_gated_layer_norm: x {} and y {} {} must have one shape, y float32 or bf16",
         shape_string(x.shape()), dtype_name(y.dtype()), shape_string(y.shape()));
-  check(out == DType::BF16, "add_gated_layer_norm on the GPU: a bf16 result only");
+  check(out == DType::BF16 || out == DType::F8E4M3Rows,
+        "add_gated_layer_norm on the GPU: a bf16 or f8_e4m3_rows result only");
   const int64_t dim = x.size(-1), rows = x.numel() / dim;
   const auto require_row_vector = [&](const Tensor& t, const char* what) {
     require_device(t, "add_gated_layer_norm", what);
@@ -186,12 +237,15 @@ Tensor add_gated_layer_norm_(Tensor& x, const Tensor& y, const Tensor& gate, flo
   require_row_vector(shift, "shift");
   if (gate.defined()) require_row_vector(gate, "gate");
   const float* g = gate.defined() ? gate.data<float>() : nullptr;
-  Tensor normed = Tensor::empty(x.shape(), DType::BF16, Device::CUDA);
+  Tensor normed = Tensor::empty(x.shape(), out, Device::CUDA);
+  const bool fp8 = out == DType::F8E4M3Rows;
   if (!residual_layer_norm_bf16(x.data<float>(), y.raw(), y.dtype() == DType::BF16, g, rows, dim,
-                                scale.data<float>(), shift.data<float>(), eps, normed.raw())) {
+                                scale.data<float>(), shift.data<float>(), eps, normed.raw(),
+                                nullptr, fp8 ? normed.row_scales() : nullptr)) {
     // A row the one-pass kernel does not take: the update, then the norm.
     const Tensor update = y.to(DType::F32);
     add_gated_f32(x.data<float>(), update.data<float>(), rows, dim, g);
+    if (fp8) return modulated_layer_norm(x, shift, scale, eps, out);
     layer_norm_to_bf16(x.data<float>(), normed.raw(), rows, dim, scale.data<float>(),
                        shift.data<float>(), eps);
   }

@@ -4,6 +4,7 @@
 // accesses with 256 threads, and measured 1.6-1.8 TB/s on Wan's rows (H200); these are what the
 // Wan block's norms run on when the row's shape allows.
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 
@@ -35,6 +36,20 @@ __device__ __forceinline__ float row_sum(float value, float* partial) {
   return total;
 }
 
+// The maximum over the row's block, as row_sum.
+__device__ __forceinline__ float row_max(float value, float* partial) {
+  for (int offset = 16; offset > 0; offset /= 2)
+    value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  const int warps = blockDim.x / 32;
+  if (warps == 1) return value;
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = value;
+  __syncthreads();
+  float total = partial[0];
+  for (int w = 1; w < warps; ++w) total = fmaxf(total, partial[w]);
+  __syncthreads();
+  return total;
+}
+
 __device__ __forceinline__ float4 load_y(const float* y, int64_t chunk) {
   return reinterpret_cast<const float4*>(y)[chunk];
 }
@@ -46,11 +61,14 @@ __device__ __forceinline__ float4 load_y(const bf16* y, int64_t chunk) {
 }
 
 // Optionally x += y · gate (gate null: x += y; y null: no update), then out = LayerNorm(x) · scale
-// + shift in bf16: thread t holds chunks t, t + threads, ... of 4 values each.
-template <int kSlots, typename In>
+// + shift in bf16, or (kFp8) in e4m3 with the row's scale max|out| / 448 in scales[row] (the
+// values divided by it, rounded to nearest even, saturating: quantize_e4m3_rows of the float32
+// row): thread t holds chunks t, t + threads, ... of 4 values each.
+template <int kSlots, typename In, bool kFp8>
 __global__ void __launch_bounds__(32 * kMaxWarps)
     residual_layer_norm_kernel(float* x, const In* y, const float* gate, int64_t dim,
-                               const float* scale, const float* shift, float eps, bf16* out) {
+                               const float* scale, const float* shift, float eps, void* out,
+                               float* scales) {
   __shared__ float partial[kMaxWarps];
   const int64_t chunks = dim / 4, row = blockIdx.x;
   float4* x_row = reinterpret_cast<float4*>(x + row * dim);
@@ -86,7 +104,39 @@ __global__ void __launch_bounds__(32 * kMaxWarps)
     squares += (a * a + b * b) + (d * d + e * e);
   }
   const float inverse = rsqrtf(row_sum(squares, partial) / float(dim) + eps);
-  uint2* out_row = reinterpret_cast<uint2*>(out + row * dim);
+  if constexpr (kFp8) {
+    float amax = 0.0f;
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) {
+      const int64_t c = threadIdx.x + int64_t(s) * blockDim.x;
+      if (c >= chunks) continue;
+      const float4 a = reinterpret_cast<const float4*>(scale)[c];
+      const float4 b = reinterpret_cast<const float4*>(shift)[c];
+      v[s] =
+          make_float4((v[s].x - mean) * inverse * a.x + b.x, (v[s].y - mean) * inverse * a.y + b.y,
+                      (v[s].z - mean) * inverse * a.z + b.z, (v[s].w - mean) * inverse * a.w + b.w);
+      amax = fmaxf(fmaxf(amax, fmaxf(fabsf(v[s].x), fabsf(v[s].y))),
+                   fmaxf(fabsf(v[s].z), fabsf(v[s].w)));
+    }
+    amax = row_max(amax, partial);
+    const float row_scale = amax > 0.0f && isfinite(amax) ? amax / 448.0f : 1.0f;
+    if (threadIdx.x == 0) scales[row] = row_scale;
+    uint32_t* out_row = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(out) + row * dim);
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) {
+      const int64_t c = threadIdx.x + int64_t(s) * blockDim.x;
+      if (c >= chunks) continue;
+      const __nv_fp8x2_storage_t low = __nv_cvt_float2_to_fp8x2(
+          make_float2(__fdiv_rn(v[s].x, row_scale), __fdiv_rn(v[s].y, row_scale)), __NV_SATFINITE,
+          __NV_E4M3);
+      const __nv_fp8x2_storage_t high = __nv_cvt_float2_to_fp8x2(
+          make_float2(__fdiv_rn(v[s].z, row_scale), __fdiv_rn(v[s].w, row_scale)), __NV_SATFINITE,
+          __NV_E4M3);
+      out_row[c] = uint32_t(low) | (uint32_t(high) << 16);
+    }
+    return;
+  }
+  uint2* out_row = reinterpret_cast<uint2*>(static_cast<bf16*>(out) + row * dim);
 #pragma unroll
   for (int s = 0; s < kSlots; ++s) {
     const int64_t c = threadIdx.x + int64_t(s) * blockDim.x;
@@ -161,41 +211,54 @@ int warps_for(int64_t chunks, int64_t max_slots) {
   return warps <= kMaxWarps ? int(warps > 0 ? warps : 1) : 0;
 }
 
-template <typename In>
+template <typename In, bool kFp8>
 void launch_residual_layer_norm(int slots, int threads, int64_t rows, float* x, const In* y,
                                 const float* gate, int64_t dim, const float* scale,
-                                const float* shift, float eps, bf16* out, cudaStream_t stream) {
+                                const float* shift, float eps, void* out, float* scales,
+                                cudaStream_t stream) {
   if (slots <= 4)
-    residual_layer_norm_kernel<4, In>
-        <<<unsigned(rows), threads, 0, stream>>>(x, y, gate, dim, scale, shift, eps, out);
+    residual_layer_norm_kernel<4, In, kFp8>
+        <<<unsigned(rows), threads, 0, stream>>>(x, y, gate, dim, scale, shift, eps, out, scales);
   else if (slots <= 8)
-    residual_layer_norm_kernel<8, In>
-        <<<unsigned(rows), threads, 0, stream>>>(x, y, gate, dim, scale, shift, eps, out);
+    residual_layer_norm_kernel<8, In, kFp8>
+        <<<unsigned(rows), threads, 0, stream>>>(x, y, gate, dim, scale, shift, eps, out, scales);
   else
-    residual_layer_norm_kernel<12, In>
-        <<<unsigned(rows), threads, 0, stream>>>(x, y, gate, dim, scale, shift, eps, out);
+    residual_layer_norm_kernel<12, In, kFp8>
+        <<<unsigned(rows), threads, 0, stream>>>(x, y, gate, dim, scale, shift, eps, out, scales);
+}
+
+template <bool kFp8>
+void launch_residual_layer_norm(int slots, int threads, int64_t rows, float* x, const void* y,
+                                bool y_bf16, const float* gate, int64_t dim, const float* scale,
+                                const float* shift, float eps, void* out, float* scales,
+                                cudaStream_t stream) {
+  if (y && y_bf16)
+    launch_residual_layer_norm<bf16, kFp8>(slots, threads, rows, x, static_cast<const bf16*>(y),
+                                           gate, dim, scale, shift, eps, out, scales, stream);
+  else
+    launch_residual_layer_norm<float, kFp8>(slots, threads, rows, x, static_cast<const float*>(y),
+                                            gate, dim, scale, shift, eps, out, scales, stream);
 }
 
 }  // namespace
 
 bool residual_layer_norm_bf16(float* x, const void* y, bool y_bf16, const float* gate, int64_t rows,
                               int64_t dim, const float* scale, const float* shift, float eps,
-                              void* out, cudaStream_t stream) {
+                              void* out, cudaStream_t stream, float* e4m3_scales) {
   const int warps = warps_for(dim / 4, 12);
   if (dim % 4 != 0 || warps == 0 || rows > 0x7fffffff || !aligned(x, 16) || !aligned(scale, 16) ||
-      !aligned(shift, 16) || (gate && !aligned(gate, 16)) || !aligned(out, 8) ||
+      !aligned(shift, 16) || (gate && !aligned(gate, 16)) || !aligned(out, e4m3_scales ? 4 : 8) ||
       (y && !aligned(y, y_bf16 ? 8 : 16)))
     return false;
   if (rows == 0) return true;
   const int threads = 32 * warps;
   const int slots = int((dim / 4 + threads - 1) / threads);
-  bf16* result = static_cast<bf16*>(out);
-  if (y && y_bf16)
-    launch_residual_layer_norm(slots, threads, rows, x, static_cast<const bf16*>(y), gate, dim,
-                               scale, shift, eps, result, stream);
+  if (e4m3_scales)
+    launch_residual_layer_norm<true>(slots, threads, rows, x, y, y_bf16, gate, dim, scale, shift,
+                                     eps, out, e4m3_scales, stream);
   else
-    launch_residual_layer_norm(slots, threads, rows, x, static_cast<const float*>(y), gate, dim,
-                               scale, shift, eps, result, stream);
+    launch_residual_layer_norm<false>(slots, threads, rows, x, y, y_bf16, gate, dim, scale, shift,
+                                      eps, out, nullptr, stream);
   MMGEN_CUDA_CHECK_LAUNCH();
   return true;
 }

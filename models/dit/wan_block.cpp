@@ -104,17 +104,23 @@ void check_block_weights(const WeightStore& store, int64_t layer,
   expect_weight(store, prefix + "scale_shift_table", {1, 6, dim});
 }
 
-WanBlockWeights WanBlockWeights::placed(Device device, DType compute) const {
-  // A product's weight and bias in the compute dtype: every product writes `compute`, the
-  // branches' outputs too (they join the float32 residual stream in the op after them).
+WanBlockWeights WanBlockWeights::placed(Device device, DType compute, bool fp8_products) const {
+  check(!fp8_products || device == Device::CUDA,
+        "FP8 products run on the GPU's tensor cores; the CPU computes in float32");
+  // A product's bias in the compute dtype: every product writes `compute`, the branches'
+  // outputs too (they join the float32 residual stream in the op after them). Its weight in
+  // `compute`, or quantized per output channel on the GPU from its bf16 values.
   const auto product = [&](const Tensor& t) { return t.to(compute).to(device); };
+  const auto weight = [&](const Tensor& t) {
+    return fp8_products ? t.to(DType::BF16).to(device).to(DType::F8E4M3Rows) : product(t);
+  };
   const auto f32 = [&](const Tensor& t) { return t.defined() ? t.to(device) : t; };
   const auto attention = [&](const WanAttentionWeights& a) {
     WanAttentionWeights p;
-    p.q_weight = product(a.q_weight), p.q_bias = product(a.q_bias);
-    p.k_weight = product(a.k_weight), p.k_bias = product(a.k_bias);
-    p.v_weight = product(a.v_weight), p.v_bias = product(a.v_bias);
-    p.out_weight = product(a.out_weight), p.out_bias = product(a.out_bias);
+    p.q_weight = weight(a.q_weight), p.q_bias = product(a.q_bias);
+    p.k_weight = weight(a.k_weight), p.k_bias = product(a.k_bias);
+    p.v_weight = weight(a.v_weight), p.v_bias = product(a.v_bias);
+    p.out_weight = weight(a.out_weight), p.out_bias = product(a.out_bias);
     p.norm_q = f32(a.norm_q), p.norm_k = f32(a.norm_k);
     return p;
   };
@@ -122,9 +128,10 @@ WanBlockWeights WanBlockWeights::placed(Device device, DType compute) const {
   p.self_attention = attention(self_attention);
   p.cross_attention = attention(cross_attention);
   p.norm2_weight = f32(norm2_weight), p.norm2_bias = f32(norm2_bias);
-  p.ffn_in_weight = product(ffn_in_weight), p.ffn_in_bias = product(ffn_in_bias);
-  p.ffn_out_weight = product(ffn_out_weight), p.ffn_out_bias = product(ffn_out_bias);
+  p.ffn_in_weight = weight(ffn_in_weight), p.ffn_in_bias = product(ffn_in_bias);
+  p.ffn_out_weight = weight(ffn_out_weight), p.ffn_out_bias = product(ffn_out_bias);
   p.modulation = modulation;  // read on the host
+  p.inputs = fp8_products ? DType::F8E4M3Rows : compute;
   return p;
 }
 
@@ -147,10 +154,10 @@ Tensor run_wan_block(Tensor& x, const Tensor& normed, const Tensor& text, const 
         attend(normed, normed, weights.self_attention, config, &rope, compute, self_call);
     if (config.cross_attn_norm) {
       cross_normed = ops::add_gated_layer_norm_(x, out, m.gate, config.eps, weights.norm2_weight,
-                                                weights.norm2_bias, compute);
+                                                weights.norm2_bias, weights.inputs);
     } else {
       ops::add_gated_(x, out.to(DType::F32), m.gate);
-      cross_normed = x.to(compute);
+      cross_normed = x.to(compute).to(weights.inputs);
     }
   }
 
@@ -163,7 +170,7 @@ Tensor run_wan_block(Tensor& x, const Tensor& normed, const Tensor& text, const 
         attend(cross_normed, text, weights.cross_attention, config, nullptr, compute, cross_call);
     cross_normed = Tensor();
     ffn_normed = ops::add_gated_layer_norm_(x, out, Tensor(), config.eps, m.ffn_scale_plus_one,
-                                            m.ffn_shift, compute);
+                                            m.ffn_shift, weights.inputs);
   }
 
   // 3. Feed-forward (GELU, tanh form), gated residual, then the next pre-norm. On the CPU over
@@ -178,7 +185,7 @@ Tensor run_wan_block(Tensor& x, const Tensor& normed, const Tensor& text, const 
   };
   if (chunk_rows == rows)
     return ops::add_gated_layer_norm_(flat, feed_forward(0, rows), m.ffn_gate, config.eps,
-                                      next.scale, next.shift, compute)
+                                      next.scale, next.shift, next.dtype)
         .view(x.shape());
   for (int64_t start = 0; start < rows; start += chunk_rows) {
     const int64_t end = std::min(rows, start + chunk_rows);
@@ -186,7 +193,7 @@ Tensor run_wan_block(Tensor& x, const Tensor& normed, const Tensor& text, const 
     ops::add_gated_(rows_in, feed_forward(start, end), m.ffn_gate);
   }
   ffn_normed = Tensor();
-  return ops::modulated_layer_norm(x, next.shift, next.scale, config.eps, compute);
+  return ops::modulated_layer_norm(x, next.shift, next.scale, config.eps, next.dtype);
 }
 
 }  // namespace mmgen::dit

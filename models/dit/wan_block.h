@@ -20,18 +20,24 @@ struct WanAttentionWeights {
 
 // A block's weights where the model runs. On the CPU, float32: loaded (converted from bf16
 // where stored so) just before the block runs and released after it, so only one block's float32
-// copy is ever resident. On the GPU, resident: the products' weights in the compute dtype, each
-// bias in its product's output dtype, norms float32.
+// copy is ever resident. On the GPU, resident: the products' weights in the compute dtype (or, for
+// FP8 products, f8_e4m3_rows: e4m3 with one scale per output channel), each bias in its product's
+// output dtype, norms float32.
 struct WanBlockWeights {
   WanAttentionWeights self_attention, cross_attention;
   Tensor norm2_weight, norm2_bias;  // undefined when cross_attn_norm is false
   Tensor ffn_in_weight, ffn_in_bias, ffn_out_weight, ffn_out_bias;
   Tensor modulation;  // scale_shift_table [1, 6, D], float32 on the host
+  // What the products after the block's norms read, so what those norms write: the compute
+  // dtype, or f8_e4m3_rows (e4m3 with one scale per token, quantized as the norm writes it) when
+  // the weights are FP8.
+  DType inputs = DType::F32;
 
   static WanBlockWeights load(const WeightStore& store, int64_t layer,
                               const WanTransformerConfig& config);
-  // These float32 weights placed on `device` for products that read `compute`.
-  WanBlockWeights placed(Device device, DType compute) const;
+  // These float32 weights placed on `device` for products that read `compute`; with
+  // `fp8_products` the products' weights are f8_e4m3_rows instead (GPU only).
+  WanBlockWeights placed(Device device, DType compute, bool fp8_products = false) const;
 };
 
 // One block's timestep modulation for a forward, each [D] float32 on the model's device: shift,
@@ -52,16 +58,18 @@ void check_block_weights(const WeightStore& store, int64_t layer,
 
 // What follows a block: its LayerNorm (no affine part) is scaled by `scale` and shifted by
 // `shift`, each [D] float32 on the model's device (the next block's 1 + scale and shift, or the
-// output head's).
+// output head's), written as `dtype` (what the products after it read).
 struct WanNextNorm {
   Tensor scale, shift;
+  DType dtype = DType::F32;
 };
 
 // Runs block `call.layer` on x [B, S, D] (float32, the residual stream) in place, where x lives.
-// `normed` is this block's modulated pre-norm of x in `compute`, the dtype the products read
-// (float32 on the CPU; bf16 on the GPU): modulated_layer_norm(x, shift, scale_plus_one). text is
-// the embedded text [B, L, D] in `compute`. Returns the pre-norm `next` asks for, of the updated x,
-// in `compute`: each residual update and the norm after it are one op (one pass on the GPU).
+// `normed` is this block's modulated pre-norm of x in weights.inputs, the dtype the products read
+// (float32 on the CPU; bf16 or f8_e4m3_rows on the GPU): modulated_layer_norm(x, shift,
+// scale_plus_one). text is the embedded text [B, L, D] in `compute`, the dtype the products
+// write. Returns the pre-norm `next` asks for, of the updated x, in next.dtype: each residual
+// update and the norm after it are one op (one pass on the GPU).
 Tensor run_wan_block(Tensor& x, const Tensor& normed, const Tensor& text,
                      const WanModulation& modulation, const WanNextNorm& next,
                      const WanBlockWeights& weights, const WanTransformerConfig& config,

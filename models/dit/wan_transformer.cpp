@@ -99,9 +99,12 @@ WanTransformer WanTransformer::load(const fs::path& folder) {
   return WanTransformer(std::move(config), WeightStore::open_folder(folder));
 }
 
-void WanTransformer::set_device(Device device, DType compute) {
+void WanTransformer::set_device(Device device, DType compute, bool fp8_products) {
+  check(!fp8_products || device == Device::CUDA,
+        "FP8 products run on the GPU; the CPU transformer computes in float32");
   device_ = device;
   compute_ = device == Device::CPU ? DType::F32 : compute;
+  block_inputs_ = fp8_products ? DType::F8E4M3Rows : compute_;
   resident_blocks_.clear();
   resident_outer_ = {};
   resident_bytes_ = 0;
@@ -115,7 +118,7 @@ void WanTransformer::set_device(Device device, DType compute) {
   const auto count = [&](const Tensor& t) { resident_bytes_ += t.defined() ? t.nbytes() : 0; };
   for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
     const WanBlockWeights placed =
-        WanBlockWeights::load(weights_, layer, config_).placed(device_, compute_);
+        WanBlockWeights::load(weights_, layer, config_).placed(device_, compute_, fp8_products);
     for (const WanAttentionWeights* a : {&placed.self_attention, &placed.cross_attention})
       for (const Tensor* t : {&a->q_weight, &a->q_bias, &a->k_weight, &a->k_bias, &a->v_weight,
                               &a->v_bias, &a->out_weight, &a->out_bias, &a->norm_q, &a->norm_k})
@@ -286,15 +289,16 @@ Tensor WanTransformer::forward(const Tensor& latents, float timestep, const Tens
   WanModulation current = config_.num_layers > 0 ? block_modulation(0) : WanModulation{};
   Tensor normed = config_.num_layers > 0
                       ? ops::modulated_layer_norm(x, current.shift, current.scale_plus_one,
-                                                  config_.eps, compute_)
+                                                  config_.eps, block_inputs_)
                       : ops::modulated_layer_norm(x, head.select(0, 0), head.select(0, 1),
                                                   config_.eps, compute_);
   for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
     call.layer = layer;
     const bool last = layer + 1 == config_.num_layers;
     const WanModulation following = last ? WanModulation{} : block_modulation(layer + 1);
-    const WanNextNorm next = last ? WanNextNorm{head.select(0, 1), head.select(0, 0)}
-                                  : WanNextNorm{following.scale_plus_one, following.shift};
+    const WanNextNorm next =
+        last ? WanNextNorm{head.select(0, 1), head.select(0, 0), compute_}
+             : WanNextNorm{following.scale_plus_one, following.shift, block_inputs_};
     normed = run_wan_block(x, normed, text, current, next, block_weights(layer), config_, rope,
                            compute_, call);
     current = following;

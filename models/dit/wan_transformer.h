@@ -52,9 +52,12 @@ class WanTransformer {
   const WeightStore& weights() const { return weights_; }
 
   // Runs the model on `device` from now on; `compute` is the dtype the GPU's products read (bf16;
-  // the CPU computes in float32). Moving to the GPU uploads every weight once.
-  void set_device(Device device, DType compute = DType::BF16);
+  // the CPU computes in float32). Moving to the GPU uploads every weight once. `fp8_products`
+  // (GPU only): the blocks' products in FP8 on Hopper's tensor cores, weights e4m3 with one scale
+  // per output channel, their inputs e4m3 with one scale per token (--gpu-matmul-precision fp8).
+  void set_device(Device device, DType compute = DType::BF16, bool fp8_products = false);
   Device device() const { return device_; }
+  bool fp8_products() const { return block_inputs_ == DType::F8E4M3Rows; }
   // Bytes of weights resident on the GPU (0 on the CPU, where they stay mapped).
   size_t resident_weight_bytes() const { return resident_bytes_; }
 
@@ -89,6 +92,7 @@ class WanTransformer {
   TimeEmbedderWeights time_weights_;
   Device device_ = Device::CPU;
   DType compute_ = DType::F32;
+  DType block_inputs_ = DType::F32;  // what the blocks' products read (WanBlockWeights::inputs)
   // The GPU's resident weights (empty on the CPU, which loads them as the forward goes).
   std::vector<WanBlockWeights> resident_blocks_;
   OuterWeights resident_outer_;

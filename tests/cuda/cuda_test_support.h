@@ -83,30 +83,6 @@ inline double relative_error(const Tensor& actual_any, const Tensor& expected_an
   return std::sqrt(difference / norm);
 }
 
-// e4m3 (the OCP FP8 format the tensor cores read: 4 exponent bits of bias 7, 3 mantissa bits, no
-// infinities) by rounding to nearest even, saturated at ±448: the bits, and the value of bits.
-inline uint8_t e4m3_bits(float x) {
-  const uint8_t sign = std::signbit(x) ? 0x80 : 0;
-  const double a = std::fabs(double(x));
-  if (a >= 448.0) return sign | 0x7e;
-  if (a == 0.0) return sign;
-  int e = 0;
-  std::frexp(a, &e);                         // a = m · 2^e, m in [0.5, 1)
-  const int exponent = std::max(e - 1, -6);  // below 2^-6 the spacing stays 2^-9 (subnormals)
-  const double step = std::ldexp(1.0, exponent - 3);
-  const double r = std::nearbyint(a / step) * step;  // the current mode: nearest, ties to even
-  if (r == 0.0) return sign;                         // below half the smallest subnormal
-  std::frexp(r, &e);
-  if (e - 1 < -6) return sign | uint8_t(std::lround(r / std::ldexp(1.0, -9)));
-  return sign | uint8_t(((e - 1 + 7) << 3) | std::lround((r / std::ldexp(1.0, e - 1) - 1.0) * 8));
-}
-inline float e4m3_value(uint8_t bits) {
-  const int exponent = (bits >> 3) & 15, mantissa = bits & 7;
-  const double magnitude = exponent == 0 ? std::ldexp(double(mantissa), -9)
-                                         : std::ldexp(1.0 + mantissa / 8.0, exponent - 7);
-  return float((bits & 0x80) ? -magnitude : magnitude);
-}
-
 inline int finish(const char* name) {
   std::printf("%s: %s (%d failed)\n", name, failures() ? "FAILED" : "passed", failures());
   return failures() ? 1 : 0;

@@ -183,8 +183,8 @@ int main() try {
         wrong_scales += scales_got[size_t(r)] != s;
         for (int64_t i = 0; i < k; ++i) {
           const size_t at = size_t(r * k + i);
-          wrong += bytes[at] != e4m3_bits(a[at] / s);
-          values[at] = e4m3_value(bytes[at]) * scales_got[size_t(r)];
+          wrong += bytes[at] != f32_to_e4m3(a[at] / s);
+          values[at] = e4m3_to_f32(bytes[at]) * scales_got[size_t(r)];
         }
       }
       expect(wrong == 0 && wrong_scales == 0,

@@ -119,9 +119,9 @@ Fp8Reference fp8_reference(const std::vector<float>& v, int64_t B, int64_t S, in
         for (int64_t position = 0; position < keys; ++position) {
           const int64_t t = position / 32 * 32 + fp8_value_key_at(int(position % 32));
           if (t >= S) continue;
-          const uint8_t bits = e4m3_bits(v[at(t)] / scale);
+          const uint8_t bits = f32_to_e4m3(v[at(t)] / scale);
           ref.bytes[channel * size_t(keys) + size_t(position)] = bits;
-          ref.dequantized[at(t)] = e4m3_value(bits) * scale;
+          ref.dequantized[at(t)] = e4m3_to_f32(bits) * scale;
         }
       }
   return ref;

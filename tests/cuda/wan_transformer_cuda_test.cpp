@@ -2,7 +2,7 @@
 // model on the CPU (float32, itself checked against diffusers) on the same random bf16 checkpoint,
 // latents, text and timestep: head size 128 (the flash kernels) and 32 (the reference kernel),
 // batch 1 and 2; and with sliding_tile_attn / video_sparse_attn self-attention on both sides (the
-// GPU backends against the CPU ones inside the model).
+// GPU backends against the CPU ones inside the model); and with FP8 products.
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -29,8 +29,13 @@ struct Sparse {
   double bound = 3e-3;
 };
 
+// `fp8`: the GPU model with FP8 products (--gpu-matmul-precision fp8), whose error against the
+// CPU must stay below 5e-2: e4m3 keeps 3 mantissa bits, one product of quantized operands is
+// about 3.7e-2 from the bf16 one on random data (gemm_fp8_cuda_bench), and the residual stream
+// carries the patch embedding's exact part past every block. It must also exceed the bf16
+// model's error, or the FP8 path did not run.
 void run_case(int64_t heads, int64_t head_dim, int64_t batch, const Shape& latent_shape,
-              const Sparse* sparse = nullptr) {
+              const Sparse* sparse = nullptr, bool fp8 = false) {
   dit::WanTransformerConfig config;
   config.num_attention_heads = heads;
   config.attention_head_dim = head_dim;
@@ -47,6 +52,15 @@ void run_case(int64_t heads, int64_t head_dim, int64_t batch, const Shape& laten
   gpu.set_device(Device::CUDA);
   expect(gpu.device() == Device::CUDA && gpu.resident_weight_bytes() > 0,
          "set_device(CUDA) uploads the weights");
+  dit::WanTransformer gpu_fp8(config, WeightStore::open_file(file));
+  if (fp8) {
+    gpu_fp8.set_device(Device::CUDA, DType::BF16, true);
+    expect(gpu_fp8.fp8_products() &&
+               gpu_fp8.resident_weight_bytes() < gpu.resident_weight_bytes() * 3 / 4,
+           fmt::format("set_device(CUDA, fp8 products) keeps the blocks' products in e4m3: {} "
+                       "resident bytes against bf16's {}",
+                       gpu_fp8.resident_weight_bytes(), gpu.resident_weight_bytes()));
+  }
 
   Shape shape = latent_shape;
   shape[0] = batch;
@@ -76,6 +90,16 @@ void run_case(int64_t heads, int64_t head_dim, int64_t batch, const Shape& laten
                        "{:.2e} < {:.0e} (bf16)",
                        heads, head_dim, batch, shape_string(shape), timestep,
                        sparse ? ", " + sparse->backend : std::string(), error, bound));
+    if (!fp8) continue;
+    const Tensor quantized = gpu_fp8.forward(latents, timestep, text, {}, &gpu_attention);
+    bool fp8_finite = quantized.shape() == expected.shape();
+    for (int64_t i = 0; fp8_finite && i < quantized.numel(); ++i)
+      fp8_finite = std::isfinite(quantized.data<float>()[i]);
+    const double fp8_error = fp8_finite ? relative_error(quantized, expected) : INFINITY;
+    expect(fp8_error < 5e-2 && fp8_error > error,
+           fmt::format("heads {} x {}, batch {}, latents {}, t={}: FP8 products vs CPU relative "
+                       "error {:.2e} < 5e-2, above bf16's {:.2e}",
+                       heads, head_dim, batch, shape_string(shape), timestep, fp8_error, error));
   }
   fs::remove(file);
 }
@@ -84,8 +108,8 @@ void run_case(int64_t heads, int64_t head_dim, int64_t batch, const Shape& laten
 
 int main() try {
   run_case(2, 128, 1, {1, 16, 3, 16, 20});  // 3 x 8 x 10 = 240 tokens: a partial key block
-  run_case(2, 128, 2, {1, 16, 1, 16, 16});
-  run_case(4, 32, 1, {1, 16, 2, 8, 12});  // head size 32: the reference attention kernel
+  run_case(2, 128, 2, {1, 16, 1, 16, 16}, nullptr, /*fp8=*/true);
+  run_case(4, 32, 1, {1, 16, 2, 8, 12}, nullptr, true);  // head size 32: the reference kernel
   // Sparse self-attention on a 7 x 10 x 13 patch grid: partial tiles and cubes on every axis.
   const fs::path mask = fs::temp_directory_path() / "mmgen_wan_cuda_test_sta.json";
   std::ofstream(mask) << R"({"0_0_0": [1, 2, 2], "0_0_1": [2, 1, 3], "0_1_0": [1, 1, 2],

@@ -15,6 +15,9 @@
 //   tail), an unaligned view (no 16-byte loads) and a size of whole 8-value groups: float32
 //   results within 1e-6 relative of the CPU (expf against std::exp), bf16 ones within its
 //   rounding.
+// - FP8 products (Wan's --gpu-matmul-precision fp8): the norms writing e4m3 rows with their
+//   scales, and ops::linear / linear_each with f8_e4m3_rows weights (check_fp8_norm,
+//   check_fp8_linear say what each asserts).
 // - ops::fold_scale_gate against the CPU's, and ops::linear_each on stacked weights (one batched
 //   product) against the CPU's products and against one GPU product per weight.
 #include <cuda_runtime.h>
@@ -23,6 +26,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <utility>
@@ -167,6 +171,119 @@ void check_add_gated_layer_norm(int64_t rows, int64_t dim, DType y_dtype, bool g
          fmt::format("modulated_layer_norm [{}, {}]: within a bf16 rounding of the CPU (worst "
                      "{:.2f} of it)",
                      rows, dim, alone.worst));
+}
+
+// Wan's norms writing an FP8 product's input (f8_e4m3_rows): the residual update with the next
+// pre-norm, and the modulated norm alone, against the CPU's float32 norm. Each row's scale is
+// within float32 noise of max|row| / 448; each value within e4m3's rounding of the CPU's (half a
+// step: |v| / 16 in its binade, scale · 2⁻¹⁰ among the subnormals), plus a bf16 rounding where
+// the width goes to the separate kernels (they round to bf16 first, so their scales are within
+// a bf16 rounding too). Where the one-pass kernel
+// quantizes the float32 row itself, a byte may differ from the host's rounding of the CPU's
+// value only by one step, where float32 noise moves a value across a rounding boundary.
+void check_fp8_norm(int64_t rows, int64_t dim, bool update, std::mt19937& generator) {
+  const Tensor x = random_rounded({rows, dim}, generator, 4.0f);
+  const Tensor y = random_rounded({rows, dim}, generator);
+  std::uniform_real_distribution<float> around_one(0.5f, 1.5f);
+  const auto vector = [&] {
+    std::vector<float> v(static_cast<size_t>(dim));
+    for (float& value : v) value = around_one(generator);
+    return Tensor::from_vector({dim}, v);
+  };
+  const Tensor scale = vector(), shift = vector(), gate = vector();
+  Tensor expected_x = x.clone(), actual_x = x.to(Device::CUDA);
+  const Tensor expected =
+      update ? ops::add_gated_layer_norm_(expected_x, y, gate, 1e-6f, scale, shift, DType::F32)
+             : ops::modulated_layer_norm(x, shift, scale, 1e-6f);
+  const Tensor gpu =
+      update ? ops::add_gated_layer_norm_(actual_x, y.to(DType::BF16).to(Device::CUDA),
+                                          gate.to(Device::CUDA), 1e-6f, scale.to(Device::CUDA),
+                                          shift.to(Device::CUDA), DType::F8E4M3Rows)
+             : ops::modulated_layer_norm(actual_x, shift.to(Device::CUDA), scale.to(Device::CUDA),
+                                         1e-6f, DType::F8E4M3Rows);
+  const Tensor actual = gpu.to(Device::CPU);
+  const Tensor values = actual.to(DType::F32);
+  const bool one_pass = dim % 4 == 0 && dim <= 12288;
+  const uint8_t* bytes = reinterpret_cast<const uint8_t*>(actual.raw());
+  double worst_scale = 0, worst_value = 0;
+  int64_t flipped = 0, far = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* e = expected.data<float>() + r * dim;
+    float amax = 0;
+    for (int64_t c = 0; c < dim; ++c) amax = std::max(amax, std::fabs(e[c]));
+    const float s = actual.row_scales()[r];
+    worst_scale = std::max(worst_scale, std::fabs(s - amax / 448.0) / (amax / 448.0));
+    for (int64_t c = 0; c < dim; ++c) {
+      const double v = values.data<float>()[r * dim + c];
+      const double allowed = std::fabs(e[c]) * (1.0 / 16 + (one_pass ? 1e-5 : 1.0 / 256)) +
+                             s * std::ldexp(1.0, -10) + 1e-6;
+      worst_value = std::max(worst_value, std::fabs(v - e[c]) / allowed);
+      const uint8_t host = f32_to_e4m3(e[c] / s), got = bytes[r * dim + c];
+      // e4m3's codes order like the values on each side of zero: steps apart = codes apart.
+      const auto line = [](uint8_t b) { return (b & 0x80) ? -int(b & 0x7f) : int(b & 0x7f); };
+      flipped += host != got;
+      far += std::abs(line(host) - line(got)) > 1;
+    }
+  }
+  // The separate kernels' bf16 rows set the scale from bf16-rounded values: 2⁻⁸ apart at most.
+  const bool bytes_ok = !one_pass || (far == 0 && flipped * 1000 <= rows * dim);
+  const double scale_bound = one_pass ? 1e-5 : 1.0 / 256;
+  expect(gpu.dtype() == DType::F8E4M3Rows && worst_scale < scale_bound && worst_value <= 1.0 &&
+             bytes_ok,
+         fmt::format("{} [{}, {}] to f8_e4m3_rows: row scales within {:.1e} of max|row| / 448, "
+                     "values within e4m3's rounding of the CPU's (worst {:.2f} of it); {} of {} "
+                     "bytes differ from the host's rounding, {} by more than one step",
+                     update ? "add_gated_layer_norm" : "modulated_layer_norm", rows, dim,
+                     worst_scale, worst_value, flipped, rows * dim, far));
+}
+
+// ops::linear with an f8_e4m3_rows weight (Wan's --gpu-matmul-precision fp8): the GPU quantizes
+// the bf16 weight per output channel and the bf16 input per token byte for byte as the host does,
+// and the product matches the CPU's float32 product of the dequantized operands to the output's
+// rounding (the relative error bound of fp8_cuda_test). An input that arrives quantized gives the
+// same bits, and linear_each the same as one product per weight.
+void check_fp8_linear(int64_t rows, int64_t in, int64_t features, DType out, bool gelu,
+                      std::mt19937& generator) {
+  const Tensor x = random_rounded({rows, in}, generator);
+  const Tensor w = random_rounded({features, in}, generator, 1.0f / 16);
+  const Tensor bias = random_rounded({features}, generator, 1.0f / 4);
+  const Tensor host_w8 = w.to(DType::F8E4M3Rows);
+  const Tensor w8 = w.to(DType::BF16).to(Device::CUDA).to(DType::F8E4M3Rows);
+  const Tensor w8_back = w8.to(Device::CPU);
+  const bool same_weight = w8_back.nbytes() == host_w8.nbytes() &&
+                           std::memcmp(w8_back.raw(), host_w8.raw(), host_w8.nbytes()) == 0;
+  const Tensor xq = x.to(DType::F8E4M3Rows).to(DType::F32), wq = host_w8.to(DType::F32);
+  const Tensor expected = gelu ? ops::linear(xq, wq, bias, DType::F32, Activation::GeluTanh)
+                               : ops::linear(xq, wq, bias, DType::F32);
+  const Tensor x_gpu = x.to(DType::BF16).to(Device::CUDA), b_gpu = bias.to(Device::CUDA);
+  const auto run = [&](const Tensor& input) {
+    return gelu ? ops::linear(input, w8, b_gpu, out, Activation::GeluTanh)
+                : ops::linear(input, w8, b_gpu, out);
+  };
+  const Tensor actual = run(x_gpu);
+  const Tensor from_quantized = run(x_gpu.to(DType::F8E4M3Rows));
+  const Tensor a = actual.to(Device::CPU), q = from_quantized.to(Device::CPU);
+  const bool same_bits = a.nbytes() == q.nbytes() && std::memcmp(a.raw(), q.raw(), a.nbytes()) == 0;
+  const double error = relative_error(a.to(DType::F32), expected);
+  expect(actual.dtype() == out && same_weight && same_bits && error < 4e-3,
+         fmt::format("linear with an f8_e4m3_rows weight {}x{}x{}{} to {}: weight bytes and scales "
+                     "{} the host's, {:.2e} from the product of the dequantized operands (< 4e-3), "
+                     "a quantized input {}",
+                     rows, features, in, gelu ? " (GELU)" : "", dtype_name(out),
+                     same_weight ? "equal" : "differ from", error,
+                     same_bits ? "gives the same bits" : "gives other bits"));
+  if (gelu) return;
+  const std::vector<Tensor> each = ops::linear_each(x_gpu, {w8, w8}, out);
+  const Tensor one = ops::linear(x_gpu, w8, Tensor(), out).to(Device::CPU);
+  bool same = each.size() == 2;
+  for (const Tensor& e : each) {
+    const Tensor host = e.to(Device::CPU);
+    same = same && host.nbytes() == one.nbytes() &&
+           std::memcmp(host.raw(), one.raw(), one.nbytes()) == 0;
+  }
+  expect(same, fmt::format("linear_each with f8_e4m3_rows weights {}x{}x{}: one product per weight "
+                           "from one quantized input, the same bits as ops::linear",
+                           rows, features, in));
 }
 
 void check_silu_mul(const Shape& shape, DType gate_dtype, DType up_dtype, DType out, int64_t skip,
@@ -358,6 +475,17 @@ int main() try {
     for (const bool gated : {true, false})
       for (const int64_t dim : {1536, 5120, 96, 100, 10, 13000})
         check_add_gated_layer_norm(dim > 5000 ? 5 : 37, dim, y_dtype, gated, generator);
+
+  // FP8 products' inputs from the norms (the one-pass kernel, and widths it hands on), and the
+  // products themselves.
+  for (const bool update : {true, false})
+    for (const int64_t dim : {1536, 5120, 96, 100, 13000})
+      check_fp8_norm(dim > 5000 ? 5 : 37, dim, update, generator);
+  for (const DType out : {DType::BF16, DType::F32})
+    for (const bool gelu : {false, true}) {
+      check_fp8_linear(77, 192, 256, out, gelu, generator);
+      check_fp8_linear(300, 1536, 8960, out, gelu, generator);
+    }
 
   for (const DType gate : {DType::BF16, DType::F32})
     for (const DType up : {DType::BF16, DType::F32})
