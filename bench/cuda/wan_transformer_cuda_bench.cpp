@@ -4,7 +4,8 @@
 // warm-up, host work included) and the peak GPU memory the caching allocator handed out; with
 // dense self-attention (fa), then with sliding_tile_attn (window 2x2x3 tiles of 6x8x8 in every
 // layer and head) and video_sparse_attn (sparsity 0.9), about 90% sparse, and sage_attn (dense,
-// INT8 Q·Kᵀ with FP8 P·V).
+// INT8 Q·Kᵀ with FP8 P·V); each with the blocks' products in bf16 and, with --products
+// bf16,fp8, in FP8 too (--gpu-matmul-precision fp8).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -28,15 +29,19 @@ namespace fs = std::filesystem;
 int main(int argc, char** argv) try {
   int repeats = 5;
   std::string modes_wanted = "dense,sta,vsa";  // --modes: a comma list of these
+  std::string products_wanted = "bf16";        // --products: bf16, fp8 or both
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--repeats")
       repeats = std::stoi(argv[i + 1]);
     else if (flag == "--modes")
       modes_wanted = argv[i + 1];
+    else if (flag == "--products")
+      products_wanted = argv[i + 1];
     else
       throw std::runtime_error("unknown flag " + flag +
-                               "; use --repeats N and --modes dense,sta,vsa,sage");
+                               "; use --repeats N, --modes dense,sta,vsa,sage and --products "
+                               "bf16,fp8");
   }
   dit::WanTransformerConfig config;
   config.num_attention_heads = 12;
@@ -80,39 +85,45 @@ int main(int argc, char** argv) try {
   std::printf("Wan2.1-1.3B-sized transformer, 480x832x81 frames (32760 tokens), 512 text tokens\n");
   std::printf("weights on GPU: %.2f GiB (uploaded in %.1f s)\n",
               gpu.resident_weight_bytes() / double(1 << 30), load_seconds);
-  for (const Mode& mode : modes) {
-    if (("," + modes_wanted + ",").find("," + std::string(mode.name) + ",") == std::string::npos)
-      continue;
-    dit::WanAttention attention;
-    if (!mode.backend.empty())
-      attention.gpu.sparse = cuda::make_sparse_self_attention_cuda(
-          mode.backend, attention::validate_backend_config(mode.config, mode.backend));
-    cuda::SparseSelfAttentionCuda* sparse = attention.gpu.sparse.get();
-    Tensor out = gpu.forward(latents, 999.0f, text, {}, &attention);  // warm-up
-    double density = 1.0;
-    if (sparse) {
-      sparse->count_pairs(true);
-      gpu.forward(latents, 999.0f, text, {}, &attention);
-      density = sparse->stats().density();
-      sparse->count_pairs(false);
+  for (const bool fp8 : {false, true}) {
+    if (("," + products_wanted + ",").find(fp8 ? ",fp8," : ",bf16,") == std::string::npos) continue;
+    if (fp8 != gpu.fp8_products()) gpu.set_device(Device::CUDA, DType::BF16, fp8);
+    std::printf("== products: %s (weights on GPU: %.2f GiB)\n", fp8 ? "fp8" : "bf16",
+                gpu.resident_weight_bytes() / double(1 << 30));
+    for (const Mode& mode : modes) {
+      if (("," + modes_wanted + ",").find("," + std::string(mode.name) + ",") == std::string::npos)
+        continue;
+      dit::WanAttention attention;
+      if (!mode.backend.empty())
+        attention.gpu.sparse = cuda::make_sparse_self_attention_cuda(
+            mode.backend, attention::validate_backend_config(mode.config, mode.backend));
+      cuda::SparseSelfAttentionCuda* sparse = attention.gpu.sparse.get();
+      Tensor out = gpu.forward(latents, 999.0f, text, {}, &attention);  // warm-up
+      double density = 1.0;
+      if (sparse) {
+        sparse->count_pairs(true);
+        gpu.forward(latents, 999.0f, text, {}, &attention);
+        density = sparse->stats().density();
+        sparse->count_pairs(false);
+      }
+      std::vector<double> seconds;
+      for (int i = 0; i < repeats; ++i) {
+        const auto start = std::chrono::steady_clock::now();
+        out = gpu.forward(latents, 999.0f - 10.0f * float(i), text, {}, &attention);
+        seconds.push_back(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      }
+      std::sort(seconds.begin(), seconds.end());
+      double sum_abs = 0;
+      for (int64_t i = 0; i < out.numel(); ++i) sum_abs += std::abs(out.data<float>()[i]);
+      const double gib = double(1 << 30);
+      std::printf("%s (self-attention density %.3f)\n", mode.label, density);
+      std::printf("forward: median %.3f s, min %.3f s, max %.3f s over %d repeats\n",
+                  seconds[seconds.size() / 2], seconds.front(), seconds.back(), repeats);
+      std::printf("peak GPU memory (allocator): %.2f GiB; output mean |x| %.4f\n",
+                  cuda::CachingAllocator::instance().peak_bytes_in_use() / gib,
+                  sum_abs / double(out.numel()));
     }
-    std::vector<double> seconds;
-    for (int i = 0; i < repeats; ++i) {
-      const auto start = std::chrono::steady_clock::now();
-      out = gpu.forward(latents, 999.0f - 10.0f * float(i), text, {}, &attention);
-      seconds.push_back(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    }
-    std::sort(seconds.begin(), seconds.end());
-    double sum_abs = 0;
-    for (int64_t i = 0; i < out.numel(); ++i) sum_abs += std::abs(out.data<float>()[i]);
-    const double gib = double(1 << 30);
-    std::printf("%s (self-attention density %.3f)\n", mode.label, density);
-    std::printf("forward: median %.3f s, min %.3f s, max %.3f s over %d repeats\n",
-                seconds[seconds.size() / 2], seconds.front(), seconds.back(), repeats);
-    std::printf("peak GPU memory (allocator): %.2f GiB; output mean |x| %.4f\n",
-                cuda::CachingAllocator::instance().peak_bytes_in_use() / gib,
-                sum_abs / double(out.numel()));
   }
   return 0;
 } catch (const std::exception& error) {
