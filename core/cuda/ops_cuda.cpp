@@ -34,6 +34,21 @@ void require_f32(const Tensor& x, const char* op) {
 
 namespace {
 
+// A product's result [..., features] in `out` and its bias (undefined without one) converted to
+// `out`, checked.
+std::pair<Tensor, Tensor> product_output(const Tensor& x, const Tensor& bias, int64_t features,
+                                         DType out) {
+  Shape shape = x.shape();
+  shape.back() = features;
+  Tensor b;
+  if (bias.defined()) {
+    require_device(bias, "linear", "bias");
+    check(bias.numel() == features, "linear: bias of {} for {} outputs", bias.numel(), features);
+    b = bias.to(out);
+  }
+  return {Tensor::empty(shape, out, Device::CUDA), b};
+}
+
 // The product of an f8_e4m3_rows weight (one scale per output channel): the input as e4m3 with
 // one scale per token (quantized here unless it comes so from the op that made it), cuBLASLt's
 // FP8 product with outer-vector scales, bias and the tanh GELU in its epilogue.
@@ -50,15 +65,7 @@ Tensor fp8_product(const Tensor& x, const Tensor& weight, const Tensor& bias, DT
         "linear on the GPU: an FP8 product fuses the tanh GELU only");
   const Tensor x8 = x.to(DType::F8E4M3Rows);
   const int64_t in = weight.size(1), features = weight.size(0), rows = x.numel() / in;
-  Shape shape = x.shape();
-  shape.back() = features;
-  Tensor y = Tensor::empty(shape, out, Device::CUDA);
-  Tensor b;
-  if (bias.defined()) {
-    require_device(bias, "linear", "bias");
-    check(bias.numel() == features, "linear: bias of {} for {} outputs", bias.numel(), features);
-    b = bias.to(out);
-  }
+  auto [y, b] = product_output(x, bias, features, out);
   if (activation && !b.defined()) b = Tensor::zeros({features}, out, Device::CUDA);
   linear_fp8(x8.raw(), x8.row_scales(), weight.raw(), weight.row_scales(),
              b.defined() ? b.raw() : nullptr, y.raw(), rows, features, in, GemmOutput::BF16,
@@ -88,15 +95,7 @@ Tensor product(const Tensor& x, const Tensor& weight, const Tensor& bias, DType 
         "linear on the GPU: a {} result from {} inputs is not supported", dtype_name(out),
         dtype_name(x.dtype()));
   const int64_t in = weight.size(1), features = weight.size(0), rows = x.numel() / in;
-  Shape shape = x.shape();
-  shape.back() = features;
-  Tensor y = Tensor::empty(shape, out, Device::CUDA);
-  Tensor b;
-  if (bias.defined()) {
-    require_device(bias, "linear", "bias");
-    check(bias.numel() == features, "linear: bias of {} for {} outputs", bias.numel(), features);
-    b = bias.to(out);
-  }
+  auto [y, b] = product_output(x, bias, features, out);
   // cuBLASLt's GELU epilogue is the tanh form; other activations run after the product.
   const bool fused = activation && *activation == Activation::GeluTanh && x.dtype() == DType::BF16;
   if (fused && !b.defined()) b = Tensor::zeros({features}, out, Device::CUDA);  // it needs a bias

@@ -203,6 +203,11 @@ void check_fp8_norm(int64_t rows, int64_t dim, bool update, std::mt19937& genera
                                          1e-6f, DType::F8E4M3Rows);
   const Tensor actual = gpu.to(Device::CPU);
   const Tensor values = actual.to(DType::F32);
+  // The GPU's expansion (what a bf16 product reading these rows gets) is the host's, to the bit.
+  const Tensor gpu_f32 = gpu.to(DType::F32).to(Device::CPU);
+  const Tensor gpu_bf16 = gpu.to(DType::BF16).to(Device::CPU), host_bf16 = values.to(DType::BF16);
+  const bool same_expansion = std::memcmp(gpu_f32.raw(), values.raw(), values.nbytes()) == 0 &&
+                              std::memcmp(gpu_bf16.raw(), host_bf16.raw(), host_bf16.nbytes()) == 0;
   const bool one_pass = dim % 4 == 0 && dim <= 12288;
   const uint8_t* bytes = reinterpret_cast<const uint8_t*>(actual.raw());
   double worst_scale = 0, worst_value = 0;
@@ -228,13 +233,15 @@ void check_fp8_norm(int64_t rows, int64_t dim, bool update, std::mt19937& genera
   // The separate kernels' bf16 rows set the scale from bf16-rounded values: 2⁻⁸ apart at most.
   const bool bytes_ok = !one_pass || (far == 0 && flipped * 1000 <= rows * dim);
   const double scale_bound = one_pass ? 1e-5 : 1.0 / 256;
-  expect(gpu.dtype() == DType::F8E4M3Rows && worst_scale < scale_bound && worst_value <= 1.0 &&
-             bytes_ok,
-         fmt::format("{} [{}, {}] to f8_e4m3_rows: row scales within {:.1e} of max|row| / 448, "
-                     "values within e4m3's rounding of the CPU's (worst {:.2f} of it); {} of {} "
-                     "bytes differ from the host's rounding, {} by more than one step",
-                     update ? "add_gated_layer_norm" : "modulated_layer_norm", rows, dim,
-                     worst_scale, worst_value, flipped, rows * dim, far));
+  expect(
+      gpu.dtype() == DType::F8E4M3Rows && worst_scale < scale_bound && worst_value <= 1.0 &&
+          bytes_ok && same_expansion,
+      fmt::format("{} [{}, {}] to f8_e4m3_rows: row scales within {:.1e} of max|row| / 448, "
+                  "values within e4m3's rounding of the CPU's (worst {:.2f} of it); {} of {} "
+                  "bytes differ from the host's rounding, {} by more than one step; the "
+                  "GPU's float32 and bf16 expansions {} the host's",
+                  update ? "add_gated_layer_norm" : "modulated_layer_norm", rows, dim, worst_scale,
+                  worst_value, flipped, rows * dim, far, same_expansion ? "equal" : "differ from"));
 }
 
 // ops::linear with an f8_e4m3_rows weight (Wan's --gpu-matmul-precision fp8): the GPU quantizes
