@@ -10,6 +10,7 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_ops.h"
+#include "core/cuda/fp8.h"  // kE4m3Max
 
 namespace mmgen::cuda {
 namespace {
@@ -104,22 +105,24 @@ __global__ void __launch_bounds__(32 * kMaxWarps)
     squares += (a * a + b * b) + (d * d + e * e);
   }
   const float inverse = rsqrtf(row_sum(squares, partial) / float(dim) + eps);
-  if constexpr (kFp8) {
-    float amax = 0.0f;
+  // The normed row, in place of x's values; its maximum for the e4m3 scale.
+  float amax = 0.0f;
 #pragma unroll
-    for (int s = 0; s < kSlots; ++s) {
-      const int64_t c = threadIdx.x + int64_t(s) * blockDim.x;
-      if (c >= chunks) continue;
-      const float4 a = reinterpret_cast<const float4*>(scale)[c];
-      const float4 b = reinterpret_cast<const float4*>(shift)[c];
-      v[s] =
-          make_float4((v[s].x - mean) * inverse * a.x + b.x, (v[s].y - mean) * inverse * a.y + b.y,
-                      (v[s].z - mean) * inverse * a.z + b.z, (v[s].w - mean) * inverse * a.w + b.w);
+  for (int s = 0; s < kSlots; ++s) {
+    const int64_t c = threadIdx.x + int64_t(s) * blockDim.x;
+    if (c >= chunks) continue;
+    const float4 a = reinterpret_cast<const float4*>(scale)[c];
+    const float4 b = reinterpret_cast<const float4*>(shift)[c];
+    v[s] =
+        make_float4((v[s].x - mean) * inverse * a.x + b.x, (v[s].y - mean) * inverse * a.y + b.y,
+                    (v[s].z - mean) * inverse * a.z + b.z, (v[s].w - mean) * inverse * a.w + b.w);
+    if constexpr (kFp8)
       amax = fmaxf(fmaxf(amax, fmaxf(fabsf(v[s].x), fabsf(v[s].y))),
                    fmaxf(fabsf(v[s].z), fabsf(v[s].w)));
-    }
+  }
+  if constexpr (kFp8) {
     amax = row_max(amax, partial);
-    const float row_scale = amax > 0.0f && isfinite(amax) ? amax / 448.0f : 1.0f;
+    const float row_scale = amax > 0.0f && isfinite(amax) ? amax / kE4m3Max : 1.0f;
     if (threadIdx.x == 0) scales[row] = row_scale;
     uint32_t* out_row = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(out) + row * dim);
 #pragma unroll
@@ -134,21 +137,17 @@ __global__ void __launch_bounds__(32 * kMaxWarps)
           __NV_E4M3);
       out_row[c] = uint32_t(low) | (uint32_t(high) << 16);
     }
-    return;
-  }
-  uint2* out_row = reinterpret_cast<uint2*>(static_cast<bf16*>(out) + row * dim);
+  } else {
+    uint2* out_row = reinterpret_cast<uint2*>(static_cast<bf16*>(out) + row * dim);
 #pragma unroll
-  for (int s = 0; s < kSlots; ++s) {
-    const int64_t c = threadIdx.x + int64_t(s) * blockDim.x;
-    if (c >= chunks) continue;
-    const float4 a = reinterpret_cast<const float4*>(scale)[c];
-    const float4 b = reinterpret_cast<const float4*>(shift)[c];
-    const __nv_bfloat162 low = __floats2bfloat162_rn((v[s].x - mean) * inverse * a.x + b.x,
-                                                     (v[s].y - mean) * inverse * a.y + b.y);
-    const __nv_bfloat162 high = __floats2bfloat162_rn((v[s].z - mean) * inverse * a.z + b.z,
-                                                      (v[s].w - mean) * inverse * a.w + b.w);
-    out_row[c] = make_uint2(*reinterpret_cast<const uint32_t*>(&low),
-                            *reinterpret_cast<const uint32_t*>(&high));
+    for (int s = 0; s < kSlots; ++s) {
+      const int64_t c = threadIdx.x + int64_t(s) * blockDim.x;
+      if (c >= chunks) continue;
+      const __nv_bfloat162 low = __floats2bfloat162_rn(v[s].x, v[s].y);
+      const __nv_bfloat162 high = __floats2bfloat162_rn(v[s].z, v[s].w);
+      out_row[c] = make_uint2(*reinterpret_cast<const uint32_t*>(&low),
+                              *reinterpret_cast<const uint32_t*>(&high));
+    }
   }
 }
 

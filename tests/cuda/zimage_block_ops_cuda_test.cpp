@@ -50,6 +50,14 @@ Tensor random_rounded(const Shape& shape, std::mt19937& generator, float scale =
   return Tensor::from_vector(shape, scaled);
 }
 
+// `dim` values uniform in [0.5, 1.5): norm weights, modulations and gates.
+Tensor random_around_one(int64_t dim, std::mt19937& generator) {
+  std::uniform_real_distribution<float> around_one(0.5f, 1.5f);
+  std::vector<float> v(static_cast<size_t>(dim));
+  for (float& value : v) value = around_one(generator);
+  return Tensor::from_vector({dim}, v);
+}
+
 // max over values of |actual − expected| / (2⁻⁸ · |expected| + floor): ≤ 1 when every value is
 // within a bf16 rounding (plus float32 noise near zero); and ‖actual − expected‖ / ‖expected‖.
 struct Agreement {
@@ -116,12 +124,7 @@ void check_residual_update(const std::string& name, const ResidualUpdate& update
                            int64_t dim, DType y_dtype, bool gated, std::mt19937& generator) {
   const Tensor x = random_rounded({rows, dim}, generator, 4.0f);
   const Tensor y = random_rounded({rows, dim}, generator);
-  std::uniform_real_distribution<float> around_one(0.5f, 1.5f);
-  const auto vector = [&] {
-    std::vector<float> v(static_cast<size_t>(dim));
-    for (float& value : v) value = around_one(generator);
-    return Tensor::from_vector({dim}, v);
-  };
+  const auto vector = [&] { return random_around_one(dim, generator); };
   const Tensor a = vector(), b = vector(), gate = gated ? vector() : Tensor();
   Tensor expected_x = x.clone();
   const Tensor expected = update(expected_x, y, a, b, gate, DType::F32);
@@ -184,12 +187,7 @@ void check_add_gated_layer_norm(int64_t rows, int64_t dim, DType y_dtype, bool g
 void check_fp8_norm(int64_t rows, int64_t dim, bool update, std::mt19937& generator) {
   const Tensor x = random_rounded({rows, dim}, generator, 4.0f);
   const Tensor y = random_rounded({rows, dim}, generator);
-  std::uniform_real_distribution<float> around_one(0.5f, 1.5f);
-  const auto vector = [&] {
-    std::vector<float> v(static_cast<size_t>(dim));
-    for (float& value : v) value = around_one(generator);
-    return Tensor::from_vector({dim}, v);
-  };
+  const auto vector = [&] { return random_around_one(dim, generator); };
   const Tensor scale = vector(), shift = vector(), gate = vector();
   Tensor expected_x = x.clone(), actual_x = x.to(Device::CUDA);
   const Tensor expected =
