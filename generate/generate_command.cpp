@@ -360,6 +360,17 @@ int run_resolved(ResolvedGenerate resolved) {
   else if (request.gpu_fp8_products)
     spdlog::info("gpu products: --gpu-matmul-precision fp8 has no effect on --device {}",
                  request.device);
+  if (request.max_gpu_memory && request.device == "cuda")
+    spdlog::info("gpu memory: at most {} (--max-gpu-memory){}", format_bytes(request.max_gpu_memory),
+                 resolved.spec->stage_offload
+                     ? "; the text encoder and the transformer each leave the GPU after their stage"
+                     : "; every component stays resident");
+  else if (request.max_gpu_memory)
+    spdlog::info("gpu memory: --max-gpu-memory has no effect on --device {}", request.device);
+#ifdef MMGEN_HAVE_CUDA
+  if (request.device == "cuda")
+    cuda::CachingAllocator::instance().set_limit(request.max_gpu_memory);
+#endif
   if (resolved.flow_shift) spdlog::info("scheduler: {}", resolved.flow_shift->explanation);
   log_attention_plan(resolved.attention);
   // From here a Ctrl-C or SIGTERM stops at the next step boundary (core/interrupt.h).

@@ -145,6 +145,14 @@ const std::vector<OptionSpec>& option_table() {
        "(e4m3 on Hopper's tensor cores, one scale per output channel and per token; faster, with "
        "the error docs/performance.md measures)",
        {"bf16", "fp8"}},
+      {.name = "max-gpu-memory",
+       .type = T::String,
+       .builtin_default = nullptr,
+       .help = "at most this much GPU memory for mmgen's tensors (24GiB, 20000M): Wan's text "
+               "encoder and transformer then each leave the GPU after their stage, and a request "
+               "that needs more stops in one line (the CUDA context and library workspaces are "
+               "outside the limit)",
+       .value_name = "SIZE"},
       {"log-level",
        T::Choice,
        "info",

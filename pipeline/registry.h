@@ -50,6 +50,9 @@ struct PipelineSpec {
   // The host memory a request needs (pipeline/memory_estimate.h), from headers and configs only.
   std::function<MemoryEstimate(const Request&, const ModelIndex&, const ModelInventory&)>
       estimate_memory;
+  // With --max-gpu-memory, its text encoder and transformer each leave the GPU after their stage
+  // (otherwise every component stays resident and the limit only refuses what exceeds it).
+  bool stage_offload = false;
 };
 
 const std::vector<PipelineSpec>& pipeline_registry();

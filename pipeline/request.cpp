@@ -8,6 +8,7 @@
 #include "attention/device_choice.h"
 #include "core/error.h"
 #include "core/limits.h"
+#include "core/system_memory.h"
 
 namespace mmgen {
 
@@ -98,6 +99,12 @@ Request request_from_settings(const json& settings) {
   r.cfg_parallel = settings.value("cfg-parallel", false);
   r.cpu_bf16_products = settings.value("cpu-matmul-precision", std::string("fp32")) == "bf16";
   r.gpu_fp8_products = settings.value("gpu-matmul-precision", std::string("bf16")) == "fp8";
+  if (const std::string limit = text("max-gpu-memory"); !limit.empty()) {
+    const std::optional<uint64_t> bytes = parse_byte_size(limit);
+    check(bytes && *bytes >= (uint64_t(64) << 20),
+          "--max-gpu-memory {}: give a size of at least 64 MiB, such as 24GiB or 20000M", limit);
+    r.max_gpu_memory = *bytes;
+  }
   r.log_level = settings.value("log-level", std::string("info"));
   r.quiet = settings.value("quiet", false);
   r.dry_run = settings.value("dry-run", false);

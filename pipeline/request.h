@@ -55,6 +55,7 @@ struct Request {
   std::shared_ptr<ParallelRun> parallel;
   bool cpu_bf16_products = false;  // --cpu-matmul-precision bf16
   bool gpu_fp8_products = false;   // --gpu-matmul-precision fp8
+  uint64_t max_gpu_memory = 0;     // --max-gpu-memory in bytes; 0: no limit
   std::string log_level = "info";
   bool quiet = false;
   bool dry_run = false;

@@ -348,15 +348,19 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
   const bool cfg_parallel = guided && parallel && parallel->layout.cfg_degree == 2;
   // --device cuda: checked and the weights uploaded before any other work. The attention state
   // (CPU backends, or the GPU's kernels and sparse backend) is built fresh per run below.
-  if (input.cuda) {
-#ifdef MMGEN_HAVE_CUDA
-    // The weights go up once per pipeline (again only for another product precision).
+  // The weights go up once per pipeline (again only for another product precision); with stage
+  // offload, after the prompts are encoded and the text encoder has left the GPU.
+  auto upload_transformer = [&] {
     if (transformer_->device() != Device::CUDA ||
         transformer_->fp8_products() != input.fp8_products) {
       Progress upload("upload", 1);
       transformer_->set_device(Device::CUDA, DType::BF16, input.fp8_products);
       upload.finish();
     }
+  };
+  if (input.cuda) {
+#ifdef MMGEN_HAVE_CUDA
+    if (!input.stage_offload) upload_transformer();
     // Every rank decodes its share of the rows (or with --vae-tiling of the tiles).
     if (vae_->device() != Device::CUDA) vae_->set_device(Device::CUDA);
 #else
@@ -394,6 +398,13 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
     if (guided && !negative_embeds.defined()) negative_embeds = encoded.back();
   }
   encode_stage.finish();
+  if (input.cuda && input.stage_offload) {
+    if (text_encoder_->device() != Device::CPU) {
+      text_encoder_->set_device(Device::CPU);
+      spdlog::info("stage offload: the text encoder left the GPU");
+    }
+    upload_transformer();
+  }
 
   auto scheduler =
       schedulers::make_scheduler(scheduler_class_, scheduler_config_, input.flow_shift);
@@ -498,6 +509,10 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
   else if (stats.total_blocks > 0 && stats.visited_blocks < stats.total_blocks)
     spdlog::info("attention: transformer self-attention{}", measured);
 
+  if (input.cuda && input.stage_offload) {
+    transformer_->set_device(Device::CPU);
+    spdlog::info("stage offload: the transformer left the GPU");
+  }
   // The rows (or --vae-tiling's tiles) are shared out among the ranks; the leader assembles
   // and writes the video.
   Progress decode("decode", int(shape[2]), "latent frame");
@@ -535,6 +550,7 @@ WanGenerationInput wan_input_from_request(const Request& request, const WanPipel
   input.seed = request.seed;
   input.cuda = request.device == "cuda";
   input.fp8_products = request.gpu_fp8_products && input.cuda;
+  input.stage_offload = input.cuda && request.max_gpu_memory > 0;
   input.parallel = request.parallel.get();
   if (request.vae_tiling) {
     const int64_t factor = pipeline.vae_spatial_factor();

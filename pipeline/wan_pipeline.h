@@ -40,6 +40,10 @@ struct WanGenerationInput {
   // --gpu-matmul-precision fp8: the transformer blocks' products in FP8 (e4m3, per-channel and
   // per-token scales) on the GPU.
   bool fp8_products = false;
+  // --max-gpu-memory (with --device cuda): the text encoder leaves the GPU before the transformer
+  // comes up, and the transformer leaves it before the VAE decodes, so only one large component
+  // is resident at a time (diffusers' model CPU offload). The next request uploads it again.
+  bool stage_offload = false;
   // --vae-tiling: decode in spatial tiles (latent pixels); nullopt decodes the whole frame.
   std::optional<vae::TileLayout> vae_tiles;
   // Several ranks share the run (pipeline/parallel_run.h); null: this process alone.

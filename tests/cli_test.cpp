@@ -110,6 +110,10 @@ TEST(Cli, BadInputGetsOneLineAndNonZeroExit) {
       {"frobnicate", "unknown command"},
       {"generate --model-path " + wan_tiny() + " --prompt-file-path " + empty_prompts.string(),
        "holds no prompt"},
+      {"generate --model-path " + wan_tiny() + " --prompt x --max-gpu-memory lots",
+       "--max-gpu-memory lots: give a size of at least 64 MiB"},
+      {"generate --model-path " + wan_tiny() + " --prompt x --max-gpu-memory 1M",
+       "--max-gpu-memory 1M: give a size of at least 64 MiB"},
   };
   for (const auto& [arguments, expected] : cases) {
     auto result = run_command(mmgen() + " " + arguments);

@@ -1,10 +1,12 @@
 """Writes a random-weight Wan2.1-T2V-14B-shaped diffusers folder for `mmgen generate --gpus N`: the
 14B transformer of the release's config (40 layers, 40 heads x 128, ffn 13824, text_dim 4096), the
-real Wan VAE (AutoencoderKLWan's defaults), a 2-layer UMT5 encoder of the release's width (d_model
-4096, so the prompt rows have the real shape; the 24-layer encoder would only add upload time), the
+real Wan VAE (AutoencoderKLWan's defaults), a UMT5 encoder of the release's width (d_model 4096, so
+the prompt rows have the real shape) with 2 layers, or TEXT_LAYERS (24: UMT5-XXL's 11 GB, for the
+GPU memory figures; 2 keeps the multi-GPU runs' upload short), the
 release's UniPC scheduler (flow shift 5 for 720p) and the tokenizer folder given. bf16, built on the
 GPU with seed 0. The multi-GPU figures of docs/performance.md were measured on this folder.
-usage: python3 wan14b_folder.py DIR TOKENIZER_DIR   (needs torch, diffusers, transformers)"""
+usage: python3 wan14b_folder.py DIR TOKENIZER_DIR [TEXT_LAYERS]   (needs torch, diffusers,
+transformers)"""
 import json
 import os
 import shutil
@@ -15,6 +17,7 @@ from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanTransformer3
 from transformers import UMT5Config, UMT5EncoderModel
 
 out, tokenizer_dir = sys.argv[1], sys.argv[2]
+text_layers = int(sys.argv[3]) if len(sys.argv) > 3 else 2
 torch.manual_seed(0)
 with torch.device("cuda"):
     transformer = WanTransformer3DModel(
@@ -23,7 +26,7 @@ with torch.device("cuda"):
         cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=1e-6,
         rope_max_seq_len=1024).to(torch.bfloat16)
     text_encoder = UMT5EncoderModel(UMT5Config(
-        vocab_size=256384, d_model=4096, d_kv=64, d_ff=10240, num_layers=2, num_heads=64,
+        vocab_size=256384, d_model=4096, d_kv=64, d_ff=10240, num_layers=text_layers, num_heads=64,
         relative_attention_num_buckets=32, relative_attention_max_distance=128,
         feed_forward_proj="gated-gelu", dense_act_fn="gelu_new", is_gated_act=True,
         layer_norm_epsilon=1e-6, tie_word_embeddings=False)).to(torch.bfloat16)

@@ -5,6 +5,7 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/error.h"
+#include "core/system_memory.h"
 
 namespace mmgen::cuda {
 
@@ -37,15 +38,21 @@ void* CachingAllocator::allocate(size_t bytes) {
     peak_in_use_ = std::max(peak_in_use_, in_use_);
     return pointer;
   }
+  // Under a limit a new block must fit beside what is reserved; the cached blocks go back first.
+  if (limit_ && reserved_ + size > limit_) {
+    free_cached_locked();
+    if (in_use_ + size > limit_)
+      fail(
+          "GPU memory limit reached: --max-gpu-memory {} with {} in use and {} more asked; raise the "
+          "limit, use a smaller request (fewer frames, smaller size) or, for Wan, "
+          "--gpu-matmul-precision fp8",
+          format_bytes(limit_), format_bytes(in_use_), format_bytes(size));
+  }
   void* pointer = nullptr;
   cudaError_t status = cudaMalloc(&pointer, size);
   if (status == cudaErrorMemoryAllocation && !free_blocks_.empty()) {
     cudaGetLastError();  // clear the sticky-free error state before retrying
-    for (auto& [cached, block] : free_blocks_) {
-      MMGEN_CUDA_CHECK(cudaFree(block));
-      reserved_ -= cached;
-    }
-    free_blocks_.clear();
+    free_cached_locked();
     status = cudaMalloc(&pointer, size);
   }
   if (status == cudaErrorMemoryAllocation) {
@@ -74,11 +81,26 @@ void CachingAllocator::release(void* pointer, size_t bytes) {
 
 void CachingAllocator::empty_cache() {
   std::lock_guard lock(mutex_);
+  free_cached_locked();
+}
+
+void CachingAllocator::free_cached_locked() {
   for (auto& [size, pointer] : free_blocks_) {
     MMGEN_CUDA_CHECK(cudaFree(pointer));
     reserved_ -= size;
   }
   free_blocks_.clear();
+}
+
+void CachingAllocator::set_limit(size_t bytes) {
+  std::lock_guard lock(mutex_);
+  limit_ = bytes;
+  if (limit_ && reserved_ > limit_) free_cached_locked();
+}
+
+size_t CachingAllocator::limit() const {
+  std::lock_guard lock(mutex_);
+  return limit_;
 }
 
 size_t CachingAllocator::bytes_in_use() const {
@@ -93,7 +115,8 @@ size_t CachingAllocator::available_bytes() const {
   size_t free_bytes = 0, total_bytes = 0;
   MMGEN_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   std::lock_guard lock(mutex_);
-  return free_bytes + (reserved_ - in_use_);
+  const size_t available = free_bytes + (reserved_ - in_use_);
+  return limit_ ? std::min(available, limit_ > in_use_ ? limit_ - in_use_ : 0) : available;
 }
 size_t CachingAllocator::peak_bytes_in_use() const {
   std::lock_guard lock(mutex_);

@@ -20,8 +20,15 @@ class CachingAllocator {
   size_t bytes_in_use() const;
   size_t bytes_reserved() const;  // in use + cached
   size_t peak_bytes_in_use() const;
-  // What a request could still get: the driver's free memory plus the cached free blocks.
+  // What a request could still get: the driver's free memory plus the cached free blocks, and
+  // under a limit no more than the limit less what is in use.
   size_t available_bytes() const;
+
+  // --max-gpu-memory: at most `bytes` reserved (in use + cached) through this allocator; 0 lifts
+  // the limit. A request beyond it first gives the cached blocks back, then fails in one line.
+  // The CUDA context and the libraries' own workspaces are outside it.
+  void set_limit(size_t bytes);
+  size_t limit() const;
 
   // Sizes are rounded up to 512 bytes below 1 MiB and to 2 MiB above, so nearby sizes share blocks.
   static size_t rounded_size(size_t bytes);
@@ -30,9 +37,12 @@ class CachingAllocator {
   CachingAllocator() = default;
   ~CachingAllocator();
 
+  // Gives every cached block back to the driver; the mutex is held.
+  void free_cached_locked();
+
   mutable std::mutex mutex_;
   std::multimap<size_t, void*> free_blocks_;  // rounded size -> block
-  size_t in_use_ = 0, reserved_ = 0, peak_in_use_ = 0;
+  size_t in_use_ = 0, reserved_ = 0, peak_in_use_ = 0, limit_ = 0;
 };
 
 // Owns `bytes` of device memory from the caching allocator.

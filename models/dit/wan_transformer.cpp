@@ -100,6 +100,18 @@ WanTransformer WanTransformer::load(const fs::path& folder) {
 }
 
 void WanTransformer::set_device(Device device, DType compute, bool fp8_products) {
+  try {
+    place(device, compute, fp8_products);
+  } catch (const Error&) {
+    // A failed upload (out of GPU memory, --max-gpu-memory) leaves no half-placed transformer:
+    // it is back on the CPU (its blocks read from the checkpoint as it runs), and the caller sees
+    // the error.
+    if (device_ != Device::CPU) place(Device::CPU, DType::F32, false);
+    throw;
+  }
+}
+
+void WanTransformer::place(Device device, DType compute, bool fp8_products) {
   check(!fp8_products || device == Device::CUDA,
         "FP8 products run on the GPU; the CPU transformer computes in float32");
   device_ = device;

@@ -75,6 +75,8 @@ class WanTransformer {
                  const WanSequenceParallel* sequence = nullptr) const;
 
  private:
+  // set_device's work; set_device puts the transformer back on the CPU when it throws.
+  void place(Device device, DType compute, bool fp8_products);
   // The condition embedder's text MLP, the patch embedding and the output projection where the
   // model runs (see WanBlockWeights for the dtypes).
   struct OuterWeights {

@@ -77,11 +77,18 @@ Tensor as_int64(const Tensor& ids, const char* what) {
 
 UMT5Encoder::UMT5Encoder(T5Config config, WeightStore weights)
     : config_(std::move(config)), weights_(with_transformers_names(weights)) {
+  load_host_weights();
+  attention_backend_ = attention::auto_backend(attention::this_machine(), attention::Family::Paged,
+                                               "fp32", config_.d_kv);
+}
+
+void UMT5Encoder::load_host_weights() {
   const int64_t d = config_.d_model, inner = config_.inner_dim(), ff = config_.d_ff;
   const std::string embedding_name =
       weights_.has("shared.weight") ? "shared.weight" : "encoder.embed_tokens.weight";
   embedding_ = require_weight(weights_, embedding_name, {config_.vocab_size, d}, true);
 
+  layers_.clear();
   for (int64_t i = 0; i < config_.num_layers; ++i) {
     const std::string block = "encoder.block." + std::to_string(i) + ".layer.";
     const std::string attn = block + "0.SelfAttention.";
@@ -108,8 +115,6 @@ UMT5Encoder::UMT5Encoder(T5Config config, WeightStore weights)
     layers_.push_back(std::move(layer));
   }
   final_norm_ = require_weight(weights_, "encoder.final_layer_norm.weight", {d});
-  attention_backend_ = attention::auto_backend(attention::this_machine(), attention::Family::Paged,
-                                               "fp32", config_.d_kv);
 }
 
 void UMT5Encoder::set_attention_backend(const std::string& name, int64_t page_size) {
@@ -134,6 +139,17 @@ void UMT5Encoder::check_device_support() const {
 }
 
 void UMT5Encoder::set_device(Device device, DType compute, const std::string& attention_backend) {
+  try {
+    place(device, compute, attention_backend);
+  } catch (const Error&) {
+    // A failed upload (out of GPU memory, --max-gpu-memory) leaves no half-placed encoder: it is
+    // back on the CPU as loaded, and the caller sees the error.
+    if (device_ != Device::CPU) place(Device::CPU, DType::F32, "");
+    throw;
+  }
+}
+
+void UMT5Encoder::place(Device device, DType compute, const std::string& attention_backend) {
   if (device == Device::CPU) compute = DType::F32;
   const Device from = device_;
   device_ = device;
@@ -142,8 +158,15 @@ void UMT5Encoder::set_device(Device device, DType compute, const std::string& at
   if (!attention_backend.empty()) attention_backend_ = attention_backend;
   attention::paged::make_paged_backend(attention_backend_, device_);
   if (device == from && device == Device::CPU) return;
-  // The GPU keeps products' weights in the compute dtype and norms in float32, uploaded once.
+  // Leaving the GPU (or changing its dtype) starts again from the weights as stored, so the
+  // device copies are freed and the CPU computes on exactly what it computed on before.
+  // (random() encoders have no checkpoint: theirs are copied.)
   resident_bytes_ = 0;
+  if (from != Device::CPU && from_checkpoint_) {
+    load_host_weights();
+    if (device == Device::CPU) return;
+  }
+  // The GPU keeps products' weights in the compute dtype and norms in float32, uploaded once.
   auto place = [&](Tensor& weight, DType dtype) {
     if (!weight.defined()) return;
     weight = device == Device::CPU ? weight.to(Device::CPU) : weight.to(dtype).to(device);
@@ -162,6 +185,7 @@ void UMT5Encoder::set_device(Device device, DType compute, const std::string& at
 UMT5Encoder UMT5Encoder::random(const T5Config& config, uint64_t seed, Device device) {
   UMT5Encoder encoder;
   encoder.config_ = config;
+  encoder.from_checkpoint_ = false;
   const int64_t d = config.d_model, inner = config.inner_dim(), ff = config.d_ff;
   const int64_t buckets = config.relative_attention_num_buckets, heads = config.num_heads;
   auto weight = [&](int64_t out, int64_t in) {

@@ -34,7 +34,8 @@ class UMT5Encoder {
   // embedding, so only encode_embeddings() runs.
   static UMT5Encoder random(const T5Config& config, uint64_t seed, Device device);
 
-  // Moves the weights to `device` (as the device held them); `compute` is the dtype the products
+  // Moves the weights to `device` (the CPU: as stored, mapped again from the checkpoint, the
+  // device copies freed); `compute` is the dtype the products
   // read there (the CPU: float32 only; the GPU: bf16, or float32 for checks); a non-empty
   // `attention_backend` replaces the paged backend (a name that device runs). Results still
   // come back on the host.
@@ -72,6 +73,11 @@ class UMT5Encoder {
   Tensor embed(const Tensor& input_ids) const;
 
  private:
+  // The embedding and every layer's weights from the checkpoint, as stored (host, mapped).
+  void load_host_weights();
+  // set_device's work; set_device puts the encoder back on the CPU when it throws.
+  void place(Device device, DType compute, const std::string& attention_backend);
+
   struct Layer {
     Tensor attention_norm, q, k, v, o;  // CPU: stored dtype; GPU: compute dtype (norms float32)
     Tensor position_table;  // [buckets, heads] float32 on the host; undefined where the layer
@@ -92,6 +98,7 @@ class UMT5Encoder {
 
   T5Config config_;
   WeightStore weights_;
+  bool from_checkpoint_ = true;  // false for random(): its weights exist only where they are
   Tensor embedding_;  // [vocab, d_model], stored dtype
   std::vector<Layer> layers_;
   Tensor final_norm_;

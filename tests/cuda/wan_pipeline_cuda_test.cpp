@@ -4,11 +4,14 @@
 // ../shared/fixtures; without it the test fails, saying so (it only runs where it was sent to run).
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "core/cuda/device_memory.h"
+#include "core/error.h"
 #include "core/file.h"
 #include "core/safetensors.h"
 #include "cuda_test_support.h"
@@ -75,6 +78,26 @@ int main() try {
                                           "1e-2 against diffusers",
                                           seeded_error));
 
+  // --max-gpu-memory: under a limit the text encoder leaves the GPU before the transformer comes
+  // up, and the transformer leaves before the VAE decodes. The video is the resident run's to the
+  // byte, and less stays on the GPU afterwards (only the VAE).
+  auto& allocator = cuda::CachingAllocator::instance();
+  const Tensor resident = pipeline.generate(given_noise).frames;
+  const size_t resident_in_use = allocator.bytes_in_use();
+  WanGenerationInput limited = given_noise;
+  limited.stage_offload = true;
+  allocator.set_limit(size_t(256) << 20);
+  const Tensor offloaded = pipeline.generate(limited).frames;
+  const size_t offloaded_in_use = allocator.bytes_in_use();
+  expect(offloaded.nbytes() == resident.nbytes() &&
+             std::memcmp(offloaded.raw(), resident.raw(), resident.nbytes()) == 0,
+         "--max-gpu-memory 256M (stage offload): the video equals the resident run's to the byte");
+  expect(offloaded_in_use < resident_in_use && allocator.bytes_reserved() <= allocator.limit(),
+         fmt::format("stage offload: {} bytes stay in use after the run (resident run: {}), {} "
+                     "reserved within the limit",
+                     offloaded_in_use, resident_in_use, allocator.bytes_reserved()));
+  allocator.set_limit(0);
+
   // Several prompts in one batch of the GPU text encoder (what generate does with the prompt and
   // the negative prompt, and a prompt file ahead of its runs): each row as its own GPU forward
   // gives it, and as the CPU's float32 encoder gives it, within bf16's 1e-2.
@@ -97,6 +120,22 @@ int main() try {
                        "{:.2e} (< 1e-2)",
                        i, to_alone, to_cpu));
   }
+  // A limit below what the transformer needs stops the run in one line that names the option,
+  // and the pipeline can run again afterwards (the failed upload left nothing half-placed).
+  allocator.set_limit(size_t(1) << 20);
+  std::string refusal;
+  try {
+    pipeline.generate(limited);
+  } catch (const Error& error) {
+    refusal = error.what();
+  }
+  allocator.set_limit(0);
+  expect(refusal.find("--max-gpu-memory") != std::string::npos &&
+             refusal.find('\n') == std::string::npos,
+         "a 1 MiB limit is refused in one line naming --max-gpu-memory: " + refusal);
+  const Tensor again = pipeline.generate(given_noise).frames;
+  expect(std::memcmp(again.raw(), resident.raw(), resident.nbytes()) == 0,
+         "after the refused run, the resident run gives its video again to the byte");
   return finish("wan_pipeline_cuda_test");
 } catch (const std::exception& error) {
   std::printf("wan_pipeline_cuda_test: error: %s\n", error.what());
