@@ -91,6 +91,11 @@ json inspect_json(const std::vector<std::string>& arguments) {
       memory.available ? json(memory.available->source) : json(nullptr);
   report["memory_fits"] = memory.available ? json(memory.fits()) : json(nullptr);
   report["memory_suggestions"] = memory.suggestions;
+  // What the GPU keeps of the weights with --device cuda (what --max-gpu-memory is held against).
+  if (resolved.spec->estimate_gpu_weights)
+    report["gpu_weights"] =
+        resolved.spec->estimate_gpu_weights(resolved.request, resolved.index, inventory)
+            .to_json(resolved.spec->stage_offload && resolved.request.max_gpu_memory > 0);
   return report;
 }
 
@@ -155,6 +160,16 @@ int run_inspect(const std::vector<std::string>& arguments) {
              (flags.empty() ? std::string("nothing; the weights alone are too large") : flags) +
              "\n";
     }
+  }
+  if (report.contains("gpu_weights")) {
+    const json& g = report["gpu_weights"];
+    auto gpu = [&](const char* key) { return format_bytes(g[key].get<uint64_t>()); };
+    out += fmt::format(
+        "gpu:     weights {} resident at once with --device cuda{} (text encoder {}, transformer "
+        "{}, VAE at most {}; activations not counted)\n",
+        gpu("resident_bytes"),
+        g["stage_offload"].get<bool>() ? ", one stage at a time (--max-gpu-memory)" : "",
+        gpu("text_encoder_bytes"), gpu("transformer_bytes"), gpu("vae_bytes"));
   }
   std::cout << out;
   return 0;

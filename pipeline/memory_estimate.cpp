@@ -25,4 +25,16 @@ nlohmann::json MemoryEstimate::to_json() const {
           {"largest_stage", largest_stage()}};
 }
 
+uint64_t GpuWeights::resident(bool stage_offload) const {
+  return (stage_offload ? std::max(text_encoder, transformer) : text_encoder + transformer) + vae;
+}
+
+nlohmann::json GpuWeights::to_json(bool stage_offload) const {
+  return {{"text_encoder_bytes", text_encoder},
+          {"transformer_bytes", transformer},
+          {"vae_bytes", vae},
+          {"stage_offload", stage_offload},
+          {"resident_bytes", resident(stage_offload)}};
+}
+
 }  // namespace mmgen

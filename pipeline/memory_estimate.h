@@ -28,4 +28,17 @@ struct MemoryEstimate {
   nlohmann::json to_json() const;
 };
 
+// The weights a pipeline keeps on the GPU with --device cuda, per large component, in the form the
+// GPU holds them (from configs alone; activations are not counted). What `--max-gpu-memory` is
+// checked against before loading, and what --dry-run prints.
+struct GpuWeights {
+  uint64_t text_encoder = 0;  // 0: the request needs no text encoder (precomputed embeddings)
+  uint64_t transformer = 0;
+  uint64_t vae = 0;  // an upper bound: every VAE parameter in float32
+  // Resident at once: everything, or with stage offload the larger of the text encoder's and the
+  // transformer's stage, the VAE beside either.
+  uint64_t resident(bool stage_offload) const;
+  nlohmann::json to_json(bool stage_offload) const;
+};
+
 }  // namespace mmgen

@@ -53,6 +53,9 @@ struct PipelineSpec {
   // With --max-gpu-memory, its text encoder and transformer each leave the GPU after their stage
   // (otherwise every component stays resident and the limit only refuses what exceeds it).
   bool stage_offload = false;
+  // The weights it keeps on the GPU (pipeline/memory_estimate.h); empty where not estimated yet.
+  std::function<GpuWeights(const Request&, const ModelIndex&, const ModelInventory&)>
+      estimate_gpu_weights;
 };
 
 const std::vector<PipelineSpec>& pipeline_registry();

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 
+#include "models/dit/wan_transformer.h"
 #include "models/dit/wan_transformer_config.h"
 #include "models/text_encoders/t5_config.h"
+#include "models/text_encoders/umt5_encoder.h"
 #include "models/vae/wan_vae_config.h"
 
 namespace mmgen {
@@ -202,6 +204,26 @@ MemoryEstimate estimate_wan_memory(const Request& request, const ModelIndex& ind
   for (uint64_t* stage : {&estimate.text_encoding, &estimate.denoising, &estimate.decoding})
     *stage = uint64_t(double(*stage) * kAllocatorSlack);
   return estimate;
+}
+
+GpuWeights estimate_wan_gpu_weights(const Request& request, const ModelIndex& index,
+                                    const ModelInventory& inventory) {
+  GpuWeights weights;
+  const bool guided = request.guidance_scale > 1.0;
+  const bool encodes = !request.prompt_embeds || (guided && !request.negative_prompt_embeds);
+  if (encodes && index.has("text_encoder"))
+    weights.text_encoder =
+        text_encoders::UMT5Encoder::gpu_weight_bytes(text_encoders::T5Config::from_json(
+            index.config("text_encoder"),
+            component_config_path(index.component("text_encoder")).string()));
+  weights.transformer = dit::WanTransformer::gpu_weight_bytes(
+      dit::WanTransformerConfig::from_json(
+          index.config("transformer"),
+          component_config_path(index.component("transformer")).string()),
+      request.gpu_fp8_products);
+  if (const ComponentInventory* vae = inventory.find("vae"))
+    weights.vae = uint64_t(vae->parameters) * kFloat;
+  return weights;
 }
 
 }  // namespace mmgen

@@ -14,6 +14,12 @@ namespace mmgen {
 MemoryEstimate estimate_wan_memory(const Request& request, const ModelIndex& index,
                                    const ModelInventory& inventory);
 
+// The weights WanPipeline keeps on the GPU for `request` (--device cuda): the text encoder's and
+// the transformer's as their set_device places them (FP8 rows with --gpu-matmul-precision fp8),
+// the VAE's bounded by all its parameters in float32.
+GpuWeights estimate_wan_gpu_weights(const Request& request, const ModelIndex& index,
+                                    const ModelInventory& inventory);
+
 // The VAE decoder's working set (activations and causal-convolution caches, without the output
 // video) when it decodes a region of `height` x `width` output pixels from `latent_frames` latent
 // frames; `config_json` is the VAE's config.json.

@@ -3,6 +3,7 @@
 // library), the estimate against measured peaks, and the refusal of a request far beyond memory.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -307,6 +308,32 @@ TEST(Inspect, OnTheGpuTheHostKeepsWeightsLatentsAndTheVideo) {
   // The video coming back (9 x 3 x 256 x 256 float32) and its 8-bit copy.
   EXPECT_EQ(gpu.decoding, uint64_t((cpu.output + cpu.output / 4) * 1.5));
   EXPECT_LT(gpu.total(), cpu.total());
+}
+
+// The GPU's share of the weights (what --max-gpu-memory is held against): inspect reports it from
+// the configs; FP8 products shrink the transformer's, stage offload keeps the larger stage only,
+// and precomputed embeddings need no text encoder. tests/cuda/ hold each figure equal to what the
+// upload keeps resident.
+TEST(Inspect, GpuWeightsFollowTheProductsPrecisionAndStageOffload) {
+  auto gpu_weights = [&](const std::string& flags) {
+    const auto result =
+        run_command(mmgen() + " inspect --json --model-path " + wan_tiny().string() + flags);
+    EXPECT_EQ(result.exit_code, 0) << result.err;
+    return nlohmann::json::parse(result.out)["gpu_weights"];
+  };
+  const nlohmann::json bf16 = gpu_weights("");
+  const nlohmann::json fp8 = gpu_weights(" --gpu-matmul-precision fp8");
+  const nlohmann::json limited = gpu_weights(" --max-gpu-memory 1GiB");
+  const uint64_t encoder = bf16["text_encoder_bytes"], transformer = bf16["transformer_bytes"];
+  const uint64_t vae = bf16["vae_bytes"];
+  EXPECT_GT(encoder, 0u);
+  EXPECT_EQ(vae,
+            uint64_t(take_inventory(load_model_index(wan_tiny())).find("vae")->parameters) * 4);
+  EXPECT_EQ(bf16["resident_bytes"].get<uint64_t>(), encoder + transformer + vae);
+  EXPECT_LT(fp8["transformer_bytes"].get<uint64_t>(), transformer);
+  EXPECT_EQ(fp8["text_encoder_bytes"].get<uint64_t>(), encoder);
+  EXPECT_TRUE(limited["stage_offload"].get<bool>());
+  EXPECT_EQ(limited["resident_bytes"].get<uint64_t>(), std::max(encoder, transformer) + vae);
 }
 
 TEST(SystemMemory, ByteSizesParseAndPrint) {

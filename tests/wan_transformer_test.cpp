@@ -49,6 +49,24 @@ TEST(WanTransformerConfig, OmittedKeysTakeDiffusersDefaults) {
   EXPECT_EQ(config.out_channels, 48);
 }
 
+// What the GPU keeps of the 14B shape (the default config), from the config alone: diffusers'
+// WanTransformer3DModel there has 14,288,491,584 parameters (bench/cuda/wan14b_folder.py prints
+// 14.29B). In bf16 that is about 2 bytes each (the time embedder stays float32: +1.3%; the
+// blocks' modulation tables stay on the host); FP8 products take 1 byte per block product weight
+// (14.06B of them) plus a float32 scale per row. tests/cuda/wan_transformer_cuda_test holds the
+// figure equal to the bytes the upload keeps resident.
+TEST(WanTransformerGpuWeights, The14BShapeInBf16AndWithFp8Products) {
+  const WanTransformerConfig config = WanTransformerConfig::from_json(nlohmann::json::object());
+  const double parameters = 14288491584.0;
+  const double bf16 = double(WanTransformer::gpu_weight_bytes(config, false));
+  const double fp8 = double(WanTransformer::gpu_weight_bytes(config, true));
+  EXPECT_GT(bf16, 2.0 * parameters);
+  EXPECT_LT(bf16, 2.0 * parameters * 1.02);
+  const double block_products = 40.0 * (8.0 * 5120 * 5120 + 2.0 * 5120 * 13824);
+  EXPECT_NEAR(bf16 - fp8, block_products, 40.0 * (8 * 5120 + 2 * 13824 + 5120) * 4 + 4096)
+      << "FP8 saves one byte per block product weight, less the row scales";
+}
+
 TEST(WanTransformerConfig, RejectsUnsupportedSettings) {
   EXPECT_NE(error_of([] {
               WanTransformerConfig::from_json({{"image_dim", 1280}});

@@ -160,6 +160,26 @@ void WanTransformer::place(Device device, DType compute, bool fp8_products) {
     count(*t);
 }
 
+uint64_t WanTransformer::gpu_weight_bytes(const WanTransformerConfig& config, bool fp8_products) {
+  // As place() uploads them: the time embedder and the norms in float32 (as loaded), the
+  // products' biases and the outer products in bf16, the blocks' products in bf16 or as e4m3
+  // rows with their scales; each block's modulation table stays on the host.
+  const uint64_t d = uint64_t(config.inner_dim()), f = uint64_t(config.ffn_dim);
+  const uint64_t patch = uint64_t(config.patch_volume()), kF32 = 4, kBf16 = 2;
+  const auto block_product = [&](uint64_t rows, uint64_t cols) -> uint64_t {
+    return fp8_products ? row_scales_offset(int64_t(rows * cols)) + rows * kF32
+                        : rows * cols * kBf16;
+  };
+  const uint64_t time = (d * uint64_t(config.freq_dim) + d + d * d + d + 6 * d * d + 6 * d) * kF32;
+  const uint64_t attention = 4 * block_product(d, d) + 4 * d * kBf16 + 2 * d * kF32;
+  const uint64_t block = 2 * attention + (config.cross_attn_norm ? 2 * d * kF32 : 0) +
+                         block_product(f, d) + f * kBf16 + block_product(d, f) + d * kBf16;
+  const uint64_t outer = d * uint64_t(config.in_channels) * patch * kBf16 + d * kF32 +
+                         (d * uint64_t(config.text_dim) + d + d * d + d) * kBf16 +
+                         uint64_t(config.out_channels) * patch * (d * kBf16 + kF32);
+  return time + uint64_t(config.num_layers) * block + outer;
+}
+
 WanTransformer::OuterWeights WanTransformer::outer_weights() const {
   if (device_ != Device::CPU) return resident_outer_;
   const std::string text = "condition_embedder.text_embedder.";

@@ -60,6 +60,9 @@ class WanTransformer {
   bool fp8_products() const { return block_inputs_ == DType::F8E4M3Rows; }
   // Bytes of weights resident on the GPU (0 on the CPU, where they stay mapped).
   size_t resident_weight_bytes() const { return resident_bytes_; }
+  // What resident_weight_bytes() is after set_device(Device::CUDA, DType::BF16, fp8_products),
+  // from the config alone (the memory plan of --max-gpu-memory, before anything is loaded).
+  static uint64_t gpu_weight_bytes(const WanTransformerConfig& config, bool fp8_products);
 
   // latents [B, in_channels, F, H, W] (F, H, W divisible by the patch size), one timestep for the
   // whole batch (the scheduler's value, e.g. 999.0), text_embeds [B, L, text_dim], both on the

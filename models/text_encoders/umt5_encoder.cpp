@@ -117,6 +117,14 @@ void UMT5Encoder::load_host_weights() {
   final_norm_ = require_weight(weights_, "encoder.final_layer_norm.weight", {d});
 }
 
+uint64_t UMT5Encoder::gpu_weight_bytes(const T5Config& config, DType compute) {
+  const uint64_t d = uint64_t(config.d_model), inner = uint64_t(config.inner_dim());
+  const uint64_t ff = uint64_t(config.d_ff);
+  const uint64_t products = 4 * d * inner + (config.gated ? 3 : 2) * d * ff;
+  const uint64_t norms = 2 * d;  // attention and feed-forward, float32
+  return uint64_t(config.num_layers) * (products * dtype_size(compute) + norms * 4) + d * 4;
+}
+
 void UMT5Encoder::set_attention_backend(const std::string& name, int64_t page_size) {
   check(page_size >= 1, "--page-size must be at least 1, got {}", page_size);
   attention::paged::make_paged_backend(name, device_);  // throws where this build cannot run it

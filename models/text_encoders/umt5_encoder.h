@@ -60,6 +60,9 @@ class UMT5Encoder {
                            const attention::paged::ForwardBatch& batch) const;
   // Bytes of weights the encoder keeps resident on its device (0 on the CPU: they stay mapped).
   size_t resident_weight_bytes() const { return resident_bytes_; }
+  // What resident_weight_bytes() is after set_device(Device::CUDA, compute), from the config
+  // alone (the token embedding stays on the host).
+  static uint64_t gpu_weight_bytes(const T5Config& config, DType compute = DType::BF16);
 
   // The paged backend attention runs through (a catalogue name, as the attention plan gives it
   // for the text_encoder component; default: the best one this machine runs). Encoder-only
@@ -99,7 +102,7 @@ class UMT5Encoder {
   T5Config config_;
   WeightStore weights_;
   bool from_checkpoint_ = true;  // false for random(): its weights exist only where they are
-  Tensor embedding_;  // [vocab, d_model], stored dtype
+  Tensor embedding_;             // [vocab, d_model], stored dtype
   std::vector<Layer> layers_;
   Tensor final_norm_;
   std::string attention_backend_;

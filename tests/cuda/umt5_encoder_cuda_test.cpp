@@ -54,13 +54,19 @@ void compare(const text_encoders::UMT5Encoder& cpu, const std::string& what, int
     gpu.set_device(Device::CUDA, precision, backend);
     expect(gpu.device() == Device::CUDA && cpu.device() == Device::CPU,
            "set_device moves the copy to the GPU and leaves the CPU encoder where it was");
+    expect(gpu.resident_weight_bytes() ==
+               text_encoders::UMT5Encoder::gpu_weight_bytes(cpu.config(), precision),
+           fmt::format("{}: the memory plan's figure ({}) is what the upload keeps ({})", what,
+                       text_encoders::UMT5Encoder::gpu_weight_bytes(cpu.config(), precision),
+                       gpu.resident_weight_bytes()));
     const double error = relative_error(gpu.forward(ids, mask), expected);
     expect(error < tolerance, fmt::format("{} ({}): padded batch [{}, {}] with mask, GPU vs CPU "
                                           "relative error {:.2e} < {:.0e}",
                                           what, backend, batch, length, error, tolerance));
     const std::vector<Tensor> actual = gpu.forward_unpadded(prompts);
     if (backend == std::string("fa3")) {
-      // Back on the CPU (the stacked GPU weights split again, as the GPU held them).
+      // Back on the CPU (the weights as stored: mapped again from the checkpoint, or for a
+      // random encoder copied back).
       text_encoders::UMT5Encoder back = gpu;
       back.set_device(Device::CPU);
       const double back_error = relative_error(back.forward(ids, mask), expected);

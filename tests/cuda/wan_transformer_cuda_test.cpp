@@ -52,6 +52,11 @@ void run_case(int64_t heads, int64_t head_dim, int64_t batch, const Shape& laten
   gpu.set_device(Device::CUDA);
   expect(gpu.device() == Device::CUDA && gpu.resident_weight_bytes() > 0,
          "set_device(CUDA) uploads the weights");
+  expect(gpu.resident_weight_bytes() == dit::WanTransformer::gpu_weight_bytes(config, false),
+         fmt::format("the memory plan's figure from the config ({}) is what the upload keeps "
+                     "resident ({})",
+                     dit::WanTransformer::gpu_weight_bytes(config, false),
+                     gpu.resident_weight_bytes()));
   dit::WanTransformer gpu_fp8(config, WeightStore::open_file(file));
   if (fp8) {
     gpu_fp8.set_device(Device::CUDA, DType::BF16, true);
@@ -60,6 +65,10 @@ void run_case(int64_t heads, int64_t head_dim, int64_t batch, const Shape& laten
            fmt::format("set_device(CUDA, fp8 products) keeps the blocks' products in e4m3: {} "
                        "resident bytes against bf16's {}",
                        gpu_fp8.resident_weight_bytes(), gpu.resident_weight_bytes()));
+    expect(gpu_fp8.resident_weight_bytes() == dit::WanTransformer::gpu_weight_bytes(config, true),
+           fmt::format("fp8: the memory plan's figure ({}) is what the upload keeps ({})",
+                       dit::WanTransformer::gpu_weight_bytes(config, true),
+                       gpu_fp8.resident_weight_bytes()));
   }
 
   Shape shape = latent_shape;
