@@ -138,11 +138,9 @@ json dry_run_json(const ResolvedGenerate& resolved) {
       resolved.defaults_variant.empty() ? json() : json(resolved.defaults_variant);
   out["flow_shift"] = resolved.flow_shift ? resolved.flow_shift->to_json() : json();
   // The GPU's share (--device cuda): what --max-gpu-memory is held against.
-  if (resolved.request.device == "cuda" && resolved.spec->estimate_gpu_weights)
-    out["gpu_weights"] =
-        resolved.spec
-            ->estimate_gpu_weights(resolved.request, resolved.index, take_inventory(resolved.index))
-            .to_json(resolved.spec->stage_offload && resolved.request.max_gpu_memory > 0);
+  if (resolved.request.device == "cuda")
+    out["gpu_weights"] = gpu_weights_json(*resolved.spec, resolved.request, resolved.index,
+                                          take_inventory(resolved.index));
   return out;
 }
 
@@ -280,43 +278,16 @@ size_t generate_batch(const PipelineRunner& run, const ResolvedGenerate& resolve
   return failed;
 }
 
-// --max-gpu-memory: the weights resident on the GPU at once must fit under the limit; refused
-// before anything is loaded, with the FP8 figure when FP8 products would fit.
-void check_gpu_weights(const ResolvedGenerate& resolved, const ModelInventory& inventory) {
-  const Request& request = resolved.request;
-  const PipelineSpec& spec = *resolved.spec;
-  if (request.device != "cuda" || !request.max_gpu_memory || !spec.estimate_gpu_weights) return;
-  const GpuWeights gpu = spec.estimate_gpu_weights(request, resolved.index, inventory);
-  const uint64_t resident = gpu.resident(spec.stage_offload);
-  spdlog::debug("gpu memory: the weights take {} resident at once", format_bytes(resident));
-  if (resident <= request.max_gpu_memory) return;
-  std::string fp8;
-  if (!request.gpu_fp8_products) {
-    Request with_fp8 = request;
-    with_fp8.gpu_fp8_products = true;
-    const uint64_t smaller =
-        spec.estimate_gpu_weights(with_fp8, resolved.index, inventory).resident(spec.stage_offload);
-    if (smaller <= request.max_gpu_memory)
-      fp8 = fmt::format(", or use --gpu-matmul-precision fp8 ({})", format_bytes(smaller));
-  }
-  const std::string refusal = fmt::format(
-      "--max-gpu-memory {}: the weights resident on the GPU at once take {} (text encoder {}, "
-      "transformer {}, VAE at most {}){}; raise the limit{}",
-      format_bytes(request.max_gpu_memory), format_bytes(resident), format_bytes(gpu.text_encoder),
-      format_bytes(gpu.transformer), format_bytes(gpu.vae),
-      spec.stage_offload ? ", one stage at a time" : "", fp8);
-  if (request.skip_memory_check) {
-    spdlog::warn("gpu memory: {}", refusal);
-    return;
-  }
-  fail("generate: {}", refusal);
-}
-
 // Refuses, before anything is loaded, a request whose memory estimate exceeds the free memory.
 void check_memory(const ResolvedGenerate& resolved) {
   const Request& request = resolved.request;
   const ModelInventory inventory = take_inventory(resolved.index);
-  check_gpu_weights(resolved, inventory);
+  // --max-gpu-memory: the weights resident on the GPU at once must fit under the limit.
+  if (const auto refusal =
+          gpu_weights_refusal(*resolved.spec, request, resolved.index, inventory)) {
+    if (!request.skip_memory_check) fail("generate: {}", *refusal);
+    spdlog::warn("gpu memory: {}", *refusal);
+  }
   const MemoryCheck memory =
       check_request_memory(*resolved.spec, request, resolved.index, inventory, available_memory());
   if (!memory.available) {

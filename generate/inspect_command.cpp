@@ -92,10 +92,8 @@ json inspect_json(const std::vector<std::string>& arguments) {
   report["memory_fits"] = memory.available ? json(memory.fits()) : json(nullptr);
   report["memory_suggestions"] = memory.suggestions;
   // What the GPU keeps of the weights with --device cuda (what --max-gpu-memory is held against).
-  if (resolved.spec->estimate_gpu_weights)
-    report["gpu_weights"] =
-        resolved.spec->estimate_gpu_weights(resolved.request, resolved.index, inventory)
-            .to_json(resolved.spec->stage_offload && resolved.request.max_gpu_memory > 0);
+  report["gpu_weights"] =
+      gpu_weights_json(*resolved.spec, resolved.request, resolved.index, inventory);
   return report;
 }
 
@@ -161,7 +159,7 @@ int run_inspect(const std::vector<std::string>& arguments) {
              "\n";
     }
   }
-  if (report.contains("gpu_weights")) {
+  if (!report["gpu_weights"].is_null()) {
     const json& g = report["gpu_weights"];
     auto gpu = [&](const char* key) { return format_bytes(g[key].get<uint64_t>()); };
     out += fmt::format(

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/system_memory.h"
 
 namespace mmgen::cli {
 
@@ -112,6 +113,48 @@ std::string memory_refusal(const MemoryCheck& check, const Request& request) {
       text += (i ? " or " : "") + check.suggestions[i];
   }
   return text + "; --skip-memory-check runs it anyway";
+}
+
+namespace {
+
+// Stage offload is what the pipeline does under --max-gpu-memory.
+bool offloads_stages(const PipelineSpec& spec, const Request& request) {
+  return spec.stage_offload && request.max_gpu_memory > 0;
+}
+
+}  // namespace
+
+nlohmann::json gpu_weights_json(const PipelineSpec& spec, const Request& request,
+                                const ModelIndex& index, const ModelInventory& inventory) {
+  if (!spec.estimate_gpu_weights) return nullptr;
+  return spec.estimate_gpu_weights(request, index, inventory)
+      .to_json(offloads_stages(spec, request));
+}
+
+std::optional<std::string> gpu_weights_refusal(const PipelineSpec& spec, const Request& request,
+                                               const ModelIndex& index,
+                                               const ModelInventory& inventory) {
+  if (request.device != "cuda" || !request.max_gpu_memory || !spec.estimate_gpu_weights)
+    return std::nullopt;
+  const bool offload = offloads_stages(spec, request);
+  const GpuWeights gpu = spec.estimate_gpu_weights(request, index, inventory);
+  const uint64_t resident = gpu.resident(offload);
+  if (resident <= request.max_gpu_memory) return std::nullopt;
+  std::string fp8;
+  if (!request.gpu_fp8_products) {
+    Request with_fp8 = request;
+    with_fp8.gpu_fp8_products = true;
+    const uint64_t smaller =
+        spec.estimate_gpu_weights(with_fp8, index, inventory).resident(offload);
+    if (smaller <= request.max_gpu_memory)
+      fp8 = fmt::format(", or use --gpu-matmul-precision fp8 ({})", format_bytes(smaller));
+  }
+  return fmt::format(
+      "--max-gpu-memory {}: the weights resident on the GPU at once take {} (text encoder {}, "
+      "transformer {}, VAE at most {}){}; raise the limit{}",
+      format_bytes(request.max_gpu_memory), format_bytes(resident), format_bytes(gpu.text_encoder),
+      format_bytes(gpu.transformer), format_bytes(gpu.vae), offload ? ", one stage at a time" : "",
+      fp8);
 }
 
 }  // namespace mmgen::cli
