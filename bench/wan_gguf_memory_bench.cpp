@@ -1,11 +1,11 @@
 // Peak memory and time of one CPU forward of a Wan2.1-1.3B-shaped transformer (30 layers, 12
 // heads x 128, ffn 8960, text_dim 4096; random weights) from its bf16 safetensors and from the
-// q8_0 and q4_k GGUFs `mmgen convert` writes of it. Each run is its own process, so each peak
-// resident set (getrusage) is that run's alone: the mapped checkpoint pages the forward touched,
-// one block's float32 weights, the activations.
+// q8_0 and q4_k GGUFs and the FP8 (e4m3, scaled) safetensors `mmgen convert` writes of it. Each run
+// is its own process, so each peak resident set (getrusage) is that run's alone: the mapped
+// checkpoint pages the forward touched, one block's float32 weights, the activations.
 //
-// usage: wan_gguf_memory_bench --make DIR   (writes DIR/bf16, DIR/q8_0 and DIR/q4_k)
-//        wan_gguf_memory_bench --run DIR/bf16|DIR/q8_0|DIR/q4_k [--frames 1] [--out FILE.npy]
+// usage: wan_gguf_memory_bench --make DIR   (writes DIR/bf16, DIR/q8_0, DIR/q4_k, DIR/fp8_e4m3)
+//        wan_gguf_memory_bench --run DIR/<one of them> [--frames 1] [--out FILE.npy]
 // The 480x832 request (30x52 latent patches a frame, 512 text tokens) is the issue's; --frames
 // sets its length (1: 1560 tokens).
 #include <sys/resource.h>
@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/fp8_convert.h"
 #include "core/gguf_convert.h"
 #include "core/npy.h"
 #include "core/safetensors.h"
@@ -72,7 +73,7 @@ int main(int argc, char** argv) try {
   }
   if (!make.empty()) {
     const nlohmann::json config = config_1_3b();
-    for (const char* kind : {"bf16", "q8_0", "q4_k"}) {
+    for (const char* kind : {"bf16", "q8_0", "q4_k", "fp8_e4m3"}) {
       fs::create_directories(fs::path(make) / kind);
       std::ofstream(fs::path(make) / kind / "config.json") << config.dump(2);
     }
@@ -89,6 +90,10 @@ int main(int argc, char** argv) try {
                   kind, double(summary.bytes_in) / 1e9, kind, double(summary.bytes_out) / 1e9,
                   (long long)summary.converted, (long long)summary.tensors, kind);
     }
+    const auto fp8 = fp8::convert_to_fp8(WeightStore::open_file(weights),
+                                         fs::path(make) / "fp8_e4m3" / "model.safetensors", {});
+    std::printf("wrote %s/fp8_e4m3: %.2f GB (%lld of %lld tensors e4m3)\n", make.c_str(),
+                double(fp8.bytes_out) / 1e9, (long long)fp8.converted, (long long)fp8.tensors);
     return 0;
   }
   check(!run.empty(), "usage: wan_gguf_memory_bench --make DIR | --run FOLDER [--frames N]");

@@ -24,6 +24,7 @@ constexpr DTypeInfo kDTypes[] = {
     {DType::I8, 1, "i8", "I8"},
     {DType::U8, 1, "u8", "U8"},
     {DType::Bool, 1, "bool", "BOOL"},
+    {DType::F8E4M3, 1, "f8_e4m3", "F8_E4M3"},
     {DType::F8E4M3Rows, 1, "f8_e4m3_rows", ""},  // the row scales are not a safetensors type
     // ggml's blocks: no safetensors type
     {DType::Q8_0, 34, "q8_0", "", 32},
@@ -69,7 +70,8 @@ bool dtype_is_blocks(DType dtype) {
 }
 
 bool dtype_is_floating(DType dtype) {
-  return dtype == DType::F32 || dtype == DType::F64 || dtype == DType::BF16 || dtype == DType::F16;
+  return dtype == DType::F32 || dtype == DType::F64 || dtype == DType::BF16 ||
+         dtype == DType::F16 || dtype == DType::F8E4M3;
 }
 
 uint8_t f32_to_e4m3(float x) {

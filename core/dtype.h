@@ -12,6 +12,8 @@
 
 namespace mmgen {
 
+// F8E4M3: e4m3 values as a safetensors file stores them (F8_E4M3; ComfyUI's FP8 checkpoints),
+// one byte each, with no scale; WeightStore applies a file's scales when it reads them.
 // F8E4M3Rows: e4m3 values (one byte each; the OCP FP8 format Hopper's tensor cores read) with one
 // float32 scale per row (the last dimension), a value being e4m3 · its row's scale; the scales
 // follow the values in the same allocation, from the first 16-byte boundary after them
@@ -31,6 +33,7 @@ enum class DType {
   I8,
   U8,
   Bool,
+  F8E4M3,
   F8E4M3Rows,
   Q8_0,
   Q4_0,

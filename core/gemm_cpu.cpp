@@ -18,6 +18,7 @@
 #include "core/gguf_quants.h"
 #include "core/op_profile.h"
 #include "core/parallel.h"
+#include "core/scaled_fp8.h"
 
 // The vector path wants AVX-512 F, BW and VL (every AVX-512 server CPU since Skylake, Zen 4 on).
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
@@ -190,6 +191,25 @@ void pack_block_panel(const void* w, DType dtype, int64_t n0, int64_t n, int64_t
   const gguf::GgmlType type = gguf::ggml_type_of_blocks(dtype);
   for (int64_t j = 0; j < width; ++j)
     gguf::dequantize(type, from + size_t(n0 + j) * row_bytes, rows.data() + j * k, k);
+  pack_weight_panel(rows.data(), DType::F32, 0, width, k, panel);
+}
+
+// e4m3 rows with one scale each (f8_e4m3_rows; the scales follow the n · k values): the panel's
+// rows are decoded into a scratch row block, each value e4m3 · its row's scale in one rounding (as
+// Tensor::to gives them), then packed as float32.
+void pack_e4m3_panel(const void* w, int64_t n0, int64_t n, int64_t k, float* panel) {
+  const int64_t width = std::min(kPanel, n - n0);
+  thread_local std::vector<float> rows;
+  rows.resize(size_t(width * k));
+  const auto* values = static_cast<const uint8_t*>(w);
+  const auto* scales =
+      reinterpret_cast<const float*>(static_cast<const std::byte*>(w) + row_scales_offset(n * k));
+  const auto& table = fp8::e4m3_values();
+  for (int64_t j = 0; j < width; ++j) {
+    const uint8_t* row = values + (n0 + j) * k;
+    const float scale = scales[n0 + j];
+    for (int64_t i = 0; i < k; ++i) rows[size_t(j * k + i)] = table[row[i]] * scale;
+  }
   pack_weight_panel(rows.data(), DType::F32, 0, width, k, panel);
 }
 
@@ -540,7 +560,7 @@ void linear_product(const float* a, int64_t lda, const void* w, DType w_dtype, c
                     float* c, int64_t m, int64_t k, int64_t n) {
   // Checked here, outside the parallel region, where an error may still leave as an exception.
   check(w_dtype == DType::F32 || w_dtype == DType::BF16 || w_dtype == DType::F16 ||
-            dtype_is_blocks(w_dtype),
+            w_dtype == DType::F8E4M3Rows || dtype_is_blocks(w_dtype),
         "linear: weights of type {} are not supported on the CPU", dtype_name(w_dtype));
   check(k % dtype_block_values(w_dtype) == 0, "linear: {} rows of {} are not whole blocks",
         dtype_name(w_dtype), k);
@@ -552,7 +572,9 @@ void linear_product(const float* a, int64_t lda, const void* w, DType w_dtype, c
   }
   const int64_t panels = (n + kPanel - 1) / kPanel;
 #ifdef MMGEN_GEMM_BF16
-  if (precision == ProductPrecision::BF16 && !dtype_is_blocks(w_dtype)) {  // blocks: float32
+  // Quantized blocks and e4m3 rows take the float32 product.
+  if (precision == ProductPrecision::BF16 && !dtype_is_blocks(w_dtype) &&
+      w_dtype != DType::F8E4M3Rows) {
     // On AMX the pairs are padded to whole tile steps and the rows to whole blocks (zeros).
     const bool tiles = amx::available();
     const int64_t pairs = (k + 1) / 2;
@@ -585,6 +607,7 @@ void linear_product(const float* a, int64_t lda, const void* w, DType w_dtype, c
       Plan{m, m * n * k, panels, kJobRows, 0},
       [&](int64_t p) {
         float* panel = packed + p * kPanel * k;
+        if (w_dtype == DType::F8E4M3Rows) return pack_e4m3_panel(w, p * kPanel, n, k, panel);
         if (dtype_is_blocks(w_dtype) && w_dtype != DType::Q8_0)
           return pack_block_panel(w, w_dtype, p * kPanel, n, k, panel);
         pack_weight_panel(w, w_dtype, p * kPanel, n, k, panel);

@@ -35,17 +35,21 @@ uint32_t file_type(GgmlType type) {
 
 }  // namespace
 
+bool keeps_precision(const std::string& name, const Shape& shape) {
+  const bool matrix = shape.size() >= 2 && shape_numel(shape) > kSmallTensor;
+  bool high_precision = false;
+  for (const std::string_view part : kHighPrecision)
+    high_precision = high_precision || name.find(part) != std::string::npos;
+  return !matrix || high_precision;
+}
+
 GgmlType converted_type(const std::string& name, const Shape& shape, GgmlType wanted) {
   const int64_t count = shape_numel(shape);
   const GgmlTypeInfo* info = ggml_type_info(uint32_t(wanted));
   check(info != nullptr, "convert: unknown type {}", uint32_t(wanted));
-  const bool matrix = shape.size() >= 2 && count > kSmallTensor;
   // The rows the file stores: the innermost dimension (ComfyUI-GGUF flattens more than 4 to 2).
   const int64_t row = shape.size() > 4 ? count / shape[0] : (shape.empty() ? 1 : shape.back());
-  bool high_precision = false;
-  for (const std::string_view part : kHighPrecision)
-    high_precision = high_precision || name.find(part) != std::string::npos;
-  if (!matrix || high_precision) return GgmlType::F32;
+  if (keeps_precision(name, shape)) return GgmlType::F32;
   if (row % info->block == 0) return wanted;
   // Rows that are not whole q4_k super-blocks take q8_0 when they are whole blocks of 32, as
   // llama.cpp's quantize falls back to a type of smaller blocks.

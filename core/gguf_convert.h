@@ -17,6 +17,11 @@
 
 namespace mmgen::gguf {
 
+// Whether `name` (of `shape`) stays in its precision whatever the asked type: not a matrix, 1024
+// values or fewer, or a part the model reads at high precision (norms, modulation tables, the
+// time and text embedders, the patch embedding). mmgen convert's FP8 output keeps the same ones.
+bool keeps_precision(const std::string& name, const Shape& shape);
+
 // The type `name` (of `shape`) is written as when `wanted` is asked for.
 GgmlType converted_type(const std::string& name, const Shape& shape, GgmlType wanted);
 

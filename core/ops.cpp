@@ -105,10 +105,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Shape out_shape = x.shape();
   out_shape.back() = out;
   Tensor y = Tensor::empty(out_shape);
-  // The product reads float32, bfloat16, float16 and quantized blocks as stored (converted as it
-  // packs them).
+  // The product reads float32, bfloat16, float16, e4m3 rows and quantized blocks as stored
+  // (converted as it packs them).
   const bool packable = weight.dtype() == DType::F32 || weight.dtype() == DType::BF16 ||
-                        weight.dtype() == DType::F16 || dtype_is_blocks(weight.dtype());
+                        weight.dtype() == DType::F16 || weight.dtype() == DType::F8E4M3Rows ||
+                        dtype_is_blocks(weight.dtype());
   const Tensor w = packable ? weight.contiguous() : as_f32(weight).contiguous();
   Tensor b;
   if (bias.defined()) {

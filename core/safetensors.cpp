@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/gguf.h"
 #include "core/json.h"
+#include "core/scaled_fp8.h"
 
 namespace mmgen {
 namespace {
@@ -31,7 +32,8 @@ TensorInfo parse_entry(const std::string& where, const std::string& name, const 
   auto parsed = dtype_from_safetensors(dtype.get<std::string>());
   check(
       parsed.has_value(),
-      "{}: tensor '{}' has unknown dtype '{}' (known: F32, F64, BF16, F16, I64, I32, I8, U8, BOOL)",
+      "{}: tensor '{}' has unknown dtype '{}' (known: F32, F64, BF16, F16, F8_E4M3, I64, I32, I8, "
+      "U8, BOOL)",
       where, name, dtype.get<std::string>());
   TensorInfo info;
   info.dtype = *parsed;
@@ -149,7 +151,42 @@ WeightStore WeightStore::open_file(const fs::path& file) {
   store.origin_ = file;
   store.files_.push_back(SafetensorsFile::open(file));
   for (const auto& name : store.files_[0].names()) store.where_[name] = {0, name};
+  store.attach_fp8_scales();
   return store;
+}
+
+void WeightStore::attach_fp8_scales() {
+  std::vector<std::string> companions;
+  for (auto& [name, entry] : where_) {
+    if (fp8::is_companion(name)) {
+      companions.push_back(name);
+      continue;
+    }
+    const TensorInfo& info = stored_info(entry);
+    for (const std::string& scale : fp8::scale_names(name)) {
+      auto found = where_.find(scale);
+      if (found == where_.end()) continue;
+      const TensorInfo& scale_info = stored_info(found->second);
+      check(info.dtype == DType::F8E4M3,
+            "{}: {} is {} with a scale {}; mmgen reads scaled FP8 weights (F8_E4M3), not this "
+            "quantization; convert the checkpoint to bf16 or FP8",
+            origin_.string(), name, dtype_name(info.dtype), scale);
+      fp8::check_scale(name, info.shape, scale, scale_info.dtype, scale_info.shape);
+      entry.scale_file = found->second.file;
+      entry.scale = found->second.stored;
+      break;
+    }
+  }
+  for (const std::string& name : companions) {
+    const TensorInfo& info = stored_info(where_.at(name));
+    companion_bytes_ += info.end - info.begin;
+    where_.erase(name);
+  }
+}
+
+Tensor WeightStore::fp8_scale(const Entry& entry) const {
+  if (entry.scale_file == kNoScale) return Tensor();
+  return files_[entry.scale_file].tensor(entry.scale);
 }
 
 WeightStore WeightStore::open_gguf(const fs::path& file) {
@@ -263,6 +300,7 @@ WeightStore WeightStore::open_folder(const fs::path& folder) {
           index_path.string(), it.key(), shard);
     store.where_[it.key()] = {found->second, it.key()};
   }
+  store.attach_fp8_scales();
   return store;
 }
 
@@ -278,6 +316,8 @@ Tensor WeightStore::get(const std::string& name) const {
   const TensorInfo& entry = info(name);  // names the missing weight
   const Entry& where = where_.at(name);
   if (where.file == kGguf) return gguf_->to_f32(where.stored).view(entry.shape);
+  if (entry.dtype == DType::F8E4M3)
+    return fp8::to_f32(files_[where.file].tensor(where.stored), fp8_scale(where));
   return files_[where.file].tensor(where.stored);
 }
 
@@ -291,7 +331,7 @@ std::string WeightStore::stored_type(const std::string& name) const {
   return std::string(dtype_name(entry.dtype));
 }
 
-Tensor WeightStore::get_for_product(const std::string& name) const {
+DType WeightStore::product_dtype(const std::string& name) const {
   const TensorInfo& entry = info(name);
   const Entry& where = where_.at(name);
   if (where.file == kGguf) {
@@ -300,8 +340,19 @@ Tensor WeightStore::get_for_product(const std::string& name) const {
     const DType blocks = stored ? gguf::block_dtype(stored->type).value_or(DType::F32) : DType::F32;
     if (dtype_is_blocks(blocks) && entry.shape.size() == 2 && entry.shape == stored->shape &&
         entry.shape[1] % dtype_block_values(blocks) == 0)
-      return gguf_->quantized_blocks(where.stored);
+      return blocks;
+    return DType::F32;
   }
+  if (entry.dtype == DType::F8E4M3) return entry.shape.size() == 2 ? DType::F8E4M3Rows : DType::F32;
+  return entry.dtype;
+}
+
+Tensor WeightStore::get_for_product(const std::string& name) const {
+  const DType dtype = product_dtype(name);
+  const Entry& where = where_.at(name);
+  if (dtype_is_blocks(dtype)) return gguf_->quantized_blocks(where.stored);
+  if (dtype == DType::F8E4M3Rows)
+    return fp8::to_rows(files_[where.file].tensor(where.stored), fp8_scale(where));
   return get(name);
 }
 
@@ -330,7 +381,7 @@ std::vector<fs::path> WeightStore::files() const {
 }
 
 size_t WeightStore::stored_bytes() const {
-  size_t total = 0;
+  size_t total = companion_bytes_;
   for (const auto& [name, where] : where_) {
     const TensorInfo& entry = stored_info(where);
     total += entry.end - entry.begin;
@@ -340,19 +391,30 @@ size_t WeightStore::stored_bytes() const {
 
 void write_safetensors(const fs::path& path, const NamedTensors& tensors,
                        const std::map<std::string, std::string>& metadata) {
+  std::vector<TensorToStore> stored;
+  for (const auto& entry : tensors)
+    stored.push_back({entry.first, entry.second.dtype(), entry.second.shape(),
+                      [&entry] { return entry.second; }});
+  write_safetensors(path, stored, metadata);
+}
+
+void write_safetensors(const fs::path& path, const std::vector<TensorToStore>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   size_t offset = 0;
-  for (const auto& [name, tensor] : tensors) {
+  for (const TensorToStore& tensor : tensors) {
+    const std::string& name = tensor.name;
     check(name != "__metadata__", "a tensor cannot be named __metadata__");
     check(!header.contains(name), "tensor name '{}' given twice", name);
-    check(!dtype_safetensors_name(tensor.dtype()).empty(),
+    check(!dtype_safetensors_name(tensor.dtype).empty(),
           "tensor '{}': safetensors has no {} type; convert it first", name,
-          dtype_name(tensor.dtype()));
-    header[name] = {{"dtype", dtype_safetensors_name(tensor.dtype())},
-                    {"shape", tensor.shape()},
-                    {"data_offsets", {offset, offset + tensor.nbytes()}}};
-    offset += tensor.nbytes();
+          dtype_name(tensor.dtype));
+    const size_t bytes = size_t(shape_numel(tensor.shape)) * dtype_size(tensor.dtype);
+    header[name] = {{"dtype", dtype_safetensors_name(tensor.dtype)},
+                    {"shape", tensor.shape},
+                    {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // keep the data section 8-byte aligned
@@ -364,8 +426,12 @@ void write_safetensors(const fs::path& path, const NamedTensors& tensors,
     for (int i = 0; i < 8; ++i) length_bytes[i] = char((length >> (8 * i)) & 0xff);
     out.write(length_bytes, 8);
     out.write(text.data(), std::streamsize(text.size()));
-    for (const auto& [name, tensor] : tensors) {
-      Tensor contiguous = tensor.contiguous();
+    for (const TensorToStore& tensor : tensors) {
+      const Tensor contiguous = tensor.load().contiguous();
+      check(contiguous.dtype() == tensor.dtype && contiguous.shape() == tensor.shape,
+            "writing {}: tensor '{}' came as {} {}, its header says {} {}", path.string(),
+            tensor.name, dtype_name(contiguous.dtype()), shape_string(contiguous.shape()),
+            dtype_name(tensor.dtype), shape_string(tensor.shape));
       out.write(reinterpret_cast<const char*>(contiguous.raw()),
                 std::streamsize(contiguous.nbytes()));
     }

@@ -51,7 +51,9 @@ class SafetensorsFile {
 // The weights of one component folder: a single `*.safetensors` file, the shards an index file
 // names, or one GGUF file (core/gguf.h; its tensors read as float32, dequantized when asked for,
 // in the shape a `comfy.gguf.orig_shape.<name>` entry gives where the converter flattened them).
-// Tensors are mapped, not read, so memory stays close to what is used.
+// Tensors are mapped, not read, so memory stays close to what is used. e4m3 weights with their
+// scales (ComfyUI's FP8 checkpoints, core/scaled_fp8.h) read as e4m3 · scale: the scales and
+// markers are not weights of the model, so names() leaves them out.
 class WeightStore {
  public:
   static WeightStore open_folder(const fs::path& folder);
@@ -62,10 +64,14 @@ class WeightStore {
   WeightStore renamed(const std::function<std::string(const std::string&)>& rename) const;
 
   bool has(const std::string& name) const { return where_.count(name) > 0; }
-  Tensor get(const std::string& name) const;  // stored dtype
+  Tensor get(const std::string& name) const;  // stored dtype (e4m3 weights: float32, scaled)
   // What a linear layer's product reads: as get(), except that a GGUF q8_0 matrix stays q8_0
-  // blocks (dtype q8_0, [rows, cols / 32], mapped), which the CPU product dequantizes as it packs.
+  // blocks (dtype q8_0, [rows, cols / 32], mapped), which the CPU product dequantizes as it packs,
+  // and an e4m3 matrix stays e4m3 with its scales (f8_e4m3_rows, a copy of the stored bytes).
   Tensor get_for_product(const std::string& name) const;
+  // The dtype get_for_product gives `name` (q8_0 ... q6_k blocks, f8_e4m3_rows, or as get()),
+  // from the headers alone.
+  DType product_dtype(const std::string& name) const;
   Tensor get_f32(const std::string& name) const;  // converted to float32 (copied if needed)
   // Like get_f32, and checks the shape, naming the tensor and the file when it differs.
   Tensor get_f32(const std::string& name, const Shape& expected) const;
@@ -82,22 +88,44 @@ class WeightStore {
   struct Entry {
     size_t file = 0;     // index into files_, or kGguf
     std::string stored;  // the name in the file
+    // An e4m3 weight's scale (scale_file: kNoScale when it has none, scale 1).
+    size_t scale_file = kNoScale;
+    std::string scale;
   };
+  static constexpr size_t kNoScale = size_t(-2);
   static constexpr size_t kGguf = size_t(-1);
   static WeightStore open_gguf(const fs::path& file);
   const TensorInfo& stored_info(const Entry& entry) const;
+  // Pairs each e4m3 weight with its scale and takes the scales and markers out of the names.
+  void attach_fp8_scales();
+  Tensor fp8_scale(const Entry& entry) const;  // undefined where the weight has none
 
   fs::path origin_;
   std::vector<SafetensorsFile> files_;
   std::shared_ptr<const gguf::GgufFile> gguf_;
   std::map<std::string, TensorInfo> gguf_info_;  // stored name -> float32, the model's shape
   std::map<std::string, Entry> where_;           // the model's name -> where it is stored
+  size_t companion_bytes_ = 0;                   // the fp8 scales and markers left out of names
 };
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
 // Writes tensors (any dtype, any strides) to `path` atomically.
 void write_safetensors(const fs::path& path, const NamedTensors& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+// One tensor of a file written a tensor at a time: its name, dtype and shape (the header is
+// written first), and what gives its values when its turn comes.
+struct TensorToStore {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  std::function<Tensor()> load;  // a tensor of that dtype and shape
+};
+
+// Writes the tensors to `path` atomically, holding one in memory at a time, so a checkpoint
+// larger than memory converts.
+void write_safetensors(const fs::path& path, const std::vector<TensorToStore>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace mmgen

@@ -15,6 +15,7 @@
 #ifdef MMGEN_HAVE_CUDA
 #include "core/cuda/device_storage.h"
 #include "core/cuda/fp8.h"
+#include "core/cuda/gguf_dequant.h"
 #endif
 
 namespace mmgen {
@@ -385,6 +386,8 @@ double load_as_double(const std::byte* p, DType dtype) {
       return double(uint8_t(*p));
     case DType::Bool:
       return *p != std::byte{0} ? 1.0 : 0.0;
+    case DType::F8E4M3:
+      return e4m3_to_f32(uint8_t(*p));
     case DType::F8E4M3Rows:  // scaled per row: to() converts the whole tensor
     case DType::Q8_0:
     case DType::Q4_0:
@@ -438,6 +441,9 @@ void store_from_double(std::byte* p, DType dtype, double value) {
     case DType::Bool:
       *p = std::byte(value != 0 ? 1 : 0);
       return;
+    case DType::F8E4M3:
+      *p = std::byte(f32_to_e4m3(float(value)));
+      return;
     case DType::F8E4M3Rows:
     case DType::Q8_0:
     case DType::Q4_0:
@@ -450,6 +456,31 @@ void store_from_double(std::byte* p, DType dtype, double value) {
       return;  // never a conversion's target: to() refuses it
   }
 }
+
+#ifdef MMGEN_HAVE_CUDA
+// The GPU dequantizer's name for a block dtype (the .cu files do not include core/dtype.h).
+cuda::GgufBlock gpu_block_type(DType dtype) {
+  switch (dtype) {
+    case DType::Q4_0:
+      return cuda::GgufBlock::Q4_0;
+    case DType::Q4_1:
+      return cuda::GgufBlock::Q4_1;
+    case DType::Q5_0:
+      return cuda::GgufBlock::Q5_0;
+    case DType::Q5_1:
+      return cuda::GgufBlock::Q5_1;
+    case DType::Q4_K:
+      return cuda::GgufBlock::Q4_K;
+    case DType::Q5_K:
+      return cuda::GgufBlock::Q5_K;
+    case DType::Q6_K:
+      return cuda::GgufBlock::Q6_K;
+    default:
+      check(dtype == DType::Q8_0, "the GPU expands ggml's blocks, not {}", dtype_name(dtype));
+      return cuda::GgufBlock::Q8_0;
+  }
+}
+#endif
 
 // To or from F8E4M3Rows on the host, through float32: each row's scale is max|row| / 448 (1 for
 // a row of zeros) and its values e4m3(x / scale), as core/cuda/fp8.cu's quantize_e4m3_rows.
@@ -517,9 +548,7 @@ Tensor Tensor::to(Device device) const {
   if (device == this->device()) return *this;
 #ifdef MMGEN_HAVE_CUDA
   if (device == Device::CUDA) {
-    check(!dtype_is_blocks(dtype_),
-          "{} blocks are read by the CPU product only; expand them (to(DType)) for the GPU",
-          dtype_name(dtype_));
+    // Quantized blocks go up as they are: ops::linear expands each matrix before its product.
     const Tensor source = contiguous();
     Tensor result = empty(shape_, dtype_, Device::CUDA);
     cuda::copy_host_to_device(result.raw(), source.raw(), nbytes());
@@ -540,11 +569,19 @@ Tensor Tensor::to(DType dtype) const {
   check(!dtype_is_blocks(dtype), "a tensor is not converted to {} here (mmgen convert writes it)",
         dtype_name(dtype));
   if (dtype_is_blocks(dtype_)) {  // blocks [..., b] → values [..., block · b]
-    require_cpu("expanding quantized blocks");
     const Tensor blocks = contiguous();
     Shape shape = shape_;
     check(!shape.empty(), "a {} tensor has at least one dimension", dtype_name(dtype_));
     shape.back() *= dtype_block_values(dtype_);
+#ifdef MMGEN_HAVE_CUDA
+    if (!is_cpu()) {  // expanded where they are, to float32 or bf16 (the products' dtypes)
+      const DType expanded = dtype == DType::BF16 ? DType::BF16 : DType::F32;
+      Tensor values = empty(shape, expanded, device());
+      cuda::dequantize_blocks(gpu_block_type(dtype_), blocks.raw(), blocks.numel(), values.raw(),
+                              expanded == DType::BF16);
+      return values.to(dtype);
+    }
+#endif
     Tensor values = empty(shape, DType::F32);
     gguf::dequantize(gguf::ggml_type_of_blocks(dtype_), blocks.raw(), values.data<float>(),
                      values.numel());

@@ -31,7 +31,7 @@ constexpr const char* kUsage =
     "  inspect    show a model's components, sizes, attention backends and the memory a request\n"
     "             needs (mmgen inspect --help)\n"
     "  encode     write the prompt embeddings of the text encoder (mmgen encode --help)\n"
-    "  convert    write a component's weights as one GGUF file, e.g. q8_0 (mmgen convert --help)\n"
+    "  convert    write a component's weights as GGUF (q8_0, q4_k, ...) or FP8 safetensors\n"
     "  options    every generate option, its type, default and meaning (--markdown, --json)\n"
     "  backends   list the attention backends and whether each runs here (--json, --markdown)\n"
     "  attention  run one attention backend on q, k, v .npy files (mmgen attention --help)\n\n"

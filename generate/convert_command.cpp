@@ -7,9 +7,11 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 
 #include "core/error.h"
 #include "core/file.h"
+#include "core/fp8_convert.h"
 #include "core/gguf_convert.h"
 #include "core/safetensors.h"
 #include "generate/options.h"
@@ -33,11 +35,14 @@ std::string architecture(const std::string& diffusers_class) {
 
 std::string convert_help() {
   const std::string text =
-      "Usage: mmgen convert --input PATH --out FILE.gguf [--type q8_0|q4_k] [--overwrite]\n\n"
+      "Usage: mmgen convert --input PATH --out FILE.gguf [--type q8_0|q4_k|f16|bf16|f32]\n"
+      "       mmgen convert --input PATH --out FILE.safetensors --type fp8_e4m3\n\n"
       "Writes a component's weights (a diffusers folder's safetensors, one file or shards) as one\n"
-      "GGUF file. The weight matrices take --type; norms, biases, embeddings, modulation tables\n"
-      "and small tensors stay f32, as the community's converters keep them. The names stay as\n"
-      "stored. Run the result with `mmgen generate --transformer-path <the .gguf's folder>`.\n\n";
+      "GGUF file, or as one safetensors file in ComfyUI's scaled FP8 layout (e4m3 matrices, one\n"
+      "float32 scale_weight each). The weight matrices take --type; norms, biases, embeddings,\n"
+      "modulation tables and small tensors keep their precision, as the community's converters\n"
+      "keep them. The names stay as stored. Run the result with\n"
+      "`mmgen generate --transformer-path <the file's folder>`.\n\n";
   return text + options_help(Command::Convert);
 }
 
@@ -51,13 +56,22 @@ int run_convert(const std::vector<std::string>& arguments) {
   const SettingsLayer values = merge_layers({builtin_defaults(Command::Convert), given});
   const fs::path input = values.value("input", std::string());
   const fs::path out = values.value("out", std::string());
+  const std::string type_name = values.value("type", std::string("q8_0"));
+  const bool fp8 = type_name == "fp8_e4m3";
   check(!input.empty(), "convert: no input; pass --input DIR (a component folder) or FILE");
-  check(!out.empty(), "convert: no output; pass --out FILE.gguf");
-  check(out.extension() == ".gguf", "convert: --out {} should end in .gguf", out.string());
+  check(!out.empty(), "convert: no output; pass --out FILE.gguf (or FILE.safetensors for FP8)");
+  if (fp8)
+    check(out.extension() == ".safetensors",
+          "convert: --type fp8_e4m3 writes a safetensors file; --out {} should end in .safetensors",
+          out.string());
+  else
+    check(out.extension() == ".gguf",
+          "convert: --out {} should end in .gguf (or pass --type fp8_e4m3 for a .safetensors file)",
+          out.string());
   check(fs::exists(input), "convert: --input {} does not exist", input.string());
   check(!fs::exists(out) || values.value("overwrite", false),
         "convert: {} exists; pass --overwrite to replace it, or another --out", out.string());
-  const gguf::GgmlType type = gguf::parse_convert_type(values.value("type", std::string("q8_0")));
+  const gguf::GgmlType type = fp8 ? gguf::GgmlType::F32 : gguf::parse_convert_type(type_name);
 
   const bool folder = fs::is_directory(input);
   const WeightStore weights =
@@ -68,33 +82,44 @@ int run_convert(const std::vector<std::string>& arguments) {
     config = nlohmann::json::parse(read_text_file(config_file), nullptr, false);
   const std::string diffusers_class =
       config.is_object() ? config.value("_class_name", std::string()) : std::string();
-  nlohmann::json metadata = {
-      {"general.architecture", architecture(diffusers_class)},
-      {"general.name", (folder ? input : input.parent_path()).filename().string()},
-      {"mmgen.source", input.filename().string()},
-  };
-  if (!diffusers_class.empty()) metadata["mmgen.diffusers_class"] = diffusers_class;
+  const std::string name = (folder ? input : input.parent_path()).filename().string();
 
   const fs::path where = out.has_parent_path() ? out.parent_path() : fs::path(".");
   fs::create_directories(where);
   const auto start = std::chrono::steady_clock::now();
-  const gguf::ConversionSummary summary = gguf::convert_to_gguf(weights, out, type, metadata);
+  std::string line;
+  if (fp8) {
+    std::map<std::string, std::string> metadata = {{"mmgen.source", input.filename().string()}};
+    if (!diffusers_class.empty()) metadata["mmgen.diffusers_class"] = diffusers_class;
+    const fp8::ConversionSummary summary = fp8::convert_to_fp8(weights, out, metadata);
+    line = fmt::format("{} tensors, {} as f8_e4m3 (one scale each) and {} kept as stored; ",
+                       summary.tensors, summary.converted, summary.tensors - summary.converted);
+    line += fmt::format("{:.2f} GB -> {:.2f} GB", double(summary.bytes_in) / 1e9,
+                        double(summary.bytes_out) / 1e9);
+  } else {
+    nlohmann::json metadata = {
+        {"general.architecture", architecture(diffusers_class)},
+        {"general.name", name},
+        {"mmgen.source", input.filename().string()},
+    };
+    if (!diffusers_class.empty()) metadata["mmgen.diffusers_class"] = diffusers_class;
+    const gguf::ConversionSummary summary = gguf::convert_to_gguf(weights, out, type, metadata);
+    const std::string fallback =
+        summary.fallback > 0
+            ? fmt::format(", {} as q8_0 (rows not whole super-blocks)", summary.fallback)
+            : "";
+    line = fmt::format("{} tensors, {} as {}{} and {} kept f32; ", summary.tensors,
+                       summary.converted, gguf::ggml_type_info(uint32_t(type))->name, fallback,
+                       summary.tensors - summary.converted - summary.fallback);
+    line += fmt::format("{:.2f} GB -> {:.2f} GB", double(summary.bytes_in) / 1e9,
+                        double(summary.bytes_out) / 1e9);
+  }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   // The model's config beside the file, so the folder runs as a component folder.
   if (fs::exists(config_file) && !fs::exists(where / "config.json"))
     fs::copy_file(config_file, where / "config.json");
-  const std::string fallback =
-      summary.fallback > 0
-          ? fmt::format(", {} as q8_0 (rows not whole super-blocks)", summary.fallback)
-          : "";
-  std::printf(
-      "convert: %lld tensors, %lld as %s%s and %lld kept f32; %.2f GB -> %.2f GB, %s, in %.1f s\n",
-      (long long)summary.tensors, (long long)summary.converted,
-      std::string(gguf::ggml_type_info(uint32_t(type))->name).c_str(), fallback.c_str(),
-      (long long)(summary.tensors - summary.converted - summary.fallback),
-      double(summary.bytes_in) / 1e9, double(summary.bytes_out) / 1e9, out.string().c_str(),
-      seconds);
+  std::printf("convert: %s, %s, in %.1f s\n", line.c_str(), out.string().c_str(), seconds);
   return 0;
 }
 

@@ -282,6 +282,19 @@ size_t generate_batch(const PipelineRunner& run, const ResolvedGenerate& resolve
 void check_memory(const ResolvedGenerate& resolved) {
   const Request& request = resolved.request;
   const ModelInventory inventory = take_inventory(resolved.index);
+  if (request.device == "cuda") {
+    const GpuOffload offload =
+        planned_gpu_offload(*resolved.spec, request, resolved.index, inventory);
+    if (offload.blocks)
+      spdlog::info(
+          "gpu offload: blocks (the text encoder and the transformer each leave the GPU after "
+          "their stage; the transformer's blocks stream in from page-locked host memory, two on "
+          "the GPU at a time)");
+    else if (offload.stages)
+      spdlog::info(
+          "gpu offload: stages (the text encoder and the transformer each leave the GPU after "
+          "their stage)");
+  }
   // --max-gpu-memory: the weights resident on the GPU at once must fit under the limit.
   if (const auto refusal =
           gpu_weights_refusal(*resolved.spec, request, resolved.index, inventory)) {
@@ -373,9 +386,7 @@ int run_resolved(ResolvedGenerate resolved) {
   if (request.max_gpu_memory && request.device == "cuda")
     spdlog::info("gpu memory: at most {} (--max-gpu-memory){}",
                  format_bytes(request.max_gpu_memory),
-                 resolved.spec->stage_offload
-                     ? "; the text encoder and the transformer each leave the GPU after their stage"
-                     : "; every component stays resident");
+                 resolved.spec->stage_offload ? "" : "; every component stays resident");
   else if (request.max_gpu_memory)
     spdlog::info("gpu memory: --max-gpu-memory has no effect on --device {}", request.device);
 #ifdef MMGEN_HAVE_CUDA

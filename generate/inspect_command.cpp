@@ -164,10 +164,13 @@ int run_inspect(const std::vector<std::string>& arguments) {
     auto gpu = [&](const char* key) { return format_bytes(g[key].get<uint64_t>()); };
     out += fmt::format(
         "gpu:     weights {} resident at once with --device cuda{} (text encoder {}, transformer "
-        "{}, VAE at most {}; activations not counted)\n",
+        "{}, {} with its blocks streamed, VAE at most {}; activations not counted)\n",
         gpu("resident_bytes"),
-        g["stage_offload"].get<bool>() ? ", one stage at a time (--max-gpu-memory)" : "",
-        gpu("text_encoder_bytes"), gpu("transformer_bytes"), gpu("vae_bytes"));
+        g["offload"] == "blocks"   ? ", one stage at a time and the blocks streamed (--gpu-offload)"
+        : g["offload"] == "stages" ? ", one stage at a time (--gpu-offload)"
+                                   : "",
+        gpu("text_encoder_bytes"), gpu("transformer_bytes"), gpu("transformer_streamed_bytes"),
+        gpu("vae_bytes"));
   }
   std::cout << out;
   return 0;

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <string>
+#include <vector>
+
 #include "core/error.h"
 #include "core/system_memory.h"
 
@@ -117,18 +120,26 @@ std::string memory_refusal(const MemoryCheck& check, const Request& request) {
 
 namespace {
 
-// Stage offload is what the pipeline does under --max-gpu-memory.
-bool offloads_stages(const PipelineSpec& spec, const Request& request) {
-  return spec.stage_offload && request.max_gpu_memory > 0;
+// What --gpu-offload (and --max-gpu-memory under auto) make the pipeline do with these weights.
+GpuOffload offload_of(const PipelineSpec& spec, const Request& request, const GpuWeights& gpu) {
+  return choose_gpu_offload(request.gpu_offload, request.max_gpu_memory, spec.stage_offload,
+                            gpu.transformer);
 }
 
 }  // namespace
 
+GpuOffload planned_gpu_offload(const PipelineSpec& spec, const Request& request,
+                               const ModelIndex& index, const ModelInventory& inventory) {
+  if (!spec.estimate_gpu_weights)
+    return choose_gpu_offload(request.gpu_offload, request.max_gpu_memory, false, 0);
+  return offload_of(spec, request, spec.estimate_gpu_weights(request, index, inventory));
+}
+
 nlohmann::json gpu_weights_json(const PipelineSpec& spec, const Request& request,
                                 const ModelIndex& index, const ModelInventory& inventory) {
   if (!spec.estimate_gpu_weights) return nullptr;
-  return spec.estimate_gpu_weights(request, index, inventory)
-      .to_json(offloads_stages(spec, request));
+  const GpuWeights gpu = spec.estimate_gpu_weights(request, index, inventory);
+  return gpu.to_json(offload_of(spec, request, gpu));
 }
 
 std::optional<std::string> gpu_weights_refusal(const PipelineSpec& spec, const Request& request,
@@ -136,25 +147,35 @@ std::optional<std::string> gpu_weights_refusal(const PipelineSpec& spec, const R
                                                const ModelInventory& inventory) {
   if (request.device != "cuda" || !request.max_gpu_memory || !spec.estimate_gpu_weights)
     return std::nullopt;
-  const bool offload = offloads_stages(spec, request);
   const GpuWeights gpu = spec.estimate_gpu_weights(request, index, inventory);
+  const GpuOffload offload = offload_of(spec, request, gpu);
   const uint64_t resident = gpu.resident(offload);
   if (resident <= request.max_gpu_memory) return std::nullopt;
-  std::string fp8;
-  if (!request.gpu_fp8_products) {
-    Request with_fp8 = request;
-    with_fp8.gpu_fp8_products = true;
-    const uint64_t smaller =
-        spec.estimate_gpu_weights(with_fp8, index, inventory).resident(offload);
-    if (smaller <= request.max_gpu_memory)
-      fp8 = fmt::format(", or use --gpu-matmul-precision fp8 ({})", format_bytes(smaller));
+  // What would fit: FP8 products, streamed blocks, or both.
+  std::vector<std::string> fits;
+  Request with_fp8 = request;
+  with_fp8.gpu_fp8_products = true;
+  const GpuWeights fp8 = spec.estimate_gpu_weights(with_fp8, index, inventory);
+  if (!request.gpu_fp8_products && fp8.resident(offload) <= request.max_gpu_memory)
+    fits.push_back(
+        fmt::format("--gpu-matmul-precision fp8 ({})", format_bytes(fp8.resident(offload))));
+  if (spec.stage_offload && !offload.blocks) {
+    const GpuOffload blocks{true, true};
+    if (gpu.resident(blocks) <= request.max_gpu_memory)
+      fits.push_back(fmt::format("--gpu-offload blocks ({})", format_bytes(gpu.resident(blocks))));
   }
+  std::string suggestion;
+  for (const std::string& fit : fits) suggestion += ", or use " + fit;
   return fmt::format(
       "--max-gpu-memory {}: the weights resident on the GPU at once take {} (text encoder {}, "
       "transformer {}, VAE at most {}){}; raise the limit{}",
       format_bytes(request.max_gpu_memory), format_bytes(resident), format_bytes(gpu.text_encoder),
-      format_bytes(gpu.transformer), format_bytes(gpu.vae), offload ? ", one stage at a time" : "",
-      fp8);
+      format_bytes(offload.blocks ? gpu.transformer_streamed : gpu.transformer),
+      format_bytes(gpu.vae),
+      offload.blocks   ? ", one stage at a time, the transformer's blocks streamed"
+      : offload.stages ? ", one stage at a time"
+                       : "",
+      suggestion);
 }
 
 }  // namespace mmgen::cli

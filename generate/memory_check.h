@@ -31,15 +31,20 @@ MemoryCheck check_request_memory(const PipelineSpec& spec, const Request& reques
 // One line: what the request needs, what is free, what would fit, and --skip-memory-check.
 std::string memory_refusal(const MemoryCheck& check, const Request& request);
 
-// The weights the pipeline keeps on the GPU for the request (stage offload counted where
-// --max-gpu-memory turns it on), as `inspect` and --dry-run print them; null where the pipeline
+// The weights the pipeline keeps on the GPU for the request (the offload --gpu-offload and
+// --max-gpu-memory choose counted), as `inspect` and --dry-run print them; null where the pipeline
 // has no such estimate.
 nlohmann::json gpu_weights_json(const PipelineSpec& spec, const Request& request,
                                 const ModelIndex& index, const ModelInventory& inventory);
 
 // --device cuda with --max-gpu-memory: one line when the weights resident at once exceed the
-// limit (with the FP8 figure where FP8 products would fit); nullopt when they fit, or when there
-// is no limit or no estimate.
+// limit (with the FP8 and streamed-blocks figures where they would fit); nullopt when they fit,
+// or when there is no limit or no estimate.
+// The offload the pipeline will run the request with on the GPU (--gpu-offload, --max-gpu-memory);
+// an explicit mode the pipeline cannot do is refused here, in one line, before anything loads.
+GpuOffload planned_gpu_offload(const PipelineSpec& spec, const Request& request,
+                               const ModelIndex& index, const ModelInventory& inventory);
+
 std::optional<std::string> gpu_weights_refusal(const PipelineSpec& spec, const Request& request,
                                                const ModelIndex& index,
                                                const ModelInventory& inventory);

@@ -149,10 +149,21 @@ const std::vector<OptionSpec>& option_table() {
        .type = T::String,
        .builtin_default = nullptr,
        .help = "at most this much GPU memory for mmgen's tensors (24GiB, 20000M): Wan's text "
-               "encoder and transformer then each leave the GPU after their stage, and a request "
-               "that needs more stops in one line (the CUDA context and library workspaces are "
-               "outside the limit)",
+               "encoder and transformer then each leave the GPU after their stage (see "
+               "--gpu-offload), and a request that needs more stops in one line (the CUDA context "
+               "and library workspaces are outside the limit)",
        .value_name = "SIZE"},
+      {.name = "gpu-offload",
+       .type = T::Choice,
+       .builtin_default = "auto",
+       .help = "how Wan keeps its weights on the GPU: none (all resident), stages (the text "
+               "encoder and the transformer each leave the GPU after their stage), blocks (stages, "
+               "and the transformer's blocks stream in from page-locked host memory, two on the "
+               "GPU at a time, each copied in while the one before runs), auto (none without "
+               "--max-gpu-memory; under it stages, and blocks when the transformer would take "
+               "more than 3/4 of the limit)",
+       .choices = {"auto", "none", "stages", "blocks"},
+       .value_name = "MODE"},
       {"log-level",
        T::Choice,
        "info",
@@ -309,7 +320,7 @@ const std::vector<OptionSpec>& option_table() {
        .commands = {C::Attention},
        .value_name = "N"},
 
-      // convert: a component's weights into one GGUF file.
+      // convert: a component's weights into one GGUF file, or one FP8 safetensors file.
       {.name = "input",
        .type = T::Path,
        .builtin_default = nullptr,
@@ -320,16 +331,17 @@ const std::vector<OptionSpec>& option_table() {
       {.name = "out",
        .type = T::Path,
        .builtin_default = nullptr,
-       .help = "the .gguf file to write (the input folder's config.json is copied beside it when "
-               "none is there); required",
+       .help = "the .gguf file to write, or the .safetensors file for --type fp8_e4m3 (the input "
+               "folder's config.json is copied beside it when none is there); required",
        .commands = {C::Convert},
-       .value_name = "FILE.gguf"},
+       .value_name = "FILE"},
       {.name = "type",
        .type = T::Choice,
        .builtin_default = "q8_0",
-       .help = "the weight matrices' type (q4_k: rows not whole super-blocks of 256 take q8_0); "
-               "norms, biases, embeddings, modulation tables and small tensors stay f32",
-       .choices = {"q8_0", "q4_k", "f16", "bf16", "f32"},
+       .help = "the weight matrices' type (q4_k: rows not whole super-blocks of 256 take q8_0; "
+               "fp8_e4m3: ComfyUI's scaled FP8 safetensors, one scale per matrix); norms, biases, "
+               "embeddings, modulation tables and small tensors stay f32 (as stored for fp8_e4m3)",
+       .choices = {"q8_0", "q4_k", "f16", "bf16", "f32", "fp8_e4m3"},
        .commands = {C::Convert},
        .value_name = "TYPE"},
       {.name = "overwrite",

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/error.h"
+
 namespace mmgen {
 
 uint64_t MemoryEstimate::total() const {
@@ -25,16 +27,36 @@ nlohmann::json MemoryEstimate::to_json() const {
           {"largest_stage", largest_stage()}};
 }
 
-uint64_t GpuWeights::resident(bool stage_offload) const {
-  return (stage_offload ? std::max(text_encoder, transformer) : text_encoder + transformer) + vae;
+uint64_t GpuWeights::resident(const GpuOffload& offload) const {
+  const uint64_t transformer_bytes = offload.blocks ? transformer_streamed : transformer;
+  return (offload.stages ? std::max(text_encoder, transformer_bytes)
+                         : text_encoder + transformer_bytes) +
+         vae;
 }
 
-nlohmann::json GpuWeights::to_json(bool stage_offload) const {
+nlohmann::json GpuWeights::to_json(const GpuOffload& offload) const {
   return {{"text_encoder_bytes", text_encoder},
           {"transformer_bytes", transformer},
+          {"transformer_streamed_bytes", transformer_streamed},
           {"vae_bytes", vae},
-          {"stage_offload", stage_offload},
-          {"resident_bytes", resident(stage_offload)}};
+          {"offload", offload.name()},
+          {"stage_offload", offload.stages},
+          {"resident_bytes", resident(offload)}};
+}
+
+GpuOffload choose_gpu_offload(const std::string& mode, uint64_t max_gpu_memory, bool supported,
+                              uint64_t transformer_resident_bytes) {
+  if (mode == "none") return {};
+  if (mode == "stages" || mode == "blocks") {
+    check(supported,
+          "--gpu-offload {}: this pipeline keeps its components on the GPU (Wan offloads its "
+          "stages and blocks); use --gpu-offload none or auto",
+          mode);
+    return {true, mode == "blocks"};
+  }
+  check(mode == "auto", "--gpu-offload {}: choose auto, none, stages or blocks", mode);
+  if (!supported || max_gpu_memory == 0) return {};
+  return {true, transformer_resident_bytes > max_gpu_memory / 4 * 3};
 }
 
 }  // namespace mmgen

@@ -28,17 +28,34 @@ struct MemoryEstimate {
   nlohmann::json to_json() const;
 };
 
+// How a pipeline keeps its weights on the GPU (--gpu-offload).
+struct GpuOffload {
+  bool stages = false;  // one stage's components on the GPU at a time (text encoder, transformer)
+  bool blocks = false;  // the transformer's blocks streamed from page-locked host memory
+  std::string name() const { return blocks ? "blocks" : stages ? "stages" : "none"; }
+};
+
 // The weights a pipeline keeps on the GPU with --device cuda, per large component, in the form the
 // GPU holds them (from configs alone; activations are not counted). What `--max-gpu-memory` is
 // checked against before loading, and what --dry-run prints.
 struct GpuWeights {
   uint64_t text_encoder = 0;  // 0: the request needs no text encoder (precomputed embeddings)
   uint64_t transformer = 0;
-  uint64_t vae = 0;  // an upper bound: every VAE parameter in float32
+  uint64_t transformer_streamed = 0;  // with its blocks streamed: the rest and two blocks' slots
+  uint64_t vae = 0;                   // an upper bound: every VAE parameter in float32
   // Resident at once: everything, or with stage offload the larger of the text encoder's and the
-  // transformer's stage, the VAE beside either.
-  uint64_t resident(bool stage_offload) const;
-  nlohmann::json to_json(bool stage_offload) const;
+  // transformer's stage, the VAE beside either; streamed blocks count as their two slots.
+  uint64_t resident(const GpuOffload& offload) const;
+  nlohmann::json to_json(const GpuOffload& offload) const;
 };
+
+// --gpu-offload MODE for a pipeline that can offload (`supported`: its stages and transformer
+// blocks) or not. "none": everything resident; "stages", "blocks": as named (blocks implies
+// stages); "auto": nothing without a --max-gpu-memory limit, and under one the stages, and the
+// blocks too when the transformer's resident weights would take more than three quarters of the
+// limit (a quarter left for the activations). A pipeline that cannot offload refuses an explicit
+// stages or blocks in one line, and auto gives it none.
+GpuOffload choose_gpu_offload(const std::string& mode, uint64_t max_gpu_memory, bool supported,
+                              uint64_t transformer_resident_bytes);
 
 }  // namespace mmgen

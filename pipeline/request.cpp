@@ -105,6 +105,7 @@ Request request_from_settings(const json& settings) {
           "--max-gpu-memory {}: give a size of at least 64 MiB, such as 24GiB or 20000M", limit);
     r.max_gpu_memory = *bytes;
   }
+  r.gpu_offload = settings.value("gpu-offload", std::string("auto"));
   r.log_level = settings.value("log-level", std::string("info"));
   r.quiet = settings.value("quiet", false);
   r.dry_run = settings.value("dry-run", false);

@@ -53,9 +53,10 @@ struct Request {
   bool cfg_parallel = false;  // --cfg-parallel: the guidance branches on two halves of them
   // The ranks' communicators when gpus > 1 (set by the CLI once the processes have joined).
   std::shared_ptr<ParallelRun> parallel;
-  bool cpu_bf16_products = false;  // --cpu-matmul-precision bf16
-  bool gpu_fp8_products = false;   // --gpu-matmul-precision fp8
-  uint64_t max_gpu_memory = 0;     // --max-gpu-memory in bytes; 0: no limit
+  bool cpu_bf16_products = false;    // --cpu-matmul-precision bf16
+  bool gpu_fp8_products = false;     // --gpu-matmul-precision fp8
+  uint64_t max_gpu_memory = 0;       // --max-gpu-memory in bytes; 0: no limit
+  std::string gpu_offload = "auto";  // --gpu-offload: auto, none, stages, blocks
   std::string log_level = "info";
   bool quiet = false;
   bool dry_run = false;

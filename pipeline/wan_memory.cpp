@@ -3,9 +3,12 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <optional>
 
+#include "core/error.h"
 #include "models/dit/wan_transformer.h"
 #include "models/dit/wan_transformer_config.h"
+#include "models/dit/wan_weights.h"
 #include "models/text_encoders/t5_config.h"
 #include "models/text_encoders/umt5_encoder.h"
 #include "models/vae/wan_vae_config.h"
@@ -216,11 +219,22 @@ GpuWeights estimate_wan_gpu_weights(const Request& request, const ModelIndex& in
         text_encoders::UMT5Encoder::gpu_weight_bytes(text_encoders::T5Config::from_json(
             index.config("text_encoder"),
             component_config_path(index.component("text_encoder")).string()));
-  weights.transformer = dit::WanTransformer::gpu_weight_bytes(
-      dit::WanTransformerConfig::from_json(
-          index.config("transformer"),
-          component_config_path(index.component("transformer")).string()),
-      request.gpu_fp8_products);
+  const dit::WanTransformerConfig transformer = dit::WanTransformerConfig::from_json(
+      index.config("transformer"), component_config_path(index.component("transformer")).string());
+  // The stored types matter where a GGUF file's matrices stay blocks on the GPU; the headers
+  // say so without reading the weights.
+  // (A folder whose weights cannot be opened is planned from the config; loading it reports why.)
+  std::optional<WeightStore> stored;
+  try {
+    stored =
+        dit::with_diffusers_names(WeightStore::open_folder(index.component("transformer").path));
+  } catch (const Error&) {
+  }
+  const WeightStore* types = stored ? &*stored : nullptr;
+  weights.transformer =
+      dit::WanTransformer::gpu_weight_bytes(transformer, request.gpu_fp8_products, false, types);
+  weights.transformer_streamed =
+      dit::WanTransformer::gpu_weight_bytes(transformer, request.gpu_fp8_products, true, types);
   if (const ComponentInventory* vae = inventory.find("vae"))
     weights.vae = uint64_t(vae->parameters) * kFloat;
   return weights;

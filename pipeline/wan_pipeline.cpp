@@ -25,6 +25,7 @@
 #include "core/system_memory.h"
 #include "models/text_encoders/prompt_embedding.h"
 #include "models/tokenizers/prompt_clean.h"
+#include "pipeline/memory_estimate.h"
 #include "pipeline/progress.h"
 #include "pipeline/prompt_encoding.h"
 #include "pipeline/schedulers/scheduler.h"
@@ -352,10 +353,16 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
   // offload, after the prompts are encoded and the text encoder has left the GPU.
   auto upload_transformer = [&] {
     if (transformer_->device() != Device::CUDA ||
-        transformer_->fp8_products() != input.fp8_products) {
+        transformer_->fp8_products() != input.fp8_products ||
+        transformer_->streams_blocks() != input.stream_blocks) {
       Progress upload("upload", 1);
-      transformer_->set_device(Device::CUDA, DType::BF16, input.fp8_products);
+      transformer_->set_device(Device::CUDA, DType::BF16, input.fp8_products, input.stream_blocks);
       upload.finish();
+      if (input.stream_blocks)
+        spdlog::info(
+            "gpu offload: the transformer's blocks wait in page-locked host memory, two of them "
+            "on the GPU at a time ({} resident)",
+            format_bytes(transformer_->resident_weight_bytes()));
     }
   };
   if (input.cuda) {
@@ -550,7 +557,16 @@ WanGenerationInput wan_input_from_request(const Request& request, const WanPipel
   input.seed = request.seed;
   input.cuda = request.device == "cuda";
   input.fp8_products = request.gpu_fp8_products && input.cuda;
-  input.stage_offload = input.cuda && request.max_gpu_memory > 0;
+  if (input.cuda) {
+    // The same figure as the memory plan's (pipeline/wan_memory.cpp): a GGUF file's matrices
+    // stay blocks on the GPU, so they count as stored.
+    const GpuOffload offload = choose_gpu_offload(
+        request.gpu_offload, request.max_gpu_memory, true,
+        dit::WanTransformer::gpu_weight_bytes(pipeline.transformer_config(), input.fp8_products,
+                                              false, &pipeline.transformer_weights()));
+    input.stage_offload = offload.stages;
+    input.stream_blocks = offload.blocks;
+  }
   input.parallel = request.parallel.get();
   if (request.vae_tiling) {
     const int64_t factor = pipeline.vae_spatial_factor();

@@ -40,10 +40,14 @@ struct WanGenerationInput {
   // --gpu-matmul-precision fp8: the transformer blocks' products in FP8 (e4m3, per-channel and
   // per-token scales) on the GPU.
   bool fp8_products = false;
-  // --max-gpu-memory (with --device cuda): the text encoder leaves the GPU before the transformer
-  // comes up, and the transformer leaves it before the VAE decodes, so only one large component
-  // is resident at a time (diffusers' model CPU offload). The next request uploads it again.
+  // --gpu-offload stages (with --device cuda; what --max-gpu-memory chooses by default): the text
+  // encoder leaves the GPU before the transformer comes up, and the transformer leaves it before
+  // the VAE decodes, so only one large component is resident at a time (diffusers' model CPU
+  // offload). The next request uploads it again.
   bool stage_offload = false;
+  // --gpu-offload blocks: the transformer's blocks stream in from page-locked host memory, two on
+  // the GPU at a time (WanTransformer::set_device's stream_blocks).
+  bool stream_blocks = false;
   // --vae-tiling: decode in spatial tiles (latent pixels); nullopt decodes the whole frame.
   std::optional<vae::TileLayout> vae_tiles;
   // Several ranks share the run (pipeline/parallel_run.h); null: this process alone.
@@ -79,6 +83,8 @@ class WanPipeline {
   int64_t vae_spatial_factor() const { return vae_->config().spatial_factor(); }
   // Hidden size of the prompt embeddings the transformer takes.
   int64_t text_embedding_dim() const { return transformer_->config().text_dim; }
+  const dit::WanTransformerConfig& transformer_config() const { return transformer_->config(); }
+  const WeightStore& transformer_weights() const { return transformer_->weights(); }
 
   WanGenerationOutput generate(const WanGenerationInput& input,
                                bool keep_step_latents = false) const;

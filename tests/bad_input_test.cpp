@@ -84,7 +84,7 @@ std::vector<BadInput> bad_inputs() {
                       R"("blocks.0.attn1.to_k.weight":{"dtype":"I32")");
          return generate_args(model, out);
        },
-       "tensor 'blocks.0.attn1.to_k.weight' is i32, expected f32, bf16 or f16"},
+       "tensor 'blocks.0.attn1.to_k.weight' is i32, expected f32, bf16, f16 or f8_e4m3"},
       {"shape lie in config.json",
        [](const fs::path& out) {
          const fs::path model = copy_of_wan_tiny("shape");

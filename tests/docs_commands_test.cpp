@@ -333,6 +333,25 @@ std::map<std::string, Expectation> expectations() {
         // runs from the GGUF folder the command above wrote
         expect_png(run.root / "q8-outputs", "a red circle on a blue background", 1);
       }};
+  e["build/mmgen convert --input examples/models/wan-shapes/transformer --out "
+    "shapes-fp8/transformer/model.safetensors --type fp8_e4m3"] = {
+      false, false, [](const DocCommand&, const DocRun& run) {
+        // "each weight matrix as e4m3(w / s) with one float32 scale ... the scaled_fp8 marker"
+        EXPECT_NE(run.result.out.find(" as f8_e4m3 "), std::string::npos) << run.result.out;
+        EXPECT_TRUE(fs::exists(run.root / "shapes-fp8/transformer/config.json"));
+        const SafetensorsFile file =
+            SafetensorsFile::open(run.root / "shapes-fp8/transformer/model.safetensors");
+        EXPECT_TRUE(file.has("scaled_fp8"));
+        EXPECT_EQ(file.info("blocks.0.attn1.to_q.weight").dtype, DType::F8E4M3);
+        EXPECT_TRUE(file.has("blocks.0.attn1.to_q.scale_weight"));
+      }};
+  e["build/mmgen generate --model-path examples/models/wan-shapes --transformer-path "
+    "shapes-fp8/transformer --prompt \"a red circle on a blue background\" --height 128 --width "
+    "128 --num-frames 1 --seed 1 --output-path fp8-outputs"] = {
+      false, false, [](const DocCommand&, const DocRun& run) {
+        // runs from the FP8 folder the command above wrote
+        expect_png(run.root / "fp8-outputs", "a red circle on a blue background", 1);
+      }};
   e["build/mmgen generate --model-path DIR --prompt-embeds fox.safetensors --seed 1"] = {
       true, false, [](const DocCommand&, const DocRun& run) {
         // "no text encoder run": the embedding replaces the prompt

@@ -146,34 +146,6 @@ TEST(GgufWriter, WhatItWritesReadsBackWithMetadataTypesAndShapes) {
                Error);
 }
 
-// The original Wan release's names, as the community's Wan GGUF files keep them.
-std::string original_wan_name(const std::string& name) {
-  static const std::pair<const char*, const char*> kBack[] = {
-      {"condition_embedder.time_embedder.linear_1.", "time_embedding.0."},
-      {"condition_embedder.time_embedder.linear_2.", "time_embedding.2."},
-      {"condition_embedder.text_embedder.linear_1.", "text_embedding.0."},
-      {"condition_embedder.text_embedder.linear_2.", "text_embedding.2."},
-      {"condition_embedder.time_proj.", "time_projection.1."},
-      {"proj_out.", "head.head."},
-      {"attn1.to_out.0.", "self_attn.o."},
-      {"attn2.to_out.0.", "cross_attn.o."},
-      {"attn1.to_", "self_attn."},
-      {"attn2.to_", "cross_attn."},
-      {"attn1.", "self_attn."},
-      {"attn2.", "cross_attn."},
-      {"ffn.net.0.proj.", "ffn.0."},
-      {"ffn.net.2.", "ffn.2."},
-      {"norm2.", "norm3."},
-  };
-  if (name == "scale_shift_table") return "head.modulation";
-  size_t start = name.rfind("blocks.", 0) == 0 ? name.find('.', 7) + 1 : 0;
-  const std::string head = name.substr(0, start), rest = name.substr(start);
-  if (rest == "scale_shift_table") return head + "modulation";
-  for (const auto& [from, to] : kBack)
-    if (rest.rfind(from, 0) == 0) return head + to + rest.substr(std::string(from).size());
-  return name;
-}
-
 // The wan-tiny transformer from GGUF files: in f32 (diffusers' names, and the original release's
 // with the 5-D patch embedding flattened) its forward is the safetensors forward to the bit; in
 // q8_0 (products' weights quantized, the rest f32) within the bound measured for it.
@@ -190,7 +162,7 @@ TEST(GgufWeights, WanTransformerFromGgufMatchesItsSafetensors) {
     for (const std::string& name : weights.names()) {
       const Tensor value = weights.get_f32(name);
       const bool product = q8 && value.dim() == 2 && value.size(1) % 32 == 0;
-      tensors.push_back({original ? original_wan_name(name) : name, value,
+      tensors.push_back({original ? testing::original_wan_name(name) : name, value,
                          product ? gguf::GgmlType::Q8_0 : gguf::GgmlType::F32});
     }
     const fs::path path = testing::scratch_dir("gguf_test") / file;

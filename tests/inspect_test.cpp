@@ -11,6 +11,7 @@
 
 #include "core/safetensors.h"
 #include "core/system_memory.h"
+#include "models/dit/wan_transformer.h"
 #include "pipeline/model_index.h"
 #include "pipeline/model_inventory.h"
 #include "pipeline/wan_memory.h"
@@ -333,7 +334,39 @@ TEST(Inspect, GpuWeightsFollowTheProductsPrecisionAndStageOffload) {
   EXPECT_LT(fp8["transformer_bytes"].get<uint64_t>(), transformer);
   EXPECT_EQ(fp8["text_encoder_bytes"].get<uint64_t>(), encoder);
   EXPECT_TRUE(limited["stage_offload"].get<bool>());
+  EXPECT_EQ(limited["offload"], "stages");
   EXPECT_EQ(limited["resident_bytes"].get<uint64_t>(), std::max(encoder, transformer) + vae);
+  // Streamed blocks: the transformer's share is two blocks' slots and the rest (wan-tiny has two
+  // blocks, so that is a little more: each tensor of a slot starts at 256 bytes).
+  const nlohmann::json blocks = gpu_weights(" --gpu-offload blocks");
+  const uint64_t streamed = blocks["transformer_streamed_bytes"];
+  EXPECT_EQ(blocks["offload"], "blocks");
+  EXPECT_EQ(streamed,
+            dit::WanTransformer::gpu_weight_bytes(
+                dit::WanTransformerConfig::from_file(wan_tiny() / "transformer" / "config.json"),
+                false, true));
+  EXPECT_NE(streamed, transformer);
+  EXPECT_EQ(blocks["resident_bytes"].get<uint64_t>(), std::max(encoder, streamed) + vae);
+  EXPECT_EQ(gpu_weights(" --gpu-offload none --max-gpu-memory 1GiB")["offload"], "none");
+}
+
+// --gpu-offload auto: nothing without a limit; under one the stages, and the blocks too once the
+// transformer would take more than three quarters of it. A pipeline that cannot offload takes
+// none under auto and refuses an explicit mode in one line.
+TEST(Inspect, GpuOffloadAutoStreamsTheBlocksWhenTheTransformerTakesMostOfTheLimit) {
+  const uint64_t gib = uint64_t(1) << 30;
+  EXPECT_EQ(choose_gpu_offload("auto", 0, true, 30 * gib).name(), "none");
+  EXPECT_EQ(choose_gpu_offload("auto", 24 * gib, true, 14 * gib).name(), "stages");
+  EXPECT_EQ(choose_gpu_offload("auto", 24 * gib, true, 18 * gib).name(), "stages");
+  EXPECT_EQ(choose_gpu_offload("auto", 24 * gib, true, 18 * gib + 1).name(), "blocks");
+  EXPECT_EQ(choose_gpu_offload("blocks", 0, true, 0).name(), "blocks");
+  EXPECT_EQ(choose_gpu_offload("stages", 0, true, 0).name(), "stages");
+  EXPECT_EQ(choose_gpu_offload("none", 24 * gib, true, 30 * gib).name(), "none");
+  EXPECT_EQ(choose_gpu_offload("auto", 24 * gib, false, 30 * gib).name(), "none");
+  const std::string refusal =
+      testing::error_message([] { choose_gpu_offload("blocks", 0, false, 0); });
+  EXPECT_NE(refusal.find("--gpu-offload blocks"), std::string::npos) << refusal;
+  EXPECT_EQ(refusal.find('\n'), std::string::npos);
 }
 
 TEST(SystemMemory, ByteSizesParseAndPrint) {

@@ -40,6 +40,9 @@ CommandResult run_command(const std::string& command);
 // A private copy of examples/models/wan-tiny (2 MB, weights included) to edit, in a scratch
 // folder named after `name`.
 fs::path copy_of_wan_tiny(const std::string& name);
+// The original Wan release's name of a diffusers WanTransformer3DModel tensor, as the
+// community's Wan GGUF and FP8 files keep them ("blocks.0.self_attn.q.weight").
+std::string original_wan_name(const std::string& name);
 // Writes `value` as indented JSON, replacing the file.
 void write_json_file(const fs::path& path, const nlohmann::json& value);
 // Sets the copy's model_index.json entry `component` to [library, class_name].

@@ -8,30 +8,10 @@
 #include <memory>
 
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/pinned_storage.h"
 #include "core/download_queue.h"
 
 namespace mmgen {
-namespace cuda {
-
-// Page-locked host memory (cudaMallocHost): device-to-host copies into it run at full speed and
-// asynchronously.
-class PinnedStorage final : public Storage {
- public:
-  explicit PinnedStorage(size_t bytes) : size_(bytes) {
-    MMGEN_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&data_), bytes > 0 ? bytes : 1));
-  }
-  ~PinnedStorage() override { cudaFreeHost(data_); }
-  PinnedStorage(const PinnedStorage&) = delete;
-  PinnedStorage& operator=(const PinnedStorage&) = delete;
-  std::byte* data() override { return data_; }
-  size_t size() const override { return size_; }
-
- private:
-  std::byte* data_ = nullptr;
-  size_t size_ = 0;
-};
-
-}  // namespace cuda
 
 struct DownloadQueue::Impl {
   struct Slot {

@@ -80,9 +80,14 @@ Tensor product(const Tensor& x, const Tensor& weight, const Tensor& bias, DType 
   MMGEN_PROFILE("gpu: linear");
   require_device(x, "linear", "input");
   require_device(weight, "linear", "weight");
-  check(weight.dim() == 2 && x.size(-1) == weight.size(1),
+  check(weight.dim() == 2 && x.size(-1) == weight.size(1) * dtype_block_values(weight.dtype()),
         "linear: input {} does not match weight {}", shape_string(x.shape()),
         shape_string(weight.shape()));
+  // A GGUF matrix kept as its quantized blocks: expanded just before its product, into the
+  // input's dtype, and freed after it.
+  if (dtype_is_blocks(weight.dtype()))
+    return product(x, weight.to(x.dtype() == DType::F32 ? DType::F32 : DType::BF16), bias, out,
+                   activation);
   if (weight.dtype() == DType::F8E4M3Rows) return fp8_product(x, weight, bias, out, activation);
   // Quantized activations met by a bf16 weight (a VSA gate reading an FP8 model's pre-norm).
   if (x.dtype() == DType::F8E4M3Rows && weight.dtype() == DType::BF16)

@@ -109,10 +109,15 @@ WanBlockWeights WanBlockWeights::placed(Device device, DType compute, bool fp8_p
         "FP8 products run on the GPU's tensor cores; the CPU computes in float32");
   // A product's bias in the compute dtype: every product writes `compute`, the branches'
   // outputs too (they join the float32 residual stream in the op after them). Its weight in
-  // `compute`, or quantized per output channel on the GPU from its bf16 values.
+  // `compute`, or quantized per output channel on the GPU from its bf16 values; a checkpoint's own
+  // e4m3 rows (an FP8 file) go up as they are.
   const auto product = [&](const Tensor& t) { return t.to(compute).to(device); };
   const auto weight = [&](const Tensor& t) {
-    return fp8_products ? t.to(DType::BF16).to(device).to(DType::F8E4M3Rows) : product(t);
+    // A GGUF matrix goes to the GPU as its blocks; the product expands it (ops::linear).
+    if (!fp8_products && dtype_is_blocks(t.dtype()) && device == Device::CUDA) return t.to(device);
+    if (!fp8_products) return product(t);
+    if (t.dtype() == DType::F8E4M3Rows) return t.to(device);
+    return t.to(DType::BF16).to(device).to(DType::F8E4M3Rows);
   };
   const auto f32 = [&](const Tensor& t) { return t.defined() ? t.to(device) : t; };
   const auto attention = [&](const WanAttentionWeights& a) {
@@ -133,6 +138,53 @@ WanBlockWeights WanBlockWeights::placed(Device device, DType compute, bool fp8_p
   p.modulation = modulation;  // read on the host
   p.inputs = fp8_products ? DType::F8E4M3Rows : compute;
   return p;
+}
+
+std::vector<Tensor*> WanBlockWeights::device_tensors() {
+  std::vector<Tensor*> tensors;
+  for (WanAttentionWeights* a : {&self_attention, &cross_attention})
+    for (Tensor* t : {&a->q_weight, &a->q_bias, &a->k_weight, &a->k_bias, &a->v_weight, &a->v_bias,
+                      &a->out_weight, &a->out_bias, &a->norm_q, &a->norm_k})
+      tensors.push_back(t);
+  for (Tensor* t :
+       {&norm2_weight, &norm2_bias, &ffn_in_weight, &ffn_in_bias, &ffn_out_weight, &ffn_out_bias})
+    tensors.push_back(t);
+  return tensors;
+}
+
+std::vector<uint64_t> WanBlockWeights::gpu_tensor_bytes(const WanTransformerConfig& config,
+                                                        bool fp8_products, const WeightStore* store,
+                                                        int64_t layer) {
+  // As placed() makes them: the products' weights in bf16, as e4m3 rows with their scales, or as
+  // the GGUF blocks they are stored as; the biases in bf16, the norms in float32.
+  const uint64_t d = uint64_t(config.inner_dim()), f = uint64_t(config.ffn_dim);
+  const uint64_t kF32 = 4, kBf16 = 2;
+  const std::string prefix = block_prefix(layer);
+  const auto weight = [&](const std::string& name, uint64_t rows, uint64_t cols) -> uint64_t {
+    if (fp8_products) return row_scales_offset(int64_t(rows * cols)) + rows * kF32;
+    const DType stored = store ? store->product_dtype(prefix + name) : DType::BF16;
+    if (dtype_is_blocks(stored))
+      return rows * cols / uint64_t(dtype_block_values(stored)) * dtype_size(stored);
+    return rows * cols * kBf16;
+  };
+  std::vector<uint64_t> bytes;
+  for (const char* attention : {"attn1.", "attn2."}) {
+    for (const char* projection : {"to_q", "to_k", "to_v", "to_out.0"}) {
+      bytes.push_back(weight(std::string(attention) + projection + ".weight", d, d));
+      bytes.push_back(d * kBf16);
+    }
+    bytes.push_back(d * kF32);  // norm_q
+    bytes.push_back(d * kF32);  // norm_k
+  }
+  if (config.cross_attn_norm) {
+    bytes.push_back(d * kF32);
+    bytes.push_back(d * kF32);
+  }
+  bytes.push_back(weight("ffn.net.0.proj.weight", f, d));
+  bytes.push_back(f * kBf16);
+  bytes.push_back(weight("ffn.net.2.weight", d, f));
+  bytes.push_back(d * kBf16);
+  return bytes;
 }
 
 Tensor run_wan_block(Tensor& x, const Tensor& normed, const Tensor& text, const WanModulation& m,

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/safetensors.h"
 #include "models/dit/wan_attention.h"
@@ -38,6 +39,17 @@ struct WanBlockWeights {
   // These float32 weights placed on `device` for products that read `compute`; with
   // `fp8_products` the products' weights are f8_e4m3_rows instead (GPU only).
   WanBlockWeights placed(Device device, DType compute, bool fp8_products = false) const;
+
+  // Every tensor but the modulation (which stays on the host), in a fixed order: what the GPU
+  // holds of a block, and what a block streamed to it carries (core/weight_stream.h).
+  std::vector<Tensor*> device_tensors();
+  // The bytes of each of device_tensors() as placed(CUDA, bf16, fp8_products) makes them, from
+  // the config (undefined ones absent) and, where `store` is given, the stored types of block
+  // `layer`'s products (a GGUF matrix stays its quantized blocks on the GPU).
+  static std::vector<uint64_t> gpu_tensor_bytes(const WanTransformerConfig& config,
+                                                bool fp8_products,
+                                                const WeightStore* store = nullptr,
+                                                int64_t layer = 0);
 };
 
 // One block's timestep modulation for a forward, each [D] float32 on the model's device: shift,

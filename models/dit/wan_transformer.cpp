@@ -1,5 +1,6 @@
 #include "models/dit/wan_transformer.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -99,25 +100,30 @@ WanTransformer WanTransformer::load(const fs::path& folder) {
   return WanTransformer(std::move(config), WeightStore::open_folder(folder));
 }
 
-void WanTransformer::set_device(Device device, DType compute, bool fp8_products) {
+void WanTransformer::set_device(Device device, DType compute, bool fp8_products,
+                                bool stream_blocks) {
   try {
-    place(device, compute, fp8_products);
+    place(device, compute, fp8_products, stream_blocks);
   } catch (const Error&) {
     // A failed upload (out of GPU memory, --max-gpu-memory) leaves no half-placed transformer:
     // it is back on the CPU (its blocks read from the checkpoint as it runs), and the caller sees
     // the error.
-    if (device_ != Device::CPU) place(Device::CPU, DType::F32, false);
+    if (device_ != Device::CPU) place(Device::CPU, DType::F32, false, false);
     throw;
   }
 }
 
-void WanTransformer::place(Device device, DType compute, bool fp8_products) {
+void WanTransformer::place(Device device, DType compute, bool fp8_products, bool stream_blocks) {
   check(!fp8_products || device == Device::CUDA,
         "FP8 products run on the GPU; the CPU transformer computes in float32");
+  check(!stream_blocks || device == Device::CUDA,
+        "streaming the blocks is for the GPU; on the CPU they are read from the checkpoint as the "
+        "forward goes");
   device_ = device;
   compute_ = device == Device::CPU ? DType::F32 : compute;
   block_inputs_ = fp8_products ? DType::F8E4M3Rows : compute_;
   resident_blocks_.clear();
+  stream_.reset();
   resident_outer_ = {};
   resident_bytes_ = 0;
   rope_grid_ = {-1, -1, -1};
@@ -126,20 +132,27 @@ void WanTransformer::place(Device device, DType compute, bool fp8_products) {
   resident_bytes_ += time_weights_.nbytes();
   check(compute_ == DType::BF16, "GPU transformer: the products read bf16, not {}",
         dtype_name(compute_));
-  // Loaded on the host block by block (float32), then uploaded in the dtype each op reads.
+  // Loaded on the host block by block (float32), then uploaded in the dtype each op reads. Streamed
+  // blocks are placed the same way, then kept in page-locked host memory (the GPU's bytes) with
+  // only their modulation tables here.
   const auto count = [&](const Tensor& t) { resident_bytes_ += t.defined() ? t.nbytes() : 0; };
+  if (stream_blocks) stream_ = std::make_shared<WeightStream>();
   for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
-    const WanBlockWeights placed =
+    WanBlockWeights placed =
         WanBlockWeights::load(weights_, layer, config_).placed(device_, compute_, fp8_products);
-    for (const WanAttentionWeights* a : {&placed.self_attention, &placed.cross_attention})
-      for (const Tensor* t : {&a->q_weight, &a->q_bias, &a->k_weight, &a->k_bias, &a->v_weight,
-                              &a->v_bias, &a->out_weight, &a->out_bias, &a->norm_q, &a->norm_k})
-        count(*t);
-    for (const Tensor* t : {&placed.norm2_weight, &placed.norm2_bias, &placed.ffn_in_weight,
-                            &placed.ffn_in_bias, &placed.ffn_out_weight, &placed.ffn_out_bias})
-      count(*t);
+    if (stream_) {
+      std::vector<Tensor> tensors;
+      for (Tensor* t : placed.device_tensors()) {
+        tensors.push_back(*t);
+        *t = Tensor();
+      }
+      stream_->add_group(tensors);
+    } else {
+      for (Tensor* t : placed.device_tensors()) count(*t);
+    }
     resident_blocks_.push_back(placed);
   }
+  if (stream_) resident_bytes_ += stream_->slot_size() * 2;  // the two slots the blocks visit
   device_ = Device::CPU;  // outer_weights() loads on the host; placed below
   const OuterWeights host = outer_weights();
   device_ = device;
@@ -160,24 +173,30 @@ void WanTransformer::place(Device device, DType compute, bool fp8_products) {
     count(*t);
 }
 
-uint64_t WanTransformer::gpu_weight_bytes(const WanTransformerConfig& config, bool fp8_products) {
-  // As place() uploads them: the time embedder and the norms in float32 (as loaded), the
-  // products' biases and the outer products in bf16, the blocks' products in bf16 or as e4m3
-  // rows with their scales; each block's modulation table stays on the host.
-  const uint64_t d = uint64_t(config.inner_dim()), f = uint64_t(config.ffn_dim);
+uint64_t WanTransformer::gpu_weight_bytes(const WanTransformerConfig& config, bool fp8_products,
+                                          bool stream_blocks, const WeightStore* store) {
+  // As place() uploads them: the time embedder in float32 (as loaded), the outer products and
+  // their biases in bf16 (the patch and output biases float32), each block's tensors as
+  // WanBlockWeights::gpu_tensor_bytes gives them (its modulation table stays on the host): all
+  // of them resident, or two slots of one block laid out as the weight stream lays them out.
+  const uint64_t d = uint64_t(config.inner_dim());
   const uint64_t patch = uint64_t(config.patch_volume()), kF32 = 4, kBf16 = 2;
-  const auto block_product = [&](uint64_t rows, uint64_t cols) -> uint64_t {
-    return fp8_products ? row_scales_offset(int64_t(rows * cols)) + rows * kF32
-                        : rows * cols * kBf16;
-  };
   const uint64_t time = (d * uint64_t(config.freq_dim) + d + d * d + d + 6 * d * d + 6 * d) * kF32;
-  const uint64_t attention = 4 * block_product(d, d) + 4 * d * kBf16 + 2 * d * kF32;
-  const uint64_t block = 2 * attention + (config.cross_attn_norm ? 2 * d * kF32 : 0) +
-                         block_product(f, d) + f * kBf16 + block_product(d, f) + d * kBf16;
+  uint64_t blocks = 0, slot = 0;
+  for (int64_t layer = 0; layer < config.num_layers; ++layer) {
+    uint64_t layer_slot = 0;
+    for (const uint64_t bytes :
+         WanBlockWeights::gpu_tensor_bytes(config, fp8_products, store, layer)) {
+      blocks += bytes;
+      layer_slot = (layer_slot + 255) / 256 * 256 + bytes;
+    }
+    slot = std::max(slot, layer_slot);
+  }
   const uint64_t outer = d * uint64_t(config.in_channels) * patch * kBf16 + d * kF32 +
                          (d * uint64_t(config.text_dim) + d + d * d + d) * kBf16 +
                          uint64_t(config.out_channels) * patch * (d * kBf16 + kF32);
-  return time + uint64_t(config.num_layers) * block + outer;
+  if (stream_blocks) return time + (config.num_layers > 0 ? 2 * slot : 0) + outer;
+  return time + blocks + outer;
 }
 
 WanTransformer::OuterWeights WanTransformer::outer_weights() const {
@@ -197,9 +216,20 @@ WanTransformer::OuterWeights WanTransformer::outer_weights() const {
 }
 
 WanBlockWeights WanTransformer::block_weights(int64_t layer) const {
+  if (stream_) {
+    WanBlockWeights visiting = resident_blocks_[size_t(layer)];
+    const std::vector<Tensor> tensors = stream_->acquire(layer);
+    const std::vector<Tensor*> fields = visiting.device_tensors();
+    for (size_t i = 0; i < fields.size(); ++i) *fields[i] = tensors[i];
+    return visiting;
+  }
   if (device_ != Device::CPU) return resident_blocks_[size_t(layer)];
   MMGEN_PROFILE("wan: block weights");
   return WanBlockWeights::load(weights_, layer, config_);
+}
+
+void WanTransformer::release_block(int64_t layer) const {
+  if (stream_) stream_->release(layer);
 }
 
 const WanRopeTables& WanTransformer::rope_tables(int64_t grid_t, int64_t grid_h,
@@ -333,6 +363,7 @@ Tensor WanTransformer::forward(const Tensor& latents, float timestep, const Tens
              : WanNextNorm{following.scale_plus_one, following.shift, block_inputs_};
     normed = run_wan_block(x, normed, text, current, next, block_weights(layer), config_, rope,
                            compute_, call);
+    release_block(layer);  // its work is queued: a streamed block's slot may be refilled after it
     current = following;
   }
 

@@ -12,9 +12,11 @@
 #pragma once
 
 #include <array>
+#include <memory>
 #include <vector>
 
 #include "core/safetensors.h"
+#include "core/weight_stream.h"
 #include "models/dit/wan_attention.h"
 #include "models/dit/wan_block.h"
 #include "models/dit/wan_rope.h"
@@ -55,14 +57,22 @@ class WanTransformer {
   // the CPU computes in float32). Moving to the GPU uploads every weight once. `fp8_products`
   // (GPU only): the blocks' products in FP8 on Hopper's tensor cores, weights e4m3 with one scale
   // per output channel, their inputs e4m3 with one scale per token (--gpu-matmul-precision fp8).
-  void set_device(Device device, DType compute = DType::BF16, bool fp8_products = false);
+  // `stream_blocks` (GPU only): the blocks' weights stay in page-locked host memory and visit
+  // the GPU two at a time, each copied in on a second stream while the block before it runs
+  // (core/weight_stream.h); the rest stays resident. The same numbers as resident blocks.
+  void set_device(Device device, DType compute = DType::BF16, bool fp8_products = false,
+                  bool stream_blocks = false);
   Device device() const { return device_; }
   bool fp8_products() const { return block_inputs_ == DType::F8E4M3Rows; }
-  // Bytes of weights resident on the GPU (0 on the CPU, where they stay mapped).
+  bool streams_blocks() const { return stream_ != nullptr; }
+  // Bytes of weights resident on the GPU (0 on the CPU, where they stay mapped); with streamed
+  // blocks, the two slots they visit.
   size_t resident_weight_bytes() const { return resident_bytes_; }
-  // What resident_weight_bytes() is after set_device(Device::CUDA, DType::BF16, fp8_products),
-  // from the config alone (the memory plan of --max-gpu-memory, before anything is loaded).
-  static uint64_t gpu_weight_bytes(const WanTransformerConfig& config, bool fp8_products);
+  // What resident_weight_bytes() is after set_device(Device::CUDA, DType::BF16, fp8_products,
+  // stream_blocks), from the config (the memory plan of --max-gpu-memory, before anything is
+  // loaded) and, where `store` is given, its stored types (a GGUF file's matrices stay blocks).
+  static uint64_t gpu_weight_bytes(const WanTransformerConfig& config, bool fp8_products,
+                                   bool stream_blocks = false, const WeightStore* store = nullptr);
 
   // latents [B, in_channels, F, H, W] (F, H, W divisible by the patch size), one timestep for the
   // whole batch (the scheduler's value, e.g. 999.0), text_embeds [B, L, text_dim], both on the
@@ -79,7 +89,7 @@ class WanTransformer {
 
  private:
   // set_device's work; set_device puts the transformer back on the CPU when it throws.
-  void place(Device device, DType compute, bool fp8_products);
+  void place(Device device, DType compute, bool fp8_products, bool stream_blocks);
   // The condition embedder's text MLP, the patch embedding and the output projection where the
   // model runs (see WanBlockWeights for the dtypes).
   struct OuterWeights {
@@ -87,7 +97,9 @@ class WanTransformer {
         proj_weight, proj_bias;
   };
   OuterWeights outer_weights() const;
+  // A block's weights where the model runs (streamed: acquired; release_block after its work).
   WanBlockWeights block_weights(int64_t layer) const;
+  void release_block(int64_t layer) const;
   const WanRopeTables& rope_tables(int64_t grid_t, int64_t grid_h, int64_t grid_w) const;
 
   WanTransformerConfig config_;
@@ -98,8 +110,10 @@ class WanTransformer {
   Device device_ = Device::CPU;
   DType compute_ = DType::F32;
   DType block_inputs_ = DType::F32;  // what the blocks' products read (WanBlockWeights::inputs)
-  // The GPU's resident weights (empty on the CPU, which loads them as the forward goes).
+  // The GPU's resident weights (empty on the CPU, which loads them as the forward goes); with
+  // streamed blocks only their modulation tables, the rest visiting through stream_.
   std::vector<WanBlockWeights> resident_blocks_;
+  std::shared_ptr<WeightStream> stream_;
   OuterWeights resident_outer_;
   size_t resident_bytes_ = 0;
   // RoPE tables for the last latent grid (the same for every step of a run).

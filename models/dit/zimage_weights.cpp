@@ -36,7 +36,7 @@ void expect_zimage_weight(const WeightStore& store, const std::string& name, con
         store.origin().string(), name);
   const TensorInfo& info = store.info(name);
   check(dtype_is_floating(info.dtype) && info.dtype != DType::F64,
-        "transformer weights in {}: tensor '{}' is {}, expected f32, bf16 or f16",
+        "transformer weights in {}: tensor '{}' is {}, expected f32, bf16, f16 or f8_e4m3",
         store.origin().string(), name, dtype_name(info.dtype));
   check(info.shape == shape,
         "transformer weights in {}: tensor '{}' has shape {}, config.json implies {}",

@@ -9,6 +9,7 @@
 #include "attention/catalogue.h"
 #include "core/error.h"
 #include "core/ops.h"
+#include "core/scaled_fp8.h"
 #include "models/text_encoders/t5_relative_position.h"
 
 namespace mmgen::text_encoders {
@@ -29,7 +30,8 @@ Tensor require_weight(const WeightStore& weights, const std::string& name, const
   Tensor tensor = blocks ? weights.get_for_product(name) : weights.get(name);
   Shape values = tensor.shape();
   if (!values.empty()) values.back() *= dtype_block_values(tensor.dtype());
-  check(values == shape && (dtype_is_floating(tensor.dtype()) || dtype_is_blocks(tensor.dtype())),
+  check(values == shape && (dtype_is_floating(tensor.dtype()) || dtype_is_blocks(tensor.dtype()) ||
+                            tensor.dtype() == DType::F8E4M3Rows),
         "text encoder weight \"{}\" in {} is {} {}, expected a float tensor of shape {}; the "
         "checkpoint does not match config.json",
         name, weights.origin().string(), dtype_name(tensor.dtype()), shape_string(values),
@@ -250,6 +252,12 @@ Tensor UMT5Encoder::embed(const Tensor& input_ids) const {
   // Only the rows used are converted: the table (256k × 4096 for UMT5-XXL) stays mapped as stored.
 #pragma omp parallel for schedule(static) if (count * d >= kParallelMin)
   for (int64_t t = 0; t < count; ++t) {
+    if (embedding_.dtype() == DType::F8E4M3Rows) {  // an FP8 checkpoint's table: e4m3 · scale
+      const auto* row = reinterpret_cast<const uint8_t*>(embedding_.raw()) + id[t] * d;
+      const float scale = embedding_.row_scales()[id[t]];
+      for (int64_t i = 0; i < d; ++i) out[t * d + i] = fp8::e4m3_values()[row[i]] * scale;
+      continue;
+    }
     const Tensor row = embedding_.select(0, id[t]).to(DType::F32);
     std::memcpy(out + t * d, row.raw(), size_t(d) * sizeof(float));
   }

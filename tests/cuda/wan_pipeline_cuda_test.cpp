@@ -96,6 +96,14 @@ int main() try {
          fmt::format("stage offload: {} bytes stay in use after the run (resident run: {}), {} "
                      "reserved within the limit",
                      offloaded_in_use, resident_in_use, allocator.bytes_reserved()));
+  // --gpu-offload blocks: the transformer's blocks stream in from page-locked host memory, two on
+  // the GPU at a time; the video is still the resident run's to the byte.
+  WanGenerationInput streamed = limited;
+  streamed.stream_blocks = true;
+  const Tensor streamed_video = pipeline.generate(streamed).frames;
+  expect(streamed_video.nbytes() == resident.nbytes() &&
+             std::memcmp(streamed_video.raw(), resident.raw(), resident.nbytes()) == 0,
+         "--gpu-offload blocks: the video equals the resident run's to the byte");
   allocator.set_limit(0);
 
   // Several prompts in one batch of the GPU text encoder (what generate does with the prompt and

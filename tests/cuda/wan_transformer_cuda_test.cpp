@@ -4,14 +4,18 @@
 // batch 1 and 2; and with sliding_tile_attn / video_sparse_attn self-attention on both sides (the
 // GPU backends against the CPU ones inside the model); and with FP8 products.
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "attention/backend.h"
 #include "attention/backend_config.h"
 #include "attention/sparse_self_attention_cuda.h"
+#include "core/fp8_convert.h"
+#include "core/gguf_convert.h"
 #include "core/safetensors.h"
 #include "cuda_test_support.h"
+#include "models/dit/wan_block.h"
 #include "models/dit/wan_random_checkpoint.h"
 #include "models/dit/wan_transformer.h"
 
@@ -113,6 +117,160 @@ void run_case(int64_t heads, int64_t head_dim, int64_t batch, const Shape& laten
   fs::remove(file);
 }
 
+// A checkpoint in ComfyUI's scaled-FP8 layout (mmgen convert --type fp8_e4m3). With FP8 products
+// its e4m3 matrices go up as stored: a block's weight downloads to the file's bytes and scales,
+// the upload keeps the plan's FP8 figure, and the forward is within the FP8 bound of the CPU
+// forward from the same file (which computes on the same e4m3 values, so only the activations'
+// quantization and bf16 differ). With bf16 products the forward is within the bf16 bound.
+void fp8_file_case() {
+  dit::WanTransformerConfig config;
+  config.num_attention_heads = 2;
+  config.attention_head_dim = 128;
+  config.ffn_dim = 3 * 256;
+  config.num_layers = 2;
+  config.text_dim = 64;
+  config.rope_max_seq_len = 64;
+  const fs::path file = fs::temp_directory_path() / "mmgen_wan_cuda_test_bf16.safetensors";
+  const fs::path fp8_file = fs::temp_directory_path() / "mmgen_wan_cuda_test_fp8.safetensors";
+  write_safetensors(file, dit::random_checkpoint(config), {{"format", "pt"}});
+  fp8::convert_to_fp8(WeightStore::open_file(file), fp8_file, {});
+  const WeightStore store = WeightStore::open_file(fp8_file);
+  const Tensor stored = store.get_for_product("blocks.1.ffn.net.2.weight");
+  const Tensor uploaded = dit::WanBlockWeights::load(store, 1, config)
+                              .placed(Device::CUDA, DType::BF16, true)
+                              .ffn_out_weight.to(Device::CPU);
+  expect(stored.dtype() == DType::F8E4M3Rows && uploaded.dtype() == DType::F8E4M3Rows &&
+             uploaded.nbytes() == stored.nbytes() &&
+             std::memcmp(uploaded.raw(), stored.raw(), stored.nbytes()) == 0,
+         "an FP8 file's e4m3 rows go to the GPU as stored, scales included");
+  const dit::WanTransformer cpu(config, store);
+  dit::WanTransformer gpu_fp8(config, store), gpu_bf16(config, store);
+  gpu_fp8.set_device(Device::CUDA, DType::BF16, true);
+  gpu_bf16.set_device(Device::CUDA, DType::BF16, false);
+  expect(gpu_fp8.resident_weight_bytes() == dit::WanTransformer::gpu_weight_bytes(config, true),
+         fmt::format("fp8 file: the memory plan's figure ({}) is what the upload keeps ({})",
+                     dit::WanTransformer::gpu_weight_bytes(config, true),
+                     gpu_fp8.resident_weight_bytes()));
+  const Tensor latents = dit::random_tensor({1, 16, 1, 16, 16}, 0.0f, 1.7f, 11, DType::F32);
+  const Tensor text = dit::random_tensor({1, 23, config.text_dim}, 0.0f, 0.5f, 12, DType::F32);
+  dit::WanAttention attention;
+  const Tensor expected = cpu.forward(latents, 431.0f, text, {}, nullptr);
+  const double fp8_error =
+      relative_error(gpu_fp8.forward(latents, 431.0f, text, {}, &attention), expected);
+  const double bf16_error =
+      relative_error(gpu_bf16.forward(latents, 431.0f, text, {}, &attention), expected);
+  expect(fp8_error < 5e-2, fmt::format("fp8 file, FP8 products: GPU vs CPU relative error {:.2e} "
+                                       "< 5e-2",
+                                       fp8_error));
+  expect(bf16_error < 3e-3, fmt::format("fp8 file, bf16 products: GPU vs CPU relative error {:.2e} "
+                                        "< 3e-3",
+                                        bf16_error));
+  std::printf("fp8 file: GPU vs CPU relative error %.3e (FP8 products), %.3e (bf16)\n", fp8_error,
+              bf16_error);
+  fs::remove(file);
+  fs::remove(fp8_file);
+}
+
+// Streamed blocks (WanTransformer::set_device's stream_blocks, --gpu-offload blocks): the same
+// kernels on the same bytes, so the forward equals the resident one to the bit, in bf16 and with
+// FP8 products, forward after forward (each forward's last block starts the next one's first
+// copy; an odd layer count puts it in the other slot) and alternating with another batch size
+// (guidance's two forwards). Two slots of one block are what stays resident, as the plan says.
+void streamed_case() {
+  dit::WanTransformerConfig config;
+  config.num_attention_heads = 2;
+  config.attention_head_dim = 128;
+  config.ffn_dim = 3 * 256;
+  config.num_layers = 3;
+  config.text_dim = 64;
+  config.rope_max_seq_len = 64;
+  const fs::path file = fs::temp_directory_path() / "mmgen_wan_cuda_test_streamed.safetensors";
+  write_safetensors(file, dit::random_checkpoint(config), {{"format", "pt"}});
+  const WeightStore store = WeightStore::open_file(file);
+  for (const bool fp8 : {false, true}) {
+    dit::WanTransformer resident(config, store), streamed(config, store);
+    resident.set_device(Device::CUDA, DType::BF16, fp8);
+    streamed.set_device(Device::CUDA, DType::BF16, fp8, true);
+    const uint64_t plan = dit::WanTransformer::gpu_weight_bytes(config, fp8, true);
+    expect(streamed.streams_blocks() && streamed.resident_weight_bytes() == plan &&
+               plan < dit::WanTransformer::gpu_weight_bytes(config, fp8),
+           fmt::format("streamed blocks ({}): {} bytes resident, the plan's {}, below the resident "
+                       "model's {}",
+                       fp8 ? "fp8" : "bf16", streamed.resident_weight_bytes(), plan,
+                       resident.resident_weight_bytes()));
+    dit::WanAttention attention;
+    int64_t differing = 0;
+    for (int repeat = 0; repeat < 2; ++repeat)
+      for (const int64_t batch : {int64_t(1), int64_t(2)}) {
+        const Tensor latents =
+            dit::random_tensor({batch, 16, 1, 16, 16}, 0.0f, 1.7f, 11 + batch, DType::F32);
+        const Tensor text =
+            dit::random_tensor({batch, 23, config.text_dim}, 0.0f, 0.5f, 12, DType::F32);
+        const Tensor a = resident.forward(latents, 431.0f, text, {}, &attention);
+        const Tensor b = streamed.forward(latents, 431.0f, text, {}, &attention);
+        differing += a.nbytes() != b.nbytes() || std::memcmp(a.raw(), b.raw(), a.nbytes()) != 0;
+      }
+    expect(differing == 0, fmt::format("streamed blocks ({}): {} of 4 forwards differ from the "
+                                       "resident model's",
+                                       fp8 ? "fp8" : "bf16", differing));
+  }
+  fs::remove(file);
+}
+
+// A GGUF transformer (q8_0, and q4_k) on the GPU: its matrices stay their quantized blocks there
+// and each is expanded just before its product, so the upload keeps the plan's figure from the
+// stored types (less than bf16's) and the forward is the forward of the same values uploaded as
+// bf16 to the bit, resident or streamed.
+void gguf_case() {
+  dit::WanTransformerConfig config;
+  config.num_attention_heads = 2;
+  config.attention_head_dim = 128;
+  config.ffn_dim = 3 * 256;
+  config.num_layers = 2;
+  config.text_dim = 64;
+  config.rope_max_seq_len = 64;
+  const fs::path file = fs::temp_directory_path() / "mmgen_wan_cuda_test_gguf.safetensors";
+  write_safetensors(file, dit::random_checkpoint(config), {{"format", "pt"}});
+  const Tensor latents = dit::random_tensor({1, 16, 1, 16, 16}, 0.0f, 1.7f, 11, DType::F32);
+  const Tensor text = dit::random_tensor({1, 23, config.text_dim}, 0.0f, 0.5f, 12, DType::F32);
+  dit::WanAttention attention;
+  for (const gguf::GgmlType type : {gguf::GgmlType::Q8_0, gguf::GgmlType::Q4_K}) {
+    const std::string name = type == gguf::GgmlType::Q8_0 ? "q8_0" : "q4_k";
+    const fs::path quantized =
+        fs::temp_directory_path() / ("mmgen_wan_cuda_test_" + name + ".gguf");
+    gguf::convert_to_gguf(WeightStore::open_file(file), quantized, type,
+                          {{"general.architecture", "wan"}});
+    const WeightStore store = WeightStore::open_file(quantized);
+    NamedTensors values;
+    for (const std::string& tensor : store.names())
+      values.push_back({tensor, store.get_f32(tensor)});
+    const fs::path expanded = fs::temp_directory_path() / ("mmgen_wan_cuda_test_" + name + ".f32");
+    write_safetensors(expanded, values);
+    dit::WanTransformer blocks(config, store), streamed(config, store),
+        bf16(config, WeightStore::open_file(expanded));
+    blocks.set_device(Device::CUDA);
+    streamed.set_device(Device::CUDA, DType::BF16, false, true);
+    bf16.set_device(Device::CUDA);
+    const uint64_t plan = dit::WanTransformer::gpu_weight_bytes(config, false, false, &store);
+    expect(blocks.resident_weight_bytes() == plan &&
+               plan < dit::WanTransformer::gpu_weight_bytes(config, false) &&
+               streamed.resident_weight_bytes() ==
+                   dit::WanTransformer::gpu_weight_bytes(config, false, true, &store),
+           fmt::format("{}: {} bytes resident (bf16 would be {}), the plan's {}", name,
+                       blocks.resident_weight_bytes(), bf16.resident_weight_bytes(), plan));
+    const Tensor expected = bf16.forward(latents, 431.0f, text, {}, &attention);
+    const Tensor a = blocks.forward(latents, 431.0f, text, {}, &attention);
+    const Tensor b = streamed.forward(latents, 431.0f, text, {}, &attention);
+    expect(
+        std::memcmp(a.raw(), expected.raw(), expected.nbytes()) == 0 &&
+            std::memcmp(b.raw(), expected.raw(), expected.nbytes()) == 0,
+        name + ": the forward from GPU blocks (resident and streamed) is the bf16 one to the bit");
+    fs::remove(quantized);
+    fs::remove(expanded);
+  }
+  fs::remove(file);
+}
+
 }  // namespace
 
 int main() try {
@@ -130,6 +288,9 @@ int main() try {
   const Sparse vsa{"video_sparse_attn", {{"sparsity", 0.75}}, 1e-2};
   run_case(2, 64, 1, {1, 16, 7, 20, 26}, &sta);
   run_case(2, 128, 2, {1, 16, 7, 20, 26}, &vsa);
+  fp8_file_case();
+  streamed_case();
+  gguf_case();
   return finish("wan_transformer_cuda_test");
 } catch (const std::exception& error) {
   std::printf("wan_transformer_cuda_test: error: %s\n", error.what());
