@@ -204,6 +204,11 @@ Tensor GgufFile::quantized_blocks(const std::string& name) const {
 Tensor GgufFile::to_f32(const std::string& name) const {
   const GgufTensorInfo* tensor = find(name);
   check(tensor != nullptr, "{}: no tensor {}", path().string(), name);
+  // float32 as stored: a view into the mapping (read-only, like a safetensors tensor's), so the
+  // pages are not held twice.
+  const size_t offset = data_start_ + tensor->offset;
+  if (tensor->type == GgmlType::F32 && offset % alignof(float) == 0)
+    return Tensor::wrap(file_, offset, tensor->shape, DType::F32);
   Tensor out = Tensor::empty(tensor->shape);
   dequantize(tensor->type, blocks(*tensor), out.data<float>(), out.numel());
   return out;

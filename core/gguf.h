@@ -41,7 +41,7 @@ class GgufFile {
   const GgufTensorInfo* find(const std::string& name) const;
   // The tensor's stored blocks (nbytes of them, inside the file).
   const std::byte* blocks(const GgufTensorInfo& tensor) const;
-  // The tensor as float32 on the host.
+  // The tensor as float32 on the host (stored f32: a read-only view into the mapping).
   Tensor to_f32(const std::string& name) const;
   // A quantized tensor's blocks as they are in the mapped file: dtype q8_0 ... q6_k, shape
   // [rows..., cols / block] (core/dtype.h), for the CPU product to read without expanding it.
