@@ -117,19 +117,26 @@ void run_case(int64_t heads, int64_t head_dim, int64_t batch, const Shape& laten
   fs::remove(file);
 }
 
+// The small model the file-format and streaming cases share: 2 heads of 128 (the flash
+// kernels), ffn 768, `layers` blocks.
+dit::WanTransformerConfig two_heads_of_128(int64_t layers) {
+  dit::WanTransformerConfig config;
+  config.num_attention_heads = 2;
+  config.attention_head_dim = 128;
+  config.ffn_dim = 3 * 256;
+  config.num_layers = layers;
+  config.text_dim = 64;
+  config.rope_max_seq_len = 64;
+  return config;
+}
+
 // A checkpoint in ComfyUI's scaled-FP8 layout (mmgen convert --type fp8_e4m3). With FP8 products
 // its e4m3 matrices go up as stored: a block's weight downloads to the file's bytes and scales,
 // the upload keeps the plan's FP8 figure, and the forward is within the FP8 bound of the CPU
 // forward from the same file (which computes on the same e4m3 values, so only the activations'
 // quantization and bf16 differ). With bf16 products the forward is within the bf16 bound.
 void fp8_file_case() {
-  dit::WanTransformerConfig config;
-  config.num_attention_heads = 2;
-  config.attention_head_dim = 128;
-  config.ffn_dim = 3 * 256;
-  config.num_layers = 2;
-  config.text_dim = 64;
-  config.rope_max_seq_len = 64;
+  const dit::WanTransformerConfig config = two_heads_of_128(2);
   const fs::path file = fs::temp_directory_path() / "mmgen_wan_cuda_test_bf16.safetensors";
   const fs::path fp8_file = fs::temp_directory_path() / "mmgen_wan_cuda_test_fp8.safetensors";
   write_safetensors(file, dit::random_checkpoint(config), {{"format", "pt"}});
@@ -177,13 +184,7 @@ void fp8_file_case() {
 // copy; an odd layer count puts it in the other slot) and alternating with another batch size
 // (guidance's two forwards). Two slots of one block are what stays resident, as the plan says.
 void streamed_case() {
-  dit::WanTransformerConfig config;
-  config.num_attention_heads = 2;
-  config.attention_head_dim = 128;
-  config.ffn_dim = 3 * 256;
-  config.num_layers = 3;
-  config.text_dim = 64;
-  config.rope_max_seq_len = 64;
+  const dit::WanTransformerConfig config = two_heads_of_128(3);
   const fs::path file = fs::temp_directory_path() / "mmgen_wan_cuda_test_streamed.safetensors";
   write_safetensors(file, dit::random_checkpoint(config), {{"format", "pt"}});
   const WeightStore store = WeightStore::open_file(file);
@@ -222,13 +223,7 @@ void streamed_case() {
 // stored types (less than bf16's) and the forward is the forward of the same values uploaded as
 // bf16 to the bit, resident or streamed.
 void gguf_case() {
-  dit::WanTransformerConfig config;
-  config.num_attention_heads = 2;
-  config.attention_head_dim = 128;
-  config.ffn_dim = 3 * 256;
-  config.num_layers = 2;
-  config.text_dim = 64;
-  config.rope_max_seq_len = 64;
+  const dit::WanTransformerConfig config = two_heads_of_128(2);
   const fs::path file = fs::temp_directory_path() / "mmgen_wan_cuda_test_gguf.safetensors";
   write_safetensors(file, dit::random_checkpoint(config), {{"format", "pt"}});
   const Tensor latents = dit::random_tensor({1, 16, 1, 16, 16}, 0.0f, 1.7f, 11, DType::F32);
