@@ -361,8 +361,14 @@ Tensor WanTransformer::forward(const Tensor& latents, float timestep, const Tens
     const WanNextNorm next =
         last ? WanNextNorm{head.select(0, 1), head.select(0, 0), compute_}
              : WanNextNorm{following.scale_plus_one, following.shift, block_inputs_};
-    normed = run_wan_block(x, normed, text, current, next, block_weights(layer), config_, rope,
-                           compute_, call);
+    const WanBlockWeights weights = block_weights(layer);
+    try {
+      normed =
+          run_wan_block(x, normed, text, current, next, weights, config_, rope, compute_, call);
+    } catch (...) {
+      release_block(layer);  // a failed block hands its slot back too, so the next forward's
+      throw;                 // copies wait for what this one queued
+    }
     release_block(layer);  // its work is queued: a streamed block's slot may be refilled after it
     current = following;
   }
