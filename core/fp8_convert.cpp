@@ -25,7 +25,9 @@ ConversionSummary convert_to_fp8(const WeightStore& weights, const std::filesyst
     const TensorInfo& info = weights.info(name);
     summary.tensors += 1;
     if (gguf::keeps_precision(name, info.shape)) {
-      const DType stored = weights.get(name).dtype();  // a GGUF or FP8 input reads as float32
+      // What get() gives, from the header: a GGUF input's tensors (info says f32) and e4m3 ones
+      // read as float32.
+      const DType stored = info.dtype == DType::F8E4M3 ? DType::F32 : info.dtype;
       tensors.push_back({name, stored, info.shape, [&weights, name] { return weights.get(name); }});
       summary.bytes_out += uint64_t(shape_numel(info.shape)) * dtype_size(stored);
       continue;

@@ -178,39 +178,41 @@ void pack_weight_panel(const void* w, DType dtype, int64_t n0, int64_t n, int64_
 }
 #endif
 
-// Quantized blocks other than q8_0 (the 4- and 5-bit types and the K-quants, whose values are
-// spread over nibbles, high bits and sub-block scales): the panel's rows are dequantized whole by
-// gguf::dequantize into a scratch row block, so the packed values are the dequantized values to
-// the bit, then packed as float32. q8_0 is unpacked inside the packing loads instead.
-void pack_block_panel(const void* w, DType dtype, int64_t n0, int64_t n, int64_t k, float* panel) {
+// A panel's rows decoded into a scratch row block by `decode(row, out)` (k float32 values of weight
+// row n0 + j), then packed as float32: for the weight types whose values are not read one at a time
+// inside the packing loads.
+template <typename Decode>
+void pack_decoded_panel(int64_t n0, int64_t n, int64_t k, float* panel, const Decode& decode) {
   const int64_t width = std::min(kPanel, n - n0);
   thread_local std::vector<float> rows;
   rows.resize(size_t(width * k));
-  const size_t row_bytes = size_t(k / dtype_block_values(dtype)) * dtype_size(dtype);
-  const auto* from = static_cast<const std::byte*>(w);
-  const gguf::GgmlType type = gguf::ggml_type_of_blocks(dtype);
-  for (int64_t j = 0; j < width; ++j)
-    gguf::dequantize(type, from + size_t(n0 + j) * row_bytes, rows.data() + j * k, k);
+  for (int64_t j = 0; j < width; ++j) decode(n0 + j, rows.data() + j * k);
   pack_weight_panel(rows.data(), DType::F32, 0, width, k, panel);
 }
 
-// e4m3 rows with one scale each (f8_e4m3_rows; the scales follow the n · k values): the panel's
-// rows are decoded into a scratch row block, each value e4m3 · its row's scale in one rounding (as
-// Tensor::to gives them), then packed as float32.
+// Quantized blocks other than q8_0 (the 4- and 5-bit types and the K-quants, whose values are
+// spread over nibbles, high bits and sub-block scales): each row is dequantized whole by
+// gguf::dequantize, so the packed values are the dequantized values to the bit. q8_0 is unpacked
+// inside the packing loads instead.
+void pack_block_panel(const void* w, DType dtype, int64_t n0, int64_t n, int64_t k, float* panel) {
+  const size_t row_bytes = size_t(k / dtype_block_values(dtype)) * dtype_size(dtype);
+  const auto* from = static_cast<const std::byte*>(w);
+  const gguf::GgmlType type = gguf::ggml_type_of_blocks(dtype);
+  pack_decoded_panel(n0, n, k, panel, [&](int64_t row, float* out) {
+    gguf::dequantize(type, from + size_t(row) * row_bytes, out, k);
+  });
+}
+
+// e4m3 rows with one scale each (f8_e4m3_rows; the scales follow the n · k values): each value
+// e4m3 · its row's scale in one rounding, as Tensor::to gives them.
 void pack_e4m3_panel(const void* w, int64_t n0, int64_t n, int64_t k, float* panel) {
-  const int64_t width = std::min(kPanel, n - n0);
-  thread_local std::vector<float> rows;
-  rows.resize(size_t(width * k));
   const auto* values = static_cast<const uint8_t*>(w);
   const auto* scales =
       reinterpret_cast<const float*>(static_cast<const std::byte*>(w) + row_scales_offset(n * k));
   const auto& table = fp8::e4m3_values();
-  for (int64_t j = 0; j < width; ++j) {
-    const uint8_t* row = values + (n0 + j) * k;
-    const float scale = scales[n0 + j];
-    for (int64_t i = 0; i < k; ++i) rows[size_t(j * k + i)] = table[row[i]] * scale;
-  }
-  pack_weight_panel(rows.data(), DType::F32, 0, width, k, panel);
+  pack_decoded_panel(n0, n, k, panel, [&](int64_t row, float* out) {
+    for (int64_t i = 0; i < k; ++i) out[i] = table[values[row * k + i]] * scales[row];
+  });
 }
 
 #ifdef MMGEN_GEMM_BF16

@@ -317,7 +317,7 @@ Tensor WeightStore::get(const std::string& name) const {
   const Entry& where = where_.at(name);
   if (where.file == kGguf) return gguf_->to_f32(where.stored).view(entry.shape);
   if (entry.dtype == DType::F8E4M3)
-    return fp8::to_f32(files_[where.file].tensor(where.stored), fp8_scale(where));
+    return fp8::to_rows(files_[where.file].tensor(where.stored), fp8_scale(where)).to(DType::F32);
   return files_[where.file].tensor(where.stored);
 }
 

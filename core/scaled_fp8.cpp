@@ -71,22 +71,6 @@ void check_scale(const std::string& name, const Shape& values, const std::string
         scale_name, name, shape_string(scale), channels, shape_string(values));
 }
 
-Tensor to_f32(const Tensor& values, const Tensor& scale) {
-  check(values.dtype() == DType::F8E4M3, "fp8: {} values are not e4m3", dtype_name(values.dtype()));
-  const Tensor bytes = values.contiguous();
-  const std::vector<float> scales = row_scales(bytes, scale);
-  Tensor out = Tensor::empty(bytes.shape(), DType::F32);
-  const auto* from = reinterpret_cast<const uint8_t*>(bytes.raw());
-  float* to = out.data<float>();
-  const auto& table = e4m3_values();
-  const int64_t rows = int64_t(scales.size()), cols = rows > 0 ? bytes.numel() / rows : 0;
-#pragma omp parallel for schedule(static) if (rows * cols >= (int64_t(1) << 18))
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c)
-      to[r * cols + c] = table[from[r * cols + c]] * scales[size_t(r)];
-  return out;
-}
-
 Tensor to_rows(const Tensor& values, const Tensor& scale) {
   check(values.dtype() == DType::F8E4M3, "fp8: {} values are not e4m3", dtype_name(values.dtype()));
   check(values.dim() >= 1 && values.shape().back() > 0, "fp8: a {} tensor has no rows",

@@ -29,12 +29,9 @@ std::vector<std::string> scale_names(const std::string& name);
 void check_scale(const std::string& name, const Shape& values, const std::string& scale_name,
                  DType scale_dtype, const Shape& scale);
 
-// The e4m3 `values` (F8E4M3, any shape) times `scale` (undefined: 1) as float32, each value
-// e4m3_to_f32(v) · scale in one rounding.
-Tensor to_f32(const Tensor& values, const Tensor& scale);
-
-// The same as an F8E4M3Rows tensor of the values' shape: the bytes as stored and one scale per
-// row (the last dimension), so the products read the file's values as they are.
+// The e4m3 `values` (F8E4M3) with `scale` (undefined: 1) as an F8E4M3Rows tensor of their shape:
+// the bytes as stored and one scale per row (the last dimension), so the products read the file's
+// values as they are. Tensor::to(F32) gives each value e4m3_to_f32(v) · scale in one rounding.
 Tensor to_rows(const Tensor& values, const Tensor& scale);
 
 // A float32 tensor as e4m3 with one scale for the whole tensor, ComfyUI's scaled-fp8 rule:

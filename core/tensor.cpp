@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/gguf_quants.h"
 #include "core/parallel.h"
+#include "core/scaled_fp8.h"
 #ifdef MMGEN_HAVE_CUDA
 #include "core/cuda/device_storage.h"
 #include "core/cuda/fp8.h"
@@ -490,9 +491,11 @@ Tensor convert_rows_on_host(const Tensor& source, DType dtype, int64_t rows, int
     const uint8_t* bytes = reinterpret_cast<const uint8_t*>(source.raw());
     const float* scales = source.row_scales();
     float* out = values.data<float>();
+    const auto& table = fp8::e4m3_values();  // e4m3_to_f32 of every byte
+    const int threads = threads_for(rows * cols);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c)
-        out[r * cols + c] = e4m3_to_f32(bytes[r * cols + c]) * scales[r];
+      for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = table[bytes[r * cols + c]] * scales[r];
     return values.to(dtype);
   }
   const Tensor values = source.to(DType::F32);
@@ -577,8 +580,9 @@ Tensor Tensor::to(DType dtype) const {
     if (!is_cpu()) {  // expanded where they are, to float32 or bf16 (the products' dtypes)
       const DType expanded = dtype == DType::BF16 ? DType::BF16 : DType::F32;
       Tensor values = empty(shape, expanded, device());
-      cuda::dequantize_blocks(gpu_block_type(dtype_), blocks.raw(), blocks.numel(), values.raw(),
-                              expanded == DType::BF16);
+      cuda::dequantize_blocks(gpu_block_type(dtype_), int(dtype_size(dtype_)),
+                              int(dtype_block_values(dtype_)), blocks.raw(), blocks.numel(),
+                              values.raw(), expanded == DType::BF16);
       return values.to(dtype);
     }
 #endif

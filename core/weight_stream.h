@@ -38,11 +38,8 @@ class WeightStream {
   // The work that reads `group` has been queued: its slot may be refilled after that work.
   void release(int64_t group);
 
-  size_t slot_size() const;     // the largest group, as laid out (a slot holds one)
-  size_t host_bytes() const;    // the page-locked copies
-  size_t device_bytes() const;  // the two slots (0 before the first acquire)
-  // The bytes two slots take for groups of these tensors, as add_group lays them out.
-  static size_t slot_bytes(const std::vector<Tensor>& tensors);
+  // The largest group as laid out (each tensor from a 256-byte boundary): a slot's bytes.
+  size_t slot_size() const;
 
   struct Impl;  // streams, events, buffers (core/cuda/weight_stream_cuda.cpp)
 

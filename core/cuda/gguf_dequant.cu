@@ -185,36 +185,9 @@ __global__ void dequantize_kernel(GgufBlock type, const uint8_t* blocks, int64_t
 
 }  // namespace
 
-void dequantize_blocks(GgufBlock type, const void* blocks, int64_t count, void* out, bool out_bf16,
-                       cudaStream_t stream) {
+void dequantize_blocks(GgufBlock type, int bytes, int values, const void* blocks, int64_t count,
+                       void* out, bool out_bf16, cudaStream_t stream) {
   if (count == 0) return;
-  // Bytes and values of one block, as ggml lays them out (core/dtype.cpp).
-  int bytes = 34, values = 32;
-  switch (type) {
-    case GgufBlock::Q8_0:
-      break;
-    case GgufBlock::Q4_0:
-      bytes = 18;
-      break;
-    case GgufBlock::Q4_1:
-      bytes = 20;
-      break;
-    case GgufBlock::Q5_0:
-      bytes = 22;
-      break;
-    case GgufBlock::Q5_1:
-      bytes = 24;
-      break;
-    case GgufBlock::Q4_K:
-      bytes = 144, values = 256;
-      break;
-    case GgufBlock::Q5_K:
-      bytes = 176, values = 256;
-      break;
-    case GgufBlock::Q6_K:
-      bytes = 210, values = 256;
-      break;
-  }
   const int threads = 128;
   const int64_t wanted = (count + threads - 1) / threads;
   const unsigned grid = unsigned(wanted < 65535 ? wanted : 65535);

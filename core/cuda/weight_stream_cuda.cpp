@@ -14,6 +14,18 @@
 #include "core/weight_stream.h"
 
 namespace mmgen {
+namespace {
+
+// The layout add_group gives a group: each tensor from a 256-byte boundary, as the GPU's
+// allocator aligns them.
+size_t slot_bytes(const std::vector<Tensor>& tensors) {
+  size_t bytes = 0;
+  for (const Tensor& t : tensors)
+    if (t.defined()) bytes = (bytes + 255) / 256 * 256 + t.nbytes();
+  return bytes;
+}
+
+}  // namespace
 
 struct WeightStream::Impl {
   struct Entry {
@@ -131,16 +143,6 @@ void WeightStream::release(int64_t group) {
 
 size_t WeightStream::slot_size() const {
   return impl_->slot_size;
-}
-
-size_t WeightStream::host_bytes() const {
-  size_t bytes = 0;
-  for (const Impl::Group& g : impl_->groups) bytes += g.host->size();
-  return bytes;
-}
-
-size_t WeightStream::device_bytes() const {
-  return impl_->acquired ? 2 * std::max<size_t>(impl_->slot_size, 1) : 0;
 }
 
 }  // namespace mmgen
