@@ -1,0 +1,35 @@
+// FLUX's two block kinds over one item's residual streams, where the streams live (float32; the
+// products read `compute`: float32 on the CPU, bf16 on the GPU).
+//
+// A double-stream block (FluxTransformerBlock) keeps text and image apart: each has its own
+// adaLN-Zero modulation, q/k/v (with per-head q/k RMSNorm), output projection and GELU MLP; the two
+// meet in one attention over [text, image]. A single-stream block (FluxSingleTransformerBlock) runs
+// on [text, image] as one stream: one modulated norm feeds attention and a GELU MLP side by side,
+// and one projection of both (split in two column blocks) joins the residual under a gate.
+#pragma once
+
+#include "core/tensor.h"
+#include "models/dit/flux_attention.h"
+#include "models/dit/flux_config.h"
+#include "models/dit/flux_rope.h"
+#include "models/dit/flux_weights.h"
+
+namespace mmgen::dit {
+
+// `conditioning` is SiLU(temb) [1, dim] in `compute` on the streams' device (what every adaLN
+// product reads); `rope` holds the joint sequence's tables, text rows first.
+void run_flux_double_block(Tensor& text, Tensor& image, const FluxDoubleBlockWeights& weights,
+                           const Tensor& conditioning, const FluxConfig& config,
+                           const FluxRopeTables& rope, DType compute,
+                           const FluxAttentionCall& call);
+
+// `joint` [text + image tokens, dim], text rows first.
+void run_flux_single_block(Tensor& joint, const FluxSingleBlockWeights& weights,
+                           const Tensor& conditioning, const FluxConfig& config,
+                           const FluxRopeTables& rope, DType compute,
+                           const FluxAttentionCall& call);
+
+// `parts` (each [rows, dim] of one dtype, on one device) one after another: [Σ rows, dim].
+Tensor flux_stack_rows(const std::vector<Tensor>& parts);
+
+}  // namespace mmgen::dit

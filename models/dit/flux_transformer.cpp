@@ -1,0 +1,185 @@
+#include "models/dit/flux_transformer.h"
+
+#include <utility>
+
+#include "core/error.h"
+#include "core/ops.h"
+#include "models/dit/flux_block.h"
+#include "models/dit/wan_patchify.h"
+
+namespace mmgen::dit {
+namespace {
+
+// diffusers' Timesteps(256, flip_sin_to_cos=True, downscale_freq_shift=0) for the timestep and
+// the guidance alike.
+constexpr int64_t kTimestepChannels = 256;
+constexpr float kEps = 1e-6f;
+
+FluxConfig validated(FluxConfig config) {
+  config.validate("transformer config");
+  return config;
+}
+
+// linear_2(SiLU(linear_1(x))) of a [1, in] row, float32 on the weights' device.
+Tensor embed(const Tensor& x, const FluxLinear& first, const FluxLinear& second, DType compute) {
+  const Tensor input = x.to(first.weight.is_cpu() ? DType::F32 : compute).to(first.weight.device());
+  // SiLU runs on a float32 result on the GPU (cuBLASLt's epilogue has only the tanh GELU).
+  const Tensor hidden = ops::linear(input, first.weight, first.bias, DType::F32, Activation::Silu);
+  return ops::linear(hidden.to(input.dtype()), second.weight, second.bias, DType::F32);
+}
+
+}  // namespace
+
+FluxTransformer::FluxTransformer(FluxConfig config, WeightStore weights)
+    : config_(validated(std::move(config))), weights_(std::move(weights)) {
+  check_flux_weights(weights_, config_);
+  host_outer_ = FluxOuterWeights::load(weights_, config_);
+}
+
+FluxTransformer FluxTransformer::load(const fs::path& folder) {
+  check(fs::is_directory(folder), "transformer folder {} does not exist", folder.string());
+  FluxConfig config = FluxConfig::from_file(folder / "config.json");
+  return FluxTransformer(std::move(config), WeightStore::open_folder(folder));
+}
+
+void FluxTransformer::set_device(Device device, DType compute) {
+  device_ = device;
+  compute_ = device == Device::CPU ? DType::F32 : compute;
+  resident_double_.clear();
+  resident_single_.clear();
+  resident_outer_ = {};
+  resident_bytes_ = 0;
+  if (device == Device::CPU) return;
+  check(compute_ == DType::BF16, "GPU transformer: the products read bf16, not {}",
+        dtype_name(compute_));
+  for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
+    resident_double_.push_back(
+        FluxDoubleBlockWeights::load(weights_, layer).placed(device, compute_));
+    resident_bytes_ += resident_double_.back().bytes();
+  }
+  for (int64_t layer = 0; layer < config_.num_single_layers; ++layer) {
+    resident_single_.push_back(
+        FluxSingleBlockWeights::load(weights_, layer).placed(device, compute_));
+    resident_bytes_ += resident_single_.back().bytes();
+  }
+  resident_outer_ = host_outer_.placed(device, compute_);
+  resident_bytes_ += resident_outer_.bytes();
+}
+
+FluxDoubleBlockWeights FluxTransformer::double_block(int64_t layer) const {
+  if (device_ != Device::CPU) return resident_double_[size_t(layer)];
+  return FluxDoubleBlockWeights::load(weights_, layer);
+}
+
+FluxSingleBlockWeights FluxTransformer::single_block(int64_t layer) const {
+  if (device_ != Device::CPU) return resident_single_[size_t(layer)];
+  return FluxSingleBlockWeights::load(weights_, layer);
+}
+
+Tensor FluxTransformer::conditioning(const FluxItem& item) const {
+  const FluxOuterWeights& w = device_ == Device::CPU ? host_outer_ : resident_outer_;
+  // The model scales in float32 (timestep.to(dtype) * 1000), which is not always the scheduler's
+  // timestep again after the pipeline's division.
+  const auto sinusoid = [](float value) {
+    return Tensor::from_vector({1, kTimestepChannels},
+                               timestep_sinusoid(value * 1000.0f, kTimestepChannels));
+  };
+  Tensor temb = embed(sinusoid(item.timestep), w.time_1, w.time_2, compute_);
+  if (config_.guidance_embeds)
+    ops::add_(temb, embed(sinusoid(item.guidance), w.guidance_1, w.guidance_2, compute_));
+  ops::add_(temb, embed(item.pooled.to(DType::F32).contiguous().view({1, -1}), w.text_1, w.text_2,
+                        compute_));
+  ops::activate_(temb, Activation::Silu);
+  return temb.to(compute_);
+}
+
+std::vector<Tensor> FluxTransformer::forward(const std::vector<FluxItem>& batch,
+                                             const FluxStep& step, FluxAttention* attention) const {
+  check(!batch.empty(), "FLUX transformer: empty batch");
+  const FluxOuterWeights& outer = device_ == Device::CPU ? host_outer_ : resident_outer_;
+  const int64_t dim = config_.dim();
+  for (const FluxItem& item : batch) {
+    check(item.image.dim() == 2 && item.image.size(1) == config_.in_channels &&
+              item.image.size(0) == item.rows * item.columns && item.image.is_cpu(),
+          "FLUX transformer: packed latents must be [{} x {} tokens, {}] on the host, got {}",
+          item.rows, item.columns, config_.in_channels, shape_string(item.image.shape()));
+    check(item.text.dim() == 2 && item.text.size(1) == config_.joint_attention_dim &&
+              item.text.size(0) > 0 && item.text.is_cpu(),
+          "FLUX transformer: text must be [tokens, {}] on the host, got {}",
+          config_.joint_attention_dim, shape_string(item.text.shape()));
+    check(item.pooled.numel() == config_.pooled_projection_dim && item.pooled.is_cpu(),
+          "FLUX transformer: pooled text must hold {} values on the host, got {}",
+          config_.pooled_projection_dim, shape_string(item.pooled.shape()));
+  }
+  std::vector<Tensor> conditionings, texts, images;
+  std::vector<FluxRopeTables> ropes;
+  for (const FluxItem& item : batch) {
+    conditionings.push_back(conditioning(item));
+    const auto embedded = [&](const Tensor& x, const FluxLinear& embedder) {
+      return ops::linear(x.to(compute_).contiguous().to(device_), embedder.weight, embedder.bias,
+                         DType::F32);
+    };
+    texts.push_back(embedded(item.text, outer.context_embedder));
+    images.push_back(embedded(item.image, outer.x_embedder));
+    FluxPositions positions = flux_text_positions(item.text.size(0));
+    const FluxPositions image_positions = flux_image_positions(item.rows, item.columns);
+    positions.insert(positions.end(), image_positions.begin(), image_positions.end());
+    ropes.push_back(flux_rope_tables(config_, positions, device_));
+  }
+
+  FluxAttentionCall call;
+  call.step_index = step.index;
+  call.step_count = step.count;
+  call.attention = attention;
+  const int64_t count = int64_t(batch.size());
+  // Each block's weights are read once for the whole batch.
+  call.stage = FluxStage::Double;
+  call.num_layers = config_.num_layers;
+  for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
+    const FluxDoubleBlockWeights w = double_block(layer);
+    call.layer = layer;
+    for (int64_t i = 0; i < count; ++i) {
+      call.item = i;
+      call.text_tokens = texts[size_t(i)].size(0);
+      call.timestep = batch[size_t(i)].timestep;
+      run_flux_double_block(texts[size_t(i)], images[size_t(i)], w, conditionings[size_t(i)],
+                            config_, ropes[size_t(i)], compute_, call);
+    }
+  }
+  std::vector<Tensor> joints;
+  for (int64_t i = 0; i < count; ++i) {
+    joints.push_back(flux_stack_rows({texts[size_t(i)], images[size_t(i)]}));
+    texts[size_t(i)] = images[size_t(i)] = Tensor();
+  }
+  call.stage = FluxStage::Single;
+  call.num_layers = config_.num_single_layers;
+  for (int64_t layer = 0; layer < config_.num_single_layers; ++layer) {
+    const FluxSingleBlockWeights w = single_block(layer);
+    call.layer = layer;
+    for (int64_t i = 0; i < count; ++i) {
+      call.item = i;
+      call.text_tokens = batch[size_t(i)].text.size(0);
+      call.timestep = batch[size_t(i)].timestep;
+      run_flux_single_block(joints[size_t(i)], w, conditionings[size_t(i)], config_,
+                            ropes[size_t(i)], compute_, call);
+    }
+  }
+
+  // AdaLayerNormContinuous (1 + scale, shift) and the projection, on the image tokens.
+  std::vector<Tensor> outputs;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t text_tokens = batch[size_t(i)].text.size(0);
+    const Tensor image = joints[size_t(i)].slice(0, text_tokens, joints[size_t(i)].size(0));
+    const Tensor mod = ops::linear(conditionings[size_t(i)], outer.norm_out.weight,
+                                   outer.norm_out.bias, DType::F32)
+                           .view({2, dim});
+    const Tensor normed =
+        ops::modulated_layer_norm(image, mod.select(0, 1), mod.select(0, 0), kEps, compute_);
+    outputs.push_back(ops::linear(normed, outer.proj_out.weight, outer.proj_out.bias, DType::F32)
+                          .to(Device::CPU));
+    joints[size_t(i)] = Tensor();
+  }
+  return outputs;
+}
+
+}  // namespace mmgen::dit
