@@ -4,6 +4,8 @@
 #include "core/file.h"
 #include "core/json.h"
 #include "models/tokenizers/added_vocabulary.h"
+#include "models/tokenizers/clip_bpe_folder.h"
+#include "models/tokenizers/clip_normalizer.h"
 #include "models/tokenizers/decoders.h"
 #include "models/tokenizers/json_fields.h"
 #include "models/tokenizers/model.h"
@@ -36,6 +38,14 @@ Tokenizer::~Tokenizer() = default;
 
 std::unique_ptr<Tokenizer> Tokenizer::load(const std::filesystem::path& folder) {
   std::filesystem::path file = folder / "tokenizer.json";
+  if (is_clip_bpe_folder(folder)) {
+    ClipBpeFolder clip = read_clip_bpe_folder(folder);
+    std::unique_ptr<Tokenizer> t = from_json(clip.tokenizer_json, clip.source, clip.pad_token);
+    // CLIP's normalizer uses types that tokenizer.json parsing here lacks (NFC, Lowercase).
+    t->normalizer_ = make_clip_normalizer();
+    t->added_ = std::make_unique<AddedVocabulary>(t->added_->tokens(), t->normalizer_.get());
+    return t;
+  }
   // exists(), not is_regular_file(): a tokenizer.json that is a FIFO or a device is there but
   // refused by read_text_file, which says so.
   check(std::filesystem::exists(file),

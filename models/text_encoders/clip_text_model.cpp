@@ -1,0 +1,311 @@
+#include "models/text_encoders/clip_text_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "attention/catalogue.h"
+#include "core/error.h"
+#include "core/ops.h"
+
+namespace mmgen::text_encoders {
+namespace {
+
+namespace paged = attention::paged;
+
+// OpenAI's quick GELU, x·sigmoid(1.702·x), is silu(1.702·x) / 1.702: built from the ops every
+// device has.
+constexpr float kQuickGelu = 1.702f;
+
+Tensor require_weight(const WeightStore& weights, const std::string& name, const Shape& shape) {
+  check(weights.has(name),
+        "text encoder weights in {} lack \"{}\"; is this a CLIP text encoder checkpoint matching "
+        "its config.json?",
+        weights.origin().string(), name);
+  Tensor tensor = weights.get(name);
+  check(tensor.shape() == shape && dtype_is_floating(tensor.dtype()),
+        "text encoder weight \"{}\" in {} is {} {}, expected a float tensor of shape {}; the "
+        "checkpoint does not match config.json",
+        name, weights.origin().string(), dtype_name(tensor.dtype()), shape_string(tensor.shape()),
+        shape_string(shape));
+  return tensor;
+}
+
+Tensor as_int64(const Tensor& ids) {
+  check(ids.dtype() == DType::I64 || ids.dtype() == DType::I32,
+        "CLIP text encoder: input_ids must be int64 or int32, got {}", dtype_name(ids.dtype()));
+  return ids.to(DType::I64).contiguous();
+}
+
+}  // namespace
+
+ClipTextModel::ClipTextModel(ClipTextConfig config, WeightStore weights)
+    : config_(std::move(config)), weights_(std::move(weights)) {
+  prefix_ = weights_.has("text_model.embeddings.token_embedding.weight") ? "text_model." : "";
+  load_host_weights();
+  attention_backend_ = attention::auto_backend(attention::this_machine(), attention::Family::Paged,
+                                               "fp32", config_.head_dim());
+}
+
+ClipTextModel ClipTextModel::from_folder(const fs::path& folder) {
+  const fs::path config_path = folder / "config.json";
+  check(fs::exists(config_path), "text encoder folder {} has no config.json", folder.string());
+  return ClipTextModel(ClipTextConfig::from_file(config_path), WeightStore::open_folder(folder));
+}
+
+void ClipTextModel::load_host_weights() {
+  const int64_t d = config_.hidden_size, ff = config_.intermediate_size;
+  auto get = [&](const std::string& name, const Shape& shape) {
+    return require_weight(weights_, prefix_ + name, shape);
+  };
+  auto f32 = [&](const std::string& name, const Shape& shape) {
+    return get(name, shape).to(DType::F32);
+  };
+  token_embedding_ = get("embeddings.token_embedding.weight", {config_.vocab_size, d});
+  position_embedding_ =
+      f32("embeddings.position_embedding.weight", {config_.max_position_embeddings, d})
+          .contiguous();
+  layers_.clear();
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    const std::string at = "encoder.layers." + std::to_string(i) + ".";
+    Layer layer;
+    layer.norm1_weight = f32(at + "layer_norm1.weight", {d});
+    layer.norm1_bias = f32(at + "layer_norm1.bias", {d});
+    layer.norm2_weight = f32(at + "layer_norm2.weight", {d});
+    layer.norm2_bias = f32(at + "layer_norm2.bias", {d});
+    layer.q = get(at + "self_attn.q_proj.weight", {d, d});
+    layer.k = get(at + "self_attn.k_proj.weight", {d, d});
+    layer.v = get(at + "self_attn.v_proj.weight", {d, d});
+    layer.out = get(at + "self_attn.out_proj.weight", {d, d});
+    layer.q_bias = f32(at + "self_attn.q_proj.bias", {d});
+    layer.k_bias = f32(at + "self_attn.k_proj.bias", {d});
+    layer.v_bias = f32(at + "self_attn.v_proj.bias", {d});
+    layer.out_bias = f32(at + "self_attn.out_proj.bias", {d});
+    layer.fc1 = get(at + "mlp.fc1.weight", {ff, d});
+    layer.fc1_bias = f32(at + "mlp.fc1.bias", {ff});
+    layer.fc2 = get(at + "mlp.fc2.weight", {d, ff});
+    layer.fc2_bias = f32(at + "mlp.fc2.bias", {d});
+    layers_.push_back(std::move(layer));
+  }
+  final_norm_weight_ = f32("final_layer_norm.weight", {d});
+  final_norm_bias_ = f32("final_layer_norm.bias", {d});
+}
+
+uint64_t ClipTextModel::gpu_weight_bytes(const ClipTextConfig& config, DType compute) {
+  const uint64_t d = uint64_t(config.hidden_size), ff = uint64_t(config.intermediate_size);
+  const uint64_t products = 4 * d * d + 2 * d * ff;
+  const uint64_t floats = 4 * d + 4 * d + ff + d;  // norms, attention biases, MLP biases
+  return uint64_t(config.num_hidden_layers) * (products * dtype_size(compute) + floats * 4) +
+         2 * d * 4;
+}
+
+void ClipTextModel::set_attention_backend(const std::string& name, int64_t page_size) {
+  check(page_size >= 1, "--page-size must be at least 1, got {}", page_size);
+  paged::make_paged_backend(name, device_);  // throws where this build cannot run it
+  attention_backend_ = name;
+  page_size_ = page_size;
+  runner_.reset();
+}
+
+void ClipTextModel::set_device(Device device, DType compute, const std::string& attention_backend) {
+  try {
+    place(device, compute, attention_backend);
+  } catch (const Error&) {
+    // A failed upload leaves no half-placed model: it is back on the CPU as loaded.
+    if (device_ != Device::CPU) place(Device::CPU, DType::F32, "");
+    throw;
+  }
+}
+
+void ClipTextModel::place(Device device, DType compute, const std::string& attention_backend) {
+  if (device == Device::CPU) compute = DType::F32;
+  check(device == Device::CPU || compute == DType::BF16 || compute == DType::F32,
+        "GPU text encoder: products read bf16 or float32, not {}", dtype_name(compute));
+  const Device from = device_;
+  device_ = device;
+  compute_ = compute;
+  runner_.reset();
+  if (!attention_backend.empty()) attention_backend_ = attention_backend;
+  paged::make_paged_backend(attention_backend_, device_);
+  if (device == from && device == Device::CPU) return;
+  // Leaving the GPU starts again from the weights as stored, so the device copies are freed.
+  resident_bytes_ = 0;
+  if (from != Device::CPU) {
+    load_host_weights();
+    if (device == Device::CPU) return;
+  }
+  auto put = [&](Tensor& weight, DType dtype) {
+    weight = weight.to(dtype).to(device);
+    resident_bytes_ += weight.nbytes();
+  };
+  for (Layer& layer : layers_) {
+    for (Tensor* w : {&layer.q, &layer.k, &layer.v, &layer.out, &layer.fc1, &layer.fc2})
+      put(*w, compute);
+    for (Tensor* w : {&layer.norm1_weight, &layer.norm1_bias, &layer.norm2_weight,
+                      &layer.norm2_bias, &layer.q_bias, &layer.k_bias, &layer.v_bias,
+                      &layer.out_bias, &layer.fc1_bias, &layer.fc2_bias})
+      put(*w, DType::F32);
+  }
+  put(final_norm_weight_, DType::F32);
+  put(final_norm_bias_, DType::F32);
+}
+
+Tensor ClipTextModel::embed(const Tensor& ids) const {
+  const int64_t batch = ids.size(0), length = ids.size(1), d = config_.hidden_size;
+  const int64_t vocab = config_.vocab_size;
+  const int64_t* id = ids.data<int64_t>();
+  Tensor x = Tensor::empty({batch * length, d});
+  float* out = x.data<float>();
+  const float* positions = position_embedding_.data<float>();
+  for (int64_t t = 0; t < batch * length; ++t) {
+    check(id[t] >= 0 && id[t] < vocab,
+          "CLIP text encoder: token id {} is outside the vocabulary [0, {}); the tokenizer does "
+          "not match the text encoder",
+          id[t], vocab);
+    // Only the rows used are converted: the table stays mapped as stored.
+    const Tensor row = token_embedding_.select(0, id[t]).to(DType::F32);
+    const float* token = row.data<float>();
+    const float* position = positions + (t % length) * d;
+    for (int64_t i = 0; i < d; ++i) out[t * d + i] = token[i] + position[i];
+  }
+  return x;
+}
+
+paged::PagedRunner& ClipTextModel::runner_for(int64_t requests, int64_t length) const {
+  if (!runner_ || requests > runner_requests_ || length > runner_length_) {
+    paged::PagedModelSpec spec;
+    spec.num_layers = config_.num_hidden_layers;
+    spec.num_q_heads = config_.num_attention_heads;
+    spec.num_kv_heads = config_.num_attention_heads;
+    spec.head_dim = config_.head_dim();
+    spec.scaling = float(1.0 / std::sqrt(double(config_.head_dim())));
+    spec.type = paged::AttentionType::Decoder;  // causal
+    paged::PagedRunnerOptions options;
+    options.backend = attention_backend_;
+    options.device = device_;
+    options.page_size = page_size_;
+    options.prefix_cache = false;  // every forward is a fresh prefill: nothing is kept
+    options.max_requests = requests;
+    options.max_context_len = length;
+    options.pool_tokens = requests * (length + page_size_);
+    runner_ = std::make_unique<paged::PagedRunner>(std::move(spec), std::move(options));
+    runner_requests_ = requests;
+    runner_length_ = length;
+  }
+  return *runner_;
+}
+
+// The one place the model calls attention: a causal layer of the runner's current prefill.
+Tensor ClipTextModel::self_attention(int64_t index, const Layer& layer, const Tensor& x,
+                                     paged::PagedRunner& runner) const {
+  const int64_t tokens = x.size(0), d = config_.hidden_size;
+  const Tensor normed =
+      ops::layer_norm(x, config_.layer_norm_eps, layer.norm1_weight, layer.norm1_bias, compute_);
+  const Tensor context =
+      runner.attention(index, ops::linear(normed, layer.q, layer.q_bias, compute_),
+                       ops::linear(normed, layer.k, layer.k_bias, compute_),
+                       ops::linear(normed, layer.v, layer.v_bias, compute_));
+  return ops::linear(context.reshape({tokens, d}), layer.out, layer.out_bias);
+}
+
+Tensor ClipTextModel::mlp(const Layer& layer, const Tensor& x) const {
+  const Tensor normed =
+      ops::layer_norm(x, config_.layer_norm_eps, layer.norm2_weight, layer.norm2_bias, compute_);
+  Tensor hidden = ops::linear(normed, layer.fc1, layer.fc1_bias);  // float32
+  switch (config_.activation) {
+    case ClipActivation::QuickGelu:
+      ops::scale_(hidden, kQuickGelu);
+      ops::silu_(hidden);
+      ops::scale_(hidden, 1.0f / kQuickGelu);
+      break;
+    case ClipActivation::Gelu:
+      ops::activate_(hidden, Activation::Gelu);
+      break;
+    case ClipActivation::GeluTanh:
+      ops::activate_(hidden, Activation::GeluTanh);
+      break;
+  }
+  return ops::linear(hidden.to(compute_), layer.fc2, layer.fc2_bias);
+}
+
+std::vector<int64_t> ClipTextModel::pooled_positions(const Tensor& input_ids) const {
+  const Tensor ids = as_int64(input_ids);
+  check(ids.dim() == 2, "CLIP text encoder: input_ids must be [batch, tokens], got {}",
+        shape_string(ids.shape()));
+  const int64_t batch = ids.size(0), length = ids.size(1);
+  std::vector<int64_t> positions(size_t(batch), 0);
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t* row = ids.data<int64_t>() + b * length;
+    if (config_.pools_at_argmax()) {
+      positions[size_t(b)] = std::max_element(row, row + length) - row;  // the first maximum
+    } else {
+      const int64_t* eos = std::find(row, row + length, config_.eos_token_id);
+      positions[size_t(b)] = eos == row + length ? 0 : eos - row;
+    }
+  }
+  return positions;
+}
+
+ClipTextModel::Output ClipTextModel::forward(const Tensor& input_ids) const {
+  const Tensor ids = as_int64(input_ids);
+  check(ids.dim() == 2 && ids.size(0) > 0 && ids.size(1) > 0,
+        "CLIP text encoder: input_ids must be [batch, tokens] with at least one token, got {}",
+        shape_string(ids.shape()));
+  const int64_t batch = ids.size(0), length = ids.size(1), d = config_.hidden_size;
+  check(length <= config_.max_position_embeddings,
+        "CLIP text encoder: {} tokens, more than its {} positions; tokenize with "
+        "max_length {} and truncation",
+        length, config_.max_position_embeddings, config_.max_position_embeddings);
+  Tensor x = embed(ids).to(device_);  // the residual stream, float32
+
+  std::vector<std::vector<int64_t>> prompts(static_cast<size_t>(batch));
+  for (int64_t b = 0; b < batch; ++b)
+    prompts[size_t(b)].assign(ids.data<int64_t>() + b * length,
+                              ids.data<int64_t>() + (b + 1) * length);
+  paged::PagedRunner& runner = runner_for(batch, length);
+  // No prefix cache: the prefill's tokens are the ids in order, request after request.
+  runner.begin_extend(prompts);
+  try {
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      ops::add_(x, self_attention(int64_t(l), layers_[l], x, runner));
+      ops::add_(x, mlp(layers_[l], x));
+    }
+  } catch (...) {
+    runner.finish();
+    throw;
+  }
+  runner.finish();
+
+  Output output;
+  output.last_hidden_state =
+      ops::layer_norm(x, config_.layer_norm_eps, final_norm_weight_, final_norm_bias_)
+          .to(Device::CPU)
+          .contiguous()
+          .view({batch, length, d});
+  output.pooled = Tensor::empty({batch, d});
+  const std::vector<int64_t> rows = pooled_positions(ids);
+  for (int64_t b = 0; b < batch; ++b)
+    std::memcpy(output.pooled.data<float>() + b * d,
+                output.last_hidden_state.data<float>() + (b * length + rows[size_t(b)]) * d,
+                size_t(d) * sizeof(float));
+  return output;
+}
+
+ClipTextModel::Output ClipTextModel::forward(
+    const std::vector<std::vector<int64_t>>& input_ids) const {
+  check(!input_ids.empty() && !input_ids.front().empty(),
+        "CLIP text encoder: no prompts, or an empty one");
+  const size_t length = input_ids.front().size();
+  std::vector<int64_t> packed;
+  for (const auto& row : input_ids) {
+    check(row.size() == length,
+          "CLIP text encoder: prompts of {} and {} tokens; pad them to one length "
+          "(encode_padded)",
+          length, row.size());
+    packed.insert(packed.end(), row.begin(), row.end());
+  }
+  return forward(Tensor::from_vector({int64_t(input_ids.size()), int64_t(length)}, packed));
+}
+
+}  // namespace mmgen::text_encoders
