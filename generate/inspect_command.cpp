@@ -106,7 +106,13 @@ int run_inspect(const std::vector<std::string>& arguments) {
   std::string out = fmt::format("{} at {} (diffusers {})\n", report["pipeline"].get<std::string>(),
                                 report["model_path"].get<std::string>(),
                                 report["diffusers_version"].get<std::string>());
-  out += fmt::format("{}{}{}{}{}{}{}{}\n", pad("component", 13), pad("class", 26),
+  // Columns as wide as their longest entry (FLUX's text_encoder_2, the scheduler's class).
+  size_t name_width = 13, class_width = 26;
+  for (const auto& [name, c] : report["components"].items()) {
+    name_width = std::max(name_width, name.size());
+    class_width = std::max(class_width, c["class"].get<std::string>().size());
+  }
+  out += fmt::format("{}{}{}{}{}{}{}{}\n", pad("component", name_width), pad("class", class_width),
                      pad("parameters", 11), pad("dtypes", 9), pad("on disk", 10), pad("mapped", 10),
                      pad("as f32", 10), "attention");
   for (const auto& [name, c] : report["components"].items()) {
@@ -118,7 +124,8 @@ int run_inspect(const std::vector<std::string>& arguments) {
     if (!c["attention_backend"].is_null())
       attention = fmt::format("{} ({})", c["attention_backend"].get<std::string>(),
                               c["attention_backend_source"].get<std::string>());
-    out += fmt::format("{}{}{}{}{}{}{}{}\n", pad(name, 13), pad(c["class"].get<std::string>(), 26),
+    out += fmt::format("{}{}{}{}{}{}{}{}\n", pad(name, name_width),
+                       pad(c["class"].get<std::string>(), class_width),
                        pad(weights ? format_count(c["parameters"].get<int64_t>()) : "-", 11),
                        pad(dtypes.empty() ? "-" : dtypes, 9),
                        pad(format_bytes(c["on_disk_bytes"].get<uint64_t>()), 10),
@@ -126,7 +133,7 @@ int run_inspect(const std::vector<std::string>& arguments) {
                        pad(weights ? format_bytes(c["float32_bytes"].get<uint64_t>()) : "-", 10),
                        attention);
   }
-  out += fmt::format("{}{}{}{}{}\n", pad("total", 13), pad("", 26),
+  out += fmt::format("{}{}{}{}{}\n", pad("total", name_width), pad("", class_width),
                      pad(format_count(report["parameters"].get<int64_t>()), 11), pad("", 9),
                      format_bytes(report["on_disk_bytes"].get<uint64_t>()));
   const json& r = report["request"];
@@ -164,12 +171,16 @@ int run_inspect(const std::vector<std::string>& arguments) {
     auto gpu = [&](const char* key) { return format_bytes(g[key].get<uint64_t>()); };
     out += fmt::format(
         "gpu:     weights {} resident at once with --device cuda{} (text encoder {}, transformer "
-        "{}, {} with its blocks streamed, VAE at most {}; activations not counted)\n",
+        "{}{}, VAE at most {}; activations not counted)\n",
         gpu("resident_bytes"),
         g["offload"] == "blocks"   ? ", one stage at a time and the blocks streamed (--gpu-offload)"
         : g["offload"] == "stages" ? ", one stage at a time (--gpu-offload)"
                                    : "",
-        gpu("text_encoder_bytes"), gpu("transformer_bytes"), gpu("transformer_streamed_bytes"),
+        gpu("text_encoder_bytes"), gpu("transformer_bytes"),
+        // A pipeline that cannot stream its blocks has no streamed figure.
+        g["transformer_streamed_bytes"].get<uint64_t>() > 0
+            ? fmt::format(", {} with its blocks streamed", gpu("transformer_streamed_bytes"))
+            : std::string(),
         gpu("vae_bytes"));
   }
   std::cout << out;

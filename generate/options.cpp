@@ -53,7 +53,11 @@ const std::vector<OptionSpec>& option_table() {
       {"fps", T::Float, 16, "frames per second of a video output"},
       {"num-inference-steps", T::Int, 50, "denoising steps"},
       {"guidance-scale", T::Float, 5.0,
-       "classifier-free guidance scale; off at 1 for Wan, at 0 for Z-Image"},
+       "classifier-free guidance scale; off at 1 for Wan, at 0 for Z-Image; FLUX.1-dev takes it as "
+       "an input (guidance-distilled, one forward per step)"},
+      {"true-cfg-scale", T::Float, 1.0,
+       "true classifier-free guidance with --negative-prompt for FLUX (a second forward per step); "
+       "off at 1"},
       {"flow-shift", T::Float, nullptr,
        "overrides the scheduler's flow_shift from the model folder"},
       {"max-sequence-length", T::Int, 512, "text tokens the encoder sees (padded/truncated)"},

@@ -50,12 +50,19 @@ json config_or_empty(const ModelIndex& index, const std::string& component) {
 // The sparse backends are written for Wan's video token grid (frames x height x width tiles, no
 // caption tokens in the sequence); on Z-Image's one-frame image + caption sequence none of them
 // is wired, so the selector refuses them rather than run something untested.
+// FLUX's blocks attend over [text, image] jointly, with no cross-attention either.
 void describe_dit(ComponentAttention& component, const std::string& class_name) {
-  if (class_name != "ZImageTransformer2DModel") return;
-  component.cross_attention = false;
-  component.sparse_refusal =
-      "the sparse backends are written for Wan's video token grid, not Z-Image's single-stream "
-      "image + caption sequence";
+  if (class_name == "ZImageTransformer2DModel") {
+    component.cross_attention = false;
+    component.sparse_refusal =
+        "the sparse backends are written for Wan's video token grid, not Z-Image's single-stream "
+        "image + caption sequence";
+  } else if (class_name == "FluxTransformer2DModel") {
+    component.cross_attention = false;
+    component.sparse_refusal =
+        "the sparse backends are written for Wan's video token grid, not FLUX's joint text + "
+        "image sequence";
+  }
 }
 
 std::optional<std::string> environment_backend() {
@@ -262,9 +269,10 @@ void log_attention_plan(const AttentionPlan& plan) {
         split->backend, split->dense, split->setting);
 }
 
-std::string gpu_text_backend(const AttentionPlan& plan, int64_t head_dim) {
+std::string gpu_text_backend(const AttentionPlan& plan, int64_t head_dim,
+                             const std::string& component) {
   const attention::Machine& gpu = attention::machine_for_device("cuda");
-  auto it = plan.components.find("text_encoder");
+  auto it = plan.components.find(component);
   if (it != plan.components.end() && it->second.has_attention()) {
     const std::string& name = it->second.primary().backend;
     if (attention::kernel_availability(gpu, attention::Family::Paged, name, gpu.dtype, head_dim).ok)

@@ -73,7 +73,9 @@ void log_attention_notes(const AttentionPlan& plan);
 
 // A text encoder's paged backend on the GPU. A plan made for --device cuda chose it against the
 // GPU's kernels; a plan made for the CPU (a library caller's default plan) names a CPU design, and
-// the GPU's automatic choice for `head_dim` takes its place.
-std::string gpu_text_backend(const AttentionPlan& plan, int64_t head_dim);
+// the GPU's automatic choice for `head_dim` takes its place. `component`: the text encoder's
+// model_index.json key (FLUX has two: text_encoder, CLIP, and text_encoder_2, T5).
+std::string gpu_text_backend(const AttentionPlan& plan, int64_t head_dim,
+                             const std::string& component = "text_encoder");
 
 }  // namespace mmgen

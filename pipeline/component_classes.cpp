@@ -12,7 +12,9 @@ std::vector<ComponentClass> make_table() {
       {"AutoencoderKLWan", ComponentKind::Vae, "diffusers", "vae::WanVaeDecoder"},
       {"ZImageTransformer2DModel", ComponentKind::Transformer, "diffusers",
        "dit::ZImageTransformer"},
+      {"FluxTransformer2DModel", ComponentKind::Transformer, "diffusers", "dit::FluxTransformer"},
       {"AutoencoderKL", ComponentKind::Vae, "diffusers", "vae::AutoencoderKLDecoder"},
+      {"CLIPTextModel", ComponentKind::TextEncoder, "transformers", "text_encoders::ClipTextModel"},
       {"UMT5EncoderModel", ComponentKind::TextEncoder, "transformers",
        "text_encoders::UMT5Encoder"},
       {"T5EncoderModel", ComponentKind::TextEncoder, "transformers", "text_encoders::UMT5Encoder"},
@@ -22,6 +24,10 @@ std::vector<ComponentClass> make_table() {
       // The tokenizer is read from tokenizer.json whatever the class (the slow classes' folders
       // hold one too when saved by a recent transformers), so these differ only in the vocabulary
       // their model expects; a pipeline names the ones that fit its text encoder.
+      // CLIP's tokenizer is read from vocab.json + merges.txt when its folder has no
+      // tokenizer.json (the FLUX.1 repos ship it so).
+      {"CLIPTokenizer", ComponentKind::Tokenizer, "transformers", "tokenizers::Tokenizer"},
+      {"CLIPTokenizerFast", ComponentKind::Tokenizer, "transformers", "tokenizers::Tokenizer"},
       {"T5Tokenizer", ComponentKind::Tokenizer, "transformers", "tokenizers::Tokenizer"},
       {"T5TokenizerFast", ComponentKind::Tokenizer, "transformers", "tokenizers::Tokenizer"},
       {"Qwen2Tokenizer", ComponentKind::Tokenizer, "transformers", "tokenizers::Tokenizer"},

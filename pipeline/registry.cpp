@@ -5,6 +5,8 @@
 
 #include "core/error.h"
 #include "models/dit/zimage_config.h"
+#include "pipeline/flux_memory.h"
+#include "pipeline/flux_pipeline.h"
 #include "pipeline/wan_memory.h"
 #include "pipeline/wan_pipeline.h"
 #include "pipeline/zimage_memory.h"
@@ -106,6 +108,25 @@ Shape zimage_latent_shape(const Request& request, const ModelIndex& index) {
   return {1, channels, request.height / factor, request.width / factor};
 }
 
+// FLUX: latents [1, latent_channels, 2·(H / 2f), 2·(W / 2f)] packed into 2x2 tokens; diffusers
+// rounds other sizes down, mmgen asks for multiples of 2f (16 with FLUX's VAE).
+void validate_flux(const Request& request, const ModelIndex& index) {
+  const int64_t multiple = zimage_spatial_factor(index) * 2;
+  check(request.height % multiple == 0 && request.width % multiple == 0,
+        "--height {} / --width {}: FLUX needs multiples of {}; try {}x{}", request.height,
+        request.width, multiple, std::max(multiple, request.height / multiple * multiple),
+        std::max(multiple, request.width / multiple * multiple));
+  check(request.num_frames == 1, "--num-frames {}: FLUX makes still images; use --num-frames 1",
+        request.num_frames);
+  check_vae_tiles(request, zimage_spatial_factor(index));
+}
+
+Shape flux_latent_shape(const Request& request, const ModelIndex& index) {
+  const int64_t factor = zimage_spatial_factor(index);
+  const int64_t channels = index.config("vae").value("latent_channels", int64_t(16));
+  return {1, channels, 2 * (request.height / (2 * factor)), 2 * (request.width / (2 * factor))};
+}
+
 std::string join(const std::vector<std::string>& names) {
   std::string text;
   for (const auto& name : names) text += (text.empty() ? "" : ", ") + name;
@@ -145,6 +166,24 @@ const std::vector<PipelineSpec>& pipeline_registry() {
        zimage_latent_shape,
        load_zimage_pipeline,
        estimate_zimage_memory},
+      {"FluxPipeline",
+       "flux.yaml",
+       {{"text_encoder", ComponentKind::TextEncoder, {"CLIPTextModel"}},
+        {"tokenizer", ComponentKind::Tokenizer, {"CLIPTokenizer", "CLIPTokenizerFast"}},
+        {"text_encoder_2", ComponentKind::TextEncoder, {"T5EncoderModel"}},
+        {"tokenizer_2",
+         ComponentKind::Tokenizer,
+         {"T5Tokenizer", "T5TokenizerFast", "TokenizersBackend"}},
+        {"transformer", ComponentKind::Transformer, {"FluxTransformer2DModel"}},
+        {"vae", ComponentKind::Vae, {"AutoencoderKL"}},
+        // FLUX passes explicit sigmas and mu, which only this scheduler takes.
+        {"scheduler", ComponentKind::Scheduler, {"FlowMatchEulerDiscreteScheduler"}}},
+       validate_flux,
+       flux_latent_shape,
+       load_flux_pipeline,
+       estimate_flux_memory,
+       /*stage_offload=*/false,
+       estimate_flux_gpu_weights},
   };
   return registry;
 }

@@ -65,6 +65,7 @@ Request request_from_settings(const json& settings) {
   r.fps = settings.value("fps", 16.0);
   r.num_inference_steps = settings.value("num-inference-steps", int64_t(0));
   r.guidance_scale = settings.value("guidance-scale", 1.0);
+  r.true_cfg_scale = settings.value("true-cfg-scale", 1.0);
   r.flow_shift = optional_value<double>(settings, "flow-shift");
   r.max_sequence_length = settings.value("max-sequence-length", int64_t(0));
   const int64_t seed = settings.value("seed", int64_t(0));
@@ -157,6 +158,9 @@ Request request_from_settings(const json& settings) {
         "--gpus {} spreads a generation over GPUs, but the device is {} ({}); pass --device cuda "
         "or drop --gpus",
         r.gpus, r.device, r.device_reason);
+  check(r.true_cfg_scale >= 0 && r.true_cfg_scale <= Limits::kMaxGuidanceScale,
+        "--true-cfg-scale must be from 0 to {} (got {}); 1 turns it off", Limits::kMaxGuidanceScale,
+        r.true_cfg_scale);
   check(!r.cfg_parallel || (r.gpus % 2 == 0 && r.guidance_scale > 1),
         "--cfg-parallel runs the two guidance branches on two halves of the GPUs: it needs an "
         "even --gpus (got {}) and --guidance-scale above 1 (got {})",

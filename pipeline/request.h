@@ -28,6 +28,8 @@ struct Request {
   double fps = 16;
   int64_t num_inference_steps = 0;
   double guidance_scale = 1;
+  // FLUX / Qwen-Image true classifier-free guidance with the negative prompt; off at 1.
+  double true_cfg_scale = 1;
   std::optional<double> flow_shift;
   int64_t max_sequence_length = 0;
   uint64_t seed = 0;

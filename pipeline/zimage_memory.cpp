@@ -7,6 +7,7 @@
 #include "models/dit/zimage_config.h"
 #include "models/text_encoders/qwen3_config.h"
 #include "models/vae/autoencoder_kl_config.h"
+#include "pipeline/autoencoder_kl_memory.h"
 #include "pipeline/prompt_encoding.h"
 
 namespace mmgen {
@@ -18,7 +19,6 @@ constexpr uint64_t kFloat = 4;
 // the im2col budget per thread (core/conv_cpu.cpp) and the allocator's fragmentation slack.
 constexpr uint64_t kRuntimeBytes = 64ull << 20;
 constexpr uint64_t kTokenizerExpansion = 6;
-constexpr uint64_t kColumnBudget = uint64_t(1) << 22;
 constexpr double kAllocatorSlack = 1.75;
 // ZImageTransformer pads each item's image and caption tokens to multiples of this.
 constexpr int64_t kSequenceMultiple = 32;
@@ -92,33 +92,6 @@ uint64_t transformer_bytes(const Request& request, const ModelIndex& index,
          conversion_bytes(inventory.find("transformer"), config.n_layers);
 }
 
-// The AutoencoderKL decoder over one height x width image (or a tile's region of it, with
-// `attention_plane` the whole latent plane the head's attention spans): at each level a resnet
-// holds its input, the normed copy, the convolution's output and the shortcut, plus the 3x3
-// convolution's im2col columns; the upsampler holds its input and the 2x output; the mid block's
-// attention q, k, v and score rows at the latent resolution.
-uint64_t vae_bytes(const vae::AutoencoderKLConfig& config, int64_t height, int64_t width,
-                   uint64_t attention_plane) {
-  const int64_t factor = config.spatial_factor();
-  const uint64_t threads = uint64_t(std::max(1, omp_get_max_threads()));
-  uint64_t plane = uint64_t((height / factor) * (width / factor));
-  const std::vector<int64_t>& channels = config.block_out_channels;
-  const uint64_t widest = uint64_t(channels.back());
-  uint64_t peak = 3 * widest * attention_plane + threads * 128 * attention_plane;  // mid attention
-  for (size_t level = 0; level < channels.size(); ++level) {
-    const uint64_t out = uint64_t(channels[channels.size() - 1 - level]);
-    const uint64_t in = level == 0 ? widest : uint64_t(channels[channels.size() - level]);
-    const uint64_t columns =
-        std::min<uint64_t>(9 * std::max(in, out) * plane, threads * kColumnBudget);
-    peak = std::max(peak, plane * (in + 3 * out) + columns);
-    if (level + 1 < channels.size()) {
-      peak = std::max(peak, plane * out + 4 * plane * out + columns);
-      plane *= 4;
-    }
-  }
-  return peak * kFloat;
-}
-
 }  // namespace
 
 MemoryEstimate estimate_zimage_memory(const Request& request, const ModelIndex& index,
@@ -135,28 +108,9 @@ MemoryEstimate estimate_zimage_memory(const Request& request, const ModelIndex& 
   estimate.text_encoding = text_encoder_bytes(request, index, inventory);
   estimate.denoising =
       transformer_bytes(request, index, inventory, request.height / factor, request.width / factor);
-  // The decoded image, then its channels-last copy in [0, 1] and the writer's 8-bit pixels.
-  const uint64_t image =
-      uint64_t(vae_config.out_channels) * uint64_t(request.height * request.width) * kFloat;
-  estimate.output = image;
-  const uint64_t latent_plane =
-      uint64_t(request.height / factor) * uint64_t(request.width / factor);
-  if (request.vae_tiling) {
-    // One tile's region at a time: its core plus the halo on both sides
-    // (models/vae/autoencoder_kl_tiled_decode.h), inside the image; beside it the head's output on
-    // the whole latent plane (the widest channel count), the blend's weight plane and the image
-    // the tiles are summed into.
-    const int64_t region = request.vae_tile_size + 2 * vae_config.tail_radius() * factor;
-    const int64_t tile_h = std::min(request.height, region);
-    const int64_t tile_w = std::min(request.width, region);
-    const uint64_t head = latent_plane * uint64_t(vae_config.block_out_channels.back()) * kFloat;
-    const uint64_t weights = uint64_t(request.height * request.width) * kFloat;
-    estimate.decoding =
-        vae_bytes(vae_config, tile_h, tile_w, latent_plane) + head + weights + image;
-  } else {
-    estimate.decoding = vae_bytes(vae_config, request.height, request.width, latent_plane);
-  }
-  estimate.decoding = std::max(estimate.decoding, image + image / 4);
+  estimate.output = autoencoder_kl_image_bytes(request, vae_config);
+  estimate.decoding = autoencoder_kl_decode_bytes(request, vae_config);
+  const uint64_t image = estimate.output;
   if (request.device == "cuda") {
     // The encoder, the transformer and the VAE run on the GPU: the host holds the mapped weights,
     // the latents and the image coming back (GPU memory is not estimated yet).

@@ -116,10 +116,10 @@ TEST(ComponentClasses, ZImageIsAPipelineAndUnknownOnesAreRefused) {
   const PipelineSpec& spec = find_pipeline(index.class_name, model);
   EXPECT_EQ(spec.class_name, "ZImagePipeline");
   EXPECT_EQ(testing::error_message([&] { check_components(spec, index); }), "");
-  EXPECT_EQ(testing::error_message([&] { find_pipeline("FluxPipeline", model); }),
+  EXPECT_EQ(testing::error_message([&] { find_pipeline("StableDiffusionPipeline", model); }),
             model.string() +
-                ": pipeline class 'FluxPipeline' is not supported by this mmgen (supported: "
-                "WanPipeline, ZImagePipeline)");
+                ": pipeline class 'StableDiffusionPipeline' is not supported by this mmgen "
+                "(supported: WanPipeline, ZImagePipeline, FluxPipeline)");
 }
 
 }  // namespace

@@ -149,6 +149,23 @@ fs::path checkout() {
     transformer["axes_lens"] = {1536, 512, 512};
     testing::write_json_file(snapshot / "transformer/config.json", transformer);
   }
+  // The FLUX ids docs/usage.md names, their snapshots being the flux-tiny fixture (in the
+  // repository); schnell's with the fixture's transformer without a guidance embedder.
+  for (const char* name : {"FLUX.1-dev", "FLUX.1-schnell"}) {
+    const fs::path tiny = testing::source_dir() / "tests/fixtures/flux-tiny";
+    const fs::path flux = root / "hf-cache" / (std::string("models--black-forest-labs--") + name);
+    const fs::path snapshot = flux / "snapshots" / commit;
+    fs::create_directories(flux / "refs");
+    fs::create_directories(snapshot);
+    std::ofstream(flux / "refs/main") << commit;
+    for (const char* entry : {"model_index.json", "scheduler", "text_encoder", "text_encoder_2",
+                              "tokenizer", "tokenizer_2", "vae"})
+      fs::create_symlink(tiny / "model" / entry, snapshot / entry);
+    fs::create_directory_symlink(std::string(name) == "FLUX.1-dev"
+                                     ? tiny / "model/transformer"
+                                     : tiny / "reference/transformer_schnell",
+                                 snapshot / "transformer");
+  }
   setenv("HF_HUB_CACHE", (root / "hf-cache").c_str(), 1);
   // run.yaml as docs/usage.md shows it.
   const std::string usage = read_text_file(testing::source_dir() / "docs/usage.md");
@@ -381,6 +398,29 @@ std::map<std::string, Expectation> expectations() {
         EXPECT_EQ(run.dry_run["request"]["output_format"], "png");
       },
       true};
+  e["build/mmgen generate --model-path black-forest-labs/FLUX.1-dev --prompt \"a red fox running "
+    "through snow\" --seed 42"] = {true, false, [](const DocCommand&, const DocRun& run) {
+                                     // configs/flux.yaml: FLUX.1-dev's call defaults
+                                     const json& request = run.dry_run["request"];
+                                     EXPECT_EQ(run.dry_run["pipeline"], "FluxPipeline");
+                                     EXPECT_EQ(request["num_inference_steps"], 28);
+                                     EXPECT_EQ(request["guidance_scale"], 3.5);
+                                     EXPECT_EQ(request["true_cfg_scale"], 1.0);
+                                     EXPECT_EQ(request["max_sequence_length"], 512);
+                                     EXPECT_EQ(request["height"], 1024);
+                                     EXPECT_EQ(request["width"], 1024);
+                                     EXPECT_EQ(request["output_format"], "png");
+                                   }};
+  e["build/mmgen generate --model-path black-forest-labs/FLUX.1-schnell --prompt \"a red fox "
+    "running through snow\" --num-inference-steps 4 --guidance-scale 0 --max-sequence-length 256 "
+    "--seed 42"] = {true, false, [](const DocCommand&, const DocRun& run) {
+                      EXPECT_EQ(run.dry_run["pipeline"], "FluxPipeline");
+                      EXPECT_EQ(run.dry_run["request"]["num_inference_steps"], 4);
+                      EXPECT_EQ(run.dry_run["request"]["max_sequence_length"], 256);
+                      const std::string path =
+                          run.dry_run["components"]["transformer"]["path"].get<std::string>();
+                      EXPECT_NE(path.find("FLUX.1-schnell"), std::string::npos) << path;
+                    }};
   return e;
 }
 

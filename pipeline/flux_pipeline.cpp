@@ -1,0 +1,344 @@
+#include "pipeline/flux_pipeline.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "attention/backend.h"
+#include "attention/backend_config.h"
+#include "core/error.h"
+#include "core/interrupt.h"
+#include "core/npy.h"
+#include "core/random.h"
+#include "models/vae/autoencoder_kl_tiled_decode.h"
+#include "pipeline/progress.h"
+#include "pipeline/schedulers/scheduler.h"
+#include "pipeline/zimage_schedule.h"
+
+namespace mmgen {
+namespace {
+
+const attention::ComponentChoice* planned(const AttentionPlan& plan, const std::string& name) {
+  auto it = plan.components.find(name);
+  return it != plan.components.end() && it->second.has_attention() ? &it->second : nullptr;
+}
+
+// VAE output [1, 3, H, W] in [-1, 1] → frames [1, H, W, 3] in [0, 1] (VaeImageProcessor's
+// postprocess: x / 2 + 0.5 clamped, channels last).
+Tensor image_to_frames(const Tensor& image) {
+  const Tensor in = image.to(DType::F32).contiguous();
+  const int64_t channels = in.size(1), pixels = in.size(2) * in.size(3);
+  Tensor frames = Tensor::empty({1, in.size(2), in.size(3), channels});
+  const float* from = in.data<float>();
+  float* to = frames.data<float>();
+  for (int64_t c = 0; c < channels; ++c)
+    for (int64_t i = 0; i < pixels; ++i)
+      to[i * channels + c] = std::clamp(from[c * pixels + i] / 2.0f + 0.5f, 0.0f, 1.0f);
+  return frames;
+}
+
+// neg + scale · (pos − neg), float32 on the host, as FluxPipeline combines true CFG.
+Tensor true_cfg(const Tensor& positive, const Tensor& negative, double scale) {
+  Tensor out = Tensor::empty(positive.shape());
+  const float* p = positive.data<float>();
+  const float* n = negative.data<float>();
+  float* o = out.data<float>();
+  const float s = float(scale);
+  for (int64_t i = 0; i < out.numel(); ++i) o[i] = n[i] + s * (p[i] - n[i]);
+  return out;
+}
+
+}  // namespace
+
+Tensor flux_pack_latents(const Tensor& latents) {
+  check(latents.dim() == 4 && latents.size(0) == 1 && latents.size(2) % 2 == 0 &&
+            latents.size(3) % 2 == 0,
+        "FLUX latents must be [1, C, h, w] with even h and w, got {}",
+        shape_string(latents.shape()));
+  const Tensor in = latents.to(DType::F32).contiguous();
+  const int64_t c = in.size(1), h = in.size(2), w = in.size(3), rows = h / 2, columns = w / 2;
+  Tensor out = Tensor::empty({1, rows * columns, 4 * c});
+  const float* from = in.data<float>();
+  float* to = out.data<float>();
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < columns; ++j)
+      for (int64_t k = 0; k < c; ++k)
+        for (int64_t dy = 0; dy < 2; ++dy)
+          for (int64_t dx = 0; dx < 2; ++dx)
+            to[(i * columns + j) * 4 * c + k * 4 + dy * 2 + dx] =
+                from[(k * h + 2 * i + dy) * w + 2 * j + dx];
+  return out;
+}
+
+Tensor flux_unpack_latents(const Tensor& packed, int64_t c, int64_t h, int64_t w) {
+  check(packed.dim() == 3 && packed.size(1) == (h / 2) * (w / 2) && packed.size(2) == 4 * c,
+        "FLUX packed latents {} do not fill [1, {}, {}, {}]", shape_string(packed.shape()), c, h,
+        w);
+  const Tensor in = packed.to(DType::F32).contiguous();
+  const int64_t columns = w / 2;
+  Tensor out = Tensor::empty({1, c, h, w});
+  const float* from = in.data<float>();
+  float* to = out.data<float>();
+  for (int64_t i = 0; i < h / 2; ++i)
+    for (int64_t j = 0; j < columns; ++j)
+      for (int64_t k = 0; k < c; ++k)
+        for (int64_t dy = 0; dy < 2; ++dy)
+          for (int64_t dx = 0; dx < 2; ++dx)
+            to[(k * h + 2 * i + dy) * w + 2 * j + dx] =
+                from[(i * columns + j) * 4 * c + k * 4 + dy * 2 + dx];
+  return out;
+}
+
+std::vector<double> flux_default_sigmas(int steps) {
+  check(steps >= 1, "--num-inference-steps {} must be at least 1", steps);
+  std::vector<double> sigmas(static_cast<size_t>(steps));
+  const double end = 1.0 / double(steps);
+  if (steps == 1) return {1.0};
+  // numpy's linspace: start + i · step, the last one exactly `end`.
+  const double step = (end - 1.0) / double(steps - 1);
+  for (int i = 0; i < steps; ++i) sigmas[size_t(i)] = 1.0 + double(i) * step;
+  sigmas.back() = end;
+  return sigmas;
+}
+
+std::unique_ptr<schedulers::Scheduler> make_flux_scheduler(const std::string& class_name,
+                                                           const nlohmann::json& config,
+                                                           std::optional<double> flow_shift,
+                                                           int steps, int64_t latent_height,
+                                                           int64_t latent_width) {
+  auto scheduler = schedulers::make_scheduler(class_name, config, flow_shift);
+  schedulers::ScheduleOptions options;
+  options.sigmas = flux_default_sigmas(steps);
+  // calculate_shift over the packed token count, (h / 2) · (w / 2), as Z-Image's.
+  options.mu = zimage_mu(config, latent_height, latent_width);
+  scheduler->set_timesteps(steps, options);
+  return scheduler;
+}
+
+FluxPipeline::FluxPipeline(const ModelIndex& index)
+    : FluxPipeline(index, plan_attention(index, Request{})) {}
+
+FluxPipeline::FluxPipeline(const ModelIndex& index, AttentionPlan plan)
+    : index_(index), attention_plan_(std::move(plan)) {
+  check_components(find_pipeline("FluxPipeline", index.root / "model_index.json"), index);
+  auto where = [&](const char* name) { return component_config_path(index.component(name)); };
+  clip_tokenizer_ = tokenizers::Tokenizer::load(index.component("tokenizer").path);
+  t5_tokenizer_ = tokenizers::Tokenizer::load(index.component("tokenizer_2").path);
+  clip_ = std::make_unique<text_encoders::ClipTextModel>(
+      text_encoders::ClipTextModel::from_folder(index.component("text_encoder").path));
+  t5_ = std::make_unique<text_encoders::UMT5Encoder>(
+      text_encoders::T5Config::from_json(index.config("text_encoder_2"),
+                                         where("text_encoder_2").string()),
+      WeightStore::open_folder(index.component("text_encoder_2").path));
+  transformer_ = std::make_unique<dit::FluxTransformer>(
+      dit::FluxConfig::from_json(index.config("transformer"), where("transformer").string()),
+      WeightStore::open_folder(index.component("transformer").path));
+  vae_ = std::make_unique<vae::AutoencoderKLDecoder>(
+      vae::AutoencoderKLConfig::from_json(index.config("vae"), where("vae").string()),
+      WeightStore::open_folder(index.component("vae").path));
+  scheduler_class_ = index.component("scheduler").class_name;
+  scheduler_config_ = index.config("scheduler");
+  schedulers::make_scheduler(scheduler_class_, scheduler_config_);
+  if (const auto* choice = planned(attention_plan_, "text_encoder")) {
+    clip_backend_ = choice->primary().backend;
+    clip_->set_attention_backend(clip_backend_);
+  }
+  if (const auto* choice = planned(attention_plan_, "text_encoder_2")) {
+    t5_backend_ = choice->primary().backend;
+    t5_->set_attention_backend(t5_backend_);
+  }
+  if (const auto* choice = planned(attention_plan_, "vae"))
+    vae_->set_attention_backend(
+        attention::make_dit_backend(choice->primary().backend, nlohmann::json::object()));
+}
+
+void FluxPipeline::place(bool cuda) const {
+  const Device device = cuda ? Device::CUDA : Device::CPU;
+#ifndef MMGEN_HAVE_CUDA
+  check(!cuda,
+        "--device cuda: this build has no CUDA support; rebuild with -DMMGEN_CUDA=ON or use "
+        "--device cpu");
+#endif
+  if (transformer_->device() == device && clip_->device() == device && t5_->device() == device &&
+      vae_->device() == device)
+    return;
+  Progress upload(cuda ? "upload" : "place", 1);
+  if (clip_->device() != device)
+    clip_->set_device(
+        device, DType::BF16,
+        cuda ? gpu_text_backend(attention_plan_, clip_->config().head_dim(), "text_encoder")
+             : clip_backend_);
+  if (t5_->device() != device)
+    t5_->set_device(device, DType::BF16,
+                    cuda ? gpu_text_backend(attention_plan_, t5_->config().d_kv, "text_encoder_2")
+                         : t5_backend_);
+  if (transformer_->device() != device) transformer_->set_device(device);
+  if (vae_->device() != device) vae_->set_device(device);
+  upload.finish();
+}
+
+FluxPromptEmbedding FluxPipeline::encode_prompt(const std::string& prompt,
+                                                int64_t max_sequence_length) const {
+  // FluxPipeline pads CLIP to its 77 positions and T5 to max_sequence_length, and passes neither
+  // encoder a mask: pad tokens are attended like any other (CLIP's causal mask hides them from
+  // the pooled row).
+  const tokenizers::Encoding clip_ids =
+      clip_tokenizer_->encode_padded(prompt, size_t(clip_->config().max_position_embeddings));
+  FluxPromptEmbedding out;
+  out.pooled = clip_->forward(std::vector<std::vector<int64_t>>{clip_ids.ids})
+                   .pooled.view({-1})
+                   .contiguous();
+  const tokenizers::Encoding t5_ids =
+      t5_tokenizer_->encode_padded(prompt, size_t(max_sequence_length));
+  const Tensor ids = Tensor::from_vector({1, int64_t(t5_ids.ids.size())}, t5_ids.ids);
+  out.text = t5_->forward(ids).select(0, 0).contiguous();
+  return out;
+}
+
+Shape FluxPipeline::latent_shape(int64_t height, int64_t width) const {
+  const int64_t factor = vae_->config().spatial_factor();
+  // diffusers: 2 · (H // (2f)), so that the latent packs into whole 2x2 tokens.
+  return {1, vae_->config().latent_channels, 2 * (height / (2 * factor)),
+          2 * (width / (2 * factor))};
+}
+
+dit::FluxAttention FluxPipeline::build_attention() const {
+  dit::FluxAttention attention;
+  const auto* choice = planned(attention_plan_, "transformer");
+  if (!choice) return attention;
+  const std::string backend = choice->primary().backend;
+  auto found = attention_plan_.backend_configs.find(backend);
+  const nlohmann::json config =
+      found != attention_plan_.backend_configs.end()
+          ? found->second
+          : attention::validate_backend_config(nlohmann::json::object(), backend);
+  const auto stack = [&](int64_t layers) {
+    std::vector<dit::FluxLayerAttention> out(static_cast<size_t>(layers));
+    for (auto& layer : out)
+      layer.backend = attention::make_dit_backend(backend, config, attention_plan_.resources);
+    return out;
+  };
+  attention.double_layers = stack(transformer_->config().num_layers);
+  attention.single_layers = stack(transformer_->config().num_single_layers);
+  return attention;
+}
+
+FluxGenerationOutput FluxPipeline::generate(const FluxGenerationInput& input,
+                                            bool keep_step_latents) const {
+  place(input.cuda);
+  const bool true_cfg_on = input.true_cfg_scale > 1.0 && !input.negative_prompt.empty();
+  Progress encode_stage("encode", 1);
+  const FluxPromptEmbedding positive = encode_prompt(input.prompt, input.max_sequence_length);
+  FluxPromptEmbedding negative;
+  if (true_cfg_on) negative = encode_prompt(input.negative_prompt, input.max_sequence_length);
+  encode_stage.finish();
+
+  const Shape shape = latent_shape(input.height, input.width);
+  Tensor noise;
+  if (input.initial_latents.defined()) {
+    check(input.initial_latents.shape() == shape,
+          "--latents has shape {} but this request needs {}",
+          shape_string(input.initial_latents.shape()), shape_string(shape));
+    noise = input.initial_latents.to(DType::F32).contiguous();
+  } else {
+    noise = randn(shape, input.seed);
+  }
+  Tensor latents = flux_pack_latents(noise);
+  const int64_t rows = shape[2] / 2, columns = shape[3] / 2;
+
+  auto scheduler = make_flux_scheduler(scheduler_class_, scheduler_config_, input.flow_shift,
+                                       int(input.num_inference_steps), shape[2], shape[3]);
+
+  dit::FluxAttention attention;
+  if (input.cuda) {
+    const auto* choice = planned(attention_plan_, "transformer");
+    if (choice && choice->primary().backend == "torch_sdpa")
+      attention.gpu.dense.self = attention::DenseKernel::Reference;
+  } else {
+    attention = build_attention();
+  }
+  FluxGenerationOutput output;
+  const int steps = scheduler->num_inference_steps();
+  Progress denoise("denoise", steps, "step");
+  for (int i = 0; i < steps; ++i) {
+    stop_if_requested();
+    // timestep / 1000 in float32, as the pipeline divides the scheduler's float32 timestep.
+    const float timestep = scheduler->timesteps()[size_t(i)] / 1000.0f;
+    const Tensor image = latents.select(0, 0).contiguous();
+    const auto item = [&](const FluxPromptEmbedding& prompt) {
+      return dit::FluxItem{image, prompt.text, prompt.pooled, timestep, float(input.guidance_scale),
+                           rows,  columns};
+    };
+    std::vector<dit::FluxItem> batch = {item(positive)};
+    if (true_cfg_on) batch.push_back(item(negative));
+    const std::vector<Tensor> predictions = transformer_->forward(batch, {i, steps}, &attention);
+    const Tensor prediction = true_cfg_on
+                                  ? true_cfg(predictions[0], predictions[1], input.true_cfg_scale)
+                                  : predictions[0];
+    latents = scheduler->step(prediction.view(latents.shape()), i, latents);
+    if (keep_step_latents) output.latents_after_step.push_back(latents);
+    denoise.update(i + 1);
+  }
+  denoise.finish();
+
+  const Tensor z = vae_->denormalize(flux_unpack_latents(latents, shape[1], shape[2], shape[3]));
+  Tensor decoded;
+  if (input.vae_tiles) {
+    Progress decode("decode", 1, "tile");
+    decoded = vae::decode_tiled(*vae_, z, *input.vae_tiles, [&](int done, int total) {
+      decode.update(done, total);
+      stop_if_requested();
+    });
+    decode.finish();
+  } else {
+    Progress decode("decode", 1);
+    decoded = vae_->decode(z);
+    decode.finish();
+  }
+  output.frames = image_to_frames(decoded);
+  return output;
+}
+
+FluxGenerationInput flux_input_from_request(const Request& request, const FluxPipeline& pipeline) {
+  check(!request.gpu_fp8_products,
+        "--gpu-matmul-precision fp8: FP8 products are built for Wan's transformer so far; FLUX "
+        "runs its products in bf16, so leave it at bf16");
+  check(!request.prompt_embeds && !request.negative_prompt_embeds,
+        "--prompt-embeds: FLUX reads two encoders' outputs (T5 and CLIP's pooled row); pass the "
+        "prompt as text");
+  FluxGenerationInput input;
+  input.prompt = request.prompt;
+  input.negative_prompt = request.negative_prompt;
+  input.height = request.height;
+  input.width = request.width;
+  input.num_inference_steps = request.num_inference_steps;
+  input.max_sequence_length = request.max_sequence_length;
+  input.guidance_scale = request.guidance_scale;
+  input.true_cfg_scale = request.true_cfg_scale;
+  input.flow_shift = request.flow_shift;
+  input.seed = request.seed;
+  if (request.latents) input.initial_latents = read_tensor_file(*request.latents);
+  input.cuda = request.device == "cuda";
+  if (request.vae_tiling) {
+    const int64_t factor = pipeline.vae_spatial_factor();
+    input.vae_tiles =
+        vae::TileLayout{request.vae_tile_size / factor, request.vae_tile_overlap / factor};
+  }
+  if (input.true_cfg_scale > 1.0 && input.negative_prompt.empty())
+    spdlog::warn("--true-cfg-scale {}: no --negative-prompt, so true CFG is off (as diffusers)",
+                 input.true_cfg_scale);
+  return input;
+}
+
+PipelineRunner load_flux_pipeline(const ModelIndex& index, const AttentionPlan& plan) {
+  Progress load("load", 1);
+  auto pipeline = std::make_shared<const FluxPipeline>(index, plan);
+  load.finish();
+  PipelineRunner runner;
+  runner.run = [pipeline](const Request& request) {
+    return pipeline->generate(flux_input_from_request(request, *pipeline)).frames;
+  };
+  return runner;
+}
+
+}  // namespace mmgen

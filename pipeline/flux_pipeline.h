@@ -1,0 +1,114 @@
+// FluxPipeline (FLUX.1 dev and schnell, text-to-image), as diffusers runs it: the prompt through
+// CLIP-L (77 tokens, its pooled output) and T5 (max_sequence_length tokens, padded, no mask);
+// noise [1, 16, H/f, W/f] drawn by torch's CPU generator and packed into 2x2 tokens; the
+// FlowMatchEuler schedule over sigmas linspace(1, 1/N, N) shifted by mu from the image's token
+// count; the transformer sees timestep / 1000 and, for dev, the guidance scale as an input
+// (guidance-distilled: one forward per step); with true_cfg_scale > 1 and a negative prompt, a
+// second forward for it and neg + s·(pos − neg) (FluxPipeline's true CFG); unpack, de-normalise,
+// decode with the AutoencoderKL, map to [0, 1].
+//
+// On the GPU (`cuda` in the input) every component runs there as the same class; the weights go up
+// once per pipeline, on the first GPU run.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "models/dit/flux_transformer.h"
+#include "models/text_encoders/clip_text_model.h"
+#include "models/text_encoders/umt5_encoder.h"
+#include "models/tokenizers/tokenizer.h"
+#include "models/vae/autoencoder_kl_decoder.h"
+#include "models/vae/tiling.h"
+#include "pipeline/attention_plan.h"
+#include "pipeline/model_index.h"
+#include "pipeline/registry.h"
+#include "pipeline/request.h"
+#include "pipeline/schedulers/scheduler.h"
+
+namespace mmgen {
+
+struct FluxGenerationInput {
+  std::string prompt;
+  std::string negative_prompt;  // used with true_cfg_scale > 1 only; empty: none
+  int64_t height = 0, width = 0;
+  int64_t num_inference_steps = 0;
+  int64_t max_sequence_length = 0;
+  double guidance_scale = 3.5;  // embedded by a dev transformer; schnell has no embedder
+  double true_cfg_scale = 1.0;
+  std::optional<double> flow_shift;  // replaces the scheduler config's `shift`
+  uint64_t seed = 0;
+  Tensor initial_latents;  // [1, C, H/f, W/f] (unpacked) instead of noise from `seed`
+  bool cuda = false;
+  std::optional<vae::TileLayout> vae_tiles;
+};
+
+struct FluxGenerationOutput {
+  Tensor frames;                           // [1, H, W, 3] float32 in [0, 1]
+  std::vector<Tensor> latents_after_step;  // packed [1, tokens, 4·C], when asked (tests)
+};
+
+// A prompt as the transformer reads it.
+struct FluxPromptEmbedding {
+  Tensor text;    // [max_sequence_length, joint_attention_dim] float32, host: T5's output
+  Tensor pooled;  // [pooled_projection_dim] float32, host: CLIP's pooled output
+};
+
+// FluxPipeline._pack_latents: [1, C, h, w] → [1, (h/2)·(w/2), 4·C], token (i, j) holding channel c
+// of the 2x2 patch at (dy, dx) at 4c + 2dy + dx. unpack is its inverse.
+Tensor flux_pack_latents(const Tensor& latents);
+Tensor flux_unpack_latents(const Tensor& packed, int64_t channels, int64_t height, int64_t width);
+
+// FluxPipeline's sigmas: np.linspace(1, 1/steps, steps) in float64.
+std::vector<double> flux_default_sigmas(int steps);
+
+// The scheduler `class_name` built from its config (flow_shift replaces its `shift`) with
+// FLUX's sigmas and mu for `steps` steps over a latent of latent_height x latent_width.
+std::unique_ptr<schedulers::Scheduler> make_flux_scheduler(const std::string& class_name,
+                                                           const nlohmann::json& config,
+                                                           std::optional<double> flow_shift,
+                                                           int steps, int64_t latent_height,
+                                                           int64_t latent_width);
+
+class FluxPipeline {
+ public:
+  explicit FluxPipeline(const ModelIndex& index);
+  FluxPipeline(const ModelIndex& index, AttentionPlan plan);
+
+  // The prompt through both encoders, where they are (place() moves them).
+  FluxPromptEmbedding encode_prompt(const std::string& prompt, int64_t max_sequence_length) const;
+
+  // [1, latent_channels, height / f, width / f], f the VAE's spatial factor.
+  Shape latent_shape(int64_t height, int64_t width) const;
+  int64_t vae_spatial_factor() const { return vae_->config().spatial_factor(); }
+
+  FluxGenerationOutput generate(const FluxGenerationInput& input,
+                                bool keep_step_latents = false) const;
+
+  const AttentionPlan& attention_plan() const { return attention_plan_; }
+  // The transformer's attention for one run: every layer gets a fresh backend of the plan's choice.
+  dit::FluxAttention build_attention() const;
+  void place(bool cuda) const;
+
+ private:
+  ModelIndex index_;
+  std::unique_ptr<tokenizers::Tokenizer> clip_tokenizer_, t5_tokenizer_;
+  std::unique_ptr<text_encoders::ClipTextModel> clip_;
+  std::unique_ptr<text_encoders::UMT5Encoder> t5_;
+  std::unique_ptr<dit::FluxTransformer> transformer_;
+  std::unique_ptr<vae::AutoencoderKLDecoder> vae_;
+  std::string scheduler_class_;
+  nlohmann::json scheduler_config_;
+  AttentionPlan attention_plan_;
+  std::string clip_backend_, t5_backend_;
+};
+
+FluxGenerationInput flux_input_from_request(const Request& request, const FluxPipeline& pipeline);
+
+// Loads the pipeline once with the plan's backends; each runner call runs one request.
+PipelineRunner load_flux_pipeline(const ModelIndex& index, const AttentionPlan& plan);
+
+}  // namespace mmgen
