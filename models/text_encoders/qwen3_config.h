@@ -1,6 +1,12 @@
 // The hyper-parameters of a Qwen3 decoder (transformers' Qwen3Config), read from `config.json`
 // with transformers' defaults for every key left out. Used both as an LLM (Qwen3ForCausalLM) and
 // as a text encoder (Z-Image's Qwen3Model, whose hidden_states[-2] is the prompt embedding).
+//
+// The same decoder, with two switches, is Qwen2.5-VL's language model (model_type "qwen2_5_vl",
+// Qwen-Image's text encoder): q/k/v projections with biases and no output bias (qkv_bias), no
+// per-head q/k RMSNorm (qk_norm false), head_dim = hidden_size / num_attention_heads, and the
+// text hyper-parameters under "text_config" (transformers 5) or at the top level (v4 configs).
+// Its multimodal RoPE is plain RoPE for text: see read_mrope in qwen3_config.cpp.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +31,9 @@ struct Qwen3Config {
   float rms_norm_eps = 1e-6f;
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v/o projections carry biases
+  bool qkv_bias = false;        // q/k/v projections carry biases, o does not (Qwen2 family)
+  bool qk_norm = true;          // per-head RMSNorm of q and k before RoPE (Qwen3 only)
+  std::string model_type = "qwen3";
 
   // RoPE (rotate-half convention). "default" or "linear" (positions divided by rope_factor).
   std::string rope_type = "default";

@@ -15,11 +15,16 @@ namespace {
 constexpr int64_t kParallelMin = int64_t(1) << 16;
 
 // Qwen3ForCausalLM keeps the decoder under `model.`; a bare Qwen3Model has no prefix.
+// Qwen2_5_VLForConditionalGeneration's language model is `model.language_model.` in transformers
+// 5's module tree, but save_pretrained writes the v4 names back (`model.`, beside `visual.` and
+// `lm_head.`), as the Hub's checkpoints have them: both are read.
 std::string decoder_prefix(const WeightStore& weights) {
-  if (weights.has("model.embed_tokens.weight")) return "model.";
+  for (const char* prefix : {"model.language_model.", "model."})
+    if (weights.has(std::string(prefix) + "embed_tokens.weight")) return prefix;
   check(weights.has("embed_tokens.weight"),
-        "text encoder weights in {} have neither \"model.embed_tokens.weight\" nor "
-        "\"embed_tokens.weight\"; is this a Qwen3 checkpoint?",
+        "text encoder weights in {} have none of \"model.embed_tokens.weight\", "
+        "\"model.language_model.embed_tokens.weight\" or \"embed_tokens.weight\"; is this a "
+        "Qwen3 or Qwen2.5-VL checkpoint?",
         weights.origin().string());
   return "";
 }
@@ -63,14 +68,16 @@ void Qwen3TextModel::map_weights() {
     layer.k = require_weight(weights_, attn + "k_proj.weight", {kv_width, d});
     layer.v = require_weight(weights_, attn + "v_proj.weight", {kv_width, d});
     layer.o = require_weight(weights_, attn + "o_proj.weight", {d, q_width});
-    if (config_.attention_bias) {
+    if (config_.attention_bias || config_.qkv_bias) {
       layer.q_bias = require_weight(weights_, attn + "q_proj.bias", {q_width});
       layer.k_bias = require_weight(weights_, attn + "k_proj.bias", {kv_width});
       layer.v_bias = require_weight(weights_, attn + "v_proj.bias", {kv_width});
-      layer.o_bias = require_weight(weights_, attn + "o_proj.bias", {d});
     }
-    layer.q_norm = require_weight(weights_, attn + "q_norm.weight", {config_.head_dim});
-    layer.k_norm = require_weight(weights_, attn + "k_norm.weight", {config_.head_dim});
+    if (config_.attention_bias) layer.o_bias = require_weight(weights_, attn + "o_proj.bias", {d});
+    if (config_.qk_norm) {
+      layer.q_norm = require_weight(weights_, attn + "q_norm.weight", {config_.head_dim});
+      layer.k_norm = require_weight(weights_, attn + "k_norm.weight", {config_.head_dim});
+    }
     layer.post_attention_norm =
         require_weight(weights_, block + "post_attention_layernorm.weight", {d});
     layer.gate = require_weight(weights_, block + "mlp.gate_proj.weight", {ff, d});
@@ -159,7 +166,8 @@ Tensor Qwen3TextModel::embed(const std::vector<int64_t>& ids) const {
   return x;
 }
 
-// Projections, per-head q/k RMSNorm (before RoPE, as transformers' Qwen3Attention), RoPE, the
+// Projections, per-head q/k RMSNorm (before RoPE, as transformers' Qwen3Attention; Qwen2.5-VL has
+// none), RoPE, the
 // attention call, and the output projection. Products read the compute dtype (the CPU: float32,
 // so every .to(compute_) below is a no-op there); q and k are normalised and rotated in float32
 // and rounded once for attention, v comes out of its product in the compute dtype.
@@ -181,12 +189,14 @@ Tensor Qwen3TextModel::self_attention(int64_t index, const Tensor& x, const Forw
   const Layer& layer = layers_[size_t(index)];
   const int64_t tokens = x.size(0), head_dim = config_.head_dim;
   const Tensor normed = ops::rms_norm(x, layer.input_norm, config_.rms_norm_eps, compute_);
-  Tensor q = ops::rms_norm(ops::linear(normed, layer.q, layer.q_bias, DType::F32)
-                               .view({tokens, config_.num_attention_heads, head_dim}),
-                           layer.q_norm, config_.rms_norm_eps);
-  Tensor k = ops::rms_norm(ops::linear(normed, layer.k, layer.k_bias, DType::F32)
-                               .view({tokens, config_.num_key_value_heads, head_dim}),
-                           layer.k_norm, config_.rms_norm_eps);
+  Tensor q = ops::linear(normed, layer.q, layer.q_bias, DType::F32)
+                 .view({tokens, config_.num_attention_heads, head_dim});
+  Tensor k = ops::linear(normed, layer.k, layer.k_bias, DType::F32)
+                 .view({tokens, config_.num_key_value_heads, head_dim});
+  if (config_.qk_norm) {  // Qwen3; the Qwen2 family rotates the projections as they are
+    q = ops::rms_norm(q, layer.q_norm, config_.rms_norm_eps);
+    k = ops::rms_norm(k, layer.k_norm, config_.rms_norm_eps);
+  }
   const Tensor v = ops::linear(normed, layer.v, layer.v_bias, compute_)
                        .view({tokens, config_.num_key_value_heads, head_dim});
   ops::rope_half_(k, rope.keys.cos, rope.keys.sin);

@@ -12,6 +12,11 @@
 // Checkpoints come as Qwen3ForCausalLM (`model.*` plus `lm_head.weight`) or as a bare Qwen3Model
 // (no `model.` prefix, no LM head: Z-Image's text_encoder). Attention goes through one
 // CausalAttention object per forward, so the paged backends can replace the dense reference.
+//
+// With a "qwen2_5_vl" config (Qwen3Config's qkv_bias / qk_norm switches) it is the language model
+// of Qwen2_5_VLForConditionalGeneration (Qwen-Image's text encoder): q/k/v biases, no q/k norm,
+// weights under `model.` or `model.language_model.`; the vision tower (`visual.*`) is not read,
+// as text-only prompts never reach it.
 #pragma once
 
 #include <memory>
