@@ -16,8 +16,8 @@ rm -rf "$work/out"
 "$mmgen" generate --device cuda --model-path "$work/model" --prompt-file-path "$work/prompts.txt" \
   --height 1024 --width 1024 --num-inference-steps "$steps" --guidance-scale 3.5 --seed 42 \
   --output-format npy --output-path "$work/out" 2>&1 | tee "$work/mmgen.log" |
-  grep -E "upload|load|encode|denoise|decode|write|peak|device|text encoder" || true
-python3 - "$work/mmgen.log" <<'PY'
+  grep -E "error|upload|load|encode|denoise|decode|write|peak|device|text encoder" || true
+python3 - "$work/mmgen.log" <<'PY' || true
 import re, sys
 stages = {"encode": [], "denoise": [], "decode": []}
 per_step = []

@@ -278,9 +278,13 @@ ClipTextModel::Output ClipTextModel::forward(const Tensor& input_ids) const {
   runner.finish();
 
   Output output;
+  // The GPU's affine LayerNorm writes bf16 only (what the next product reads): there the output
+  // is rounded once to bf16, within the GPU's 1e-2 bound.
   output.last_hidden_state =
-      ops::layer_norm(x, config_.layer_norm_eps, final_norm_weight_, final_norm_bias_)
+      ops::layer_norm(x, config_.layer_norm_eps, final_norm_weight_, final_norm_bias_,
+                      device_ == Device::CPU ? DType::F32 : DType::BF16)
           .to(Device::CPU)
+          .to(DType::F32)
           .contiguous()
           .view({batch, length, d});
   output.pooled = Tensor::empty({batch, d});
