@@ -12,6 +12,7 @@
 #include "models/tokenizers/normalizers.h"
 #include "models/tokenizers/post_processor.h"
 #include "models/tokenizers/pre_tokenizers.h"
+#include "models/tokenizers/qwen2_bpe_folder.h"
 #include "models/tokenizers/utf8.h"
 
 namespace mmgen::tokenizers {
@@ -45,6 +46,11 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::filesystem::path& folder) 
     t->normalizer_ = make_clip_normalizer();
     t->added_ = std::make_unique<AddedVocabulary>(t->added_->tokens(), t->normalizer_.get());
     return t;
+  }
+  if (is_qwen2_bpe_folder(folder)) {
+    BpeFolder qwen2 = read_qwen2_bpe_folder(folder);
+    return from_json(qwen2.tokenizer_json, qwen2.source,
+                     qwen2.pad_token.empty() ? std::nullopt : std::optional(qwen2.pad_token));
   }
   // exists(), not is_regular_file(): a tokenizer.json that is a FIFO or a device is there but
   // refused by read_text_file, which says so.

@@ -63,15 +63,19 @@ int64_t WanVaeConfig::spatial_factor() const {
 WanVaeConfig WanVaeConfig::from_json(const json& config, const std::string& where) {
   check(config.is_object(), "{}: expected a JSON object", where);
   WanVaeConfig result;
+  if (present(config, "_class_name") && config["_class_name"] == "AutoencoderKLQwenImage")
+    result.vae_class = WanVaeClass::QwenImage;
+  const bool qwen_image = result.vae_class == WanVaeClass::QwenImage;
 
-  if (present(config, "is_residual")) {
+  // Wan2.2's keys belong to AutoencoderKLWan alone; AutoencoderKLQwenImage ignores them.
+  if (!qwen_image && present(config, "is_residual")) {
     check(config["is_residual"].is_boolean(), "{}: \"is_residual\" must be true or false", where);
     check(!config["is_residual"].get<bool>(),
           "{}: is_residual = true is the Wan2.2 VAE, which mmgen does not implement yet; use a "
           "Wan2.1 VAE (is_residual false)",
           where);
   }
-  if (present(config, "patch_size")) {
+  if (!qwen_image && present(config, "patch_size")) {
     check(config["patch_size"].is_number_integer() && config["patch_size"].get<int64_t>() == 1,
           "{}: patch_size {} is the Wan2.2 patchified VAE, which mmgen does not implement yet; "
           "use a Wan2.1 VAE (patch_size null)",
@@ -79,12 +83,18 @@ WanVaeConfig WanVaeConfig::from_json(const json& config, const std::string& wher
   }
 
   result.base_dim = integer(config, "base_dim", result.base_dim, 1, where);
-  if (present(config, "decoder_base_dim"))
+  if (!qwen_image && present(config, "decoder_base_dim"))
     result.decoder_base_dim = integer(config, "decoder_base_dim", 0, 1, where);
   result.z_dim = integer(config, "z_dim", result.z_dim, 1, where);
   result.num_res_blocks = integer(config, "num_res_blocks", result.num_res_blocks, 0, where);
-  result.in_channels = integer(config, "in_channels", result.in_channels, 1, where);
-  result.out_channels = integer(config, "out_channels", result.out_channels, 1, where);
+  if (qwen_image) {
+    // One key for the image's channels: the encoder's input and the decoder's output.
+    result.in_channels = integer(config, "input_channels", result.in_channels, 1, where);
+    result.out_channels = result.in_channels;
+  } else {
+    result.in_channels = integer(config, "in_channels", result.in_channels, 1, where);
+    result.out_channels = integer(config, "out_channels", result.out_channels, 1, where);
+  }
 
   result.dim_mult = number_list<int64_t>(config, "dim_mult", result.dim_mult, where);
   check(!result.dim_mult.empty() && result.dim_mult.size() <= 8,
@@ -116,6 +126,13 @@ WanVaeConfig WanVaeConfig::from_json(const json& config, const std::string& wher
   for (float s : result.latents_std)
     check(s != 0.0f, "{}: latents_std contains 0, which cannot de-normalise latents", where);
 
+  if (qwen_image) {
+    // No such keys: diffusers' spatial ratio is 2^len(temperal_downsample), what the up blocks
+    // give; the temporal one is what the flags give (Qwen-Image decodes one frame).
+    result.scale_factor_temporal = result.temporal_factor();
+    result.scale_factor_spatial = result.spatial_factor();
+    return result;
+  }
   result.scale_factor_temporal =
       integer(config, "scale_factor_temporal", result.scale_factor_temporal, 1, where);
   result.scale_factor_spatial =

@@ -1,5 +1,23 @@
 // The hyper-parameters of a Wan2.1 video VAE (diffusers' AutoencoderKLWan), read from the
-// component's `config.json`.
+// component's `config.json`; also those of Qwen-Image's VAE (AutoencoderKLQwenImage), which is the
+// same network.
+//
+// AutoencoderKLQwenImage (diffusers 0.42.1) against AutoencoderKLWan, line by line:
+//  - identical: the weight names (post_quant_conv, decoder.conv_in, decoder.mid_block.{resnets,
+//    attentions}, decoder.up_blocks.i.{resnets.j, upsamplers.0}, decoder.norm_out.gamma,
+//    decoder.conv_out), the decoder's structure (WanRMS_norm, residual blocks, the one mid-block
+//    attention, no attention from attn_scales, upsamplers halving the channels, the "Rep" rule),
+//    the per-frame decode with its feature cache, the clamp to [-1, 1] in decode, the defaults
+//    (base_dim 96, z_dim 16, dim_mult, num_res_blocks 2, temperal_downsample, latents_mean/std)
+//    and the pipeline's de-normalisation (latents / (1 / std) + mean per channel).
+//  - config keys: Qwen-Image has one `input_channels` (the encoder's input and the decoder's
+//    conv_out) where Wan has `in_channels` and `out_channels`; it has no `scale_factor_spatial` /
+//    `scale_factor_temporal` (its compression is 2^len(temperal_downsample), the same number the
+//    architecture gives) and none of Wan2.2's `decoder_base_dim`, `is_residual`, `patch_size`
+//    (diffusers ignores such keys in its config, so we do not read them there).
+//  - the caches keep x[:, :, -min(2, T):] where Wan keeps x[:, :, -2:]: the same frames.
+//  - diffusers' tiled_decode of Qwen-Image does not clamp (Wan's does); the image processor clamps
+//    after it, so the picture is the same. Neither decoder passes `first_chunk` for Wan2.1 blocks.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +30,11 @@
 
 namespace mmgen::vae {
 
+// Which diffusers class the config.json names (`_class_name`): they read different keys.
+enum class WanVaeClass { Wan, QwenImage };
+
 struct WanVaeConfig {
+  WanVaeClass vae_class = WanVaeClass::Wan;
   int64_t base_dim = 96;
   std::optional<int64_t> decoder_base_dim;  // null: the decoder uses base_dim
   int64_t z_dim = 16;
@@ -51,7 +73,8 @@ struct WanVaeConfig {
   int64_t tail_radius() const;
 
   // Keys left out take diffusers' AutoencoderKLWan defaults. Wan2.2 features (is_residual,
-  // patch_size > 1) are refused. `where` names the source in error messages.
+  // patch_size > 1) are refused. `_class_name` "AutoencoderKLQwenImage" reads that class's keys
+  // instead (see the top of this file). `where` names the source in error messages.
   static WanVaeConfig from_json(const nlohmann::json& json,
                                 const std::string& where = "config.json");
   static WanVaeConfig from_file(const fs::path& config_json);

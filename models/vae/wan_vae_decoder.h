@@ -1,6 +1,8 @@
 // The decoder half of diffusers' AutoencoderKLWan (Wan2.1 VAE): latents [B, z_dim, T, h, w] to a
 // video [B, 3, 1 + 4·(T − 1), 8h, 8w] in [−1, 1], float32 on the host. Written once over the
-// device-neutral ops of core/conv.h and run where set_device() puts it.
+// device-neutral ops of core/conv.h and run where set_device() puts it. It also decodes
+// Qwen-Image's AutoencoderKLQwenImage, the same network (one latent frame to one image; see
+// wan_vae_config.h for where the two classes differ).
 //
 // Like diffusers' `_decode`, it runs post_quant_conv and then the decoder one latent frame at a
 // time, carrying the causal convolutions' feature cache between frames, so memory is bounded by

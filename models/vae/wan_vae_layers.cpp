@@ -23,7 +23,9 @@ Shape weight_shape(const ops::ConvShape& s) {
 }
 
 void check_present(const WeightStore& store, const std::string& name, const Shape& shape) {
-  check(store.has(name), "VAE weights in {} lack '{}'; is this a Wan2.1 AutoencoderKLWan?",
+  check(store.has(name),
+        "VAE weights in {} lack '{}'; is this a Wan2.1 AutoencoderKLWan (or an "
+        "AutoencoderKLQwenImage)?",
         store.origin().string(), name);
   check(store.info(name).shape == shape,
         "VAE weight '{}' in {} has shape {} but config.json implies {}; config and weights "
