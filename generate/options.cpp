@@ -56,8 +56,8 @@ const std::vector<OptionSpec>& option_table() {
        "classifier-free guidance scale; off at 1 for Wan, at 0 for Z-Image; FLUX.1-dev takes it as "
        "an input (guidance-distilled, one forward per step)"},
       {"true-cfg-scale", T::Float, 1.0,
-       "true classifier-free guidance with --negative-prompt for FLUX (a second forward per step); "
-       "off at 1"},
+       "true classifier-free guidance with --negative-prompt for FLUX and Qwen-Image (a second "
+       "forward per step); off at 1"},
       {"flow-shift", T::Float, nullptr,
        "overrides the scheduler's flow_shift from the model folder"},
       {"max-sequence-length", T::Int, 512, "text tokens the encoder sees (padded/truncated)"},

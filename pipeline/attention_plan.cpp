@@ -57,11 +57,12 @@ void describe_dit(ComponentAttention& component, const std::string& class_name) 
     component.sparse_refusal =
         "the sparse backends are written for Wan's video token grid, not Z-Image's single-stream "
         "image + caption sequence";
-  } else if (class_name == "FluxTransformer2DModel") {
+  } else if (class_name == "FluxTransformer2DModel" ||
+             class_name == "QwenImageTransformer2DModel") {
     component.cross_attention = false;
     component.sparse_refusal =
-        "the sparse backends are written for Wan's video token grid, not FLUX's joint text + "
-        "image sequence";
+        "the sparse backends are written for Wan's video token grid, not a joint text + image "
+        "sequence (FLUX, Qwen-Image)";
   }
 }
 

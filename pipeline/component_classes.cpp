@@ -13,7 +13,15 @@ std::vector<ComponentClass> make_table() {
       {"ZImageTransformer2DModel", ComponentKind::Transformer, "diffusers",
        "dit::ZImageTransformer"},
       {"FluxTransformer2DModel", ComponentKind::Transformer, "diffusers", "dit::FluxTransformer"},
+      {"QwenImageTransformer2DModel", ComponentKind::Transformer, "diffusers",
+       "dit::QwenImageTransformer"},
       {"AutoencoderKL", ComponentKind::Vae, "diffusers", "vae::AutoencoderKLDecoder"},
+      // Wan's causal 3D VAE code, for one frame (models/vae/wan_vae_config.h says where it
+      // differs).
+      {"AutoencoderKLQwenImage", ComponentKind::Vae, "diffusers", "vae::WanVaeDecoder"},
+      // Its language model only (text prompts never reach the vision tower).
+      {"Qwen2_5_VLForConditionalGeneration", ComponentKind::TextEncoder, "transformers",
+       "text_encoders::Qwen3TextModel"},
       {"CLIPTextModel", ComponentKind::TextEncoder, "transformers", "text_encoders::ClipTextModel"},
       {"UMT5EncoderModel", ComponentKind::TextEncoder, "transformers",
        "text_encoders::UMT5Encoder"},

@@ -25,9 +25,9 @@
 #include "models/vae/tiling.h"
 #include "pipeline/attention_plan.h"
 #include "pipeline/model_index.h"
+#include "pipeline/packed_latents.h"
 #include "pipeline/registry.h"
 #include "pipeline/request.h"
-#include "pipeline/schedulers/scheduler.h"
 
 namespace mmgen {
 
@@ -56,22 +56,6 @@ struct FluxPromptEmbedding {
   Tensor text;    // [max_sequence_length, joint_attention_dim] float32, host: T5's output
   Tensor pooled;  // [pooled_projection_dim] float32, host: CLIP's pooled output
 };
-
-// FluxPipeline._pack_latents: [1, C, h, w] → [1, (h/2)·(w/2), 4·C], token (i, j) holding channel c
-// of the 2x2 patch at (dy, dx) at 4c + 2dy + dx. unpack is its inverse.
-Tensor flux_pack_latents(const Tensor& latents);
-Tensor flux_unpack_latents(const Tensor& packed, int64_t channels, int64_t height, int64_t width);
-
-// FluxPipeline's sigmas: np.linspace(1, 1/steps, steps) in float64.
-std::vector<double> flux_default_sigmas(int steps);
-
-// The scheduler `class_name` built from its config (flow_shift replaces its `shift`) with
-// FLUX's sigmas and mu for `steps` steps over a latent of latent_height x latent_width.
-std::unique_ptr<schedulers::Scheduler> make_flux_scheduler(const std::string& class_name,
-                                                           const nlohmann::json& config,
-                                                           std::optional<double> flow_shift,
-                                                           int steps, int64_t latent_height,
-                                                           int64_t latent_width);
 
 class FluxPipeline {
  public:

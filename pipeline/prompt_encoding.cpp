@@ -11,6 +11,7 @@
 #include "models/text_encoders/qwen3_model.h"
 #include "models/text_encoders/qwen3_paged.h"
 #include "models/text_encoders/qwen3_prompt_embedding.h"
+#include "models/text_encoders/qwenimage_prompt_embedding.h"
 #include "models/text_encoders/umt5_encoder.h"
 #include "models/tokenizers/chat_template.h"
 #include "models/tokenizers/prompt_clean.h"
@@ -147,6 +148,38 @@ std::vector<Tensor> encode_qwen3_prompts(
                                    page_size, model.device() == Device::CPU ? "" : " on the GPU")
                      : "none (one layer: hidden_states[-2] is the embedding)";
   return embeddings;
+}
+
+std::vector<Tensor> encode_qwen_image_prompts_paged(const tokenizers::Tokenizer& tokenizer,
+                                                    const text_encoders::Qwen3TextModel& model,
+                                                    const std::vector<std::string>& prompts,
+                                                    int64_t max_sequence_length,
+                                                    const std::string& backend,
+                                                    text_encoders::PrefixCacheReport* report) {
+  check(
+      max_sequence_length >= 1 && max_sequence_length <= text_encoders::kQwenImageMaxSequenceLength,
+      "--max-sequence-length {} is outside Qwen-Image's 1 to {}", max_sequence_length,
+      text_encoders::kQwenImageMaxSequenceLength);
+  const auto ids = text_encoders::qwen_image_prompt_ids(tokenizer, prompts);
+  int64_t longest = 1;
+  for (const auto& sequence : ids) longest = std::max<int64_t>(longest, int64_t(sequence.size()));
+  attention::paged::PagedRunnerOptions runner;
+  runner.backend = backend;
+  runner.page_size = 1;
+  runner.prefix_cache = true;
+  runner.max_context_len = longest;
+  runner.device = model.device();
+  runner.pool_tokens = std::max<int64_t>(kQwen3MinPoolTokensPerLength * longest,
+                                         model.device() == Device::CPU ? runner.pool_tokens : 0);
+  text_encoders::Qwen3PagedEncoder encoder(model, runner, /*last_hidden_state=*/true);
+  std::vector<Tensor> hidden = encoder.encode(ids);
+  if (report) *report = encoder.report();
+  for (Tensor& rows : hidden) {
+    const int64_t start = std::min(text_encoders::kQwenImageDropTokens, rows.size(0));
+    const int64_t end = std::min(rows.size(0), start + max_sequence_length);
+    rows = rows.to(Device::CPU).to(DType::F32).slice(0, start, end).contiguous();
+  }
+  return hidden;
 }
 
 Tensor read_prompt_embeddings(const fs::path& path, int64_t hidden, const char* flag) {

@@ -70,6 +70,15 @@ std::vector<Tensor> encode_qwen3_prompts(const tokenizers::Tokenizer& tokenizer,
                                          text_encoders::PrefixCacheReport* report = nullptr,
                                          std::string* attention = nullptr, int64_t pool_tokens = 0);
 
+// Qwen-Image's prompt embedding (models/text_encoders/qwenimage_prompt_embedding.h: the
+// pipeline's template, hidden_states[-1], the template's first 34 tokens dropped, cut to
+// max_sequence_length), through the paged backend `backend` with the prefix cache: every prompt
+// after the first reuses the template's system part. Ragged, float32 on the host.
+std::vector<Tensor> encode_qwen_image_prompts_paged(
+    const tokenizers::Tokenizer& tokenizer, const text_encoders::Qwen3TextModel& model,
+    const std::vector<std::string>& prompts, int64_t max_sequence_length,
+    const std::string& backend, text_encoders::PrefixCacheReport* report = nullptr);
+
 // The first embedding of a `mmgen encode` file (prompt_embeds.0, [tokens, hidden]) as float32
 // on the host, [tokens, hidden]: what --prompt-embeds / --negative-prompt-embeds (`flag`, named in
 // the errors) give a pipeline instead of running its text encoder. `hidden` is the width the

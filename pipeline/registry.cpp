@@ -7,6 +7,8 @@
 #include "models/dit/zimage_config.h"
 #include "pipeline/flux_memory.h"
 #include "pipeline/flux_pipeline.h"
+#include "pipeline/qwenimage_memory.h"
+#include "pipeline/qwenimage_pipeline.h"
 #include "pipeline/wan_memory.h"
 #include "pipeline/wan_pipeline.h"
 #include "pipeline/zimage_memory.h"
@@ -127,6 +129,38 @@ Shape flux_latent_shape(const Request& request, const ModelIndex& index) {
   return {1, channels, 2 * (request.height / (2 * factor)), 2 * (request.width / (2 * factor))};
 }
 
+// Qwen-Image: latents [1, z_dim, 2·(H / 2f), 2·(W / 2f)] (one frame), f =
+// 2^len(temperal_downsample) (8 for the real VAE), packed into 2x2 tokens; sizes must be multiples
+// of 2f.
+int64_t qwen_image_spatial_factor(const ModelIndex& index) {
+  const nlohmann::json& config = index.config("vae");
+  const int64_t levels =
+      config.contains("temperal_downsample") && config["temperal_downsample"].is_array()
+          ? int64_t(config["temperal_downsample"].size())
+          : 3;
+  check(levels >= 0 && levels <= 8, "{}: temperal_downsample must list 0 to 8 levels",
+        index.component("vae").path.string());
+  return int64_t(1) << levels;
+}
+
+void validate_qwen_image(const Request& request, const ModelIndex& index) {
+  const int64_t multiple = qwen_image_spatial_factor(index) * 2;
+  check(request.height % multiple == 0 && request.width % multiple == 0,
+        "--height {} / --width {}: Qwen-Image needs multiples of {}; try {}x{}", request.height,
+        request.width, multiple, std::max(multiple, request.height / multiple * multiple),
+        std::max(multiple, request.width / multiple * multiple));
+  check(request.num_frames == 1,
+        "--num-frames {}: Qwen-Image makes still images; use --num-frames 1", request.num_frames);
+  check(request.max_sequence_length >= 1 && request.max_sequence_length <= 1024,
+        "--max-sequence-length {} is outside Qwen-Image's 1 to 1024", request.max_sequence_length);
+}
+
+Shape qwen_image_latent_shape(const Request& request, const ModelIndex& index) {
+  const int64_t factor = qwen_image_spatial_factor(index);
+  const int64_t channels = index.config("vae").value("z_dim", int64_t(16));
+  return {1, channels, 2 * (request.height / (2 * factor)), 2 * (request.width / (2 * factor))};
+}
+
 std::string join(const std::vector<std::string>& names) {
   std::string text;
   for (const auto& name : names) text += (text.empty() ? "" : ", ") + name;
@@ -184,6 +218,21 @@ const std::vector<PipelineSpec>& pipeline_registry() {
        estimate_flux_memory,
        /*stage_offload=*/false,
        estimate_flux_gpu_weights},
+      {"QwenImagePipeline",
+       "qwenimage.yaml",
+       {{"text_encoder", ComponentKind::TextEncoder, {"Qwen2_5_VLForConditionalGeneration"}},
+        {"tokenizer",
+         ComponentKind::Tokenizer,
+         {"Qwen2Tokenizer", "Qwen2TokenizerFast", "TokenizersBackend"}},
+        {"transformer", ComponentKind::Transformer, {"QwenImageTransformer2DModel"}},
+        {"vae", ComponentKind::Vae, {"AutoencoderKLQwenImage"}},
+        {"scheduler", ComponentKind::Scheduler, {"FlowMatchEulerDiscreteScheduler"}}},
+       validate_qwen_image,
+       qwen_image_latent_shape,
+       load_qwen_image_pipeline,
+       estimate_qwen_image_memory,
+       /*stage_offload=*/false,
+       estimate_qwen_image_gpu_weights},
   };
   return registry;
 }

@@ -189,7 +189,7 @@ TEST(CliFlags, OptionsJsonIsTheOptionTable) {
   EXPECT_EQ(frames["flag"], "--num-frames");
   EXPECT_EQ(frames["type"], "integer");
   EXPECT_EQ(frames["builtin_default"], 1);
-  ASSERT_EQ(frames["configured_defaults"].size(), 3u);
+  ASSERT_EQ(frames["configured_defaults"].size(), 4u);
   EXPECT_EQ(frames["configured_defaults"][0]["pipeline"], "WanPipeline");
   EXPECT_EQ(frames["configured_defaults"][0]["file"], "configs/wan.yaml");
   EXPECT_EQ(frames["configured_defaults"][0]["value"], 81);
@@ -200,7 +200,8 @@ TEST(CliFlags, OptionsJsonIsTheOptionTable) {
   EXPECT_EQ(frames["configured_defaults"][2]["file"], "configs/flux.yaml");
   EXPECT_EQ(frames["default"],
             "81 from configs/wan.yaml (WanPipeline); 1 from configs/zimage.yaml (ZImagePipeline); "
-            "1 from configs/flux.yaml (FluxPipeline); 1 otherwise");
+            "1 from configs/flux.yaml (FluxPipeline); 1 from configs/qwenimage.yaml "
+            "(QwenImagePipeline); 1 otherwise");
   const json height = find("generate", "height");
   EXPECT_EQ(height["configured_defaults"][0]["variants"],
             json({{"Wan2.1-T2V-1.3B", 480}, {"Wan2.1-T2V-14B", 720}}));
@@ -229,7 +230,8 @@ TEST(CliDefaults, HelpShowsTheDefaultsThatApply) {
   EXPECT_NE(line_of("--num-frames")
                 .find("[default: 81 from configs/wan.yaml (WanPipeline); 1 from "
                       "configs/zimage.yaml (ZImagePipeline); 1 from configs/flux.yaml "
-                      "(FluxPipeline); 1 otherwise]"),
+                      "(FluxPipeline); 1 from configs/qwenimage.yaml (QwenImagePipeline); 1 "
+                      "otherwise]"),
             std::string::npos)
       << line_of("--num-frames");
   EXPECT_EQ(help.out.find("frames - 1) % 4 == 0 [default: 1]"), std::string::npos);
@@ -237,7 +239,8 @@ TEST(CliDefaults, HelpShowsTheDefaultsThatApply) {
       line_of("--height")
           .find("[default: 480 for Wan2.1-T2V-1.3B, 720 for Wan2.1-T2V-14B from configs/wan.yaml "
                 "(WanPipeline); 1024 from configs/zimage.yaml (ZImagePipeline); 1024 from "
-                "configs/flux.yaml (FluxPipeline); 480 otherwise]"),
+                "configs/flux.yaml (FluxPipeline); 1024 from configs/qwenimage.yaml "
+                "(QwenImagePipeline); 480 otherwise]"),
       std::string::npos)
       << line_of("--height");
 

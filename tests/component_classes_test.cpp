@@ -119,7 +119,7 @@ TEST(ComponentClasses, ZImageIsAPipelineAndUnknownOnesAreRefused) {
   EXPECT_EQ(testing::error_message([&] { find_pipeline("StableDiffusionPipeline", model); }),
             model.string() +
                 ": pipeline class 'StableDiffusionPipeline' is not supported by this mmgen "
-                "(supported: WanPipeline, ZImagePipeline, FluxPipeline)");
+                "(supported: WanPipeline, ZImagePipeline, FluxPipeline, QwenImagePipeline)");
 }
 
 }  // namespace

@@ -166,6 +166,14 @@ fs::path checkout() {
                                      : tiny / "reference/transformer_schnell",
                                  snapshot / "transformer");
   }
+  {  // The Qwen-Image id docs/usage.md names, its snapshot being the qwenimage-tiny fixture.
+    const fs::path qwen = root / "hf-cache/models--Qwen--Qwen-Image";
+    fs::create_directories(qwen / "refs");
+    fs::create_directories(qwen / "snapshots");
+    std::ofstream(qwen / "refs/main") << commit;
+    fs::create_directory_symlink(testing::source_dir() / "tests/fixtures/qwenimage-tiny/model",
+                                 qwen / "snapshots" / commit);
+  }
   setenv("HF_HUB_CACHE", (root / "hf-cache").c_str(), 1);
   // run.yaml as docs/usage.md shows it.
   const std::string usage = read_text_file(testing::source_dir() / "docs/usage.md");
@@ -421,6 +429,18 @@ std::map<std::string, Expectation> expectations() {
                           run.dry_run["components"]["transformer"]["path"].get<std::string>();
                       EXPECT_NE(path.find("FLUX.1-schnell"), std::string::npos) << path;
                     }};
+  e["build/mmgen generate --model-path Qwen/Qwen-Image --prompt \"a red fox running through "
+    "snow\" --negative-prompt \" \" --seed 42"] = {
+      true, false, [](const DocCommand&, const DocRun& run) {
+        // configs/qwenimage.yaml: diffusers' call defaults, true CFG on with the negative prompt
+        const json& request = run.dry_run["request"];
+        EXPECT_EQ(run.dry_run["pipeline"], "QwenImagePipeline");
+        EXPECT_EQ(request["num_inference_steps"], 50);
+        EXPECT_EQ(request["true_cfg_scale"], 4.0);
+        EXPECT_EQ(request["negative_prompt"], " ");
+        EXPECT_EQ(request["height"], 1024);
+        EXPECT_EQ(request["max_sequence_length"], 512);
+      }};
   return e;
 }
 

@@ -62,8 +62,9 @@ class FluxPipelineTest : public ::testing::Test {
 };
 
 TEST_F(FluxPipelineTest, ScheduleMatchesDiffusers) {
-  auto scheduler = make_flux_scheduler(index_->component("scheduler").class_name,
-                                       index_->config("scheduler"), std::nullopt, 4, 16, 24);
+  auto scheduler =
+      make_packed_image_scheduler(index_->component("scheduler").class_name,
+                                  index_->config("scheduler"), std::nullopt, 4, 16, 24);
   const Tensor timesteps = reference_->tensor("scheduler.timesteps");
   const Tensor sigmas = reference_->tensor("scheduler.sigmas");
   ASSERT_EQ(scheduler->timesteps().size(), size_t(timesteps.numel()));
@@ -78,10 +79,10 @@ TEST_F(FluxPipelineTest, PackingIsDiffusersLayoutAndUnpacks) {
   // Token (i, j) channel 4c + 2dy + dx holds latent (c, 2i + dy, 2j + dx).
   Tensor latents = Tensor::empty({1, 3, 4, 6});
   for (int64_t k = 0; k < latents.numel(); ++k) latents.data<float>()[k] = float(k);
-  const Tensor packed = flux_pack_latents(latents);
+  const Tensor packed = pack_latents_2x2(latents);
   ASSERT_EQ(shape_string(packed.shape()), shape_string({1, 6, 12}));
   EXPECT_EQ(packed.item_f32({0, 4, 2 * 4 + 1 * 2 + 0}), latents.item_f32({0, 2, 3, 2}));
-  EXPECT_EQ(testing::max_abs_diff(flux_unpack_latents(packed, 3, 4, 6), latents), 0.0);
+  EXPECT_EQ(testing::max_abs_diff(unpack_latents_2x2(packed, 3, 4, 6), latents), 0.0);
 }
 
 TEST_F(FluxPipelineTest, EncodesThePromptAsThePipeline) {

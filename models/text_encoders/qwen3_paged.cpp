@@ -56,13 +56,14 @@ Tensor PagedCausalAttention::attend(int64_t layer, const Tensor& q, const Tensor
   return runner_.attention(layer, q, k, v);
 }
 
-Qwen3PagedEncoder::Qwen3PagedEncoder(const Qwen3TextModel& model, paged::PagedRunnerOptions options)
-    : model_(model), options_(std::move(options)) {
+Qwen3PagedEncoder::Qwen3PagedEncoder(const Qwen3TextModel& model, paged::PagedRunnerOptions options,
+                                     bool last_hidden_state)
+    : model_(model), options_(std::move(options)), last_hidden_state_(last_hidden_state) {
   options_.device = model.device();
-  const int64_t layers = model.config().num_hidden_layers - 1;
-  if (layers > 0)
+  layers_ = model.config().num_hidden_layers - (last_hidden_state ? 0 : 1);
+  if (layers_ > 0)
     runner_ = std::make_unique<paged::PagedRunner>(
-        qwen3_paged_spec(model.config(), layers, model.config().hidden_size), options_);
+        qwen3_paged_spec(model.config(), layers_, model.config().hidden_size), options_);
 }
 
 void Qwen3PagedEncoder::encode_batch(const std::vector<std::vector<int64_t>>& ids, size_t first,
@@ -72,9 +73,10 @@ void Qwen3PagedEncoder::encode_batch(const std::vector<std::vector<int64_t>>& id
   const paged::ForwardBatch& batch = runner_->begin_extend(prompts);
   try {
     PagedCausalAttention attention(*runner_);
-    const Tensor hidden = model_.forward_layers(batch.input_ids, causal_batch_of(batch), attention,
-                                                model_.config().num_hidden_layers - 1);
-    runner_->store_token_states(hidden);
+    const Tensor hidden =
+        model_.forward_layers(batch.input_ids, causal_batch_of(batch), attention, layers_);
+    // The cached per-token state is the row the caller keeps (after the final norm for [-1]).
+    runner_->store_token_states(last_hidden_state_ ? model_.final_norm(hidden) : hidden);
     for (size_t i = 0; i < count; ++i) {
       out[first + i] = runner_->request_token_states(int64_t(i));
       const int64_t hit = runner_->prefix_hits()[i];
@@ -92,6 +94,7 @@ void Qwen3PagedEncoder::encode_batch(const std::vector<std::vector<int64_t>>& id
 std::vector<Tensor> Qwen3PagedEncoder::encode(const std::vector<std::vector<int64_t>>& ids) {
   std::vector<Tensor> out(ids.size());
   if (!runner_) {  // one layer: hidden_states[-2] is the embedding, no attention runs
+    check(!last_hidden_state_, "Qwen3 paged encoder: a model without layers");
     for (size_t i = 0; i < ids.size(); ++i) out[i] = model_.hidden_state(ids[i], -2);
     return out;
   }

@@ -56,11 +56,14 @@ class Qwen3PagedEncoder {
  public:
   // The model must outlive the encoder (and stay on its device). options.prefix_cache turns the
   // cache on; options.pool_tokens is allocated whole (on the GPU: pick it for the prompts).
-  Qwen3PagedEncoder(const Qwen3TextModel& model, attention::paged::PagedRunnerOptions options);
+  // `last_hidden_state`: hidden_states[-1] (every layer, then the final norm: what Qwen-Image
+  // reads) instead of Z-Image's hidden_states[-2].
+  Qwen3PagedEncoder(const Qwen3TextModel& model, attention::paged::PagedRunnerOptions options,
+                    bool last_hidden_state = false);
 
-  // hidden_states[-2] of each prompt's ids, [tokens, hidden] — equal to the dense path. Prompts
-  // go in batches that fit the pool; with the cache on, a batch's first prompt runs on its own
-  // first, so the others can hit the prefix (the chat template) it leaves in the cache.
+  // hidden_states[-2] (or [-1]) of each prompt's ids, [tokens, hidden] — equal to the dense path.
+  // Prompts go in batches that fit the pool; with the cache on, a batch's first prompt runs on its
+  // own first, so the others can hit the prefix (the chat template) it leaves in the cache.
   std::vector<Tensor> encode(const std::vector<std::vector<int64_t>>& ids);
 
   const PrefixCacheReport& report() const { return report_; }
@@ -72,6 +75,8 @@ class Qwen3PagedEncoder {
 
   const Qwen3TextModel& model_;
   attention::paged::PagedRunnerOptions options_;
+  int64_t layers_ = 0;  // the layers a forward runs: L − 1, or L for the last hidden state
+  bool last_hidden_state_ = false;
   std::unique_ptr<attention::paged::PagedRunner> runner_;
   PrefixCacheReport report_;
 };

@@ -1,0 +1,71 @@
+#include "pipeline/packed_latents.h"
+
+#include "core/error.h"
+#include "pipeline/zimage_schedule.h"
+
+namespace mmgen {
+
+Tensor pack_latents_2x2(const Tensor& latents) {
+  check(latents.dim() == 4 && latents.size(0) == 1 && latents.size(2) % 2 == 0 &&
+            latents.size(3) % 2 == 0,
+        "latents must be [1, C, h, w] with even h and w, got {}", shape_string(latents.shape()));
+  const Tensor in = latents.to(DType::F32).contiguous();
+  const int64_t c = in.size(1), h = in.size(2), w = in.size(3), rows = h / 2, columns = w / 2;
+  Tensor out = Tensor::empty({1, rows * columns, 4 * c});
+  const float* from = in.data<float>();
+  float* to = out.data<float>();
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < columns; ++j)
+      for (int64_t k = 0; k < c; ++k)
+        for (int64_t dy = 0; dy < 2; ++dy)
+          for (int64_t dx = 0; dx < 2; ++dx)
+            to[(i * columns + j) * 4 * c + k * 4 + dy * 2 + dx] =
+                from[(k * h + 2 * i + dy) * w + 2 * j + dx];
+  return out;
+}
+
+Tensor unpack_latents_2x2(const Tensor& packed, int64_t c, int64_t h, int64_t w) {
+  check(packed.dim() == 3 && packed.size(1) == (h / 2) * (w / 2) && packed.size(2) == 4 * c,
+        "packed latents {} do not fill [1, {}, {}, {}]", shape_string(packed.shape()), c, h, w);
+  const Tensor in = packed.to(DType::F32).contiguous();
+  const int64_t columns = w / 2;
+  Tensor out = Tensor::empty({1, c, h, w});
+  const float* from = in.data<float>();
+  float* to = out.data<float>();
+  for (int64_t i = 0; i < h / 2; ++i)
+    for (int64_t j = 0; j < columns; ++j)
+      for (int64_t k = 0; k < c; ++k)
+        for (int64_t dy = 0; dy < 2; ++dy)
+          for (int64_t dx = 0; dx < 2; ++dx)
+            to[(k * h + 2 * i + dy) * w + 2 * j + dx] =
+                from[(i * columns + j) * 4 * c + k * 4 + dy * 2 + dx];
+  return out;
+}
+
+std::vector<double> numpy_linspace_sigmas(int steps) {
+  check(steps >= 1, "--num-inference-steps {} must be at least 1", steps);
+  std::vector<double> sigmas(static_cast<size_t>(steps));
+  const double end = 1.0 / double(steps);
+  if (steps == 1) return {1.0};
+  // numpy's linspace: start + i · step, the last one exactly `end`.
+  const double step = (end - 1.0) / double(steps - 1);
+  for (int i = 0; i < steps; ++i) sigmas[size_t(i)] = 1.0 + double(i) * step;
+  sigmas.back() = end;
+  return sigmas;
+}
+
+std::unique_ptr<schedulers::Scheduler> make_packed_image_scheduler(const std::string& class_name,
+                                                                   const nlohmann::json& config,
+                                                                   std::optional<double> flow_shift,
+                                                                   int steps, int64_t latent_height,
+                                                                   int64_t latent_width) {
+  auto scheduler = schedulers::make_scheduler(class_name, config, flow_shift);
+  schedulers::ScheduleOptions options;
+  options.sigmas = numpy_linspace_sigmas(steps);
+  // calculate_shift over the packed token count, (h / 2) · (w / 2), as Z-Image's.
+  options.mu = zimage_mu(config, latent_height, latent_width);
+  scheduler->set_timesteps(steps, options);
+  return scheduler;
+}
+
+}  // namespace mmgen

@@ -1,0 +1,239 @@
+#include "pipeline/qwenimage_pipeline.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "attention/backend.h"
+#include "attention/backend_config.h"
+#include "core/error.h"
+#include "core/interrupt.h"
+#include "core/npy.h"
+#include "core/random.h"
+#include "pipeline/packed_latents.h"
+#include "pipeline/progress.h"
+#include "pipeline/prompt_encoding.h"
+
+namespace mmgen {
+namespace {
+
+const attention::ComponentChoice* planned(const AttentionPlan& plan, const std::string& name) {
+  auto it = plan.components.find(name);
+  return it != plan.components.end() && it->second.has_attention() ? &it->second : nullptr;
+}
+
+// VAE output [1, 3, 1, H, W] in [-1, 1] → frames [1, H, W, 3] in [0, 1].
+Tensor frame_to_image(const Tensor& video) {
+  const Tensor in = video.to(DType::F32).contiguous();
+  const int64_t channels = in.size(1), pixels = in.size(3) * in.size(4);
+  Tensor frames = Tensor::empty({1, in.size(3), in.size(4), channels});
+  const float* from = in.data<float>();
+  float* to = frames.data<float>();
+  for (int64_t c = 0; c < channels; ++c)
+    for (int64_t i = 0; i < pixels; ++i)
+      to[i * channels + c] = std::clamp(from[c * pixels + i] / 2.0f + 0.5f, 0.0f, 1.0f);
+  return frames;
+}
+
+}  // namespace
+
+Tensor qwen_image_true_cfg(const Tensor& positive, const Tensor& negative, double scale) {
+  check(positive.shape() == negative.shape() && positive.dim() == 2,
+        "Qwen-Image true CFG: predictions {} and {} differ", shape_string(positive.shape()),
+        shape_string(negative.shape()));
+  const int64_t rows = positive.size(0), width = positive.size(1);
+  Tensor out = Tensor::empty(positive.shape());
+  const float s = float(scale);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* p = positive.data<float>() + r * width;
+    const float* n = negative.data<float>() + r * width;
+    float* o = out.data<float>() + r * width;
+    double positive_squares = 0, combined_squares = 0;
+    for (int64_t i = 0; i < width; ++i) {
+      o[i] = n[i] + s * (p[i] - n[i]);
+      positive_squares += double(p[i]) * p[i];
+      combined_squares += double(o[i]) * o[i];
+    }
+    // torch.norm in float32 of each, then their quotient.
+    const float ratio = float(std::sqrt(positive_squares)) / float(std::sqrt(combined_squares));
+    for (int64_t i = 0; i < width; ++i) o[i] *= ratio;
+  }
+  return out;
+}
+
+QwenImagePipeline::QwenImagePipeline(const ModelIndex& index)
+    : QwenImagePipeline(index, plan_attention(index, Request{})) {}
+
+QwenImagePipeline::QwenImagePipeline(const ModelIndex& index, AttentionPlan plan)
+    : index_(index), attention_plan_(std::move(plan)) {
+  check_components(find_pipeline("QwenImagePipeline", index.root / "model_index.json"), index);
+  auto where = [&](const char* name) { return component_config_path(index.component(name)); };
+  tokenizer_ = tokenizers::Tokenizer::load(index.component("tokenizer").path);
+  text_encoder_ = std::make_unique<text_encoders::Qwen3TextModel>(
+      text_encoders::Qwen3TextModel::from_folder(index.component("text_encoder").path));
+  transformer_ = std::make_unique<dit::QwenImageTransformer>(
+      dit::QwenImageConfig::from_json(index.config("transformer"), where("transformer").string()),
+      WeightStore::open_folder(index.component("transformer").path));
+  vae_ = std::make_unique<vae::WanVaeDecoder>(
+      vae::WanVaeConfig::from_json(index.config("vae"), where("vae").string()),
+      WeightStore::open_folder(index.component("vae").path));
+  scheduler_class_ = index.component("scheduler").class_name;
+  scheduler_config_ = index.config("scheduler");
+  schedulers::make_scheduler(scheduler_class_, scheduler_config_);
+  if (const auto* choice = planned(attention_plan_, "text_encoder"))
+    text_backend_ = choice->primary().backend;
+  if (const auto* choice = planned(attention_plan_, "vae"))
+    vae_->set_attention_backend(
+        attention::make_dit_backend(choice->primary().backend, nlohmann::json::object()));
+}
+
+void QwenImagePipeline::place(bool cuda) const {
+  const Device device = cuda ? Device::CUDA : Device::CPU;
+#ifndef MMGEN_HAVE_CUDA
+  check(!cuda,
+        "--device cuda: this build has no CUDA support; rebuild with -DMMGEN_CUDA=ON or use "
+        "--device cpu");
+#endif
+  if (transformer_->device() == device && text_encoder_->device() == device &&
+      vae_->device() == device)
+    return;
+  Progress upload(cuda ? "upload" : "place", 1);
+  if (text_encoder_->device() != device) text_encoder_->set_device(device);
+  if (transformer_->device() != device) transformer_->set_device(device);
+  if (vae_->device() != device) vae_->set_device(device);
+  upload.finish();
+}
+
+std::vector<Tensor> QwenImagePipeline::encode_prompts(const std::vector<std::string>& prompts,
+                                                      int64_t max_sequence_length) const {
+  const std::string backend =
+      text_encoder_->device() == Device::CUDA
+          ? gpu_text_backend(attention_plan_, text_encoder_->config().head_dim)
+          : text_backend_;
+  return encode_qwen_image_prompts_paged(*tokenizer_, *text_encoder_, prompts, max_sequence_length,
+                                         backend);
+}
+
+Shape QwenImagePipeline::latent_shape(int64_t height, int64_t width) const {
+  const int64_t factor = vae_->config().scale_factor_spatial;
+  return {1, vae_->config().z_dim, 2 * (height / (2 * factor)), 2 * (width / (2 * factor))};
+}
+
+dit::QwenImageAttention QwenImagePipeline::build_attention() const {
+  dit::QwenImageAttention attention;
+  const auto* choice = planned(attention_plan_, "transformer");
+  if (!choice) return attention;
+  const std::string backend = choice->primary().backend;
+  auto found = attention_plan_.backend_configs.find(backend);
+  const nlohmann::json config =
+      found != attention_plan_.backend_configs.end()
+          ? found->second
+          : attention::validate_backend_config(nlohmann::json::object(), backend);
+  attention.double_layers.resize(size_t(transformer_->config().num_layers));
+  for (auto& layer : attention.double_layers)
+    layer.backend = attention::make_dit_backend(backend, config, attention_plan_.resources);
+  return attention;
+}
+
+QwenImageGenerationOutput QwenImagePipeline::generate(const QwenImageGenerationInput& input,
+                                                      bool keep_step_latents) const {
+  place(input.cuda);
+  // diffusers runs true CFG only with a negative prompt (has_neg_prompt) and a scale above 1.
+  const bool true_cfg_on = input.true_cfg_scale > 1.0 && !input.negative_prompt.empty();
+  Progress encode_stage("encode", 1);
+  std::vector<std::string> prompts = {input.prompt};
+  if (true_cfg_on) prompts.push_back(input.negative_prompt);
+  const std::vector<Tensor> embeds = encode_prompts(prompts, input.max_sequence_length);
+  encode_stage.finish();
+
+  const Shape shape = latent_shape(input.height, input.width);
+  Tensor noise;
+  if (input.initial_latents.defined()) {
+    // diffusers' latents have a frame axis of 1: [1, 1, C, h, w] holds the same values.
+    check(input.initial_latents.numel() == shape_numel(shape),
+          "--latents has shape {} but this request needs {} (or [1, 1, {}, {}, {}])",
+          shape_string(input.initial_latents.shape()), shape_string(shape), shape[1], shape[2],
+          shape[3]);
+    noise = input.initial_latents.to(DType::F32).contiguous().view(shape);
+  } else {
+    noise = randn(shape, input.seed);
+  }
+  Tensor latents = pack_latents_2x2(noise);
+  const dit::QwenImageShape grid{1, shape[2] / 2, shape[3] / 2};
+  auto scheduler =
+      make_packed_image_scheduler(scheduler_class_, scheduler_config_, input.flow_shift,
+                                  int(input.num_inference_steps), shape[2], shape[3]);
+
+  dit::QwenImageAttention attention;
+  if (input.cuda) {
+    const auto* choice = planned(attention_plan_, "transformer");
+    if (choice && choice->primary().backend == "torch_sdpa")
+      attention.gpu.dense.self = attention::DenseKernel::Reference;
+  } else {
+    attention = build_attention();
+  }
+  QwenImageGenerationOutput output;
+  const int steps = scheduler->num_inference_steps();
+  Progress denoise("denoise", steps, "step");
+  for (int i = 0; i < steps; ++i) {
+    stop_if_requested();
+    const float timestep = scheduler->timesteps()[size_t(i)] / 1000.0f;
+    const Tensor image = latents.select(0, 0).contiguous();
+    std::vector<dit::QwenImageItem> batch = {{image, embeds[0], timestep, grid}};
+    if (true_cfg_on) batch.push_back({image, embeds[1], timestep, grid});
+    const std::vector<Tensor> predictions = transformer_->forward(batch, {i, steps}, &attention);
+    const Tensor prediction =
+        true_cfg_on ? qwen_image_true_cfg(predictions[0], predictions[1], input.true_cfg_scale)
+                    : predictions[0];
+    latents = scheduler->step(prediction.view(latents.shape()), i, latents);
+    if (keep_step_latents) output.latents_after_step.push_back(latents);
+    denoise.update(i + 1);
+  }
+  denoise.finish();
+
+  Progress decode("decode", 1);
+  const Tensor unpacked = unpack_latents_2x2(latents, shape[1], shape[2], shape[3]);
+  const Tensor z = vae_->denormalize(unpacked.view({1, shape[1], 1, shape[2], shape[3]}));
+  output.frames = frame_to_image(vae_->decode(z));
+  decode.finish();
+  return output;
+}
+
+QwenImageGenerationInput qwen_image_input_from_request(const Request& request) {
+  check(!request.gpu_fp8_products,
+        "--gpu-matmul-precision fp8: FP8 products are built for Wan's transformer so far; "
+        "Qwen-Image runs its products in bf16, so leave it at bf16");
+  check(!request.prompt_embeds && !request.negative_prompt_embeds,
+        "--prompt-embeds: not wired for Qwen-Image yet; pass the prompt as text");
+  check(!request.vae_tiling, "--vae-tiling: not wired for Qwen-Image yet; leave it off");
+  QwenImageGenerationInput input;
+  input.prompt = request.prompt;
+  input.negative_prompt = request.negative_prompt;
+  input.height = request.height;
+  input.width = request.width;
+  input.num_inference_steps = request.num_inference_steps;
+  input.max_sequence_length = request.max_sequence_length;
+  input.true_cfg_scale = request.true_cfg_scale;
+  input.flow_shift = request.flow_shift;
+  input.seed = request.seed;
+  if (request.latents) input.initial_latents = read_tensor_file(*request.latents);
+  input.cuda = request.device == "cuda";
+  if (input.true_cfg_scale > 1.0 && input.negative_prompt.empty())
+    spdlog::warn("--true-cfg-scale {}: no --negative-prompt, so true CFG is off (as diffusers)",
+                 input.true_cfg_scale);
+  return input;
+}
+
+PipelineRunner load_qwen_image_pipeline(const ModelIndex& index, const AttentionPlan& plan) {
+  Progress load("load", 1);
+  auto pipeline = std::make_shared<const QwenImagePipeline>(index, plan);
+  load.finish();
+  PipelineRunner runner;
+  runner.run = [pipeline](const Request& request) {
+    return pipeline->generate(qwen_image_input_from_request(request)).frames;
+  };
+  return runner;
+}
+
+}  // namespace mmgen

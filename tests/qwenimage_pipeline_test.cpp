@@ -1,0 +1,143 @@
+// QwenImagePipeline against diffusers on the qwenimage-tiny fixture (tests/fixtures/qwenimage-tiny,
+// made by tests/fixtures/make_qwenimage_tiny.py): the schedule (exponential time shift,
+// shift_terminal), the prompts through the paged backends, true CFG with its norm rescaling, the
+// latents after every step and the image from given noise and from seed 42, and the executable.
+#include "pipeline/qwenimage_pipeline.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "core/file.h"
+#include "core/npy.h"
+#include "core/safetensors.h"
+#include "pipeline/model_index.h"
+#include "pipeline/packed_latents.h"
+#include "tests/test_support.h"
+
+namespace mmgen {
+namespace {
+
+fs::path fixture() {
+  return testing::source_dir() / "tests" / "fixtures" / "qwenimage-tiny";
+}
+
+class QwenImagePipelineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    reference_ = std::make_unique<SafetensorsFile>(
+        SafetensorsFile::open(fixture() / "reference/reference.safetensors"));
+    settings_ = nlohmann::json::parse(read_text_file(fixture() / "reference/reference.json"));
+    index_ = std::make_unique<ModelIndex>(load_model_index(fixture() / "model"));
+  }
+
+  // reference.json's `pipeline` request: 32x48, 4 steps, true CFG 4 with a negative prompt.
+  QwenImageGenerationInput fixture_input() const {
+    const auto& p = settings_["pipeline"];
+    QwenImageGenerationInput input;
+    input.prompt = p["prompt"];
+    input.negative_prompt = p["negative_prompt"];
+    input.true_cfg_scale = p["true_cfg_scale"];
+    input.height = p["height"];
+    input.width = p["width"];
+    input.num_inference_steps = p["num_inference_steps"];
+    input.max_sequence_length = 512;  // diffusers' default
+    return input;
+  }
+
+  const QwenImagePipeline& pipeline() {
+    if (!pipeline_) pipeline_ = std::make_unique<QwenImagePipeline>(*index_);
+    return *pipeline_;
+  }
+
+  double image_error(const Tensor& frames, const std::string& name) const {
+    const Tensor expected = reference_->tensor(name);
+    EXPECT_EQ(shape_string(frames.shape()), shape_string(expected.shape()));
+    return testing::max_abs_diff(frames, expected);
+  }
+
+  std::unique_ptr<SafetensorsFile> reference_;
+  nlohmann::json settings_;
+  std::unique_ptr<ModelIndex> index_;
+  std::unique_ptr<QwenImagePipeline> pipeline_;
+};
+
+TEST_F(QwenImagePipelineTest, ScheduleMatchesDiffusers) {
+  auto scheduler =
+      make_packed_image_scheduler(index_->component("scheduler").class_name,
+                                  index_->config("scheduler"), std::nullopt, 4, 16, 24);
+  const Tensor timesteps = reference_->tensor("scheduler.timesteps");
+  const Tensor sigmas = reference_->tensor("scheduler.sigmas");
+  ASSERT_EQ(scheduler->timesteps().size(), size_t(timesteps.numel()));
+  for (int64_t i = 0; i < timesteps.numel(); ++i)
+    EXPECT_FLOAT_EQ(float(scheduler->timesteps()[size_t(i)]), timesteps.data<float>()[i]) << i;
+  for (int64_t i = 0; i < sigmas.numel(); ++i)
+    EXPECT_FLOAT_EQ(float(scheduler->sigmas()[size_t(i)]), sigmas.data<float>()[i]) << i;
+}
+
+TEST_F(QwenImagePipelineTest, PromptsThroughThePagedBackendsMatchDiffusers) {
+  const auto& prompts = settings_["prompts"];
+  std::vector<std::string> texts;
+  for (const auto& prompt : prompts) texts.push_back(prompt.get<std::string>());
+  const std::vector<Tensor> embeds = pipeline().encode_prompts(texts, 512);
+  ASSERT_EQ(embeds.size(), texts.size());
+  for (size_t k = 0; k < texts.size(); ++k) {
+    const double error = testing::relative_error(
+        embeds[k], reference_->tensor("text_encoder.prompt" + std::to_string(k)));
+    EXPECT_LT(error, 1e-5) << "prompt " << k;
+  }
+}
+
+TEST_F(QwenImagePipelineTest, TrueCfgRescalesEachTokenToThePositiveNorm) {
+  const Tensor positive = Tensor::from_vector({1, 2}, std::vector<float>{3.0f, 4.0f});
+  const Tensor negative = Tensor::from_vector({1, 2}, std::vector<float>{1.0f, 0.0f});
+  const Tensor out = qwen_image_true_cfg(positive, negative, 2.0);  // comb (5, 8), |pos| 5
+  const double norm = std::sqrt(89.0);
+  EXPECT_NEAR(out.data<float>()[0], 5.0 * 5.0 / norm, 1e-6);
+  EXPECT_NEAR(out.data<float>()[1], 8.0 * 5.0 / norm, 1e-6);
+}
+
+TEST_F(QwenImagePipelineTest, LatentsAfterEveryStepAndTheImageMatchDiffusers) {
+  QwenImageGenerationInput input = fixture_input();
+  input.initial_latents = reference_->tensor("pipeline.noise");
+  const QwenImageGenerationOutput output = pipeline().generate(input, /*keep_step_latents=*/true);
+  ASSERT_EQ(output.latents_after_step.size(), 4u);
+  for (size_t k = 0; k < 4; ++k) {
+    const double error = testing::relative_error(
+        output.latents_after_step[k],
+        reference_->tensor("pipeline.latents_after_step" + std::to_string(k)));
+    std::printf("latents after step %zu: %.3g\n", k, error);
+    EXPECT_LT(error, 1e-4) << k;
+  }
+  const double image = image_error(output.frames, "pipeline.image");
+  std::printf("image: max abs diff %.3g\n", image);
+  EXPECT_LT(image, 1e-3);
+}
+
+TEST_F(QwenImagePipelineTest, CommandLineWithSeed42MatchesDiffusers) {
+  const auto& p = settings_["pipeline"];
+  const fs::path out = testing::scratch_dir("qwenimage-cli");
+  const auto result = testing::run_command(
+      testing::mmgen_binary().string() + " generate --model-path " +
+      (fixture() / "model").string() + " --prompt '" + p["prompt"].get<std::string>() +
+      "' --negative-prompt '" + p["negative_prompt"].get<std::string>() +
+      "' --height 32 --width 48 --num-inference-steps 4 --true-cfg-scale 4 --seed 42 "
+      "--output-format npy --output-file-name image --output-path " +
+      out.string());
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const Tensor image = read_npy(out / "image.npy");
+  const Tensor expected = reference_->tensor("pipeline.image_seed42").select(0, 0);
+  EXPECT_LT(testing::max_abs_diff(image.dim() == 4 ? image.select(0, 0) : image, expected), 1e-3);
+}
+
+TEST_F(QwenImagePipelineTest, RefusesSizesTheVaeCannotPack) {
+  const auto result = testing::run_command(
+      testing::mmgen_binary().string() + " generate --model-path " +
+      (fixture() / "model").string() + " --prompt x --height 30 --width 48 --dry-run");
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_NE(result.err.find("Qwen-Image needs multiples of"), std::string::npos) << result.err;
+}
+
+}  // namespace
+}  // namespace mmgen
