@@ -1,11 +1,13 @@
 // FluxTransformer2DModel against diffusers on the flux-tiny fixture (tests/fixtures/flux-tiny,
 // made by tests/fixtures/make_flux_tiny.py): the dev transformer (sharded weights with their
 // index, guidance embedder) at two timesteps, the schnell one (no guidance embedder), and the
-// one-line refusals of a checkpoint that does not match its config.
+// one-line refusals of a checkpoint that does not match its config; the RoPE tables (bit for bit
+// diffusers' float64 angles) and their per-layout cache.
 #include "models/dit/flux_transformer.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -59,6 +61,47 @@ TEST(FluxConfig, RefusesAxesThatDoNotCoverAHead) {
   EXPECT_NE(message.find("transformer/config.json"), std::string::npos) << message;
 }
 
+TEST(FluxRope, TablesAreDiffusersFloat64AnglesRoundedToFloat32) {
+  const FluxConfig config = FluxConfig::from_json(nlohmann::json::object(), "config.json");
+  FluxPositions positions = flux_text_positions(3);
+  const FluxPositions image = flux_image_positions(5, 7);
+  positions.insert(positions.end(), image.begin(), image.end());
+  const FluxRopeTables tables = flux_rope_tables(config, positions, Device::CPU);
+  const int64_t half = config.attention_head_dim / 2;
+  ASSERT_EQ(tables.cos.shape(), (Shape{int64_t(positions.size()), half}));
+  // FluxPosEmbed per token and pair: pos.double() * (1 / theta^(2j / d)), cos and sin in float64.
+  int64_t mismatches = 0;
+  for (size_t t = 0; t < positions.size(); ++t) {
+    int64_t pair = 0;
+    for (size_t axis = 0; axis < 3; ++axis)
+      for (int64_t j = 0; j < config.axes_dims_rope[axis] / 2; ++j, ++pair) {
+        const double d = double(config.axes_dims_rope[axis]);
+        const double angle =
+            double(positions[t][axis]) * (1.0 / std::pow(config.rope_theta, double(2 * j) / d));
+        const size_t at = t * size_t(half) + size_t(pair);
+        mismatches += tables.cos.data<float>()[at] != float(std::cos(angle));
+        mismatches += tables.sin.data<float>()[at] != float(std::sin(angle));
+      }
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
+TEST(FluxRope, CacheBuildsEachLayoutOnce) {
+  FluxRopeCache cache;
+  int builds = 0;
+  const auto build = [&] {
+    ++builds;
+    return FluxRopeTables{Tensor::from_vector({1, 1}, std::vector<float>{1.0f}),
+                          Tensor::from_vector({1, 1}, std::vector<float>{0.0f})};
+  };
+  const FluxRopeTables first = cache.tables({1, 2, 3, 0}, build);
+  const FluxRopeTables again = cache.tables({1, 2, 3, 0}, build);
+  EXPECT_EQ(builds, 1);
+  EXPECT_EQ(first.cos.data<float>(), again.cos.data<float>());  // the same tensor, not a copy
+  cache.tables({1, 2, 4, 0}, build);
+  EXPECT_EQ(builds, 2);
+}
+
 TEST(FluxTransformer, MatchesDiffusersDevAtTwoTimesteps) {
   const FluxTransformer model = FluxTransformer::load(fixture() / "model" / "transformer");
   const WeightStore ref = reference();
@@ -95,6 +138,7 @@ TEST(FluxTransformer, RefusesACheckpointThatDoesNotMatchItsConfig) {
     FluxTransformer(config, WeightStore::open_folder(fixture() / "model" / "transformer"));
   });
   EXPECT_NE(message.find("single_transformer_blocks.2."), std::string::npos) << message;
+  EXPECT_NE(message.find("not a FLUX transformer"), std::string::npos) << message;
   EXPECT_EQ(message.find('\n'), std::string::npos) << message;
   // A dev checkpoint read with schnell's config: the guidance embedder has nowhere to go.
   config = FluxConfig::from_file(fixture() / "model" / "transformer" / "config.json");

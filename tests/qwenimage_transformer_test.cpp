@@ -129,6 +129,7 @@ TEST(QwenImageTransformer, RefusesACheckpointThatDoesNotMatchItsConfig) {
       });
   const std::string missing = error_message([&] { QwenImageTransformer(config, renamed); });
   EXPECT_NE(missing.find("'txt_norm.weight' is missing"), std::string::npos) << missing;
+  EXPECT_NE(missing.find("not a Qwen-Image transformer"), std::string::npos) << missing;
   EXPECT_EQ(missing.find('\n'), std::string::npos) << missing;
 }
 

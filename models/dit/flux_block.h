@@ -3,9 +3,10 @@
 //
 // A double-stream block (FluxTransformerBlock) keeps text and image apart: each has its own
 // adaLN-Zero modulation, q/k/v (with per-head q/k RMSNorm), output projection and GELU MLP; the two
-// meet in one attention over [text, image]. A single-stream block (FluxSingleTransformerBlock) runs
-// on [text, image] as one stream: one modulated norm feeds attention and a GELU MLP side by side,
-// and one projection of both (split in two column blocks) joins the residual under a gate.
+// meet in one attention over [text, image] (the joint block Qwen-Image shares,
+// mmdit_joint_block.h). A single-stream block (FluxSingleTransformerBlock) runs on [text, image] as
+// one stream: one modulated norm feeds attention and a GELU MLP side by side, and one projection of
+// both (split in two column blocks) joins the residual under a gate.
 #pragma once
 
 #include "core/tensor.h"
@@ -28,8 +29,5 @@ void run_flux_single_block(Tensor& joint, const FluxSingleBlockWeights& weights,
                            const Tensor& conditioning, const FluxConfig& config,
                            const FluxRopeTables& rope, DType compute,
                            const FluxAttentionCall& call);
-
-// `parts` (each [rows, dim] of one dtype, on one device) one after another: [Σ rows, dim].
-Tensor flux_stack_rows(const std::vector<Tensor>& parts);
 
 }  // namespace mmgen::dit

@@ -5,6 +5,10 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
 #include <vector>
 
 #include "core/tensor.h"
@@ -23,8 +27,24 @@ struct FluxRopeTables {
 };
 
 // diffusers computes the angles and their cosines in float64 and rounds the tables to float32.
+// Built on the host and uploaded: a transformer keeps them per layout (FluxRopeCache).
 FluxRopeTables flux_rope_tables(const FluxConfig& config, const FluxPositions& positions,
                                 Device device);
+
+// The RoPE tables of the item layouts a transformer has seen, on its device. They depend on the
+// layout only (text tokens and the image grid), so every step of a run and both guidance items
+// reuse them instead of rebuilding them on the host (tokens x head_dim / 2 cosines and sines) and
+// uploading them per forward. A few layouts at most; safe to share between threads.
+class FluxRopeCache {
+ public:
+  using Key = std::array<int64_t, 4>;  // the model's layout numbers, e.g. text tokens and grid
+  // The tables of `key`, made by `build` the first time.
+  FluxRopeTables tables(const Key& key, const std::function<FluxRopeTables()>& build);
+
+ private:
+  std::mutex mutex_;
+  std::map<Key, FluxRopeTables> layouts_;
+};
 
 // The packed latent grid's coordinates (FluxPipeline._prepare_latent_image_ids): (0, i, j) for
 // row i < rows, column j < columns, row-major.

@@ -49,12 +49,12 @@ void FluxTransformer::set_device(Device device, DType compute) {
   resident_single_.clear();
   resident_outer_ = {};
   resident_bytes_ = 0;
+  rope_cache_ = std::make_shared<FluxRopeCache>();
   if (device == Device::CPU) return;
   check(compute_ == DType::BF16, "GPU transformer: the products read bf16, not {}",
         dtype_name(compute_));
   for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
-    resident_double_.push_back(
-        FluxDoubleBlockWeights::load(weights_, layer).placed(device, compute_));
+    resident_double_.push_back(load_flux_double_block(weights_, layer).placed(device, compute_));
     resident_bytes_ += resident_double_.back().bytes();
   }
   for (int64_t layer = 0; layer < config_.num_single_layers; ++layer) {
@@ -68,7 +68,7 @@ void FluxTransformer::set_device(Device device, DType compute) {
 
 FluxDoubleBlockWeights FluxTransformer::double_block(int64_t layer) const {
   if (device_ != Device::CPU) return resident_double_[size_t(layer)];
-  return FluxDoubleBlockWeights::load(weights_, layer);
+  return load_flux_double_block(weights_, layer);
 }
 
 FluxSingleBlockWeights FluxTransformer::single_block(int64_t layer) const {
@@ -121,10 +121,12 @@ std::vector<Tensor> FluxTransformer::forward(const std::vector<FluxItem>& batch,
     };
     texts.push_back(embedded(item.text, outer.context_embedder));
     images.push_back(embedded(item.image, outer.x_embedder));
-    FluxPositions positions = flux_text_positions(item.text.size(0));
-    const FluxPositions image_positions = flux_image_positions(item.rows, item.columns);
-    positions.insert(positions.end(), image_positions.begin(), image_positions.end());
-    ropes.push_back(flux_rope_tables(config_, positions, device_));
+    ropes.push_back(rope_cache_->tables({item.text.size(0), item.rows, item.columns, 0}, [&] {
+      FluxPositions positions = flux_text_positions(item.text.size(0));
+      const FluxPositions image_positions = flux_image_positions(item.rows, item.columns);
+      positions.insert(positions.end(), image_positions.begin(), image_positions.end());
+      return flux_rope_tables(config_, positions, device_);
+    }));
   }
 
   FluxAttentionCall call;
@@ -148,7 +150,7 @@ std::vector<Tensor> FluxTransformer::forward(const std::vector<FluxItem>& batch,
   }
   std::vector<Tensor> joints;
   for (int64_t i = 0; i < count; ++i) {
-    joints.push_back(flux_stack_rows({texts[size_t(i)], images[size_t(i)]}));
+    joints.push_back(mmdit_stack_rows({texts[size_t(i)], images[size_t(i)]}));
     texts[size_t(i)] = images[size_t(i)] = Tensor();
   }
   call.stage = FluxStage::Single;

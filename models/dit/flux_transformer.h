@@ -8,6 +8,7 @@
 // and projection of the image tokens.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "core/safetensors.h"
@@ -72,6 +73,8 @@ class FluxTransformer {
   std::vector<FluxSingleBlockWeights> resident_single_;
   FluxOuterWeights resident_outer_;
   size_t resident_bytes_ = 0;
+  // Each item layout's RoPE tables on the model's device; emptied by set_device.
+  std::shared_ptr<FluxRopeCache> rope_cache_ = std::make_shared<FluxRopeCache>();
 };
 
 }  // namespace mmgen::dit

@@ -1,54 +1,16 @@
 #include "models/dit/flux_weights.h"
 
+#include <string>
+#include <utility>
+
 #include "core/error.h"
-#include "core/ops.h"
+#include "models/dit/mmdit_layers.h"
 
 namespace mmgen::dit {
 namespace {
 
-void expect(const WeightStore& store, const std::string& name, const Shape& shape) {
-  check(store.has(name),
-        "transformer weights in {}: tensor '{}' is missing; the checkpoint does not match its "
-        "config.json (or is not a FLUX transformer)",
-        store.origin().string(), name);
-  const TensorInfo& info = store.info(name);
-  check(dtype_is_floating(info.dtype) && info.dtype != DType::F64,
-        "transformer weights in {}: tensor '{}' is {}, expected f32, bf16, f16 or f8_e4m3",
-        store.origin().string(), name, dtype_name(info.dtype));
-  check(info.shape == shape,
-        "transformer weights in {}: tensor '{}' has shape {}, config.json implies {}",
-        store.origin().string(), name, shape_string(info.shape), shape_string(shape));
-}
-
-void expect_linear(const WeightStore& store, const std::string& name, int64_t out, int64_t in) {
-  expect(store, name + ".weight", {out, in});
-  expect(store, name + ".bias", {out});
-}
-
-Tensor f32(const WeightStore& store, const std::string& name) {
-  return ops::weight_to_f32(store.get(name));
-}
-
-FluxLinear linear(const WeightStore& store, const std::string& name) {
-  return {store.get(name + ".weight").contiguous(), f32(store, name + ".bias")};
-}
-
-// An adaLN product whose chunks `scales` (of `chunks`, each [dim]) are scales: 1 is added to
-// their bias so the product gives 1 + scale.
-FluxLinear adaln_linear(const WeightStore& store, const std::string& name, int64_t chunks,
-                        std::initializer_list<int64_t> scales) {
-  FluxLinear m = linear(store, name);
-  m.bias = m.bias.clone();  // never the mapped file's bytes
-  const int64_t dim = m.bias.numel() / chunks;
-  float* bias = m.bias.data<float>();
-  for (int64_t chunk : scales)
-    for (int64_t i = 0; i < dim; ++i) bias[chunk * dim + i] += 1.0f;
-  return m;
-}
-
-size_t bytes_of(const Tensor& t) {
-  return t.defined() ? t.nbytes() : 0;
-}
+const MMDiTJointBlockNames kDoubleBlockNames{"norm1.linear", "norm1_context.linear", "ff",
+                                             "ff_context"};
 
 std::string double_prefix(int64_t layer) {
   return "transformer_blocks." + std::to_string(layer) + ".";
@@ -59,132 +21,58 @@ std::string single_prefix(int64_t layer) {
 
 }  // namespace
 
-FluxLinear FluxLinear::placed(Device device, DType compute) const {
-  return {weight.to(compute).to(device), bias.defined() ? bias.to(device) : Tensor()};
-}
-
-size_t FluxLinear::bytes() const {
-  return bytes_of(weight) + bytes_of(bias);
-}
-
 void check_flux_weights(const WeightStore& store, const FluxConfig& config) {
+  const MMDiTWeightCheck expect{store, "FLUX"};
   const int64_t dim = config.dim(), head = config.attention_head_dim, mlp = config.mlp_dim();
-  expect_linear(store, "x_embedder", dim, config.in_channels);
-  expect_linear(store, "context_embedder", dim, config.joint_attention_dim);
-  expect_linear(store, "time_text_embed.timestep_embedder.linear_1", dim, 256);
-  expect_linear(store, "time_text_embed.timestep_embedder.linear_2", dim, dim);
+  expect.linear("x_embedder", dim, config.in_channels);
+  expect.linear("context_embedder", dim, config.joint_attention_dim);
+  expect.linear("time_text_embed.timestep_embedder.linear_1", dim, 256);
+  expect.linear("time_text_embed.timestep_embedder.linear_2", dim, dim);
   if (config.guidance_embeds) {
-    expect_linear(store, "time_text_embed.guidance_embedder.linear_1", dim, 256);
-    expect_linear(store, "time_text_embed.guidance_embedder.linear_2", dim, dim);
+    expect.linear("time_text_embed.guidance_embedder.linear_1", dim, 256);
+    expect.linear("time_text_embed.guidance_embedder.linear_2", dim, dim);
   } else {
     check(!store.has("time_text_embed.guidance_embedder.linear_1.weight"),
           "transformer weights in {}: the checkpoint has a guidance embedder but config.json says "
           "guidance_embeds false; set it to true (FLUX.1-dev) or use the schnell weights",
           store.origin().string());
   }
-  expect_linear(store, "time_text_embed.text_embedder.linear_1", dim, config.pooled_projection_dim);
-  expect_linear(store, "time_text_embed.text_embedder.linear_2", dim, dim);
-  expect_linear(store, "norm_out.linear", 2 * dim, dim);
-  expect_linear(store, "proj_out", config.out_values(), dim);
-  for (int64_t layer = 0; layer < config.num_layers; ++layer) {
-    const std::string p = double_prefix(layer);
-    expect_linear(store, p + "norm1.linear", 6 * dim, dim);
-    expect_linear(store, p + "norm1_context.linear", 6 * dim, dim);
-    for (const char* name : {"to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj",
-                             "add_v_proj", "to_add_out"})
-      expect_linear(store, p + "attn." + name, dim, dim);
-    for (const char* name : {"norm_q", "norm_k", "norm_added_q", "norm_added_k"})
-      expect(store, p + "attn." + name + ".weight", {head});
-    for (const char* ff : {"ff", "ff_context"}) {
-      expect_linear(store, p + ff + ".net.0.proj", mlp, dim);
-      expect_linear(store, p + ff + ".net.2", dim, mlp);
-    }
-  }
+  expect.linear("time_text_embed.text_embedder.linear_1", dim, config.pooled_projection_dim);
+  expect.linear("time_text_embed.text_embedder.linear_2", dim, dim);
+  expect.linear("norm_out.linear", 2 * dim, dim);
+  expect.linear("proj_out", config.out_values(), dim);
+  for (int64_t layer = 0; layer < config.num_layers; ++layer)
+    check_mmdit_joint_block(expect, double_prefix(layer), kDoubleBlockNames, dim, head, mlp);
   for (int64_t layer = 0; layer < config.num_single_layers; ++layer) {
     const std::string p = single_prefix(layer);
-    expect_linear(store, p + "norm.linear", 3 * dim, dim);
-    for (const char* name : {"to_q", "to_k", "to_v"})
-      expect_linear(store, p + "attn." + name, dim, dim);
-    expect(store, p + "attn.norm_q.weight", {head});
-    expect(store, p + "attn.norm_k.weight", {head});
-    expect_linear(store, p + "proj_mlp", mlp, dim);
-    expect_linear(store, p + "proj_out", dim, dim + mlp);
+    expect.linear(p + "norm.linear", 3 * dim, dim);
+    for (const char* name : {"to_q", "to_k", "to_v"}) expect.linear(p + "attn." + name, dim, dim);
+    expect.tensor(p + "attn.norm_q.weight", {head});
+    expect.tensor(p + "attn.norm_k.weight", {head});
+    expect.linear(p + "proj_mlp", mlp, dim);
+    expect.linear(p + "proj_out", dim, dim + mlp);
   }
 }
 
-FluxDoubleBlockWeights FluxDoubleBlockWeights::load(const WeightStore& store, int64_t layer) {
-  const std::string p = double_prefix(layer), a = p + "attn.";
-  FluxDoubleBlockWeights w;
-  w.image_modulation = adaln_linear(store, p + "norm1.linear", 6, {1, 4});
-  w.text_modulation = adaln_linear(store, p + "norm1_context.linear", 6, {1, 4});
-  w.to_q = linear(store, a + "to_q");
-  w.to_k = linear(store, a + "to_k");
-  w.to_v = linear(store, a + "to_v");
-  w.to_out = linear(store, a + "to_out.0");
-  w.add_q = linear(store, a + "add_q_proj");
-  w.add_k = linear(store, a + "add_k_proj");
-  w.add_v = linear(store, a + "add_v_proj");
-  w.add_out = linear(store, a + "to_add_out");
-  w.norm_q = f32(store, a + "norm_q.weight");
-  w.norm_k = f32(store, a + "norm_k.weight");
-  w.norm_added_q = f32(store, a + "norm_added_q.weight");
-  w.norm_added_k = f32(store, a + "norm_added_k.weight");
-  w.image_mlp_in = linear(store, p + "ff.net.0.proj");
-  w.image_mlp_out = linear(store, p + "ff.net.2");
-  w.text_mlp_in = linear(store, p + "ff_context.net.0.proj");
-  w.text_mlp_out = linear(store, p + "ff_context.net.2");
-  return w;
-}
-
-FluxDoubleBlockWeights FluxDoubleBlockWeights::placed(Device device, DType compute) const {
-  FluxDoubleBlockWeights p;
-  for (auto [from, to] : {std::pair{&image_modulation, &p.image_modulation},
-                          {&text_modulation, &p.text_modulation},
-                          {&to_q, &p.to_q},
-                          {&to_k, &p.to_k},
-                          {&to_v, &p.to_v},
-                          {&to_out, &p.to_out},
-                          {&add_q, &p.add_q},
-                          {&add_k, &p.add_k},
-                          {&add_v, &p.add_v},
-                          {&add_out, &p.add_out},
-                          {&image_mlp_in, &p.image_mlp_in},
-                          {&image_mlp_out, &p.image_mlp_out},
-                          {&text_mlp_in, &p.text_mlp_in},
-                          {&text_mlp_out, &p.text_mlp_out}})
-    *to = from->placed(device, compute);
-  p.norm_q = norm_q.to(device);
-  p.norm_k = norm_k.to(device);
-  p.norm_added_q = norm_added_q.to(device);
-  p.norm_added_k = norm_added_k.to(device);
-  return p;
-}
-
-size_t FluxDoubleBlockWeights::bytes() const {
-  size_t total =
-      bytes_of(norm_q) + bytes_of(norm_k) + bytes_of(norm_added_q) + bytes_of(norm_added_k);
-  for (const FluxLinear* l :
-       {&image_modulation, &text_modulation, &to_q, &to_k, &to_v, &to_out, &add_q, &add_k, &add_v,
-        &add_out, &image_mlp_in, &image_mlp_out, &text_mlp_in, &text_mlp_out})
-    total += l->bytes();
-  return total;
+FluxDoubleBlockWeights load_flux_double_block(const WeightStore& store, int64_t layer) {
+  return MMDiTJointBlockWeights::load(store, double_prefix(layer), kDoubleBlockNames);
 }
 
 FluxSingleBlockWeights FluxSingleBlockWeights::load(const WeightStore& store, int64_t layer) {
   const std::string p = single_prefix(layer), a = p + "attn.";
   FluxSingleBlockWeights w;
-  w.modulation = adaln_linear(store, p + "norm.linear", 3, {1});
-  w.to_q = linear(store, a + "to_q");
-  w.to_k = linear(store, a + "to_k");
-  w.to_v = linear(store, a + "to_v");
-  w.norm_q = f32(store, a + "norm_q.weight");
-  w.norm_k = f32(store, a + "norm_k.weight");
-  w.mlp_in = linear(store, p + "proj_mlp");
+  w.modulation = mmdit_adaln_linear(store, p + "norm.linear", 3, {1});
+  w.to_q = mmdit_linear(store, a + "to_q");
+  w.to_k = mmdit_linear(store, a + "to_k");
+  w.to_v = mmdit_linear(store, a + "to_v");
+  w.norm_q = mmdit_f32(store, a + "norm_q.weight");
+  w.norm_k = mmdit_f32(store, a + "norm_k.weight");
+  w.mlp_in = mmdit_linear(store, p + "proj_mlp");
   const Tensor out = store.get(p + "proj_out.weight");
   const int64_t dim = out.size(0);
   w.out_attention = out.slice(1, 0, dim).contiguous();
   w.out_mlp = out.slice(1, dim, out.size(1)).contiguous();
-  w.out_bias = f32(store, p + "proj_out.bias");
+  w.out_bias = mmdit_f32(store, p + "proj_out.bias");
   return w;
 }
 
@@ -204,8 +92,8 @@ FluxSingleBlockWeights FluxSingleBlockWeights::placed(Device device, DType compu
 }
 
 size_t FluxSingleBlockWeights::bytes() const {
-  size_t total = bytes_of(norm_q) + bytes_of(norm_k) + bytes_of(out_attention) + bytes_of(out_mlp) +
-                 bytes_of(out_bias);
+  size_t total = mmdit_bytes(norm_q) + mmdit_bytes(norm_k) + mmdit_bytes(out_attention) +
+                 mmdit_bytes(out_mlp) + mmdit_bytes(out_bias);
   for (const FluxLinear* l : {&modulation, &to_q, &to_k, &to_v, &mlp_in}) total += l->bytes();
   return total;
 }
@@ -213,18 +101,18 @@ size_t FluxSingleBlockWeights::bytes() const {
 FluxOuterWeights FluxOuterWeights::load(const WeightStore& store, const FluxConfig& config) {
   const std::string e = "time_text_embed.";
   FluxOuterWeights w;
-  w.x_embedder = linear(store, "x_embedder");
-  w.context_embedder = linear(store, "context_embedder");
-  w.time_1 = linear(store, e + "timestep_embedder.linear_1");
-  w.time_2 = linear(store, e + "timestep_embedder.linear_2");
+  w.x_embedder = mmdit_linear(store, "x_embedder");
+  w.context_embedder = mmdit_linear(store, "context_embedder");
+  w.time_1 = mmdit_linear(store, e + "timestep_embedder.linear_1");
+  w.time_2 = mmdit_linear(store, e + "timestep_embedder.linear_2");
   if (config.guidance_embeds) {
-    w.guidance_1 = linear(store, e + "guidance_embedder.linear_1");
-    w.guidance_2 = linear(store, e + "guidance_embedder.linear_2");
+    w.guidance_1 = mmdit_linear(store, e + "guidance_embedder.linear_1");
+    w.guidance_2 = mmdit_linear(store, e + "guidance_embedder.linear_2");
   }
-  w.text_1 = linear(store, e + "text_embedder.linear_1");
-  w.text_2 = linear(store, e + "text_embedder.linear_2");
-  w.norm_out = adaln_linear(store, "norm_out.linear", 2, {0});
-  w.proj_out = linear(store, "proj_out");
+  w.text_1 = mmdit_linear(store, e + "text_embedder.linear_1");
+  w.text_2 = mmdit_linear(store, e + "text_embedder.linear_2");
+  w.norm_out = mmdit_adaln_linear(store, "norm_out.linear", 2, {0});
+  w.proj_out = mmdit_linear(store, "proj_out");
   return w;
 }
 

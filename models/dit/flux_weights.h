@@ -15,29 +15,16 @@
 
 #include "core/safetensors.h"
 #include "models/dit/flux_config.h"
+#include "models/dit/mmdit_joint_block.h"
+#include "models/dit/mmdit_layers.h"
 
 namespace mmgen::dit {
 
-// A linear layer: the weight [out, in] as stored (the CPU) or placed, the bias float32 [out].
-struct FluxLinear {
-  Tensor weight, bias;
-  FluxLinear placed(Device device, DType compute) const;
-  size_t bytes() const;
-};
-
 // A double-stream block (FluxTransformerBlock): the image and the text streams have their own
-// weights and meet in one joint attention.
-struct FluxDoubleBlockWeights {
-  // AdaLayerNormZero: [6·dim] = shift, 1 + scale, gate for attention, then for the MLP.
-  FluxLinear image_modulation, text_modulation;
-  FluxLinear to_q, to_k, to_v, to_out, add_q, add_k, add_v, add_out;
-  Tensor norm_q, norm_k, norm_added_q, norm_added_k;  // per-head RMSNorm [head_dim]
-  FluxLinear image_mlp_in, image_mlp_out, text_mlp_in, text_mlp_out;
-
-  static FluxDoubleBlockWeights load(const WeightStore& store, int64_t layer);
-  FluxDoubleBlockWeights placed(Device device, DType compute) const;
-  size_t bytes() const;
-};
+// weights and meet in one joint attention; the block Qwen-Image shares (mmdit_joint_block.h), its
+// adaLN products norm1 and norm1_context, its MLPs ff and ff_context.
+using FluxDoubleBlockWeights = MMDiTJointBlockWeights;
+FluxDoubleBlockWeights load_flux_double_block(const WeightStore& store, int64_t layer);
 
 // A single-stream block (FluxSingleTransformerBlock) over [text, image] together: attention and
 // an MLP side by side from one modulated norm, joined by one output projection. That projection

@@ -4,7 +4,8 @@
 // The block is an MMDiT double-stream block as FLUX's: text and image each have their own
 // adaLN-Zero modulation (img_mod / txt_mod), q/k/v with per-head q/k RMSNorm, output projection and
 // tanh-GELU MLP; the two meet in one attention over [text, image] (QwenDoubleStreamAttnProcessor2_0
-// concatenates text first).
+// concatenates text first). It runs the joint block FLUX's double-stream blocks run
+// (mmdit_joint_block.h).
 //
 // Attention goes through FLUX's per-layer dispatch (flux_attention.h), whose contract is the same
 // here: one item's joint sequence with no key mask. Qwen-Image has double-stream blocks only, so

@@ -57,12 +57,12 @@ void QwenImageTransformer::set_device(Device device, DType compute) {
   resident_blocks_.clear();
   resident_outer_ = {};
   resident_bytes_ = 0;
+  rope_cache_ = std::make_shared<FluxRopeCache>();
   if (device == Device::CPU) return;
   check(compute_ == DType::BF16, "GPU transformer: the products read bf16, not {}",
         dtype_name(compute_));
   for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
-    resident_blocks_.push_back(
-        QwenImageBlockWeights::load(weights_, layer).placed(device, compute_));
+    resident_blocks_.push_back(load_qwenimage_block(weights_, layer).placed(device, compute_));
     resident_bytes_ += resident_blocks_.back().bytes();
   }
   resident_outer_ = host_outer_.placed(device, compute_);
@@ -71,7 +71,7 @@ void QwenImageTransformer::set_device(Device device, DType compute) {
 
 QwenImageBlockWeights QwenImageTransformer::block(int64_t layer) const {
   if (device_ != Device::CPU) return resident_blocks_[size_t(layer)];
-  return QwenImageBlockWeights::load(weights_, layer);
+  return load_qwenimage_block(weights_, layer);
 }
 
 Tensor QwenImageTransformer::conditioning(const QwenImageItem& item) const {
@@ -114,7 +114,10 @@ std::vector<Tensor> QwenImageTransformer::forward(const std::vector<QwenImageIte
     texts.push_back(ops::linear(normed, outer.text_in.weight, outer.text_in.bias, DType::F32));
     images.push_back(ops::linear(item.image.to(compute_).contiguous().to(device_),
                                  outer.image_in.weight, outer.image_in.bias, DType::F32));
-    ropes.push_back(qwenimage_rope_tables(config_, item.shape, item.text.size(0), device_));
+    const QwenImageShape& s = item.shape;
+    ropes.push_back(rope_cache_->tables({item.text.size(0), s.frames, s.rows, s.columns}, [&] {
+      return qwenimage_rope_tables(config_, s, item.text.size(0), device_);
+    }));
   }
 
   FluxAttentionCall call;

@@ -8,6 +8,7 @@
 // tokens.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "core/safetensors.h"
@@ -76,6 +77,8 @@ class QwenImageTransformer {
   std::vector<QwenImageBlockWeights> resident_blocks_;
   QwenImageOuterWeights resident_outer_;
   size_t resident_bytes_ = 0;
+  // Each item layout's RoPE tables on the model's device; emptied by set_device.
+  std::shared_ptr<FluxRopeCache> rope_cache_ = std::make_shared<FluxRopeCache>();
 };
 
 }  // namespace mmgen::dit
