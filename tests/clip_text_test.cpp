@@ -16,7 +16,7 @@
 #include "models/text_encoders/clip_text_model.h"
 #include "models/text_encoders/umt5_encoder.h"
 #include "models/tokenizers/clip_bpe_folder.h"
-#include "models/tokenizers/clip_normalizer.h"
+#include "models/tokenizers/nfc_lowercase.h"
 #include "models/tokenizers/tokenizer.h"
 #include "tests/test_support.h"
 

@@ -42,23 +42,30 @@ ClipBpeFolder read_clip_bpe_folder(const fs::path& folder) {
                      {"add_prefix_space", false},
                      {"trim_offsets", true},
                      {"use_regex", true}};
-  Json tokenizer = {{"version", "1.0"},
-                    {"added_tokens", added_tokens_array(std::move(added))},
-                    {"normalizer", nullptr},
-                    {"pre_tokenizer",
-                     {{"type", "Sequence"}, {"pretokenizers", Json::array({split, byte_level})}}},
-                    {"post_processor",
-                     {{"type", "RobertaProcessing"},
-                      {"sep", Json::array({eos, eos_id})},
-                      {"cls", Json::array({bos, bos_id})},
-                      {"trim_offsets", false},
-                      {"add_prefix_space", false}}},
-                    {"decoder",
-                     {{"type", "ByteLevel"},
-                      {"add_prefix_space", true},
-                      {"trim_offsets", true},
-                      {"use_regex", true}}},
-                    {"model", bpe_model(files, unk, "</w>")}};
+  Json tokenizer = {
+      {"version", "1.0"},
+      {"added_tokens", added_tokens_array(std::move(added))},
+      // transformers' CLIPTokenizer: NFC, runs of whitespace to one space, lowercase.
+      {"normalizer",
+       {{"type", "Sequence"},
+        {"normalizers",
+         Json::array({{{"type", "NFC"}},
+                      {{"type", "Replace"}, {"pattern", {{"Regex", "\\s+"}}}, {"content", " "}},
+                      {{"type", "Lowercase"}}})}}},
+      {"pre_tokenizer",
+       {{"type", "Sequence"}, {"pretokenizers", Json::array({split, byte_level})}}},
+      {"post_processor",
+       {{"type", "RobertaProcessing"},
+        {"sep", Json::array({eos, eos_id})},
+        {"cls", Json::array({bos, bos_id})},
+        {"trim_offsets", false},
+        {"add_prefix_space", false}}},
+      {"decoder",
+       {{"type", "ByteLevel"},
+        {"add_prefix_space", true},
+        {"trim_offsets", true},
+        {"use_regex", true}}},
+      {"model", bpe_model(files, unk, "</w>")}};
   return bpe_folder_result(files, tokenizer, pad);
 }
 

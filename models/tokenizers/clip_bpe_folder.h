@@ -14,8 +14,8 @@ namespace mmgen::tokenizers {
 // (or CLIPTokenizerFast).
 bool is_clip_bpe_folder(const std::filesystem::path& folder);
 
-// tokenizer_json is CLIPTokenizer's pipeline with no normalizer: its normalizer (NFC, Replace,
-// Lowercase) is make_clip_normalizer() (clip_normalizer.h). model_max_length is 77 for CLIP-L.
+// tokenizer_json is CLIPTokenizer's pipeline, its normalizer (NFC, Replace, Lowercase; see
+// nfc_lowercase.h) included. model_max_length is 77 for CLIP-L.
 using ClipBpeFolder = BpeFolder;
 
 // Reads vocab.json, merges.txt and the special tokens of tokenizer_config.json /

@@ -1,4 +1,4 @@
-// The Unicode data of the NFC and Lowercase normalizers (clip_normalizer.h), generated into
+// The Unicode data of the NFC and Lowercase normalizers (nfc_lowercase.h), generated into
 // clip_normalizer_tables.cpp by gen_clip_normalizer_tables.py. Every table is sorted.
 #pragma once
 

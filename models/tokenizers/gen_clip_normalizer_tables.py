@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes models/tokenizers/clip_normalizer_tables.cpp: the Unicode data of the NFC and Lowercase
-normalizers (clip_normalizer.h), from Python's unicodedata.
+normalizers (nfc_lowercase.h), from Python's unicodedata.
 
     python3 models/tokenizers/gen_clip_normalizer_tables.py
 

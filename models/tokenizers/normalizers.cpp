@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "models/tokenizers/clip_normalizer.h"
+#include "models/tokenizers/nfc_lowercase.h"
 #include "models/tokenizers/precompiled_charsmap.h"
 #include "models/tokenizers/regex.h"
 #include "models/tokenizers/unicode_data.h"
@@ -136,7 +136,7 @@ std::unique_ptr<Normalizer> make_normalizer(const Json& spec, const std::string&
                                              bool_field_or(spec, "strip_right", true, where));
   if (type == "Prepend")
     return std::make_unique<PrependNormalizer>(string_field(spec, "prepend", where));
-  // CLIP's (models/tokenizers/clip_normalizer.h).
+  // CLIP's (models/tokenizers/nfc_lowercase.h).
   if (type == "NFC") return make_nfc_normalizer();
   if (type == "Lowercase") return make_lowercase_normalizer();
   fail(

@@ -5,10 +5,10 @@
 #include "core/json.h"
 #include "models/tokenizers/added_vocabulary.h"
 #include "models/tokenizers/clip_bpe_folder.h"
-#include "models/tokenizers/clip_normalizer.h"
 #include "models/tokenizers/decoders.h"
 #include "models/tokenizers/json_fields.h"
 #include "models/tokenizers/model.h"
+#include "models/tokenizers/nfc_lowercase.h"
 #include "models/tokenizers/normalizers.h"
 #include "models/tokenizers/post_processor.h"
 #include "models/tokenizers/pre_tokenizers.h"
@@ -41,11 +41,7 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::filesystem::path& folder) 
   std::filesystem::path file = folder / "tokenizer.json";
   if (is_clip_bpe_folder(folder)) {
     ClipBpeFolder clip = read_clip_bpe_folder(folder);
-    std::unique_ptr<Tokenizer> t = from_json(clip.tokenizer_json, clip.source, clip.pad_token);
-    // CLIP's normalizer uses types that tokenizer.json parsing here lacks (NFC, Lowercase).
-    t->normalizer_ = make_clip_normalizer();
-    t->added_ = std::make_unique<AddedVocabulary>(t->added_->tokens(), t->normalizer_.get());
-    return t;
+    return from_json(clip.tokenizer_json, clip.source, clip.pad_token);
   }
   if (is_qwen2_bpe_folder(folder)) {
     BpeFolder qwen2 = read_qwen2_bpe_folder(folder);

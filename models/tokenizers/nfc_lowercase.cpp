@@ -1,4 +1,4 @@
-#include "models/tokenizers/clip_normalizer.h"
+#include "models/tokenizers/nfc_lowercase.h"
 
 #include <algorithm>
 #include <string>
@@ -145,24 +145,6 @@ class LowercaseNormalizer final : public Normalizer {
   }
 };
 
-class ClipNormalizer final : public Normalizer {
- public:
-  ClipNormalizer()
-      : whitespace_(make_normalizer(
-            Json{{"type", "Replace"}, {"pattern", {{"Regex", "\\s+"}}}, {"content", " "}},
-            "CLIP normalizer")) {}
-  std::string normalize(std::string text, bool* start_kept) const override {
-    text = nfc_.normalize(std::move(text), start_kept);
-    text = whitespace_->normalize(std::move(text), start_kept);
-    return lowercase_.normalize(std::move(text), start_kept);
-  }
-
- private:
-  NfcNormalizer nfc_;
-  std::unique_ptr<Normalizer> whitespace_;
-  LowercaseNormalizer lowercase_;
-};
-
 }  // namespace
 
 std::unique_ptr<Normalizer> make_nfc_normalizer() {
@@ -170,9 +152,6 @@ std::unique_ptr<Normalizer> make_nfc_normalizer() {
 }
 std::unique_ptr<Normalizer> make_lowercase_normalizer() {
   return std::make_unique<LowercaseNormalizer>();
-}
-std::unique_ptr<Normalizer> make_clip_normalizer() {
-  return std::make_unique<ClipNormalizer>();
 }
 
 }  // namespace mmgen::tokenizers
