@@ -11,30 +11,12 @@
 #include "core/npy.h"
 #include "core/random.h"
 #include "models/vae/autoencoder_kl_tiled_decode.h"
+#include "pipeline/decoded_image.h"
 #include "pipeline/progress.h"
 #include "pipeline/schedulers/scheduler.h"
 
 namespace mmgen {
 namespace {
-
-const attention::ComponentChoice* planned(const AttentionPlan& plan, const std::string& name) {
-  auto it = plan.components.find(name);
-  return it != plan.components.end() && it->second.has_attention() ? &it->second : nullptr;
-}
-
-// VAE output [1, 3, H, W] in [-1, 1] → frames [1, H, W, 3] in [0, 1] (VaeImageProcessor's
-// postprocess: x / 2 + 0.5 clamped, channels last).
-Tensor image_to_frames(const Tensor& image) {
-  const Tensor in = image.to(DType::F32).contiguous();
-  const int64_t channels = in.size(1), pixels = in.size(2) * in.size(3);
-  Tensor frames = Tensor::empty({1, in.size(2), in.size(3), channels});
-  const float* from = in.data<float>();
-  float* to = frames.data<float>();
-  for (int64_t c = 0; c < channels; ++c)
-    for (int64_t i = 0; i < pixels; ++i)
-      to[i * channels + c] = std::clamp(from[c * pixels + i] / 2.0f + 0.5f, 0.0f, 1.0f);
-  return frames;
-}
 
 // neg + scale · (pos − neg), float32 on the host, as FluxPipeline combines true CFG.
 Tensor true_cfg(const Tensor& positive, const Tensor& negative, double scale) {
@@ -73,15 +55,15 @@ FluxPipeline::FluxPipeline(const ModelIndex& index, AttentionPlan plan)
   scheduler_class_ = index.component("scheduler").class_name;
   scheduler_config_ = index.config("scheduler");
   schedulers::make_scheduler(scheduler_class_, scheduler_config_);
-  if (const auto* choice = planned(attention_plan_, "text_encoder")) {
+  if (const auto* choice = planned_component(attention_plan_, "text_encoder")) {
     clip_backend_ = choice->primary().backend;
     clip_->set_attention_backend(clip_backend_);
   }
-  if (const auto* choice = planned(attention_plan_, "text_encoder_2")) {
+  if (const auto* choice = planned_component(attention_plan_, "text_encoder_2")) {
     t5_backend_ = choice->primary().backend;
     t5_->set_attention_backend(t5_backend_);
   }
-  if (const auto* choice = planned(attention_plan_, "vae"))
+  if (const auto* choice = planned_component(attention_plan_, "vae"))
     vae_->set_attention_backend(
         attention::make_dit_backend(choice->primary().backend, nlohmann::json::object()));
 }
@@ -138,22 +120,11 @@ Shape FluxPipeline::latent_shape(int64_t height, int64_t width) const {
 
 dit::FluxAttention FluxPipeline::build_attention() const {
   dit::FluxAttention attention;
-  const auto* choice = planned(attention_plan_, "transformer");
-  if (!choice) return attention;
-  const std::string backend = choice->primary().backend;
-  auto found = attention_plan_.backend_configs.find(backend);
-  const nlohmann::json config =
-      found != attention_plan_.backend_configs.end()
-          ? found->second
-          : attention::validate_backend_config(nlohmann::json::object(), backend);
-  const auto stack = [&](int64_t layers) {
-    std::vector<dit::FluxLayerAttention> out(static_cast<size_t>(layers));
-    for (auto& layer : out)
-      layer.backend = attention::make_dit_backend(backend, config, attention_plan_.resources);
-    return out;
-  };
-  attention.double_layers = stack(transformer_->config().num_layers);
-  attention.single_layers = stack(transformer_->config().num_single_layers);
+  for (auto& backend : transformer_backends(attention_plan_, transformer_->config().num_layers))
+    attention.double_layers.push_back({std::move(backend), {}});
+  for (auto& backend :
+       transformer_backends(attention_plan_, transformer_->config().num_single_layers))
+    attention.single_layers.push_back({std::move(backend), {}});
   return attention;
 }
 
@@ -185,13 +156,10 @@ FluxGenerationOutput FluxPipeline::generate(const FluxGenerationInput& input,
                                   int(input.num_inference_steps), shape[2], shape[3]);
 
   dit::FluxAttention attention;
-  if (input.cuda) {
-    const auto* choice = planned(attention_plan_, "transformer");
-    if (choice && choice->primary().backend == "torch_sdpa")
-      attention.gpu.dense.self = attention::DenseKernel::Reference;
-  } else {
+  if (input.cuda)
+    attention.gpu = gpu_dense_attention(attention_plan_);
+  else
     attention = build_attention();
-  }
   FluxGenerationOutput output;
   const int steps = scheduler->num_inference_steps();
   Progress denoise("denoise", steps, "step");
@@ -230,7 +198,7 @@ FluxGenerationOutput FluxPipeline::generate(const FluxGenerationInput& input,
     decoded = vae_->decode(z);
     decode.finish();
   }
-  output.frames = image_to_frames(decoded);
+  output.frames = decoded_images_to_frames(decoded);
   return output;
 }
 

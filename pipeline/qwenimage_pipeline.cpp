@@ -11,33 +11,12 @@
 #include "core/interrupt.h"
 #include "core/npy.h"
 #include "core/random.h"
+#include "pipeline/decoded_image.h"
 #include "pipeline/packed_latents.h"
 #include "pipeline/progress.h"
 #include "pipeline/prompt_encoding.h"
 
 namespace mmgen {
-namespace {
-
-const attention::ComponentChoice* planned(const AttentionPlan& plan, const std::string& name) {
-  auto it = plan.components.find(name);
-  return it != plan.components.end() && it->second.has_attention() ? &it->second : nullptr;
-}
-
-// VAE output [1, 3, 1, H, W] in [-1, 1] → frames [1, H, W, 3] in [0, 1].
-Tensor frame_to_image(const Tensor& video) {
-  const Tensor in = video.to(DType::F32).contiguous();
-  const int64_t channels = in.size(1), pixels = in.size(3) * in.size(4);
-  Tensor frames = Tensor::empty({1, in.size(3), in.size(4), channels});
-  const float* from = in.data<float>();
-  float* to = frames.data<float>();
-  for (int64_t c = 0; c < channels; ++c)
-    for (int64_t i = 0; i < pixels; ++i)
-      to[i * channels + c] = std::clamp(from[c * pixels + i] / 2.0f + 0.5f, 0.0f, 1.0f);
-  return frames;
-}
-
-}  // namespace
-
 Tensor qwen_image_true_cfg(const Tensor& positive, const Tensor& negative, double scale) {
   check(positive.shape() == negative.shape() && positive.dim() == 2,
         "Qwen-Image true CFG: predictions {} and {} differ", shape_string(positive.shape()),
@@ -81,9 +60,9 @@ QwenImagePipeline::QwenImagePipeline(const ModelIndex& index, AttentionPlan plan
   scheduler_class_ = index.component("scheduler").class_name;
   scheduler_config_ = index.config("scheduler");
   schedulers::make_scheduler(scheduler_class_, scheduler_config_);
-  if (const auto* choice = planned(attention_plan_, "text_encoder"))
+  if (const auto* choice = planned_component(attention_plan_, "text_encoder"))
     text_backend_ = choice->primary().backend;
-  if (const auto* choice = planned(attention_plan_, "vae"))
+  if (const auto* choice = planned_component(attention_plan_, "vae"))
     vae_->set_attention_backend(
         attention::make_dit_backend(choice->primary().backend, nlohmann::json::object()));
 }
@@ -122,17 +101,8 @@ Shape QwenImagePipeline::latent_shape(int64_t height, int64_t width) const {
 
 dit::QwenImageAttention QwenImagePipeline::build_attention() const {
   dit::QwenImageAttention attention;
-  const auto* choice = planned(attention_plan_, "transformer");
-  if (!choice) return attention;
-  const std::string backend = choice->primary().backend;
-  auto found = attention_plan_.backend_configs.find(backend);
-  const nlohmann::json config =
-      found != attention_plan_.backend_configs.end()
-          ? found->second
-          : attention::validate_backend_config(nlohmann::json::object(), backend);
-  attention.double_layers.resize(size_t(transformer_->config().num_layers));
-  for (auto& layer : attention.double_layers)
-    layer.backend = attention::make_dit_backend(backend, config, attention_plan_.resources);
+  for (auto& backend : transformer_backends(attention_plan_, transformer_->config().num_layers))
+    attention.double_layers.push_back({std::move(backend), {}});
   return attention;
 }
 
@@ -166,13 +136,10 @@ QwenImageGenerationOutput QwenImagePipeline::generate(const QwenImageGenerationI
                                   int(input.num_inference_steps), shape[2], shape[3]);
 
   dit::QwenImageAttention attention;
-  if (input.cuda) {
-    const auto* choice = planned(attention_plan_, "transformer");
-    if (choice && choice->primary().backend == "torch_sdpa")
-      attention.gpu.dense.self = attention::DenseKernel::Reference;
-  } else {
+  if (input.cuda)
+    attention.gpu = gpu_dense_attention(attention_plan_);
+  else
     attention = build_attention();
-  }
   QwenImageGenerationOutput output;
   const int steps = scheduler->num_inference_steps();
   Progress denoise("denoise", steps, "step");
@@ -195,7 +162,8 @@ QwenImageGenerationOutput QwenImagePipeline::generate(const QwenImageGenerationI
   Progress decode("decode", 1);
   const Tensor unpacked = unpack_latents_2x2(latents, shape[1], shape[2], shape[3]);
   const Tensor z = vae_->denormalize(unpacked.view({1, shape[1], 1, shape[2], shape[3]}));
-  output.frames = frame_to_image(vae_->decode(z));
+  // One frame: [1, 3, 1, H, W] → [1, 3, H, W].
+  output.frames = decoded_images_to_frames(vae_->decode(z).select(2, 0));
   decode.finish();
   return output;
 }

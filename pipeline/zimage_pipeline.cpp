@@ -15,6 +15,7 @@
 #include "core/random.h"
 #include "core/safetensors.h"
 #include "models/vae/autoencoder_kl_tiled_decode.h"
+#include "pipeline/decoded_image.h"
 #include "pipeline/progress.h"
 #include "pipeline/prompt_encoding.h"
 #include "pipeline/zimage_schedule.h"
@@ -22,31 +23,6 @@
 namespace mmgen {
 
 namespace {
-
-// The plan's choice for a component with attention; null when it has none.
-const attention::ComponentChoice* planned(const AttentionPlan& plan, const std::string& name) {
-  auto it = plan.components.find(name);
-  return it != plan.components.end() && it->second.has_attention() ? &it->second : nullptr;
-}
-
-// VAE output [1, 3, H, W] in [-1, 1] → frames [1, H, W, 3] in [0, 1] (VaeImageProcessor's
-// postprocess: x / 2 + 0.5 clamped, channels last).
-Tensor image_to_frames(const Tensor& image) {
-  check(image.dim() == 4, "Z-Image decode: expected [N, C, H, W] images, got {}",
-        shape_string(image.shape()));
-  const Tensor in = image.to(DType::F32).contiguous();
-  const int64_t count = in.size(0), channels = in.size(1), pixels = in.size(2) * in.size(3);
-  Tensor frames = Tensor::empty({count, in.size(2), in.size(3), channels});
-  // One pass, reading each channel plane in order (this runs on the host after every decode).
-  for (int64_t n = 0; n < count; ++n) {
-    const float* from = in.data<float>() + n * channels * pixels;
-    float* to = frames.data<float>() + n * channels * pixels;
-    for (int64_t c = 0; c < channels; ++c)
-      for (int64_t i = 0; i < pixels; ++i)
-        to[i * channels + c] = std::clamp(from[c * pixels + i] / 2.0f + 0.5f, 0.0f, 1.0f);
-  }
-  return frames;
-}
 
 // −prediction, [C, 1, h, w] → [1, C, h, w]: Z-Image's transformer predicts the opposite of the
 // flow the scheduler integrates, so diffusers negates it before the step. One pass into a fresh
@@ -88,10 +64,10 @@ ZImagePipeline::ZImagePipeline(const ModelIndex& index, AttentionPlan plan)
   scheduler_config_ = index.config("scheduler");
   // Reject settings the scheduler does not implement before any work.
   schedulers::make_scheduler(scheduler_class_, scheduler_config_);
-  if (const auto* text = planned(attention_plan_, "text_encoder"))
+  if (const auto* text = planned_component(attention_plan_, "text_encoder"))
     text_backend_ = text->primary().backend;
   // The VAE's mid-block attention is dense; it runs the plan's choice (fa or torch_sdpa).
-  if (const auto* vae_choice = planned(attention_plan_, "vae"))
+  if (const auto* vae_choice = planned_component(attention_plan_, "vae"))
     vae_->set_attention_backend(
         attention::make_dit_backend(vae_choice->primary().backend, nlohmann::json::object()));
 }
@@ -142,19 +118,11 @@ Shape ZImagePipeline::latent_shape(int64_t height, int64_t width) const {
 
 dit::ZImageAttention ZImagePipeline::build_attention() const {
   dit::ZImageAttention attention;
-  const auto* choice = planned(attention_plan_, "transformer");
-  if (!choice) return attention;  // the dense reference everywhere
-  const std::string backend = choice->primary().backend;
-  auto found = attention_plan_.backend_configs.find(backend);
-  const nlohmann::json config =
-      found != attention_plan_.backend_configs.end()
-          ? found->second
-          : attention::validate_backend_config(nlohmann::json::object(), backend);
   const dit::ZImageConfig& model = transformer_->config();
   auto stack = [&](int64_t layers) {
-    std::vector<dit::ZImageLayerAttention> out(static_cast<size_t>(layers));
-    for (auto& layer : out)
-      layer.backend = attention::make_dit_backend(backend, config, attention_plan_.resources);
+    std::vector<dit::ZImageLayerAttention> out;
+    for (auto& backend : transformer_backends(attention_plan_, layers))
+      out.push_back({std::move(backend), {}});
     return out;
   };
   attention.noise_refiner = stack(model.n_refiner_layers);
@@ -223,13 +191,10 @@ ZImageGenerationOutput ZImagePipeline::generate(const ZImageGenerationInput& inp
   // On the GPU the transformer's dense layers run its own kernels (the selector refuses sparse
   // backends for Z-Image): `torch_sdpa` the reference kernel, the others FlashAttention.
   dit::ZImageAttention attention;
-  if (input.cuda) {
-    const auto* choice = planned(attention_plan_, "transformer");
-    if (choice && choice->primary().backend == "torch_sdpa")
-      attention.gpu.dense.self = attention::DenseKernel::Reference;
-  } else {
+  if (input.cuda)
+    attention.gpu = gpu_dense_attention(attention_plan_);
+  else
     attention = build_attention();
-  }
   ZImageGenerationOutput output;
   const int steps = scheduler->num_inference_steps();
   Progress denoise("denoise", steps, "step");
@@ -268,7 +233,7 @@ ZImageGenerationOutput ZImagePipeline::generate(const ZImageGenerationInput& inp
     image = vae_->decode(z);
     decode.finish();
   }
-  output.frames = image_to_frames(image);
+  output.frames = decoded_images_to_frames(image);
   return output;
 }
 
