@@ -33,7 +33,8 @@ uint64_t layer_conversion_bytes(const ModelInventory& inventory, const char* com
 }
 
 bool runs_true_cfg(const Request& request) {
-  return request.true_cfg_scale > 1.0 && !request.negative_prompt.empty();
+  return request.true_cfg_scale > 1.0 &&
+         (!request.negative_prompt.empty() || request.negative_prompt_embeds.has_value());
 }
 
 uint64_t joint_dit_working_bytes(const JointDitShape& s) {

@@ -117,6 +117,26 @@ std::vector<Tensor> encode_qwen3(const ModelIndex& index, const PromptEncodingRe
   return embeddings;
 }
 
+// QwenImagePipeline's recipe (its fixed template, hidden_states[-1] without the template's first
+// 34 tokens), through the paged backends with the prefix cache.
+std::vector<Tensor> encode_qwen_image(const ModelIndex& index, const PromptEncodingRequest& request,
+                                      const std::vector<std::string>& prompts, int64_t max_length,
+                                      PromptEncodingResult& result) {
+  const auto tokenizer = tokenizers::Tokenizer::load(
+      existing_component(index, tokenizer_component(request.component)).path);
+  const auto model =
+      text_encoders::Qwen3TextModel::from_folder(existing_component(index, request.component).path);
+  text_encoders::PrefixCacheReport report;
+  std::vector<Tensor> embeddings = encode_qwen_image_prompts_paged(
+      *tokenizer, model, prompts, max_length, request.attention_backend, &report);
+  result.attention = "paged, Qwen-Image's template (hidden_states[-1] from token 34)";
+  result.prefix_cache_used = true;
+  result.prompt_tokens = report.prompt_tokens;
+  result.prefix_cache_hit_tokens = report.hit_tokens;
+  result.prompts_hit = report.prompts_hit;
+  return embeddings;
+}
+
 }  // namespace
 
 // Through the paged backends with the prefix cache: prompts sharing the chat template's start
@@ -202,6 +222,12 @@ PromptEncodingResult encode_prompts(const PromptEncodingRequest& request) {
   const ModelIndex index = load_model_index(request.model_path);
   const ComponentEntry& entry = existing_component(index, request.component);
   const bool umt5 = is_umt5(entry, index.root / "model_index.json");
+  // FLUX conditions on two encoders at once (T5's rows and CLIP's pooled row); one file of one
+  // encoder's rows would not be what FluxPipeline computes, so encode refuses rather than guess.
+  check(index.class_name != "FluxPipeline",
+        "{}: mmgen encode does not write FLUX prompt embeddings yet (FluxPipeline reads T5's rows "
+        "and CLIP's pooled row together); pass the prompt to generate as text",
+        (index.root / "model_index.json").string());
 
   PromptEncodingResult result;
   result.text_encoder_class = entry.class_name;
@@ -209,6 +235,9 @@ PromptEncodingResult encode_prompts(const PromptEncodingRequest& request) {
       request.max_sequence_length.value_or(default_max_sequence_length(index));
   if (umt5) {
     result.embeddings = encode_umt5(index, request, prompts, result.max_sequence_length, result);
+  } else if (index.class_name == "QwenImagePipeline") {
+    result.embeddings =
+        encode_qwen_image(index, request, prompts, result.max_sequence_length, result);
   } else {
     result.embeddings = encode_qwen3(index, request, prompts, result.max_sequence_length, result);
   }

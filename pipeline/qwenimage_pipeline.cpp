@@ -110,11 +110,21 @@ QwenImageGenerationOutput QwenImagePipeline::generate(const QwenImageGenerationI
                                                       bool keep_step_latents) const {
   place(input.cuda);
   // diffusers runs true CFG only with a negative prompt (has_neg_prompt) and a scale above 1.
-  const bool true_cfg_on = input.true_cfg_scale > 1.0 && !input.negative_prompt.empty();
+  const bool true_cfg_on = input.true_cfg_scale > 1.0 && (!input.negative_prompt.empty() ||
+                                                          input.negative_prompt_embeds.defined());
   Progress encode_stage("encode", 1);
-  std::vector<std::string> prompts = {input.prompt};
-  if (true_cfg_on) prompts.push_back(input.negative_prompt);
-  const std::vector<Tensor> embeds = encode_prompts(prompts, input.max_sequence_length);
+  // Precomputed embeddings skip the text encoder; what is left goes through it in one call.
+  std::vector<Tensor> embeds = {input.prompt_embeds,
+                                true_cfg_on ? input.negative_prompt_embeds : Tensor()};
+  std::vector<std::string> prompts;
+  std::vector<size_t> slots;
+  if (!embeds[0].defined()) prompts.push_back(input.prompt), slots.push_back(0);
+  if (true_cfg_on && !embeds[1].defined())
+    prompts.push_back(input.negative_prompt), slots.push_back(1);
+  if (!prompts.empty()) {
+    std::vector<Tensor> encoded = encode_prompts(prompts, input.max_sequence_length);
+    for (size_t i = 0; i < slots.size(); ++i) embeds[slots[i]] = std::move(encoded[i]);
+  }
   encode_stage.finish();
 
   const Shape shape = latent_shape(input.height, input.width);
@@ -168,12 +178,11 @@ QwenImageGenerationOutput QwenImagePipeline::generate(const QwenImageGenerationI
   return output;
 }
 
-QwenImageGenerationInput qwen_image_input_from_request(const Request& request) {
+QwenImageGenerationInput qwen_image_input_from_request(const Request& request,
+                                                       const QwenImagePipeline& pipeline) {
   check(!request.gpu_fp8_products,
         "--gpu-matmul-precision fp8: FP8 products are built for Wan's transformer so far; "
         "Qwen-Image runs its products in bf16, so leave it at bf16");
-  check(!request.prompt_embeds && !request.negative_prompt_embeds,
-        "--prompt-embeds: not wired for Qwen-Image yet; pass the prompt as text");
   check(!request.vae_tiling, "--vae-tiling: not wired for Qwen-Image yet; leave it off");
   QwenImageGenerationInput input;
   input.prompt = request.prompt;
@@ -187,7 +196,14 @@ QwenImageGenerationInput qwen_image_input_from_request(const Request& request) {
   input.seed = request.seed;
   if (request.latents) input.initial_latents = read_tensor_file(*request.latents);
   input.cuda = request.device == "cuda";
-  if (input.true_cfg_scale > 1.0 && input.negative_prompt.empty())
+  const int64_t width = pipeline.caption_dim();
+  if (request.prompt_embeds)
+    input.prompt_embeds = read_prompt_embeddings(*request.prompt_embeds, width, "--prompt-embeds");
+  if (request.negative_prompt_embeds)
+    input.negative_prompt_embeds =
+        read_prompt_embeddings(*request.negative_prompt_embeds, width, "--negative-prompt-embeds");
+  if (input.true_cfg_scale > 1.0 && input.negative_prompt.empty() &&
+      !input.negative_prompt_embeds.defined())
     spdlog::warn("--true-cfg-scale {}: no --negative-prompt, so true CFG is off (as diffusers)",
                  input.true_cfg_scale);
   return input;
@@ -199,7 +215,7 @@ PipelineRunner load_qwen_image_pipeline(const ModelIndex& index, const Attention
   load.finish();
   PipelineRunner runner;
   runner.run = [pipeline](const Request& request) {
-    return pipeline->generate(qwen_image_input_from_request(request)).frames;
+    return pipeline->generate(qwen_image_input_from_request(request, *pipeline)).frames;
   };
   return runner;
 }

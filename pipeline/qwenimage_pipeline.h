@@ -38,6 +38,9 @@ struct QwenImageGenerationInput {
   uint64_t seed = 0;
   Tensor initial_latents;  // [1, C, H/f, W/f] (or with a frame axis of 1) instead of noise
   bool cuda = false;
+  // When defined, [tokens, joint_attention_dim] (`mmgen encode` files) used instead of encoding
+  // prompt / negative_prompt (the negative one only with true CFG on).
+  Tensor prompt_embeds, negative_prompt_embeds;
 };
 
 struct QwenImageGenerationOutput {
@@ -63,6 +66,8 @@ class QwenImagePipeline {
   QwenImageGenerationOutput generate(const QwenImageGenerationInput& input,
                                      bool keep_step_latents = false) const;
   dit::QwenImageAttention build_attention() const;
+  // The width of the prompt embeddings the transformer takes (its joint_attention_dim).
+  int64_t caption_dim() const { return transformer_->config().joint_attention_dim; }
   void place(bool cuda) const;
 
  private:
@@ -77,7 +82,10 @@ class QwenImagePipeline {
   std::string text_backend_;
 };
 
-QwenImageGenerationInput qwen_image_input_from_request(const Request& request);
+// A request's generation input: --latents, and --prompt-embeds / --negative-prompt-embeds
+// (their width checked against the transformer's) when given.
+QwenImageGenerationInput qwen_image_input_from_request(const Request& request,
+                                                       const QwenImagePipeline& pipeline);
 PipelineRunner load_qwen_image_pipeline(const ModelIndex& index, const AttentionPlan& plan);
 
 }  // namespace mmgen

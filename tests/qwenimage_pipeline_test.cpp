@@ -131,6 +131,46 @@ TEST_F(QwenImagePipelineTest, CommandLineWithSeed42MatchesDiffusers) {
   EXPECT_LT(testing::max_abs_diff(image.dim() == 4 ? image.select(0, 0) : image, expected), 1e-3);
 }
 
+// `mmgen encode` writes the pipeline's embeddings (the template, hidden_states[-1] from token 34);
+// generate --prompt-embeds / --negative-prompt-embeds from them gives diffusers' seeded image.
+TEST_F(QwenImagePipelineTest, EncodedEmbeddingsGiveTheSameImage) {
+  const auto& p = settings_["pipeline"];
+  const fs::path out = testing::scratch_dir("qwenimage-encode");
+  const std::string model = (fixture() / "model").string();
+  for (const auto& [prompt, file] : {std::pair{p["prompt"].get<std::string>(), "positive"},
+                                     {p["negative_prompt"].get<std::string>(), "negative"}}) {
+    const auto encoded = testing::run_command(
+        testing::mmgen_binary().string() + " encode --model-path " + model + " --prompt '" +
+        prompt + "' --out " + (out / (std::string(file) + ".safetensors")).string());
+    ASSERT_EQ(encoded.exit_code, 0) << encoded.err;
+  }
+  const WeightStore positive = WeightStore::open_file(out / "positive.safetensors");
+  EXPECT_LT(testing::relative_error(positive.get_f32("prompt_embeds.0"),
+                                    reference_->tensor("text_encoder.prompt0")),
+            1e-5);
+  const auto result = testing::run_command(
+      testing::mmgen_binary().string() + " generate --model-path " + model + " --prompt-embeds " +
+      (out / "positive.safetensors").string() + " --negative-prompt-embeds " +
+      (out / "negative.safetensors").string() +
+      " --height 32 --width 48 --num-inference-steps 4 --true-cfg-scale 4 --seed 42 "
+      "--output-format npy --output-file-name image --output-path " +
+      out.string());
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const Tensor image = read_npy(out / "image.npy");
+  const Tensor expected = reference_->tensor("pipeline.image_seed42").select(0, 0);
+  EXPECT_LT(testing::max_abs_diff(image.dim() == 4 ? image.select(0, 0) : image, expected), 1e-3);
+}
+
+TEST_F(QwenImagePipelineTest, EncodeRefusesFluxInOneLine) {
+  const auto result = testing::run_command(
+      testing::mmgen_binary().string() + " encode --model-path " +
+      (testing::source_dir() / "tests/fixtures/flux-tiny/model").string() + " --prompt x --out " +
+      (testing::scratch_dir("flux-encode") / "x.safetensors").string());
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_NE(result.err.find("does not write FLUX prompt embeddings"), std::string::npos)
+      << result.err;
+}
+
 TEST_F(QwenImagePipelineTest, RefusesSizesTheVaeCannotPack) {
   const auto result = testing::run_command(
       testing::mmgen_binary().string() + " generate --model-path " +
