@@ -189,8 +189,9 @@ std::vector<Tensor> encode_qwen_image_prompts_paged(const tokenizers::Tokenizer&
   runner.prefix_cache = true;
   runner.max_context_len = longest;
   runner.device = model.device();
-  runner.pool_tokens = std::max<int64_t>(kQwen3MinPoolTokensPerLength * longest,
-                                         model.device() == Device::CPU ? runner.pool_tokens : 0);
+  // The smallest pool the path runs with, allocated whole on either device (the runner's default
+  // of 32768 tokens would be 4.2 GB of KV for Qwen2.5-VL-7B on the CPU), as Z-Image sizes its own.
+  runner.pool_tokens = kQwen3MinPoolTokensPerLength * longest;
   text_encoders::Qwen3PagedEncoder encoder(model, runner, /*last_hidden_state=*/true);
   std::vector<Tensor> hidden = encoder.encode(ids);
   if (report) *report = encoder.report();
