@@ -9,7 +9,6 @@
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "core/npy.h"
-#include "core/random.h"
 #include "models/vae/autoencoder_kl_tiled_decode.h"
 #include "pipeline/decoded_image.h"
 #include "pipeline/progress.h"
@@ -139,16 +138,7 @@ FluxGenerationOutput FluxPipeline::generate(const FluxGenerationInput& input,
   encode_stage.finish();
 
   const Shape shape = latent_shape(input.height, input.width);
-  Tensor noise;
-  if (input.initial_latents.defined()) {
-    check(input.initial_latents.shape() == shape,
-          "--latents has shape {} but this request needs {}",
-          shape_string(input.initial_latents.shape()), shape_string(shape));
-    noise = input.initial_latents.to(DType::F32).contiguous();
-  } else {
-    noise = randn(shape, input.seed);
-  }
-  Tensor latents = pack_latents_2x2(noise);
+  Tensor latents = initial_packed_latents(input.initial_latents, shape, input.seed);
   const int64_t rows = shape[2] / 2, columns = shape[3] / 2;
 
   auto scheduler =

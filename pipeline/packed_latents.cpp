@@ -1,6 +1,7 @@
 #include "pipeline/packed_latents.h"
 
 #include "core/error.h"
+#include "core/random.h"
 #include "pipeline/zimage_schedule.h"
 
 namespace mmgen {
@@ -40,6 +41,15 @@ Tensor unpack_latents_2x2(const Tensor& packed, int64_t c, int64_t h, int64_t w)
             to[(k * h + 2 * i + dy) * w + 2 * j + dx] =
                 from[(i * columns + j) * 4 * c + k * 4 + dy * 2 + dx];
   return out;
+}
+
+Tensor initial_packed_latents(const Tensor& given, const Shape& shape, uint64_t seed) {
+  if (!given.defined()) return pack_latents_2x2(randn(shape, seed));
+  const Shape with_frame = {shape[0], 1, shape[1], shape[2], shape[3]};
+  check(given.shape() == shape || given.shape() == with_frame,
+        "--latents has shape {} but this request needs {} (or {})", shape_string(given.shape()),
+        shape_string(shape), shape_string(with_frame));
+  return pack_latents_2x2(given.to(DType::F32).contiguous().view(shape));
 }
 
 std::vector<double> numpy_linspace_sigmas(int steps) {

@@ -21,6 +21,11 @@ namespace mmgen {
 Tensor pack_latents_2x2(const Tensor& latents);
 Tensor unpack_latents_2x2(const Tensor& packed, int64_t channels, int64_t height, int64_t width);
 
+// A request's starting latents, packed: `given` (--latents: [1, C, h, w] as `shape`, or diffusers'
+// [1, 1, C, h, w] for one frame, which holds the same values) when defined, else torch's CPU randn
+// of `shape` from `seed`.
+Tensor initial_packed_latents(const Tensor& given, const Shape& shape, uint64_t seed);
+
 // np.linspace(1, 1/steps, steps) in float64 (the scheduler rounds them to float32).
 std::vector<double> numpy_linspace_sigmas(int steps);
 

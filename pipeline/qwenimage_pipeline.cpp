@@ -10,7 +10,6 @@
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "core/npy.h"
-#include "core/random.h"
 #include "pipeline/decoded_image.h"
 #include "pipeline/packed_latents.h"
 #include "pipeline/progress.h"
@@ -128,18 +127,7 @@ QwenImageGenerationOutput QwenImagePipeline::generate(const QwenImageGenerationI
   encode_stage.finish();
 
   const Shape shape = latent_shape(input.height, input.width);
-  Tensor noise;
-  if (input.initial_latents.defined()) {
-    // diffusers' latents have a frame axis of 1: [1, 1, C, h, w] holds the same values.
-    check(input.initial_latents.numel() == shape_numel(shape),
-          "--latents has shape {} but this request needs {} (or [1, 1, {}, {}, {}])",
-          shape_string(input.initial_latents.shape()), shape_string(shape), shape[1], shape[2],
-          shape[3]);
-    noise = input.initial_latents.to(DType::F32).contiguous().view(shape);
-  } else {
-    noise = randn(shape, input.seed);
-  }
-  Tensor latents = pack_latents_2x2(noise);
+  Tensor latents = initial_packed_latents(input.initial_latents, shape, input.seed);
   const dit::QwenImageShape grid{1, shape[2] / 2, shape[3] / 2};
   auto scheduler =
       make_packed_image_scheduler(scheduler_class_, scheduler_config_, input.flow_shift,
