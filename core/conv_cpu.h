@@ -1,26 +1,33 @@
-// The CPU implementation of core/conv.h's convolution: im2col over bands of output rows, one GEMM
-// per band (Eigen), OpenMP over bands. Frames are [channels, height, width] planes; a causal 3-D
-// convolution is a sum over temporal taps, each tap reading one frame.
+// The CPU implementation of core/conv.h's convolution. Each band of output rows is read
+// channels-last, laid out as im2col rows (a pixel's channels contiguous), multiplied by the weight
+// with the linear layers' product (core/gemm_cpu.h; the weight packed once per call for all its
+// frames and bands) and transposed back into channel-major planes. A causal 3-D convolution is one product
+// over its real temporal taps, each tap reading one frame.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "core/conv.h"
+#include "core/gemm_cpu.h"
 #include "core/tensor.h"
 
 namespace mmgen::ops::cpu {
 
-// A convolution's weights in float32, ready for the GEMM: [out, kt · in · kh · kw] with the
-// columns in (tap, in, ky, kx) order, so the temporal taps that see real frames (the last ones,
-// under causal padding) form one column range.
+// A convolution's weights in float32, ready for the product: [out, kt · kh · kw · in] with the
+// columns in (tap, ky, kx, in) order, as the im2col rows hold them, so the temporal taps that see
+// real frames (the last ones, under causal padding) form one column range.
 struct ColumnWeights {
   Tensor weight;
   Tensor bias;  // [out] float32, or undefined
   int64_t out_channels = 0, in_channels = 0, kt = 1, kh = 1, kw = 1;
+  // The weight packed for the product, once per number of leading zero taps (index): filled by
+  // conv_frame on first use, so a call's frames share it.
+  mutable std::vector<std::shared_ptr<const mmgen::cpu::PackedWeight>> packed;
 };
 
 // The checkpoint's weight and bias as ColumnWeights: bf16/f16 converted to float32 and the
-// columns reordered; a float32 weight with one temporal tap is used in place (no copy).
+// columns reordered; a float32 1x1 weight is used in place (no copy).
 ColumnWeights column_weights(const Conv& conv);
 
 // One output frame out[out_channels, H, W]. `taps` holds kt source planes

@@ -19,6 +19,7 @@
 #include "core/op_profile.h"
 #include "core/parallel.h"
 #include "core/scaled_fp8.h"
+#include "core/transpose_cpu.h"
 
 // The vector path wants AVX-512 F, BW and VL (every AVX-512 server CPU since Skylake, Zen 4 on).
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
@@ -89,32 +90,6 @@ void pack_panel(Load load, int64_t n0, int64_t n, int64_t k, float* panel) {
 #endif
 
 #ifdef MMGEN_GEMM_AVX512
-// r[b] becomes column b of the 16 x 16 block whose rows were r[0..15].
-void transpose16(__m512 r[16]) {
-  __m512 t[16], u[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  // u[4g + c], 128-bit lane l: rows 4g..4g+3 of column 4l + c.
-  for (int g = 0; g < 4; ++g) {
-    u[4 * g] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
-    u[4 * g + 1] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0xee);
-    u[4 * g + 2] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
-    u[4 * g + 3] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xee);
-  }
-  for (int c = 0; c < 4; ++c) {
-    const __m512 v = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88),
-                 w = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xdd),
-                 v2 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88),
-                 w2 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xdd);
-    r[c] = _mm512_shuffle_f32x4(v, v2, 0x88);
-    r[4 + c] = _mm512_shuffle_f32x4(w, w2, 0x88);
-    r[8 + c] = _mm512_shuffle_f32x4(v, v2, 0xdd);
-    r[12 + c] = _mm512_shuffle_f32x4(w, w2, 0xdd);
-  }
-}
-
 // Up to 16 values of a weight row as float32 (`mask`: which of them exist).
 __m512 load_row(const void* w, DType dtype, int64_t at, __mmask16 mask) {
   if (dtype == DType::F32) return _mm512_maskz_loadu_ps(mask, static_cast<const float*>(w) + at);
@@ -213,6 +188,14 @@ void pack_e4m3_panel(const void* w, int64_t n0, int64_t n, int64_t k, float* pan
   pack_decoded_panel(n0, n, k, panel, [&](int64_t row, float* out) {
     for (int64_t i = 0; i < k; ++i) out[i] = table[values[row * k + i]] * scales[row];
   });
+}
+
+// Panel p of the float32 products' packed weight, from any weight type linear_product takes.
+void pack_any_panel(const void* w, DType w_dtype, int64_t p, int64_t n, int64_t k, float* panel) {
+  if (w_dtype == DType::F8E4M3Rows) return pack_e4m3_panel(w, p * kPanel, n, k, panel);
+  if (dtype_is_blocks(w_dtype) && w_dtype != DType::Q8_0)
+    return pack_block_panel(w, w_dtype, p * kPanel, n, k, panel);
+  pack_weight_panel(w, w_dtype, p * kPanel, n, k, panel);
 }
 
 #ifdef MMGEN_GEMM_BF16
@@ -432,38 +415,45 @@ struct Product {
   const float* bias;
   float* c;
   int64_t m, k, n;  // k in steps: values of k (float32) or pairs (bf16)
+  // Segmented rows (SegmentedRows, float32 only): column i of row r is
+  // a[r · lda + offsets[i / segment] + i % segment]; segment 0 for plain rows.
+  int64_t segment = 0;
+  const int64_t* offsets = nullptr;
+
+  // Where row r's columns from k0 on start (their depth block stays inside one segment).
+  const In* at(int64_t r, int64_t k0) const {
+    return a + r * lda + (segment ? offsets[k0 / segment] + k0 % segment : k0);
+  }
+  // How many steps of k from k0 one depth block takes: kDepth, cut at the end of k and of k0's
+  // segment.
+  int64_t depth_at(int64_t k0) const {
+    const int64_t depth = std::min(kDepth, k - k0);
+    return segment ? std::min(depth, segment - k0 % segment) : depth;
+  }
 };
 
 // Rows [m0, m1) of c for panels [p0, p1): depth blocks outside; inside, each tile of input rows
 // stays in L1 while it passes over the job's panels.
 template <typename In>
 void run_job(const Product<In>& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
-  for (int64_t k0 = 0; k0 < g.k; k0 += kDepth) {
-    const int64_t depth = std::min(kDepth, g.k - k0);
+  for (int64_t k0 = 0, depth = 0; k0 < g.k; k0 += depth) {
+    depth = g.depth_at(k0);
     const bool first = k0 == 0, last = k0 + depth == g.k;
     for (int64_t r = m0; r < m1; r += kRows) {
       const int64_t rows = std::min<int64_t>(kRows, m1 - r);
       // The tile after this one: the next rows at this depth, or the job's first rows at the next.
       int64_t next_r = r + kRows, next_k0 = k0;
-      if (next_r >= m1) next_r = m0, next_k0 = k0 + kDepth;
+      if (next_r >= m1) next_r = m0, next_k0 = k0 + depth;
       if (next_k0 >= g.k) next_r = r, next_k0 = k0;
-      const In* next_a = g.a + next_r * g.lda + next_k0;
+      const In* next_a = g.at(next_r, next_k0);
       const int64_t next_rows = std::min<int64_t>(kRows, m1 - next_r);
       for (int64_t p = p0; p < p1; ++p) {
         const int64_t n0 = p * kPanel;
         const In* panel = g.packed + p * kPanel * g.k + k0 * kPanel;
         const float* bias = last && g.bias ? g.bias + n0 : nullptr;
-        const Tile<In> tile{g.a + r * g.lda + k0,
-                            g.lda,
-                            panel,
-                            g.c + r * g.n + n0,
-                            g.n,
-                            depth,
-                            std::min(kPanel, g.n - n0),
-                            first,
-                            bias,
-                            next_a,
-                            next_rows};
+        const Tile<In> tile{
+            g.at(r, k0), g.lda, panel,  g.c + r * g.n + n0, g.n, depth, std::min(kPanel, g.n - n0),
+            first,       bias,  next_a, next_rows};
         kernels<In>[size_t(rows - 1)](tile);
       }
     }
@@ -535,6 +525,24 @@ void run_product(const Plan& plan, Pack pack, Prepare prepare, Job job) {
                  std::chrono::duration_cast<std::chrono::nanoseconds>(packed_at - start).count());
 }
 
+// Checked outside the parallel regions, where an error may still leave as an exception.
+void check_weight_type(DType w_dtype, int64_t k) {
+  check(w_dtype == DType::F32 || w_dtype == DType::BF16 || w_dtype == DType::F16 ||
+            w_dtype == DType::F8E4M3Rows || dtype_is_blocks(w_dtype),
+        "linear: weights of type {} are not supported on the CPU", dtype_name(w_dtype));
+  check(k % dtype_block_values(w_dtype) == 0, "linear: {} rows of {} are not whole blocks",
+        dtype_name(w_dtype), k);
+}
+
+// c = bias (or zeros) for a product over no k; true when there is nothing else to compute.
+bool trivial_product(const float* bias, float* c, int64_t m, int64_t k, int64_t n) {
+  if (m == 0 || n == 0) return true;
+  if (k != 0) return false;
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t j = 0; j < n; ++j) c[r * n + j] = bias ? bias[j] : 0.0f;
+  return true;
+}
+
 std::atomic<ProductPrecision> precision{ProductPrecision::F32};
 
 }  // namespace
@@ -558,20 +566,47 @@ ProductPrecision product_precision() {
   return precision;
 }
 
+PackedWeight::PackedWeight(const void* w, DType w_dtype, int64_t n, int64_t k) : n_(n), k_(k) {
+  check_weight_type(w_dtype, k);
+  const int64_t panels = (n + kPanel - 1) / kPanel;
+  const size_t bytes = size_t(round_up(panels * kPanel * k * 4, 64));
+  panels_.reset(static_cast<float*>(std::aligned_alloc(64, std::max<size_t>(bytes, 64))));
+  check(panels_ != nullptr, "linear: out of memory packing a weight of {} bytes", bytes);
+  const bool profiling = profile::enabled();
+  const auto start =
+      profiling ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
+  const int threads = int(std::min<int64_t>(threads_for(n * k), panels));
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+  for (int64_t p = 0; p < panels; ++p)
+    pack_any_panel(w, w_dtype, p, n, k, panels_.get() + p * kPanel * k);
+  if (profiling)
+    profile::add("linear: weight packing", std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                               std::chrono::steady_clock::now() - start)
+                                               .count());
+}
+
+void linear_product(const float* a, int64_t lda, const PackedWeight& w, const float* bias, float* c,
+                    int64_t m) {
+  const int64_t offset = 0;
+  linear_product(SegmentedRows{a, lda, std::max<int64_t>(w.k(), 1), &offset}, w, bias, c, m);
+}
+
+void linear_product(const SegmentedRows& a, const PackedWeight& w, const float* bias, float* c,
+                    int64_t m) {
+  const int64_t k = w.k(), n = w.n();
+  check(a.segment > 0 && k % a.segment == 0, "linear: {} columns in segments of {}", k, a.segment);
+  if (trivial_product(bias, c, m, k, n)) return;
+  const int64_t panels = (n + kPanel - 1) / kPanel;
+  const Product<float> g{a.a, a.lda, w.panels(), bias, c, m, k, n, a.segment, a.offsets};
+  run_product(
+      Plan{m, m * n * k, panels, kJobRows, 0}, [](int64_t) {}, [](int64_t) {},
+      [&](int64_t m0, int64_t m1, int64_t p0, int64_t p1) { run_job(g, m0, m1, p0, p1); });
+}
+
 void linear_product(const float* a, int64_t lda, const void* w, DType w_dtype, const float* bias,
                     float* c, int64_t m, int64_t k, int64_t n) {
-  // Checked here, outside the parallel region, where an error may still leave as an exception.
-  check(w_dtype == DType::F32 || w_dtype == DType::BF16 || w_dtype == DType::F16 ||
-            w_dtype == DType::F8E4M3Rows || dtype_is_blocks(w_dtype),
-        "linear: weights of type {} are not supported on the CPU", dtype_name(w_dtype));
-  check(k % dtype_block_values(w_dtype) == 0, "linear: {} rows of {} are not whole blocks",
-        dtype_name(w_dtype), k);
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    for (int64_t r = 0; r < m; ++r)
-      for (int64_t j = 0; j < n; ++j) c[r * n + j] = bias ? bias[j] : 0.0f;
-    return;
-  }
+  check_weight_type(w_dtype, k);
+  if (trivial_product(bias, c, m, k, n)) return;
   const int64_t panels = (n + kPanel - 1) / kPanel;
 #ifdef MMGEN_GEMM_BF16
   // Quantized blocks and e4m3 rows take the float32 product.
@@ -607,13 +642,7 @@ void linear_product(const float* a, int64_t lda, const void* w, DType w_dtype, c
   const Product<float> g{a, lda, packed, bias, c, m, k, n};
   run_product(
       Plan{m, m * n * k, panels, kJobRows, 0},
-      [&](int64_t p) {
-        float* panel = packed + p * kPanel * k;
-        if (w_dtype == DType::F8E4M3Rows) return pack_e4m3_panel(w, p * kPanel, n, k, panel);
-        if (dtype_is_blocks(w_dtype) && w_dtype != DType::Q8_0)
-          return pack_block_panel(w, w_dtype, p * kPanel, n, k, panel);
-        pack_weight_panel(w, w_dtype, p * kPanel, n, k, panel);
-      },
+      [&](int64_t p) { pack_any_panel(w, w_dtype, p, n, k, packed + p * kPanel * k); },
       [](int64_t) {},
       [&](int64_t m0, int64_t m1, int64_t p0, int64_t p1) { run_job(g, m0, m1, p0, p1); });
 }

@@ -9,6 +9,8 @@
 // lose that.
 
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 
 #include "core/dtype.h"
 
@@ -31,5 +33,45 @@ ProductPrecision product_precision();
 // products.
 void linear_product(const float* a, int64_t lda, const void* w, DType w_dtype, const float* bias,
                     float* c, int64_t m, int64_t k, int64_t n);
+
+// A weight packed once for the float32 products, for callers that multiply the same weight many
+// times in a row (a convolution's bands of output rows): linear_product(a, ..., w, dtype, ...)
+// packs per call instead. Products with it are float32 whatever product_precision() says, and give
+// the same bits as the unpacked call.
+class PackedWeight {
+ public:
+  // `w` [n, k] as linear_product takes it (any of its weight types); packed on up to
+  // omp_get_max_threads() threads.
+  PackedWeight(const void* w, DType w_dtype, int64_t n, int64_t k);
+  int64_t n() const { return n_; }
+  int64_t k() const { return k_; }
+  const float* panels() const { return panels_.get(); }
+
+ private:
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  int64_t n_, k_;
+  std::unique_ptr<float, Free> panels_;
+};
+
+// c[m, w.n()] = a · wᵀ (+ bias): linear_product above with a weight packed beforehand.
+void linear_product(const float* a, int64_t lda, const PackedWeight& w, const float* bias, float* c,
+                    int64_t m);
+
+// Input rows whose columns come in segments read from different places: column i of row r is
+// a[r · lda + offsets[i / segment] + i % segment]. A convolution over a zero-padded channels-last
+// frame reads its rows this way, with no im2col copy: each kernel tap is a segment of the input's
+// channels, offset by the tap's pixel shift, and consecutive pixels are lda = channels apart.
+struct SegmentedRows {
+  const float* a;
+  int64_t lda;
+  int64_t segment;         // columns per segment; it divides k
+  const int64_t* offsets;  // k / segment of them
+};
+
+// The product over segmented rows: the same chains, in the same order, as over the rows copied out.
+void linear_product(const SegmentedRows& a, const PackedWeight& w, const float* bias, float* c,
+                    int64_t m);
 
 }  // namespace mmgen::cpu

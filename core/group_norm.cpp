@@ -1,15 +1,16 @@
 // The CPU implementation of ops::group_norm (core/ops.h). A group spans C / groups whole channel
 // planes, so every pass runs over the N·C planes in parallel rather than over the N·groups groups:
 // a VAE has as few as 8 groups per image but hundreds of planes, which keeps every thread busy.
-// Statistics are accumulated in double, mean first and then the centred squares (two reads of a
-// plane, but no cancellation on planes of a million pixels), and rounded to float32 as torch's
-// kernel keeps them; the affine part is torch's folded form y = x · scale + shift with
-// scale = rstd · weight[c] and shift = −scale · mean + bias[c].
+// Statistics are accumulated in double (core/row_stats.h's interleaved lanes), mean first and then
+// the centred squares (two reads of a plane, but no cancellation on planes of a million pixels),
+// and rounded to float32 as torch's kernel keeps them; the affine part is torch's folded form
+// y = x · scale + shift with scale = rstd · weight[c] and shift = −scale · mean + bias[c].
 #include <cmath>
 #include <vector>
 
 #include "core/error.h"
 #include "core/ops.h"
+#include "core/row_stats.h"
 #ifdef MMGEN_HAVE_CUDA
 #include "core/cuda/ops_cuda.h"
 #endif
@@ -72,9 +73,7 @@ Tensor group_norm(const Tensor& x, int64_t groups, float eps, const Tensor& weig
 #pragma omp parallel for schedule(static) if (parallel)
   for (int64_t p = 0; p < planes; ++p) {
     const float* row = in + p * positions;
-    double sum = 0;
-    for (int64_t i = 0; i < positions; ++i) sum += row[i];
-    plane_sum[size_t(p)] = sum;
+    plane_sum[size_t(p)] = row_sum(row, positions);
   }
   std::vector<double> group_mean(size_t(batch * groups), 0.0);
   for (int64_t p = 0; p < planes; ++p) group_mean[size_t(p / per_group)] += plane_sum[size_t(p)];
@@ -83,10 +82,7 @@ Tensor group_norm(const Tensor& x, int64_t groups, float eps, const Tensor& weig
 #pragma omp parallel for schedule(static) if (parallel)
   for (int64_t p = 0; p < planes; ++p) {
     const float* row = in + p * positions;
-    const double m = group_mean[size_t(p / per_group)];
-    double sum = 0;
-    for (int64_t i = 0; i < positions; ++i) sum += (row[i] - m) * (row[i] - m);
-    plane_sum[size_t(p)] = sum;
+    plane_sum[size_t(p)] = row_squares_about(row, positions, group_mean[size_t(p / per_group)]);
   }
   std::vector<float> mean(size_t(batch * groups)), rstd(size_t(batch * groups));
   std::vector<double> group_squares(size_t(batch * groups), 0.0);
@@ -104,14 +100,8 @@ Tensor group_norm(const Tensor& x, int64_t groups, float eps, const Tensor& weig
     const float* row = in + p * positions;
     float* dst = out + p * positions;
     const float s = scale[size_t(p)], t = shift[size_t(p)];
-    if (silu) {
-      for (int64_t i = 0; i < positions; ++i) {
-        const float v = row[i] * s + t;
-        dst[i] = v / (1.0f + std::exp(-v));
-      }
-    } else {
-      for (int64_t i = 0; i < positions; ++i) dst[i] = row[i] * s + t;
-    }
+    for (int64_t i = 0; i < positions; ++i) dst[i] = row[i] * s + t;
+    if (silu) silu_values(dst, positions);
   }
   return y;
 }

@@ -216,30 +216,38 @@ void activate_(Tensor& x, Activation activation) {
 // so a value never depends on where it sits in its tensor (a sequence shard's last row is the
 // whole sequence's row to the bit).
 template <typename Apply>
-void apply_in_chunks(const float* in, const float* other, float* out, int64_t n, Apply apply) {
-  constexpr int64_t kChunk = 4096, kPad = 64;  // kPad: a whole number of packets on any target
+void apply_to_chunk(const float* in, const float* other, float* out, int64_t size, Apply apply) {
+  constexpr int64_t kPad = 64;  // a whole number of packets on any target
   using Map = Eigen::Map<Eigen::ArrayXf>;
   using ConstMap = Eigen::Map<const Eigen::ArrayXf>;
+  const int64_t whole = size / kPad * kPad, tail = size - whole;
+  if (whole > 0) {
+    Map to(out, whole);
+    apply(to, ConstMap(in, whole), ConstMap(other ? other : in, whole));
+  }
+  if (tail > 0) {
+    // Aligned, so Eigen runs all of them as packets (it does an unaligned array's first
+    // values one by one, and where a stack array lands varies: under ASan from call to call).
+    alignas(64) float padded_in[kPad] = {}, padded_other[kPad] = {}, padded_out[kPad];
+    std::copy_n(in + whole, tail, padded_in);
+    if (other) std::copy_n(other + whole, tail, padded_other);
+    Map to(padded_out, kPad);
+    apply(to, ConstMap(padded_in, kPad), ConstMap(padded_other, kPad));
+    std::copy_n(padded_out, tail, out + whole);
+  }
+}
+
+constexpr int64_t kChunk = 4096;
+
+template <typename Apply>
+void apply_in_chunks(const float* in, const float* other, float* out, int64_t n, Apply apply) {
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   const int threads = threads_for(n);
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t begin = c * kChunk, size = std::min(kChunk, n - begin);
-    const int64_t whole = size / kPad * kPad, tail = size - whole;
-    if (whole > 0) {
-      Map to(out + begin, whole);
-      apply(to, ConstMap(in + begin, whole), ConstMap(other ? other + begin : in + begin, whole));
-    }
-    if (tail > 0) {
-      // Aligned, so Eigen runs all of them as packets (it does an unaligned array's first
-      // values one by one, and where a stack array lands varies: under ASan from call to call).
-      alignas(64) float padded_in[kPad] = {}, padded_other[kPad] = {}, padded_out[kPad];
-      std::copy_n(in + begin + whole, tail, padded_in);
-      if (other) std::copy_n(other + begin + whole, tail, padded_other);
-      Map to(padded_out, kPad);
-      apply(to, ConstMap(padded_in, kPad), ConstMap(padded_other, kPad));
-      std::copy_n(padded_out, tail, out + begin + whole);
-    }
+    const int64_t begin = c * kChunk;
+    apply_to_chunk(in + begin, other ? other + begin : nullptr, out + begin,
+                   std::min(kChunk, n - begin), apply);
   }
 }
 
@@ -247,6 +255,12 @@ void apply_in_chunks(const float* in, const float* other, float* out, int64_t n,
 template <typename Array>
 auto silu_of(const Array& v) {
   return v / (1.0f + (-v).exp());
+}
+
+void silu_values(float* values, int64_t n) {
+  for (int64_t begin = 0; begin < n; begin += kChunk)
+    apply_to_chunk(values + begin, nullptr, values + begin, std::min(kChunk, n - begin),
+                   [](auto& to, const auto& v, const auto&) { to = silu_of(v); });
 }
 
 void silu_(Tensor& x) {

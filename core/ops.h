@@ -58,6 +58,9 @@ Tensor group_norm(const Tensor& x, int64_t groups, float eps, const Tensor& weig
 // In-place activations (float32).
 void activate_(Tensor& x, Activation activation);
 void silu_(Tensor& x);
+// silu_ over n floats in place, on the calling thread: for kernels that apply it to the rows they
+// just wrote (group_norm), with silu_'s values to the bit.
+void silu_values(float* values, int64_t n);
 void gelu_tanh_(Tensor& x);             // 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
 void add_(Tensor& x, const Tensor& y);  // same shape
 void mul_(Tensor& x, const Tensor& y);  // same shape

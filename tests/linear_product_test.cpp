@@ -120,6 +120,32 @@ TEST(LinearProduct, ReadsBf16AndF16WeightsAsTheirFloat32Values) {
   }
 }
 
+// A weight packed once gives the bits of the per-call packing, at edge sizes and for a bf16 weight,
+// and repeated products with it give the same bits again.
+TEST(LinearProduct, APackedWeightGivesThePerCallProductsBits) {
+  for (const auto [m, k, n] :
+       {std::array<int64_t, 3>{1, 1, 1}, {9, 17, 48}, {15, 257, 97}, {230, 33, 241}}) {
+    const Problem p = random_problem(m, k, n, uint32_t(m + k + n));
+    const std::vector<float> want = product(p, p.bias.data());
+    const cpu::PackedWeight packed(p.w.data(), DType::F32, n, k);
+    for (int repeat = 0; repeat < 2; ++repeat) {
+      std::vector<float> got(want.size(), -7.0f);
+      cpu::linear_product(p.a.data(), k, packed, p.bias.data(), got.data(), m);
+      EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+          << "m " << m << " k " << k << " n " << n;
+    }
+  }
+  const Problem p = random_problem(20, 70, 40, 9);
+  std::vector<uint16_t> bf16(p.w.size());
+  for (size_t i = 0; i < p.w.size(); ++i) bf16[i] = f32_to_bf16(p.w[i]);
+  std::vector<float> want(size_t(p.m * p.n)), got(want.size());
+  cpu::linear_product(p.a.data(), p.k, bf16.data(), DType::BF16, nullptr, want.data(), p.m, p.k,
+                      p.n);
+  cpu::linear_product(p.a.data(), p.k, cpu::PackedWeight(bf16.data(), DType::BF16, p.n, p.k),
+                      nullptr, got.data(), p.m);
+  EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)));
+}
+
 TEST(LinearProduct, LinearOpTakesBf16WeightsAsStored) {
   const Problem p = random_problem(9, 48, 33, 3);
   Tensor x = Tensor::empty({p.m, p.k}), w32 = Tensor::empty({p.n, p.k});
