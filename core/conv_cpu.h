@@ -1,8 +1,9 @@
-// The CPU implementation of core/conv.h's convolution. Each band of output rows is read
-// channels-last, laid out as im2col rows (a pixel's channels contiguous), multiplied by the weight
-// with the linear layers' product (core/gemm_cpu.h; the weight packed once per call for all its
-// frames and bands) and transposed back into channel-major planes. A causal 3-D convolution is one product
-// over its real temporal taps, each tap reading one frame.
+// The CPU implementation of core/conv.h's convolution, through the linear layers' product
+// (core/gemm_cpu.h) with the weight packed once per call for all its frames and bands. Each band
+// of output rows is read channels-last: a 3x3 kernel over many channels reads its taps in place
+// from zero-padded rows (cpu::SegmentedRows), other kernels from im2col rows (a pixel's channels
+// contiguous); the result is transposed back into channel-major planes. A causal 3-D convolution
+// is one product over its real temporal taps, each tap reading one frame.
 #pragma once
 
 #include <memory>
