@@ -129,7 +129,7 @@ TEST(ConvCpu, TallFramesRunInSeveralBands) {
 }
 
 // Timing only: MMGEN_CONV_BENCH=1 times the FLUX VAE decoder's 3x3 convolutions (median of 5, after
-// a warm-up) and prints GFLOP/s; torch's conv2d at the same shapes is bench/conv_torch.py.
+// a warm-up) and prints GFLOP/s; torch's conv2d at the same shapes: bench/vae_cpu_torch.py conv.
 TEST(ConvCpu, BenchmarkWhenAsked) {
   if (!std::getenv("MMGEN_CONV_BENCH")) GTEST_SKIP() << "set MMGEN_CONV_BENCH=1 to time";
   for (const auto& [cin, cout, side] :
