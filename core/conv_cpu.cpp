@@ -87,14 +87,7 @@ class Band {
     }
     const float* a = pointwise ? source_.data() : columns_.data();
     mmgen::cpu::linear_product(a, g_.k, weight_, bias_, result_.data(), positions);
-    const int64_t blocks = (g_.cout + kBlock - 1) / kBlock;
-    const int back = std::min<int>(threads_for(positions * g_.cout), int(blocks));
-#pragma omp parallel for schedule(static) num_threads(back) if (back > 1)
-    for (int64_t b = 0; b < blocks; ++b) {
-      const int64_t o0 = b * kBlock, o1 = std::min(g_.cout, o0 + kBlock);
-      mmgen::cpu::transpose(result_.data() + o0, g_.cout, positions, o1 - o0,
-                            out + o0 * g_.height * g_.width + r0 * g_.width, g_.height * g_.width);
-    }
+    write_back(r0, r1, g_.width, out);
   }
 
  private:
@@ -145,12 +138,18 @@ class Band {
     mmgen::cpu::linear_product(
         mmgen::cpu::SegmentedRows{source_.data(), g_.cin, g_.cin, offsets_.data()}, weight_, bias_,
         result_.data(), m);
-    const int64_t blocks = (g_.cout + kBlock - 1) / kBlock, outputs = (r1 - r0) * blocks;
-    const int back = std::min<int>(threads_for((r1 - r0) * g_.width * g_.cout), int(outputs));
-#pragma omp parallel for schedule(static) num_threads(back) if (back > 1)
-    for (int64_t i = 0; i < outputs; ++i) {
+    write_back(r0, r1, width, out);
+  }
+
+  // The band's results back into channel-major planes: output pixel (y, x) of the band is result
+  // row y · stride + x.
+  void write_back(int64_t r0, int64_t r1, int64_t stride, float* out) const {
+    const int64_t blocks = (g_.cout + kBlock - 1) / kBlock, tasks = (r1 - r0) * blocks;
+    const int threads = std::min<int>(threads_for((r1 - r0) * g_.width * g_.cout), int(tasks));
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+    for (int64_t i = 0; i < tasks; ++i) {
       const int64_t y = i / blocks, o0 = (i % blocks) * kBlock, o1 = std::min(g_.cout, o0 + kBlock);
-      mmgen::cpu::transpose(result_.data() + y * width * g_.cout + o0, g_.cout, g_.width, o1 - o0,
+      mmgen::cpu::transpose(result_.data() + y * stride * g_.cout + o0, g_.cout, g_.width, o1 - o0,
                             out + o0 * g_.height * g_.width + (r0 + y) * g_.width,
                             g_.height * g_.width);
     }

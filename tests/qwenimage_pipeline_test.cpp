@@ -188,19 +188,10 @@ TEST(ImagePipelinesMemory, EstimateCoversTheMeasuredPeak) {
           " --height 256 --width 256 --max-sequence-length 32 --negative-prompt blurry "
           "--true-cfg-scale 4"}) {
       SCOPED_TRACE(std::string(fixture_name) + flags);
-      const auto run = testing::run_command(
-          testing::mmgen_binary().string() + " generate --model-path " + model + flags +
-          " --prompt fox --num-inference-steps 1 --output-format npy --overwrite --output-path " +
-          out.string());
-      ASSERT_EQ(run.exit_code, 0) << run.err;
-      std::smatch match;
-      ASSERT_TRUE(std::regex_search(run.err, match, std::regex(R"(peak memory ([0-9.]+) MiB)")))
-          << run.err;
-      const double peak = std::stod(match[1]);
-      const auto inspect = testing::run_command(testing::mmgen_binary().string() +
-                                                " inspect --json --model-path " + model + flags);
-      ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
-      const nlohmann::json report = nlohmann::json::parse(inspect.out);
+      const auto measured = testing::measure_peak_and_inspect(model, flags, out);
+      ASSERT_FALSE(measured.inspection.is_null());
+      const double peak = measured.peak_mib;
+      const nlohmann::json& report = measured.inspection;
       const double estimate = report["memory"]["total_bytes"].get<double>() / (1 << 20);
       std::printf("%s%s: estimate %.0f MiB, measured peak %.0f MiB\n", fixture_name, flags.c_str(),
                   estimate, peak);

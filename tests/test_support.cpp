@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 #include "core/error.h"
@@ -129,6 +130,25 @@ std::string original_wan_name(const std::string& name) {
   for (const auto& [from, to] : kBack)
     if (rest.rfind(from, 0) == 0) return head + to + rest.substr(std::string(from).size());
   return name;
+}
+
+PeakAndInspection measure_peak_and_inspect(const std::string& model, const std::string& flags,
+                                           const fs::path& out) {
+  PeakAndInspection result;
+  const auto run = run_command(
+      mmgen_binary().string() + " generate --model-path " + model + flags +
+      " --prompt fox --num-inference-steps 1 --output-format npy --overwrite --output-path " +
+      out.string());
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  std::smatch match;
+  EXPECT_TRUE(std::regex_search(run.err, match, std::regex(R"(peak memory ([0-9.]+) MiB)")))
+      << run.err;
+  if (!match.empty()) result.peak_mib = std::stod(match[1]);
+  const auto inspect =
+      run_command(mmgen_binary().string() + " inspect --json --model-path " + model + flags);
+  EXPECT_EQ(inspect.exit_code, 0) << inspect.err;
+  if (inspect.exit_code == 0) result.inspection = nlohmann::json::parse(inspect.out);
+  return result;
 }
 
 }  // namespace mmgen::testing

@@ -37,6 +37,16 @@ struct CommandResult {
 };
 CommandResult run_command(const std::string& command);
 
+// One generate run's peak resident memory (its summary line), beside `mmgen inspect --json` for the
+// same model and flags (its ["memory"]["total_bytes"] is the estimate). Asserts that both ran;
+// the callers compare the numbers.
+struct PeakAndInspection {
+  double peak_mib = 0;
+  nlohmann::json inspection;
+};
+PeakAndInspection measure_peak_and_inspect(const std::string& model, const std::string& flags,
+                                           const fs::path& out);
+
 // A private copy of examples/models/wan-tiny (2 MB, weights included) to edit, in a scratch
 // folder named after `name`.
 fs::path copy_of_wan_tiny(const std::string& name);

@@ -530,20 +530,10 @@ TEST_F(ZImagePipelineTest, MemoryEstimateCoversTheMeasuredPeak) {
                                   " --height 128 --width 128 --vae-tiling --vae-tile-size 32 "
                                   "--vae-tile-overlap 8"}) {
     SCOPED_TRACE(flags);
-    const auto run = testing::run_command(
-        testing::mmgen_binary().string() + " generate --model-path " + model + flags +
-        " --prompt fox --num-inference-steps 1 --output-format npy --overwrite --output-path " +
-        out.string());
-    ASSERT_EQ(run.exit_code, 0) << run.err;
-    std::smatch match;
-    ASSERT_TRUE(std::regex_search(run.err, match, std::regex(R"(peak memory ([0-9.]+) MiB)")))
-        << run.err;
-    const double peak = std::stod(match[1]);
-    const auto inspect = testing::run_command(testing::mmgen_binary().string() +
-                                              " inspect --json --model-path " + model + flags);
-    ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
-    const double estimate =
-        nlohmann::json::parse(inspect.out)["memory"]["total_bytes"].get<double>() / (1 << 20);
+    const auto measured = testing::measure_peak_and_inspect(model, flags, out);
+    ASSERT_FALSE(measured.inspection.is_null());
+    const double peak = measured.peak_mib;
+    const double estimate = measured.inspection["memory"]["total_bytes"].get<double>() / (1 << 20);
     std::printf("%s: estimate %.0f MiB, measured peak %.0f MiB\n", flags.c_str(), estimate, peak);
     EXPECT_GE(estimate, peak * 0.95);
     EXPECT_LE(estimate, peak * 1.6);
