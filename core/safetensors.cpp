@@ -146,7 +146,10 @@ std::vector<std::string> SafetensorsFile::names() const {
 }
 
 WeightStore WeightStore::open_file(const fs::path& file) {
-  if (file.extension() == ".gguf") return open_gguf(file);
+  // A GGUF file by its magic, whatever its name (a component file may be called anything).
+  char magic[4] = {};
+  std::ifstream(file, std::ios::binary).read(magic, sizeof magic);
+  if (file.extension() == ".gguf" || std::memcmp(magic, "GGUF", 4) == 0) return open_gguf(file);
   WeightStore store;
   store.origin_ = file;
   store.files_.push_back(SafetensorsFile::open(file));
@@ -310,6 +313,11 @@ const TensorInfo& WeightStore::info(const std::string& name) const {
         "{}: no weight named '{}'; the checkpoint does not match the model's config",
         origin_.string(), name);
   return stored_info(it->second);
+}
+
+const std::string& WeightStore::stored_name(const std::string& name) const {
+  info(name);  // names the missing weight
+  return where_.at(name).stored;
 }
 
 Tensor WeightStore::get(const std::string& name) const {

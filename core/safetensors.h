@@ -64,6 +64,9 @@ class WeightStore {
   WeightStore renamed(const std::function<std::string(const std::string&)>& rename) const;
 
   bool has(const std::string& name) const { return where_.count(name) > 0; }
+  // The name `name` has in the file (itself unless renamed() mapped it): what inspect shows of a
+  // key mapping.
+  const std::string& stored_name(const std::string& name) const;
   Tensor get(const std::string& name) const;  // stored dtype (e4m3 weights: float32, scaled)
   // What a linear layer's product reads: as get(), except that a GGUF q8_0 matrix stays q8_0
   // blocks (dtype q8_0, [rows, cols / 32], mapped), which the CPU product dequantizes as it packs,

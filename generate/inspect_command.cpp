@@ -136,6 +136,22 @@ int run_inspect(const std::vector<std::string>& arguments) {
   out += fmt::format("{}{}{}{}{}\n", pad("total", name_width), pad("", class_width),
                      pad(format_count(report["parameters"].get<int64_t>()), 11), pad("", 9),
                      format_bytes(report["on_disk_bytes"].get<uint64_t>()));
+  // A component given as one file: which file, its layout, and what the key mapping did.
+  for (const auto& [name, c] : report["components"].items()) {
+    if (!c.contains("weights_file")) continue;
+    const json& file = c["weights_file"];
+    std::string mapping =
+        fmt::format("{} of {} keys renamed", file["mapped_keys"].dump(), c["tensors"].dump());
+    if (!file["prefix_removed"].get<std::string>().empty())
+      mapping += fmt::format(" (prefix {} removed)", file["prefix_removed"].get<std::string>());
+    for (size_t i = 0; i < file["examples"].size(); ++i)
+      mapping += fmt::format("{}{} -> {}", i == 0 ? ", e.g. " : "; ",
+                             file["examples"][i]["stored"].get<std::string>(),
+                             file["examples"][i]["model"].get<std::string>());
+    out +=
+        fmt::format("{}: file {} ({}, {} layout): {}\n", name, file["path"].get<std::string>(),
+                    file["format"].get<std::string>(), file["layout"].get<std::string>(), mapping);
+  }
   const json& r = report["request"];
   const json& m = report["memory"];
   out += fmt::format(

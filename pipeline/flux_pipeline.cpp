@@ -10,6 +10,7 @@
 #include "core/interrupt.h"
 #include "core/npy.h"
 #include "models/vae/autoencoder_kl_tiled_decode.h"
+#include "pipeline/component_weights.h"
 #include "pipeline/decoded_image.h"
 #include "pipeline/progress.h"
 #include "pipeline/schedulers/scheduler.h"
@@ -40,17 +41,19 @@ FluxPipeline::FluxPipeline(const ModelIndex& index, AttentionPlan plan)
   clip_tokenizer_ = tokenizers::Tokenizer::load(index.component("tokenizer").path);
   t5_tokenizer_ = tokenizers::Tokenizer::load(index.component("tokenizer_2").path);
   clip_ = std::make_unique<text_encoders::ClipTextModel>(
-      text_encoders::ClipTextModel::from_folder(index.component("text_encoder").path));
+      text_encoders::ClipTextConfig::from_json(index.config("text_encoder"),
+                                               where("text_encoder").string()),
+      component_weight_store(index.component("text_encoder")));
   t5_ = std::make_unique<text_encoders::UMT5Encoder>(
       text_encoders::T5Config::from_json(index.config("text_encoder_2"),
                                          where("text_encoder_2").string()),
-      WeightStore::open_folder(index.component("text_encoder_2").path));
+      component_weight_store(index.component("text_encoder_2")));
   transformer_ = std::make_unique<dit::FluxTransformer>(
       dit::FluxConfig::from_json(index.config("transformer"), where("transformer").string()),
-      WeightStore::open_folder(index.component("transformer").path));
+      component_weight_store(index.component("transformer")));
   vae_ = std::make_unique<vae::AutoencoderKLDecoder>(
       vae::AutoencoderKLConfig::from_json(index.config("vae"), where("vae").string()),
-      WeightStore::open_folder(index.component("vae").path));
+      component_weight_store(index.component("vae")));
   scheduler_class_ = index.component("scheduler").class_name;
   scheduler_config_ = index.config("scheduler");
   schedulers::make_scheduler(scheduler_class_, scheduler_config_);

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/file.h"
 #include "core/json.h"
+#include "pipeline/component_file.h"
 
 namespace mmgen {
 
@@ -93,9 +94,23 @@ ModelIndex load_model_index(const fs::path& root,
     check(it != result.components.end(),
           "--{}-path: model_index.json in {} has no component '{}' (components: {})", name,
           root.string(), name, join(result.component_names()));
-    check(fs::is_directory(path), "--{}-path: {} is not a folder", name, path.string());
-    it->second.path = path;
+    check(fs::exists(path),
+          "--{}-path: {} does not exist; give the component's folder or its weights as one .gguf "
+          "or .safetensors file",
+          name, path.string());
     it->second.overridden = true;
+    if (fs::is_directory(path)) {
+      it->second.path = path;
+      continue;
+    }
+    weight_file_kind(path, "--" + name + "-path");  // refuses a file of neither kind here
+    it->second.weights_file = path;
+    it->second.path = component_file_config_folder(path, root, name);
+    // (Inferring a config from the tensors' shapes is not built: one must be at hand.)
+    check(fs::exists(it->second.path / "config.json"),
+          "--{}-path: {} has no config.json beside it, and the model has none at {}; put the {} "
+          "config.json beside the file",
+          name, path.string(), (it->second.path / "config.json").string(), it->second.class_name);
   }
   return result;
 }

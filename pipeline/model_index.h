@@ -26,6 +26,10 @@ struct ComponentEntry {
   std::string class_name;  // "WanTransformer3DModel", ...
   fs::path path;           // its folder: <model>/<name>, or the --<name>-path override
   bool overridden = false;
+  // A --<name>-path that names a file (GGUF or safetensors) rather than a folder: the weights
+  // come from it, the config from `path` (the file's folder when a config.json lies beside it,
+  // else <model>/<name>: pipeline/component_file.h).
+  fs::path weights_file;
 };
 
 // The component configs an index has parsed, by file: shared by every copy of the index (the
@@ -58,8 +62,9 @@ struct ModelIndex {
   std::shared_ptr<ComponentConfigCache> configs = std::make_shared<ComponentConfigCache>();
 };
 
-// Reads `<root>/model_index.json`. `path_overrides` replaces component folders (--<name>-path);
-// naming a component the index does not list is an error that lists the valid names.
+// Reads `<root>/model_index.json`. `path_overrides` replaces component folders (--<name>-path),
+// or gives a component's weights as one GGUF or safetensors file; naming a component the index
+// does not list is an error that lists the valid names.
 ModelIndex load_model_index(const fs::path& root,
                             const std::map<std::string, fs::path>& path_overrides = {});
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "core/safetensors.h"
+#include "pipeline/component_file.h"
+#include "pipeline/component_weights.h"
 
 namespace mmgen {
 
@@ -31,12 +33,25 @@ ComponentInventory inventory_of(const ComponentEntry& entry) {
   component.class_name = entry.class_name;
   component.path = entry.path;
   component.overridden = entry.overridden;
-  if (!fs::is_directory(entry.path)) return component;  // check_components reports it
-  component.on_disk_bytes = folder_bytes(entry.path);
-  if (!folder_has_weights(entry.path)) return component;
-  // The loader's own choice of files (single file or index shards), so the figures describe what
-  // generate would map.
-  const WeightStore store = WeightStore::open_folder(entry.path);
+  const bool file = !entry.weights_file.empty();
+  if (file) {
+    component.weights_file = entry.weights_file;
+    component.file_kind =
+        weight_file_kind_name(weight_file_kind(entry.weights_file, "--" + entry.name + "-path"));
+    component.on_disk_bytes = fs::file_size(entry.weights_file);
+  } else {
+    if (!fs::is_directory(entry.path)) return component;  // check_components reports it
+    component.on_disk_bytes = folder_bytes(entry.path);
+    if (!folder_has_weights(entry.path)) return component;
+  }
+  // The loader's own choice of files (single file or index shards) and key mapping, so the
+  // figures describe what generate would map.
+  const ComponentWeights weights = open_component_weights(entry);
+  const WeightStore& store = weights.store;
+  component.layout = weights.layout;
+  component.prefix = weights.prefix;
+  component.mapped_keys = weights.mapped;
+  component.mapping_examples = weights.examples;
   component.weight_files = store.files();
   for (const auto& name : store.names()) {
     const TensorInfo& info = store.info(name);
@@ -96,6 +111,17 @@ nlohmann::json inventory_json(const ModelInventory& inventory) {
                           {"parameters", c.parameters},      {"dtypes", c.dtype_parameters},
                           {"tensor_bytes", c.tensor_bytes},  {"float32_bytes", c.float32_bytes()},
                           {"on_disk_bytes", c.on_disk_bytes}};
+    if (!c.weights_file.empty()) {
+      nlohmann::json examples = nlohmann::json::array();
+      for (const auto& [stored, model] : c.mapping_examples)
+        examples.push_back({{"stored", stored}, {"model", model}});
+      components[c.name]["weights_file"] = {{"path", c.weights_file.string()},
+                                            {"format", c.file_kind},
+                                            {"layout", c.layout.empty() ? "as stored" : c.layout},
+                                            {"prefix_removed", c.prefix},
+                                            {"mapped_keys", c.mapped_keys},
+                                            {"examples", examples}};
+    }
   }
   return {{"pipeline", inventory.class_name},           {"model_path", inventory.root.string()},
           {"parameters", inventory.parameters()},       {"tensor_bytes", inventory.tensor_bytes()},

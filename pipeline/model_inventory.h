@@ -7,6 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "pipeline/model_index.h"
@@ -26,6 +27,14 @@ struct ComponentInventory {
   std::map<std::string, int64_t> dtype_parameters;  // "bf16" -> elements stored as bf16
   uint64_t tensor_bytes = 0;   // the tensors' data, as stored (what a memory mapping touches)
   uint64_t on_disk_bytes = 0;  // every regular file of the folder (weights, configs, vocab)
+  // A component given as one file (--<name>-path FILE): the file, its format and how its keys
+  // were mapped onto the model's (pipeline/component_weights.h).
+  fs::path weights_file;
+  std::string file_kind;  // "GGUF" or "safetensors"; empty for a folder
+  std::string layout;     // "diffusers", "original Wan", ...; empty where the class lists none
+  std::string prefix;     // a wrapper prefix taken off every key
+  size_t mapped_keys = 0;
+  std::vector<std::pair<std::string, std::string>> mapping_examples;  // (stored, model)
 
   bool has_weights() const { return !weight_files.empty(); }
   // Bytes of the weights once converted to float32, the dtype the CPU kernels compute in.

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "core/npy.h"
+#include "pipeline/component_weights.h"
 #include "pipeline/decoded_image.h"
 #include "pipeline/packed_latents.h"
 #include "pipeline/progress.h"
@@ -49,13 +50,15 @@ QwenImagePipeline::QwenImagePipeline(const ModelIndex& index, AttentionPlan plan
   auto where = [&](const char* name) { return component_config_path(index.component(name)); };
   tokenizer_ = tokenizers::Tokenizer::load(index.component("tokenizer").path);
   text_encoder_ = std::make_unique<text_encoders::Qwen3TextModel>(
-      text_encoders::Qwen3TextModel::from_folder(index.component("text_encoder").path));
+      text_encoders::Qwen3Config::from_json(index.config("text_encoder"),
+                                            where("text_encoder").string()),
+      component_weight_store(index.component("text_encoder")));
   transformer_ = std::make_unique<dit::QwenImageTransformer>(
       dit::QwenImageConfig::from_json(index.config("transformer"), where("transformer").string()),
-      WeightStore::open_folder(index.component("transformer").path));
+      component_weight_store(index.component("transformer")));
   vae_ = std::make_unique<vae::WanVaeDecoder>(
       vae::WanVaeConfig::from_json(index.config("vae"), where("vae").string()),
-      WeightStore::open_folder(index.component("vae").path));
+      component_weight_store(index.component("vae")));
   scheduler_class_ = index.component("scheduler").class_name;
   scheduler_config_ = index.config("scheduler");
   schedulers::make_scheduler(scheduler_class_, scheduler_config_);

@@ -12,6 +12,7 @@
 #include "models/text_encoders/t5_config.h"
 #include "models/text_encoders/umt5_encoder.h"
 #include "models/vae/wan_vae_config.h"
+#include "pipeline/component_weights.h"
 
 namespace mmgen {
 
@@ -226,8 +227,7 @@ GpuWeights estimate_wan_gpu_weights(const Request& request, const ModelIndex& in
   // (A folder whose weights cannot be opened is planned from the config; loading it reports why.)
   std::optional<WeightStore> stored;
   try {
-    stored =
-        dit::with_diffusers_names(WeightStore::open_folder(index.component("transformer").path));
+    stored = dit::with_diffusers_names(component_weight_store(index.component("transformer")));
   } catch (const Error&) {
   }
   const WeightStore* types = stored ? &*stored : nullptr;

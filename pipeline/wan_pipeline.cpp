@@ -25,6 +25,7 @@
 #include "core/system_memory.h"
 #include "models/text_encoders/prompt_embedding.h"
 #include "models/tokenizers/prompt_clean.h"
+#include "pipeline/component_weights.h"
 #include "pipeline/memory_estimate.h"
 #include "pipeline/progress.h"
 #include "pipeline/prompt_encoding.h"
@@ -126,14 +127,14 @@ WanPipeline::WanPipeline(const ModelIndex& index, AttentionPlan plan)
   text_encoder_ = std::make_unique<text_encoders::UMT5Encoder>(
       text_encoders::T5Config::from_json(index.config("text_encoder"),
                                          where("text_encoder").string()),
-      WeightStore::open_folder(index.component("text_encoder").path));
+      component_weight_store(index.component("text_encoder")));
   transformer_ = std::make_unique<dit::WanTransformer>(
       dit::WanTransformerConfig::from_json(index.config("transformer"),
                                            where("transformer").string()),
-      WeightStore::open_folder(index.component("transformer").path));
+      component_weight_store(index.component("transformer")));
   vae_ = std::make_unique<vae::WanVaeDecoder>(
       vae::WanVaeConfig::from_json(index.config("vae"), where("vae").string()),
-      WeightStore::open_folder(index.component("vae").path));
+      component_weight_store(index.component("vae")));
   scheduler_class_ = index.component("scheduler").class_name;
   scheduler_config_ = index.config("scheduler");
   warn_if_scheduler_config_differs(scheduler_class_, scheduler_config_, where("scheduler"));

@@ -15,6 +15,7 @@
 #include "core/random.h"
 #include "core/safetensors.h"
 #include "models/vae/autoencoder_kl_tiled_decode.h"
+#include "pipeline/component_weights.h"
 #include "pipeline/decoded_image.h"
 #include "pipeline/progress.h"
 #include "pipeline/prompt_encoding.h"
@@ -53,13 +54,15 @@ ZImagePipeline::ZImagePipeline(const ModelIndex& index, AttentionPlan plan)
   chat_template_ = std::make_unique<tokenizers::ChatTemplate>(
       tokenizers::ChatTemplate::load(index.component("tokenizer").path));
   text_encoder_ = std::make_unique<text_encoders::Qwen3TextModel>(
-      text_encoders::Qwen3TextModel::from_folder(index.component("text_encoder").path));
+      text_encoders::Qwen3Config::from_json(index.config("text_encoder"),
+                                            where("text_encoder").string()),
+      component_weight_store(index.component("text_encoder")));
   transformer_ = std::make_unique<dit::ZImageTransformer>(
       dit::ZImageConfig::from_json(index.config("transformer"), where("transformer").string()),
-      WeightStore::open_folder(index.component("transformer").path));
+      component_weight_store(index.component("transformer")));
   vae_ = std::make_unique<vae::AutoencoderKLDecoder>(
       vae::AutoencoderKLConfig::from_json(index.config("vae"), where("vae").string()),
-      WeightStore::open_folder(index.component("vae").path));
+      component_weight_store(index.component("vae")));
   scheduler_class_ = index.component("scheduler").class_name;
   scheduler_config_ = index.config("scheduler");
   // Reject settings the scheduler does not implement before any work.

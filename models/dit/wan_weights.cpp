@@ -67,4 +67,12 @@ WeightStore with_diffusers_names(const WeightStore& store) {
   });
 }
 
+const std::vector<KeyLayout>& wan_transformer_layouts() {
+  static const std::vector<KeyLayout> layouts = {
+      {"diffusers", "condition_embedder.time_proj.weight", {}},
+      {"original Wan", "head.head.weight", with_diffusers_names},
+  };
+  return layouts;
+}
+
 }  // namespace mmgen::dit

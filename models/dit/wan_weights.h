@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/safetensors.h"
+#include "models/key_layout.h"
 
 namespace mmgen::dit {
 
@@ -23,5 +24,9 @@ Tensor load_linear_weight(const WeightStore& store, const std::string& name);
 // convert_wan_to_diffusers.py renames them (norm3 and norm2 swap places); a diffusers checkpoint
 // is returned as it is.
 WeightStore with_diffusers_names(const WeightStore& store);
+
+// The layouts a Wan transformer checkpoint comes in: diffusers', and the original release's
+// (the official Wan2.1 repositories, ComfyUI's repackaged files, the community's GGUF files).
+const std::vector<KeyLayout>& wan_transformer_layouts();
 
 }  // namespace mmgen::dit

@@ -1,0 +1,42 @@
+#include "pipeline/component_file.h"
+
+#include <array>
+#include <fstream>
+
+#include "core/error.h"
+
+namespace mmgen {
+
+WeightFileKind weight_file_kind(const fs::path& file, const std::string& flag) {
+  std::ifstream in(file, std::ios::binary);
+  check(bool(in), "{}: cannot read {}; check its permissions", flag, file.string());
+  std::array<unsigned char, 9> head{};
+  in.read(reinterpret_cast<char*>(head.data()), head.size());
+  const size_t got = size_t(in.gcount());
+  if (got >= 4 && head[0] == 'G' && head[1] == 'G' && head[2] == 'U' && head[3] == 'F')
+    return WeightFileKind::Gguf;
+  if (got == head.size()) {
+    uint64_t header = 0;
+    for (int i = 7; i >= 0; --i) header = (header << 8) | head[size_t(i)];
+    // The header is JSON that fits in the file; the reader checks the rest when it opens it.
+    const uint64_t size = fs::file_size(file);
+    if (head[8] == '{' && header >= 2 && header <= size - 8) return WeightFileKind::Safetensors;
+  }
+  fail(
+      "{}: {} is neither a GGUF nor a safetensors file; give a .gguf or .safetensors weights "
+      "file, or the component's folder",
+      flag, file.string());
+}
+
+const char* weight_file_kind_name(WeightFileKind kind) {
+  return kind == WeightFileKind::Gguf ? "GGUF" : "safetensors";
+}
+
+fs::path component_file_config_folder(const fs::path& file, const fs::path& root,
+                                      const std::string& component) {
+  const fs::path beside = file.parent_path().empty() ? fs::path(".") : file.parent_path();
+  if (fs::exists(beside / "config.json")) return beside;
+  return root / component;
+}
+
+}  // namespace mmgen

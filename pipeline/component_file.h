@@ -1,0 +1,27 @@
+// A component given as one weights file (`--transformer-path model.gguf`, a ComfyUI
+// `diffusion_models/*.safetensors`) instead of a folder: what the file is, told from its first
+// bytes, and which folder supplies its config.json.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+namespace mmgen {
+
+namespace fs = std::filesystem;
+
+enum class WeightFileKind { Gguf, Safetensors };
+
+// The file's format from its magic bytes (a GGUF's "GGUF", a safetensors' 8-byte header length
+// and the '{' that opens its header), whatever its name. `flag` names where it came from in the
+// error a file of neither kind gets (`--transformer-path`).
+WeightFileKind weight_file_kind(const fs::path& file, const std::string& flag);
+const char* weight_file_kind_name(WeightFileKind kind);
+
+// The folder whose config.json describes `file` as component `component` of the model at `root`:
+// the file's own folder where a config.json lies beside it, else the model folder's component
+// folder (<root>/<component>), the config the file's weights replace.
+fs::path component_file_config_folder(const fs::path& file, const fs::path& root,
+                                      const std::string& component);
+
+}  // namespace mmgen

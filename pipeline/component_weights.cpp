@@ -1,0 +1,79 @@
+#include "pipeline/component_weights.h"
+
+#include <map>
+
+#include "core/error.h"
+#include "models/dit/wan_weights.h"
+
+namespace mmgen {
+namespace {
+
+// The layouts each class's checkpoints come in (the model's own list); a class absent here is
+// read in diffusers' (or transformers') names only.
+const std::vector<KeyLayout>* layouts_of(const std::string& class_name) {
+  static const std::map<std::string, const std::vector<KeyLayout>*> table = {
+      {"WanTransformer3DModel", &dit::wan_transformer_layouts()},
+  };
+  auto it = table.find(class_name);
+  return it == table.end() ? nullptr : it->second;
+}
+
+// ComfyUI saves a diffusion model under `model.diffusion_model.`; the model's names start below.
+const char* const kWrapperPrefixes[] = {"model.diffusion_model."};
+
+std::string common_wrapper_prefix(const WeightStore& store) {
+  const std::vector<std::string> names = store.names();
+  if (names.empty()) return {};
+  for (const std::string prefix : kWrapperPrefixes) {
+    bool all = true;
+    for (const auto& name : names) all = all && name.starts_with(prefix);
+    if (all) return prefix;
+  }
+  return {};
+}
+
+std::string layout_keys(const std::vector<KeyLayout>& layouts) {
+  std::string text;
+  for (const KeyLayout& layout : layouts)
+    text += (text.empty() ? "" : ", ") + layout.name + " '" + layout.marker + "'";
+  return text;
+}
+
+}  // namespace
+
+ComponentWeights open_component_weights(const ComponentEntry& entry) {
+  const bool file = !entry.weights_file.empty();
+  ComponentWeights weights{file ? WeightStore::open_file(entry.weights_file)
+                                : WeightStore::open_folder(entry.path)};
+  weights.prefix = common_wrapper_prefix(weights.store);
+  if (!weights.prefix.empty())
+    weights.store = weights.store.renamed(
+        [&](const std::string& name) { return name.substr(weights.prefix.size()); });
+  if (const std::vector<KeyLayout>* layouts = layouts_of(entry.class_name)) {
+    const KeyLayout* found = nullptr;
+    for (const KeyLayout& layout : *layouts)
+      if (!found && weights.store.has(layout.marker)) found = &layout;
+    check(found || !file,
+          "--{}-path: {} holds no {} weights in a layout mmgen reads: it lacks the key each "
+          "layout has ({}); give the {} checkpoint",
+          entry.name, entry.weights_file.string(), entry.class_name, layout_keys(*layouts),
+          entry.name);
+    if (found) {
+      weights.layout = found->name;
+      if (found->to_model_names) weights.store = found->to_model_names(weights.store);
+    }
+  }
+  for (const auto& name : weights.store.names()) {
+    const std::string& stored = weights.store.stored_name(name);
+    if (stored == name) continue;
+    ++weights.mapped;
+    if (weights.examples.size() < 3) weights.examples.emplace_back(stored, name);
+  }
+  return weights;
+}
+
+WeightStore component_weight_store(const ComponentEntry& entry) {
+  return open_component_weights(entry).store;
+}
+
+}  // namespace mmgen
