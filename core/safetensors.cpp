@@ -237,8 +237,51 @@ WeightStore WeightStore::renamed(
   return store;
 }
 
-const TensorInfo& WeightStore::stored_info(const Entry& entry) const {
+const TensorInfo& WeightStore::whole_info(const Entry& entry) const {
   return entry.file == kGguf ? gguf_info_.at(entry.stored) : files_[entry.file].info(entry.stored);
+}
+
+const TensorInfo& WeightStore::stored_info(const Entry& entry) const {
+  return entry.pieces_info ? *entry.pieces_info : whole_info(entry);
+}
+
+WeightStore WeightStore::with_row_pieces(const std::map<std::string, RowPieces>& pieces) const {
+  WeightStore store = *this;
+  std::map<std::string, Entry> made;
+  for (const auto& [name, piece] : pieces) {
+    auto found = where_.find(piece.source);
+    check(found != where_.end(), "{}: no weight named '{}' to take {} from", origin_.string(),
+          piece.source, name);
+    const Entry& source = found->second;
+    check(source.rows.empty() && !piece.rows.empty(), "{}: {} cannot be cut from {} twice",
+          origin_.string(), name, piece.source);
+    const TensorInfo& whole = whole_info(source);
+    check(!whole.shape.empty(), "{}: {} is a scalar; it has no rows for {}", origin_.string(),
+          piece.source, name);
+    const int64_t rows = whole.shape[0];
+    int64_t total = 0;
+    for (const RowRange& range : piece.rows) {
+      check(range.begin >= 0 && range.count > 0 && range.begin + range.count <= rows,
+            "{}: rows [{}, {}) of {} (shape {}) for {} are outside it", origin_.string(),
+            range.begin, range.begin + range.count, piece.source, shape_string(whole.shape), name);
+      total += range.count;
+    }
+    // The bytes the rows span, for the memory figures (a row is the same size throughout).
+    const size_t row_bytes = (whole.end - whole.begin) / size_t(rows);
+    auto info = std::make_shared<TensorInfo>(whole);
+    info->shape[0] = total;
+    info->begin = whole.begin + size_t(piece.rows[0].begin) * row_bytes;
+    info->end = info->begin + size_t(total) * row_bytes;
+    Entry entry = source;
+    entry.rows = piece.rows;
+    entry.pieces_info = std::move(info);
+    made.emplace(name, std::move(entry));
+  }
+  for (const auto& [name, piece] : pieces) store.where_.erase(piece.source);
+  for (auto& [name, entry] : made)
+    check(store.where_.emplace(name, std::move(entry)).second,
+          "{}: two weights are both named {} here", origin_.string(), name);
+  return store;
 }
 
 WeightStore WeightStore::open_folder(const fs::path& folder) {
@@ -320,13 +363,39 @@ const std::string& WeightStore::stored_name(const std::string& name) const {
   return where_.at(name).stored;
 }
 
-Tensor WeightStore::get(const std::string& name) const {
-  const TensorInfo& entry = info(name);  // names the missing weight
-  const Entry& where = where_.at(name);
+Tensor WeightStore::whole_tensor(const Entry& where) const {
+  const TensorInfo& entry = whole_info(where);
   if (where.file == kGguf) return gguf_->to_f32(where.stored).view(entry.shape);
   if (entry.dtype == DType::F8E4M3)
     return fp8::to_rows(files_[where.file].tensor(where.stored), fp8_scale(where)).to(DType::F32);
   return files_[where.file].tensor(where.stored);
+}
+
+namespace {
+
+// The rows of `whole` that `rows` names, in order: a view for one range, else a copy.
+Tensor take_rows(const Tensor& whole, const std::vector<WeightStore::RowRange>& rows) {
+  if (rows.empty()) return whole;
+  if (rows.size() == 1) return whole.slice(0, rows[0].begin, rows[0].begin + rows[0].count);
+  Shape shape = whole.shape();
+  shape[0] = 0;
+  for (const auto& range : rows) shape[0] += range.count;
+  Tensor result = Tensor::empty(shape, whole.dtype());
+  int64_t at = 0;
+  for (const auto& range : rows) {
+    result.slice(0, at, at + range.count)
+        .copy_from(whole.slice(0, range.begin, range.begin + range.count));
+    at += range.count;
+  }
+  return result;
+}
+
+}  // namespace
+
+Tensor WeightStore::get(const std::string& name) const {
+  info(name);  // names the missing weight
+  const Entry& where = where_.at(name);
+  return take_rows(whole_tensor(where), where.rows);
 }
 
 std::string WeightStore::stored_type(const std::string& name) const {
@@ -346,19 +415,23 @@ DType WeightStore::product_dtype(const std::string& name) const {
     const gguf::GgufTensorInfo* stored = gguf_->find(where.stored);
     // A quantized matrix kept in its stored shape (not one a converter flattened) stays blocks.
     const DType blocks = stored ? gguf::block_dtype(stored->type).value_or(DType::F32) : DType::F32;
-    if (dtype_is_blocks(blocks) && entry.shape.size() == 2 && entry.shape == stored->shape &&
-        entry.shape[1] % dtype_block_values(blocks) == 0)
+    // (Of several row ranges a copy is made: float32.)
+    const TensorInfo& whole = whole_info(where);
+    if (dtype_is_blocks(blocks) && whole.shape.size() == 2 && whole.shape == stored->shape &&
+        whole.shape[1] % dtype_block_values(blocks) == 0 && where.rows.size() <= 1)
       return blocks;
     return DType::F32;
   }
-  if (entry.dtype == DType::F8E4M3) return entry.shape.size() == 2 ? DType::F8E4M3Rows : DType::F32;
+  // e4m3 rows cut from a matrix would lose their scales' rows: those read as float32.
+  if (entry.dtype == DType::F8E4M3)
+    return entry.shape.size() == 2 && where.rows.empty() ? DType::F8E4M3Rows : DType::F32;
   return entry.dtype;
 }
 
 Tensor WeightStore::get_for_product(const std::string& name) const {
   const DType dtype = product_dtype(name);
   const Entry& where = where_.at(name);
-  if (dtype_is_blocks(dtype)) return gguf_->quantized_blocks(where.stored);
+  if (dtype_is_blocks(dtype)) return take_rows(gguf_->quantized_blocks(where.stored), where.rows);
   if (dtype == DType::F8E4M3Rows)
     return fp8::to_rows(files_[where.file].tensor(where.stored), fp8_scale(where));
   return get(name);

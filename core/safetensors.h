@@ -63,6 +63,22 @@ class WeightStore {
   // another tool's naming, such as the original Wan release's); two names meeting is an error.
   WeightStore renamed(const std::function<std::string(const std::string&)>& rename) const;
 
+  // Rows [begin, begin + count) of a stored tensor's first dimension.
+  struct RowRange {
+    int64_t begin = 0;
+    int64_t count = 0;
+  };
+  // A tensor made of row ranges of one tensor of the store, in order: a fused q/k/v matrix split
+  // into three, or a modulation's halves swapped, as an original release's layout needs.
+  struct RowPieces {
+    std::string source;
+    std::vector<RowRange> rows;
+  };
+  // The same weights with each key of `pieces` made of its source's rows and the sources taken
+  // out. One range stays a view of the mapping (a GGUF matrix stays its blocks for the product);
+  // several are copied when read.
+  WeightStore with_row_pieces(const std::map<std::string, RowPieces>& pieces) const;
+
   bool has(const std::string& name) const { return where_.count(name) > 0; }
   // The name `name` has in the file (itself unless renamed() mapped it): what inspect shows of a
   // key mapping.
@@ -94,11 +110,16 @@ class WeightStore {
     // An e4m3 weight's scale (scale_file: kNoScale when it has none, scale 1).
     size_t scale_file = kNoScale;
     std::string scale;
+    // with_row_pieces' rows of the stored tensor (empty: all of it), and the header they make.
+    std::vector<RowRange> rows;
+    std::shared_ptr<const TensorInfo> pieces_info;
   };
   static constexpr size_t kNoScale = size_t(-2);
   static constexpr size_t kGguf = size_t(-1);
   static WeightStore open_gguf(const fs::path& file);
-  const TensorInfo& stored_info(const Entry& entry) const;
+  const TensorInfo& stored_info(const Entry& entry) const;  // with_row_pieces' shape, if any
+  const TensorInfo& whole_info(const Entry& entry) const;   // the stored tensor's
+  Tensor whole_tensor(const Entry& entry) const;            // as get() reads the stored tensor
   // Pairs each e4m3 weight with its scale and takes the scales and markers out of the names.
   void attach_fp8_scales();
   Tensor fp8_scale(const Entry& entry) const;  // undefined where the weight has none

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "models/dit/flux_bfl_names.h"
 #include "models/dit/wan_weights.h"
 
 namespace mmgen {
@@ -13,6 +14,7 @@ namespace {
 const std::vector<KeyLayout>* layouts_of(const std::string& class_name) {
   static const std::map<std::string, const std::vector<KeyLayout>*> table = {
       {"WanTransformer3DModel", &dit::wan_transformer_layouts()},
+      {"FluxTransformer2DModel", &dit::flux_transformer_layouts()},
   };
   auto it = table.find(class_name);
   return it == table.end() ? nullptr : it->second;

@@ -8,12 +8,16 @@
 // (convert_wan_transformer_to_diffusers) that the files read back to wan-tiny's tensors exactly.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/file.h"
+#include "core/safetensors.h"
+#include "models/dit/flux_bfl_names.h"
 #include "tests/test_support.h"
 
 namespace mmgen {
@@ -234,6 +238,95 @@ TEST(SingleFileComponents, AFileWithNoConfigAnywhereSaysWhereToPutOne) {
                             (model / "transformer/config.json").string() +
                             "; put the WanTransformer3DModel config.json beside the file",
                         model);
+}
+
+// ------------------------------------------------------------------ FLUX in BFL's layout
+
+fs::path flux_tiny() {
+  return testing::source_dir() / "tests/fixtures/flux-tiny/model";
+}
+fs::path bfl_file() {
+  return testing::source_dir() / "tests/fixtures/flux-tiny-single-file/flux_tiny_bfl.safetensors";
+}
+
+std::string generate_flux(const fs::path& dir, const std::string& name, const std::string& flags) {
+  return generate(dir, name,
+                  "--guidance-scale 3.5 --height 16 --width 16 --max-sequence-length 16 " + flags,
+                  flux_tiny());
+}
+
+// q, k, v (and the single blocks' MLP input) fused, the final modulation's halves swapped: the
+// rows handed out as views must be the folder's tensors exactly.
+TEST(SingleFileComponents, BflFluxFileGivesTheFolderRunsBytes) {
+  const fs::path dir = testing::scratch_dir("single-file-flux");
+  const std::string folder = generate_flux(dir, "folder", "");
+  ASSERT_FALSE(folder.empty());
+  EXPECT_EQ(generate_flux(dir, "bfl", "--transformer-path " + bfl_file().string()), folder);
+}
+
+// A GGUF of the BFL file. f32: the folder run's bytes. q8_0: the fused matrices stay q8_0 blocks
+// for the product, each split matrix the fused one's rows of blocks, byte for byte (a q8_0 block
+// is 32 values of one row), and the run goes through.
+TEST(SingleFileComponents, BflFluxGgufSplitsItsMatricesAsBlocks) {
+  const fs::path dir = testing::scratch_dir("single-file-flux-gguf");
+  const std::string folder = generate_flux(dir, "folder", "");
+  ASSERT_FALSE(folder.empty());
+  for (const char* type : {"f32", "q8_0"}) {
+    const auto convert =
+        run_command(mmgen() + " convert --input " + bfl_file().string() + " --out " +
+                    (dir / (std::string(type) + ".gguf")).string() + " --type " + type);
+    ASSERT_EQ(convert.exit_code, 0) << convert.err;
+  }
+  EXPECT_EQ(generate_flux(dir, "f32", "--transformer-path " + (dir / "f32.gguf").string()), folder);
+  const std::string q8 =
+      generate_flux(dir, "q8_0", "--transformer-path " + (dir / "q8_0.gguf").string());
+  EXPECT_FALSE(q8.empty());
+  EXPECT_NE(q8, folder) << "q8_0 rounds the weights: the file was read";
+
+  const WeightStore stored = WeightStore::open_file(dir / "q8_0.gguf");
+  const WeightStore mapped = dit::flux_from_bfl_names(stored);
+  const std::string fused = "double_blocks.1.txt_attn.qkv.weight";
+  ASSERT_EQ(stored.product_dtype(fused), DType::Q8_0);
+  const Tensor fused_blocks = stored.get_for_product(fused).contiguous();
+  const Tensor fused_values = stored.get(fused);
+  const char* parts[] = {"add_q_proj", "add_k_proj", "add_v_proj"};
+  for (int64_t i = 0; i < 3; ++i) {
+    const std::string name = std::string("transformer_blocks.1.attn.") + parts[i] + ".weight";
+    EXPECT_EQ(mapped.stored_name(name), fused);
+    ASSERT_EQ(mapped.product_dtype(name), DType::Q8_0) << name;
+    const Tensor blocks = mapped.get_for_product(name).contiguous();
+    const Tensor expected = fused_blocks.slice(0, 32 * i, 32 * (i + 1)).contiguous();
+    ASSERT_EQ(blocks.shape(), expected.shape()) << name;
+    EXPECT_EQ(std::memcmp(blocks.raw(), expected.raw(), expected.nbytes()), 0) << name;
+    EXPECT_EQ(testing::max_abs_diff(mapped.get(name), fused_values.slice(0, 32 * i, 32 * (i + 1))),
+              0.0)
+        << name;
+  }
+  // The final modulation's halves swapped: two ranges, read as a float32 copy.
+  const Tensor modulation = stored.get("final_layer.adaLN_modulation.1.weight");
+  const Tensor swapped = mapped.get("norm_out.linear.weight");
+  EXPECT_EQ(testing::max_abs_diff(swapped.slice(0, 0, 32), modulation.slice(0, 32, 64)), 0.0);
+  EXPECT_EQ(testing::max_abs_diff(swapped.slice(0, 32, 64), modulation.slice(0, 0, 32)), 0.0);
+}
+
+TEST(SingleFileComponents, InspectShowsTheBflLayoutAndItsSplits) {
+  const auto result =
+      run_command(mmgen() + " inspect --json --model-path " + flux_tiny().string() +
+                  " --height 16 --width 16 --transformer-path " + bfl_file().string());
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const json report = json::parse(result.out);
+  const json& component = report["components"]["transformer"];
+  EXPECT_EQ(component["weights_file"]["layout"], "BFL FLUX");
+  // 84 stored tensors become diffusers' 112, every one under a new name.
+  EXPECT_EQ(component["tensors"], 112);
+  EXPECT_EQ(component["weights_file"]["mapped_keys"], 112);
+  const auto text =
+      run_command(mmgen() + " inspect --model-path " + flux_tiny().string() +
+                  " --height 16 --width 16 --transformer-path " + bfl_file().string());
+  EXPECT_NE(text.out.find("(safetensors, BFL FLUX layout): 112 of 112 keys renamed, e.g. "
+                          "txt_in.bias -> context_embedder.bias"),
+            std::string::npos)
+      << text.out;
 }
 
 }  // namespace
