@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "models/dit/flux_bfl_names.h"
 #include "models/dit/wan_weights.h"
+#include "models/dit/zimage_original_names.h"
 
 namespace mmgen {
 namespace {
@@ -15,6 +16,7 @@ const std::vector<KeyLayout>* layouts_of(const std::string& class_name) {
   static const std::map<std::string, const std::vector<KeyLayout>*> table = {
       {"WanTransformer3DModel", &dit::wan_transformer_layouts()},
       {"FluxTransformer2DModel", &dit::flux_transformer_layouts()},
+      {"ZImageTransformer2DModel", &dit::zimage_transformer_layouts()},
   };
   auto it = table.find(class_name);
   return it == table.end() ? nullptr : it->second;

@@ -329,5 +329,29 @@ TEST(SingleFileComponents, InspectShowsTheBflLayoutAndItsSplits) {
       << text.out;
 }
 
+// ------------------------------------------------------------------ Z-Image's original layout
+
+// zimage-tiny lives in ../shared; the original-layout file made from it, in this repository.
+TEST(SingleFileComponents, OriginalZImageFileGivesTheFolderRunsBytes) {
+  MMGEN_REQUIRE_SHARED();
+  const fs::path model = testing::shared_dir() / "fixtures/zimage-tiny/model";
+  const fs::path file = testing::source_dir() /
+                        "tests/fixtures/zimage-tiny-single-file/zimage_tiny_original.safetensors";
+  const fs::path dir = testing::scratch_dir("single-file-zimage");
+  const std::string flags = "--guidance-scale 3 --negative-prompt blur ";
+  const std::string folder = generate(dir, "folder", flags, model);
+  ASSERT_FALSE(folder.empty());
+  EXPECT_EQ(generate(dir, "original", flags + "--transformer-path " + file.string(), model),
+            folder);
+
+  const auto inspect = run_command(mmgen() + " inspect --json --model-path " + model.string() +
+                                   " --height 32 --width 32 --transformer-path " + file.string());
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+  const json report = json::parse(inspect.out);
+  const json& component = report["components"]["transformer"];
+  EXPECT_EQ(component["weights_file"]["layout"], "original Z-Image");
+  EXPECT_EQ(component["tensors"], 73);  // 65 stored, the four fused qkv split in three
+}
+
 }  // namespace
 }  // namespace mmgen
