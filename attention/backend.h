@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "attention/repeated_keys.h"
 #include "core/tensor.h"
@@ -70,12 +71,21 @@ class AttentionBackend {
 };
 
 class StaMaskStrategy;  // attention/backends/sliding_tile_attn/sta_mask.h
+namespace sliding_tile_attn {
+class StaSearch;  // attention/backends/sliding_tile_attn/sta_search.h
+}
 
 // What the attention plan (pipeline/attention_plan.h) loaded once for a run and hands to every
 // layer's backend, so no backend reads a file again. Null members: not loaded; a backend that
 // needs one then loads it from its settings itself (tests, `mmgen attention`).
 struct BackendResources {
   std::shared_ptr<const StaMaskStrategy> sta_mask;  // sliding_tile_attn's mask-strategy file
+  // sliding_tile_attn's STA_searching state, shared by every layer's backend of the run so one
+  // file gets every layer's windows.
+  std::shared_ptr<sliding_tile_attn::StaSearch> sta_search;
+  // Lines for the log of both the dry run and the run: what the backends will do with what they
+  // loaded (sliding_tile_attn: which windows run and where they come from).
+  std::vector<std::string> notes;
 };
 
 // Builds a DiT-family backend by canonical name. `config` is validated against the backend's

@@ -73,6 +73,9 @@ struct BackendInfo {
   // V-MoBA); "" : none.
   std::string_view config_group = {};
   std::string_view config_group_label = {};  // what the group holds, for errors ("V-MoBA")
+  // Markdown after its settings table in docs/attention-backends.md: how the settings work
+  // together (STA's default windows and mask search); "" : none.
+  std::string_view config_guide = {};
 };
 
 // The whole catalogue, DiT family first, in documentation order.

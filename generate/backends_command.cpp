@@ -249,6 +249,7 @@ std::string backends_markdown() {
       md += fmt::format("| `{}` | {} | {} | {} | {} |\n", key.name, describe_accepted(key),
                         config_default(key),
                         or_dash(fmt::format("{}", fmt::join(key.aliases, ", "))), key.help);
+    if (!b.config_guide.empty()) md += fmt::format("\n{}\n", b.config_guide);
   }
   md +=
       "\nThe V-MoBA settings may also be given as one object, `moba_config` (SGLang's spelling). "

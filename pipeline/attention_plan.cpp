@@ -91,10 +91,13 @@ void load_backend_resources(AttentionPlan& plan, const ModelIndex& index, const 
       uses.push_back({.where = index.root.string(),
                       .component = name,
                       .layers = integer_field(model, "num_layers"),
-                      .heads = integer_field(model, "num_attention_heads")});
+                      .heads = integer_field(model, "num_attention_heads"),
+                      .on_gpu = request.device == "cuda"});
     }
     descriptor->load_resources(config, request.num_inference_steps, uses, plan.resources);
   }
+  // The backends' notes (which windows STA runs) go to the log of the dry run and of the run.
+  plan.notes.insert(plan.notes.end(), plan.resources.notes.begin(), plan.resources.notes.end());
 }
 
 }  // namespace
@@ -208,6 +211,7 @@ std::optional<AttentionPlan::StepSplit> AttentionPlan::step_split(int64_t steps)
     split.dense = std::clamp<int64_t>(dense.steps, 0, steps);
     split.sparse = steps - split.dense;
     split.setting = dense.setting;
+    split.on_purpose = dense.on_purpose;
   }
   return split;
 }
@@ -262,7 +266,7 @@ void log_attention_plan(const AttentionPlan& plan) {
         spdlog::warn("attention: {} {}: {}", name, layer_name(layer.kind), layer.fallback);
   }
   const auto split = plan.step_split(plan.num_inference_steps);
-  if (split && split->sparse == 0 && split->dense > 0)
+  if (split && split->sparse == 0 && split->dense > 0 && !split->on_purpose)
     spdlog::warn(
         "attention: {} runs dense in all {} denoising step(s) ({} leaves none sparse), so this "
         "run is as slow as dense attention; lower it in --attention-backend-config or give more "

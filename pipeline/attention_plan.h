@@ -47,6 +47,8 @@ struct AttentionPlan {
     int64_t sparse = 0;
     int64_t dense = 0;
     std::string setting;  // what decides the dense steps ("skip_time_steps 15"); empty: none
+    // All dense by design (DenseSteps::on_purpose: STA_searching): no warning.
+    bool on_purpose = false;
   };
   std::optional<StepSplit> step_split(int64_t steps) const;
 

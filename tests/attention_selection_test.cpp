@@ -787,11 +787,17 @@ TEST_F(WanTinyPlan, StaOnABuildWithoutItsKernelFailsWhenThePlanIsMade) {
                    "this build has no cpu kernel for it yet");
 }
 
-TEST_F(WanTinyPlan, StaNeedsAMaskFile) {
+// Without a mask file STA runs window_size everywhere (issue 51), and the plan's note says so.
+TEST_F(WanTinyPlan, StaWithoutAMaskFileRunsWindowSize) {
   request.attention_backend = "sliding_tile_attn";
   request.component_attention_backends = "text_encoder=torch_native";
-  EXPECT_ERROR_HAS(plan(cpu_with({"fa", "sliding_tile_attn"})), "--attention-backend-config",
-                   "needs mask_strategy_file_path");
+  request.num_inference_steps = 20;
+  const AttentionPlan p = plan(cpu_with({"fa", "sliding_tile_attn"}));
+  EXPECT_FALSE(p.resources.sta_mask);
+  ASSERT_FALSE(p.notes.empty());
+  EXPECT_NE(p.notes.back().find("window_size [3, 3, 3] tiles"), std::string::npos)
+      << p.notes.back();
+  EXPECT_NE(p.notes.back().find("steps 15..19"), std::string::npos) << p.notes.back();
 }
 
 TEST_F(WanTinyPlan, StaDryRunFieldsOnceTheKernelExists) {
@@ -810,6 +816,8 @@ TEST_F(WanTinyPlan, StaDryRunFieldsOnceTheKernelExists) {
   EXPECT_EQ(p.config_json(), json({{"mask_strategy_file_path", mask_path.string()},
                                    {"sta_mode", "STA_inference"},
                                    {"skip_time_steps", 2},
+                                   {"window_size", {3, 3, 3}},
+                                   {"mask_search_threshold", 0.05},
                                    {"tile_size", {6, 8, 8}}}));
   EXPECT_EQ(p.component_json("transformer"), json::parse(R"({
               "attention_backend": "sliding_tile_attn",

@@ -167,12 +167,19 @@ TEST(BackendConfigValidation, DefaultsAreFilledIn) {
   EXPECT_EQ(validate("", "sage_attn_3")["per_block_mean"], true);
 }
 
-TEST(BackendConfigValidation, StaNeedsAMaskFileOnlyForInference) {
-  EXPECT_ERROR_HAS(validate("", "sliding_tile_attn"), "sliding_tile_attn", "sta_mode=STA_inference",
-                   "needs mask_strategy_file_path", "add mask_strategy_file_path=FILE");
+// A mask file is optional since issue 51 (window_size runs without one); the search needs the file
+// it writes.
+TEST(BackendConfigValidation, StaNeedsAnOutputFileOnlyForSearching) {
+  EXPECT_EQ(validate("", "sliding_tile_attn")["window_size"], json({3, 3, 3}));
+  EXPECT_ERROR_HAS(validate("sta_mode=STA_searching", "sliding_tile_attn"), "sliding_tile_attn",
+                   "sta_mode=STA_searching", "needs mask_search_output",
+                   "add mask_search_output=FILE");
   const json tuning = validate("sta_mode=STA_tuning", "sliding_tile_attn");
-  EXPECT_EQ(tuning,
-            json({{"sta_mode", "STA_tuning"}, {"skip_time_steps", 15}, {"tile_size", {6, 8, 8}}}));
+  EXPECT_EQ(tuning, json({{"sta_mode", "STA_tuning"},
+                          {"skip_time_steps", 15},
+                          {"window_size", {3, 3, 3}},
+                          {"mask_search_threshold", 0.05},
+                          {"tile_size", {6, 8, 8}}}));
   auto mask = write_file("sta-valid", "mask.json", R"({"0_0_0": [1, 2, 3]})");
   const json inference = validate("mask_strategy_file_path=" + mask.string(), "sliding_tile_attn");
   EXPECT_EQ(inference["mask_strategy_file_path"], mask.string());
@@ -183,7 +190,9 @@ TEST(BackendConfigValidation, StaNeedsAMaskFileOnlyForInference) {
 
 TEST(BackendConfigValidation, SglangSpellingsAreAliases) {
   EXPECT_EQ(validate("VSA_sparsity=0.9", "video_sparse_attn"), json({{"sparsity", 0.9}}));
-  EXPECT_EQ(validate("STA_mode=STA_searching", "sliding_tile_attn")["sta_mode"], "STA_searching");
+  EXPECT_EQ(validate("STA_mode=STA_searching,mask_search_output=mask.json",
+                     "sliding_tile_attn")["sta_mode"],
+            "STA_searching");
   const json moba =
       validate(R"({"moba_config": {"st_topk": 7, "moba_select_mode": "topk"}})", "vmoba_attn");
   EXPECT_EQ(moba["st_topk"], 7);

@@ -160,6 +160,8 @@ TEST(NewUser, MetadataRecordsWhatRan) {
   const json expected_config = {{"mask_strategy_file_path", mask.string()},
                                 {"sta_mode", "STA_inference"},
                                 {"skip_time_steps", 0},
+                                {"window_size", {3, 3, 3}},
+                                {"mask_search_threshold", 0.05},
                                 {"tile_size", {1, 4, 4}}};
 
   const auto png = run_command(base + "--output-file-name picture.png");

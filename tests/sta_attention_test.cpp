@@ -338,7 +338,7 @@ TEST(StaErrors, GridThatDoesNotMatchTheSequenceAndUnsupportedModes) {
             0.0);
   const json searching =
       validate_backend_config({{"mask_strategy_file_path", mask_for("mode", c.windows).string()},
-                               {"sta_mode", "STA_searching"}},
+                               {"sta_mode", "STA_tuning"}},
                               "sliding_tile_attn");
   EXPECT_NE(
       error_of([&] { make_dit_backend("sliding_tile_attn", searching); }).find("STA_inference"),

@@ -66,6 +66,8 @@ TEST(StaDryRun, EachComponentsBackendSourceAndTheParsedConfig) {
   EXPECT_EQ(out["attention_backend_config"], json({{"mask_strategy_file_path", mask.string()},
                                                    {"sta_mode", "STA_inference"},
                                                    {"skip_time_steps", 15},
+                                                   {"window_size", {3, 3, 3}},
+                                                   {"mask_search_threshold", 0.05},
                                                    {"tile_size", {6, 8, 8}}}));
   // The transformer runs STA from the command line; its cross-attention is dense and uses fa.
   EXPECT_EQ(attention_fields(out, "transformer"), json::parse(R"({
@@ -106,6 +108,8 @@ TEST(StaDryRun, TheThreeSpecFormsGiveTheSameConfig) {
   const json expected = {{"mask_strategy_file_path", mask.string()},
                          {"sta_mode", "STA_inference"},
                          {"skip_time_steps", 20},
+                         {"window_size", {3, 3, 3}},
+                         {"mask_search_threshold", 0.05},
                          {"tile_size", {6, 8, 8}}};
   const fs::path file = dir / "sta.json";
   std::ofstream(file) << json({{"mask_strategy_file_path", mask.string()},

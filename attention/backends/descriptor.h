@@ -36,6 +36,7 @@ struct ResourceUse {
   std::string component;  // model_index.json name ("transformer")
   int64_t layers = 0;     // 0: its config does not say
   int64_t heads = 0;
+  bool on_gpu = false;  // --device cuda: the component's attention runs on the GPU
 };
 
 // Loads what the backend needs once per run besides its settings (sliding_tile_attn: the
@@ -50,6 +51,9 @@ using ResourceLoader =
 struct DenseSteps {
   int64_t steps = 0;  // at most the run's steps
   std::string setting;
+  // The settings ask for full attention everywhere on purpose (STA_searching measures against
+  // it), so an all-dense run is no mistake to warn about.
+  bool on_purpose = false;
 };
 using DenseStepsRule = std::function<DenseSteps(const nlohmann::json& settings, int64_t steps)>;
 

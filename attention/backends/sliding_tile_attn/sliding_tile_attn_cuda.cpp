@@ -22,8 +22,7 @@ using namespace mmgen::cuda;
 
 class SlidingTileCuda final : public cuda::SparseSelfAttentionCuda {
  public:
-  explicit SlidingTileCuda(const Settings& settings)
-      : tile_(settings.tile), skip_time_steps_(settings.skip_time_steps), mask_(settings.mask) {}
+  explicit SlidingTileCuda(Settings settings) : settings_(std::move(settings)) {}
 
   std::string_view name() const override { return "sliding_tile_attn"; }
 
@@ -34,12 +33,12 @@ class SlidingTileCuda final : public cuda::SparseSelfAttentionCuda {
       if (counting_) stats_.kept_pairs += dense_pairs, stats_.total_pairs += dense_pairs;
       run_kernel(dense_args(call));
     };
-    if (call.step < skip_time_steps_) return dense();
+    if (call.step < settings_.skip_time_steps) return dense();
     std::lock_guard lock(mutex_);
     const Grid3 grid = {call.grid[0], call.grid[1], call.grid[2]};
     if (!tiling_ || tiling_->grid != grid) {
-      tiling_ = std::make_shared<const BoxTiling>(tile_video(grid, tile_, 0));
-      const int64_t volume = tile_[0] * tile_[1] * tile_[2];
+      tiling_ = std::make_shared<const BoxTiling>(tile_video(grid, settings_.tile, 0));
+      const int64_t volume = settings_.tile[0] * settings_.tile[1] * settings_.tile[2];
       // Whole query blocks per tile: a query block never mixes two tiles' lists.
       layout_ = make_layout(*tiling_, (volume + kFlashBlockM - 1) / kFlashBlockM * kFlashBlockM);
       lists_.clear();
@@ -47,11 +46,13 @@ class SlidingTileCuda final : public cuda::SparseSelfAttentionCuda {
     std::vector<StaWindow> windows(size_t(call.heads));
     bool all_full = true;
     for (int64_t h = 0; h < call.heads; ++h) {
-      const auto window = mask_->window(call.step, call.layer, h);
-      check(window.has_value(),
+      const auto window = settings_.window(call.step, call.layer, h);
+      // Only a mask file can lack a window (window_size always has one); its error names it.
+      if (!window)
+        fail(
             "sliding_tile_attn: {} has no window for \"{}_{}_{}\" (step, layer, head); it must "
             "cover every step from skip_time_steps={} on, every layer and every head",
-            mask_->path().string(), call.step, call.layer, h, skip_time_steps_);
+            settings_.mask->path().string(), call.step, call.layer, h, settings_.skip_time_steps);
       windows[size_t(h)] = *window;
       all_full &= sta_window_is_full(*tiling_, *window);
     }
@@ -114,9 +115,7 @@ class SlidingTileCuda final : public cuda::SparseSelfAttentionCuda {
     return lists_.emplace(std::move(key), std::move(lists)).first->second;
   }
 
-  Grid3 tile_;
-  int64_t skip_time_steps_;
-  std::shared_ptr<const StaMaskStrategy> mask_;
+  const Settings settings_;
   std::mutex mutex_;
   std::shared_ptr<const BoxTiling> tiling_;
   std::shared_ptr<const SlotLayout> layout_;
@@ -127,7 +126,12 @@ class SlidingTileCuda final : public cuda::SparseSelfAttentionCuda {
 
 std::unique_ptr<cuda::SparseSelfAttentionCuda> make_cuda(const nlohmann::json& settings,
                                                          const BackendResources& resources) {
-  return std::make_unique<SlidingTileCuda>(Settings::from(settings, resources));
+  Settings parsed = Settings::from(settings, resources);
+  // The plan refuses STA_searching with --device cuda; a library caller gets the same line.
+  check(!parsed.search,
+        "sliding_tile_attn: sta_mode=STA_searching runs on the CPU only (its candidates' errors "
+        "are measured there); use --device cpu for the search, then STA_inference on the GPU");
+  return std::make_unique<SlidingTileCuda>(std::move(parsed));
 }
 
 }  // namespace mmgen::attention::sliding_tile_attn
