@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/file.h"
 #include "core/json.h"
+#include "pipeline/component_classes.h"
 #include "pipeline/component_file.h"
 
 namespace mmgen {
@@ -51,8 +52,15 @@ ModelIndex load_model_index(const fs::path& root,
         "model path {} is not a folder; pass the folder that holds model_index.json",
         root.string());
   const fs::path index_path = root / "model_index.json";
-  check(fs::exists(index_path),
-        "{} has no model_index.json; is it a diffusers-format model folder?", root.string());
+  if (!fs::exists(index_path)) {
+    // A fixture folder (tests/fixtures/X, ../shared/fixtures/X) keeps the model in model/ beside
+    // its reference outputs; a folder one level down with the index is what was meant.
+    for (const char* inner : {"model", "pipeline"})
+      check(!fs::exists(root / inner / "model_index.json"),
+            "{} has no model_index.json, but {} has: pass --model-path {}", root.string(),
+            (root / inner).string(), (root / inner).string());
+    fail("{} has no model_index.json; is it a diffusers-format model folder?", root.string());
+  }
   const json index = read_json_object(index_path);
 
   ModelIndex result;
@@ -103,6 +111,13 @@ ModelIndex load_model_index(const fs::path& root,
       it->second.path = path;
       continue;
     }
+    // Only a model's weights come as one file; a tokenizer or scheduler is a folder of files.
+    const ComponentClass* known = find_component_class(it->second.class_name);
+    check(!known || known->kind == ComponentKind::TextEncoder ||
+              known->kind == ComponentKind::Transformer || known->kind == ComponentKind::Vae,
+          "--{}-path: {} is a file, but a {} is a folder (its config and vocabulary files); give "
+          "the folder",
+          name, path.string(), known ? kind_name(known->kind) : std::string());
     weight_file_kind(path, "--" + name + "-path");  // refuses a file of neither kind here
     it->second.weights_file = path;
     it->second.path = component_file_config_folder(path, root, name);

@@ -200,6 +200,11 @@ TEST(SingleFileComponents, AFileOfNeitherFormatIsRefusedInOneLine) {
                         "--transformer-path: " + (dir / "notes.safetensors").string() +
                             " is neither a GGUF nor a safetensors file; give a .gguf or "
                             ".safetensors weights file, or the component's folder");
+  const fs::path vocabulary = wan_tiny() / "tokenizer/tokenizer.json";
+  expect_one_error_line("--tokenizer-path " + vocabulary.string(),
+                        "--tokenizer-path: " + vocabulary.string() +
+                            " is a file, but a tokenizer is a folder (its config and vocabulary "
+                            "files); give the folder");
   expect_one_error_line("--vae-path " + (dir / "missing.gguf").string(),
                         "--vae-path: " + (dir / "missing.gguf").string() + " does not exist");
 }
