@@ -2,8 +2,10 @@
 
 #include <array>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace mmgen {
 
@@ -33,10 +35,15 @@ const char* weight_file_kind_name(WeightFileKind kind) {
 }
 
 fs::path component_file_config_folder(const fs::path& file, const fs::path& root,
-                                      const std::string& component) {
+                                      const std::string& component, const std::string& class_name) {
   const fs::path beside = file.parent_path().empty() ? fs::path(".") : file.parent_path();
-  if (fs::exists(beside / "config.json")) return beside;
-  return root / component;
+  if (!fs::exists(beside / "config.json")) return root / component;
+  const nlohmann::json config = read_json_object(beside / "config.json");
+  bool names_class = config.value("_class_name", nlohmann::json()) == class_name;
+  if (config.contains("architectures") && config["architectures"].is_array())
+    for (const auto& architecture : config["architectures"])
+      names_class = names_class || architecture == class_name;
+  return names_class ? beside : root / component;
 }
 
 }  // namespace mmgen

@@ -120,7 +120,7 @@ ModelIndex load_model_index(const fs::path& root,
           name, path.string(), known ? kind_name(known->kind) : std::string());
     weight_file_kind(path, "--" + name + "-path");  // refuses a file of neither kind here
     it->second.weights_file = path;
-    it->second.path = component_file_config_folder(path, root, name);
+    it->second.path = component_file_config_folder(path, root, name, it->second.class_name);
     // (Inferring a config from the tensors' shapes is not built: one must be at hand.)
     check(fs::exists(it->second.path / "config.json"),
           "--{}-path: {} has no config.json beside it, and the model has none at {}; put the {} "

@@ -158,6 +158,26 @@ TEST(SingleFileComponents, LoneGgufFileRunsAsTheFolderHoldingIt) {
   EXPECT_NE(as_file, folder_run()) << "q8_0 rounds the weights: the check can tell them apart";
 }
 
+// GGUF files of the text encoder and the VAE in one folder: `mmgen convert` leaves the first
+// one's config.json beside them (it keeps one it finds), so the config beside a file is taken
+// only where it names the component's class; the VAE's comes from the model folder.
+TEST(SingleFileComponents, GgufFilesSharingAFolderTakeTheConfigOfTheirOwnClass) {
+  ASSERT_FALSE(folder_run().empty());
+  const fs::path dir = testing::scratch_dir("single-file-shared-folder");
+  for (const char* component : {"text_encoder", "vae"}) {
+    const auto convert =
+        run_command(mmgen() + " convert --input " + (wan_tiny() / component).string() + " --out " +
+                    (dir / (std::string(component) + ".gguf")).string() + " --type f32");
+    ASSERT_EQ(convert.exit_code, 0) << convert.err;
+  }
+  ASSERT_EQ(json::parse(read_text_file(dir / "config.json"))["architectures"][0],
+            "UMT5EncoderModel");
+  EXPECT_EQ(generate(dir, "ggufs",
+                     "--text-encoder-path " + (dir / "text_encoder.gguf").string() +
+                         " --vae-path " + (dir / "vae.gguf").string()),
+            folder_run());
+}
+
 TEST(SingleFileComponents, InspectShowsTheFileItsLayoutAndTheKeyMapping) {
   const fs::path file = fixture("wan_tiny_comfy.safetensors");
   const std::string base = mmgen() + " inspect --model-path " + wan_tiny().string() +
