@@ -3,10 +3,17 @@
 #include <fmt/format.h>
 
 #include "attention/catalogue.h"
+#include "core/error.h"
 
 namespace mmgen::attention {
 
 DeviceChoice choose_device(std::string_view requested) {
+#ifndef MMGEN_HAVE_CUDA
+  // Said here, before the attention plan looks for GPU kernels this build cannot have.
+  check(requested != "cuda",
+        "--device cuda: this mmgen was built without CUDA support; rebuild with -DMMGEN_CUDA=ON "
+        "(needs nvcc; see README, GPU) or use --device cpu");
+#endif
   if (requested == "cpu" || requested == "cuda")
     return {std::string(requested), fmt::format("--device {}", requested)};
 #ifndef MMGEN_HAVE_CUDA

@@ -27,7 +27,7 @@ void on_stop_signal(int signal_number) {
   int expected = 0;
   if (requested_signal.compare_exchange_strong(expected, signal_number)) {
     write_stderr(
-        "\nmmgen: stopping at the next step boundary (press Ctrl-C again to stop at once)\n");
+        "\nmmgen: stopping after the current block (press Ctrl-C again to stop at once)\n");
     return;
   }
   if (partial_path_valid.load()) ::unlink(partial_path);
@@ -58,6 +58,18 @@ int stop_signal() {
 
 void stop_if_requested() {
   if (const int signal_number = requested_signal.load()) throw Interrupted{signal_number};
+}
+
+namespace {
+std::atomic<bool> between_blocks{true};
+}  // namespace
+
+void stop_between_blocks() {
+  if (between_blocks.load(std::memory_order_relaxed)) stop_if_requested();
+}
+
+void set_stop_between_blocks(bool on) {
+  between_blocks.store(on);
 }
 
 std::string signal_description(int signal_number) {

@@ -24,6 +24,13 @@ int stop_signal();
 // Throws Interrupted when a stop was asked for. Call it only outside parallel regions.
 void stop_if_requested();
 
+// Between a model's blocks (transformer blocks, VAE frames and tiles): stop_if_requested(), so a
+// stop waits for at most one block rather than a whole step (187 s for a large one). Turned off
+// for runs whose processes must stop at the same point (several GPUs meet in collectives inside a
+// forward): they stop at the step boundary. Call it only outside parallel regions.
+void stop_between_blocks();
+void set_stop_between_blocks(bool on);
+
 // "SIGINT (Ctrl-C)" / "SIGTERM" for the final message.
 std::string signal_description(int signal_number);
 

@@ -16,6 +16,8 @@
 #include "generate/backends_command.h"
 #include "generate/convert_command.h"
 #include "generate/encode_command.h"
+#include "generate/environment_check.h"
+#include "generate/foreign_names.h"
 #include "generate/generate_command.h"
 #include "generate/inspect_command.h"
 #include "generate/options_reference.h"
@@ -58,6 +60,7 @@ int run_cli(int argc, char** argv) {
   keep_freed_host_memory();
   try {
     setup_logging();
+    cli::check_environment();
     if (arguments.empty() || arguments[0] == "--help" || arguments[0] == "-h" ||
         arguments[0] == "help") {
       std::cout << kUsage;
@@ -73,7 +76,7 @@ int run_cli(int argc, char** argv) {
     arguments.erase(arguments.begin());
     if (command == "generate") {
       if (wants_help(arguments)) {
-        std::cout << cli::generate_help();
+        std::cout << cli::generate_help(arguments);
         return 0;
       }
       return cli::run_generate(arguments);
@@ -96,6 +99,8 @@ int run_cli(int argc, char** argv) {
       }
       return cli::run_attention(arguments);
     }
+    if (const auto hint = cli::foreign_command_hint(command))
+      fail("unknown command '{}': {}", command, *hint);
     fail("unknown command '{}'; run `mmgen --help` for the list", command);
   } catch (const Error& e) {
     std::fprintf(stderr, "mmgen: error: %s\n", e.what());

@@ -21,6 +21,7 @@
 #endif
 #include "core/system_memory.h"
 #include "generate/memory_check.h"
+#include "generate/model_folder_defaults.h"
 #include "generate/multi_gpu.h"
 #include "generate/options.h"
 #include "generate/pipeline_defaults.h"
@@ -96,16 +97,51 @@ ResolvedGenerate resolve_generate(const std::vector<std::string>& arguments) {
   check_components(*resolved.spec, resolved.index);
   const PipelineDefaults pipeline_defaults = load_pipeline_defaults(*resolved.spec, resolved.index);
   resolved.defaults_variant = pipeline_defaults.variant;
+  const ModelFolderDefaults folder_defaults = load_model_folder_defaults(resolved.index.root);
+  resolved.model_defaults_file = folder_defaults.file;
 
-  SettingsLayer merged =
-      merge_layers({builtin_defaults(), pipeline_defaults.layer, config_file, command_line});
+  const std::string config_source = command_line.contains("config")
+                                        ? "--config " + command_line["config"].get<std::string>()
+                                        : std::string();
+  const std::vector<std::pair<const SettingsLayer*, std::string>> layers = {
+      {&command_line, "command line"},
+      {&config_file, config_source},
+      {&folder_defaults.layer, folder_defaults.file.string()},
+      {&pipeline_defaults.layer, "configs/" + resolved.spec->defaults_file},
+  };
+  SettingsLayer merged = merge_layers({builtin_defaults(), pipeline_defaults.layer,
+                                       folder_defaults.layer, config_file, command_line});
   merged.erase("config");
+  for (auto it = merged.begin(); it != merged.end(); ++it) {
+    std::string source = "built-in";
+    for (const auto& [layer, name] : layers)
+      if (layer->contains(it.key())) {
+        source = name;
+        break;
+      }
+    if (source == "configs/" + resolved.spec->defaults_file &&
+        pipeline_defaults.variant_keys.count(it.key()))
+      source += " (" + pipeline_defaults.variant + ")";
+    std::string key = it.key();
+    std::replace(key.begin(), key.end(), '-', '_');
+    resolved.setting_sources[key] = source;
+  }
   resolved.request = request_from_settings(merged);
   resolved.request.model_path = resolved.index.root;  // the folder an id resolved to
   for (auto it = config_file.begin(); it != config_file.end(); ++it)
     if (!command_line.contains(it.key())) resolved.request.from_config_file.insert(it.key());
+  for (const SettingsLayer* layer : std::initializer_list<const SettingsLayer*>{
+           &command_line, &config_file, &folder_defaults.layer})
+    for (auto it = layer->begin(); it != layer->end(); ++it)
+      resolved.request.given.insert(it.key());
   if (command_line.contains("config")) resolved.request.settings["config"] = command_line["config"];
   resolved.spec->validate(resolved.request, resolved.index);
+  if (const std::string warning = stills_warning(folder_defaults, resolved.request.num_frames);
+      !warning.empty())
+    resolved.warnings.push_back(warning);
+  if (resolved.spec->unused_settings)
+    for (const auto& note : resolved.spec->unused_settings(resolved.request))
+      resolved.warnings.push_back(note);
   resolved.latent_shape = resolved.spec->latent_shape(resolved.request, resolved.index);
   resolved.attention = plan_attention(resolved.index, resolved.request);
   const std::string flow_shift_source =
@@ -117,7 +153,7 @@ ResolvedGenerate resolve_generate(const std::vector<std::string>& arguments) {
   return resolved;
 }
 
-json dry_run_json(const ResolvedGenerate& resolved) {
+json dry_run_json(const ResolvedGenerate& resolved, const json& memory_plan) {
   json components = json::object();
   for (const auto& [name, entry] : resolved.index.components) {
     json component = {
@@ -137,6 +173,11 @@ json dry_run_json(const ResolvedGenerate& resolved) {
   out["defaults_variant"] =
       resolved.defaults_variant.empty() ? json() : json(resolved.defaults_variant);
   out["flow_shift"] = resolved.flow_shift ? resolved.flow_shift->to_json() : json();
+  out["model_defaults_file"] =
+      resolved.model_defaults_file.empty() ? json() : json(resolved.model_defaults_file.string());
+  out["setting_sources"] = resolved.setting_sources;
+  out["warnings"] = resolved.warnings;
+  out["memory"] = memory_plan;
   // The GPU's share (--device cuda): what --max-gpu-memory is held against.
   if (resolved.request.device == "cuda")
     out["gpu_weights"] = gpu_weights_json(*resolved.spec, resolved.request, resolved.index,
@@ -172,25 +213,25 @@ json output_settings(const ResolvedGenerate& resolved, const Request& request) {
     settings["scheduler"] = resolved.index.component("scheduler").class_name;
   settings["flow_shift"] = resolved.flow_shift ? json(resolved.flow_shift->value) : json();
   settings["attention_backend_config"] = resolved.attention.config_json();
+  settings["setting_sources"] = resolved.setting_sources;
   return settings;
 }
 
 namespace {
 
+// What this build and this CPU can do: checked by the run and the dry run alike.
+void check_runtime_support(const Request& request) {
+  check(!request.cpu_bf16_products || cpu::bf16_products_available(),
+        "--cpu-matmul-precision bf16 needs a CPU with AVX-512 BF16 and an mmgen built on it "
+        "(-DMMGEN_NATIVE=ON, the default); this build has none: leave it at fp32");
+}
+
 void apply_runtime_settings(const Request& request) {
   spdlog::set_level(request.quiet ? spdlog::level::err
                                   : spdlog::level::from_str(request.log_level));
   if (request.threads > 0) omp_set_num_threads(int(request.threads));
-  check(!request.cpu_bf16_products || cpu::bf16_products_available(),
-        "--cpu-matmul-precision bf16 needs a CPU with AVX-512 BF16 and an mmgen built on it "
-        "(-DMMGEN_NATIVE=ON, the default); this build has none: leave it at fp32");
   cpu::set_product_precision(request.cpu_bf16_products ? cpu::ProductPrecision::BF16
                                                        : cpu::ProductPrecision::F32);
-#ifndef MMGEN_HAVE_CUDA
-  check(request.device != "cuda",
-        "--device cuda: this build has no CUDA support; rebuild with -DMMGEN_CUDA=ON or use "
-        "--device cpu");
-#endif
 }
 
 // Runs one request on the loaded pipeline and writes its output to `path`; the files written are
@@ -279,7 +320,8 @@ size_t generate_batch(const PipelineRunner& run, const ResolvedGenerate& resolve
 }
 
 // Refuses, before anything is loaded, a request whose memory estimate exceeds the free memory.
-void check_memory(const ResolvedGenerate& resolved) {
+// Returns the plan it checked (the dry run prints it).
+json check_memory(const ResolvedGenerate& resolved) {
   const Request& request = resolved.request;
   const ModelInventory inventory = take_inventory(resolved.index);
   if (request.device == "cuda") {
@@ -303,26 +345,31 @@ void check_memory(const ResolvedGenerate& resolved) {
   }
   const MemoryCheck memory =
       check_request_memory(*resolved.spec, request, resolved.index, inventory, available_memory());
+  json plan = {{"estimate", memory.estimate.to_json()},
+               {"needed_bytes", memory.estimate.total()},
+               {"available_bytes", memory.available ? json(memory.available->bytes) : json()},
+               {"available_source", memory.available ? json(memory.available->source) : json()},
+               {"fits", memory.fits()},
+               {"checked", memory.available.has_value()}};
   if (!memory.available) {
     spdlog::warn("memory: cannot read the free memory here; not checking the request's {}",
                  format_bytes(memory.estimate.total()));
-    return;
+    return plan;
   }
   spdlog::debug("memory: the request needs about {} ({} is free, {})",
                 format_bytes(memory.estimate.total()), format_bytes(memory.available->bytes),
                 memory.available->source);
-  if (memory.fits()) return;
+  if (memory.fits()) return plan;
   if (request.skip_memory_check) {
     spdlog::warn("memory: {}", memory_refusal(memory, request));
-    return;
+    return plan;
   }
   fail("generate: {}", memory_refusal(memory, request));
 }
 
 // The one line printed when a signal stopped the run: what was kept, and that nothing partial is.
 std::string interruption_message(const Interrupted& stop, const std::vector<fs::path>& kept) {
-  std::string text =
-      fmt::format("stopped by {} at a step boundary; ", signal_description(stop.signal_number));
+  std::string text = fmt::format("stopped by {}; ", signal_description(stop.signal_number));
   if (kept.empty()) return text + "nothing was written (no partial output is left)";
   constexpr size_t kListed = 4;
   std::string names;
@@ -339,6 +386,8 @@ int run_resolved(ResolvedGenerate resolved) {
   // --gpus N: the leader starts the other ranks and all join; the others log warnings only.
   JoinedRanks ranks;
   if (resolved.request.gpus > 1) {
+    // The ranks meet in collectives inside each forward: they stop together at a step boundary.
+    set_stop_between_blocks(false);
     ranks = join_ranks(resolved.request, resolved.index.class_name);
     resolved.request.parallel = ranks.run;
     // Each rank runs one host thread per CPU of its share (join_ranks gave every rank its own),
@@ -354,14 +403,17 @@ int run_resolved(ResolvedGenerate resolved) {
         cpu_list(allowed_cpus()), omp_get_max_threads());
   }
   const Request& request = resolved.request;
-  // Checks --output-file-name (and that it would not replace a file) before any work; a batch
-  // checks each prompt's name when it comes to it, so one taken name fails only that prompt.
+  preflight(resolved);
   const fs::path path = output_file_path(request);
-  check_memory(resolved);
-  spdlog::info("{} on {}: {}x{}, {} frame(s), {} steps, guidance {}, seed {}",
-               resolved.index.class_name, resolved.index.root.string(), request.width,
-               request.height, request.num_frames, request.num_inference_steps,
-               request.guidance_scale, request.seed);
+  for (const auto& warning : resolved.warnings) spdlog::warn("{}", warning);
+  spdlog::info("{} on {}: {}x{}, {} frame(s), {} steps, {}, seed {}", resolved.index.class_name,
+               resolved.index.root.string(), request.width, request.height, request.num_frames,
+               request.num_inference_steps,
+               resolved.spec->guidance_summary ? resolved.spec->guidance_summary(request)
+                                               : fmt::format("guidance {}", request.guidance_scale),
+               request.seed);
+  if (!resolved.model_defaults_file.empty())
+    spdlog::info("defaults: {} (the model folder's own)", resolved.model_defaults_file.string());
   if (request.settings.value("seed_was_random", false))
     spdlog::info("seed: {} drawn at random for --seed -1; pass --seed {} to repeat this output",
                  request.seed, request.seed);
@@ -395,7 +447,7 @@ int run_resolved(ResolvedGenerate resolved) {
 #endif
   if (resolved.flow_shift) spdlog::info("scheduler: {}", resolved.flow_shift->explanation);
   log_attention_plan(resolved.attention);
-  // From here a Ctrl-C or SIGTERM stops at the next step boundary (core/interrupt.h).
+  // From here a Ctrl-C or SIGTERM stops after the current block (core/interrupt.h).
   install_stop_handlers();
   std::vector<fs::path> kept;
   try {
@@ -439,6 +491,19 @@ int run_resolved(ResolvedGenerate resolved) {
 
 }  // namespace
 
+json preflight(const ResolvedGenerate& resolved) {
+  const Request& request = resolved.request;
+  check_runtime_support(request);
+  // --output-file-name (and that it would not replace a file) before any work; a batch checks
+  // each prompt's name when it comes to it, so one taken name fails only that prompt. The folder
+  // must take a file now, not after load, encode, denoise and decode.
+  if (!request.parallel || request.parallel->leader()) {
+    if (resolved.batch_prompts.empty()) output_file_path(request);
+    check_output_folder_writable(request.output_path);
+  }
+  return check_memory(resolved);
+}
+
 int run_generate(const std::vector<std::string>& arguments) {
   if (is_started_rank()) {
     // A rank the leader started: its GPU before any other CUDA call; a failure ends the process
@@ -457,18 +522,60 @@ int run_generate(const std::vector<std::string>& arguments) {
     spdlog::set_level(resolved.request.quiet ? spdlog::level::err
                                              : spdlog::level::from_str(resolved.request.log_level));
     log_attention_notes(resolved.attention);
-    std::cout << dry_run_json(resolved).dump(2) << std::endl;
+    for (const auto& warning : resolved.warnings) spdlog::warn("{}", warning);
+    const json memory_plan = preflight(resolved);
+    std::cout << dry_run_json(resolved, memory_plan).dump(2) << std::endl;
     return 0;
   }
   return run_resolved(std::move(resolved));
 }
 
-std::string generate_help() {
+namespace {
+
+// The value after `--flag` (or in `--flag=value`) among the arguments; nullopt when not given.
+std::optional<std::string> argument_value(const std::vector<std::string>& arguments,
+                                          const std::string& flag) {
+  std::optional<std::string> value;
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    if (arguments[i] == flag && i + 1 < arguments.size()) value = arguments[i + 1];
+    if (arguments[i].starts_with(flag + "=")) value = arguments[i].substr(flag.size() + 1);
+  }
+  return value;
+}
+
+// The "Options:" part for one model: each default that model takes and the file it comes from.
+// Throws Error when the model cannot be read.
+std::string model_options_help(const std::string& model_path,
+                               const std::optional<std::string>& revision) {
+  const ModelIndex index = load_model_index(resolve_model_path(model_path, revision));
+  const PipelineSpec& spec = find_pipeline(index.class_name, index.root / "model_index.json");
+  check_components(spec, index);
+  const PipelineDefaults pipeline = load_pipeline_defaults(spec, index);
+  const ModelFolderDefaults folder = load_model_folder_defaults(index.root);
+  const std::string pipeline_file = "configs/" + spec.defaults_file;
+  std::string text = fmt::format(
+      "Defaults for {} ({}{}{}), each with where it comes from:\n", index.root.string(),
+      index.class_name, pipeline.variant.empty() ? "" : ", recognised as ", pipeline.variant);
+  return text + options_help(Command::Generate, [&](const OptionSpec& option) -> std::string {
+           const std::string key(option.name);
+           if (folder.layer.contains(key))
+             return default_value_text(folder.layer[key]) + " from " + folder.file.string();
+           if (pipeline.layer.contains(key))
+             return default_value_text(pipeline.layer[key]) + " from " + pipeline_file +
+                    (pipeline.variant_keys.count(key) ? " (" + pipeline.variant + ")" : "");
+           if (option.builtin_default.is_null() || option.type == OptionType::Flag) return {};
+           return default_value_text(option.builtin_default) + " (built-in)";
+         });
+}
+
+}  // namespace
+
+std::string generate_help(const std::vector<std::string>& arguments) {
   std::string text =
       "Usage: mmgen generate --model-path DIR (--prompt TEXT | --prompt-file-path FILE) "
       "[options]\n\n"
-      "Settings come from, highest first: these flags, --config FILE, the pipeline's defaults, "
-      "built-in defaults.\n"
+      "Settings come from, highest first: these flags, --config FILE, the model folder's "
+      "mmgen.yaml, the pipeline's defaults (configs/), built-in defaults.\n"
       "Per component: --<component>-path DIR replaces a component's folder;\n"
       "               --component-attention-backends.<component> NAME sets one component's "
       "attention backend.\n"
@@ -477,6 +584,16 @@ std::string generate_help() {
       "Defaults: a pipeline's configs/ file sets some (\"81 from configs/wan.yaml "
       "(WanPipeline)\"); "
       "the built-in value applies otherwise.\n\n";
+  if (const auto model = argument_value(arguments, "--model-path")) {
+    try {
+      return text + model_options_help(*model, argument_value(arguments, "--revision"));
+    } catch (const Error& e) {
+      text += fmt::format("(--model-path {}: {}; showing every pipeline's defaults)\n\n", *model,
+                          e.what());
+    }
+  } else {
+    text += "Pass --model-path DIR with --help for the defaults that model takes.\n\n";
+  }
   return text + options_help(Command::Generate,
                              [](const OptionSpec& option) { return default_description(option); });
 }

@@ -30,6 +30,15 @@ struct ResolvedGenerate {
   std::string defaults_variant;
   // The flow_shift that runs, where it came from, and what the size's preset suggests.
   std::optional<FlowShiftChoice> flow_shift;
+  // Where each setting came from (underscore keys, as in request.settings): "command line",
+  // "--config FILE", "<model>/mmgen.yaml", "configs/wan.yaml", "configs/wan.yaml (variant)" or
+  // "built-in". The dry run and the output's settings carry it.
+  nlohmann::json setting_sources = nlohmann::json::object();
+  // The model folder's mmgen.yaml; empty when it has none.
+  fs::path model_defaults_file;
+  // Warnings about the request that do not stop it (a value nothing reads, video from a model that
+  // draws stills): logged by the run and the dry run alike.
+  std::vector<std::string> warnings;
 };
 
 // Everything that does not need the weights' values, the attention plan included; throws Error on
@@ -38,8 +47,15 @@ ResolvedGenerate resolve_generate(const std::vector<std::string>& arguments);
 
 // The --dry-run object: pipeline, model_path, request, latent_shape, components,
 // attention_backend_config, defaults_variant, flow_shift ({value, source, preset, suggested}),
-// and `prompts` (the file's prompts) with --prompt-file-path.
-nlohmann::json dry_run_json(const ResolvedGenerate& resolved);
+// setting_sources, warnings, memory (the plan the run checks) and `prompts` (the file's prompts)
+// with --prompt-file-path.
+nlohmann::json dry_run_json(const ResolvedGenerate& resolved,
+                            const nlohmann::json& memory_plan = nullptr);
+
+// The checks a run makes before loading anything: what this build and CPU can do, the output
+// file's name and that its folder can be written, and the memory plan. The dry run makes the same
+// ones, so it refuses exactly what the run refuses. Returns the memory plan as JSON.
+nlohmann::json preflight(const ResolvedGenerate& resolved);
 
 // The request of prompt `index` of a batch: the resolved request with that prompt.
 Request batch_request(const ResolvedGenerate& resolved, size_t index);
@@ -51,6 +67,8 @@ nlohmann::json output_settings(const ResolvedGenerate& resolved, const Request& 
 
 int run_generate(const std::vector<std::string>& arguments);
 
-std::string generate_help();
+// `generate --help`; with --model-path among `arguments`, the defaults shown are that model's
+// (configs/ file, its variant and the folder's mmgen.yaml), each with where it comes from.
+std::string generate_help(const std::vector<std::string>& arguments = {});
 
 }  // namespace mmgen::cli

@@ -94,7 +94,7 @@ MemoryCheck check_request_memory(const PipelineSpec& spec, const Request& reques
     result.suggestions.push_back(fmt::format("{}--num-frames {}", prefix, *frames));
   if (auto size = fitting_size(spec, base, index, inventory, free))
     result.suggestions.push_back(
-        fmt::format("{}--height {} --width {}", prefix, size->first, size->second));
+        fmt::format("{}--width {} --height {}", prefix, size->second, size->first));
   return result;
 }
 

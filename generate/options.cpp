@@ -58,6 +58,12 @@ const std::vector<OptionSpec>& option_table() {
       {"true-cfg-scale", T::Float, 1.0,
        "true classifier-free guidance with --negative-prompt for FLUX and Qwen-Image (a second "
        "forward per step); off at 1"},
+      {"cfg-truncation", T::Float, 1.0,
+       "Z-Image: guidance turns off once the normalised time (1000 - t)/1000 passes this "
+       "(diffusers' cfg_truncation); 1 or more: never"},
+      {"cfg-normalization", T::Float, 0.0,
+       "Z-Image: the guided prediction's norm is capped at this multiple of the conditional "
+       "one's (diffusers' cfg_normalization; 0: off, 1: diffusers' True)"},
       {"flow-shift", T::Float, nullptr,
        "overrides the scheduler's flow_shift from the model folder"},
       {"max-sequence-length", T::Int, 512, "text tokens the encoder sees (padded/truncated)"},
@@ -72,9 +78,9 @@ const std::vector<OptionSpec>& option_table() {
       {"output-format",
        T::Choice,
        nullptr,
-       "png, jpg, webp, mp4 or npy (default: --output-file-name's extension, else png for one "
-       "frame, mp4 for more)",
-       {"png", "jpg", "webp", "mp4", "npy"}},
+       "png, jpg (or jpeg), webp, mp4 or npy (default: --output-file-name's extension, else png "
+       "for one frame, mp4 for more)",
+       {"png", "jpg", "jpeg", "webp", "mp4", "npy"}},
       {"overwrite", T::Flag, false,
        "replace an existing output file (without it, generate refuses before any work)"},
       {"vae-tiling", T::Flag, false,

@@ -74,21 +74,33 @@ std::string pipeline_defaults_markdown() {
     }
     if (document.contains("variants")) {
       out +=
-          "\nBy the transformer's size (parameters counted from its `config.json`), the first "
-          "matching variant adds:\n\n| variant | transformer parameters | settings |\n"
-          "|---|---|---|\n";
+          "\nPublished checkpoints, recognised from configs alone (the transformer's size in "
+          "parameters counted from its `config.json`, values of that `config.json`, or the "
+          "model folder's name): the first matching variant adds its settings.\n\n"
+          "| variant | recognised by | settings |\n|---|---|---|\n";
+      const auto bound = [](const json& v) {
+        return v.is_null() ? std::string("") : fmt::format("{:g}", v.get<double>());
+      };
       for (const auto& variant : document["variants"]) {
-        const json& range = variant["transformer_parameters"];
-        const auto bound = [](const json& v) {
-          return v.is_null() ? std::string("") : fmt::format("{:g}", v.get<double>());
-        };
-        std::string settings;
-        for (const auto& [key, value] : variant.items())
-          if (key != "name" && key != "transformer_parameters")
+        std::string tests, settings;
+        for (const auto& [key, value] : variant.items()) {
+          if (key == "name") continue;
+          std::string test;
+          if (key == "transformer_parameters" && value.is_array() && value.size() == 2)
+            test = fmt::format("transformer parameters in [{}, {})", bound(value[0]),
+                               bound(value[1]));
+          else if (key == "transformer_config")
+            test = fmt::format("transformer `config.json` has `{}`", cell(value.dump()));
+          else if (key == "model_name_contains")
+            test = fmt::format("folder or id contains one of `{}`", cell(value.dump()));
+          if (!test.empty())
+            tests += (tests.empty() ? "" : "; ") + test;
+          else
             settings +=
                 fmt::format("{}`{}: {}`", settings.empty() ? "" : ", ", key, value_text(value));
-        out += fmt::format("| {} | [{}, {}) | {} |\n", variant.value("name", std::string()),
-                           bound(range[0]), bound(range[1]), settings);
+        }
+        out += fmt::format("| {} | {} | {} |\n", variant.value("name", std::string()), tests,
+                           settings);
       }
     }
     if (document.contains("flow_shift_presets")) {
@@ -122,15 +134,26 @@ std::string configuration_markdown() {
       "equals a default:\n\n"
       "1. the command line: `--height 720` or `--height=720`;\n"
       "2. `--config FILE`: YAML (`.yaml`, `.yml`) or JSON (`.json`), a mapping of option names "
-      "(dashes or underscores: `num_frames` and `num-frames` are the same) to values;\n"
-      "3. the pipeline's defaults in `configs/` (below), chosen by `model_index.json`'s "
-      "`_class_name` and the transformer's size;\n"
-      "4. the built-in defaults.\n\n"
+      "(dashes or underscores: `num_frames` and `num-frames` are the same) to values; relative "
+      "paths in it are read from the file's folder;\n"
+      "3. the model folder's own `mmgen.yaml` beside `model_index.json` (the same keys, plus "
+      "`draws: stills` for a model trained on single pictures, which makes a multi-frame request "
+      "a warning): `examples/models/wan-shapes` ships one with the settings it was trained for;\n"
+      "4. the pipeline's defaults in `configs/` (below), chosen by `model_index.json`'s "
+      "`_class_name`, with a variant for a published checkpoint recognised by its configs or name "
+      "(Wan2.1 1.3B / 14B by the transformer's size, FLUX.1-schnell by its missing guidance "
+      "embedder, Z-Image-Turbo by its folder or Hub id);\n"
+      "5. the built-in defaults.\n\n"
       "The Default column shows what applies: the value a pipeline's `configs/` file sets (and "
       "for which pipeline), then the built-in value used otherwise. `generate --help` and "
-      "`mmgen options --json` show the same.\n\n"
-      "An unknown flag or key is an error that names the nearest valid one. `--dry-run` prints "
-      "the merged request.\n\n"
+      "`mmgen options --json` show the same; `generate --help --model-path DIR` shows the "
+      "defaults that model takes, each with its file.\n\n"
+      "An unknown flag or key is an error that names the nearest valid one, or mmgen's name for "
+      "another tool's (`--steps` is `--num-inference-steps`, `-W` is `--width`, `--cfg-scale` is "
+      "`--guidance-scale`), or says that a feature is coming (`--image-path`, `--lora-path`, "
+      "`--sampler`). `--dry-run` prints the merged request, where each setting came from "
+      "(`setting_sources`), the warnings the run would log and the memory plan the run checks; it "
+      "refuses what the run refuses, with the same line.\n\n"
       "Per component (names from `model_index.json`):\n\n"
       "- `--<component>-path DIR` (in a config file `<component>_path: DIR`, or a "
       "`component_paths` mapping) replaces that component's folder, e.g. `--vae-path`, "
@@ -139,7 +162,8 @@ std::string configuration_markdown() {
       "backend (see [attention-backends.md](attention-backends.md)).\n\n"
       "Environment: `MMGEN_ATTENTION_BACKEND` (as `--attention-backend`, below it), "
       "`MMGEN_AVAILABLE_MEMORY` (bytes or `512M`, `16G`: the free memory the memory check "
-      "assumes instead of measuring it).\n\n"
+      "assumes instead of measuring it), `MMGEN_OP_PROFILE` (`0`, `1` or `sync`); a malformed "
+      "value is an error when mmgen starts.\n\n"
       "## Options\n\n"
       "| Option | Type | Default | In a config file | What it does |\n"
       "|---|---|---|---|---|\n";

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
+
 #include "core/error.h"
 #include "core/yaml.h"
 
@@ -10,6 +12,15 @@ namespace mmgen::cli {
 using json = nlohmann::json;
 
 namespace {
+
+// The keys of a variant that test the model rather than set an option.
+const std::set<std::string> kVariantTests = {"transformer_parameters", "transformer_config",
+                                             "model_name_contains"};
+
+std::string lowercase_ascii(std::string text) {
+  for (char& c : text) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return text;
+}
 
 void refuse_flow_shift(const json& values, const std::string& where) {
   for (const char* key : {"flow_shift", "flow-shift"})
@@ -28,6 +39,40 @@ bool in_range(const json& range, int64_t value, const std::string& where) {
          (range[1].is_null() || v < range[1].get<double>());
 }
 
+// Whether every test the variant lists holds for the model.
+bool variant_matches(const json& variant, const ModelFacts& facts, const std::string& where) {
+  bool tested = false;
+  if (variant.contains("transformer_parameters")) {
+    tested = true;
+    if (!in_range(variant["transformer_parameters"], facts.transformer_parameters, where))
+      return false;
+  }
+  if (variant.contains("transformer_config")) {
+    tested = true;
+    const json& wanted = variant["transformer_config"];
+    check(wanted.is_object(), "{}: transformer_config must map config.json keys to values", where);
+    for (auto it = wanted.begin(); it != wanted.end(); ++it)
+      if (facts.transformer_config.value(it.key(), json()) != *it) return false;
+  }
+  if (variant.contains("model_name_contains")) {
+    tested = true;
+    const json& names = variant["model_name_contains"];
+    check(names.is_array() && !names.empty(), "{}: model_name_contains must be a list of texts",
+          where);
+    const std::string model = lowercase_ascii(facts.model_name);
+    bool any = false;
+    for (const auto& name : names) {
+      check(name.is_string(), "{}: model_name_contains must be a list of texts", where);
+      any = any || model.find(lowercase_ascii(name.get<std::string>())) != std::string::npos;
+    }
+    if (!any) return false;
+  }
+  check(tested,
+        "{}: needs transformer_parameters [from, to], transformer_config or model_name_contains",
+        where);
+  return true;
+}
+
 }  // namespace
 
 int64_t wan_transformer_parameters(const json& config) {
@@ -43,11 +88,17 @@ int64_t wan_transformer_parameters(const json& config) {
 
 PipelineDefaults pipeline_defaults_from_yaml(const std::string& yaml, const std::string& where,
                                              int64_t transformer_parameters) {
+  return pipeline_defaults_from_yaml(yaml, where,
+                                     ModelFacts{.transformer_parameters = transformer_parameters});
+}
+
+PipelineDefaults pipeline_defaults_from_yaml(const std::string& yaml, const std::string& where,
+                                             const ModelFacts& facts) {
   json document = yaml_to_json(yaml, where);
   if (document.is_null()) document = json::object();
   check(document.is_object(), "{}: expected a mapping of option names to values", where);
   PipelineDefaults defaults;
-  defaults.transformer_parameters = transformer_parameters;
+  defaults.transformer_parameters = facts.transformer_parameters;
   json variants = json::array();
   if (document.contains("variants")) {
     variants = document["variants"];
@@ -69,14 +120,15 @@ PipelineDefaults pipeline_defaults_from_yaml(const std::string& yaml, const std:
   for (const auto& variant : variants) {
     const std::string name = variant.value("name", std::string("unnamed"));
     const std::string variant_where = fmt::format("{}: variant {}", where, name);
-    check(variant.is_object() && variant.contains("transformer_parameters"),
-          "{}: needs transformer_parameters [from, to]", variant_where);
+    check(variant.is_object(), "{}: each variant must be a mapping", variant_where);
     refuse_flow_shift(variant, variant_where);
-    if (!in_range(variant["transformer_parameters"], transformer_parameters, variant_where))
-      continue;
+    if (!variant_matches(variant, facts, variant_where)) continue;
     defaults.variant = name;
     for (const auto& [key, value] : variant.items())
-      if (key != "name" && key != "transformer_parameters") merged[key] = value;
+      if (key != "name" && !kVariantTests.count(key)) {
+        merged[key] = value;
+        defaults.variant_keys.insert(normalize_option_name(key));
+      }
     break;
   }
   defaults.layer = settings_from_document(merged, where);
@@ -84,11 +136,15 @@ PipelineDefaults pipeline_defaults_from_yaml(const std::string& yaml, const std:
 }
 
 PipelineDefaults load_pipeline_defaults(const PipelineSpec& spec, const ModelIndex& index) {
-  int64_t parameters = 0;
-  if (index.has("transformer") && fs::exists(component_config_path(index.component("transformer"))))
-    parameters = wan_transformer_parameters(index.config("transformer"));
+  ModelFacts facts;
+  facts.model_name = index.root.string();
+  if (index.has("transformer") &&
+      fs::exists(component_config_path(index.component("transformer")))) {
+    facts.transformer_config = index.config("transformer");
+    facts.transformer_parameters = wan_transformer_parameters(facts.transformer_config);
+  }
   return pipeline_defaults_from_yaml(embedded_config(spec.defaults_file),
-                                     "configs/" + spec.defaults_file, parameters);
+                                     "configs/" + spec.defaults_file, facts);
 }
 
 json ConfiguredDefault::to_json() const {
@@ -122,8 +178,6 @@ std::vector<ConfiguredDefault> configured_defaults(const OptionSpec& option) {
   return found;
 }
 
-namespace {
-
 std::string default_value_text(const json& value, bool markdown) {
   std::string text = value.is_string() ? value.get<std::string>() : value.dump();
   if (text.size() > 20) {
@@ -136,8 +190,6 @@ std::string default_value_text(const json& value, bool markdown) {
     text = "\"" + text + "\"";
   return markdown ? "`" + text + "`" : text;
 }
-
-}  // namespace
 
 std::string default_description(const OptionSpec& option, bool markdown) {
   const bool flag = option.type == OptionType::Flag;

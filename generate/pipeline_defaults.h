@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "generate/settings.h"
@@ -18,14 +19,29 @@ namespace mmgen::cli {
 struct PipelineDefaults {
   SettingsLayer layer = nlohmann::json::object();  // the options, the variant's merged in
   std::string variant;                             // its name; empty when none applies
+  std::set<std::string> variant_keys;              // the options the variant set (dashes)
   int64_t transformer_parameters = 0;              // from the transformer's config.json
   nlohmann::json flow_shift_presets = nlohmann::json::array();
+};
+
+// What a configs/ variant may recognise a published checkpoint by, read from configs alone (no
+// weights): the transformer's size, values of its config.json (FLUX.1-schnell has no guidance
+// embedder), and the model's folder or Hugging Face id (Z-Image-Turbo has the base model's
+// configs). A variant lists one or more of `transformer_parameters: [from, to]`,
+// `transformer_config: {key: value}` and `model_name_contains: [text, ...]` (case-insensitive,
+// any one); the first variant all of whose tests hold adds its values.
+struct ModelFacts {
+  int64_t transformer_parameters = 0;
+  nlohmann::json transformer_config = nlohmann::json::object();
+  std::string model_name;  // the model folder's path (a cached id's folder names the id)
 };
 
 // Reads configs/<spec.defaults_file> (embedded in the binary) for the model in `index`. The file
 // may not set flow_shift (it would silently replace the model's value): that is an Error.
 PipelineDefaults load_pipeline_defaults(const PipelineSpec& spec, const ModelIndex& index);
 // The same from YAML text (tests); `where` names it in errors.
+PipelineDefaults pipeline_defaults_from_yaml(const std::string& yaml, const std::string& where,
+                                             const ModelFacts& facts);
 PipelineDefaults pipeline_defaults_from_yaml(const std::string& yaml, const std::string& where,
                                              int64_t transformer_parameters);
 
@@ -49,6 +65,8 @@ std::vector<ConfiguredDefault> configured_defaults(const OptionSpec& option);
 // "1024" (no pipeline sets it); empty when there is none. `markdown` puts values and files in
 // code spans. Long texts are cut to their first 20 characters.
 std::string default_description(const OptionSpec& option, bool markdown = false);
+// A default value as --help shows it: cut to 20 characters, quoted when it holds spaces.
+std::string default_value_text(const nlohmann::json& value, bool markdown = false);
 
 struct FlowShiftChoice {
   double value = 0;

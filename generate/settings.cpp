@@ -7,6 +7,7 @@
 #include "core/limits.h"
 #include "core/text.h"
 #include "core/yaml.h"
+#include "generate/foreign_names.h"
 #include "generate/options.h"
 #include "pipeline/model_index.h"
 
@@ -28,6 +29,24 @@ std::string hint(const std::string& name, const std::vector<std::string>& candid
   std::string nearest = nearest_name(name, candidates);
   return nearest.empty() ? fmt::format(" (see mmgen {} --help)", command_name(command))
                          : fmt::format(" (did you mean {}{}?)", prefix, nearest);
+}
+
+// An unknown flag (`dashes` "--" or "-") or config key (`dashes` ""): refused in one line that
+// names mmgen's spelling of another tool's name, says a feature is coming, or suggests the nearest
+// real name.
+[[noreturn]] void unknown_name(const std::string& where, const std::string& name,
+                               const std::string& dashes,
+                               const std::vector<std::string>& candidates, Command command) {
+  const std::string written = dashes + name;
+  if (const auto foreign = foreign_option_hint(name, dashes)) {
+    if (!foreign->starts_with(" ("))
+      fail("{}: {}", where, *foreign);  // a coming feature: the whole sentence
+    if (dashes.empty()) fail("{}: unknown option '{}'{}", where, name, *foreign);
+    fail("{}: unknown flag {}{}", where, written, *foreign);
+  }
+  if (dashes.empty())
+    fail("{}: unknown option '{}'{}", where, name, hint(name, candidates, "", command));
+  fail("{}: unknown flag {}{}", where, written, hint(name, candidates, "--", command));
 }
 
 // Adds a component path; `where` names the source.
@@ -65,8 +84,7 @@ SettingsLayer settings_from_document(const json& document, const std::string& wh
       add_component_path(layer, it.key().substr(0, it.key().size() - 5), *it, source);
       continue;
     }
-    check(option != nullptr, "{}: unknown option '{}'{}", where, it.key(),
-          hint(key, option_names(true), ""));
+    if (option == nullptr) unknown_name(where, it.key(), "", option_names(true), Command::Generate);
     check(option->in_config, "{}: '{}' cannot be set inside a config file", where, it.key());
     if (it->is_null()) continue;
     layer[key] = convert_option_value(*option, *it, source);
@@ -119,8 +137,36 @@ SettingsLayer load_config_file(const fs::path& path) {
   check(extension == ".yaml" || extension == ".yml" || extension == ".json",
         "--config {}: config files must end in .yaml, .yml or .json", path.string());
   check(fs::exists(path), "--config {}: no such file", path.string());
-  if (extension == ".json") return settings_from_document(read_json_object(path), path.string());
-  return settings_from_document(yaml_to_json(read_text_file(path), path.string()), path.string());
+  SettingsLayer layer = extension == ".json"
+                            ? settings_from_document(read_json_object(path), path.string())
+                            : settings_from_document(
+                                  yaml_to_json(read_text_file(path), path.string()), path.string());
+  resolve_relative_paths(layer, path.parent_path());
+  return layer;
+}
+
+void resolve_relative_paths(SettingsLayer& layer, const fs::path& folder) {
+  if (folder.empty()) return;  // a file in the current folder: nothing to change
+  const auto resolved = [&](const json& value) -> json {
+    if (!value.is_string()) return value;
+    const fs::path path = value.get<std::string>();
+    if (path.empty() || path.is_absolute()) return value;
+    return (folder / path).lexically_normal().string();
+  };
+  for (auto it = layer.begin(); it != layer.end(); ++it) {
+    if (it.key() == "component-paths") {
+      for (auto c = it->begin(); c != it->end(); ++c) *c = resolved(*c);
+      continue;
+    }
+    const OptionSpec* option = find_option(it.key());
+    if (!option || option->type != OptionType::Path) continue;
+    if (it.key() == "model-path") {
+      const json candidate = resolved(*it);
+      if (candidate.is_string() && fs::is_directory(candidate.get<std::string>())) *it = candidate;
+      continue;
+    }
+    *it = resolved(*it);
+  }
 }
 
 SettingsLayer builtin_defaults(Command command) {
@@ -205,6 +251,11 @@ SettingsLayer parse_arguments(Command command, const std::vector<std::string>& a
   for (size_t i = 0; i < extras.size(); ++i) {
     std::string token = extras[i];
     bool has_value = true;
+    // -W 512 (stable-diffusion.cpp): a short flag mmgen spells long.
+    if (token.size() > 1 && token[0] == '-' && token[1] != '-' &&
+        foreign_option_hint(token.substr(1), "-"))
+      unknown_name(std::string(prefix), token.substr(1), "-", option_names(false, command),
+                   command);
     check(token.starts_with("--"), "{}: unexpected argument '{}'; every value follows a --flag",
           prefix, token);
     std::string value;
@@ -218,6 +269,11 @@ SettingsLayer parse_arguments(Command command, const std::vector<std::string>& a
       has_value = false;
     }
     const std::string name = token.substr(2);
+    // A coming feature's flag (--image-path, --lora-path) says so before it could pass for a
+    // component's --<component>-path.
+    if (const auto foreign = foreign_option_hint(name, "--");
+        foreign && !foreign->starts_with(" ("))
+      fail("{}: {}", prefix, *foreign);
     const std::string dotted_backends = "component-attention-backends.";
     const std::string dotted_paths = "component-paths.";
     const bool component_flag =
@@ -226,8 +282,7 @@ SettingsLayer parse_arguments(Command command, const std::vector<std::string>& a
                            (name.starts_with(dotted_paths) ||
                             (name.ends_with("-path") && name.size() > 5 && !find_option(name)))));
     if (!component_flag)
-      fail("{}: unknown flag {}{}", prefix, token,
-           hint(name, option_names(false, command), "--", command));
+      unknown_name(std::string(prefix), name, "--", option_names(false, command), command);
     if (command == Command::Generate && !name.starts_with(dotted_backends) && !has_value) {
       // --image-path with nothing after it: whether it is a flag at all is known only once the
       // model's components are (check_component_path_flags), so it is recorded without a value.

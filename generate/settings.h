@@ -35,7 +35,14 @@ void check_component_paths(const SettingsLayer& layer, const std::vector<std::st
                            const std::string& config_file = {});
 
 // Reads a --config file: .yaml/.yml as YAML, .json as JSON; any other extension is an error.
+// Relative paths in it are read from the file's folder (resolve_relative_paths).
 SettingsLayer load_config_file(const fs::path& path);
+
+// Makes the relative paths of a file's layer relative to that file's folder, so a config file
+// means the same from any current folder: every path option (output_path, latents, ...) and every
+// component path. A relative model_path is taken from `folder` when that names a folder there,
+// and left as written otherwise (a Hugging Face id such as Wan-AI/Wan2.1-T2V-1.3B-Diffusers).
+void resolve_relative_paths(SettingsLayer& layer, const fs::path& folder);
 
 // Converts a YAML/JSON document of options (e.g. a configs/ file) into a layer; `where` names it.
 SettingsLayer settings_from_document(const nlohmann::json& document, const std::string& where);

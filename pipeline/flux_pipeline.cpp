@@ -220,9 +220,8 @@ FluxGenerationInput flux_input_from_request(const Request& request, const FluxPi
     input.vae_tiles =
         vae::TileLayout{request.vae_tile_size / factor, request.vae_tile_overlap / factor};
   }
-  if (input.true_cfg_scale > 1.0 && input.negative_prompt.empty())
-    spdlog::warn("--true-cfg-scale {}: no --negative-prompt, so true CFG is off (as diffusers)",
-                 input.true_cfg_scale);
+  // (A scale above 1 without a negative prompt is warned about before loading:
+  // PipelineSpec::unused_settings.)
   return input;
 }
 

@@ -1,7 +1,12 @@
 #include "pipeline/output.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <functional>
@@ -158,6 +163,28 @@ std::string png_text(const std::vector<uint8_t>& png, const std::string& keyword
     position += 12 + length;
   }
   return "";
+}
+
+void check_output_folder_writable(const fs::path& folder) {
+  const fs::path given = folder.empty() ? fs::path(".") : folder;
+  std::error_code error;
+  fs::path existing = fs::absolute(given, error).lexically_normal();
+  check(!error, "--output-path {}: {}", given.string(), error.message());
+  // The deepest part of the path that exists: the folder itself, or where it would be created.
+  while (!fs::exists(existing, error) && existing.has_parent_path() &&
+         existing != existing.parent_path())
+    existing = existing.parent_path();
+  check(fs::is_directory(existing, error),
+        "--output-path {}: {} is not a folder; pass a folder for outputs", given.string(),
+        existing.string());
+  // Permissions alone do not tell (root, read-only mounts, ACLs): create and remove a file.
+  std::string probe = (existing / ".mmgen-write-probe-XXXXXX").string();
+  const int fd = ::mkstemp(probe.data());
+  check(fd >= 0,
+        "--output-path {}: cannot write in {} ({}); pass --output-path to a folder you can write",
+        given.string(), existing.string(), std::strerror(errno));
+  ::close(fd);
+  fs::remove(probe, error);
 }
 
 std::vector<fs::path> write_frames(const Tensor& frames, const std::string& format,

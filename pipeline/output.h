@@ -24,6 +24,11 @@ namespace fs = std::filesystem;
 // generated one gets `_1`, `_2`, ... before the extension.
 fs::path output_file_path(const Request& request, std::optional<size_t> batch_index = std::nullopt);
 
+// Refuses, before any work, an output folder that cannot take a file: a path that is a file, or a
+// folder (or, when it does not exist yet, the nearest existing folder above it, where it would be
+// made) in which a probe file cannot be created and removed. Creates nothing that stays.
+void check_output_folder_writable(const fs::path& folder);
+
 // Writes frames [F, H, W, 3] (float32 in [0, 1]) in `format` to `path`, with `settings` embedded
 // (PNG) or beside it (`<path>.json` for mp4 and npy). Returns the files written.
 std::vector<fs::path> write_frames(const Tensor& frames, const std::string& format,

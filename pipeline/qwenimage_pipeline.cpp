@@ -193,10 +193,8 @@ QwenImageGenerationInput qwen_image_input_from_request(const Request& request,
   if (request.negative_prompt_embeds)
     input.negative_prompt_embeds =
         read_prompt_embeddings(*request.negative_prompt_embeds, width, "--negative-prompt-embeds");
-  if (input.true_cfg_scale > 1.0 && input.negative_prompt.empty() &&
-      !input.negative_prompt_embeds.defined())
-    spdlog::warn("--true-cfg-scale {}: no --negative-prompt, so true CFG is off (as diffusers)",
-                 input.true_cfg_scale);
+  // (A scale above 1 without a negative prompt is warned about before loading:
+  // PipelineSpec::unused_settings.)
   return input;
 }
 

@@ -1,5 +1,7 @@
 #include "pipeline/registry.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <map>
 
@@ -48,16 +50,32 @@ void check_vae_tiles(const Request& request, int64_t factor) {
           request.vae_tile_size, request.vae_tile_overlap, factor, factor);
 }
 
+// Sizes must be multiples of `multiple` (the VAE's factor times the 2x2 patch); one line naming
+// both flags as the log states sizes (width first) and the nearest smaller sizes that fit.
+void check_size_multiple(const Request& request, int64_t multiple, const char* model) {
+  check(request.height % multiple == 0 && request.width % multiple == 0,
+        "--width {} --height {}: {} needs multiples of {}; try --width {} --height {}",
+        request.width, request.height, model, multiple,
+        std::max(multiple, request.width / multiple * multiple),
+        std::max(multiple, request.height / multiple * multiple));
+}
+
+// The valid frame counts (1 + a multiple of `temporal`) nearest to `frames`: "5" for 4, "1 or 5"
+// for 3 (as near each other).
+std::string nearest_frame_counts(int64_t frames, int64_t temporal) {
+  const int64_t below = (frames - 1) / temporal * temporal + 1, above = below + temporal;
+  if (frames - below < above - frames) return std::to_string(below);
+  if (frames - below > above - frames) return std::to_string(above);
+  return fmt::format("{} or {}", below, above);
+}
+
 void validate_wan(const Request& request, const ModelIndex& index) {
   const WanGeometry geometry = wan_geometry(index);
   const int64_t multiple = geometry.spatial * 2;
-  check(request.height % multiple == 0 && request.width % multiple == 0,
-        "--height {} / --width {}: Wan needs multiples of {}; try {}x{}", request.height,
-        request.width, multiple, std::max(multiple, request.height / multiple * multiple),
-        std::max(multiple, request.width / multiple * multiple));
+  check_size_multiple(request, multiple, "Wan");
   check((request.num_frames - 1) % geometry.temporal == 0,
         "--num-frames {}: Wan needs (frames - 1) divisible by {}; try {}", request.num_frames,
-        geometry.temporal, (request.num_frames - 1) / geometry.temporal * geometry.temporal + 1);
+        geometry.temporal, nearest_frame_counts(request.num_frames, geometry.temporal));
   check_vae_tiles(request, geometry.spatial);
 }
 
@@ -83,10 +101,7 @@ int64_t zimage_spatial_factor(const ModelIndex& index) {
 
 void validate_zimage(const Request& request, const ModelIndex& index) {
   const int64_t multiple = zimage_spatial_factor(index) * 2;
-  check(request.height % multiple == 0 && request.width % multiple == 0,
-        "--height {} / --width {}: Z-Image needs multiples of {}; try {}x{}", request.height,
-        request.width, multiple, std::max(multiple, request.height / multiple * multiple),
-        std::max(multiple, request.width / multiple * multiple));
+  check_size_multiple(request, multiple, "Z-Image");
   // The transformer's RoPE tables cover axes_lens patches per side (512 for Z-Image: 8192 pixels).
   const dit::ZImageConfig transformer = dit::ZImageConfig::from_json(
       index.config("transformer"), component_config_path(index.component("transformer")).string());
@@ -94,10 +109,10 @@ void validate_zimage(const Request& request, const ModelIndex& index) {
   const int64_t max_height = transformer.axes_lens[1] * pixels_per_patch;
   const int64_t max_width = transformer.axes_lens[2] * pixels_per_patch;
   check(request.height <= max_height && request.width <= max_width,
-        "--height {} / --width {}: this Z-Image transformer's position tables reach {}x{} "
-        "pixels; try {}x{}",
-        request.height, request.width, max_height, max_width, std::min(request.height, max_height),
-        std::min(request.width, max_width));
+        "--width {} --height {}: this Z-Image transformer's position tables reach {}x{} "
+        "pixels; try --width {} --height {}",
+        request.width, request.height, max_width, max_height, std::min(request.width, max_width),
+        std::min(request.height, max_height));
   check(request.num_frames == 1, "--num-frames {}: Z-Image makes still images; use --num-frames 1",
         request.num_frames);
   check_vae_tiles(request, zimage_spatial_factor(index));
@@ -114,10 +129,7 @@ Shape zimage_latent_shape(const Request& request, const ModelIndex& index) {
 // rounds other sizes down, mmgen asks for multiples of 2f (16 with FLUX's VAE).
 void validate_flux(const Request& request, const ModelIndex& index) {
   const int64_t multiple = zimage_spatial_factor(index) * 2;
-  check(request.height % multiple == 0 && request.width % multiple == 0,
-        "--height {} / --width {}: FLUX needs multiples of {}; try {}x{}", request.height,
-        request.width, multiple, std::max(multiple, request.height / multiple * multiple),
-        std::max(multiple, request.width / multiple * multiple));
+  check_size_multiple(request, multiple, "FLUX");
   check(request.num_frames == 1, "--num-frames {}: FLUX makes still images; use --num-frames 1",
         request.num_frames);
   check_vae_tiles(request, zimage_spatial_factor(index));
@@ -145,10 +157,7 @@ int64_t qwen_image_spatial_factor(const ModelIndex& index) {
 
 void validate_qwen_image(const Request& request, const ModelIndex& index) {
   const int64_t multiple = qwen_image_spatial_factor(index) * 2;
-  check(request.height % multiple == 0 && request.width % multiple == 0,
-        "--height {} / --width {}: Qwen-Image needs multiples of {}; try {}x{}", request.height,
-        request.width, multiple, std::max(multiple, request.height / multiple * multiple),
-        std::max(multiple, request.width / multiple * multiple));
+  check_size_multiple(request, multiple, "Qwen-Image");
   check(request.num_frames == 1,
         "--num-frames {}: Qwen-Image makes still images; use --num-frames 1", request.num_frames);
   check(request.max_sequence_length >= 1 && request.max_sequence_length <= 1024,
@@ -159,6 +168,110 @@ Shape qwen_image_latent_shape(const Request& request, const ModelIndex& index) {
   const int64_t factor = qwen_image_spatial_factor(index);
   const int64_t channels = index.config("vae").value("z_dim", int64_t(16));
   return {1, channels, 2 * (request.height / (2 * factor)), 2 * (request.width / (2 * factor))};
+}
+
+bool given(const Request& request, const char* option) {
+  return request.given.count(option) > 0;
+}
+
+bool has_negative(const Request& request) {
+  return !request.negative_prompt.empty() || request.negative_prompt_embeds.has_value();
+}
+
+// Z-Image's own guidance options, set for another pipeline.
+void note_zimage_options(const Request& request, const char* model,
+                         std::vector<std::string>& notes) {
+  for (const char* option : {"cfg-truncation", "cfg-normalization"})
+    if (given(request, option))
+      notes.push_back(fmt::format("--{} has no effect on {}: only Z-Image reads it", option, model));
+}
+
+std::vector<std::string> unused_wan_settings(const Request& request) {
+  std::vector<std::string> notes;
+  note_zimage_options(request, "Wan", notes);
+  if (given(request, "true-cfg-scale"))
+    notes.push_back(
+        fmt::format("--true-cfg-scale {} has no effect on Wan: its classifier-free guidance is "
+                    "--guidance-scale (above 1; {} now)",
+                    request.true_cfg_scale, request.guidance_scale));
+  return notes;
+}
+
+std::vector<std::string> unused_zimage_settings(const Request& request) {
+  std::vector<std::string> notes;
+  if (given(request, "true-cfg-scale"))
+    notes.push_back(
+        fmt::format("--true-cfg-scale {} has no effect on Z-Image: its classifier-free guidance is "
+                    "--guidance-scale (above 0; {} now)",
+                    request.true_cfg_scale, request.guidance_scale));
+  if (request.guidance_scale <= 0)
+    for (const char* option : {"cfg-truncation", "cfg-normalization"})
+      if (given(request, option))
+        notes.push_back(fmt::format(
+            "--{} is unused: guidance is off (--guidance-scale {}); it shapes guidance only",
+            option, request.guidance_scale));
+  return notes;
+}
+
+// FLUX.1-dev takes --guidance-scale as an input (distilled guidance); the negative prompt is read
+// only by true CFG.
+std::vector<std::string> unused_flux_settings(const Request& request) {
+  std::vector<std::string> notes;
+  note_zimage_options(request, "FLUX", notes);
+  if ((given(request, "negative-prompt") || request.negative_prompt_embeds) &&
+      request.true_cfg_scale <= 1.0)
+    notes.push_back(fmt::format(
+        "{} is unused: FLUX reads a negative prompt only with true CFG; pass --true-cfg-scale "
+        "above 1 (a second forward per step) to use it",
+        given(request, "negative-prompt") ? "--negative-prompt" : "--negative-prompt-embeds"));
+  if (request.true_cfg_scale > 1.0 && !has_negative(request))
+    notes.push_back(fmt::format(
+        "{}true CFG {} is off without a negative prompt (as in diffusers); pass "
+        "--negative-prompt TEXT to turn it on",
+        given(request, "true-cfg-scale") ? "--true-cfg-scale: " : "", request.true_cfg_scale));
+  return notes;
+}
+
+// Qwen-Image has no guidance input: its classifier-free guidance is true CFG, on with a negative
+// prompt and a scale above 1.
+std::vector<std::string> unused_qwen_image_settings(const Request& request) {
+  std::vector<std::string> notes;
+  note_zimage_options(request, "Qwen-Image", notes);
+  if (given(request, "guidance-scale"))
+    notes.push_back(fmt::format(
+        "--guidance-scale {} has no effect on Qwen-Image: its classifier-free guidance is "
+        "--true-cfg-scale ({} now) with a --negative-prompt",
+        request.guidance_scale, request.true_cfg_scale));
+  if (request.true_cfg_scale > 1.0 && !has_negative(request)) {
+    if (given(request, "true-cfg-scale"))
+      notes.push_back(fmt::format(
+          "--true-cfg-scale {}: no --negative-prompt, so true CFG is off (as in diffusers); pass "
+          "--negative-prompt \" \" as the model card does",
+          request.true_cfg_scale));
+    else
+      notes.push_back(fmt::format(
+          "true CFG is off: Qwen-Image's default true CFG scale {} (configs/qwenimage.yaml) runs "
+          "only with a negative prompt, as in diffusers; pass --negative-prompt \" \" as the "
+          "model card does to turn it on",
+          request.true_cfg_scale));
+  }
+  return notes;
+}
+
+std::string guidance_of_cfg(const Request& request) {
+  return fmt::format("guidance {}", request.guidance_scale);
+}
+
+std::string guidance_of_flux(const Request& request) {
+  const bool true_cfg = request.true_cfg_scale > 1.0 && has_negative(request);
+  return fmt::format("guidance {} (distilled input), true CFG {}", request.guidance_scale,
+                     true_cfg ? fmt::format("{}", request.true_cfg_scale) : std::string("off"));
+}
+
+std::string guidance_of_qwen_image(const Request& request) {
+  const bool true_cfg = request.true_cfg_scale > 1.0 && has_negative(request);
+  return true_cfg ? fmt::format("true CFG {}", request.true_cfg_scale)
+                  : std::string("true CFG off");
 }
 
 std::string join(const std::vector<std::string>& names) {
@@ -184,7 +297,9 @@ const std::vector<PipelineSpec>& pipeline_registry() {
        load_wan_pipeline,
        estimate_wan_memory,
        /*stage_offload=*/true,
-       estimate_wan_gpu_weights},
+       estimate_wan_gpu_weights,
+       unused_wan_settings,
+       guidance_of_cfg},
       {"ZImagePipeline",
        "zimage.yaml",
        {{"text_encoder", ComponentKind::TextEncoder, {"Qwen3ForCausalLM", "Qwen3Model"}},
@@ -199,7 +314,11 @@ const std::vector<PipelineSpec>& pipeline_registry() {
        validate_zimage,
        zimage_latent_shape,
        load_zimage_pipeline,
-       estimate_zimage_memory},
+       estimate_zimage_memory,
+       /*stage_offload=*/false,
+       /*estimate_gpu_weights=*/{},
+       unused_zimage_settings,
+       guidance_of_cfg},
       {"FluxPipeline",
        "flux.yaml",
        {{"text_encoder", ComponentKind::TextEncoder, {"CLIPTextModel"}},
@@ -217,7 +336,9 @@ const std::vector<PipelineSpec>& pipeline_registry() {
        load_flux_pipeline,
        estimate_flux_memory,
        /*stage_offload=*/false,
-       estimate_flux_gpu_weights},
+       estimate_flux_gpu_weights,
+       unused_flux_settings,
+       guidance_of_flux},
       {"QwenImagePipeline",
        "qwenimage.yaml",
        {{"text_encoder", ComponentKind::TextEncoder, {"Qwen2_5_VLForConditionalGeneration"}},
@@ -232,7 +353,9 @@ const std::vector<PipelineSpec>& pipeline_registry() {
        load_qwen_image_pipeline,
        estimate_qwen_image_memory,
        /*stage_offload=*/false,
-       estimate_qwen_image_gpu_weights},
+       estimate_qwen_image_gpu_weights,
+       unused_qwen_image_settings,
+       guidance_of_qwen_image},
   };
   return registry;
 }

@@ -56,6 +56,11 @@ struct PipelineSpec {
   // The weights it keeps on the GPU (pipeline/memory_estimate.h); empty where not estimated yet.
   std::function<GpuWeights(const Request&, const ModelIndex&, const ModelInventory&)>
       estimate_gpu_weights;
+  // One warning line per value the request sets that this pipeline does not read (or reads only
+  // with another option), naming the option that does act; only settings in request.given count.
+  std::function<std::vector<std::string>(const Request&)> unused_settings;
+  // How the run's first log line states its guidance ("guidance 5", "true CFG 4 ...").
+  std::function<std::string(const Request&)> guidance_summary;
 };
 
 const std::vector<PipelineSpec>& pipeline_registry();

@@ -66,6 +66,8 @@ Request request_from_settings(const json& settings) {
   r.num_inference_steps = settings.value("num-inference-steps", int64_t(0));
   r.guidance_scale = settings.value("guidance-scale", 1.0);
   r.true_cfg_scale = settings.value("true-cfg-scale", 1.0);
+  r.cfg_truncation = settings.value("cfg-truncation", 1.0);
+  r.cfg_normalization = settings.value("cfg-normalization", 0.0);
   r.flow_shift = optional_value<double>(settings, "flow-shift");
   r.max_sequence_length = settings.value("max-sequence-length", int64_t(0));
   const int64_t seed = settings.value("seed", int64_t(0));
@@ -113,7 +115,8 @@ Request request_from_settings(const json& settings) {
 
   // The format: --output-format, else what --output-file-name's extension names, else png for one
   // frame and mp4 for more. A name and a format that disagree are refused before any work.
-  const std::string format = text("output-format");
+  // jpeg is jpg, as a .jpeg name is.
+  const std::string format = text("output-format") == "jpeg" ? "jpg" : text("output-format");
   const std::optional<std::string> named_format =
       r.output_file_name ? output_format_of_name(*r.output_file_name) : std::nullopt;
   if (!format.empty() && named_format)
@@ -128,8 +131,8 @@ Request request_from_settings(const json& settings) {
   // overflow; whether the request fits this machine is the memory estimate's job.
   check(r.height > 0 && r.width > 0 && r.height <= Limits::kMaxImageSide &&
             r.width <= Limits::kMaxImageSide,
-        "--height and --width must be from 1 to {} (got {}x{})", Limits::kMaxImageSide, r.height,
-        r.width);
+        "--width and --height must be from 1 to {} (got {}x{}, width x height)",
+        Limits::kMaxImageSide, r.width, r.height);
   check(r.num_frames > 0 && r.num_frames <= Limits::kMaxFrames,
         "--num-frames must be from 1 to {} (got {})", Limits::kMaxFrames, r.num_frames);
   check(r.num_inference_steps > 0 && r.num_inference_steps <= Limits::kMaxInferenceSteps,
@@ -161,16 +164,27 @@ Request request_from_settings(const json& settings) {
   check(r.true_cfg_scale >= 0 && r.true_cfg_scale <= Limits::kMaxGuidanceScale,
         "--true-cfg-scale must be from 0 to {} (got {}); 1 turns it off", Limits::kMaxGuidanceScale,
         r.true_cfg_scale);
-  check(!r.cfg_parallel || (r.gpus % 2 == 0 && r.guidance_scale > 1),
+  // Each condition that fails is named alone, with the value that fails it.
+  check(!r.cfg_parallel || r.gpus % 2 == 0,
         "--cfg-parallel runs the two guidance branches on two halves of the GPUs: it needs an "
-        "even --gpus (got {}) and --guidance-scale above 1 (got {})",
-        r.gpus, r.guidance_scale);
+        "even --gpus (got {})",
+        r.gpus);
+  check(!r.cfg_parallel || r.guidance_scale > 1,
+        "--cfg-parallel runs the two guidance branches on two halves of the GPUs: it needs "
+        "guidance on (--guidance-scale above 1, got {})",
+        r.guidance_scale);
   if (r.vae_tiling)
     check(r.vae_tile_size > 0 && r.vae_tile_size <= Limits::kMaxImageSide &&
               r.vae_tile_overlap >= 0 && r.vae_tile_overlap < r.vae_tile_size,
           "--vae-tile-size {} must be from 1 to {} and --vae-tile-overlap {} from 0 to less than "
           "the tile size",
           r.vae_tile_size, Limits::kMaxImageSide, r.vae_tile_overlap);
+  check(r.cfg_truncation >= 0 && r.cfg_truncation <= Limits::kMaxGuidanceScale,
+        "--cfg-truncation must be from 0 to {} (got {}); 1 or more never truncates",
+        Limits::kMaxGuidanceScale, r.cfg_truncation);
+  check(r.cfg_normalization >= 0 && r.cfg_normalization <= Limits::kMaxGuidanceScale,
+        "--cfg-normalization must be from 0 (off) to {} (got {}); 1 is diffusers' True",
+        Limits::kMaxGuidanceScale, r.cfg_normalization);
   if (r.flow_shift)
     check(*r.flow_shift > 0 && std::isfinite(*r.flow_shift),
           "--flow-shift must be a positive number (got {})", *r.flow_shift);

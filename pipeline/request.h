@@ -30,6 +30,11 @@ struct Request {
   double guidance_scale = 1;
   // FLUX / Qwen-Image true classifier-free guidance with the negative prompt; off at 1.
   double true_cfg_scale = 1;
+  // Z-Image's guidance options, diffusers' cfg_truncation (guidance off once the normalised time
+  // passes it; above 1 never) and cfg_normalization (the guided norm capped at this multiple of
+  // the conditional one's; 0 off, 1 is diffusers' True).
+  double cfg_truncation = 1.0;
+  double cfg_normalization = 0.0;
   std::optional<double> flow_shift;
   int64_t max_sequence_length = 0;
   uint64_t seed = 0;
@@ -66,6 +71,10 @@ struct Request {
   // The settings (option names with dashes) that a --config file gave and the command line did
   // not: where a setting came from, for attention sources and unused backend settings.
   std::set<std::string> from_config_file;
+  // The settings (dashes) someone chose for this run or model: the command line, a --config file
+  // or the model folder's mmgen.yaml, not a pipeline's or the built-in defaults. A warning about
+  // a value nothing reads names only these.
+  std::set<std::string> given;
 
   // The merged settings as the dry-run prints them, keys with underscores.
   nlohmann::json settings = nlohmann::json::object();

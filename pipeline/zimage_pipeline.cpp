@@ -253,6 +253,8 @@ ZImageGenerationInput zimage_input_from_request(const Request& request,
   input.num_inference_steps = request.num_inference_steps;
   input.max_sequence_length = request.max_sequence_length;
   input.guidance.scale = request.guidance_scale;
+  input.guidance.truncation = request.cfg_truncation;
+  input.guidance.normalization = request.cfg_normalization;
   input.flow_shift = request.flow_shift;
   input.seed = request.seed;
   if (request.latents) input.initial_latents = read_tensor_file(*request.latents);

@@ -104,7 +104,8 @@ TEST(Cli, BadInputGetsOneLineAndNonZeroExit) {
   std::ofstream(empty_prompts) << "# nothing here\n\n";
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"generate --model-path /nonexistent --prompt x", "does not exist"},
-      {"generate --model-path " + wan_tiny() + " --prompt x --steps 4", "unknown flag --steps"},
+      {"generate --model-path " + wan_tiny() + " --prompt x --steps 4",
+       "unknown flag --steps (mmgen calls it --num-inference-steps)"},
       {"generate --model-path " + wan_tiny() + " --prompt x --height 50", "multiples of 16"},
       {"generate --model-path " + wan_tiny() + " --prompt x --seed -3", "negative"},
       {"frobnicate", "unknown command"},

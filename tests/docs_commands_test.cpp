@@ -240,6 +240,26 @@ std::map<std::string, Expectation> expectations() {
                         // "one frame gives a PNG (settings stored in the file)"
                         expect_png(run.root / "outputs", "a blue square on a yellow background", 1);
                       }};
+  // docs/usage.md, "Defaults that fit the model": the bare command takes the folder's mmgen.yaml,
+  // so it draws the picture of the fully spelled command above.
+  e["build/mmgen generate --model-path examples/models/wan-shapes --prompt \"a red circle on a "
+    "blue background\" --seed 1"] = {
+      false, false, [](const DocCommand&, const DocRun& run) {
+        expect_png(run.root / "outputs", "a red circle on a blue background", 1);
+        for (const auto& entry : fs::directory_iterator(run.root / "outputs")) {
+          std::ifstream in(entry.path(), std::ios::binary);
+          const std::vector<uint8_t> bytes{std::istreambuf_iterator<char>(in),
+                                           std::istreambuf_iterator<char>()};
+          const json settings = json::parse(png_text(bytes, "parameters"));
+          EXPECT_EQ(settings["height"], 128);
+          EXPECT_EQ(settings["width"], 128);
+          EXPECT_EQ(settings["num_inference_steps"], 20);
+          EXPECT_EQ(settings["guidance_scale"], 4.0);
+          EXPECT_EQ(settings["max_sequence_length"], 32);
+          EXPECT_EQ(settings["negative_prompt"], "");
+          EXPECT_EQ(settings["setting_sources"]["height"], "examples/models/wan-shapes/mmgen.yaml");
+        }
+      }};
   e[kBatch] = {true, false, [](const DocCommand&, const DocRun& run) {
                  // "one output per line of the file (blank and # lines skipped)"
                  EXPECT_EQ(run.dry_run["prompts"],

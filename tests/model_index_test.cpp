@@ -58,7 +58,7 @@ TEST(ModelIndex, SharedFixturesParse) {
   EXPECT_EQ(qwen.class_name, "ZImagePipeline");
   EXPECT_EQ(qwen.component_names(), (std::vector<std::string>{"text_encoder", "tokenizer"}));
   EXPECT_EQ(qwen.config("text_encoder")["num_key_value_heads"], 2);
-  ModelIndex shapes = load_model_index(testing::shared_dir() / "examples/wan-shapes");
+  ModelIndex shapes = load_model_index(testing::source_dir() / "examples/models/wan-shapes");
   EXPECT_EQ(shapes.class_name, "WanPipeline");
 }
 

@@ -502,10 +502,11 @@ TEST_F(ZImagePipelineTest, RefusesWhatZImageCannotDoInOneLine) {
                            (fixture() / "model").string() + " --prompt fox --dry-run ";
   // The tiny VAE has two levels (f = 2), so sizes must be multiples of 4.
   for (const auto& [flags, expected] : std::vector<std::pair<std::string, std::string>>{
-           {"--height 30 --width 48", "Z-Image needs multiples of 4; try 28x48"},
+           {"--height 30 --width 48", "Z-Image needs multiples of 4; try --width 48 --height 28"},
            {"--height 32 --width 48 --num-frames 5", "Z-Image makes still images"},
            // axes_lens [64, 32, 32] with 2x2 patches of f = 2: 128 pixels a side at most.
-           {"--height 256 --width 48", "position tables reach 128x128 pixels; try 128x48"},
+           {"--height 256 --width 48",
+            "position tables reach 128x128 pixels; try --width 48 --height 128"},
            {"--height 32 --width 48 --attention-backend video_sparse_attn",
             "cannot run sparse attention"},
            {"--height 32 --width 48 --vae-tiling --vae-tile-size 15 --vae-tile-overlap 4",

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "core/ops.h"
 #include "models/dit/flux_block.h"
 #include "models/dit/wan_patchify.h"
@@ -138,6 +139,7 @@ std::vector<Tensor> FluxTransformer::forward(const std::vector<FluxItem>& batch,
   call.stage = FluxStage::Double;
   call.num_layers = config_.num_layers;
   for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
+    stop_between_blocks();  // Ctrl-C waits for one block, not the step
     const FluxDoubleBlockWeights w = double_block(layer);
     call.layer = layer;
     for (int64_t i = 0; i < count; ++i) {
@@ -156,6 +158,7 @@ std::vector<Tensor> FluxTransformer::forward(const std::vector<FluxItem>& batch,
   call.stage = FluxStage::Single;
   call.num_layers = config_.num_single_layers;
   for (int64_t layer = 0; layer < config_.num_single_layers; ++layer) {
+    stop_between_blocks();  // Ctrl-C waits for one block, not the step
     const FluxSingleBlockWeights w = single_block(layer);
     call.layer = layer;
     for (int64_t i = 0; i < count; ++i) {

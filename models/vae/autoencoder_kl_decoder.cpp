@@ -1,6 +1,7 @@
 #include "models/vae/autoencoder_kl_decoder.h"
 
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "core/ops.h"
 #include "models/vae/autoencoder_kl_weights.h"
 
@@ -102,6 +103,7 @@ Tensor AutoencoderKLDecoder::tail(const Tensor& head) const {
         shape_string(head.shape()));
   Tensor h = head.to(device_).contiguous();
   for (const UpBlock& block : up_blocks_) {
+    stop_between_blocks();  // Ctrl-C waits for one up-block of the decode
     for (const KlResnetBlock& resnet : block.resnets) h = resnet.forward(h);
     if (block.upsample) h = block.upsampler.forward(h, /*upsample2x=*/true);
   }

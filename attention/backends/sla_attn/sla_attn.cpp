@@ -40,7 +40,7 @@ const BackendDescriptor& descriptor() {
                .summary =
                    "Sparse-Linear Attention: softmax attention on the top key blocks, linear "
                    "attention on the rest through a learned projection",
-               .aliases = {},
+               .aliases = {"sla"},
                .platforms = {P::Cuda, P::Cpu},
                .build_needs = "CUDA: mmgen's block map, block-sparse and linear-branch kernels; "
                               "CPU: mmgen's block-sparse kernel",

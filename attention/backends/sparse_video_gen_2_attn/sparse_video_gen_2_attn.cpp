@@ -22,7 +22,7 @@ const BackendDescriptor& descriptor() {
            .family = Family::Dit,
            .summary = "Sparse VideoGen 2: k-means clusters of queries and keys per head, permuted "
                       "contiguous; the top-p cluster pairs are attended",
-           .aliases = {},
+           .aliases = {"svg2"},
            .platforms = {P::Cuda, P::Cpu},
            .build_needs = "CUDA: mmgen's k-means and block-sparse kernels; CPU: mmgen's "
                           "block-sparse kernel",

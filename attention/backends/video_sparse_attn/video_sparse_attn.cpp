@@ -160,7 +160,7 @@ const BackendDescriptor& descriptor() {
                .family = Family::Dit,
                .summary = "Video Sparse Attention: coarse attention over 4x4x4 cube means picks "
                           "the top-k key cubes; fine attention inside them; gated sum of both",
-               .aliases = {},
+               .aliases = {"vsa"},
                .platforms = {P::Cuda, P::Cpu},
                .build_needs = "CUDA: the VSA kernel; CPU: mmgen's block-sparse kernel",
                .gpu_arch = "sm90",

@@ -235,7 +235,7 @@ const BackendDescriptor& descriptor() {
                .summary =
                    "V-MoBA: mixture of block attention; temporal, spatial and spatio-temporal "
                    "chunks cycle by layer and each query keeps its most similar chunks",
-               .aliases = {},
+               .aliases = {"vmoba"},
                .platforms = {P::Cuda, P::Cpu},
                .build_needs = "CUDA: mmgen's chunk selection and block-sparse kernel; CPU: mmgen's "
                               "block-sparse kernel",
