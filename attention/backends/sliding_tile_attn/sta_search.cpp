@@ -69,7 +69,8 @@ void StaSearch::record(const Grid3& boxes, int64_t step, int64_t num_steps, int6
   for (int64_t t = skip_time_steps_; t < num_steps; ++t)
     for (int64_t l = 0; l < num_layers; ++l)
       for (int64_t h = 0; h < heads_; ++h)
-        check(entries_.count({t, l, h}) > 0,
+        if (!entries_.count({t, l, h}))
+          fail(
               "sliding_tile_attn: STA_searching: step {} layer {} head {} was never measured, so "
               "{} cannot be written",
               t, l, h, output_.string());
