@@ -17,6 +17,8 @@ struct KeyLayout {
   std::string marker;  // a key this layout has and the model's other layouts lack
   // The same weights under the model's names; empty for the model's own layout.
   std::function<WeightStore(const WeightStore&)> to_model_names;
+  // A layout recognised but not read yet: what to do instead (its checkpoints are refused).
+  std::string refusal;
 };
 
 }  // namespace mmgen

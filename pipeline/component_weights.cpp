@@ -6,6 +6,7 @@
 #include "models/dit/flux_bfl_names.h"
 #include "models/dit/wan_weights.h"
 #include "models/dit/zimage_original_names.h"
+#include "models/vae/vae_layouts.h"
 
 namespace mmgen {
 namespace {
@@ -17,6 +18,8 @@ const std::vector<KeyLayout>* layouts_of(const std::string& class_name) {
       {"WanTransformer3DModel", &dit::wan_transformer_layouts()},
       {"FluxTransformer2DModel", &dit::flux_transformer_layouts()},
       {"ZImageTransformer2DModel", &dit::zimage_transformer_layouts()},
+      {"AutoencoderKLWan", &vae::wan_vae_layouts()},
+      {"AutoencoderKL", &vae::autoencoder_kl_layouts()},
   };
   auto it = table.find(class_name);
   return it == table.end() ? nullptr : it->second;
@@ -62,6 +65,10 @@ ComponentWeights open_component_weights(const ComponentEntry& entry) {
           "layout has ({}); give the {} checkpoint",
           entry.name, entry.weights_file.string(), entry.class_name, layout_keys(*layouts),
           entry.name);
+    check(!found || found->refusal.empty(), "{}: {} is in the {} layout ('{}'); {}",
+          file ? "--" + entry.name + "-path" : entry.name,
+          (file ? entry.weights_file : entry.path).string(), found ? found->name : "",
+          found ? found->marker : "", found ? found->refusal : "");
     if (found) {
       weights.layout = found->name;
       if (found->to_model_names) weights.store = found->to_model_names(weights.store);

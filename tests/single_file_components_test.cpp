@@ -240,6 +240,28 @@ TEST(SingleFileComponents, KeysOfNoKnownLayoutAreRefusedNamingTheKeyEachLayoutHa
                             "'head.head.weight'); give the transformer checkpoint");
 }
 
+// The original releases' VAE layouts are recognised, not read: one line that says which layout
+// the file is in and how to convert it.
+TEST(SingleFileComponents, OriginalVaeLayoutsAreRefusedSayingHowToConvert) {
+  const fs::path dir = testing::scratch_dir("single-file-vae-layouts");
+  const Tensor zeros = Tensor::zeros({4, 4, 3, 3, 3});
+  write_safetensors(dir / "wan_2.1_vae.safetensors",
+                    {{"decoder.middle.0.residual.2.weight", zeros}, {"conv2.weight", zeros}});
+  expect_one_error_line(
+      "--vae-path " + (dir / "wan_2.1_vae.safetensors").string(),
+      "--vae-path: " + (dir / "wan_2.1_vae.safetensors").string() +
+          " is in the original Wan VAE layout ('decoder.middle.0.residual.2.weight'); mmgen reads "
+          "the Wan VAE in diffusers' layout only; convert it with diffusers "
+          "(AutoencoderKLWan.from_single_file(FILE).save_pretrained(DIR)) or use the model "
+          "folder's vae");
+  write_safetensors(dir / "ae.safetensors", {{"decoder.mid.block_1.conv1.weight", zeros}});
+  expect_one_error_line(
+      "--guidance-scale 3.5 --height 16 --width 16 --vae-path " + (dir / "ae.safetensors").string(),
+      "--vae-path: " + (dir / "ae.safetensors").string() +
+          " is in the original LDM layout ('decoder.mid.block_1.conv1.weight')",
+      testing::source_dir() / "tests/fixtures/flux-tiny/model");
+}
+
 TEST(SingleFileComponents, ShapesThatDisagreeWithConfigJsonAreRefused) {
   const fs::path model = testing::copy_of_wan_tiny("single-file-shapes");
   json config = json::parse(read_text_file(model / "transformer/config.json"));

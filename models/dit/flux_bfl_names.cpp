@@ -125,8 +125,8 @@ WeightStore flux_from_bfl_names(const WeightStore& bfl) {
 
 const std::vector<KeyLayout>& flux_transformer_layouts() {
   static const std::vector<KeyLayout> layouts = {
-      {"diffusers", "x_embedder.weight", {}},
-      {"BFL FLUX", "img_in.weight", flux_from_bfl_names},
+      {"diffusers", "x_embedder.weight", {}, {}},
+      {"BFL FLUX", "img_in.weight", flux_from_bfl_names, {}},
   };
   return layouts;
 }

@@ -69,8 +69,8 @@ WeightStore with_diffusers_names(const WeightStore& store) {
 
 const std::vector<KeyLayout>& wan_transformer_layouts() {
   static const std::vector<KeyLayout> layouts = {
-      {"diffusers", "condition_embedder.time_proj.weight", {}},
-      {"original Wan", "head.head.weight", with_diffusers_names},
+      {"diffusers", "condition_embedder.time_proj.weight", {}, {}},
+      {"original Wan", "head.head.weight", with_diffusers_names, {}},
   };
   return layouts;
 }

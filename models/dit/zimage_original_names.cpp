@@ -59,8 +59,8 @@ WeightStore zimage_from_original_names(const WeightStore& original) {
 
 const std::vector<KeyLayout>& zimage_transformer_layouts() {
   static const std::vector<KeyLayout> layouts = {
-      {"diffusers", "all_x_embedder.2-1.weight", {}},
-      {"original Z-Image", "x_embedder.weight", zimage_from_original_names},
+      {"diffusers", "all_x_embedder.2-1.weight", {}, {}},
+      {"original Z-Image", "x_embedder.weight", zimage_from_original_names, {}},
   };
   return layouts;
 }
