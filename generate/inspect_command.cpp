@@ -142,6 +142,9 @@ int run_inspect(const std::vector<std::string>& arguments) {
     const json& file = c["weights_file"];
     std::string mapping =
         fmt::format("{} of {} keys renamed", file["mapped_keys"].dump(), c["tensors"].dump());
+    if (file["split_keys"].get<size_t>() > 0)
+      mapping += fmt::format(", {} of them cut by rows from {} fused tensors",
+                             file["split_keys"].dump(), file["fused_tensors"].dump());
     if (!file["prefix_removed"].get<std::string>().empty())
       mapping += fmt::format(" (prefix {} removed)", file["prefix_removed"].get<std::string>());
     for (size_t i = 0; i < file["examples"].size(); ++i)

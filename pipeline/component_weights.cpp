@@ -74,11 +74,25 @@ ComponentWeights open_component_weights(const ComponentEntry& entry) {
       if (found->to_model_names) weights.store = found->to_model_names(weights.store);
     }
   }
+  // A stored tensor that several names read from is a fused one, cut by rows.
+  std::map<std::string, size_t> readers;
+  for (const auto& name : weights.store.names()) ++readers[weights.store.stored_name(name)];
+  for (const auto& [stored, count] : readers)
+    if (count > 1) {
+      ++weights.fused;
+      weights.split += count;
+    }
+  // Examples: two plain renames and the first cut, when there is one.
+  bool cut_shown = false;
   for (const auto& name : weights.store.names()) {
     const std::string& stored = weights.store.stored_name(name);
     if (stored == name) continue;
     ++weights.mapped;
-    if (weights.examples.size() < 3) weights.examples.emplace_back(stored, name);
+    const bool cut = readers[stored] > 1;
+    if (cut ? !cut_shown : weights.examples.size() < 2u + size_t(cut_shown)) {
+      weights.examples.emplace_back(stored, name);
+      cut_shown = cut_shown || cut;
+    }
   }
   return weights;
 }

@@ -17,7 +17,10 @@ struct ComponentWeights {
   std::string layout;  // "diffusers", "original Wan", ...; empty where the class lists none
   std::string prefix;  // a prefix every stored key had and the mapping took off, or empty
   size_t mapped = 0;   // keys whose stored name differs from the model's
-  std::vector<std::pair<std::string, std::string>> examples;  // a few (stored, model) pairs
+  size_t split = 0;    // of them, keys cut by rows from a fused tensor (FLUX's q, k, v)
+  size_t fused = 0;    // the fused tensors they were cut from
+  // A few (stored, model) pairs: plain renames and, where there is one, a cut.
+  std::vector<std::pair<std::string, std::string>> examples;
 };
 
 // A file whose keys match none of the class's layouts is refused in one line naming a key that

@@ -51,6 +51,8 @@ ComponentInventory inventory_of(const ComponentEntry& entry) {
   component.layout = weights.layout;
   component.prefix = weights.prefix;
   component.mapped_keys = weights.mapped;
+  component.split_keys = weights.split;
+  component.fused_tensors = weights.fused;
   component.mapping_examples = weights.examples;
   component.weight_files = store.files();
   for (const auto& name : store.names()) {
@@ -120,6 +122,8 @@ nlohmann::json inventory_json(const ModelInventory& inventory) {
                                             {"layout", c.layout.empty() ? "as stored" : c.layout},
                                             {"prefix_removed", c.prefix},
                                             {"mapped_keys", c.mapped_keys},
+                                            {"split_keys", c.split_keys},
+                                            {"fused_tensors", c.fused_tensors},
                                             {"examples", examples}};
     }
   }

@@ -34,6 +34,7 @@ struct ComponentInventory {
   std::string layout;     // "diffusers", "original Wan", ...; empty where the class lists none
   std::string prefix;     // a wrapper prefix taken off every key
   size_t mapped_keys = 0;
+  size_t split_keys = 0, fused_tensors = 0;  // keys cut by rows from fused tensors
   std::vector<std::pair<std::string, std::string>> mapping_examples;  // (stored, model)
 
   bool has_weights() const { return !weight_files.empty(); }

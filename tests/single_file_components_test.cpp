@@ -370,8 +370,16 @@ TEST(SingleFileComponents, InspectShowsTheBflLayoutAndItsSplits) {
   const auto text =
       run_command(mmgen() + " inspect --model-path " + flux_tiny().string() +
                   " --height 16 --width 16 --transformer-path " + bfl_file().string());
-  EXPECT_NE(text.out.find("(safetensors, BFL FLUX layout): 112 of 112 keys renamed, e.g. "
-                          "txt_in.bias -> context_embedder.bias"),
+  // The 2 double blocks' img_attn.qkv and txt_attn.qkv (weight and bias, 3 keys each) and the
+  // 2 single blocks' linear1 (weight and bias, q, k, v and proj_mlp): 2·2·2·3 + 2·2·4 = 40 keys
+  // from 12 fused tensors (the final modulation's swapped halves make one key: not a cut).
+  EXPECT_EQ(component["weights_file"]["split_keys"], 40);
+  EXPECT_EQ(component["weights_file"]["fused_tensors"], 12);
+  EXPECT_NE(text.out.find("(safetensors, BFL FLUX layout): 112 of 112 keys renamed, 40 of them "
+                          "cut by rows from 12 fused tensors, e.g. txt_in.bias -> "
+                          "context_embedder.bias; txt_in.weight -> context_embedder.weight; "
+                          "single_blocks.0.linear1.bias -> "
+                          "single_transformer_blocks.0.attn.to_k.bias"),
             std::string::npos)
       << text.out;
 }
