@@ -157,7 +157,11 @@ json dry_run_json(const ResolvedGenerate& resolved, const json& memory_plan) {
   json components = json::object();
   for (const auto& [name, entry] : resolved.index.components) {
     json component = {
-        {"class", entry.class_name}, {"library", entry.library}, {"path", entry.path.string()}};
+        {"class", entry.class_name},
+        {"library", entry.library},
+        {"path", entry.path.string()},
+        // A component given as one file: the file (path is then where its config is read).
+        {"weights_file", entry.weights_file.empty() ? json() : json(entry.weights_file.string())}};
     component.update(resolved.attention.component_json(name));
     components[name] = component;
   }

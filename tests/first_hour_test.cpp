@@ -274,7 +274,8 @@ TEST(FirstHour, OtherToolsNamesAndComingFeaturesAreAnswered) {
                         "serve");
   // Backend shorthands are the backends they stand for.
   for (const auto& [shorthand, backend] :
-       std::vector<std::pair<std::string, std::string>>{{"vsa", "video_sparse_attn"},
+       std::vector<std::pair<std::string, std::string>>{{"sta", "sliding_tile_attn"},
+                                                        {"vsa", "video_sparse_attn"},
                                                         {"sla", "sla_attn"},
                                                         {"vmoba", "vmoba_attn"},
                                                         {"svg2", "sparse_video_gen_2_attn"}}) {
@@ -304,9 +305,11 @@ TEST(FirstHour, SizesAndFrameCountsAreSuggestedTheWayTheyAreTyped) {
   const auto parallel = run_command(base + "--cfg-parallel");
   EXPECT_EQ(parallel.err.find("guidance-scale"), std::string::npos) << parallel.err;
   // jpeg is jpg, as the .jpeg extension is.
-  EXPECT_EQ(dry_run(example("wan-tiny"),
-                    "--height 32 --width 32 --num-frames 1 --output-format jpeg")["request"]["output_format"],
-            "jpg");
+  EXPECT_EQ(
+      dry_run(
+          example("wan-tiny"),
+          "--height 32 --width 32 --num-frames 1 --output-format jpeg")["request"]["output_format"],
+      "jpg");
   if (!testing::shared_dir().empty())
     expect_one_line_error(
         run_command(mmgen() +

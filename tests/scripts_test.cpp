@@ -22,17 +22,17 @@ void write_script(const fs::path& path, const std::string& body) {
 }
 
 // A checkout with the real scripts/demo.sh, test.sh and build.sh; setup.sh and build_cuda.sh (which
-// install packages and look for nvcc) do nothing; cmake, ctest and build/mmgen append their
-// arguments to calls.log. `configured`: build/build.ninja exists already.
+// install packages and look for nvcc) do nothing; setup.sh, cmake, ctest and build/mmgen append
+// their arguments to calls.log. `configured`: build/build.ninja exists already.
 fs::path fake_checkout(const std::string& name, bool configured) {
   const fs::path root = testing::scratch_dir(name);
   fs::create_directories(root / "scripts");
   for (const char* script : {"demo.sh", "test.sh", "build.sh"})
     fs::copy_file(testing::source_dir() / "scripts" / script, root / "scripts" / script);
-  write_script(root / "scripts/setup.sh", "exit 0\n");
   write_script(root / "scripts/build_cuda.sh", "exit 0\n");
   const std::string record =
       "echo \"$(basename \"$0\") $*\" >> " + (root / "calls.log").string() + "\n";
+  write_script(root / "scripts/setup.sh", record);
   write_script(root / "bin/cmake", record);
   write_script(root / "bin/ctest", record);
   write_script(root / "build/mmgen", record);
@@ -59,15 +59,20 @@ TEST(Scripts, DemoBuildsOnlyTheMmgenExecutable) {
   const auto result = run_script(root, "demo.sh");
   ASSERT_EQ(result.exit_code, 0) << result.out << result.err;
   const std::vector<std::string> log = calls(root);
-  ASSERT_EQ(log.size(), 3u) << read_text_file(root / "calls.log");
-  // A fresh checkout is configured first (Release, Ninja), then only the mmgen target is built.
-  EXPECT_EQ(log[0], "cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release");
-  EXPECT_TRUE(log[1].starts_with("cmake --build build --parallel ")) << log[1];
-  EXPECT_TRUE(log[1].ends_with(" --target mmgen")) << log[1];
-  EXPECT_EQ(log[1].find("--target"), log[1].rfind("--target")) << "one target: " << log[1];
-  EXPECT_TRUE(log[2].starts_with("mmgen generate --model-path examples/models/wan-shapes"))
-      << log[2];
-  EXPECT_NE(log[2].find("--num-frames 1 "), std::string::npos) << log[2];
+  ASSERT_EQ(log.size(), 4u) << read_text_file(root / "calls.log");
+  // Only the executable's packages; a fresh checkout is configured (Release, Ninja, without the
+  // tests and benchmarks), then only the mmgen target is built.
+  EXPECT_EQ(log[0], "setup.sh --executable");
+  EXPECT_EQ(log[1],
+            "cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DMMGEN_TESTS=OFF "
+            "-DMMGEN_BENCH=OFF");
+  EXPECT_TRUE(log[2].starts_with("cmake --build build --parallel ")) << log[2];
+  EXPECT_TRUE(log[2].ends_with(" --target mmgen")) << log[2];
+  EXPECT_EQ(log[2].find("--target"), log[2].rfind("--target")) << "one target: " << log[2];
+  // The model's own settings come from its folder's mmgen.yaml: the bare command.
+  EXPECT_EQ(log[3],
+            "mmgen generate --model-path examples/models/wan-shapes --prompt a red circle on a "
+            "blue background --seed 1 --output-path outputs");
 }
 
 TEST(Scripts, TestBuildsEverythingAndRunsCtest) {
@@ -75,11 +80,24 @@ TEST(Scripts, TestBuildsEverythingAndRunsCtest) {
   const auto result = run_script(root, "test.sh");
   ASSERT_EQ(result.exit_code, 0) << result.out << result.err;
   const std::vector<std::string> log = calls(root);
-  ASSERT_EQ(log.size(), 2u) << read_text_file(root / "calls.log");
+  ASSERT_EQ(log.size(), 3u) << read_text_file(root / "calls.log");
   // Configured already: no configure step; every target (no --target) is built.
-  EXPECT_TRUE(log[0].starts_with("cmake --build build --parallel ")) << log[0];
-  EXPECT_EQ(log[0].find("--target"), std::string::npos) << log[0];
-  EXPECT_TRUE(log[1].starts_with("ctest --output-on-failure")) << log[1];
+  EXPECT_EQ(log[0], "setup.sh ");
+  EXPECT_TRUE(log[1].starts_with("cmake --build build --parallel ")) << log[1];
+  EXPECT_EQ(log[1].find("--target"), std::string::npos) << log[1];
+  EXPECT_TRUE(log[2].starts_with("ctest --output-on-failure")) << log[2];
+}
+
+// After demo.sh, the test command turns the tests and benchmarks on in the same build folder.
+TEST(Scripts, TestAfterDemoAddsTheTestsToItsBuild) {
+  const fs::path root = fake_checkout("scripts-demo-then-test", /*configured=*/true);
+  std::ofstream(root / "build/CMakeCache.txt") << "MMGEN_TESTS:BOOL=OFF\nMMGEN_BENCH:BOOL=OFF\n";
+  const auto result = run_script(root, "test.sh");
+  ASSERT_EQ(result.exit_code, 0) << result.out << result.err;
+  const std::vector<std::string> log = calls(root);
+  ASSERT_EQ(log.size(), 4u) << read_text_file(root / "calls.log");
+  EXPECT_EQ(log[1], "cmake -S . -B build -DMMGEN_TESTS=ON -DMMGEN_BENCH=ON");
+  EXPECT_TRUE(log[2].starts_with("cmake --build build --parallel ")) << log[2];
 }
 
 TEST(Scripts, BuildTakesTargets) {
@@ -89,8 +107,9 @@ TEST(Scripts, BuildTakesTargets) {
                            (root / "scripts/build.sh").string() + " mmgen cli_test");
   ASSERT_EQ(result.exit_code, 0) << result.out << result.err;
   const std::vector<std::string> log = calls(root);
-  ASSERT_EQ(log.size(), 1u) << read_text_file(root / "calls.log");
-  EXPECT_TRUE(log[0].ends_with(" --target mmgen --target cli_test")) << log[0];
+  ASSERT_EQ(log.size(), 2u) << read_text_file(root / "calls.log");
+  EXPECT_EQ(log[0], "setup.sh ");
+  EXPECT_TRUE(log[1].ends_with(" --target mmgen --target cli_test")) << log[1];
 }
 
 }  // namespace

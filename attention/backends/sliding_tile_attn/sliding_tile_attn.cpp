@@ -231,7 +231,7 @@ const BackendDescriptor& descriptor() {
            .family = Family::Dit,
            .summary = "Sliding Tile Attention: each query tile of 6x8x8 tokens attends a window of "
                       "key tiles chosen per step, layer and head",
-           .aliases = {},
+           .aliases = {"sta"},
            .platforms = {P::Cuda, P::Cpu},
            .build_needs = "CUDA: the STA kernel; CPU: mmgen's block-sparse kernel",
            .gpu_arch = "sm90",
