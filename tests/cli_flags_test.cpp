@@ -18,6 +18,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using testing::expect_one_line_error;
 using testing::run_command;
 
 std::string mmgen() {
@@ -50,15 +51,6 @@ std::string tiny(const fs::path& out, int frames) {
 
 std::string dry_run(const std::string& flags) {
   return mmgen() + " generate --dry-run --model-path " + model() + " --prompt x " + flags;
-}
-
-void expect_one_line_error(const testing::CommandResult& result, const std::string& expected,
-                           const std::string& what) {
-  EXPECT_EQ(result.exit_code, 1) << what;
-  EXPECT_EQ(result.err.find("mmgen: error: "), 0u) << what << " -> " << result.err;
-  EXPECT_NE(result.err.find(expected), std::string::npos) << what << " -> " << result.err;
-  EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << what << result.err;
-  EXPECT_EQ(result.out, "") << what;
 }
 
 // ------------------------------------------------------------------ output names

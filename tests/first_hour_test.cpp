@@ -18,6 +18,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using testing::expect_one_line_error;
 using testing::run_command;
 
 std::string mmgen() {
@@ -36,14 +37,6 @@ json dry_run(const fs::path& model, const std::string& flags = "") {
                                   model.string() + " " + flags);
   EXPECT_EQ(result.exit_code, 0) << flags << "\n" << result.err;
   return result.exit_code == 0 ? json::parse(result.out) : json();
-}
-
-void expect_one_line_error(const testing::CommandResult& result, const std::string& expected,
-                           const std::string& what) {
-  EXPECT_EQ(result.exit_code, 1) << what;
-  EXPECT_EQ(result.err.find("mmgen: error: "), 0u) << what << " -> " << result.err;
-  EXPECT_NE(result.err.find(expected), std::string::npos) << what << " -> " << result.err;
-  EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << what << result.err;
 }
 
 // A copy of `model` whose files are links to the original's, so a config can be changed cheaply.

@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -84,6 +85,15 @@ CommandResult run_command(const std::string& command) {
     return text.str();
   };
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(dir / "out"), slurp(dir / "err")};
+}
+
+void expect_one_line_error(const CommandResult& result, const std::string& expected,
+                           const std::string& what) {
+  EXPECT_EQ(result.exit_code, 1) << what;
+  EXPECT_EQ(result.err.find("mmgen: error: "), 0u) << what << " -> " << result.err;
+  EXPECT_NE(result.err.find(expected), std::string::npos) << what << " -> " << result.err;
+  EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << what << result.err;
+  EXPECT_EQ(result.out, "") << what;
 }
 
 fs::path copy_of_wan_tiny(const std::string& name) {

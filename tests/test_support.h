@@ -36,6 +36,10 @@ struct CommandResult {
   std::string err;
 };
 CommandResult run_command(const std::string& command);
+// The one-line refusal a bad input gets: exit 1, "mmgen: error: " and `expected` on stderr's only
+// line, nothing on stdout. `what` names the case in failures.
+void expect_one_line_error(const CommandResult& result, const std::string& expected,
+                           const std::string& what);
 
 // One generate run's peak resident memory (its summary line), beside `mmgen inspect --json` for the
 // same model and flags (its ["memory"]["total_bytes"] is the estimate). Asserts that both ran;
