@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "attention/backend_config.h"
 #include "core/error.h"
 #include "core/file.h"
 #include "core/yaml.h"
@@ -30,7 +31,17 @@ ModelFolderDefaults load_model_folder_defaults(const fs::path& model_root) {
   for (const char* key : {"model_path", "model-path", "config", "revision"})
     check(!document.contains(key), "{}: a model folder's defaults may not set {}", where, key);
   defaults.layer = settings_from_document(document, where);
+  // The components are the model's own folders: the index is read before this file is.
+  check(!defaults.layer.contains("component-paths"),
+        "{}: a model folder's defaults may not replace its components; pass --<component>-path "
+        "on the command line or in --config",
+        where);
   resolve_relative_paths(defaults.layer, model_root);
+  // Backend settings files it names (STA's mask) are the model's too: read from its folder.
+  if (defaults.layer.contains("attention-backend-config"))
+    defaults.layer["attention-backend-config"] =
+        attention::parse_backend_config_spec(defaults.layer["attention-backend-config"],
+                                             where + ": attention_backend_config", model_root);
   defaults.file = file;
   return defaults;
 }

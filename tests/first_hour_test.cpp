@@ -118,6 +118,7 @@ TEST(FirstHour, ABadModelDefaultsFileIsOneLine) {
            {"draws: film\n", "mmgen.yaml: draws must be stills"},
            {"steps: 3\n", "unknown option 'steps' (mmgen calls it num_inference_steps)"},
            {"model_path: elsewhere\n", "a model folder's defaults may not set model_path"},
+           {"vae_path: other\n", "a model folder's defaults may not replace its components"},
            {"height: [1\n", "mmgen.yaml"}}) {
     std::ofstream(model / "mmgen.yaml") << text;
     expect_one_line_error(
