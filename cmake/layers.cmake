@@ -55,6 +55,14 @@ function(mmgen_layer name folder)
   add_library(mmgen_${name} STATIC ${sources})
   target_include_directories(mmgen_${name} PRIVATE ${view})
   mmgen_precompile(mmgen_${name})
+  if(MMGEN_UNITY)
+    # A unity build: the C++ files of a layer compile 16 to a translation unit, so the headers
+    # every file includes are parsed once per batch (the executable's build on 2 cores: 2 min 40 s
+    # instead of about 3 min 50 s). File-local names must therefore be distinct within a layer
+    # (the build says which collide). -DMMGEN_UNITY=OFF rebuilds single files faster while
+    # editing. The .cu files compile one by one either way.
+    set_target_properties(mmgen_${name} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 16)
+  endif()
   if(lower)
     target_link_libraries(mmgen_${name} PUBLIC ${lower})
   endif()

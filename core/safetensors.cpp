@@ -93,7 +93,8 @@ SafetensorsFile SafetensorsFile::open(const fs::path& path) {
         header_length, size);
   const char* header_begin = reinterpret_cast<const char*>(result.file_->data() + 8);
   const json header = parse_json(std::string_view(header_begin, size_t(header_length)),
-                                 where + " header", "the file is damaged or not safetensors");
+                                 where + " header", "the file is damaged or not safetensors",
+                                 /*unique_keys=*/true);
   check(header.is_object(), "{}: the header is not a JSON object", where);
 
   result.data_start_ = size_t(8 + header_length);

@@ -1,5 +1,7 @@
 #include "core/text.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdint>
 
@@ -47,6 +49,34 @@ size_t invalid_utf8_offset(std::string_view text) {
     pos += length;
   }
   return std::string_view::npos;
+}
+
+std::string text_for_message(std::string_view text, size_t max_chars) {
+  std::string out;
+  size_t pos = 0, shown = 0;
+  auto escape = [&](unsigned char byte) { out += fmt::format("\\x{:02X}", byte); };
+  while (pos < text.size() && shown < max_chars) {
+    const unsigned char lead = static_cast<unsigned char>(text[pos]);
+    size_t length = 1;
+    if (lead >= 0x80) {
+      // One valid UTF-8 sequence (the check stops at its first bad byte), or the byte alone.
+      const size_t want = (lead & 0xE0) == 0xC0 ? 2 : (lead & 0xF0) == 0xE0 ? 3 : 4;
+      length = invalid_utf8_offset(text.substr(pos, 4)) != 0 ? want : 0;
+    }
+    if (length == 0 || lead < 0x20 || lead == 0x7F) {
+      escape(lead);
+      length = 1;
+    } else if (length == 2 && lead == 0xC2 && static_cast<unsigned char>(text[pos + 1]) < 0xA0) {
+      escape(lead);  // U+0080..U+009F: C1 controls (0x9B starts a terminal sequence)
+      escape(static_cast<unsigned char>(text[pos + 1]));
+    } else {
+      out.append(text.substr(pos, length));
+    }
+    pos += length;
+    ++shown;
+  }
+  if (pos < text.size()) out += fmt::format("... ({} bytes)", text.size());
+  return out;
 }
 
 bool is_integer_text(std::string_view text) {

@@ -14,6 +14,11 @@ namespace mmgen {
 // and code points past U+10FFFF are invalid), or std::string_view::npos when all of it is valid.
 size_t invalid_utf8_offset(std::string_view text);
 
+// Untrusted text as an error message quotes it: control characters (C0, DEL and C1, so no
+// terminal escape gets through), NUL and bytes that are not UTF-8 become \xNN, and past
+// `max_chars` characters it is cut with "... (N bytes)". A tensor name, a key, a value from a file.
+std::string text_for_message(std::string_view text, size_t max_chars = 120);
+
 // [-+]?[0-9]+
 bool is_integer_text(std::string_view text);
 

@@ -9,10 +9,12 @@
 #include <filesystem>
 #include <map>
 
+#include "core/config_fields.h"
 #include "core/error.h"
 #include "core/file.h"
 #include "core/fp8_convert.h"
 #include "core/gguf_convert.h"
+#include "core/json.h"
 #include "core/safetensors.h"
 #include "generate/options.h"
 #include "generate/settings.h"
@@ -79,9 +81,10 @@ int run_convert(const std::vector<std::string>& arguments) {
   nlohmann::json config;
   const fs::path config_file = (folder ? input : input.parent_path()) / "config.json";
   if (fs::exists(config_file))
-    config = nlohmann::json::parse(read_text_file(config_file), nullptr, false);
+    config = parse_json(read_text_file(config_file), config_file.string(),
+                        "fix the file or download it again");
   const std::string diffusers_class =
-      config.is_object() ? config.value("_class_name", std::string()) : std::string();
+      config_string(config, "_class_name", std::string(), config_file.string());
   const std::string name = (folder ? input : input.parent_path()).filename().string();
 
   const fs::path where = out.has_parent_path() ? out.parent_path() : fs::path(".");

@@ -4,6 +4,7 @@
 
 #include <cctype>
 
+#include "core/config_fields.h"
 #include "core/error.h"
 #include "core/yaml.h"
 
@@ -75,15 +76,17 @@ bool variant_matches(const json& variant, const ModelFacts& facts, const std::st
 
 }  // namespace
 
-int64_t wan_transformer_parameters(const json& config) {
-  const int64_t heads = config.value("num_attention_heads", int64_t(40));
-  const int64_t head_dim = config.value("attention_head_dim", int64_t(128));
-  const int64_t layers = config.value("num_layers", int64_t(40));
-  const int64_t ffn = config.value("ffn_dim", int64_t(13824));
-  const int64_t d = heads * head_dim;
+int64_t wan_transformer_parameters(const json& config, const std::string& where) {
+  // In double: each value may be up to Limits::kMaxConfigInteger, and d² then overflows int64.
+  const double heads = double(config_integer(config, "num_attention_heads", 40, where, 1));
+  const double head_dim = double(config_integer(config, "attention_head_dim", 128, where, 1));
+  const double layers = double(config_integer(config, "num_layers", 40, where, 1));
+  const double ffn = double(config_integer(config, "ffn_dim", 13824, where, 1));
+  const double d = heads * head_dim;
   // Per block: self- and cross-attention (q, k, v, out: 4 d x d with biases each), the
   // feed-forward (d x ffn in and out), norms and modulation.
-  return layers * (8 * (d * d + d) + 2 * d * ffn + ffn + 7 * d);
+  const double parameters = layers * (8 * (d * d + d) + 2 * d * ffn + ffn + 7 * d);
+  return parameters >= 9e18 ? int64_t(9e18) : int64_t(parameters);
 }
 
 PipelineDefaults pipeline_defaults_from_yaml(const std::string& yaml, const std::string& where,
@@ -141,7 +144,8 @@ PipelineDefaults load_pipeline_defaults(const PipelineSpec& spec, const ModelInd
   if (index.has("transformer") &&
       fs::exists(component_config_path(index.component("transformer")))) {
     facts.transformer_config = index.config("transformer");
-    facts.transformer_parameters = wan_transformer_parameters(facts.transformer_config);
+    facts.transformer_parameters = wan_transformer_parameters(
+        facts.transformer_config, component_config_path(index.component("transformer")).string());
   }
   return pipeline_defaults_from_yaml(embedded_config(spec.defaults_file),
                                      "configs/" + spec.defaults_file, facts);

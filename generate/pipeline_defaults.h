@@ -47,7 +47,8 @@ PipelineDefaults pipeline_defaults_from_yaml(const std::string& yaml, const std:
 
 // Parameters of a Wan transformer from its config (blocks' attention, cross-attention and
 // feed-forward weights, which are all but a fraction of a percent of it).
-int64_t wan_transformer_parameters(const nlohmann::json& transformer_config);
+int64_t wan_transformer_parameters(const nlohmann::json& transformer_config,
+                                   const std::string& where = "transformer config");
 
 // What the pipelines' configs/ files set for one option, so that --help, `mmgen options` and
 // docs/configuration.md show the defaults that actually apply rather than the built-in ones alone.

@@ -5,10 +5,11 @@
 #include <algorithm>
 #include <vector>
 
+#include "pipeline/memory_estimate.h"
+
 namespace mmgen {
 namespace {
 
-constexpr uint64_t kFloat = 4;
 // The im2col budget per thread (core/conv_cpu.cpp).
 constexpr uint64_t kColumnBudget = uint64_t(1) << 22;
 
@@ -36,7 +37,7 @@ uint64_t vae_bytes(const vae::AutoencoderKLConfig& config, int64_t height, int64
       plane *= 4;
     }
   }
-  return peak * kFloat;
+  return peak * kFloatBytes;
 }
 
 }  // namespace
@@ -44,7 +45,7 @@ uint64_t vae_bytes(const vae::AutoencoderKLConfig& config, int64_t height, int64
 uint64_t autoencoder_kl_image_bytes(const Request& request,
                                     const vae::AutoencoderKLConfig& config) {
   // The decoded image, then its channels-last copy in [0, 1] and the writer's 8-bit pixels.
-  return uint64_t(config.out_channels) * uint64_t(request.height * request.width) * kFloat;
+  return uint64_t(config.out_channels) * uint64_t(request.height * request.width) * kFloatBytes;
 }
 
 uint64_t autoencoder_kl_decode_bytes(const Request& request,
@@ -62,8 +63,9 @@ uint64_t autoencoder_kl_decode_bytes(const Request& request,
     const int64_t region = request.vae_tile_size + 2 * vae_config.tail_radius() * factor;
     const int64_t tile_h = std::min(request.height, region);
     const int64_t tile_w = std::min(request.width, region);
-    const uint64_t head = latent_plane * uint64_t(vae_config.block_out_channels.back()) * kFloat;
-    const uint64_t weights = uint64_t(request.height * request.width) * kFloat;
+    const uint64_t head =
+        latent_plane * uint64_t(vae_config.block_out_channels.back()) * kFloatBytes;
+    const uint64_t weights = uint64_t(request.height * request.width) * kFloatBytes;
     decoding = vae_bytes(vae_config, tile_h, tile_w, latent_plane) + head + weights + image;
   } else {
     decoding = vae_bytes(vae_config, request.height, request.width, latent_plane);

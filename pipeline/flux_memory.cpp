@@ -14,8 +14,6 @@
 namespace mmgen {
 namespace {
 
-constexpr uint64_t kFloat = 4;
-
 text_encoders::T5Config t5_config(const ModelIndex& index) {
   return text_encoders::T5Config::from_json(
       index.config("text_encoder_2"),
@@ -31,19 +29,19 @@ text_encoders::ClipTextConfig clip_config(const ModelIndex& index) {
 // One prompt at a time through T5 (max_sequence_length tokens) and CLIP (77): the residual, its
 // norm, q, k, v, the attention output, the gated MLP's two projections and their product, one
 // sequence's scores per head; the larger of the two.
-uint64_t text_encoder_bytes(const Request& request, const ModelIndex& index,
-                            const ModelInventory& inventory) {
+uint64_t flux_text_encoder_bytes(const Request& request, const ModelIndex& index,
+                                 const ModelInventory& inventory) {
   const text_encoders::T5Config t5 = t5_config(index);
   const uint64_t s = uint64_t(request.max_sequence_length), d = uint64_t(t5.d_model);
   const uint64_t t5_bytes = (3 * s * d + 4 * s * uint64_t(t5.inner_dim()) +
                              3 * s * uint64_t(t5.d_ff) + uint64_t(t5.num_heads) * s * s) *
-                                kFloat +
+                                kFloatBytes +
                             layer_conversion_bytes(inventory, "text_encoder_2", t5.num_layers);
   const text_encoders::ClipTextConfig clip = clip_config(index);
   const uint64_t c = uint64_t(clip.max_position_embeddings), h = uint64_t(clip.hidden_size);
   const uint64_t clip_bytes = (7 * c * h + 2 * c * uint64_t(clip.intermediate_size) +
                                uint64_t(clip.num_attention_heads) * c * c) *
-                              kFloat;
+                              kFloatBytes;
   return std::max(t5_bytes, clip_bytes);
 }
 
@@ -65,7 +63,7 @@ MemoryEstimate estimate_flux_memory(const Request& request, const ModelIndex& in
   const int64_t latent_w = 2 * (request.width / (2 * factor));
   const auto config = dit::FluxConfig::from_json(
       index.config("transformer"), component_config_path(index.component("transformer")).string());
-  estimate.text_encoding = text_encoder_bytes(request, index, inventory);
+  estimate.text_encoding = flux_text_encoder_bytes(request, index, inventory);
   estimate.denoising =
       joint_dit_working_bytes({runs_true_cfg(request) ? 2 : 1, (latent_h / 2) * (latent_w / 2),
                                request.max_sequence_length, config.dim(), config.mlp_dim(),
@@ -86,7 +84,7 @@ GpuWeights estimate_flux_gpu_weights(const Request&, const ModelIndex& index,
                          text_encoders::UMT5Encoder::gpu_weight_bytes(t5_config(index));
   // Products in bf16; the biases and norms (under 0.1% of FLUX's parameters) counted alike.
   weights.transformer = component_parameters(inventory, "transformer") * 2;
-  weights.vae = component_parameters(inventory, "vae") * kFloat;
+  weights.vae = component_parameters(inventory, "vae") * kFloatBytes;
   return weights;
 }
 

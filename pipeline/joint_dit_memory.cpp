@@ -7,7 +7,6 @@
 namespace mmgen {
 namespace {
 
-constexpr uint64_t kFloat = 4;
 constexpr double kAllocatorSlack = 1.75;  // as pipeline/zimage_memory.cpp
 
 }  // namespace
@@ -29,7 +28,7 @@ uint64_t layer_conversion_bytes(const ModelInventory& inventory, const char* com
   const int64_t stored_f32 =
       found->dtype_parameters.count("f32") ? found->dtype_parameters.at("f32") : 0;
   const int64_t converted = found->parameters - stored_f32;
-  return converted > 0 ? uint64_t(converted / layers) * kFloat : 0;
+  return converted > 0 ? uint64_t(converted / layers) * kFloatBytes : 0;
 }
 
 bool runs_true_cfg(const Request& request) {
@@ -44,14 +43,14 @@ uint64_t joint_dit_working_bytes(const JointDitShape& s) {
       items * sequence * (12 * uint64_t(s.dim) + 2 * uint64_t(s.mlp_dim) + uint64_t(s.head_dim));
   const uint64_t attention = uint64_t(std::max(1, omp_get_max_threads())) * 128 * sequence;
   const uint64_t state = 8 * uint64_t(s.image_tokens) * uint64_t(s.in_channels);
-  return (block + attention + state) * kFloat;
+  return (block + attention + state) * kFloatBytes;
 }
 
 void finish_joint_dit_estimate(MemoryEstimate& estimate, const Request& request,
                                uint64_t latent_values) {
   if (request.device == "cuda") {
     estimate.text_encoding = 0;
-    estimate.denoising = 6 * latent_values * kFloat;
+    estimate.denoising = 6 * latent_values * kFloatBytes;
     estimate.decoding = estimate.output + estimate.output / 4;
   }
   for (uint64_t* stage : {&estimate.text_encoding, &estimate.denoising, &estimate.decoding})

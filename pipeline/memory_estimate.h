@@ -13,6 +13,9 @@
 
 namespace mmgen {
 
+// The estimators count activations in float32, as the CPU code computes them.
+inline constexpr uint64_t kFloatBytes = 4;
+
 struct MemoryEstimate {
   uint64_t weights = 0;        // component tensors, mapped for the whole run
   uint64_t overhead = 0;       // runtime, tokenizer tables, libraries

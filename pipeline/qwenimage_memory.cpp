@@ -10,12 +10,10 @@
 namespace mmgen {
 namespace {
 
-constexpr uint64_t kFloat = 4;
-
 // The prompt (and the negative one), each the template plus up to max_sequence_length tokens, in
 // one packed forward: every layer's KV pool, allocated whole, and one layer's activations.
-uint64_t text_encoder_bytes(const Request& request, const ModelIndex& index,
-                            const ModelInventory& inventory) {
+uint64_t qwenimage_text_encoder_bytes(const Request& request, const ModelIndex& index,
+                                      const ModelInventory& inventory) {
   const auto config = text_encoders::Qwen3Config::from_json(
       index.config("text_encoder"),
       component_config_path(index.component("text_encoder")).string());
@@ -29,7 +27,7 @@ uint64_t text_encoder_bytes(const Request& request, const ModelIndex& index,
   const uint64_t activations =
       3 * t * hidden + t * (2 * uint64_t(config.q_width()) + 2 * uint64_t(config.kv_width())) +
       3 * t * uint64_t(config.intermediate_size) + uint64_t(config.num_attention_heads) * s * s;
-  return (pool + activations) * kFloat +
+  return (pool + activations) * kFloatBytes +
          layer_conversion_bytes(inventory, "text_encoder", config.num_hidden_layers);
 }
 
@@ -53,13 +51,13 @@ MemoryEstimate estimate_qwen_image_memory(const Request& request, const ModelInd
   const int64_t latent_w = 2 * (request.width / (2 * factor));
   const auto config = dit::QwenImageConfig::from_json(
       index.config("transformer"), component_config_path(index.component("transformer")).string());
-  estimate.text_encoding = text_encoder_bytes(request, index, inventory);
+  estimate.text_encoding = qwenimage_text_encoder_bytes(request, index, inventory);
   estimate.denoising =
       joint_dit_working_bytes({runs_true_cfg(request) ? 2 : 1, (latent_h / 2) * (latent_w / 2),
                                request.max_sequence_length, config.dim(), config.mlp_dim(),
                                config.attention_head_dim, config.in_channels}) +
       layer_conversion_bytes(inventory, "transformer", config.num_layers);
-  estimate.output = 3 * uint64_t(request.height * request.width) * kFloat;
+  estimate.output = 3 * uint64_t(request.height * request.width) * kFloatBytes;
   estimate.decoding = wan_vae_working_set(vae, request.height, request.width, 1);
   finish_joint_dit_estimate(estimate, request, uint64_t(latent_h * latent_w) * 16);
   return estimate;
@@ -72,7 +70,7 @@ GpuWeights estimate_qwen_image_gpu_weights(const Request&, const ModelIndex&,
   // as an upper bound).
   weights.text_encoder = component_parameters(inventory, "text_encoder") * 2;
   weights.transformer = component_parameters(inventory, "transformer") * 2;
-  weights.vae = component_parameters(inventory, "vae") * kFloat;
+  weights.vae = component_parameters(inventory, "vae") * kFloatBytes;
   return weights;
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 
+#include "core/config_fields.h"
 #include "core/error.h"
 #include "models/dit/zimage_config.h"
 #include "pipeline/flux_memory.h"
@@ -32,11 +33,10 @@ WanGeometry wan_geometry(const ModelIndex& index) {
   WanGeometry geometry;
   if (!index.has("vae")) return geometry;
   const nlohmann::json& config = index.config("vae");
-  geometry.z_dim = config.value("z_dim", geometry.z_dim);
-  geometry.temporal = config.value("scale_factor_temporal", geometry.temporal);
-  geometry.spatial = config.value("scale_factor_spatial", geometry.spatial);
-  check(geometry.z_dim > 0 && geometry.temporal > 0 && geometry.spatial > 0,
-        "{}: z_dim and scale factors must be positive", index.component("vae").path.string());
+  const std::string where = component_config_path(index.component("vae")).string();
+  geometry.z_dim = config_integer(config, "z_dim", geometry.z_dim, where, 1);
+  geometry.temporal = config_integer(config, "scale_factor_temporal", geometry.temporal, where, 1);
+  geometry.spatial = config_integer(config, "scale_factor_spatial", geometry.spatial, where, 1);
   return geometry;
 }
 
@@ -120,8 +120,9 @@ void validate_zimage(const Request& request, const ModelIndex& index) {
 
 Shape zimage_latent_shape(const Request& request, const ModelIndex& index) {
   const int64_t factor = zimage_spatial_factor(index);
-  const nlohmann::json& transformer = index.config("transformer");
-  const int64_t channels = transformer.value("in_channels", int64_t(16));
+  const int64_t channels =
+      config_integer(index.config("transformer"), "in_channels", 16,
+                     component_config_path(index.component("transformer")).string(), 1);
   return {1, channels, request.height / factor, request.width / factor};
 }
 
@@ -137,7 +138,9 @@ void validate_flux(const Request& request, const ModelIndex& index) {
 
 Shape flux_latent_shape(const Request& request, const ModelIndex& index) {
   const int64_t factor = zimage_spatial_factor(index);
-  const int64_t channels = index.config("vae").value("latent_channels", int64_t(16));
+  const int64_t channels =
+      config_integer(index.config("vae"), "latent_channels", 16,
+                     component_config_path(index.component("vae")).string(), 1);
   return {1, channels, 2 * (request.height / (2 * factor)), 2 * (request.width / (2 * factor))};
 }
 
@@ -166,7 +169,8 @@ void validate_qwen_image(const Request& request, const ModelIndex& index) {
 
 Shape qwen_image_latent_shape(const Request& request, const ModelIndex& index) {
   const int64_t factor = qwen_image_spatial_factor(index);
-  const int64_t channels = index.config("vae").value("z_dim", int64_t(16));
+  const int64_t channels = config_integer(
+      index.config("vae"), "z_dim", 16, component_config_path(index.component("vae")).string(), 1);
   return {1, channels, 2 * (request.height / (2 * factor)), 2 * (request.width / (2 * factor))};
 }
 
@@ -183,7 +187,8 @@ void note_zimage_options(const Request& request, const char* model,
                          std::vector<std::string>& notes) {
   for (const char* option : {"cfg-truncation", "cfg-normalization"})
     if (given(request, option))
-      notes.push_back(fmt::format("--{} has no effect on {}: only Z-Image reads it", option, model));
+      notes.push_back(
+          fmt::format("--{} has no effect on {}: only Z-Image reads it", option, model));
 }
 
 std::vector<std::string> unused_wan_settings(const Request& request) {

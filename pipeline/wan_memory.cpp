@@ -18,7 +18,6 @@ namespace mmgen {
 
 namespace {
 
-constexpr uint64_t kFloat = 4;
 // The process before any model: libraries, OpenMP pools, allocator arenas (measured ~40 MiB on
 // the tiny model; rounded up).
 constexpr uint64_t kRuntimeBytes = 64ull << 20;
@@ -48,11 +47,11 @@ uint64_t conversion_bytes(const ComponentInventory* component, int64_t layers) {
   const int64_t stored_f32 =
       component->dtype_parameters.count("f32") ? component->dtype_parameters.at("f32") : 0;
   const int64_t converted = component->parameters - stored_f32;
-  return converted > 0 ? uint64_t(converted / layers) * kFloat : 0;
+  return converted > 0 ? uint64_t(converted / layers) * kFloatBytes : 0;
 }
 
-uint64_t text_encoder_bytes(const Request& request, const ModelIndex& index,
-                            const ModelInventory& inventory) {
+uint64_t wan_text_encoder_bytes(const Request& request, const ModelIndex& index,
+                                const ModelInventory& inventory) {
   if (!index.has("text_encoder")) return 0;
   const auto config = text_encoders::T5Config::from_json(
       index.config("text_encoder"),
@@ -63,11 +62,11 @@ uint64_t text_encoder_bytes(const Request& request, const ModelIndex& index,
   // the gated feed-forward's two projections and their product.
   const uint64_t activations = (4 * s * model + 4 * s * inner + uint64_t(config.num_heads) * s * s +
                                 3 * s * uint64_t(config.d_ff)) *
-                               kFloat;
+                               kFloatBytes;
   // The paged backend keeps every layer's keys and values of the prompt.
-  const uint64_t kv = uint64_t(config.num_layers) * 2 * s * inner * kFloat;
+  const uint64_t kv = uint64_t(config.num_layers) * 2 * s * inner * kFloatBytes;
   // Two prompts (with guidance) encoded one after the other; their embeddings stay.
-  const uint64_t embeddings = 2 * s * model * kFloat;
+  const uint64_t embeddings = 2 * s * model * kFloatBytes;
   return activations + kv + embeddings +
          conversion_bytes(inventory.find("text_encoder"), config.num_layers);
 }
@@ -93,7 +92,7 @@ uint64_t transformer_bytes(const Request& request, const ModelIndex& index,
   uint64_t latent_elements = 1;
   for (int64_t size : latent) latent_elements *= uint64_t(size);
   const uint64_t state = 8 * latent_elements;
-  return (block + attention + state) * kFloat +
+  return (block + attention + state) * kFloatBytes +
          conversion_bytes(inventory.find("transformer"), config.num_layers);
 }
 
@@ -153,7 +152,7 @@ uint64_t wan_vae_working_set(const nlohmann::json& config_json, int64_t height, 
   // The mid block's attention: q, k, v over the latent plane and each thread's score rows.
   const uint64_t attention =
       3 * dims[0] * h0 * w0 + uint64_t(omp_get_max_threads()) * 128 * h0 * w0;
-  return (history + std::max(peak, attention)) * kFloat;
+  return (history + std::max(peak, attention)) * kFloatBytes;
 }
 
 MemoryEstimate estimate_wan_memory(const Request& request, const ModelIndex& index,
@@ -171,12 +170,12 @@ MemoryEstimate estimate_wan_memory(const Request& request, const ModelIndex& ind
   const Shape latent = {1, vae_config.z_dim,
                         (request.num_frames - 1) / vae_config.scale_factor_temporal + 1,
                         request.height / spatial, request.width / spatial};
-  estimate.text_encoding = text_encoder_bytes(request, index, inventory);
+  estimate.text_encoding = wan_text_encoder_bytes(request, index, inventory);
   estimate.denoising = transformer_bytes(request, index, inventory, latent);
 
   const uint64_t frames = uint64_t(vae_config.output_frames(latent[2]));
   const uint64_t video = frames * uint64_t(vae_config.out_channels) * uint64_t(request.height) *
-                         uint64_t(request.width) * kFloat;
+                         uint64_t(request.width) * kFloatBytes;
   if (request.vae_tiling) {
     // A tile's core plus the halo on both sides (models/vae/tiled_decode.h), inside the frame.
     const int64_t region = request.vae_tile_size + 2 * vae_config.tail_radius() * spatial;
@@ -185,9 +184,10 @@ MemoryEstimate estimate_wan_memory(const Request& request, const ModelIndex& ind
     // The heads of every latent frame are kept at latent resolution (the decoder's widest
     // channel count).
     const uint64_t heads = uint64_t(latent[2] * latent[3] * latent[4]) *
-                           uint64_t(vae_config.decoder_dim() * vae_config.dim_mult.back()) * kFloat;
+                           uint64_t(vae_config.decoder_dim() * vae_config.dim_mult.back()) *
+                           kFloatBytes;
     // The weight plane of the blend.
-    const uint64_t weights = uint64_t(request.height * request.width) * kFloat;
+    const uint64_t weights = uint64_t(request.height * request.width) * kFloatBytes;
     estimate.decoding = wan_vae_working_set(vae_json, tile_h, tile_w, latent[2]) + heads + weights;
   } else {
     estimate.decoding = wan_vae_working_set(vae_json, request.height, request.width, latent[2]);
@@ -201,7 +201,7 @@ MemoryEstimate estimate_wan_memory(const Request& request, const ModelIndex& ind
     uint64_t latent_elements = 1;
     for (int64_t size : latent) latent_elements *= uint64_t(size);
     estimate.text_encoding = 0;
-    estimate.denoising = 2 * latent_elements * kFloat;
+    estimate.denoising = 2 * latent_elements * kFloatBytes;
     estimate.decoding = 0;
   }
   estimate.decoding = std::max(estimate.decoding, video + video / 4);
@@ -236,7 +236,7 @@ GpuWeights estimate_wan_gpu_weights(const Request& request, const ModelIndex& in
   weights.transformer_streamed =
       dit::WanTransformer::gpu_weight_bytes(transformer, request.gpu_fp8_products, true, types);
   if (const ComponentInventory* vae = inventory.find("vae"))
-    weights.vae = uint64_t(vae->parameters) * kFloat;
+    weights.vae = uint64_t(vae->parameters) * kFloatBytes;
   return weights;
 }
 

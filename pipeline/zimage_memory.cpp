@@ -14,7 +14,6 @@ namespace mmgen {
 
 namespace {
 
-constexpr uint64_t kFloat = 4;
 // As pipeline/wan_memory.cpp: the process before any model, a parsed tokenizer against its files,
 // the im2col budget per thread (core/conv_cpu.cpp) and the allocator's fragmentation slack.
 constexpr uint64_t kRuntimeBytes = 64ull << 20;
@@ -34,7 +33,7 @@ uint64_t conversion_bytes(const ComponentInventory* component, int64_t layers) {
   const int64_t stored_f32 =
       component->dtype_parameters.count("f32") ? component->dtype_parameters.at("f32") : 0;
   const int64_t converted = component->parameters - stored_f32;
-  return converted > 0 ? uint64_t(converted / layers) * kFloat : 0;
+  return converted > 0 ? uint64_t(converted / layers) * kFloatBytes : 0;
 }
 
 uint64_t round_up(uint64_t value, uint64_t multiple) {
@@ -43,8 +42,8 @@ uint64_t round_up(uint64_t value, uint64_t multiple) {
 
 // Prompt and negative prompt, each at most max_sequence_length tokens, packed into one forward of
 // the first L − 1 layers.
-uint64_t text_encoder_bytes(const Request& request, const ModelIndex& index,
-                            const ModelInventory& inventory) {
+uint64_t zimage_text_encoder_bytes(const Request& request, const ModelIndex& index,
+                                   const ModelInventory& inventory) {
   const auto config = text_encoders::Qwen3Config::from_json(
       index.config("text_encoder"),
       component_config_path(index.component("text_encoder")).string());
@@ -63,7 +62,7 @@ uint64_t text_encoder_bytes(const Request& request, const ModelIndex& index,
       3 * t * hidden + t * (2 * uint64_t(config.q_width()) + 2 * uint64_t(config.kv_width())) +
       3 * t * uint64_t(config.intermediate_size) + uint64_t(config.num_attention_heads) * s * s;
   const uint64_t embeddings = t * hidden;
-  return (pool + activations + embeddings) * kFloat +
+  return (pool + activations + embeddings) * kFloatBytes +
          conversion_bytes(inventory.find("text_encoder"), config.num_hidden_layers);
 }
 
@@ -88,7 +87,7 @@ uint64_t transformer_bytes(const Request& request, const ModelIndex& index,
   // Latents, the predictions, the guided and negated copies, the scheduler's output.
   const uint64_t latent = uint64_t(config.in_channels * latent_h * latent_w);
   const uint64_t state = 8 * latent;
-  return (block + attention + state) * kFloat +
+  return (block + attention + state) * kFloatBytes +
          conversion_bytes(inventory.find("transformer"), config.n_layers);
 }
 
@@ -105,7 +104,7 @@ MemoryEstimate estimate_zimage_memory(const Request& request, const ModelIndex& 
   const auto vae_config = vae::AutoencoderKLConfig::from_json(
       index.config("vae"), component_config_path(index.component("vae")).string());
   const int64_t factor = vae_config.spatial_factor();
-  estimate.text_encoding = text_encoder_bytes(request, index, inventory);
+  estimate.text_encoding = zimage_text_encoder_bytes(request, index, inventory);
   estimate.denoising =
       transformer_bytes(request, index, inventory, request.height / factor, request.width / factor);
   estimate.output = autoencoder_kl_image_bytes(request, vae_config);
@@ -115,7 +114,7 @@ MemoryEstimate estimate_zimage_memory(const Request& request, const ModelIndex& 
     // The encoder, the transformer and the VAE run on the GPU: the host holds the mapped weights,
     // the latents and the image coming back (GPU memory is not estimated yet).
     const uint64_t latents = uint64_t(request.height / factor) * uint64_t(request.width / factor) *
-                             uint64_t(vae_config.latent_channels) * kFloat;
+                             uint64_t(vae_config.latent_channels) * kFloatBytes;
     estimate.text_encoding = 0;
     estimate.denoising = 4 * latents;
     estimate.decoding = image + image / 4;

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -242,20 +243,22 @@ TEST(BackendConfigValidation, WrongTypesAndRangesNameTheKeyAndWhatItAccepts) {
       {"sparsity=1.2.3", "video_sparse_attn", {"sparsity must be a number", "\"1.2.3\""}},
       {"skip_time_steps=2.5,sta_mode=STA_tuning",
        "sliding_tile_attn",
-       {"skip_time_steps must be a whole number >= 0", "got 2.5"}},
-      {"skip_time_steps=-1,sta_mode=STA_tuning", "sliding_tile_attn", {"whole number >= 0"}},
+       {"skip_time_steps must be a whole number in [0, 10000]", "got 2.5"}},
+      {"skip_time_steps=-1,sta_mode=STA_tuning",
+       "sliding_tile_attn",
+       {"whole number in [0, 10000]"}},
       {"sta_mode=fast",
        "sliding_tile_attn",
        {"sta_mode must be one of STA_inference, STA_searching, STA_tuning, STA_tuning_cfg"}},
       {"tile_size=[6,8],sta_mode=STA_tuning",
        "sliding_tile_attn",
-       {"tile_size must be a list of 3 whole numbers >= 1", "[6,8,8]", "got [6,8]"}},
+       {"tile_size must be a list of 3 whole numbers in [1, 4096]", "[6,8,8]", "got [6,8]"}},
       {"tile_size=[6,0,8],sta_mode=STA_tuning", "sliding_tile_attn", {"tile_size must be"}},
       {"spatial_chunk_size=3", "vmoba_attn", {"spatial_chunk_size must be a list of 2"}},
       {"moba_threshold=0", "vmoba_attn", {"moba_threshold must be a number in (0, 1]"}},
       {"moba_select_mode=best", "vmoba_attn", {"one of threshold, topk"}},
       {"moba_threshold_type=block", "vmoba_attn", {"one of query_head, head_global, overall"}},
-      {"temporal_topk=0", "vmoba_attn", {"temporal_topk must be a whole number >= 1"}},
+      {"temporal_topk=0", "vmoba_attn", {"temporal_topk must be a whole number in [1, 1048576]"}},
       {"topk=0", "sla_attn", {"topk must be a number in (0, 1]"}},
       {"feature_map=hedgehog", "sla_attn", {"one of softmax, elu, relu"}},
       {"smooth_k=1", "sage_attn", {"smooth_k must be true or false", "got 1"}},
@@ -274,6 +277,40 @@ TEST(BackendConfigValidation, WrongTypesAndRangesNameTheKeyAndWhatItAccepts) {
     for (const char* part : c.parts)
       EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' not in: " << message;
   }
+}
+
+void expect_error_parts(const std::string& spec, const std::string& backend,
+                        const std::vector<std::string>& parts) {
+  SCOPED_TRACE(spec);
+  const std::string message = error_of([&] { validate(spec, backend); });
+  for (const auto& part : parts)
+    EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' not in: " << message;
+}
+
+// Every whole-number setting has both bounds, within the config-integer limit: a tile of 2^32
+// tokens per axis once wrapped its volume to 0 and divided by it (SIGFPE, issue 52).
+TEST(BackendConfigValidation, EveryIntegerSettingIsBounded) {
+  int checked = 0;
+  for (const BackendInfo& backend : backend_catalogue())
+    for (const ConfigKey& key : backend.config) {
+      if (key.type != ConfigType::Int && key.type != ConfigType::IntList) continue;
+      SCOPED_TRACE(std::string(backend.name) + "." + std::string(key.name));
+      ASSERT_TRUE(key.min.has_value());
+      ASSERT_TRUE(key.max.has_value());
+      EXPECT_LE(*key.max, double(int64_t(1) << 24));
+      // A list's product (a tile's volume) stays far inside int64.
+      if (key.type == ConfigType::IntList && key.list_length > 0) {
+        EXPECT_LE(std::pow(*key.max, double(key.list_length)), 1e15);
+      }
+      ++checked;
+    }
+  EXPECT_GE(checked, 15);
+  expect_error_parts("tile_size=[4294967296,4294967296,1]", "sliding_tile_attn",
+                     {"tile_size must be a list of 3 whole numbers in [1, 4096]"});
+  expect_error_parts("tile_size=[2097152,2097152,4194304]", "sliding_tile_attn",
+                     {"tile_size must be"});
+  expect_error_parts("num_q_centroids=18446744073709551615", "sparse_video_gen_2_attn",
+                     {"num_q_centroids must be a whole number in [1, 1048576]"});
 }
 
 TEST(BackendConfigValidation, IntegersAreAcceptedForFloats) {

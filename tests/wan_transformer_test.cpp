@@ -90,7 +90,7 @@ TEST(WanTransformerConfig, RejectsUnsupportedSettings) {
             std::string::npos);
   EXPECT_NE(error_of([] {
               WanTransformerConfig::from_json({{"num_layers", "30"}});
-            }).find("'num_layers' must be an integer"),
+            }).find("\"num_layers\" must be an integer"),
             std::string::npos);
   EXPECT_NE(error_of([] {
               WanTransformerConfig::from_json({{"patch_size", {1, 2}}});

@@ -83,7 +83,7 @@ TEST(ZImageConfig, RefusesUnsupportedValuesNamingKeyAndFile) {
       {{{"axes_dims", {32, 48}}}, "'axes_dims'"},
       {{{"axes_dims", {32, 48, 50}}}, "'axes_dims'"},
       {{{"dim", 3841}}, "'dim'"},
-      {{{"n_layers", "30"}}, "'n_layers'"},
+      {{{"n_layers", "30"}}, "\"n_layers\""},
       {{{"rope_theta", "256"}}, "'rope_theta'"},
       {{{"_class_name", "WanTransformer3DModel"}}, "_class_name"},
   };

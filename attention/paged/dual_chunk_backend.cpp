@@ -18,9 +18,6 @@ namespace mmgen::attention::paged {
 
 namespace {
 
-constexpr int64_t kQueryTile = 64;
-constexpr int64_t kKeyBlock = 256;
-
 // Tokens first .. first + count − 1 of a request's new tokens, all in one chunk, one KV head.
 std::vector<TileTask> chunk_tile_tasks(const ForwardBatch& batch, const PagedLayer& layer) {
   const int64_t chunk_len = layer.dual_chunk.chunk_len();

@@ -15,10 +15,6 @@ namespace mmgen::attention::paged {
 
 namespace {
 
-constexpr int64_t kQueryTile = 64;
-// Keys per step: GPU tiles are 64 to 128; CPU GEMMs like more.
-constexpr int64_t kKeyBlock = 256;
-
 class Fa3Backend final : public PagedAttentionBackend {
  public:
   std::string_view name() const override { return "fa3"; }

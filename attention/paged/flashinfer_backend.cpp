@@ -18,10 +18,6 @@ namespace mmgen::attention::paged {
 
 namespace {
 
-constexpr int64_t kQueryTile = 64;
-// Keys per step: GPU tiles are 64 to 128; CPU GEMMs like more.
-constexpr int64_t kKeyBlock = 256;
-
 class FlashInferBackend final : public PagedAttentionBackend {
  public:
   explicit FlashInferBackend(bool use_ragged) : use_ragged_(use_ragged) {}

@@ -19,8 +19,6 @@ namespace mmgen::attention::paged {
 
 namespace {
 
-constexpr int64_t kQueryTile = 64;
-constexpr int64_t kKeyBlock = 256;
 constexpr int64_t kFlashMlaPage = 64;
 constexpr int64_t kFlashMlaSplitKeys = 512;  // keys per decode split
 

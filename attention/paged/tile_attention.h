@@ -31,6 +31,11 @@ namespace mmgen::attention::paged {
 using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
+// The tile every CPU design uses: queries per tile, and keys per step (GPU tiles are 64 to 128;
+// the CPU's GEMMs like more).
+constexpr int64_t kQueryTile = 64;
+constexpr int64_t kKeyBlock = 256;
+
 // The keys a query sees are one interval of key positions: causal (k ≤ q), the sliding window
 // (causal: k ≥ q − w; encoder-only: |q − k| ≤ w) and padding (k < valid_len) all cut it.
 struct VisibleKeys {

@@ -11,8 +11,6 @@ namespace mmgen::attention::paged {
 
 namespace {
 
-constexpr int64_t kQueryTile = 64;
-
 class TorchNativeBackend final : public PagedAttentionBackend {
  public:
   std::string_view name() const override { return "torch_native"; }

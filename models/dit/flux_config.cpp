@@ -1,8 +1,8 @@
 #include "models/dit/flux_config.h"
 
+#include "core/config_fields.h"
 #include "core/error.h"
 #include "core/json.h"
-#include "models/dit/config_fields.h"
 
 namespace mmgen::dit {
 
@@ -38,26 +38,27 @@ FluxConfig FluxConfig::from_json(const json& config, const std::string& where) {
           "{}: _class_name is {}, expected \"FluxTransformer2DModel\"", where, name.dump());
   }
   FluxConfig result;
-  result.patch_size = read_int(config, "patch_size", result.patch_size, where);
-  result.in_channels = read_int(config, "in_channels", result.in_channels, where);
-  result.out_channels = read_int(config, "out_channels", result.in_channels, where);
-  result.num_layers = read_int(config, "num_layers", result.num_layers, where);
-  result.num_single_layers = read_int(config, "num_single_layers", result.num_single_layers, where);
+  result.patch_size = config_integer(config, "patch_size", result.patch_size, where);
+  result.in_channels = config_integer(config, "in_channels", result.in_channels, where);
+  result.out_channels = config_integer(config, "out_channels", result.in_channels, where);
+  result.num_layers = config_integer(config, "num_layers", result.num_layers, where);
+  result.num_single_layers =
+      config_integer(config, "num_single_layers", result.num_single_layers, where);
   result.attention_head_dim =
-      read_int(config, "attention_head_dim", result.attention_head_dim, where);
+      config_integer(config, "attention_head_dim", result.attention_head_dim, where);
   result.num_attention_heads =
-      read_int(config, "num_attention_heads", result.num_attention_heads, where);
+      config_integer(config, "num_attention_heads", result.num_attention_heads, where);
   result.joint_attention_dim =
-      read_int(config, "joint_attention_dim", result.joint_attention_dim, where);
+      config_integer(config, "joint_attention_dim", result.joint_attention_dim, where);
   result.pooled_projection_dim =
-      read_int(config, "pooled_projection_dim", result.pooled_projection_dim, where);
-  if (is_set(config, "guidance_embeds")) {
+      config_integer(config, "pooled_projection_dim", result.pooled_projection_dim, where);
+  if (config_has(config, "guidance_embeds")) {
     const json& value = config.at("guidance_embeds");
     check(value.is_boolean(), "{}: 'guidance_embeds' must be true or false, got {}", where,
           value.dump());
     result.guidance_embeds = value.get<bool>();
   }
-  if (is_set(config, "axes_dims_rope")) {
+  if (config_has(config, "axes_dims_rope")) {
     const json& value = config.at("axes_dims_rope");
     check(value.is_array() && value.size() == 3 && value[0].is_number_integer() &&
               value[1].is_number_integer() && value[2].is_number_integer(),

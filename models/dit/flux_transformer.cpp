@@ -13,8 +13,8 @@ namespace {
 
 // diffusers' Timesteps(256, flip_sin_to_cos=True, downscale_freq_shift=0) for the timestep and
 // the guidance alike.
-constexpr int64_t kTimestepChannels = 256;
-constexpr float kEps = 1e-6f;
+constexpr int64_t kFluxTimestepChannels = 256;
+constexpr float kFluxNormEps = 1e-6f;
 
 FluxConfig validated(FluxConfig config) {
   config.validate("transformer config");
@@ -82,8 +82,8 @@ Tensor FluxTransformer::conditioning(const FluxItem& item) const {
   // The model scales in float32 (timestep.to(dtype) * 1000), which is not always the scheduler's
   // timestep again after the pipeline's division.
   const auto sinusoid = [](float value) {
-    return Tensor::from_vector({1, kTimestepChannels},
-                               timestep_sinusoid(value * 1000.0f, kTimestepChannels));
+    return Tensor::from_vector({1, kFluxTimestepChannels},
+                               timestep_sinusoid(value * 1000.0f, kFluxTimestepChannels));
   };
   Tensor temb = embed(sinusoid(item.timestep), w.time_1, w.time_2, compute_);
   if (config_.guidance_embeds)
@@ -178,8 +178,8 @@ std::vector<Tensor> FluxTransformer::forward(const std::vector<FluxItem>& batch,
     const Tensor mod = ops::linear(conditionings[size_t(i)], outer.norm_out.weight,
                                    outer.norm_out.bias, DType::F32)
                            .view({2, dim});
-    const Tensor normed =
-        ops::modulated_layer_norm(image, mod.select(0, 1), mod.select(0, 0), kEps, compute_);
+    const Tensor normed = ops::modulated_layer_norm(image, mod.select(0, 1), mod.select(0, 0),
+                                                    kFluxNormEps, compute_);
     outputs.push_back(ops::linear(normed, outer.proj_out.weight, outer.proj_out.bias, DType::F32)
                           .to(Device::CPU));
     joints[size_t(i)] = Tensor();

@@ -1,8 +1,8 @@
 #include "models/dit/qwenimage_config.h"
 
+#include "core/config_fields.h"
 #include "core/error.h"
 #include "core/json.h"
-#include "models/dit/config_fields.h"
 
 namespace mmgen::dit {
 
@@ -38,7 +38,7 @@ QwenImageConfig QwenImageConfig::from_json(const json& config, const std::string
   }
   for (const char* key :
        {"guidance_embeds", "zero_cond_t", "use_additional_t_cond", "use_layer3d_rope"}) {
-    if (!is_set(config, key)) continue;
+    if (!config_has(config, key)) continue;
     const json& value = config.at(key);
     check(value.is_boolean(), "{}: '{}' must be true or false, got {}", where, key, value.dump());
     // guidance_embeds is a dead key in diffusers (QwenTimestepProjEmbeddings has no guidance
@@ -49,20 +49,20 @@ QwenImageConfig QwenImageConfig::from_json(const json& config, const std::string
           where, key);
   }
   QwenImageConfig result;
-  result.patch_size = read_int(config, "patch_size", result.patch_size, where);
-  result.in_channels = read_int(config, "in_channels", result.in_channels, where);
+  result.patch_size = config_integer(config, "patch_size", result.patch_size, where);
+  result.in_channels = config_integer(config, "in_channels", result.in_channels, where);
   // diffusers: `out_channels or in_channels`, the default 16 when the key is absent.
   if (config.contains("out_channels"))
-    result.out_channels = read_int(config, "out_channels", result.in_channels, where);
+    result.out_channels = config_integer(config, "out_channels", result.in_channels, where);
   if (result.out_channels == 0) result.out_channels = result.in_channels;
-  result.num_layers = read_int(config, "num_layers", result.num_layers, where);
+  result.num_layers = config_integer(config, "num_layers", result.num_layers, where);
   result.attention_head_dim =
-      read_int(config, "attention_head_dim", result.attention_head_dim, where);
+      config_integer(config, "attention_head_dim", result.attention_head_dim, where);
   result.num_attention_heads =
-      read_int(config, "num_attention_heads", result.num_attention_heads, where);
+      config_integer(config, "num_attention_heads", result.num_attention_heads, where);
   result.joint_attention_dim =
-      read_int(config, "joint_attention_dim", result.joint_attention_dim, where);
-  if (is_set(config, "axes_dims_rope")) {
+      config_integer(config, "joint_attention_dim", result.joint_attention_dim, where);
+  if (config_has(config, "axes_dims_rope")) {
     const json& value = config.at("axes_dims_rope");
     check(value.is_array() && value.size() == 3 && value[0].is_number_integer() &&
               value[1].is_number_integer() && value[2].is_number_integer(),

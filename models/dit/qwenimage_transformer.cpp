@@ -11,9 +11,9 @@
 namespace mmgen::dit {
 namespace {
 
-constexpr int64_t kTimestepChannels = 256;
+constexpr int64_t kQwenTimestepChannels = 256;
 // txt_norm and norm_out are built with eps 1e-6.
-constexpr float kEps = 1e-6f;
+constexpr float kQwenNormEps = 1e-6f;
 
 QwenImageConfig validated(QwenImageConfig config) {
   config.validate("transformer config");
@@ -25,8 +25,8 @@ QwenImageConfig validated(QwenImageConfig config) {
 // after the product, each rounded to float32) and f_i = exp(−ln(10000)·i / 128). Not
 // timestep_sinusoid(t · 1000), whose roundings are FLUX's.
 Tensor timestep_sinusoid_scaled(float timestep) {
-  constexpr int64_t half = kTimestepChannels / 2;
-  std::vector<float> out(static_cast<size_t>(kTimestepChannels));
+  constexpr int64_t half = kQwenTimestepChannels / 2;
+  std::vector<float> out(static_cast<size_t>(kQwenTimestepChannels));
   const float log_period = float(-std::log(10000.0));
   for (int64_t i = 0; i < half; ++i) {
     const float exponent = (log_period * float(i)) / float(half);
@@ -35,7 +35,7 @@ Tensor timestep_sinusoid_scaled(float timestep) {
     out[size_t(i)] = float(std::cos(double(angle)));
     out[size_t(half + i)] = float(std::sin(double(angle)));
   }
-  return Tensor::from_vector({1, kTimestepChannels}, out);
+  return Tensor::from_vector({1, kQwenTimestepChannels}, out);
 }
 
 }  // namespace
@@ -111,7 +111,7 @@ std::vector<Tensor> QwenImageTransformer::forward(const std::vector<QwenImageIte
   for (const QwenImageItem& item : batch) {
     conditionings.push_back(conditioning(item));
     const Tensor text = item.text.to(DType::F32).contiguous().to(device_);
-    const Tensor normed = ops::rms_norm(text, outer.text_norm, kEps, compute_);
+    const Tensor normed = ops::rms_norm(text, outer.text_norm, kQwenNormEps, compute_);
     texts.push_back(ops::linear(normed, outer.text_in.weight, outer.text_in.bias, DType::F32));
     images.push_back(ops::linear(item.image.to(compute_).contiguous().to(device_),
                                  outer.image_in.weight, outer.image_in.bias, DType::F32));
@@ -150,7 +150,7 @@ std::vector<Tensor> QwenImageTransformer::forward(const std::vector<QwenImageIte
                                    outer.norm_out.bias, DType::F32)
                            .view({2, dim});
     const Tensor normed = ops::modulated_layer_norm(images[size_t(i)], mod.select(0, 1),
-                                                    mod.select(0, 0), kEps, compute_);
+                                                    mod.select(0, 0), kQwenNormEps, compute_);
     outputs.push_back(ops::linear(normed, outer.proj_out.weight, outer.proj_out.bias, DType::F32)
                           .to(Device::CPU));
     images[size_t(i)] = Tensor();

@@ -10,7 +10,7 @@ namespace {
 
 const MMDiTJointBlockNames kBlockNames{"img_mod.1", "txt_mod.1", "img_mlp", "txt_mlp"};
 
-std::string block_prefix(int64_t layer) {
+std::string qwenimage_block_prefix(int64_t layer) {
   return "transformer_blocks." + std::to_string(layer) + ".";
 }
 
@@ -27,12 +27,12 @@ void check_qwenimage_weights(const WeightStore& store, const QwenImageConfig& co
   expect.linear("norm_out.linear", 2 * dim, dim);
   expect.linear("proj_out", config.out_values(), dim);
   for (int64_t layer = 0; layer < config.num_layers; ++layer)
-    check_mmdit_joint_block(expect, block_prefix(layer), kBlockNames, dim, head, mlp);
+    check_mmdit_joint_block(expect, qwenimage_block_prefix(layer), kBlockNames, dim, head, mlp);
 }
 
 QwenImageBlockWeights load_qwenimage_block(const WeightStore& store, int64_t layer) {
   // _modulate's chunks: shift, scale, gate for norm1, then for norm2.
-  return MMDiTJointBlockWeights::load(store, block_prefix(layer), kBlockNames);
+  return MMDiTJointBlockWeights::load(store, qwenimage_block_prefix(layer), kBlockNames);
 }
 
 QwenImageOuterWeights QwenImageOuterWeights::load(const WeightStore& store) {

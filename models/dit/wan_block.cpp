@@ -13,7 +13,7 @@ namespace {
 // 1.3B model's 8960) while keeping the GEMMs large enough to run at full speed.
 constexpr int64_t kFfnChunkRows = 4096;
 
-std::string block_prefix(int64_t layer) {
+std::string wan_block_prefix(int64_t layer) {
   return "blocks." + std::to_string(layer) + ".";
 }
 
@@ -71,7 +71,7 @@ Tensor attend(const Tensor& queries, const Tensor& context, const WanAttentionWe
 
 WanBlockWeights WanBlockWeights::load(const WeightStore& store, int64_t layer,
                                       const WanTransformerConfig& config) {
-  const std::string prefix = block_prefix(layer);
+  const std::string prefix = wan_block_prefix(layer);
   WanBlockWeights w;
   w.self_attention = load_attention(store, prefix + "attn1.");
   w.cross_attention = load_attention(store, prefix + "attn2.");
@@ -89,7 +89,7 @@ WanBlockWeights WanBlockWeights::load(const WeightStore& store, int64_t layer,
 
 void check_block_weights(const WeightStore& store, int64_t layer,
                          const WanTransformerConfig& config) {
-  const std::string prefix = block_prefix(layer);
+  const std::string prefix = wan_block_prefix(layer);
   const int64_t dim = config.inner_dim();
   check_attention(store, prefix + "attn1.", dim);
   check_attention(store, prefix + "attn2.", dim);
@@ -159,7 +159,7 @@ std::vector<uint64_t> WanBlockWeights::gpu_tensor_bytes(const WanTransformerConf
   // the GGUF blocks they are stored as; the biases in bf16, the norms in float32.
   const uint64_t d = uint64_t(config.inner_dim()), f = uint64_t(config.ffn_dim);
   const uint64_t kF32 = 4, kBf16 = 2;
-  const std::string prefix = block_prefix(layer);
+  const std::string prefix = wan_block_prefix(layer);
   const auto weight = [&](const std::string& name, uint64_t rows, uint64_t cols) -> uint64_t {
     if (fp8_products) return row_scales_offset(int64_t(rows * cols)) + rows * kF32;
     const DType stored = store ? store->product_dtype(prefix + name) : DType::BF16;

@@ -2,10 +2,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/config_fields.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "core/limits.h"
-#include "models/dit/config_fields.h"
 
 namespace mmgen::dit {
 namespace {
@@ -24,14 +24,14 @@ WanTransformerConfig WanTransformerConfig::from_json(const json& config, const s
 
   // Image-to-video and Wan2.2 S2V/VACE variants add weights and inputs this model does not have.
   for (const char* key : {"image_dim", "added_kv_proj_dim", "pos_embed_seq_len"})
-    if (is_set(config, key))
+    if (config_has(config, key))
       fail(
           "{}: '{}' is set ({}): image-conditioned Wan transformers (I2V) are not supported; use "
           "a text-to-video checkpoint",
           where, key, config.at(key).dump());
 
   WanTransformerConfig result;
-  if (is_set(config, "patch_size")) {
+  if (config_has(config, "patch_size")) {
     const json& patch = config.at("patch_size");
     check(patch.is_array() && patch.size() == 3,
           "{}: 'patch_size' must be a list of 3 integers, got {}", where, patch.dump());
@@ -42,25 +42,26 @@ WanTransformerConfig WanTransformerConfig::from_json(const json& config, const s
     }
   }
   result.num_attention_heads =
-      read_int(config, "num_attention_heads", result.num_attention_heads, where);
+      config_integer(config, "num_attention_heads", result.num_attention_heads, where);
   result.attention_head_dim =
-      read_int(config, "attention_head_dim", result.attention_head_dim, where);
-  result.in_channels = read_int(config, "in_channels", result.in_channels, where);
+      config_integer(config, "attention_head_dim", result.attention_head_dim, where);
+  result.in_channels = config_integer(config, "in_channels", result.in_channels, where);
   // diffusers: `out_channels = out_channels or in_channels`.
-  result.out_channels = read_int(config, "out_channels", 0, where);
+  result.out_channels = config_integer(config, "out_channels", 0, where);
   if (result.out_channels == 0) result.out_channels = result.in_channels;
-  result.text_dim = read_int(config, "text_dim", result.text_dim, where);
-  result.freq_dim = read_int(config, "freq_dim", result.freq_dim, where);
-  result.ffn_dim = read_int(config, "ffn_dim", result.ffn_dim, where);
-  result.num_layers = read_int(config, "num_layers", result.num_layers, where);
-  result.rope_max_seq_len = read_int(config, "rope_max_seq_len", result.rope_max_seq_len, where);
+  result.text_dim = config_integer(config, "text_dim", result.text_dim, where);
+  result.freq_dim = config_integer(config, "freq_dim", result.freq_dim, where);
+  result.ffn_dim = config_integer(config, "ffn_dim", result.ffn_dim, where);
+  result.num_layers = config_integer(config, "num_layers", result.num_layers, where);
+  result.rope_max_seq_len =
+      config_integer(config, "rope_max_seq_len", result.rope_max_seq_len, where);
   if (config.contains("cross_attn_norm")) {
     const json& value = config.at("cross_attn_norm");
     check(value.is_boolean(), "{}: 'cross_attn_norm' must be true or false, got {}", where,
           value.dump());
     result.cross_attn_norm = value.get<bool>();
   }
-  if (is_set(config, "eps")) {
+  if (config_has(config, "eps")) {
     const json& value = config.at("eps");
     check(value.is_number(), "{}: 'eps' must be a number, got {}", where, value.dump());
     result.eps = value.get<float>();

@@ -2,10 +2,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/config_fields.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "core/limits.h"
-#include "models/dit/config_fields.h"
 
 namespace mmgen::dit {
 namespace {
@@ -13,7 +13,7 @@ namespace {
 using nlohmann::json;
 
 double read_number(const json& config, const char* key, double fallback, const std::string& where) {
-  if (!is_set(config, key)) return fallback;
+  if (!config_has(config, key)) return fallback;
   const json& value = config.at(key);
   check(value.is_number(), "{}: '{}' must be a number, got {}", where, key, value.dump());
   return value.get<double>();
@@ -22,7 +22,7 @@ double read_number(const json& config, const char* key, double fallback, const s
 // A list of patch sizes holding exactly one entry (one x_embedder / final layer pair).
 int64_t read_single_patch(const json& config, const char* key, int64_t fallback,
                           const std::string& where) {
-  if (!is_set(config, key)) return fallback;
+  if (!config_has(config, key)) return fallback;
   const json& value = config.at(key);
   check(value.is_array() && value.size() == 1 && value[0].is_number_integer(),
         "{}: '{}' is {}: only a single patch size is supported (one integer in a list, as every "
@@ -33,7 +33,7 @@ int64_t read_single_patch(const json& config, const char* key, int64_t fallback,
 
 std::array<int64_t, 3> read_axes(const json& config, const char* key,
                                  std::array<int64_t, 3> fallback, const std::string& where) {
-  if (!is_set(config, key)) return fallback;
+  if (!config_has(config, key)) return fallback;
   const json& value = config.at(key);
   // Position ids have three coordinates (caption index or frame, row, column), so three axes.
   check(value.is_array() && value.size() == 3 && value[0].is_number_integer() &&
@@ -53,10 +53,10 @@ ZImageConfig ZImageConfig::from_json(const json& config, const std::string& wher
           "{}: _class_name is {}, expected \"ZImageTransformer2DModel\"", where, name.dump());
   }
   // Z-Image-Omni's SigLIP branch adds an embedder, a refiner and a third token stream.
-  check(!is_set(config, "siglip_feat_dim"),
+  check(!config_has(config, "siglip_feat_dim"),
         "{}: 'siglip_feat_dim' is {}: SigLIP-conditioned (Omni) Z-Image transformers are not "
         "supported; use a text-to-image checkpoint",
-        where, is_set(config, "siglip_feat_dim") ? config.at("siglip_feat_dim").dump() : "");
+        where, config_has(config, "siglip_feat_dim") ? config.at("siglip_feat_dim").dump() : "");
   if (config.contains("qk_norm")) {
     const json& value = config.at("qk_norm");
     check(value.is_boolean() && value.get<bool>(),
@@ -67,13 +67,14 @@ ZImageConfig ZImageConfig::from_json(const json& config, const std::string& wher
   ZImageConfig result;
   result.patch_size = read_single_patch(config, "all_patch_size", result.patch_size, where);
   result.f_patch_size = read_single_patch(config, "all_f_patch_size", result.f_patch_size, where);
-  result.in_channels = read_int(config, "in_channels", result.in_channels, where);
-  result.dim = read_int(config, "dim", result.dim, where);
-  result.n_layers = read_int(config, "n_layers", result.n_layers, where);
-  result.n_refiner_layers = read_int(config, "n_refiner_layers", result.n_refiner_layers, where);
-  result.n_heads = read_int(config, "n_heads", result.n_heads, where);
-  result.n_kv_heads = read_int(config, "n_kv_heads", result.n_kv_heads, where);
-  result.cap_feat_dim = read_int(config, "cap_feat_dim", result.cap_feat_dim, where);
+  result.in_channels = config_integer(config, "in_channels", result.in_channels, where);
+  result.dim = config_integer(config, "dim", result.dim, where);
+  result.n_layers = config_integer(config, "n_layers", result.n_layers, where);
+  result.n_refiner_layers =
+      config_integer(config, "n_refiner_layers", result.n_refiner_layers, where);
+  result.n_heads = config_integer(config, "n_heads", result.n_heads, where);
+  result.n_kv_heads = config_integer(config, "n_kv_heads", result.n_kv_heads, where);
+  result.cap_feat_dim = config_integer(config, "cap_feat_dim", result.cap_feat_dim, where);
   result.norm_eps = float(read_number(config, "norm_eps", result.norm_eps, where));
   result.rope_theta = read_number(config, "rope_theta", result.rope_theta, where);
   result.t_scale = float(read_number(config, "t_scale", result.t_scale, where));

@@ -15,7 +15,7 @@ namespace mmgen::dit {
 namespace {
 
 // The TimestepEmbedder's sinusoid width (diffusers' frequency_embedding_size).
-constexpr int64_t kTimestepChannels = 256;
+constexpr int64_t kZImageTimestepChannels = 256;
 // The final layer's LayerNorm eps (fixed in diffusers' FinalLayer, whatever norm_eps says).
 constexpr float kFinalNormEps = 1e-6f;
 
@@ -65,8 +65,8 @@ std::vector<float> zimage_timestep_embedding(const ZImageOuterWeights& w,
   // diffusers scales in float32 (t * t_scale on a float32 tensor) and builds the same [cos, sin]
   // sinusoid as Wan's time projection (max period 10000, no shift).
   const std::vector<float> sinusoid =
-      timestep_sinusoid(timestep * config.t_scale, kTimestepChannels);
-  Tensor t = ops::linear(Tensor::from_vector({1, kTimestepChannels}, sinusoid), w.t_1_weight,
+      timestep_sinusoid(timestep * config.t_scale, kZImageTimestepChannels);
+  Tensor t = ops::linear(Tensor::from_vector({1, kZImageTimestepChannels}, sinusoid), w.t_1_weight,
                          w.t_1_bias, DType::F32, Activation::Silu);
   t = ops::linear(t, w.t_2_weight, w.t_2_bias);
   return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());

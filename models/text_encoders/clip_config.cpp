@@ -3,22 +3,12 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "core/limits.h"
+#include "models/text_encoders/encoder_config_fields.h"
 
 namespace mmgen::text_encoders {
 namespace {
 
 constexpr const char* kFix = "fix the text encoder's config.json";
-
-int64_t positive_int(const nlohmann::json& json, const char* key, int64_t fallback,
-                     const std::string& where) {
-  if (!json.contains(key) || json[key].is_null()) return fallback;
-  const nlohmann::json& value = json[key];
-  check(value.is_number_integer() && value.get<int64_t>() > 0 &&
-            value.get<int64_t>() <= Limits::kMaxConfigInteger,
-        "{}: \"{}\" must be an integer from 1 to {}, got {}; {}", where, key,
-        Limits::kMaxConfigInteger, value.dump(), kFix);
-  return value.get<int64_t>();
-}
 
 ClipActivation activation_named(const std::string& name, const std::string& where) {
   if (name == "quick_gelu") return ClipActivation::QuickGelu;

@@ -8,6 +8,7 @@
 #include "attention/catalogue.h"
 #include "core/error.h"
 #include "core/ops.h"
+#include "models/text_encoders/encoder_weights.h"
 
 namespace mmgen::text_encoders {
 namespace {
@@ -18,19 +19,7 @@ namespace paged = attention::paged;
 // device has.
 constexpr float kQuickGelu = 1.702f;
 
-Tensor require_weight(const WeightStore& weights, const std::string& name, const Shape& shape) {
-  check(weights.has(name),
-        "text encoder weights in {} lack \"{}\"; is this a CLIP text encoder checkpoint matching "
-        "its config.json?",
-        weights.origin().string(), name);
-  Tensor tensor = weights.get(name);
-  check(tensor.shape() == shape && dtype_is_floating(tensor.dtype()),
-        "text encoder weight \"{}\" in {} is {} {}, expected a float tensor of shape {}; the "
-        "checkpoint does not match config.json",
-        name, weights.origin().string(), dtype_name(tensor.dtype()), shape_string(tensor.shape()),
-        shape_string(shape));
-  return tensor;
-}
+constexpr const char* kClipCheckpoint = "a CLIP text encoder";
 
 Tensor as_int64(const Tensor& ids) {
   check(ids.dtype() == DType::I64 || ids.dtype() == DType::I32,
@@ -57,7 +46,7 @@ ClipTextModel ClipTextModel::from_folder(const fs::path& folder) {
 void ClipTextModel::load_host_weights() {
   const int64_t d = config_.hidden_size, ff = config_.intermediate_size;
   auto get = [&](const std::string& name, const Shape& shape) {
-    return require_weight(weights_, prefix_ + name, shape);
+    return require_encoder_weight(weights_, prefix_ + name, shape, kClipCheckpoint);
   };
   auto f32 = [&](const std::string& name, const Shape& shape) {
     return get(name, shape).to(DType::F32);

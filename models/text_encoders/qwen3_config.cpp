@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "core/limits.h"
+#include "models/text_encoders/encoder_config_fields.h"
 
 namespace mmgen::text_encoders {
 namespace {
@@ -11,17 +12,6 @@ using json = nlohmann::json;
 
 bool present(const json& object, const char* key) {
   return object.contains(key) && !object[key].is_null();
-}
-
-int64_t positive_int(const json& object, const char* key, int64_t fallback,
-                     const std::string& where) {
-  if (!present(object, key)) return fallback;
-  const json& value = object[key];
-  check(value.is_number_integer() && value.get<int64_t>() > 0 &&
-            value.get<int64_t>() <= Limits::kMaxConfigInteger,
-        "{}: \"{}\" must be an integer from 1 to {}, got {}; fix the text encoder's config.json",
-        where, key, Limits::kMaxConfigInteger, value.dump());
-  return value.get<int64_t>();
 }
 
 int64_t non_negative_int(const json& object, const char* key, int64_t fallback,

@@ -7,12 +7,13 @@
 
 #include "core/error.h"
 #include "core/ops.h"
+#include "models/text_encoders/encoder_weights.h"
 #include "models/text_encoders/qwen3_paged.h"
 
 namespace mmgen::text_encoders {
 namespace {
 
-constexpr int64_t kParallelMin = int64_t(1) << 16;
+constexpr int64_t kQwen3ParallelMin = int64_t(1) << 16;
 
 // Qwen3ForCausalLM keeps the decoder under `model.`; a bare Qwen3Model has no prefix.
 // Qwen2_5_VLForConditionalGeneration's language model is `model.language_model.` in transformers
@@ -29,19 +30,7 @@ std::string decoder_prefix(const WeightStore& weights) {
   return "";
 }
 
-Tensor require_weight(const WeightStore& weights, const std::string& name, const Shape& shape) {
-  check(weights.has(name),
-        "text encoder weights in {} lack \"{}\"; is this a Qwen3 checkpoint matching its "
-        "config.json?",
-        weights.origin().string(), name);
-  Tensor tensor = weights.get(name);
-  check(tensor.shape() == shape && dtype_is_floating(tensor.dtype()),
-        "text encoder weight \"{}\" in {} is {} {}, expected a float tensor of shape {}; the "
-        "checkpoint does not match config.json",
-        name, weights.origin().string(), dtype_name(tensor.dtype()), shape_string(tensor.shape()),
-        shape_string(shape));
-  return tensor;
-}
+constexpr const char* kQwen3Checkpoint = "a Qwen3";
 
 }  // namespace
 
@@ -58,36 +47,52 @@ void Qwen3TextModel::map_weights() {
   const int64_t d = config_.hidden_size, ff = config_.intermediate_size;
   const int64_t q_width = config_.q_width(), kv_width = config_.kv_width();
   const std::string prefix = decoder_prefix(weights_);
-  embedding_ = require_weight(weights_, prefix + "embed_tokens.weight", {config_.vocab_size, d});
+  embedding_ = require_encoder_weight(weights_, prefix + "embed_tokens.weight",
+                                      {config_.vocab_size, d}, kQwen3Checkpoint);
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     const std::string block = prefix + "layers." + std::to_string(i) + ".";
     const std::string attn = block + "self_attn.";
     Layer layer;
-    layer.input_norm = require_weight(weights_, block + "input_layernorm.weight", {d});
-    layer.q = require_weight(weights_, attn + "q_proj.weight", {q_width, d});
-    layer.k = require_weight(weights_, attn + "k_proj.weight", {kv_width, d});
-    layer.v = require_weight(weights_, attn + "v_proj.weight", {kv_width, d});
-    layer.o = require_weight(weights_, attn + "o_proj.weight", {d, q_width});
+    layer.input_norm =
+        require_encoder_weight(weights_, block + "input_layernorm.weight", {d}, kQwen3Checkpoint);
+    layer.q =
+        require_encoder_weight(weights_, attn + "q_proj.weight", {q_width, d}, kQwen3Checkpoint);
+    layer.k =
+        require_encoder_weight(weights_, attn + "k_proj.weight", {kv_width, d}, kQwen3Checkpoint);
+    layer.v =
+        require_encoder_weight(weights_, attn + "v_proj.weight", {kv_width, d}, kQwen3Checkpoint);
+    layer.o =
+        require_encoder_weight(weights_, attn + "o_proj.weight", {d, q_width}, kQwen3Checkpoint);
     if (config_.attention_bias || config_.qkv_bias) {
-      layer.q_bias = require_weight(weights_, attn + "q_proj.bias", {q_width});
-      layer.k_bias = require_weight(weights_, attn + "k_proj.bias", {kv_width});
-      layer.v_bias = require_weight(weights_, attn + "v_proj.bias", {kv_width});
+      layer.q_bias =
+          require_encoder_weight(weights_, attn + "q_proj.bias", {q_width}, kQwen3Checkpoint);
+      layer.k_bias =
+          require_encoder_weight(weights_, attn + "k_proj.bias", {kv_width}, kQwen3Checkpoint);
+      layer.v_bias =
+          require_encoder_weight(weights_, attn + "v_proj.bias", {kv_width}, kQwen3Checkpoint);
     }
-    if (config_.attention_bias) layer.o_bias = require_weight(weights_, attn + "o_proj.bias", {d});
+    if (config_.attention_bias)
+      layer.o_bias = require_encoder_weight(weights_, attn + "o_proj.bias", {d}, kQwen3Checkpoint);
     if (config_.qk_norm) {
-      layer.q_norm = require_weight(weights_, attn + "q_norm.weight", {config_.head_dim});
-      layer.k_norm = require_weight(weights_, attn + "k_norm.weight", {config_.head_dim});
+      layer.q_norm = require_encoder_weight(weights_, attn + "q_norm.weight", {config_.head_dim},
+                                            kQwen3Checkpoint);
+      layer.k_norm = require_encoder_weight(weights_, attn + "k_norm.weight", {config_.head_dim},
+                                            kQwen3Checkpoint);
     }
-    layer.post_attention_norm =
-        require_weight(weights_, block + "post_attention_layernorm.weight", {d});
-    layer.gate = require_weight(weights_, block + "mlp.gate_proj.weight", {ff, d});
-    layer.up = require_weight(weights_, block + "mlp.up_proj.weight", {ff, d});
-    layer.down = require_weight(weights_, block + "mlp.down_proj.weight", {d, ff});
+    layer.post_attention_norm = require_encoder_weight(
+        weights_, block + "post_attention_layernorm.weight", {d}, kQwen3Checkpoint);
+    layer.gate =
+        require_encoder_weight(weights_, block + "mlp.gate_proj.weight", {ff, d}, kQwen3Checkpoint);
+    layer.up =
+        require_encoder_weight(weights_, block + "mlp.up_proj.weight", {ff, d}, kQwen3Checkpoint);
+    layer.down =
+        require_encoder_weight(weights_, block + "mlp.down_proj.weight", {d, ff}, kQwen3Checkpoint);
     layers_.push_back(std::move(layer));
   }
-  norm_ = require_weight(weights_, prefix + "norm.weight", {d});
+  norm_ = require_encoder_weight(weights_, prefix + "norm.weight", {d}, kQwen3Checkpoint);
   if (weights_.has("lm_head.weight"))
-    lm_head_ = require_weight(weights_, "lm_head.weight", {config_.vocab_size, d});
+    lm_head_ = require_encoder_weight(weights_, "lm_head.weight", {config_.vocab_size, d},
+                                      kQwen3Checkpoint);
   else if (config_.tie_word_embeddings)
     lm_head_ = embedding_;
 }
@@ -158,7 +163,7 @@ Tensor Qwen3TextModel::embed(const std::vector<int64_t>& ids) const {
   Tensor x = Tensor::empty({count, d});
   float* out = x.data<float>();
   // Only the rows used are converted: the table stays mapped as stored.
-#pragma omp parallel for schedule(static) if (count * d >= kParallelMin)
+#pragma omp parallel for schedule(static) if (count * d >= kQwen3ParallelMin)
   for (int64_t t = 0; t < count; ++t) {
     const Tensor row = embedding_.select(0, ids[size_t(t)]).to(DType::F32);
     std::memcpy(out + t * d, row.raw(), size_t(d) * sizeof(float));

@@ -6,21 +6,10 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "core/limits.h"
+#include "models/text_encoders/encoder_config_fields.h"
 
 namespace mmgen::text_encoders {
 namespace {
-
-// An integer key when present (must be a positive integer), else `fallback`.
-int64_t positive_int(const nlohmann::json& json, const char* key, int64_t fallback,
-                     const std::string& where) {
-  if (!json.contains(key) || json[key].is_null()) return fallback;
-  const nlohmann::json& value = json[key];
-  check(value.is_number_integer() && value.get<int64_t>() > 0 &&
-            value.get<int64_t>() <= Limits::kMaxConfigInteger,
-        "{}: \"{}\" must be an integer from 1 to {}, got {}; fix the text encoder's config.json",
-        where, key, Limits::kMaxConfigInteger, value.dump());
-  return value.get<int64_t>();
-}
 
 // transformers' ACT2FN names that a T5 feed-forward can use.
 T5Activation activation_named(const std::string& name, const std::string& where) {

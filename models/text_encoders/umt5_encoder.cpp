@@ -10,34 +10,16 @@
 #include "core/error.h"
 #include "core/ops.h"
 #include "core/scaled_fp8.h"
+#include "models/text_encoders/encoder_weights.h"
 #include "models/text_encoders/t5_relative_position.h"
 
 namespace mmgen::text_encoders {
 namespace {
 
 // Below this many elements a loop runs on one thread: waking a team costs more than it saves.
-constexpr int64_t kParallelMin = int64_t(1) << 16;
+constexpr int64_t kUmt5ParallelMin = int64_t(1) << 16;
 
-// A weight after checking that it exists and holds the expected values: in its stored dtype,
-// or, for the products' matrices and the embedding table (`blocks`), a GGUF file's quantized
-// blocks as mapped (WeightStore::get_for_product; the CPU product and Tensor::to read them).
-Tensor require_weight(const WeightStore& weights, const std::string& name, const Shape& shape,
-                      bool blocks = false) {
-  check(weights.has(name),
-        "text encoder weights in {} lack \"{}\"; is this a T5/UMT5 encoder checkpoint matching its "
-        "config.json?",
-        weights.origin().string(), name);
-  Tensor tensor = blocks ? weights.get_for_product(name) : weights.get(name);
-  Shape values = tensor.shape();
-  if (!values.empty()) values.back() *= dtype_block_values(tensor.dtype());
-  check(values == shape && (dtype_is_floating(tensor.dtype()) || dtype_is_blocks(tensor.dtype()) ||
-                            tensor.dtype() == DType::F8E4M3Rows),
-        "text encoder weight \"{}\" in {} is {} {}, expected a float tensor of shape {}; the "
-        "checkpoint does not match config.json",
-        name, weights.origin().string(), dtype_name(tensor.dtype()), shape_string(values),
-        shape_string(shape));
-  return tensor;
-}
+constexpr const char* kUmt5Checkpoint = "a T5/UMT5 encoder";
 
 // The names of llama.cpp's T5 GGUF files (city96's UMT5-XXL encoders for Wan among them) as
 // transformers names them, by the fragment replacements ComfyUI-GGUF's loader makes, in order:
@@ -88,7 +70,8 @@ void UMT5Encoder::load_host_weights() {
   const int64_t d = config_.d_model, inner = config_.inner_dim(), ff = config_.d_ff;
   const std::string embedding_name =
       weights_.has("shared.weight") ? "shared.weight" : "encoder.embed_tokens.weight";
-  embedding_ = require_weight(weights_, embedding_name, {config_.vocab_size, d}, true);
+  embedding_ = require_encoder_weight(weights_, embedding_name, {config_.vocab_size, d},
+                                      kUmt5Checkpoint, EncoderWeight::Product);
 
   layers_.clear();
   for (int64_t i = 0; i < config_.num_layers; ++i) {
@@ -96,27 +79,39 @@ void UMT5Encoder::load_host_weights() {
     const std::string attn = block + "0.SelfAttention.";
     const std::string dense = block + "1.DenseReluDense.";
     Layer layer;
-    layer.attention_norm = require_weight(weights_, block + "0.layer_norm.weight", {d});
-    layer.q = require_weight(weights_, attn + "q.weight", {inner, d}, true);
-    layer.k = require_weight(weights_, attn + "k.weight", {inner, d}, true);
-    layer.v = require_weight(weights_, attn + "v.weight", {inner, d}, true);
-    layer.o = require_weight(weights_, attn + "o.weight", {d, inner}, true);
+    layer.attention_norm =
+        require_encoder_weight(weights_, block + "0.layer_norm.weight", {d}, kUmt5Checkpoint);
+    layer.q = require_encoder_weight(weights_, attn + "q.weight", {inner, d}, kUmt5Checkpoint,
+                                     EncoderWeight::Product);
+    layer.k = require_encoder_weight(weights_, attn + "k.weight", {inner, d}, kUmt5Checkpoint,
+                                     EncoderWeight::Product);
+    layer.v = require_encoder_weight(weights_, attn + "v.weight", {inner, d}, kUmt5Checkpoint,
+                                     EncoderWeight::Product);
+    layer.o = require_encoder_weight(weights_, attn + "o.weight", {d, inner}, kUmt5Checkpoint,
+                                     EncoderWeight::Product);
     if (i == 0 || config_.per_layer_position_bias())
       layer.position_table =
-          require_weight(weights_, attn + "relative_attention_bias.weight",
-                         {config_.relative_attention_num_buckets, config_.num_heads})
+          require_encoder_weight(weights_, attn + "relative_attention_bias.weight",
+                                 {config_.relative_attention_num_buckets, config_.num_heads},
+                                 kUmt5Checkpoint)
               .to(DType::F32);
-    layer.ffn_norm = require_weight(weights_, block + "1.layer_norm.weight", {d});
+    layer.ffn_norm =
+        require_encoder_weight(weights_, block + "1.layer_norm.weight", {d}, kUmt5Checkpoint);
     if (config_.gated) {
-      layer.wi_0 = require_weight(weights_, dense + "wi_0.weight", {ff, d}, true);
-      layer.wi_1 = require_weight(weights_, dense + "wi_1.weight", {ff, d}, true);
+      layer.wi_0 = require_encoder_weight(weights_, dense + "wi_0.weight", {ff, d}, kUmt5Checkpoint,
+                                          EncoderWeight::Product);
+      layer.wi_1 = require_encoder_weight(weights_, dense + "wi_1.weight", {ff, d}, kUmt5Checkpoint,
+                                          EncoderWeight::Product);
     } else {
-      layer.wi_0 = require_weight(weights_, dense + "wi.weight", {ff, d}, true);
+      layer.wi_0 = require_encoder_weight(weights_, dense + "wi.weight", {ff, d}, kUmt5Checkpoint,
+                                          EncoderWeight::Product);
     }
-    layer.wo = require_weight(weights_, dense + "wo.weight", {d, ff}, true);
+    layer.wo = require_encoder_weight(weights_, dense + "wo.weight", {d, ff}, kUmt5Checkpoint,
+                                      EncoderWeight::Product);
     layers_.push_back(std::move(layer));
   }
-  final_norm_ = require_weight(weights_, "encoder.final_layer_norm.weight", {d});
+  final_norm_ =
+      require_encoder_weight(weights_, "encoder.final_layer_norm.weight", {d}, kUmt5Checkpoint);
 }
 
 uint64_t UMT5Encoder::gpu_weight_bytes(const T5Config& config, DType compute) {
@@ -250,7 +245,7 @@ Tensor UMT5Encoder::embed(const Tensor& input_ids) const {
   Tensor x = Tensor::empty(shape);
   float* out = x.data<float>();
   // Only the rows used are converted: the table (256k × 4096 for UMT5-XXL) stays mapped as stored.
-#pragma omp parallel for schedule(static) if (count * d >= kParallelMin)
+#pragma omp parallel for schedule(static) if (count * d >= kUmt5ParallelMin)
   for (int64_t t = 0; t < count; ++t) {
     if (embedding_.dtype() == DType::F8E4M3Rows) {  // an FP8 checkpoint's table: e4m3 · scale
       const auto* row = reinterpret_cast<const uint8_t*>(embedding_.raw()) + id[t] * d;

@@ -20,19 +20,26 @@ char32_t codepoint_before(std::string_view text, size_t end, size_t* start_out =
 
 AddedVocabulary::AddedVocabulary(std::vector<AddedToken> tokens, const Normalizer* normalizer)
     : tokens_(std::move(tokens)) {
+  pattern_text_.resize(tokens_.size());
   for (size_t i = 0; i < tokens_.size(); ++i) {
     const AddedToken& token = tokens_[i];
+    by_id_.emplace(token.id, i);
+    by_content_.emplace(token.content, i);
     std::string text = token.content;
     if (token.normalized && normalizer) text = normalizer->normalize(text);
     if (text.empty()) continue;
-    patterns_[token.normalized ? 1 : 0][static_cast<unsigned char>(text[0])].push_back(
-        {std::move(text), i});
+    patterns_[token.normalized ? 1 : 0].add(text, i);
+    pattern_text_[i] = std::move(text);
   }
+  for (LongestMatch& patterns : patterns_) patterns.build();
 }
 
 std::vector<Segment> AddedVocabulary::split(std::string_view text, bool normalized_tokens,
                                             bool at_input_start) const {
-  const auto& buckets = patterns_[normalized_tokens ? 1 : 0];
+  const LongestMatch& patterns = patterns_[normalized_tokens ? 1 : 0];
+  // Leftmost-longest: at each position the longest token that starts there (the first added
+  // among equal ones).
+  const std::vector<size_t> longest = patterns.longest_at(text);
   std::vector<Segment> out;
   size_t copied = 0;  // text before this offset is already in `out`
   auto emit_text = [&](size_t begin, size_t end) {
@@ -41,17 +48,12 @@ std::vector<Segment> AddedVocabulary::split(std::string_view text, bool normaliz
                      at_input_start && begin == 0});
   };
   for (size_t pos = 0; pos < text.size();) {
-    // Leftmost-longest: the longest token that starts here.
-    const Pattern* best = nullptr;
-    for (const Pattern& p : buckets[static_cast<unsigned char>(text[pos])])
-      if ((!best || p.text.size() > best->text.size()) && text.substr(pos, p.text.size()) == p.text)
-        best = &p;
-    if (!best) {
+    if (longest[pos] == LongestMatch::kNone) {
       ++pos;
       continue;
     }
-    const AddedToken& token = tokens_[best->token];
-    size_t begin = pos, end = pos + best->text.size();
+    const AddedToken& token = tokens_[longest[pos]];
+    size_t begin = pos, end = pos + pattern_text_[longest[pos]].size();
     if (token.single_word) {
       bool word_before = begin > 0 && unicode::is_word(codepoint_before(text, begin));
       size_t after = end;
@@ -79,15 +81,13 @@ std::vector<Segment> AddedVocabulary::split(std::string_view text, bool normaliz
 }
 
 const AddedToken* AddedVocabulary::find_id(int64_t id) const {
-  for (const AddedToken& token : tokens_)
-    if (token.id == id) return &token;
-  return nullptr;
+  const auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : &tokens_[it->second];
 }
 
 const AddedToken* AddedVocabulary::find_content(std::string_view content) const {
-  for (const AddedToken& token : tokens_)
-    if (token.content == content) return &token;
-  return nullptr;
+  const auto it = by_content_.find(std::string(content));
+  return it == by_content_.end() ? nullptr : &tokens_[it->second];
 }
 
 std::vector<AddedToken> parse_added_tokens(const Json& list, const std::string& where) {

@@ -7,9 +7,11 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "models/tokenizers/json_fields.h"
+#include "models/tokenizers/longest_match.h"
 
 namespace mmgen::tokenizers {
 
@@ -46,13 +48,14 @@ class AddedVocabulary {
   const AddedToken* find_content(std::string_view content) const;
 
  private:
-  struct Pattern {
-    std::string text;  // what is searched for (normalized content for normalized tokens)
-    size_t token;      // index into tokens_
-  };
   std::vector<AddedToken> tokens_;
-  // Per kind (raw, normalized), patterns bucketed by first byte.
-  std::array<std::array<std::vector<Pattern>, 256>, 2> patterns_;
+  // What is searched for, per token (normalized content for normalized tokens).
+  std::vector<std::string> pattern_text_;
+  // Per kind (raw, normalized), the tokens' patterns; ids index tokens_.
+  std::array<LongestMatch, 2> patterns_;
+  // Lookups by id and by content (the first token wins, as in the list).
+  std::unordered_map<int64_t, size_t> by_id_;
+  std::unordered_map<std::string, size_t> by_content_;
 };
 
 std::vector<AddedToken> parse_added_tokens(const Json& list, const std::string& where);

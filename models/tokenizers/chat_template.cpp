@@ -31,8 +31,8 @@ std::string template_from_config(const OrderedJson& value, const std::string& wh
   check(value.is_array(), "{}: chat_template should be a string or a list of {{name, template}}",
         where);
   for (const OrderedJson& entry : value) {
-    if (entry.is_object() && entry.value("name", "") == "default" && entry.contains("template") &&
-        entry["template"].is_string())
+    if (entry.is_object() && entry.contains("name") && entry["name"] == "default" &&
+        entry.contains("template") && entry["template"].is_string())
       return entry["template"].get<std::string>();
   }
   fail("{}: chat_template lists no template named 'default'", where);

@@ -27,6 +27,11 @@ Value bound_method(const Value& object, const std::string& name);
 // range, namespace, dict, raise_exception, strftime_now; undefined for any other name.
 Value global_function(const std::string& name);
 
+// The argument a call passes at `position` or as `keyword`, else `fallback`: how Python binds
+// a filter's or method's parameters.
+const Value& argument(const CallArgs& args, size_t position, const char* keyword,
+                      const Value& fallback);
+
 // Python's len(): code points of a string, items of a list or dict.
 int64_t length_of(const Value& value);
 // Python's iteration: a list's items, a dict's keys, a string's characters; undefined is empty.

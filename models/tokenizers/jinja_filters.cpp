@@ -27,14 +27,6 @@ const char* const kTests[] = {"defined",     "undefined", "none",  "string",  "n
                               ">",           "ge",        ">=",    "in",      "odd",     "even",
                               "divisibleby", "lower",     "upper", "sameas"};
 
-const Value& argument(const CallArgs& args, size_t position, const char* keyword,
-                      const Value& fallback) {
-  if (position < args.positional.size()) return args.positional[position];
-  for (const auto& [key, value] : args.keyword)
-    if (key == keyword) return value;
-  return fallback;
-}
-
 int64_t int_argument(const CallArgs& args, size_t position, const char* keyword, int64_t fallback,
                      const char* filter) {
   static const Value absent;

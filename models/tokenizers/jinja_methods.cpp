@@ -17,14 +17,6 @@ namespace {
 // templates put there.
 constexpr const char* kWhitespace = " \t\n\r\f\v";
 
-const Value& argument(const CallArgs& args, size_t position, const char* keyword,
-                      const Value& fallback) {
-  if (position < args.positional.size()) return args.positional[position];
-  for (const auto& [key, value] : args.keyword)
-    if (key == keyword) return value;
-  return fallback;
-}
-
 const std::string& string_argument(const CallArgs& args, size_t position, const char* keyword,
                                    const char* method) {
   static const Value absent;
@@ -371,6 +363,14 @@ Value global_function(const std::string& name) {
     });
   }
   return Value();
+}
+
+const Value& argument(const CallArgs& args, size_t position, const char* keyword,
+                      const Value& fallback) {
+  if (position < args.positional.size()) return args.positional[position];
+  for (const auto& [key, value] : args.keyword)
+    if (key == keyword) return value;
+  return fallback;
 }
 
 int64_t length_of(const Value& value) {

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/file.h"
+#include "core/interrupt.h"
 #include "core/json.h"
 #include "models/tokenizers/added_vocabulary.h"
 #include "models/tokenizers/clip_bpe_folder.h"
@@ -106,8 +107,11 @@ std::vector<int64_t> Tokenizer::encode(std::string_view text, bool add_special_t
       }
       std::vector<PreToken> words{{std::move(piece.text), piece.at_input_start}};
       if (pre_tokenizer_) pre_tokenizer_->pre_tokenize(words);
-      for (const PreToken& word : words)
+      for (const PreToken& word : words) {
+        // A prompt of a megabyte takes seconds: a stop need not wait for all of it.
+        stop_between_blocks();
         if (!word.text.empty()) model_->tokenize(word.text, ids);
+      }
     }
   }
   if (add_special_tokens && post_processor_) ids = post_processor_->process(std::move(ids));

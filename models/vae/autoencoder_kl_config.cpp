@@ -3,34 +3,20 @@
 #include <cmath>
 #include <limits>
 
+#include "core/config_fields.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "core/limits.h"
 #include "models/vae/tiling.h"
+#include "models/vae/vae_config_fields.h"
 
 namespace mmgen::vae {
 namespace {
 
 using nlohmann::json;
 
-bool present(const json& config, const char* key) {
-  return config.contains(key) && !config[key].is_null();
-}
-
-// An integer key when present (from `minimum` to the config limit), else `fallback`.
-int64_t integer(const json& config, const char* key, int64_t fallback, int64_t minimum,
-                const std::string& where) {
-  if (!present(config, key)) return fallback;
-  const json& value = config[key];
-  check(value.is_number_integer() && value.get<int64_t>() >= minimum &&
-            value.get<int64_t>() <= Limits::kMaxConfigInteger,
-        "{}: \"{}\" must be an integer from {} to {}, got {}; fix the VAE's config.json", where,
-        key, minimum, Limits::kMaxConfigInteger, value.dump());
-  return value.get<int64_t>();
-}
-
 bool boolean(const json& config, const char* key, bool fallback, const std::string& where) {
-  if (!present(config, key)) return fallback;
+  if (!config_has(config, key)) return fallback;
   check(config[key].is_boolean(), "{}: \"{}\" must be true or false, got {}", where, key,
         config[key].dump());
   return config[key].get<bool>();
@@ -50,11 +36,11 @@ AutoencoderKLConfig AutoencoderKLConfig::from_json(const json& config, const std
   check(config.is_object(), "{}: expected a JSON object", where);
   AutoencoderKLConfig result;
 
-  if (present(config, "act_fn"))
+  if (config_has(config, "act_fn"))
     check(config["act_fn"] == "silu",
           "{}: \"act_fn\" {} is not implemented; mmgen's AutoencoderKL decoder runs \"silu\" only",
           where, config["act_fn"].dump());
-  if (present(config, "block_out_channels")) {
+  if (config_has(config, "block_out_channels")) {
     const json& list = config["block_out_channels"];
     check(list.is_array() && !list.empty() && list.size() <= 8,
           "{}: \"block_out_channels\" must list 1 to 8 channel counts, got {}", where, list.dump());
@@ -66,7 +52,7 @@ AutoencoderKLConfig AutoencoderKLConfig::from_json(const json& config, const std
       result.block_out_channels.push_back(item.get<int64_t>());
     }
   }
-  if (present(config, "up_block_types")) {
+  if (config_has(config, "up_block_types")) {
     const json& types = config["up_block_types"];
     check(types.is_array() && types.size() == result.block_out_channels.size(),
           "{}: \"up_block_types\" must list one block per block_out_channels entry ({}), got {}",
@@ -78,19 +64,20 @@ AutoencoderKLConfig AutoencoderKLConfig::from_json(const json& config, const std
             where, type.dump());
   }
 
-  result.layers_per_block = integer(config, "layers_per_block", result.layers_per_block, 0, where);
-  result.norm_num_groups = integer(config, "norm_num_groups", result.norm_num_groups, 1, where);
-  result.latent_channels = integer(config, "latent_channels", result.latent_channels, 1, where);
-  result.out_channels = integer(config, "out_channels", result.out_channels, 1, where);
+  result.layers_per_block =
+      vae_integer(config, "layers_per_block", result.layers_per_block, 0, where);
+  result.norm_num_groups = vae_integer(config, "norm_num_groups", result.norm_num_groups, 1, where);
+  result.latent_channels = vae_integer(config, "latent_channels", result.latent_channels, 1, where);
+  result.out_channels = vae_integer(config, "out_channels", result.out_channels, 1, where);
   for (int64_t channels : result.block_out_channels)
     check(channels % result.norm_num_groups == 0,
           "{}: \"norm_num_groups\" {} does not divide block_out_channels entry {}", where,
           result.norm_num_groups, channels);
 
-  if (present(config, "scaling_factor"))
+  if (config_has(config, "scaling_factor"))
     result.scaling_factor = factor(config["scaling_factor"], "scaling_factor", where);
   check(result.scaling_factor != 0.0f, "{}: \"scaling_factor\" must not be 0", where);
-  if (present(config, "shift_factor"))
+  if (config_has(config, "shift_factor"))
     result.shift_factor = factor(config["shift_factor"], "shift_factor", where);
 
   result.use_quant_conv = boolean(config, "use_quant_conv", result.use_quant_conv, where);
@@ -99,7 +86,7 @@ AutoencoderKLConfig AutoencoderKLConfig::from_json(const json& config, const std
   result.mid_block_add_attention =
       boolean(config, "mid_block_add_attention", result.mid_block_add_attention, where);
 
-  if (present(config, "sample_size")) {
+  if (config_has(config, "sample_size")) {
     // diffusers allows [height, width] and tiles by the first.
     const json& size = config["sample_size"];
     const json& first = size.is_array() && !size.empty() ? size[0] : size;

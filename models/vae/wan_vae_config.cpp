@@ -2,36 +2,22 @@
 
 #include <type_traits>
 
+#include "core/config_fields.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "core/limits.h"
 #include "models/vae/tiling.h"
+#include "models/vae/vae_config_fields.h"
 
 namespace mmgen::vae {
 namespace {
 
 using nlohmann::json;
 
-bool present(const json& config, const char* key) {
-  return config.contains(key) && !config[key].is_null();
-}
-
-// An integer key when present (must be >= `minimum`), else `fallback`.
-int64_t integer(const json& config, const char* key, int64_t fallback, int64_t minimum,
-                const std::string& where) {
-  if (!present(config, key)) return fallback;
-  const json& value = config[key];
-  check(value.is_number_integer() && value.get<int64_t>() >= minimum &&
-            value.get<int64_t>() <= Limits::kMaxConfigInteger,
-        "{}: \"{}\" must be an integer from {} to {}, got {}; fix the VAE's config.json", where,
-        key, minimum, Limits::kMaxConfigInteger, value.dump());
-  return value.get<int64_t>();
-}
-
 template <typename T>
 std::vector<T> number_list(const json& config, const char* key, std::vector<T> fallback,
                            const std::string& where) {
-  if (!present(config, key)) return fallback;
+  if (!config_has(config, key)) return fallback;
   const json& value = config[key];
   check(value.is_array(), "{}: \"{}\" must be a list of numbers, got {}", where, key, value.dump());
   std::vector<T> result;
@@ -63,37 +49,37 @@ int64_t WanVaeConfig::spatial_factor() const {
 WanVaeConfig WanVaeConfig::from_json(const json& config, const std::string& where) {
   check(config.is_object(), "{}: expected a JSON object", where);
   WanVaeConfig result;
-  if (present(config, "_class_name") && config["_class_name"] == "AutoencoderKLQwenImage")
+  if (config_has(config, "_class_name") && config["_class_name"] == "AutoencoderKLQwenImage")
     result.vae_class = WanVaeClass::QwenImage;
   const bool qwen_image = result.vae_class == WanVaeClass::QwenImage;
 
   // Wan2.2's keys belong to AutoencoderKLWan alone; AutoencoderKLQwenImage ignores them.
-  if (!qwen_image && present(config, "is_residual")) {
+  if (!qwen_image && config_has(config, "is_residual")) {
     check(config["is_residual"].is_boolean(), "{}: \"is_residual\" must be true or false", where);
     check(!config["is_residual"].get<bool>(),
           "{}: is_residual = true is the Wan2.2 VAE, which mmgen does not implement yet; use a "
           "Wan2.1 VAE (is_residual false)",
           where);
   }
-  if (!qwen_image && present(config, "patch_size")) {
+  if (!qwen_image && config_has(config, "patch_size")) {
     check(config["patch_size"].is_number_integer() && config["patch_size"].get<int64_t>() == 1,
           "{}: patch_size {} is the Wan2.2 patchified VAE, which mmgen does not implement yet; "
           "use a Wan2.1 VAE (patch_size null)",
           where, config["patch_size"].dump());
   }
 
-  result.base_dim = integer(config, "base_dim", result.base_dim, 1, where);
-  if (!qwen_image && present(config, "decoder_base_dim"))
-    result.decoder_base_dim = integer(config, "decoder_base_dim", 0, 1, where);
-  result.z_dim = integer(config, "z_dim", result.z_dim, 1, where);
-  result.num_res_blocks = integer(config, "num_res_blocks", result.num_res_blocks, 0, where);
+  result.base_dim = vae_integer(config, "base_dim", result.base_dim, 1, where);
+  if (!qwen_image && config_has(config, "decoder_base_dim"))
+    result.decoder_base_dim = vae_integer(config, "decoder_base_dim", 0, 1, where);
+  result.z_dim = vae_integer(config, "z_dim", result.z_dim, 1, where);
+  result.num_res_blocks = vae_integer(config, "num_res_blocks", result.num_res_blocks, 0, where);
   if (qwen_image) {
     // One key for the image's channels: the encoder's input and the decoder's output.
-    result.in_channels = integer(config, "input_channels", result.in_channels, 1, where);
+    result.in_channels = vae_integer(config, "input_channels", result.in_channels, 1, where);
     result.out_channels = result.in_channels;
   } else {
-    result.in_channels = integer(config, "in_channels", result.in_channels, 1, where);
-    result.out_channels = integer(config, "out_channels", result.out_channels, 1, where);
+    result.in_channels = vae_integer(config, "in_channels", result.in_channels, 1, where);
+    result.out_channels = vae_integer(config, "out_channels", result.out_channels, 1, where);
   }
 
   result.dim_mult = number_list<int64_t>(config, "dim_mult", result.dim_mult, where);
@@ -103,7 +89,7 @@ WanVaeConfig WanVaeConfig::from_json(const json& config, const std::string& wher
     check(m > 0, "{}: \"dim_mult\" entries must be positive, got {}", where, m);
   result.attn_scales = number_list<double>(config, "attn_scales", result.attn_scales, where);
 
-  if (present(config, "temperal_downsample")) {
+  if (config_has(config, "temperal_downsample")) {
     const json& flags = config["temperal_downsample"];
     check(flags.is_array(), "{}: \"temperal_downsample\" must be a list of booleans", where);
     result.temperal_downsample.clear();
@@ -134,9 +120,9 @@ WanVaeConfig WanVaeConfig::from_json(const json& config, const std::string& wher
     return result;
   }
   result.scale_factor_temporal =
-      integer(config, "scale_factor_temporal", result.scale_factor_temporal, 1, where);
+      vae_integer(config, "scale_factor_temporal", result.scale_factor_temporal, 1, where);
   result.scale_factor_spatial =
-      integer(config, "scale_factor_spatial", result.scale_factor_spatial, 1, where);
+      vae_integer(config, "scale_factor_spatial", result.scale_factor_spatial, 1, where);
   check(result.scale_factor_spatial == result.spatial_factor(),
         "{}: scale_factor_spatial {} disagrees with the {} up blocks of dim_mult (which give {})",
         where, result.scale_factor_spatial, result.dim_mult.size(), result.spatial_factor());

@@ -7,7 +7,7 @@
 namespace mmgen::schedulers {
 namespace {
 
-constexpr const char* kClass = "FlowMatchEulerDiscreteScheduler";
+constexpr const char* kFlowMatchClass = "FlowMatchEulerDiscreteScheduler";
 
 // prev = sample + dt · v: the product rounded, then the sum (two torch ops).
 MMGEN_EXACT_FP void euler_kernel(float* out, const float* sample, const float* output, float dt,
@@ -22,7 +22,7 @@ MMGEN_EXACT_FP void euler_kernel(float* out, const float* sample, const float* o
 }  // namespace
 
 FlowMatchEulerConfig FlowMatchEulerConfig::from_json(const nlohmann::json& json) {
-  ConfigReader read(json, kClass);
+  ConfigReader read(json, kFlowMatchClass);
   FlowMatchEulerConfig c;
   c.num_train_timesteps = read.integer("num_train_timesteps", 1000);
   if (c.num_train_timesteps < 1)
@@ -41,7 +41,8 @@ FlowMatchEulerConfig FlowMatchEulerConfig::from_json(const nlohmann::json& json)
   c.shift_terminal = read.optional_number("shift_terminal");
   if (c.shift_terminal && *c.shift_terminal == 0.0)
     c.shift_terminal.reset();  // `if shift_terminal:`
-  c.time_shift_type = parse_time_shift_type(read.string("time_shift_type", "exponential"), kClass);
+  c.time_shift_type =
+      parse_time_shift_type(read.string("time_shift_type", "exponential"), kFlowMatchClass);
   for (const char* key : {"use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas"})
     if (read.boolean(key, false))
       read.unsupported(fmt::format("{} is not supported; set it to false", key));
@@ -64,16 +65,16 @@ MMGEN_EXACT_FP FlowMatchEulerDiscreteScheduler::FlowMatchEulerDiscreteScheduler(
 
 MMGEN_EXACT_FP void FlowMatchEulerDiscreteScheduler::set_timesteps(int num_inference_steps,
                                                                    const ScheduleOptions& options) {
-  check(num_inference_steps >= 1, "{}: the number of steps must be at least 1 (got {})", kClass,
-        num_inference_steps);
+  check(num_inference_steps >= 1, "{}: the number of steps must be at least 1 (got {})",
+        kFlowMatchClass, num_inference_steps);
   check(!config_.use_dynamic_shifting || options.mu.has_value(),
-        "{}: the config sets use_dynamic_shifting, so a mu value is required", kClass);
+        "{}: the config sets use_dynamic_shifting, so a mu value is required", kFlowMatchClass);
   const double T = double(config_.num_train_timesteps);
 
   std::vector<float> sigmas;
   if (options.sigmas) {
     check(int(options.sigmas->size()) == num_inference_steps,
-          "{}: {} explicit sigmas given for {} steps; they must match", kClass,
+          "{}: {} explicit sigmas given for {} steps; they must match", kFlowMatchClass,
           options.sigmas->size(), num_inference_steps);
     // np.array(sigmas).astype(np.float32), then numpy float32 arithmetic.
     for (double s : *options.sigmas) sigmas.push_back(float(s));
@@ -109,11 +110,11 @@ MMGEN_EXACT_FP void FlowMatchEulerDiscreteScheduler::set_timesteps(int num_infer
 Tensor FlowMatchEulerDiscreteScheduler::step(const Tensor& model_output_in, int step_index,
                                              const Tensor& sample_in) {
   const int n = num_inference_steps();
-  check(n > 0, "{}: call set_timesteps before step", kClass);
-  check(step_index >= 0 && step_index < n, "{}: step {} is outside the {} scheduled steps", kClass,
-        step_index, n);
+  check(n > 0, "{}: call set_timesteps before step", kFlowMatchClass);
+  check(step_index >= 0 && step_index < n, "{}: step {} is outside the {} scheduled steps",
+        kFlowMatchClass, step_index, n);
   check(model_output_in.shape() == sample_in.shape(),
-        "{}: model output {} and sample {} must have the same shape", kClass,
+        "{}: model output {} and sample {} must have the same shape", kFlowMatchClass,
         shape_string(model_output_in.shape()), shape_string(sample_in.shape()));
   const Tensor model_output = model_output_in.to(DType::F32).contiguous();
   const Tensor sample = sample_in.to(DType::F32).contiguous();

@@ -11,7 +11,7 @@
 namespace mmgen::schedulers {
 namespace {
 
-constexpr const char* kClass = "UniPCMultistepScheduler";
+constexpr const char* kUniPcClass = "UniPCMultistepScheduler";
 
 Tensor as_f32_contiguous(const Tensor& t) {
   return t.to(DType::F32).contiguous();
@@ -104,7 +104,7 @@ float power(float r, int k) {
 }  // namespace
 
 UniPCConfig UniPCConfig::from_json(const nlohmann::json& json) {
-  ConfigReader read(json, kClass);
+  ConfigReader read(json, kUniPcClass);
   UniPCConfig c;
   c.num_train_timesteps = read.integer("num_train_timesteps", 1000);
   c.solver_order = read.integer("solver_order", 2);
@@ -166,7 +166,8 @@ UniPCConfig UniPCConfig::from_json(const nlohmann::json& json) {
         "lower_order_final false with final_sigmas_type 'zero' makes the last step infinite (in "
         "diffusers too); set lower_order_final true or final_sigmas_type 'sigma_min'");
   c.use_dynamic_shifting = read.boolean("use_dynamic_shifting", false);
-  c.time_shift_type = parse_time_shift_type(read.string("time_shift_type", "exponential"), kClass);
+  c.time_shift_type =
+      parse_time_shift_type(read.string("time_shift_type", "exponential"), kUniPcClass);
   // diffusers tests `if shift_terminal:`, so 0 means off.
   c.shift_terminal = read.optional_number("shift_terminal");
   if (c.shift_terminal && *c.shift_terminal == 0.0) c.shift_terminal.reset();
@@ -184,12 +185,12 @@ UniPCMultistepScheduler::UniPCMultistepScheduler(UniPCConfig config) : config_(s
 
 MMGEN_EXACT_FP void UniPCMultistepScheduler::set_timesteps(int num_inference_steps,
                                                            const ScheduleOptions& options) {
-  check(num_inference_steps >= 1, "{}: the number of steps must be at least 1 (got {})", kClass,
-        num_inference_steps);
+  check(num_inference_steps >= 1, "{}: the number of steps must be at least 1 (got {})",
+        kUniPcClass, num_inference_steps);
   check(!options.sigmas, "{}: explicit sigmas are not supported; pass only the number of steps",
-        kClass);
+        kUniPcClass);
   check(!config_.use_dynamic_shifting || options.mu.has_value(),
-        "{}: the config sets use_dynamic_shifting, so a mu value is required", kClass);
+        "{}: the config sets use_dynamic_shifting, so a mu value is required", kUniPcClass);
 
   // float64 as numpy: linspace(1, 1/T, N + 1)[:-1], shift, optional terminal stretch.
   std::vector<double> sigmas =
@@ -344,13 +345,14 @@ Tensor UniPCMultistepScheduler::correct(const Tensor& data_prediction, const Ten
 Tensor UniPCMultistepScheduler::step(const Tensor& model_output_in, int step_index,
                                      const Tensor& sample_in) {
   const int n = num_inference_steps();
-  check(n > 0, "{}: call set_timesteps before step", kClass);
+  check(n > 0, "{}: call set_timesteps before step", kUniPcClass);
   check(step_index == step_index_,
         "{}: steps must be taken in order: expected step {}, got {} (call begin() to restart)",
-        kClass, step_index_, step_index);
-  check(step_index_ < n, "{}: all {} steps are done; call begin() to start a new run", kClass, n);
+        kUniPcClass, step_index_, step_index);
+  check(step_index_ < n, "{}: all {} steps are done; call begin() to start a new run", kUniPcClass,
+        n);
   check(model_output_in.shape() == sample_in.shape(),
-        "{}: model output {} and sample {} must have the same shape", kClass,
+        "{}: model output {} and sample {} must have the same shape", kUniPcClass,
         shape_string(model_output_in.shape()), shape_string(sample_in.shape()));
   const Tensor model_output = as_f32_contiguous(model_output_in);
   Tensor sample = as_f32_contiguous(sample_in);

@@ -30,6 +30,7 @@
 #include "attention/backends/sliding_tile_attn/sta_settings.h"
 #include "attention/sta_tiling.h"
 #include "core/error.h"
+#include "core/limits.h"
 #ifdef MMGEN_HAVE_CUDA
 #include "attention/backends/sliding_tile_attn/sliding_tile_attn_cuda.h"
 #endif
@@ -257,7 +258,7 @@ const BackendDescriptor& descriptor() {
                             "is one of upstream's Wan candidates and covers 15% of Wan "
                             "720p's 3x6x10 tiles",
                     .min = 1,
-                    .max = 1 << 20,
+                    .max = 4096,
                     .list_length = 3},
                    {.name = "sta_mode",
                     .type = ConfigType::Choice,
@@ -271,7 +272,8 @@ const BackendDescriptor& descriptor() {
                     .type = ConfigType::Int,
                     .default_value = 15,
                     .help = "leading denoising steps that use full attention",
-                    .min = 0},
+                    .min = 0,
+                    .max = Limits::kMaxInferenceSteps},
                    {.name = "mask_search_output",
                     .type = ConfigType::String,
                     .default_value = nullptr,
@@ -292,6 +294,7 @@ const BackendDescriptor& descriptor() {
                     .default_value = {6, 8, 8},
                     .help = "tile size in latent tokens [t, h, w]",
                     .min = 1,
+                    .max = 4096,
                     .list_length = 3},
                },
            .config_guide =
