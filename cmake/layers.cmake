@@ -62,6 +62,14 @@ function(mmgen_layer name folder)
     # (the build says which collide). -DMMGEN_UNITY=OFF rebuilds single files faster while
     # editing. The .cu files compile one by one either way.
     set_target_properties(mmgen_${name} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 16)
+    # The CUDA build's C++ files (cuBLASLt plans, kernel launchers) stay single: only the test
+    # command compiles them, and each keeps its own file-local names.
+    set(cuda_sources ${sources})
+    list(FILTER cuda_sources INCLUDE REGEX "(/cuda/|_cuda\\.cpp$)")
+    if(cuda_sources)
+      set_source_files_properties(${cuda_sources} TARGET_DIRECTORY mmgen_${name}
+                                  PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
+    endif()
   endif()
   if(lower)
     target_link_libraries(mmgen_${name} PUBLIC ${lower})
