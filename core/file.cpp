@@ -31,6 +31,30 @@ int open_regular(const fs::path& path, size_t& size) {
 
 }  // namespace
 
+void check_regular_file(const fs::path& path, std::string_view what) {
+  std::error_code error;
+  const fs::file_status status = fs::status(path, error);
+  if (error && error != std::errc::no_such_file_or_directory)
+    fail("{} {}: {}", what, path.string(), error.message());
+  switch (status.type()) {
+    case fs::file_type::regular:
+      return;
+    case fs::file_type::not_found:
+      fail("{} {} does not exist", what, path.string());
+    case fs::file_type::directory:
+      fail("{} {} is a folder; give a file", what, path.string());
+    default:
+      fail("{} {} is a FIFO, a device or a socket, not a file; give a regular file", what,
+           path.string());
+  }
+}
+
+std::string filesystem_error_line(const fs::filesystem_error& error) {
+  std::string paths = error.path1().string();
+  if (!error.path2().empty()) paths += " -> " + error.path2().string();
+  return fmt::format("{}: {}", paths.empty() ? "a file" : paths, error.code().message());
+}
+
 std::string read_text_file(const fs::path& path, size_t max_bytes) {
   size_t size = 0;
   int fd = open_regular(path, size);

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "core/limits.h"
 #include "core/tensor.h"
@@ -14,6 +15,15 @@
 namespace mmgen {
 
 namespace fs = std::filesystem;
+
+// Refuses, in one line, a path that is not a regular file (after following links): "<what>
+// <path> does not exist", "is a folder", "is a FIFO, a device or a socket, not a file", or the
+// system's reason (a link loop, a name too long).
+void check_regular_file(const fs::path& path, std::string_view what);
+
+// A filesystem_error (a link loop, a name too long, a permission) as one line: its paths and the
+// system's reason, without the library's prefix.
+std::string filesystem_error_line(const fs::filesystem_error& error);
 
 // Reads a regular file of at most `max_bytes`. Errors name the file and the problem.
 std::string read_text_file(const fs::path& path, size_t max_bytes = Limits::kMaxTextFile);

@@ -1,9 +1,11 @@
 #include "core/gguf.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
 #include "core/limits.h"
+#include "core/text.h"
 
 namespace mmgen::gguf {
 namespace {
@@ -139,13 +141,14 @@ GgufFile GgufFile::open(const fs::path& path) {
     tensor.name = in.string("a tensor name");
     const uint32_t dims = in.read<uint32_t>("a tensor's dimension count");
     if (dims == 0 || dims > 4)
-      in.bad(fmt::format("tensor {} has {} dimensions", tensor.name, dims));
+      in.bad(fmt::format("tensor {} has {} dimensions", text_for_message(tensor.name), dims));
     std::vector<uint64_t> ne(dims);
     uint64_t count = 1;
     for (uint32_t d = 0; d < dims; ++d) {
       ne[d] = in.read<uint64_t>("a tensor dimension");
       if (ne[d] == 0 || ne[d] > (uint64_t(1) << 40) || count > (uint64_t(1) << 40) / ne[d])
-        in.bad(fmt::format("tensor {} has dimension {} of {}", tensor.name, d, ne[d]));
+        in.bad(fmt::format("tensor {} has dimension {} of {}", text_for_message(tensor.name), d,
+                           ne[d]));
       count *= ne[d];
     }
     const uint32_t type = in.read<uint32_t>("a tensor type");
@@ -154,18 +157,19 @@ GgufFile GgufFile::open(const fs::path& path) {
       in.bad(
           fmt::format("tensor {} has ggml type {}, which mmgen does not read (it reads f32, "
                       "f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k)",
-                      tensor.name, type));
+                      text_for_message(tensor.name), type));
     if (ne[0] % uint64_t(info->block) != 0)
       in.bad(fmt::format("tensor {} has rows of {} elements, not whole {} blocks of {}",
-                         tensor.name, ne[0], info->name, info->block));
+                         text_for_message(tensor.name), ne[0], info->name, info->block));
     tensor.type = GgmlType(type);
     tensor.offset = in.read<uint64_t>("a tensor offset");
     if (tensor.offset % alignment != 0)
-      in.bad(fmt::format("tensor {} starts at {}, not a multiple of the alignment {}", tensor.name,
-                         tensor.offset, alignment));
+      in.bad(fmt::format("tensor {} starts at {}, not a multiple of the alignment {}",
+                         text_for_message(tensor.name), tensor.offset, alignment));
     tensor.nbytes = size_t(count / uint64_t(info->block) * info->bytes);
     for (uint32_t d = dims; d-- > 0;) tensor.shape.push_back(int64_t(ne[d]));
-    if (file.index_.count(tensor.name)) in.bad(fmt::format("tensor {} appears twice", tensor.name));
+    if (file.index_.count(tensor.name))
+      in.bad(fmt::format("tensor {} appears twice", text_for_message(tensor.name)));
     file.index_[tensor.name] = file.tensors_.size();
     file.tensors_.push_back(std::move(tensor));
   }
@@ -176,7 +180,19 @@ GgufFile GgufFile::open(const fs::path& path) {
       fail(
           "{}: not a GGUF file mmgen can read: tensor {} ({} bytes at {}) runs past the end of "
           "the file ({} bytes); the file is truncated",
-          path.string(), tensor.name, tensor.nbytes, file.data_start_ + tensor.offset, size);
+          path.string(), text_for_message(tensor.name), tensor.nbytes,
+          file.data_start_ + tensor.offset, size);
+  // No two tensors may share bytes, as safetensors requires: a writer that overlaps them is
+  // damaged or hostile, and one weight's bytes would be read as another's.
+  std::vector<const GgufTensorInfo*> by_offset;
+  for (const GgufTensorInfo& tensor : file.tensors_) by_offset.push_back(&tensor);
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const auto* a, const auto* b) { return a->offset < b->offset; });
+  for (size_t i = 1; i < by_offset.size(); ++i)
+    check(by_offset[i]->offset >= by_offset[i - 1]->offset + by_offset[i - 1]->nbytes,
+          "{}: not a GGUF file mmgen can read: tensors {} and {} overlap in the data section",
+          path.string(), text_for_message(by_offset[i - 1]->name),
+          text_for_message(by_offset[i]->name));
   return file;
 }
 

@@ -9,6 +9,7 @@
 #include "core/gguf.h"
 #include "core/json.h"
 #include "core/scaled_fp8.h"
+#include "core/text.h"
 
 namespace mmgen {
 namespace {
@@ -22,8 +23,9 @@ uint64_t read_le64(const std::byte* p) {
 }
 
 // Reads one header entry, checking its fields; `where` prefixes messages.
-TensorInfo parse_entry(const std::string& where, const std::string& name, const json& entry,
+TensorInfo parse_entry(const std::string& where, const std::string& raw_name, const json& entry,
                        size_t data_size) {
+  const std::string name = text_for_message(raw_name);  // for messages: escaped, capped
   check(entry.is_object(), "{}: entry '{}' is not a JSON object", where, name);
   for (const char* key : {"dtype", "shape", "data_offsets"})
     check(entry.contains(key), "{}: tensor '{}' has no '{}'", where, name, key);
@@ -34,7 +36,7 @@ TensorInfo parse_entry(const std::string& where, const std::string& name, const 
       parsed.has_value(),
       "{}: tensor '{}' has unknown dtype '{}' (known: F32, F64, BF16, F16, F8_E4M3, I64, I32, I8, "
       "U8, BOOL)",
-      where, name, dtype.get<std::string>());
+      where, name, text_for_message(dtype.get<std::string>()));
   TensorInfo info;
   info.dtype = *parsed;
 
@@ -103,7 +105,8 @@ SafetensorsFile SafetensorsFile::open(const fs::path& path) {
     if (it.key() == "__metadata__") {
       check(it->is_object(), "{}: __metadata__ is not an object", where);
       for (auto m = it->begin(); m != it->end(); ++m) {
-        check(m->is_string(), "{}: __metadata__ value '{}' is not a string", where, m.key());
+        check(m->is_string(), "{}: __metadata__ value '{}' is not a string", where,
+              text_for_message(m.key()));
         result.metadata_[m.key()] = m->get<std::string>();
       }
       continue;
@@ -119,14 +122,14 @@ SafetensorsFile SafetensorsFile::open(const fs::path& path) {
             [](const auto& a, const auto& b) { return a.second->begin < b.second->begin; });
   for (size_t i = 1; i < ordered.size(); ++i)
     check(ordered[i].second->begin >= ordered[i - 1].second->end,
-          "{}: tensors '{}' and '{}' overlap in the data section", where, *ordered[i - 1].first,
-          *ordered[i].first);
+          "{}: tensors '{}' and '{}' overlap in the data section", where,
+          text_for_message(*ordered[i - 1].first), text_for_message(*ordered[i].first));
   return result;
 }
 
 const TensorInfo& SafetensorsFile::info(const std::string& name) const {
   auto it = tensors_.find(name);
-  check(it != tensors_.end(), "{}: no tensor named '{}'", path().string(), name);
+  check(it != tensors_.end(), "{}: no tensor named '{}'", path().string(), text_for_message(name));
   return it->second;
 }
 

@@ -98,7 +98,8 @@ std::optional<uint64_t> parse_byte_size(const std::string& text) {
     if (unit.size() != 1 || at == std::string::npos) return std::nullopt;
     scale = std::pow(1024.0, double(at + 1));
   }
-  if (!std::isfinite(value) || value < 0) return std::nullopt;
+  // Past 1 EiB is no machine's memory (and past 2^64 the conversion would be undefined).
+  if (!std::isfinite(value) || value < 0 || value * scale > 0x1p60) return std::nullopt;
   return uint64_t(value * scale);
 }
 

@@ -36,7 +36,7 @@ uint64_t peak_resident_bytes();
 std::string format_bytes(uint64_t bytes);
 
 // Parses "4096", "512M", "1.5G", "2GiB" (binary units, case-insensitive) to bytes; nullopt when
-// the text is not such a size.
+// the text is not such a size or is past 1 EiB.
 std::optional<uint64_t> parse_byte_size(const std::string& text);
 
 }  // namespace mmgen

@@ -2,6 +2,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/limits.h"
 #include "core/text.h"
@@ -28,7 +30,38 @@ const std::string& checked_utf8(const std::string& text, const YAML::Node& node,
 // node again), so the values converted are counted against Limits::kMaxYamlValues.
 constexpr size_t kMaxYamlValues = Limits::kMaxYamlValues;
 
-json yaml_node_to_json(const YAML::Node& node, const std::string& where, size_t& budget) {
+// The deepest nesting of flow brackets ([ and {) outside quotes and comments: yaml-cpp recurses
+// once per level and gives up on a deep file with "bad file", which names nothing.
+size_t flow_depth(const std::string& text) {
+  size_t depth = 0, deepest = 0;
+  char quote = 0;
+  bool comment = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (comment) {
+      comment = c != '\n';
+    } else if (quote) {
+      if (c == '\\' && quote == '"')
+        ++i;
+      else if (c == quote)
+        quote = 0;
+    } else if (c == '"' || c == '\'') {
+      quote = c;
+    } else if (c == '#' && (i == 0 || text[i - 1] == ' ' || text[i - 1] == '\n')) {
+      comment = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+json yaml_node_to_json(const YAML::Node& node, const std::string& where, size_t& budget,
+                       int depth = 0) {
+  check(depth <= Limits::kMaxJsonDepth, "{}: line {}: YAML nested deeper than {} levels", where,
+        node.Mark().line + 1, Limits::kMaxJsonDepth);
   check(budget > 0,
         "{}: more than {} values once YAML aliases are expanded; write the values out or use "
         "fewer aliases",
@@ -40,15 +73,18 @@ json yaml_node_to_json(const YAML::Node& node, const std::string& where, size_t&
       return nullptr;
     case YAML::NodeType::Sequence: {
       json list = json::array();
-      for (const auto& item : node) list.push_back(yaml_node_to_json(item, where, budget));
+      for (const auto& item : node)
+        list.push_back(yaml_node_to_json(item, where, budget, depth + 1));
       return list;
     }
     case YAML::NodeType::Map: {
       json object = json::object();
       for (const auto& item : node) {
-        const std::string key = item.first.as<std::string>();
-        object[checked_utf8(key, item.first, where)] =
-            yaml_node_to_json(item.second, where, budget);
+        const std::string key = checked_utf8(item.first.as<std::string>(), item.first, where);
+        // yaml-cpp keeps both; which one a reader takes is a guess, so neither is taken.
+        check(!object.contains(key), "{}: line {}: the key '{}' appears twice in one mapping",
+              where, item.first.Mark().line + 1, text_for_message(key));
+        object[key] = yaml_node_to_json(item.second, where, budget, depth + 1);
       }
       return object;
     }
@@ -82,6 +118,8 @@ json yaml_node_to_json(const YAML::Node& node, const std::string& where, size_t&
 }  // namespace
 
 json yaml_to_json(const std::string& text, const std::string& where) {
+  check(flow_depth(text) <= size_t(Limits::kMaxJsonDepth),
+        "{}: YAML nested deeper than {} levels; flatten it", where, Limits::kMaxJsonDepth);
   try {
     size_t budget = kMaxYamlValues;
     return yaml_node_to_json(YAML::Load(text), where, budget);

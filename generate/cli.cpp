@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "core/system_memory.h"
+#include "core/text.h"
 #include "generate/attention_command.h"
 #include "generate/backends_command.h"
 #include "generate/convert_command.h"
@@ -103,11 +105,18 @@ int run_cli(int argc, char** argv) {
       fail("unknown command '{}': {}", command, *hint);
     fail("unknown command '{}'; run `mmgen --help` for the list", command);
   } catch (const Error& e) {
-    std::fprintf(stderr, "mmgen: error: %s\n", e.what());
+    // Messages quote names and values from untrusted files: control bytes (a terminal escape, a
+    // newline) are shown escaped and a runaway message is cut, so it stays one readable line.
+    std::fprintf(stderr, "mmgen: error: %s\n", text_for_message(e.what(), 2000).c_str());
     return 1;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr,
                  "mmgen: error: out of memory; try a smaller --height/--width/--num-frames\n");
+    return 1;
+  } catch (const fs::filesystem_error& e) {
+    // A link loop, a name too long, a permission: the file and the system's reason.
+    std::fprintf(stderr, "mmgen: error: %s\n",
+                 text_for_message(filesystem_error_line(e), 2000).c_str());
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mmgen: internal error: %s (please report it)\n", e.what());

@@ -13,6 +13,7 @@
 
 #include "attention/backend_config.h"
 #include "core/error.h"
+#include "core/file.h"
 #include "core/gemm_cpu.h"
 #include "core/interrupt.h"
 #include "core/thread_placement.h"
@@ -20,6 +21,7 @@
 #include "core/cuda/device_memory.h"
 #endif
 #include "core/system_memory.h"
+#include "core/text.h"
 #include "generate/memory_check.h"
 #include "generate/model_folder_defaults.h"
 #include "generate/multi_gpu.h"
@@ -305,6 +307,8 @@ size_t generate_batch(const PipelineRunner& run, const ResolvedGenerate& resolve
       problem = e.what();
     } catch (const std::bad_alloc&) {
       problem = "out of memory; try a smaller --height/--width/--num-frames";
+    } catch (const fs::filesystem_error& e) {
+      problem = filesystem_error_line(e);
     } catch (const std::exception& e) {
       problem = std::string("internal error: ") + e.what() + " (please report it)";
     }
@@ -314,7 +318,8 @@ size_t generate_batch(const PipelineRunner& run, const ResolvedGenerate& resolve
     if (request.parallel) fail("prompt {} of {}: {}", i + 1, count, problem);
     ++failed;
     std::fprintf(stderr, "mmgen: error: prompt %zu of %zu (\"%s\"): %s\n", i + 1, count,
-                 short_prompt(request.prompt).c_str(), problem.c_str());
+                 text_for_message(short_prompt(request.prompt)).c_str(),
+                 text_for_message(problem, 2000).c_str());
   }
   if (!resolved.request.parallel || resolved.request.parallel->leader())
     std::cout << fmt::format("generate: {} of {} prompt(s) written to {}, {} failed",
@@ -481,10 +486,13 @@ int run_resolved(ResolvedGenerate resolved) {
     if (resolved.batch_prompts.empty()) {
       stop_if_requested();
       generate_one(run, resolved, request, path, kept);
+      // A stop asked for while the output was written: the file is kept and the run says so.
+      stop_if_requested();
       summary(1);
       return ranks_ok() ? 0 : 1;
     }
     const size_t failed = generate_batch(run, resolved, kept);
+    stop_if_requested();
     summary(resolved.batch_prompts.size() - failed);
     return ranks_ok() && failed == 0 ? 0 : 1;
   } catch (const Interrupted& stop) {
@@ -504,6 +512,15 @@ json preflight(const ResolvedGenerate& resolved) {
   if (!request.parallel || request.parallel->leader()) {
     if (resolved.batch_prompts.empty()) output_file_path(request);
     check_output_folder_writable(request.output_path);
+    // A config file is not trusted: where it sends the output is said before anything is written.
+    for (const char* key : {"output_path", "output_file_name"}) {
+      const std::string source = resolved.setting_sources.value(key, std::string("built-in"));
+      if (source != "command line" && source != "built-in")
+        spdlog::info("output: {} {} is set by {}", key,
+                     key == std::string("output_path") ? request.output_path.string()
+                                                       : request.output_file_name.value_or(""),
+                     source);
+    }
   }
   return check_memory(resolved);
 }

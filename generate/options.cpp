@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/json.h"
+#include "core/text.h"
 
 namespace mmgen::cli {
 
@@ -81,8 +83,13 @@ const std::vector<OptionSpec>& option_table() {
        "png, jpg (or jpeg), webp, mp4 or npy (default: --output-file-name's extension, else png "
        "for one frame, mp4 for more)",
        {"png", "jpg", "jpeg", "webp", "mp4", "npy"}},
-      {"overwrite", T::Flag, false,
-       "replace an existing output file (without it, generate refuses before any work)"},
+      {"overwrite",
+       T::Flag,
+       false,
+       "replace an existing output file (without it, generate refuses before any work); "
+       "command line only: a config file may not replace files",
+       {},
+       false},
       {"vae-tiling", T::Flag, false,
        "decode in overlapping spatial tiles: bounded memory for large frames, seams blended"},
       {"vae-tile-size", T::Int, 256,
@@ -451,16 +458,25 @@ std::string describe(const json& value) {
 }  // namespace
 
 json convert_option_value(const OptionSpec& option, const json& value, const std::string& where) {
+  // One rule for text at every entry point (flags, config files, prompt files): UTF-8 or refused
+  // with the offset, as a Python peer cannot even be handed other bytes.
+  if (value.is_string()) {
+    const size_t bad = invalid_utf8_offset(value.get<std::string>());
+    check(bad == std::string::npos, "{}: not valid UTF-8 (byte {}); write it as UTF-8 text", where,
+          bad + 1);
+  }
   const std::string text = describe(value);
+  const std::string shown = text_for_message(text);  // for messages
   switch (option.type) {
     case OptionType::String:
     case OptionType::Path:
       check(value.is_string() || value.is_number(), "{}: expected text, got {}", where,
-            value.dump());
+            json_for_message(value));
       return text;
     case OptionType::Spec:  // a string, or an object / list straight from a config file
       if (value.is_object()) return value;
-      check(value.is_string(), "{}: expected a string or an object, got {}", where, value.dump());
+      check(value.is_string(), "{}: expected a string or an object, got {}", where,
+            json_for_message(value));
       return text;
     case OptionType::Int: {
       if (value.is_number_integer()) return value;
@@ -468,7 +484,8 @@ json convert_option_value(const OptionSpec& option, const json& value, const std
       if (value.is_number_float() && std::floor(value.get<double>()) == value.get<double>() &&
           std::fabs(value.get<double>()) < 0x1p63)
         return int64_t(value.get<double>());
-      check(value.is_string(), "{}: expected a whole number, got {}", where, value.dump());
+      check(value.is_string(), "{}: expected a whole number, got {}", where,
+            json_for_message(value));
       size_t used = 0;
       int64_t parsed = 0;
       try {
@@ -477,12 +494,12 @@ json convert_option_value(const OptionSpec& option, const json& value, const std
         used = 0;
       }
       check(used == text.size() && !text.empty(), "{}: expected a whole number, got '{}'", where,
-            text);
+            shown);
       return parsed;
     }
     case OptionType::Float: {
       if (value.is_number()) return value.get<double>();
-      check(value.is_string(), "{}: expected a number, got {}", where, value.dump());
+      check(value.is_string(), "{}: expected a number, got {}", where, json_for_message(value));
       size_t used = 0;
       double parsed = 0;
       try {
@@ -491,7 +508,7 @@ json convert_option_value(const OptionSpec& option, const json& value, const std
         used = 0;
       }
       check(used == text.size() && !text.empty() && std::isfinite(parsed),
-            "{}: expected a number, got '{}'", where, text);
+            "{}: expected a number, got '{}'", where, shown);
       return parsed;
     }
     case OptionType::Bool:
@@ -501,15 +518,16 @@ json convert_option_value(const OptionSpec& option, const json& value, const std
       std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
       if (lower == "true" || lower == "1" || lower == "yes" || lower == "on") return true;
       if (lower == "false" || lower == "0" || lower == "no" || lower == "off") return false;
-      fail("{}: expected true or false, got '{}'", where, text);
+      fail("{}: expected true or false, got '{}'", where, shown);
     }
     case OptionType::Choice: {
-      check(value.is_string(), "{}: expected one of its choices, got {}", where, value.dump());
+      check(value.is_string(), "{}: expected one of its choices, got {}", where,
+            json_for_message(value));
       for (auto choice : option.choices)
         if (choice == text) return text;
       std::string list;
       for (auto choice : option.choices) list += (list.empty() ? "" : ", ") + std::string(choice);
-      fail("{}: '{}' is not one of {}", where, text, list);
+      fail("{}: '{}' is not one of {}", where, shown, list);
     }
   }
   return value;

@@ -87,8 +87,8 @@ std::string pipeline_defaults_markdown() {
           if (key == "name") continue;
           std::string test;
           if (key == "transformer_parameters" && value.is_array() && value.size() == 2)
-            test = fmt::format("transformer parameters in [{}, {})", bound(value[0]),
-                               bound(value[1]));
+            test =
+                fmt::format("transformer parameters in [{}, {})", bound(value[0]), bound(value[1]));
           else if (key == "transformer_config")
             test = fmt::format("transformer `config.json` has `{}`", cell(value.dump()));
           else if (key == "model_name_contains")

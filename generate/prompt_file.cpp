@@ -3,11 +3,13 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file.h"
+#include "core/text.h"
 
 namespace mmgen::cli {
 
 std::vector<std::string> read_prompt_file(const fs::path& path) {
-  check(fs::is_regular_file(path), "--prompt-file-path {}: no such file", path.string());
+  check_regular_file(path, "--prompt-file-path");
   std::stringstream lines(read_text_file(path, Limits::kMaxPromptFile));
   std::vector<std::string> prompts;
   std::string line;
@@ -20,6 +22,10 @@ std::vector<std::string> read_prompt_file(const fs::path& path) {
     check(line.size() <= Limits::kMaxPromptBytes,
           "--prompt-file-path {}: line {} is {} bytes long; at most {} are taken", path.string(),
           line_number, line.size(), Limits::kMaxPromptBytes);
+    const size_t bad = invalid_utf8_offset(line);
+    check(bad == std::string::npos,
+          "--prompt-file-path {}: line {} is not valid UTF-8 (byte {}); save the file as UTF-8",
+          path.string(), line_number, bad + 1);
     prompts.push_back(line);
     check(prompts.size() <= size_t(Limits::kMaxPromptsPerFile),
           "--prompt-file-path {}: more than {} prompts; split the file", path.string(),

@@ -85,7 +85,9 @@ SettingsLayer settings_from_document(const json& document, const std::string& wh
       continue;
     }
     if (option == nullptr) unknown_name(where, it.key(), "", option_names(true), Command::Generate);
-    check(option->in_config, "{}: '{}' cannot be set inside a config file", where, it.key());
+    check(option->in_config,
+          "{}: '{}' cannot be set inside a config file; give --{} on the command line", where,
+          it.key(), option->name);
     if (it->is_null()) continue;
     layer[key] = convert_option_value(*option, *it, source);
   }

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/file.h"
 #include "core/npy.h"
+#include "core/text.h"
 #include "pipeline/mp4_check.h"
 
 namespace mmgen {
@@ -78,6 +79,13 @@ uint64_t stable_hash(const std::string& text) {
   return hash;
 }
 
+// Whether anything has the name, a link included: fs::exists follows a link, so a dangling one
+// looked free and was replaced without --overwrite.
+bool name_taken(const fs::path& path) {
+  std::error_code error;
+  return fs::symlink_status(path, error).type() != fs::file_type::not_found;
+}
+
 }  // namespace
 
 fs::path output_file_path(const Request& request, std::optional<size_t> batch_index) {
@@ -86,8 +94,14 @@ fs::path output_file_path(const Request& request, std::optional<size_t> batch_in
   const bool named = request.output_file_name.has_value();
   if (named) {
     stem = *request.output_file_name;
-    check(!stem.empty() && stem.find('/') == std::string::npos,
-          "--output-file-name '{}' must be a plain file name; put folders in --output-path", stem);
+    check(!stem.empty() && stem.find('/') == std::string::npos && stem != "." && stem != "..",
+          "--output-file-name '{}' must be a plain file name; put folders in --output-path",
+          text_for_message(stem));
+    // "." would become the hidden "..png".
+    check(stem.front() != '.',
+          "--output-file-name '{}' starts with a dot, which would hide the file; name it "
+          "without the dot",
+          text_for_message(stem));
     // A name whose extension is the format's keeps it as written (one.jpeg, B.PNG); any other
     // name gets the format's extension added.
     if (output_format_of_name(stem) == request.output_format) {
@@ -102,8 +116,13 @@ fs::path output_file_path(const Request& request, std::optional<size_t> batch_in
                        uint32_t(stable_hash(request.settings.dump()) >> 32));
   }
   if (batch_index) stem += "_" + std::to_string(*batch_index);
+  // Linux takes at most 255 bytes for one name (NAME_MAX); a longer one failed only at the write.
+  check(stem.size() + extension.size() <= 255,
+        "--output-file-name: the file name would be {} bytes ('{}'); a file name may have at most "
+        "255 with its extension",
+        stem.size() + extension.size(), text_for_message(stem + extension));
   fs::path path = request.output_path / (stem + extension);
-  if (request.overwrite || !fs::exists(path)) return path;
+  if (request.overwrite || !name_taken(path)) return path;
   // A generated name that is taken (the same request within the same second) gets a counter; a
   // name the user chose is theirs to replace.
   check(!named,
@@ -111,7 +130,7 @@ fs::path output_file_path(const Request& request, std::optional<size_t> batch_in
         path.string());
   for (int counter = 1;; ++counter) {
     path = request.output_path / fmt::format("{}_{}{}", stem, counter, extension);
-    if (!fs::exists(path)) return path;
+    if (!name_taken(path)) return path;
   }
 }
 
@@ -120,6 +139,11 @@ std::vector<uint8_t> frames_to_u8(const Tensor& frames, bool round) {
   std::vector<uint8_t> out(size_t(source.numel()));
   const float* p = source.data<float>();
   for (size_t i = 0; i < out.size(); ++i) {
+    // NaN passes std::clamp and its conversion to uint8 is undefined (it came out black).
+    check(std::isfinite(p[i]),
+          "the decoded frames hold NaN or infinity (value {} of {}): the VAE's output is not a "
+          "picture; check the VAE's weights (and --latents, if given)",
+          i, out.size());
     const float scaled = std::clamp(p[i], 0.0f, 1.0f) * 255.0f;
     out[i] = uint8_t(round ? std::nearbyint(scaled) : scaled);
   }

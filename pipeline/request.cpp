@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/limits.h"
 #include "core/system_memory.h"
+#include "core/text.h"
 
 namespace mmgen {
 
@@ -105,7 +106,8 @@ Request request_from_settings(const json& settings) {
   if (const std::string limit = text("max-gpu-memory"); !limit.empty()) {
     const std::optional<uint64_t> bytes = parse_byte_size(limit);
     check(bytes && *bytes >= (uint64_t(64) << 20),
-          "--max-gpu-memory {}: give a size of at least 64 MiB, such as 24GiB or 20000M", limit);
+          "--max-gpu-memory {}: give a size from 64 MiB to 1 EiB, such as 24GiB or 20000M",
+          text_for_message(limit));
     r.max_gpu_memory = *bytes;
   }
   r.gpu_offload = settings.value("gpu-offload", std::string("auto"));

@@ -112,9 +112,9 @@ TEST(Cli, BadInputGetsOneLineAndNonZeroExit) {
       {"generate --model-path " + wan_tiny() + " --prompt-file-path " + empty_prompts.string(),
        "holds no prompt"},
       {"generate --model-path " + wan_tiny() + " --prompt x --max-gpu-memory lots",
-       "--max-gpu-memory lots: give a size of at least 64 MiB"},
+       "--max-gpu-memory lots: give a size from 64 MiB to 1 EiB"},
       {"generate --model-path " + wan_tiny() + " --prompt x --max-gpu-memory 1M",
-       "--max-gpu-memory 1M: give a size of at least 64 MiB"},
+       "--max-gpu-memory 1M: give a size from 64 MiB to 1 EiB"},
   };
   for (const auto& [arguments, expected] : cases) {
     auto result = run_command(mmgen() + " " + arguments);

@@ -1,9 +1,8 @@
 // The documentation stays true: docs/configuration.md is what `mmgen options --markdown` prints
 // (MMGEN_UPDATE_DOCS=1 rewrites it), and every relative link in docs/, README.md and
 // examples/README.md points at a file that exists.
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <fstream>
 #include <regex>

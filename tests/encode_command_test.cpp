@@ -221,7 +221,7 @@ TEST(EncodeCommand, BadInputGetsOneLineAndNonZeroExit) {
       {"encode --model-path " + wan + " --prompt x --out " + out + " --component transformer",
        "does not support"},
       {"encode --model-path " + qwen + " --prompt-file-path /nonexistent.txt --out " + out,
-       "no such file"},
+       "/nonexistent.txt does not exist"},
       {"encode --model-path " + qwen + " --prompt x --out " + out + " --page-size",
        "needs a value"},
       {"encode --model-path " + (fixture("qwen3-tiny") / "model").string() + " --prompt x --out " +

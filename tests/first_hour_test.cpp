@@ -233,11 +233,11 @@ TEST(FirstHour, TheRunLogStatesTheGuidanceThatActs) {
   const fs::path out = testing::scratch_dir("first-hour-qwen-log");
   const auto run = run_command(mmgen() + " generate --prompt x --model-path " +
                                repo_fixture("qwenimage-tiny").string() +
-                               " --height 32 --width 32 --num-inference-steps 1 --output-format "
+                               " --height 32 --width 32 --num-inference-steps 2 --output-format "
                                "npy --output-path " +
                                out.string());
   ASSERT_EQ(run.exit_code, 0) << run.err;
-  EXPECT_NE(run.err.find("1 steps, true CFG off, seed"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("2 steps, true CFG off, seed"), std::string::npos) << run.err;
   EXPECT_EQ(run.err.find("guidance 5"), std::string::npos) << run.err;
 }
 

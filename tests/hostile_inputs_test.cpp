@@ -3,6 +3,7 @@
 // with neither file nor key, raw bytes on the terminal — and what must happen now: one line that
 // names the file, the key or the flag, a non-zero exit, and work linear in the input.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/file.h"
 #include "core/json.h"
 #include "core/safetensors.h"
 #include "core/text.h"
@@ -256,6 +258,225 @@ TEST(HostileInputs, ConfigValuesOfTheWrongTypeNameTheFileAndKey) {
                                   " --output-path " + (model.parent_path() / "out").string());
   EXPECT_EQ(result.exit_code, 1) << result.err;
   EXPECT_EQ(result.err.find("internal error"), std::string::npos) << result.err;
+}
+
+// ------------------------------------------------------------------ 5, 6, 8. text, files, sizes
+
+std::string generate_dry(const std::string& flags) {
+  return mmgen() + " generate --dry-run --model-path " + wan_tiny() + " " + flags;
+}
+
+// Invalid UTF-8 ended in "internal error: type_error.316" (exit 70); the rule now: refused with
+// the byte offset wherever text enters (flags, config files, prompt files).
+TEST(HostileInputs, TextThatIsNotUtf8IsRefusedWithItsOffset) {
+  expect_one_line_error(run_command(generate_dry("--prompt 'a\xff"
+                                                 "b'")),
+                        "--prompt: not valid UTF-8 (byte 2)", "--prompt");
+  expect_one_line_error(run_command(generate_dry("--prompt x --negative-prompt '\xc3'")),
+                        "--negative-prompt: not valid UTF-8 (byte 1)", "--negative-prompt");
+  const fs::path dir = scratch_dir("hostile-utf8");
+  std::ofstream(dir / "prompts.txt") << "fine\nbad \xfe here\n";
+  expect_one_line_error(
+      run_command(generate_dry("--prompt-file-path " + (dir / "prompts.txt").string())),
+      "line 2 is not valid UTF-8 (byte 5)", "prompt file");
+  std::ofstream(dir / "run.yaml") << "negative-prompt: \"\xff\"\n";
+  expect_one_line_error(
+      run_command(generate_dry("--prompt x --config " + (dir / "run.yaml").string())),
+      "not valid UTF-8", "config file");
+}
+
+// A weights file that is a link loop and a 300-character output name ended in exit 70; a FIFO, a
+// link to /dev/zero or a folder as the prompt file said "no such file"; 100k-deep YAML said "bad
+// file"; 10^20 GiB said "at least 64 MiB".
+TEST(HostileInputs, FilesAndSizesGetTheirOwnReason) {
+  const fs::path model = testing::copy_of_wan_tiny("hostile-loop");
+  fs::path weights;
+  for (const auto& entry : fs::directory_iterator(model / "transformer"))
+    if (entry.path().extension() == ".safetensors") weights = entry.path();
+  fs::remove(weights);
+  fs::create_symlink(weights.filename(), weights);
+  const std::string out = " --output-path " + (model.parent_path() / "out").string();
+  expect_one_line_error(
+      run_command(mmgen() + " generate --prompt x --model-path " + model.string() + out),
+      "Too many levels of symbolic links", "weights link loop");
+  expect_one_line_error(run_command(mmgen() + " generate --prompt x --model-path " + wan_tiny() +
+                                    out + " --output-file-name " + std::string(300, 'a')),
+                        "a file name may have at most 255", "long output name");
+
+  const fs::path dir = scratch_dir("hostile-files");
+  ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0600), 0);
+  fs::create_symlink("/dev/zero", dir / "zero");
+  fs::create_directories(dir / "folder");
+  for (const char* name : {"fifo", "zero"})
+    expect_one_line_error(run_command(generate_dry("--prompt-file-path " + (dir / name).string())),
+                          "is a FIFO, a device or a socket, not a file", name);
+  expect_one_line_error(
+      run_command(generate_dry("--prompt-file-path " + (dir / "folder").string())), "is a folder",
+      "folder");
+  std::ofstream(dir / "deep.yaml") << "seed: " << std::string(100000, '[') << "\n";
+  expect_one_line_error(
+      run_command(generate_dry("--prompt x --config " + (dir / "deep.yaml").string())),
+      "YAML nested deeper than 128 levels", "deep YAML");
+  expect_one_line_error(
+      run_command(generate_dry("--prompt x --max-gpu-memory 99999999999999999999GiB")),
+      "give a size from 64 MiB to 1 EiB", "huge --max-gpu-memory");
+}
+
+// ------------------------------------------------------------------ 7. untrusted bytes
+
+// Writes a safetensors file of `header` and `data` bytes.
+void write_safetensors(const fs::path& file, const std::string& header, size_t data = 0) {
+  std::ofstream out(file, std::ios::binary);
+  const uint64_t length = header.size();
+  out.write(reinterpret_cast<const char*>(&length), 8);
+  out << header << std::string(data, '\0');
+}
+
+// ANSI escapes in a tensor name reached the terminal, a NUL cut the message, a truncated
+// tokenizer.json gave a 164 KB line: every message escapes control bytes and is capped.
+TEST(HostileInputs, UntrustedNamesAreEscapedAndCapped) {
+  const fs::path model = testing::copy_of_wan_tiny("hostile-names");
+  fs::path weights;
+  for (const auto& entry : fs::directory_iterator(model / "transformer"))
+    if (entry.path().extension() == ".safetensors") weights = entry.path();
+  write_safetensors(
+      weights, R"({"\u001b[31mred\u0000after":{"dtype":"Q9","shape":[1],"data_offsets":[0,4]}})",
+      4);
+  const auto result = run_command(mmgen() + " generate --prompt x --model-path " + model.string() +
+                                  " --output-path " + (model.parent_path() / "out").string());
+  expect_one_line_error(result, "\\x1B[31mred\\x00after", "escaped name");
+  EXPECT_EQ(result.err.find('\x1b'), std::string::npos) << result.err;
+
+  // A tokenizer.json cut in the middle of a long string.
+  const fs::path tokenizer = model / "tokenizer" / "tokenizer.json";
+  const std::string text = read_text_file(tokenizer);
+  std::ofstream(tokenizer, std::ios::trunc)
+      << text.substr(0, text.size() / 2) << std::string(200000, 'x');
+  const auto cut = run_command(mmgen() + " generate --prompt x --model-path " + model.string() +
+                               " --output-path " + (model.parent_path() / "out").string());
+  EXPECT_EQ(cut.exit_code, 1);
+  EXPECT_LT(cut.err.size(), 2200u) << cut.err.substr(0, 400);
+}
+
+// ------------------------------------------------------------------ 9. NaN
+
+// A run that logged its progress and then stopped: exit 1, its last line the error.
+void expect_run_error(const testing::CommandResult& result, const std::string& expected,
+                      const std::string& what) {
+  EXPECT_EQ(result.exit_code, 1) << what;
+  const size_t last = result.err.rfind('\n', result.err.size() - 2);
+  const std::string line = result.err.substr(last == std::string::npos ? 0 : last + 1);
+  EXPECT_EQ(line.find("mmgen: error: "), 0u) << what << " -> " << result.err;
+  EXPECT_NE(line.find(expected), std::string::npos) << what << " -> " << result.err;
+}
+
+// Overwrites every byte of one tensor of `file` with 0xFF (NaN in f32, bf16 and f16).
+void poison_tensor(const fs::path& file, const std::string& name_part) {
+  std::fstream io(file, std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t length = 0;
+  io.read(reinterpret_cast<char*>(&length), 8);
+  std::string header(length, '\0');
+  io.read(header.data(), std::streamsize(length));
+  const json entries = json::parse(header);
+  for (auto it = entries.begin(); it != entries.end(); ++it)
+    if (it.key().find(name_part) != std::string::npos) {
+      const uint64_t begin = (*it)["data_offsets"][0], end = (*it)["data_offsets"][1];
+      io.seekp(std::streamoff(8 + length + begin));
+      io << std::string(end - begin, '\xff');
+      return;
+    }
+  FAIL() << "no tensor named like " << name_part << " in " << file;
+}
+
+// NaN weights exited 0 with an all-black PNG; now the step that meets them stops the run.
+TEST(HostileInputs, NanStopsTheRunNamingTheStep) {
+  const std::string flags =
+      " --prompt x --height 16 --width 16 --num-frames 1 --num-inference-steps 2 --output-path ";
+  const fs::path model = testing::copy_of_wan_tiny("hostile-nan");
+  for (const auto& entry : fs::directory_iterator(model / "transformer"))
+    if (entry.path().extension() == ".safetensors") poison_tensor(entry.path(), "proj_out.weight");
+  const fs::path out = model.parent_path() / "out";
+  expect_run_error(
+      run_command(mmgen() + " generate --model-path " + model.string() + flags + out.string()),
+      "denoising step 1 of 2: the transformer's prediction holds NaN or infinity", "NaN weights");
+  EXPECT_FALSE(fs::exists(out) && !fs::is_empty(out));
+
+  const fs::path vae_model = testing::copy_of_wan_tiny("hostile-nan-vae");
+  for (const auto& entry : fs::directory_iterator(vae_model / "vae"))
+    if (entry.path().extension() == ".safetensors") poison_tensor(entry.path(), "conv_out.weight");
+  expect_run_error(run_command(mmgen() + " generate --model-path " + vae_model.string() + flags +
+                               (vae_model.parent_path() / "out").string()),
+                   "the decoded frames hold NaN or infinity", "NaN VAE");
+
+  // One step under Qwen-Image's shift_terminal divides by zero in diffusers' schedule.
+  expect_run_error(
+      run_command(mmgen() + " generate --prompt x --num-inference-steps 1 --model-path " +
+                  (testing::source_dir() / "tests/fixtures/qwenimage-tiny/model").string() +
+                  " --height 32 --width 32 --output-path " + out.string()),
+      "cannot stretch a one-step schedule", "one step with shift_terminal");
+}
+
+// ------------------------------------------------------------------ 10, 11. what may be replaced
+
+// A config file is untrusted: it may not set overwrite, and where it sends the output is logged.
+// A dangling link at the output's name is not replaced without --overwrite; "." is no name.
+TEST(HostileInputs, OnlyTheCommandLineMayReplaceFiles) {
+  const fs::path dir = scratch_dir("hostile-overwrite");
+  std::ofstream(dir / "run.yaml") << "overwrite: true\n";
+  expect_one_line_error(
+      run_command(generate_dry("--prompt x --config " + (dir / "run.yaml").string())),
+      "'overwrite' cannot be set inside a config file; give --overwrite on the command line",
+      "overwrite in a config");
+  std::ofstream(dir / "out.yaml") << "output-path: " << (dir / "elsewhere").string() << "\n";
+  const auto logged =
+      run_command(generate_dry("--prompt x --config " + (dir / "out.yaml").string()));
+  EXPECT_EQ(logged.exit_code, 0) << logged.err;
+  EXPECT_NE(logged.err.find("output: output_path " + (dir / "elsewhere").string() + " is set by"),
+            std::string::npos)
+      << logged.err;
+
+  fs::create_directories(dir / "outputs");
+  fs::create_symlink(dir / "nowhere", dir / "outputs" / "picture.png");
+  expect_one_line_error(
+      run_command(
+          generate_dry("--prompt x --num-frames 1 --output-file-name picture.png --output-path " +
+                       (dir / "outputs").string())),
+      "already exists; pass --overwrite", "dangling link");
+  expect_one_line_error(run_command(generate_dry("--prompt x --output-file-name .")),
+                        "must be a plain file name", "a dot");
+  expect_one_line_error(run_command(generate_dry("--prompt x --output-file-name .hidden")),
+                        "starts with a dot", "a hidden name");
+}
+
+// YAML with a key twice and a GGUF whose tensors overlap were taken; both are refused.
+TEST(HostileInputs, RepeatedKeysAndOverlappingTensorsAreRefused) {
+  const fs::path dir = scratch_dir("hostile-repeats");
+  std::ofstream(dir / "twice.yaml") << "seed: 1\nseed: 2\n";
+  expect_one_line_error(
+      run_command(generate_dry("--prompt x --config " + (dir / "twice.yaml").string())),
+      "line 2: the key 'seed' appears twice in one mapping", "YAML key twice");
+
+  // Two f32 tensors of 32 values, the second starting 64 bytes into the first.
+  std::string gguf = "GGUF";
+  auto u32 = [&](uint32_t v) { gguf.append(reinterpret_cast<const char*>(&v), 4); };
+  auto u64 = [&](uint64_t v) { gguf.append(reinterpret_cast<const char*>(&v), 8); };
+  u32(3);  // version
+  u64(2);  // tensors
+  u64(0);  // metadata entries
+  for (const auto& [name, offset] : {std::pair<std::string, uint64_t>{"a", 0}, {"b", 64}}) {
+    u64(name.size());
+    gguf += name;
+    u32(1);       // dimensions
+    u64(32);      // values
+    u32(0);       // f32
+    u64(offset);  // into the data section
+  }
+  gguf.resize((gguf.size() + 31) / 32 * 32 + 256, '\0');
+  std::ofstream(dir / "overlap.gguf", std::ios::binary) << gguf;
+  EXPECT_NE(testing::error_message([&] {
+              WeightStore::open_file(dir / "overlap.gguf");
+            }).find("tensors a and b overlap in the data section"),
+            std::string::npos);
 }
 
 }  // namespace

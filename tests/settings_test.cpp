@@ -168,7 +168,7 @@ TEST(Settings, BadPromptFilesAreClearErrors) {
             std::string::npos);
   EXPECT_NE(testing::error_message([&] {
               resolve_generate(prompt_file_args("/nonexistent/prompts.txt"));
-            }).find("--prompt-file-path /nonexistent/prompts.txt: no such file"),
+            }).find("--prompt-file-path /nonexistent/prompts.txt does not exist"),
             std::string::npos);
   const fs::path file = write_file("prompt-file-both", "p.txt", "a fox\n");
   EXPECT_NE(testing::error_message([&] {

@@ -147,7 +147,7 @@ PeakAndInspection measure_peak_and_inspect(const std::string& model, const std::
   PeakAndInspection result;
   const auto run = run_command(
       mmgen_binary().string() + " generate --model-path " + model + flags +
-      " --prompt fox --num-inference-steps 1 --output-format npy --overwrite --output-path " +
+      " --prompt fox --num-inference-steps 2 --output-format npy --overwrite --output-path " +
       out.string());
   EXPECT_EQ(run.exit_code, 0) << run.err;
   std::smatch match;

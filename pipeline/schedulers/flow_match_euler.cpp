@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "pipeline/schedulers/config_reader.h"
 #include "pipeline/schedulers/exact_fp.h"
+#include "pipeline/schedulers/finite_step.h"
 
 namespace mmgen::schedulers {
 namespace {
@@ -118,6 +119,7 @@ Tensor FlowMatchEulerDiscreteScheduler::step(const Tensor& model_output_in, int 
         shape_string(model_output_in.shape()), shape_string(sample_in.shape()));
   const Tensor model_output = model_output_in.to(DType::F32).contiguous();
   const Tensor sample = sample_in.to(DType::F32).contiguous();
+  check_step_finite(model_output, sample, step_index, n);
   const float dt = sigmas_[size_t(step_index) + 1] - sigmas_[size_t(step_index)];
   // diffusers casts the result to the model output's dtype; the pipelines here keep float32.
   Tensor out = Tensor::empty(sample.shape());

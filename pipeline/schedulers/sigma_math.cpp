@@ -71,14 +71,29 @@ MMGEN_EXACT_FP void apply_dynamic_shift(std::vector<float>& sigmas, double mu, T
   }
 }
 
+namespace {
+
+// The stretch divides by 1 - the last sigma, which is 0 when the schedule is the single sigma 1
+// (one step): diffusers then runs on NaN and writes a black picture.
+void check_stretchable(double last, double terminal) {
+  check(last < 1.0,
+        "the scheduler's shift_terminal {} cannot stretch a one-step schedule (it divides by 1 - "
+        "sigma = 0; diffusers runs on NaN); use --num-inference-steps 2 or more",
+        terminal);
+}
+
+}  // namespace
+
 MMGEN_EXACT_FP void stretch_to_terminal(std::vector<double>& sigmas, double terminal) {
   if (sigmas.empty()) return;
+  check_stretchable(sigmas.back(), terminal);
   const double scale = (1.0 - sigmas.back()) / (1.0 - terminal);
   for (double& s : sigmas) s = 1.0 - (1.0 - s) / scale;
 }
 
 MMGEN_EXACT_FP void stretch_to_terminal(std::vector<float>& sigmas, double terminal) {
   if (sigmas.empty()) return;
+  check_stretchable(double(sigmas.back()), terminal);
   const float scale = (1.0f - sigmas.back()) / float(1.0 - terminal);
   for (float& s : sigmas) s = 1.0f - (1.0f - s) / scale;
 }

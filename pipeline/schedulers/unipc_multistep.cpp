@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "pipeline/schedulers/config_reader.h"
 #include "pipeline/schedulers/exact_fp.h"
+#include "pipeline/schedulers/finite_step.h"
 #include "pipeline/schedulers/small_solve.h"
 
 namespace mmgen::schedulers {
@@ -356,6 +357,7 @@ Tensor UniPCMultistepScheduler::step(const Tensor& model_output_in, int step_ind
         shape_string(model_output_in.shape()), shape_string(sample_in.shape()));
   const Tensor model_output = as_f32_contiguous(model_output_in);
   Tensor sample = as_f32_contiguous(sample_in);
+  check_step_finite(model_output, sample, step_index, n);
 
   const Tensor data_prediction = to_data_prediction(model_output, sample);
   const bool disabled =
