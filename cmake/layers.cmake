@@ -61,7 +61,8 @@ function(mmgen_layer name folder)
     # instead of about 3 min 50 s). File-local names must therefore be distinct within a layer
     # (the build says which collide). -DMMGEN_UNITY=OFF rebuilds single files faster while
     # editing. The .cu files compile one by one either way.
-    set_target_properties(mmgen_${name} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 16)
+    set_target_properties(mmgen_${name} PROPERTIES UNITY_BUILD ON
+                          UNITY_BUILD_BATCH_SIZE ${MMGEN_UNITY_BATCH})
     # The CUDA build's C++ files (cuBLASLt plans, kernel launchers) stay single: only the test
     # command compiles them, and each keeps its own file-local names.
     set(cuda_sources ${sources})

@@ -52,10 +52,10 @@ MemoryEstimate estimate_flux_memory(const Request& request, const ModelIndex& in
   MemoryEstimate estimate;
   for (const char* name : {"text_encoder", "text_encoder_2", "transformer", "vae"})
     estimate.weights += component_tensor_bytes(inventory, name);
-  estimate.overhead = kJointDitRuntimeBytes;
+  estimate.overhead = kRuntimeBytes;
   for (const char* name : {"tokenizer", "tokenizer_2"})
     if (const ComponentInventory* tokenizer = inventory.find(name))
-      estimate.overhead += tokenizer->on_disk_bytes * kJointDitTokenizerExpansion;
+      estimate.overhead += tokenizer->on_disk_bytes * kTokenizerExpansion;
   const auto vae_config = vae::AutoencoderKLConfig::from_json(
       index.config("vae"), component_config_path(index.component("vae")).string());
   const int64_t factor = vae_config.spatial_factor();

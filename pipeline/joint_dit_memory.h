@@ -11,11 +11,6 @@
 
 namespace mmgen {
 
-// As pipeline/zimage_memory.cpp: the process before any model, and a parsed tokenizer against
-// its files.
-inline constexpr uint64_t kJointDitRuntimeBytes = 64ull << 20;
-inline constexpr uint64_t kJointDitTokenizerExpansion = 6;
-
 uint64_t component_tensor_bytes(const ModelInventory& inventory, const char* component);
 uint64_t component_parameters(const ModelInventory& inventory, const char* component);
 // One layer's non-float32 weights converted to float32 while it runs.

@@ -15,6 +15,11 @@ namespace mmgen {
 
 // The estimators count activations in float32, as the CPU code computes them.
 inline constexpr uint64_t kFloatBytes = 4;
+// The process before any model: libraries, OpenMP pools, allocator arenas (measured ~40 MiB on
+// the tiny model; rounded up).
+inline constexpr uint64_t kRuntimeBytes = 64ull << 20;
+// A parsed tokenizer (vocabulary maps, normalizer tables) against its files on disk.
+inline constexpr uint64_t kTokenizerExpansion = 6;
 
 struct MemoryEstimate {
   uint64_t weights = 0;        // component tensors, mapped for the whole run

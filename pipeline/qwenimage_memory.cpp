@@ -38,9 +38,9 @@ MemoryEstimate estimate_qwen_image_memory(const Request& request, const ModelInd
   MemoryEstimate estimate;
   for (const char* name : {"text_encoder", "transformer", "vae"})
     estimate.weights += component_tensor_bytes(inventory, name);
-  estimate.overhead = kJointDitRuntimeBytes;
+  estimate.overhead = kRuntimeBytes;
   if (const ComponentInventory* tokenizer = inventory.find("tokenizer"))
-    estimate.overhead += tokenizer->on_disk_bytes * kJointDitTokenizerExpansion;
+    estimate.overhead += tokenizer->on_disk_bytes * kTokenizerExpansion;
   const nlohmann::json& vae = index.config("vae");
   const int64_t levels =
       vae.contains("temperal_downsample") && vae["temperal_downsample"].is_array()

@@ -13,16 +13,12 @@
 #include "models/text_encoders/umt5_encoder.h"
 #include "models/vae/wan_vae_config.h"
 #include "pipeline/component_weights.h"
+#include "pipeline/joint_dit_memory.h"
 
 namespace mmgen {
 
 namespace {
 
-// The process before any model: libraries, OpenMP pools, allocator arenas (measured ~40 MiB on
-// the tiny model; rounded up).
-constexpr uint64_t kRuntimeBytes = 64ull << 20;
-// A parsed tokenizer (vocabulary maps, normalizer tables) against its files on disk.
-constexpr uint64_t kTokenizerExpansion = 6;
 // core/conv_cpu.cpp's kColumnBudget: floats of im2col columns per thread at most.
 constexpr uint64_t kColumnBudget = uint64_t(1) << 22;
 // Freed buffers below glibc's mmap threshold (which grows up to 32 MiB) stay in the heap and
@@ -31,24 +27,9 @@ constexpr uint64_t kColumnBudget = uint64_t(1) << 22;
 // With the VAE's last chunk keeping no history, the 256x256x5 decode peaks at 148-153 MiB (161
 // before), which 1.5 covers and 1.75 overshot by 1.6x.
 // Stage working sets are scaled by this.
-constexpr double kAllocatorSlack = 1.5;
+constexpr double kWanAllocatorSlack = 1.5;
 // wan_block.cpp's kFfnChunkRows: the feed-forward runs over at most this many tokens at once.
 constexpr int64_t kFfnChunkRows = 4096;
-
-uint64_t tensor_bytes(const ModelInventory& inventory, const char* name) {
-  const ComponentInventory* component = inventory.find(name);
-  return component ? component->tensor_bytes : 0;
-}
-
-// One layer's weights converted to float32 while it runs (the kernels compute in float32;
-// bf16/f16 checkpoints are converted per use).
-uint64_t conversion_bytes(const ComponentInventory* component, int64_t layers) {
-  if (!component || layers <= 0) return 0;
-  const int64_t stored_f32 =
-      component->dtype_parameters.count("f32") ? component->dtype_parameters.at("f32") : 0;
-  const int64_t converted = component->parameters - stored_f32;
-  return converted > 0 ? uint64_t(converted / layers) * kFloatBytes : 0;
-}
 
 uint64_t wan_text_encoder_bytes(const Request& request, const ModelIndex& index,
                                 const ModelInventory& inventory) {
@@ -68,7 +49,7 @@ uint64_t wan_text_encoder_bytes(const Request& request, const ModelIndex& index,
   // Two prompts (with guidance) encoded one after the other; their embeddings stay.
   const uint64_t embeddings = 2 * s * model * kFloatBytes;
   return activations + kv + embeddings +
-         conversion_bytes(inventory.find("text_encoder"), config.num_layers);
+         layer_conversion_bytes(inventory, "text_encoder", config.num_layers);
 }
 
 uint64_t transformer_bytes(const Request& request, const ModelIndex& index,
@@ -93,7 +74,7 @@ uint64_t transformer_bytes(const Request& request, const ModelIndex& index,
   for (int64_t size : latent) latent_elements *= uint64_t(size);
   const uint64_t state = 8 * latent_elements;
   return (block + attention + state) * kFloatBytes +
-         conversion_bytes(inventory.find("transformer"), config.num_layers);
+         layer_conversion_bytes(inventory, "transformer", config.num_layers);
 }
 
 }  // namespace
@@ -158,8 +139,9 @@ uint64_t wan_vae_working_set(const nlohmann::json& config_json, int64_t height, 
 MemoryEstimate estimate_wan_memory(const Request& request, const ModelIndex& index,
                                    const ModelInventory& inventory) {
   MemoryEstimate estimate;
-  estimate.weights = tensor_bytes(inventory, "text_encoder") +
-                     tensor_bytes(inventory, "transformer") + tensor_bytes(inventory, "vae");
+  estimate.weights = component_tensor_bytes(inventory, "text_encoder") +
+                     component_tensor_bytes(inventory, "transformer") +
+                     component_tensor_bytes(inventory, "vae");
   const ComponentInventory* tokenizer = inventory.find("tokenizer");
   estimate.overhead =
       kRuntimeBytes + (tokenizer ? tokenizer->on_disk_bytes * kTokenizerExpansion : 0);
@@ -206,7 +188,7 @@ MemoryEstimate estimate_wan_memory(const Request& request, const ModelIndex& ind
   }
   estimate.decoding = std::max(estimate.decoding, video + video / 4);
   for (uint64_t* stage : {&estimate.text_encoding, &estimate.denoising, &estimate.decoding})
-    *stage = uint64_t(double(*stage) * kAllocatorSlack);
+    *stage = uint64_t(double(*stage) * kWanAllocatorSlack);
   return estimate;
 }
 

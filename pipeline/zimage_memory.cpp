@@ -8,33 +8,18 @@
 #include "models/text_encoders/qwen3_config.h"
 #include "models/vae/autoencoder_kl_config.h"
 #include "pipeline/autoencoder_kl_memory.h"
+#include "pipeline/joint_dit_memory.h"
 #include "pipeline/prompt_encoding.h"
 
 namespace mmgen {
 
 namespace {
 
-// As pipeline/wan_memory.cpp: the process before any model, a parsed tokenizer against its files,
-// the im2col budget per thread (core/conv_cpu.cpp) and the allocator's fragmentation slack.
-constexpr uint64_t kRuntimeBytes = 64ull << 20;
-constexpr uint64_t kTokenizerExpansion = 6;
-constexpr double kAllocatorSlack = 1.75;
+// The allocator's fragmentation slack, as pipeline/wan_memory.cpp measures it (the runtime and
+// tokenizer figures are memory_estimate.h's).
+constexpr double kZImageAllocatorSlack = 1.75;
 // ZImageTransformer pads each item's image and caption tokens to multiples of this.
 constexpr int64_t kSequenceMultiple = 32;
-
-uint64_t tensor_bytes(const ModelInventory& inventory, const char* name) {
-  const ComponentInventory* component = inventory.find(name);
-  return component ? component->tensor_bytes : 0;
-}
-
-// One layer's non-float32 weights converted to float32 while it runs.
-uint64_t conversion_bytes(const ComponentInventory* component, int64_t layers) {
-  if (!component || layers <= 0) return 0;
-  const int64_t stored_f32 =
-      component->dtype_parameters.count("f32") ? component->dtype_parameters.at("f32") : 0;
-  const int64_t converted = component->parameters - stored_f32;
-  return converted > 0 ? uint64_t(converted / layers) * kFloatBytes : 0;
-}
 
 uint64_t round_up(uint64_t value, uint64_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
@@ -63,7 +48,7 @@ uint64_t zimage_text_encoder_bytes(const Request& request, const ModelIndex& ind
       3 * t * uint64_t(config.intermediate_size) + uint64_t(config.num_attention_heads) * s * s;
   const uint64_t embeddings = t * hidden;
   return (pool + activations + embeddings) * kFloatBytes +
-         conversion_bytes(inventory.find("text_encoder"), config.num_hidden_layers);
+         layer_conversion_bytes(inventory, "text_encoder", config.num_hidden_layers);
 }
 
 // Up to two items (prompt and negative prompt) of image tokens plus caption tokens each.
@@ -88,7 +73,7 @@ uint64_t transformer_bytes(const Request& request, const ModelIndex& index,
   const uint64_t latent = uint64_t(config.in_channels * latent_h * latent_w);
   const uint64_t state = 8 * latent;
   return (block + attention + state) * kFloatBytes +
-         conversion_bytes(inventory.find("transformer"), config.n_layers);
+         layer_conversion_bytes(inventory, "transformer", config.n_layers);
 }
 
 }  // namespace
@@ -96,8 +81,9 @@ uint64_t transformer_bytes(const Request& request, const ModelIndex& index,
 MemoryEstimate estimate_zimage_memory(const Request& request, const ModelIndex& index,
                                       const ModelInventory& inventory) {
   MemoryEstimate estimate;
-  estimate.weights = tensor_bytes(inventory, "text_encoder") +
-                     tensor_bytes(inventory, "transformer") + tensor_bytes(inventory, "vae");
+  estimate.weights = component_tensor_bytes(inventory, "text_encoder") +
+                     component_tensor_bytes(inventory, "transformer") +
+                     component_tensor_bytes(inventory, "vae");
   const ComponentInventory* tokenizer = inventory.find("tokenizer");
   estimate.overhead =
       kRuntimeBytes + (tokenizer ? tokenizer->on_disk_bytes * kTokenizerExpansion : 0);
@@ -120,7 +106,7 @@ MemoryEstimate estimate_zimage_memory(const Request& request, const ModelIndex& 
     estimate.decoding = image + image / 4;
   }
   for (uint64_t* stage : {&estimate.text_encoding, &estimate.denoising, &estimate.decoding})
-    *stage = uint64_t(double(*stage) * kAllocatorSlack);
+    *stage = uint64_t(double(*stage) * kZImageAllocatorSlack);
   return estimate;
 }
 
