@@ -24,7 +24,7 @@ if ! command -v clang++ > /dev/null || ! compgen -G "$fuzzer_lib" > /dev/null; t
 fi
 [ -f build-fuzz/build.ninja ] || cmake --preset fuzz
 all=(fuzz_safetensors fuzz_model_index fuzz_config_yaml fuzz_backend_config fuzz_tokenizer_json
-  fuzz_tokenize fuzz_sta_mask fuzz_npy fuzz_chat_template fuzz_gguf)
+  fuzz_tokenize fuzz_sta_mask fuzz_npy fuzz_chat_template fuzz_gguf fuzz_added_tokens fuzz_config_fields)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 cmake --build build-fuzz -j "${MMGEN_FUZZ_JOBS:-2}" --target "${targets[@]}"
