@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "core/file.h"
+#include "core/interrupt.h"
 #include "core/json.h"
 #include "core/safetensors.h"
 #include "core/text.h"
@@ -181,6 +183,64 @@ TEST(HostileInputs, AddedTokenMatchingIsLinear) {
   // Still leftmost-longest: "<aa1" is token 1's whole content, "<a" alone is not a token.
   const auto tokenizer = tokenizers::Tokenizer::from_json(small, "tokenizer.json");
   EXPECT_EQ(tokenizer->encode("<aa1<a0", false), (std::vector<int64_t>{11, 10}));
+}
+
+// A long encode takes a stop between its words: with a stop asked for, it throws Interrupted
+// instead of tokenizing a megabyte of prompt (SIGTERM waited for the 91 s above).
+TEST(HostileInputs, ALongEncodeStopsWhenAsked) {
+  const auto tokenizer =
+      tokenizers::Tokenizer::load(testing::source_dir() / "examples/models/wan-tiny/tokenizer");
+  std::string prompt;
+  for (int i = 0; i < 20000; ++i) prompt += "word ";
+  EXPECT_GT(tokenizer->encode(prompt).size(), 1000u);  // it runs to the end when not asked
+  install_stop_handlers();
+  std::raise(SIGTERM);
+  bool interrupted = false;
+  try {
+    tokenizer->encode(prompt);
+  } catch (const Interrupted& stop) {
+    interrupted = stop.signal_number == SIGTERM;
+  }
+  reset_stop_request();
+  EXPECT_TRUE(interrupted);
+}
+
+// YAML and GGUF files are read in time linear in their size too.
+TEST(HostileInputs, YamlAndGgufParsingIsLinear) {
+  auto mapping = [](int64_t n) {
+    std::string text;
+    for (int64_t i = 0; i < n; ++i) text += fmt::format("key{}: [{}, {{a: {}}}]\n", i, i, i);
+    return text;
+  };
+  const std::string small = mapping(5000), large = mapping(40000);
+  expect_linear([&](int64_t n) { yaml_to_json(n == 5000 ? small : large, "big.yaml"); }, 5000,
+                "a YAML mapping");
+
+  const fs::path dir = scratch_dir("hostile-gguf-linear");
+  auto write_gguf = [&](int64_t n, const fs::path& file) {
+    std::string gguf = "GGUF";
+    auto u32 = [&](uint32_t v) { gguf.append(reinterpret_cast<const char*>(&v), 4); };
+    auto u64 = [&](uint64_t v) { gguf.append(reinterpret_cast<const char*>(&v), 8); };
+    u32(3);
+    u64(uint64_t(n));
+    u64(0);
+    for (int64_t i = 0; i < n; ++i) {
+      const std::string name = "t." + std::to_string(i);
+      u64(name.size());
+      gguf += name;
+      u32(1);
+      u64(8);  // 8 f32 values: 32 bytes, one alignment unit
+      u32(0);
+      u64(uint64_t(i) * 32);
+    }
+    gguf.resize((gguf.size() + 31) / 32 * 32 + size_t(n) * 32, '\0');
+    std::ofstream(file, std::ios::binary) << gguf;
+  };
+  write_gguf(20000, dir / "small.gguf");
+  write_gguf(160000, dir / "large.gguf");
+  expect_linear(
+      [&](int64_t n) { WeightStore::open_file(dir / (n == 20000 ? "small.gguf" : "large.gguf")); },
+      20000, "GGUF tensors");
 }
 
 // The automaton against the obvious search, on random sets of overlapping strings.
