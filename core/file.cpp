@@ -16,6 +16,18 @@
 namespace mmgen {
 namespace {
 
+// What a path that is not a regular file is, for messages.
+const char* not_a_file(fs::file_type type) {
+  switch (type) {
+    case fs::file_type::not_found:
+      return "does not exist";
+    case fs::file_type::directory:
+      return "is a folder, not a file";
+    default:
+      return "is a FIFO, a device or a socket, not a file";
+  }
+}
+
 // Opens `path` read-only and checks that it is a regular file (after following symlinks).
 int open_regular(const fs::path& path, size_t& size) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -23,7 +35,9 @@ int open_regular(const fs::path& path, size_t& size) {
   struct stat info {};
   if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
     ::close(fd);
-    fail("{} is not a regular file; point mmgen at a real file", path.string());
+    std::error_code error;
+    fail("{} is not a regular file: it {}; point mmgen at a real file", path.string(),
+         not_a_file(fs::status(path, error).type()));
   }
   size = size_t(info.st_size);
   return fd;
@@ -36,17 +50,8 @@ void check_regular_file(const fs::path& path, std::string_view what) {
   const fs::file_status status = fs::status(path, error);
   if (error && error != std::errc::no_such_file_or_directory)
     fail("{} {}: {}", what, path.string(), error.message());
-  switch (status.type()) {
-    case fs::file_type::regular:
-      return;
-    case fs::file_type::not_found:
-      fail("{} {} does not exist", what, path.string());
-    case fs::file_type::directory:
-      fail("{} {} is a folder; give a file", what, path.string());
-    default:
-      fail("{} {} is a FIFO, a device or a socket, not a file; give a regular file", what,
-           path.string());
-  }
+  if (status.type() != fs::file_type::regular)
+    fail("{} {} {}; give a regular file", what, path.string(), not_a_file(status.type()));
 }
 
 std::string filesystem_error_line(const fs::filesystem_error& error) {
