@@ -5,6 +5,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstring>
+#include <mutex>
 
 namespace mmgen {
 namespace {
@@ -56,16 +57,36 @@ int stop_signal() {
   return requested_signal.load();
 }
 
-void stop_if_requested() {
-  if (const int signal_number = requested_signal.load()) throw Interrupted{signal_number};
-}
-
 namespace {
 std::atomic<bool> between_blocks{true};
+// Read only when a stop is thrown, written as stages advance (never from the signal handler).
+std::mutex stage_mutex;
+std::string current_stage;
+
+std::string stage() {
+  std::lock_guard<std::mutex> lock(stage_mutex);
+  return current_stage;
+}
 }  // namespace
 
-void stop_between_blocks() {
-  if (between_blocks.load(std::memory_order_relaxed)) stop_if_requested();
+void set_stop_stage(std::string stage) {
+  std::lock_guard<std::mutex> lock(stage_mutex);
+  current_stage = std::move(stage);
+}
+
+void stop_if_requested() {
+  if (const int signal_number = requested_signal.load()) {
+    const std::string now = stage();
+    throw Interrupted{signal_number, now.empty() ? "" : "before " + now};
+  }
+}
+
+void stop_between_blocks(const char* blocks) {
+  if (!between_blocks.load(std::memory_order_relaxed)) return;
+  if (const int signal_number = requested_signal.load()) {
+    const std::string now = stage();
+    throw Interrupted{signal_number, (now.empty() ? "" : "in " + now + ", ") + "between " + blocks};
+  }
 }
 
 void set_stop_between_blocks(bool on) {

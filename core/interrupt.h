@@ -13,6 +13,9 @@ namespace mmgen {
 // the handlers that report one failed prompt of a batch and go on let it through.
 struct Interrupted {
   int signal_number;
+  // Where the run stopped, for its last line: "before denoise step 3 of 20", "in denoise step 1
+  // of 1, between transformer blocks"; empty outside any stage.
+  std::string where;
 };
 
 // Installs the SIGINT and SIGTERM handlers (once; later calls do nothing).
@@ -28,8 +31,13 @@ void stop_if_requested();
 // stop waits for at most one block rather than a whole step (187 s for a large one). Turned off
 // for runs whose processes must stop at the same point (several GPUs meet in collectives inside a
 // forward): they stop at the step boundary. Call it only outside parallel regions.
-void stop_between_blocks();
+// `blocks` names them for the stop message ("transformer blocks").
+void stop_between_blocks(const char* blocks);
 void set_stop_between_blocks(bool on);
+
+// The stage the run is in ("denoise step 2 of 20"), said by the stop message; empty: none.
+// pipeline/progress.h keeps it as its stages advance.
+void set_stop_stage(std::string stage);
 
 // "SIGINT (Ctrl-C)" / "SIGTERM" for the final message.
 std::string signal_description(int signal_number);

@@ -378,7 +378,8 @@ json check_memory(const ResolvedGenerate& resolved) {
 
 // The one line printed when a signal stopped the run: what was kept, and that nothing partial is.
 std::string interruption_message(const Interrupted& stop, const std::vector<fs::path>& kept) {
-  std::string text = fmt::format("stopped by {}; ", signal_description(stop.signal_number));
+  std::string text = fmt::format("stopped by {}{}; ", signal_description(stop.signal_number),
+                                 stop.where.empty() ? "" : " " + stop.where);
   if (kept.empty()) return text + "nothing was written (no partial output is left)";
   constexpr size_t kListed = 4;
   std::string names;
@@ -391,6 +392,8 @@ std::string interruption_message(const Interrupted& stop, const std::vector<fs::
 
 int run_resolved(ResolvedGenerate resolved) {
   const auto start = std::chrono::steady_clock::now();
+  // Before the settings take effect, so that the run refuses as the dry run does, in its words.
+  check_runtime_support(resolved.request);
   apply_runtime_settings(resolved.request);
   // --gpus N: the leader starts the other ranks and all join; the others log warnings only.
   JoinedRanks ranks;

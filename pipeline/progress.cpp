@@ -5,6 +5,8 @@
 
 #include <cstdio>
 
+#include "core/interrupt.h"
+
 namespace mmgen {
 
 Progress::Progress(std::string label, int total, std::string unit)
@@ -12,7 +14,18 @@ Progress::Progress(std::string label, int total, std::string unit)
       total_(total),
       unit_(std::move(unit)),
       terminal_(::isatty(STDERR_FILENO) && spdlog::get_level() <= spdlog::level::info),
-      start_(std::chrono::steady_clock::now()) {}
+      start_(std::chrono::steady_clock::now()) {
+  set_stop_stage(stage(0));
+}
+
+Progress::~Progress() {
+  if (!finished_) set_stop_stage("");
+}
+
+std::string Progress::stage(int done) const {
+  if (unit_ == "item" || done >= total_) return label_;
+  return label_ + " " + unit_ + " " + std::to_string(done + 1) + " of " + std::to_string(total_);
+}
 
 double Progress::elapsed_seconds() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
@@ -24,6 +37,7 @@ void Progress::update(int done, int total) {
 }
 
 void Progress::update(int done) {
+  set_stop_stage(stage(done));
   const double seconds = elapsed_seconds();
   const double per_item = done > 0 ? seconds / done : 0;
   if (!terminal_) {
@@ -43,6 +57,7 @@ void Progress::update(int done) {
 void Progress::finish() {
   if (finished_) return;
   finished_ = true;
+  set_stop_stage("");
   if (terminal_) std::fprintf(stderr, "\r\033[K");  // the bar gives way to the summary line
   const double seconds = elapsed_seconds();
   if (total_ > 1)

@@ -13,6 +13,10 @@ class Progress {
  public:
   // `unit` names one item in the finish line ("step"); stages of one item print only the time.
   Progress(std::string label, int total, std::string unit = "item");
+  // A stage left by an exception no longer names where a later stop happens.
+  ~Progress();
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
   // `done` items of `total` are complete.
   void update(int done);
   // The same, when the total is only known once the stage runs (tiles x frames).
@@ -22,6 +26,9 @@ class Progress {
   double elapsed_seconds() const;
 
  private:
+  // The item under way once `done` are complete, for a stop's message ("denoise step 3 of 20").
+  std::string stage(int done) const;
+
   std::string label_;
   int total_;
   std::string unit_;

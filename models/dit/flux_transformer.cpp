@@ -139,7 +139,7 @@ std::vector<Tensor> FluxTransformer::forward(const std::vector<FluxItem>& batch,
   call.stage = FluxStage::Double;
   call.num_layers = config_.num_layers;
   for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
-    stop_between_blocks();  // Ctrl-C waits for one block, not the step
+    stop_between_blocks("transformer blocks");  // Ctrl-C waits for one block, not the step
     const FluxDoubleBlockWeights w = double_block(layer);
     call.layer = layer;
     for (int64_t i = 0; i < count; ++i) {
@@ -158,7 +158,7 @@ std::vector<Tensor> FluxTransformer::forward(const std::vector<FluxItem>& batch,
   call.stage = FluxStage::Single;
   call.num_layers = config_.num_single_layers;
   for (int64_t layer = 0; layer < config_.num_single_layers; ++layer) {
-    stop_between_blocks();  // Ctrl-C waits for one block, not the step
+    stop_between_blocks("transformer blocks");  // Ctrl-C waits for one block, not the step
     const FluxSingleBlockWeights w = single_block(layer);
     call.layer = layer;
     for (int64_t i = 0; i < count; ++i) {

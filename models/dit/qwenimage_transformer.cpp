@@ -130,7 +130,7 @@ std::vector<Tensor> QwenImageTransformer::forward(const std::vector<QwenImageIte
   const int64_t count = int64_t(batch.size());
   // Each block's weights are read once for the whole batch.
   for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
-    stop_between_blocks();  // Ctrl-C waits for one block, not the step
+    stop_between_blocks("transformer blocks");  // Ctrl-C waits for one block, not the step
     const QwenImageBlockWeights w = block(layer);
     call.layer = layer;
     for (int64_t i = 0; i < count; ++i) {

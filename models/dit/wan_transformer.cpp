@@ -356,7 +356,7 @@ Tensor WanTransformer::forward(const Tensor& latents, float timestep, const Tens
                       : ops::modulated_layer_norm(x, head.select(0, 0), head.select(0, 1),
                                                   config_.eps, compute_);
   for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
-    stop_between_blocks();  // Ctrl-C: nothing of this block is taken yet
+    stop_between_blocks("transformer blocks");  // Ctrl-C: nothing of this block is taken yet
     call.layer = layer;
     const bool last = layer + 1 == config_.num_layers;
     const WanModulation following = last ? WanModulation{} : block_modulation(layer + 1);

@@ -246,7 +246,7 @@ std::vector<Tensor> ZImageTransformer::forward(const std::vector<ZImageItem>& ba
     // update and the next pre-norm in one pass).
     std::vector<Tensor> normed(static_cast<size_t>(count));
     for (int64_t layer = 0; layer < layers; ++layer) {
-      stop_between_blocks();  // Ctrl-C waits for one block, not the step
+      stop_between_blocks("transformer blocks");  // Ctrl-C waits for one block, not the step
       call.layer = layer;
       const ZImageBlockWeights weights = block_weights(stage, layer);
       for (int64_t i = 0; i < count; ++i) {

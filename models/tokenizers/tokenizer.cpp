@@ -109,7 +109,7 @@ std::vector<int64_t> Tokenizer::encode(std::string_view text, bool add_special_t
       if (pre_tokenizer_) pre_tokenizer_->pre_tokenize(words);
       for (const PreToken& word : words) {
         // A prompt of a megabyte takes seconds: a stop need not wait for all of it.
-        stop_between_blocks();
+        stop_between_blocks("words of the prompt");
         if (!word.text.empty()) model_->tokenize(word.text, ids);
       }
     }

@@ -103,7 +103,7 @@ Tensor AutoencoderKLDecoder::tail(const Tensor& head) const {
         shape_string(head.shape()));
   Tensor h = head.to(device_).contiguous();
   for (const UpBlock& block : up_blocks_) {
-    stop_between_blocks();  // Ctrl-C waits for one up-block of the decode
+    stop_between_blocks("VAE up-blocks");  // Ctrl-C waits for one up-block of the decode
     for (const KlResnetBlock& resnet : block.resnets) h = resnet.forward(h);
     if (block.upsample) h = block.upsampler.forward(h, /*upsample2x=*/true);
   }
