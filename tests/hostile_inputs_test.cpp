@@ -3,6 +3,7 @@
 // with neither file nor key, raw bytes on the terminal — and what must happen now: one line that
 // names the file, the key or the flag, a non-zero exit, and work linear in the input.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -16,9 +17,11 @@
 #include <string>
 #include <vector>
 
+#include "attention/backends/sliding_tile_attn/sta_mask.h"
 #include "core/file.h"
 #include "core/interrupt.h"
 #include "core/json.h"
+#include "core/npy.h"
 #include "core/safetensors.h"
 #include "core/text.h"
 #include "core/yaml.h"
@@ -537,6 +540,80 @@ TEST(HostileInputs, RepeatedKeysAndOverlappingTensorsAreRefused) {
               WeightStore::open_file(dir / "overlap.gguf");
             }).find("tensors a and b overlap in the data section"),
             std::string::npos);
+}
+
+// STA mask-strategy files and .npy headers, the last two readers of issue 52's time bounds: linear
+// in the file, and (the mask) memory in proportion to the file as well.
+TEST(HostileInputs, StaMasksAndNpyHeadersAreReadInLinearTime) {
+  const fs::path dir = scratch_dir("hostile-mask-npy");
+  auto write_mask = [&](int64_t n, const fs::path& file) {
+    std::ofstream out(file);
+    out << "{";
+    for (int64_t i = 0; i < n; ++i)
+      out << (i ? ",\n" : "") << '"' << i / 400 << '_' << (i / 20) % 20 << '_' << i % 20
+          << "\": [1, 2, 3]";
+    out << "}";
+  };
+  write_mask(5000, dir / "small.json");
+  write_mask(40000, dir / "large.json");
+  expect_linear(
+      [&](int64_t n) {
+        const auto mask =
+            attention::StaMaskStrategy::load(dir / (n == 5000 ? "small.json" : "large.json"));
+        if (mask.entries() != size_t(n)) std::abort();
+      },
+      5000, "an STA mask strategy");
+
+  // One window at the far corner of the index space: once a table of every (step, layer, head)
+  // up to it, 2^28 entries and 3 GiB for a 30-byte file.
+  std::ofstream(dir / "corner.json") << R"({"0_16383_16383": [1, 1, 1]})";
+  rusage before{};
+  getrusage(RUSAGE_SELF, &before);
+  const auto corner = attention::StaMaskStrategy::load(dir / "corner.json");
+  rusage after{};
+  getrusage(RUSAGE_SELF, &after);
+  EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 64 * 1024) << "KiB more at the peak";
+  EXPECT_EQ(corner.layers(), 16384);
+  ASSERT_TRUE(corner.window(0, 16383, 16383).has_value());
+  EXPECT_FALSE(corner.window(0, 16383, 16382).has_value());
+  // Two keys for one entry leave which window counts unsaid: refused.
+  std::ofstream(dir / "twice.json") << R"({"1_0_0": [1, 1, 1], "01_0_0": [2, 2, 2]})";
+  EXPECT_NE(testing::error_message([&] {
+              attention::StaMaskStrategy::load(dir / "twice.json");
+            }).find("gives two windows for step 1, layer 0, head 0"),
+            std::string::npos);
+
+  // .npy headers (at most numpy's 10,000 bytes) of the kinds that make a pattern search back
+  // up: an unclosed shape, an unclosed descr, a run of spaces before a missing colon.
+  auto write_npy = [&](const std::string& header, const fs::path& file) {
+    std::string bytes = "\x93NUMPY";
+    bytes += '\x01';
+    bytes += '\x00';
+    bytes += char(header.size() & 0xff);
+    bytes += char(header.size() >> 8);
+    bytes += header;
+    std::ofstream(file, std::ios::binary) << bytes;
+  };
+  const std::vector<std::function<std::string(int64_t)>> headers = {
+      [](int64_t n) {
+        std::string h = "{'descr': '<f4', 'fortran_order': False, 'shape': (";
+        while (int64_t(h.size()) < n) h += "1, ";
+        return h;
+      },
+      [](int64_t n) { return "{'descr': '" + std::string(size_t(n), 'x'); },
+      [](int64_t n) { return "{'descr'" + std::string(size_t(n), ' '); },
+  };
+  for (size_t kind = 0; kind < headers.size(); ++kind) {
+    write_npy(headers[kind](1200), dir / "small.npy");
+    write_npy(headers[kind](9600), dir / "large.npy");
+    expect_linear(
+        [&](int64_t n) {
+          const std::string message = testing::error_message(
+              [&] { read_npy(dir / (n == 1200 ? "small.npy" : "large.npy")); });
+          if (message.empty()) std::abort();  // each is refused
+        },
+        1200, "an .npy header of kind " + std::to_string(kind));
+  }
 }
 
 }  // namespace

@@ -69,13 +69,20 @@ StaMaskStrategy StaMaskStrategy::load(const fs::path& path) {
     entries.push_back(entry);
   }
   mmgen::check(!entries.empty(), "{}: the mask strategy has no windows", where);
-  const int64_t cells = mask.steps_ * mask.layers_ * mask.heads_;
-  mmgen::check(cells <= (int64_t(1) << 28),
-               "{}: the mask strategy spans too many (step, layer, head)", where);
-  mask.table_.assign(size_t(cells), Window{0, 0, 0});
+  mask.windows_.reserve(entries.size());
   for (const auto& entry : entries)
-    mask.table_[size_t((entry.step * mask.layers_ + entry.layer) * mask.heads_ + entry.head)] =
-        entry.window;
+    mask.windows_.emplace_back(key(entry.step, entry.layer, entry.head), entry.window);
+  std::sort(mask.windows_.begin(), mask.windows_.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  // "1_0_0" and "01_0_0" are one entry: two windows for it would leave which one counts unsaid.
+  const auto twice =
+      std::adjacent_find(mask.windows_.begin(), mask.windows_.end(),
+                         [](const auto& a, const auto& b) { return a.first == b.first; });
+  if (twice != mask.windows_.end()) {
+    const int64_t k = twice->first;
+    fail("{}: the mask strategy gives two windows for step {}, layer {}, head {}; keep one", where,
+         k >> 40, (k >> 20) & ((1 << 20) - 1), k & ((1 << 20) - 1));
+  }
   mask.entries_ = entries.size();
   return mask;
 }
@@ -84,9 +91,11 @@ std::optional<StaMaskStrategy::Window> StaMaskStrategy::window(int64_t step, int
                                                                int64_t head) const {
   if (step < 0 || layer < 0 || head < 0 || step >= steps_ || layer >= layers_ || head >= heads_)
     return std::nullopt;
-  const Window& w = table_[size_t((step * layers_ + layer) * heads_ + head)];
-  if (w[0] == 0) return std::nullopt;
-  return w;
+  const int64_t wanted = key(step, layer, head);
+  const auto it = std::lower_bound(windows_.begin(), windows_.end(), wanted,
+                                   [](const auto& entry, int64_t k) { return entry.first < k; });
+  if (it == windows_.end() || it->first != wanted) return std::nullopt;
+  return it->second;
 }
 
 void StaMaskStrategy::check(int64_t steps, int64_t layers, int64_t heads,
