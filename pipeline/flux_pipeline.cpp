@@ -12,6 +12,7 @@
 #include "models/vae/autoencoder_kl_tiled_decode.h"
 #include "pipeline/component_weights.h"
 #include "pipeline/decoded_image.h"
+#include "pipeline/denoise_loop.h"
 #include "pipeline/progress.h"
 #include "pipeline/schedulers/scheduler.h"
 
@@ -154,28 +155,26 @@ FluxGenerationOutput FluxPipeline::generate(const FluxGenerationInput& input,
   else
     attention = build_attention();
   FluxGenerationOutput output;
-  const int steps = scheduler->num_inference_steps();
-  Progress denoise("denoise", steps, "step");
-  for (int i = 0; i < steps; ++i) {
-    stop_if_requested();
+  const auto predict = [&](const DenoiseStep& step, const Tensor& sample) {
     // timestep / 1000 in float32, as the pipeline divides the scheduler's float32 timestep.
-    const float timestep = scheduler->timesteps()[size_t(i)] / 1000.0f;
-    const Tensor image = latents.select(0, 0).contiguous();
+    const float timestep = step.timestep / 1000.0f;
+    const Tensor image = sample.select(0, 0).contiguous();
     const auto item = [&](const FluxPromptEmbedding& prompt) {
       return dit::FluxItem{image, prompt.text, prompt.pooled, timestep, float(input.guidance_scale),
                            rows,  columns};
     };
     std::vector<dit::FluxItem> batch = {item(positive)};
     if (true_cfg_on) batch.push_back(item(negative));
-    const std::vector<Tensor> predictions = transformer_->forward(batch, {i, steps}, &attention);
+    const std::vector<Tensor> predictions =
+        transformer_->forward(batch, {step.index, step.steps}, &attention);
     const Tensor prediction = true_cfg_on
                                   ? true_cfg(predictions[0], predictions[1], input.true_cfg_scale)
                                   : predictions[0];
-    latents = scheduler->step(prediction.view(latents.shape()), i, latents);
-    if (keep_step_latents) output.latents_after_step.push_back(latents);
-    denoise.update(i + 1);
-  }
-  denoise.finish();
+    return prediction.view(sample.shape());
+  };
+  latents = run_denoise_loop(
+      *scheduler, latents, predict,
+      {.latents_after_step = keep_step_latents ? &output.latents_after_step : nullptr});
 
   const Tensor z = vae_->denormalize(unpack_latents_2x2(latents, shape[1], shape[2], shape[3]));
   Tensor decoded;

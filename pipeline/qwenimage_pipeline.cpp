@@ -12,6 +12,7 @@
 #include "core/npy.h"
 #include "pipeline/component_weights.h"
 #include "pipeline/decoded_image.h"
+#include "pipeline/denoise_loop.h"
 #include "pipeline/packed_latents.h"
 #include "pipeline/progress.h"
 #include "pipeline/prompt_encoding.h"
@@ -142,23 +143,21 @@ QwenImageGenerationOutput QwenImagePipeline::generate(const QwenImageGenerationI
   else
     attention = build_attention();
   QwenImageGenerationOutput output;
-  const int steps = scheduler->num_inference_steps();
-  Progress denoise("denoise", steps, "step");
-  for (int i = 0; i < steps; ++i) {
-    stop_if_requested();
-    const float timestep = scheduler->timesteps()[size_t(i)] / 1000.0f;
-    const Tensor image = latents.select(0, 0).contiguous();
+  const auto predict = [&](const DenoiseStep& step, const Tensor& sample) {
+    const float timestep = step.timestep / 1000.0f;
+    const Tensor image = sample.select(0, 0).contiguous();
     std::vector<dit::QwenImageItem> batch = {{image, embeds[0], timestep, grid}};
     if (true_cfg_on) batch.push_back({image, embeds[1], timestep, grid});
-    const std::vector<Tensor> predictions = transformer_->forward(batch, {i, steps}, &attention);
+    const std::vector<Tensor> predictions =
+        transformer_->forward(batch, {step.index, step.steps}, &attention);
     const Tensor prediction =
         true_cfg_on ? qwen_image_true_cfg(predictions[0], predictions[1], input.true_cfg_scale)
                     : predictions[0];
-    latents = scheduler->step(prediction.view(latents.shape()), i, latents);
-    if (keep_step_latents) output.latents_after_step.push_back(latents);
-    denoise.update(i + 1);
-  }
-  denoise.finish();
+    return prediction.view(sample.shape());
+  };
+  latents = run_denoise_loop(
+      *scheduler, latents, predict,
+      {.latents_after_step = keep_step_latents ? &output.latents_after_step : nullptr});
 
   Progress decode("decode", 1);
   const Tensor unpacked = unpack_latents_2x2(latents, shape[1], shape[2], shape[3]);

@@ -26,6 +26,7 @@
 #include "models/text_encoders/prompt_embedding.h"
 #include "models/tokenizers/prompt_clean.h"
 #include "pipeline/component_weights.h"
+#include "pipeline/denoise_loop.h"
 #include "pipeline/memory_estimate.h"
 #include "pipeline/progress.h"
 #include "pipeline/prompt_encoding.h"
@@ -447,15 +448,16 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
         dist::SequenceShards::balanced(tokens, parallel->sequence->size())};
   }
   auto step_timestep = [&](int step) { return scheduler->timesteps()[size_t(step)]; };
-  auto predict = [&](const Tensor& embeds, int step, int steps, int call) {
-    return transformer_->forward(latents, step_timestep(step), embeds, {step, steps, call},
+  auto predict = [&](const Tensor& sample, const Tensor& embeds, int step, int steps, int call) {
+    return transformer_->forward(sample, step_timestep(step), embeds, {step, steps, call},
                                  &attention, sequence ? &*sequence : nullptr);
   };
   // CFG parallel: this rank's branch only; one exchange of the two predictions per step.
-  auto predict_cfg_parallel = [&](int step, int steps) {
+  auto predict_cfg_parallel = [&](const Tensor& sample, int step, int steps) {
     const int branch = parallel->branch();
     const Tensor mine =
-        predict(branch == 0 ? prompt_embeds : negative_embeds, step, steps, branch).contiguous();
+        predict(sample, branch == 0 ? prompt_embeds : negative_embeds, step, steps, branch)
+            .contiguous();
     const Tensor cond = Tensor::empty(mine.shape()), uncond = Tensor::empty(mine.shape());
     parallel->guidance->all_gather(mine, {cond, uncond});
     return classifier_free_guidance(cond, uncond, float(input.guidance_scale));
@@ -482,8 +484,8 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
   }
 #endif
   const Tensor both_embeds = batch_guidance ? stack_pair(prompt_embeds, negative_embeds) : Tensor();
-  auto predict_guided = [&](int step, int steps) {
-    const Tensor both = transformer_->forward(stack_pair(latents, latents), step_timestep(step),
+  auto predict_guided = [&](const Tensor& sample, int step, int steps) {
+    const Tensor both = transformer_->forward(stack_pair(sample, sample), step_timestep(step),
                                               both_embeds, {step, steps, 0}, &attention);
     return classifier_free_guidance(both.select(0, 0).unsqueeze(0).contiguous(),
                                     both.select(0, 1).unsqueeze(0).contiguous(),
@@ -491,21 +493,20 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
   };
   WanGenerationOutput output;
   const int steps = scheduler->num_inference_steps();
-  Progress denoise("denoise", steps, "step");
-  for (int i = 0; i < steps; ++i) {
-    stop_if_requested();  // Ctrl-C / SIGTERM: the step boundary is where a run stops
-    Tensor prediction = cfg_parallel     ? predict_cfg_parallel(i, steps)
-                        : batch_guidance ? predict_guided(i, steps)
-                                         : predict(prompt_embeds, i, steps, 0);
+  const auto predict_step = [&](const DenoiseStep& step, const Tensor& sample) {
+    const int i = step.index;
+    Tensor prediction = cfg_parallel     ? predict_cfg_parallel(sample, i, steps)
+                        : batch_guidance ? predict_guided(sample, i, steps)
+                                         : predict(sample, prompt_embeds, i, steps, 0);
     if (guided && !batch_guidance && !cfg_parallel) {
-      const Tensor unconditional = predict(negative_embeds, i, steps, 1);
+      const Tensor unconditional = predict(sample, negative_embeds, i, steps, 1);
       prediction = classifier_free_guidance(prediction, unconditional, float(input.guidance_scale));
     }
-    latents = scheduler->step(prediction, i, latents);
-    if (keep_step_latents) output.latents_after_step.push_back(latents);
-    denoise.update(i + 1);
-  }
-  denoise.finish();
+    return prediction;
+  };
+  latents = run_denoise_loop(
+      *scheduler, latents, predict_step,
+      {.latents_after_step = keep_step_latents ? &output.latents_after_step : nullptr});
   const attention::AttentionStats& stats = attention.self_attention_stats;
   const std::string measured =
       stats.total_blocks > 0

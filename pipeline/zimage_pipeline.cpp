@@ -17,6 +17,7 @@
 #include "models/vae/autoencoder_kl_tiled_decode.h"
 #include "pipeline/component_weights.h"
 #include "pipeline/decoded_image.h"
+#include "pipeline/denoise_loop.h"
 #include "pipeline/progress.h"
 #include "pipeline/prompt_encoding.h"
 #include "pipeline/zimage_schedule.h"
@@ -199,27 +200,24 @@ ZImageGenerationOutput ZImagePipeline::generate(const ZImageGenerationInput& inp
   else
     attention = build_attention();
   ZImageGenerationOutput output;
-  const int steps = scheduler->num_inference_steps();
-  Progress denoise("denoise", steps, "step");
-  for (int i = 0; i < steps; ++i) {
-    stop_if_requested();  // Ctrl-C / SIGTERM: the step boundary is where a run stops
+  const auto predict = [&](const DenoiseStep& step, const Tensor& sample) {
     // The normalised time the model sees, in float32 as torch computes it: 0 at the start.
-    const float t_norm = (1000.0f - scheduler->timesteps()[size_t(i)]) / 1000.0f;
+    const float t_norm = (1000.0f - step.timestep) / 1000.0f;
     const double scale = guidance.scale_at(t_norm);
     const bool apply_cfg = guidance.enabled() && scale > 0;
-    const Tensor item_latents = latents.select(0, 0).unsqueeze(1).contiguous();  // [C, 1, h, w]
+    const Tensor item_latents = sample.select(0, 0).unsqueeze(1).contiguous();  // [C, 1, h, w]
     std::vector<dit::ZImageItem> batch = {{item_latents, embeds[0], t_norm}};
     if (apply_cfg) batch.push_back({item_latents, embeds[1], t_norm});
     const std::vector<Tensor> predictions = transformer_->forward(
-        batch, {i, steps}, &attention, parallel ? parallel->sequence.get() : nullptr);
+        batch, {step.index, step.steps}, &attention, parallel ? parallel->sequence.get() : nullptr);
     const Tensor prediction = apply_cfg ? zimage_guided_prediction(predictions[0], predictions[1],
                                                                    scale, guidance.normalization)
                                         : predictions[0];
-    latents = scheduler->step(negated_step_input(prediction), i, latents);
-    if (keep_step_latents) output.latents_after_step.push_back(latents);
-    denoise.update(i + 1);
-  }
-  denoise.finish();
+    return negated_step_input(prediction);
+  };
+  latents = run_denoise_loop(
+      *scheduler, latents, predict,
+      {.latents_after_step = keep_step_latents ? &output.latents_after_step : nullptr});
 
   if (!leader) return output;  // the leader decodes and writes
   const Tensor z = vae_->denormalize(latents);
