@@ -53,6 +53,9 @@ function(mmgen_layer name folder)
   endforeach()
 
   add_library(mmgen_${name} STATIC ${sources})
+  # A static library links nothing: its files need not wait for the layers below to be archived,
+  # so on 2 cores the layers' batches overlap instead of running one layer at a time.
+  set_target_properties(mmgen_${name} PROPERTIES OPTIMIZE_DEPENDENCIES ON)
   target_include_directories(mmgen_${name} PRIVATE ${view})
   mmgen_precompile(mmgen_${name})
   if(MMGEN_UNITY)
