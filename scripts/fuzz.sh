@@ -5,16 +5,24 @@
 # run's log land in fuzz-findings/<target>/. A table of executions, speed, corpus size and findings
 # per target closes the run; the exit status is 1 if any target found something.
 #   scripts/fuzz.sh [SECONDS] [TARGET...]
+# Each target mutates with its dictionary (fuzz/dict/<target>.dict: the parsers' keys and the
+# format's syntax). Environment:
+#   MMGEN_FUZZ_FORK=N       N worker processes per target (libFuzzer -fork; default: one process)
+#   MMGEN_FUZZ_PREBUILT=1   use the build-fuzz/ binaries as they are (a machine without the
+#                           toolchain: build here, carry build-fuzz/fuzz and the libraries)
+#   MMGEN_FUZZ_MINIMISE=DIR after each run, merge the corpus into DIR/<target> (libFuzzer -merge:
+#                           the fewest inputs that keep every coverage feature)
 # A finding is replayed with `build-fuzz/fuzz/<target> FILE`; once fixed, it belongs under
 # tests/data/fuzz/<target>/ (tests/fuzz_regression_test.cpp replays those).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"
 shift || true
-./scripts/setup.sh
+prebuilt="${MMGEN_FUZZ_PREBUILT:-0}"
+[ "$prebuilt" = 1 ] || ./scripts/setup.sh
 # The fuzz preset builds with clang and links libFuzzer (compiler-rt), which setup.sh leaves out.
 fuzzer_lib="/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a"
-if ! command -v clang++ > /dev/null || ! compgen -G "$fuzzer_lib" > /dev/null; then
+if [ "$prebuilt" != 1 ] && { ! command -v clang++ > /dev/null || ! compgen -G "$fuzzer_lib" > /dev/null; }; then
   echo "fuzz.sh: installing clang and libclang-rt-dev (libFuzzer)"
   sudo_cmd=""
   [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
@@ -22,12 +30,12 @@ if ! command -v clang++ > /dev/null || ! compgen -G "$fuzzer_lib" > /dev/null; t
   $sudo_cmd apt-get update -qq
   $sudo_cmd apt-get install -y -qq --no-install-recommends clang libclang-rt-dev
 fi
-[ -f build-fuzz/build.ninja ] || cmake --preset fuzz
+[ "$prebuilt" = 1 ] || [ -f build-fuzz/build.ninja ] || cmake --preset fuzz
 all=(fuzz_safetensors fuzz_model_index fuzz_config_yaml fuzz_backend_config fuzz_tokenizer_json
   fuzz_tokenize fuzz_sta_mask fuzz_npy fuzz_chat_template fuzz_gguf fuzz_added_tokens fuzz_config_fields)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
-cmake --build build-fuzz -j "${MMGEN_FUZZ_JOBS:-2}" --target "${targets[@]}"
+[ "$prebuilt" = 1 ] || cmake --build build-fuzz -j "${MMGEN_FUZZ_JOBS:-2}" --target "${targets[@]}"
 
 shared=../shared
 fixtures="$shared/fixtures"
@@ -212,8 +220,11 @@ for target in "${targets[@]}"; do
   # allocation is a finding too.
   # libFuzzer stops at the first finding and exits non-zero.
   rc=0
+  extra=()
+  [ -f "fuzz/dict/$target.dict" ] && extra+=(-dict="fuzz/dict/$target.dict")
+  [ -n "${MMGEN_FUZZ_FORK:-}" ] && extra+=(-fork="$MMGEN_FUZZ_FORK" -ignore_crashes=0)
   "build-fuzz/fuzz/$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
-    -malloc_limit_mb=1024 -max_len="$max_len" -print_final_stats=1 \
+    -malloc_limit_mb=1024 -max_len="$max_len" -print_final_stats=1 "${extra[@]}" \
     -artifact_prefix="$findings/" "fuzz-corpus/$target" > "$findings/last-run.log" 2>&1 || rc=$?
   elapsed=$(($(date +%s) - start))
   log="$findings/last-run.log"
@@ -221,7 +232,15 @@ for target in "${targets[@]}"; do
     "$log" | head -8 || true
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   speed=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+  # -fork's driver reports running totals ("#1234567: cov: ... exec/s: 8910 ...") instead.
   [ -n "$execs" ] || execs=$(grep -oE '^#[0-9]+' "$log" | tail -1 | tr -d '#')
+  [ -n "$speed" ] || speed=$(grep -oE 'exec/s: [0-9]+' "$log" | tail -1 | grep -oE '[0-9]+')
+  if [ -n "${MMGEN_FUZZ_MINIMISE:-}" ]; then
+    mkdir -p "$MMGEN_FUZZ_MINIMISE/$target"
+    "build-fuzz/fuzz/$target" -merge=1 -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024 \
+      -max_len="$max_len" "$MMGEN_FUZZ_MINIMISE/$target" "fuzz-corpus/$target" \
+      > "$findings/merge.log" 2>&1 || true
+  fi
   new=0
   if [ "$rc" -ne 0 ]; then
     new=1
