@@ -18,16 +18,18 @@
 #include "core/safetensors.h"
 #include "generate/options.h"
 #include "generate/settings.h"
+#include "pipeline/component_classes.h"
 
 namespace mmgen::cli {
 namespace {
 
 namespace fs = std::filesystem;
 
-// general.architecture as ComfyUI-GGUF and stable-diffusion.cpp name the models they load; the
-// diffusers class, lowercased, for the others.
+// general.architecture as ComfyUI-GGUF and stable-diffusion.cpp name the models they load
+// (pipeline/component_classes.h); the diffusers class, lowercased, for the others.
 std::string architecture(const std::string& diffusers_class) {
-  if (diffusers_class == "WanTransformer3DModel") return "wan";
+  const ComponentClass* known = find_component_class(diffusers_class);
+  if (known && !known->gguf_architecture.empty()) return known->gguf_architecture;
   std::string lower;
   for (const char c : diffusers_class) lower += char(std::tolower(static_cast<unsigned char>(c)));
   return lower.empty() ? "unknown" : lower;

@@ -400,7 +400,7 @@ int run_resolved(ResolvedGenerate resolved) {
   if (resolved.request.gpus > 1) {
     // The ranks meet in collectives inside each forward: they stop together at a step boundary.
     set_stop_between_blocks(false);
-    ranks = join_ranks(resolved.request, resolved.index.class_name);
+    ranks = join_ranks(resolved.request, *resolved.spec);
     resolved.request.parallel = ranks.run;
     // Each rank runs one host thread per CPU of its share (join_ranks gave every rank its own),
     // unless --threads or OMP_NUM_THREADS says otherwise.

@@ -169,16 +169,17 @@ bool RankProcesses::wait_all() {
   return ok;
 }
 
-JoinedRanks join_ranks(const Request& request, const std::string& pipeline_class) {
+JoinedRanks join_ranks(const Request& request, const PipelineSpec& pipeline) {
   const int world = int(request.gpus);
-  check(pipeline_class == "WanPipeline" || pipeline_class == "ZImagePipeline",
-        "--gpus {}: {} runs on one GPU so far (sequence parallel is built for WanPipeline and "
-        "ZImagePipeline); drop --gpus",
-        world, pipeline_class);
-  check(!request.cfg_parallel || pipeline_class == "WanPipeline",
-        "--cfg-parallel: built for WanPipeline only so far ({} runs its guidance items on every "
-        "GPU with --gpus alone); drop --cfg-parallel",
-        pipeline_class);
+  check(pipeline.parallel.sequence,
+        "--gpus {}: {} runs on one GPU so far (sequence parallel is built for {}); drop --gpus",
+        world, pipeline.class_name,
+        pipelines_where([](const PipelineSpec& spec) { return spec.parallel.sequence; }));
+  check(!request.cfg_parallel || pipeline.parallel.cfg,
+        "--cfg-parallel: built for {} so far ({} runs its guidance items on every GPU with --gpus "
+        "alone); drop --cfg-parallel",
+        pipelines_where([](const PipelineSpec& spec) { return spec.parallel.cfg; }),
+        pipeline.class_name);
   ParallelLayout layout{world, request.cfg_parallel ? 2 : 1};
   layout.validate();
 #ifndef MMGEN_HAVE_CUDA

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "pipeline/parallel_run.h"
+#include "pipeline/registry.h"
 #include "pipeline/request.h"
 
 namespace mmgen::cli {
@@ -48,6 +49,6 @@ struct JoinedRanks {
 
 // Every rank, with its resolved request (request.gpus > 1): the leader starts the others, then
 // all join the groups. Refuses what cannot run (too few GPUs, no NCCL) in one line first.
-JoinedRanks join_ranks(const Request& request, const std::string& pipeline_class);
+JoinedRanks join_ranks(const Request& request, const PipelineSpec& pipeline);
 
 }  // namespace mmgen::cli

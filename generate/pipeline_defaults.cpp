@@ -7,6 +7,7 @@
 #include "core/config_fields.h"
 #include "core/error.h"
 #include "core/yaml.h"
+#include "pipeline/schedulers/scheduler.h"
 
 namespace mmgen::cli {
 
@@ -228,11 +229,9 @@ std::optional<FlowShiftChoice> flow_shift_choice(const Request& request, const M
                                                  const std::string& flow_shift_source) {
   if (!index.has("scheduler")) return std::nullopt;
   const json& scheduler = index.config("scheduler");
-  // UniPC and DPM++ call it flow_shift, FlowMatchEuler shift; the class model_index.json names is
-  // the one that runs (a config saved for another class may hold the other key).
-  const char* key = index.component("scheduler").class_name == "FlowMatchEulerDiscreteScheduler"
-                        ? "shift"
-                        : "flow_shift";
+  // The key of the class model_index.json names, the one that runs (a config saved for another
+  // class may hold the other key).
+  const std::string key = schedulers::flow_shift_key(index.component("scheduler").class_name);
   std::optional<double> configured;
   if (scheduler.contains(key) && scheduler[key].is_number())
     configured = scheduler[key].get<double>();

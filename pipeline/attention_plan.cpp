@@ -9,6 +9,7 @@
 
 #include "attention/backends/descriptor.h"
 #include "core/error.h"
+#include "pipeline/component_classes.h"
 
 namespace mmgen {
 
@@ -45,24 +46,12 @@ json config_or_empty(const ModelIndex& index, const std::string& component) {
   }
 }
 
-// What the selector must know of a DiT beyond its role, by its class. Z-Image's transformer is
-// single-stream: the caption tokens join the self-attention, so it has no cross-attention layer.
-// The sparse backends are written for Wan's video token grid (frames x height x width tiles, no
-// caption tokens in the sequence); on Z-Image's one-frame image + caption sequence none of them
-// is wired, so the selector refuses them rather than run something untested.
-// FLUX's blocks attend over [text, image] jointly, with no cross-attention either.
+// What the selector must know of a DiT beyond its role: its class's traits
+// (pipeline/component_classes.h).
 void describe_dit(ComponentAttention& component, const std::string& class_name) {
-  if (class_name == "ZImageTransformer2DModel") {
-    component.cross_attention = false;
-    component.sparse_refusal =
-        "the sparse backends are written for Wan's video token grid, not Z-Image's single-stream "
-        "image + caption sequence";
-  } else if (class_name == "FluxTransformer2DModel" ||
-             class_name == "QwenImageTransformer2DModel") {
-    component.cross_attention = false;
-    component.sparse_refusal =
-        "the sparse backends are written for Wan's video token grid, not a joint text + image "
-        "sequence (FLUX, Qwen-Image)";
+  if (const ComponentClass* entry = find_component_class(class_name)) {
+    component.cross_attention = entry->dit.cross_attention;
+    component.sparse_refusal = entry->dit.sparse_refusal;
   }
 }
 

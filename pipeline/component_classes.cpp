@@ -6,15 +6,41 @@ namespace mmgen {
 
 namespace {
 
+constexpr const char* kJointSequenceRefusal =
+    "the sparse backends are written for Wan's video token grid, not a joint text + image "
+    "sequence (FLUX, Qwen-Image)";
+
 std::vector<ComponentClass> make_table() {
   std::vector<ComponentClass> table = {
-      {"WanTransformer3DModel", ComponentKind::Transformer, "diffusers", "dit::WanTransformer"},
+      {"WanTransformer3DModel",
+       ComponentKind::Transformer,
+       "diffusers",
+       "dit::WanTransformer",
+       {},
+       "wan"},
       {"AutoencoderKLWan", ComponentKind::Vae, "diffusers", "vae::WanVaeDecoder"},
-      {"ZImageTransformer2DModel", ComponentKind::Transformer, "diffusers",
-       "dit::ZImageTransformer"},
-      {"FluxTransformer2DModel", ComponentKind::Transformer, "diffusers", "dit::FluxTransformer"},
-      {"QwenImageTransformer2DModel", ComponentKind::Transformer, "diffusers",
-       "dit::QwenImageTransformer"},
+      // The sparse backends are written for Wan's video token grid (frames x height x width
+      // tiles, no caption tokens in the sequence); on these joint sequences none of them is
+      // wired, so the selector refuses them rather than run something untested.
+      // Z-Image's transformer is single-stream: the caption tokens join the self-attention.
+      {"ZImageTransformer2DModel",
+       ComponentKind::Transformer,
+       "diffusers",
+       "dit::ZImageTransformer",
+       {false,
+        "the sparse backends are written for Wan's video token grid, not Z-Image's single-stream "
+        "image + caption sequence"}},
+      // FLUX's and Qwen-Image's blocks attend over [text, image] jointly.
+      {"FluxTransformer2DModel",
+       ComponentKind::Transformer,
+       "diffusers",
+       "dit::FluxTransformer",
+       {false, kJointSequenceRefusal}},
+      {"QwenImageTransformer2DModel",
+       ComponentKind::Transformer,
+       "diffusers",
+       "dit::QwenImageTransformer",
+       {false, kJointSequenceRefusal}},
       {"AutoencoderKL", ComponentKind::Vae, "diffusers", "vae::AutoencoderKLDecoder"},
       // Wan's causal 3D VAE code, for one frame (models/vae/wan_vae_config.h says where it
       // differs).

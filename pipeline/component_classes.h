@@ -15,6 +15,15 @@ struct ComponentClass {
   ComponentKind kind;
   std::string library;  // where model_index.json says it comes from: "diffusers", "transformers"
   std::string builds;   // the mmgen type loaded from it: "vae::WanVaeDecoder"
+  // Transformers: what the attention selector must know of their layers beyond the role.
+  struct DitTraits {
+    bool cross_attention = true;  // false: the caption joins the self-attention instead
+    // Why the sparse backends are refused for it; empty where they are wired.
+    std::string sparse_refusal;
+  } dit;
+  // general.architecture in a GGUF file `mmgen convert` writes, as ComfyUI-GGUF and
+  // stable-diffusion.cpp name the model; empty: the class name in lower case.
+  std::string gguf_architecture;
 };
 
 const std::vector<ComponentClass>& component_classes();

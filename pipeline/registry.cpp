@@ -304,7 +304,8 @@ const std::vector<PipelineSpec>& pipeline_registry() {
        /*stage_offload=*/true,
        estimate_wan_gpu_weights,
        unused_wan_settings,
-       guidance_of_cfg},
+       guidance_of_cfg,
+       {/*sequence=*/true, /*cfg=*/true}},
       {"ZImagePipeline",
        "zimage.yaml",
        {{"text_encoder", ComponentKind::TextEncoder, {"Qwen3ForCausalLM", "Qwen3Model"}},
@@ -323,7 +324,8 @@ const std::vector<PipelineSpec>& pipeline_registry() {
        /*stage_offload=*/false,
        /*estimate_gpu_weights=*/{},
        unused_zimage_settings,
-       guidance_of_cfg},
+       guidance_of_cfg,
+       {/*sequence=*/true, /*cfg=*/false}},
       {"FluxPipeline",
        "flux.yaml",
        {{"text_encoder", ComponentKind::TextEncoder, {"CLIPTextModel"}},
@@ -363,6 +365,13 @@ const std::vector<PipelineSpec>& pipeline_registry() {
        guidance_of_qwen_image},
   };
   return registry;
+}
+
+std::string pipelines_where(const std::function<bool(const PipelineSpec&)>& has) {
+  std::string names;
+  for (const auto& spec : pipeline_registry())
+    if (has(spec)) names += (names.empty() ? "" : ", ") + spec.class_name;
+  return names;
 }
 
 const PipelineSpec& find_pipeline(const std::string& class_name, const fs::path& where) {

@@ -61,9 +61,17 @@ struct PipelineSpec {
   std::function<std::vector<std::string>(const Request&)> unused_settings;
   // How the run's first log line states its guidance ("guidance 5", "true CFG 4 ...").
   std::function<std::string(const Request&)> guidance_summary;
+  // What it can spread over several GPUs (--gpus N): its transformer's tokens (Ulysses sequence
+  // parallel), and its two guidance branches on two halves of the GPUs (--cfg-parallel).
+  struct Parallel {
+    bool sequence = false;
+    bool cfg = false;
+  } parallel;
 };
 
 const std::vector<PipelineSpec>& pipeline_registry();
+// The class names of the registry's pipelines for which `has` holds, joined by ", ".
+std::string pipelines_where(const std::function<bool(const PipelineSpec&)>& has);
 // The spec for `class_name`; an unknown name is an error listing the known ones.
 const PipelineSpec& find_pipeline(const std::string& class_name, const fs::path& where);
 // Checks model_index.json against the pipeline before anything is loaded: every component it lists

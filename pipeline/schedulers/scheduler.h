@@ -77,4 +77,8 @@ std::unique_ptr<Scheduler> make_scheduler(const nlohmann::json& config,
 // The class names make_scheduler accepts.
 std::vector<std::string> supported_scheduler_classes();
 
+// The scheduler_config.json key that holds the flow shift for `class_name` (UniPC and DPM++ call
+// it flow_shift, FlowMatchEuler shift); flow_shift for a class mmgen does not build.
+std::string flow_shift_key(const std::string& class_name);
+
 }  // namespace mmgen::schedulers

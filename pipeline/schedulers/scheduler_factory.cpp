@@ -18,19 +18,20 @@ using Maker =
 
 struct SchedulerClass {
   const char* name;
+  const char* shift_key;  // the scheduler_config.json key --flow-shift replaces
   Maker make;
 };
 
 // Every scheduler mmgen implements, by diffusers class name: the one place a class is added.
 const std::vector<SchedulerClass>& scheduler_classes() {
   static const std::vector<SchedulerClass> classes = {
-      {"FlowMatchEulerDiscreteScheduler",
+      {"FlowMatchEulerDiscreteScheduler", "shift",
        [](const nlohmann::json& config, std::optional<double> shift) {
          FlowMatchEulerConfig c = FlowMatchEulerConfig::from_json(config);
          if (shift) c.shift = *shift;
          return std::unique_ptr<Scheduler>(new FlowMatchEulerDiscreteScheduler(std::move(c)));
        }},
-      {"UniPCMultistepScheduler",
+      {"UniPCMultistepScheduler", "flow_shift",
        [](const nlohmann::json& config, std::optional<double> shift) {
          UniPCConfig c = UniPCConfig::from_json(config);
          if (shift) c.flow_shift = *shift;
@@ -41,6 +42,12 @@ const std::vector<SchedulerClass>& scheduler_classes() {
 }
 
 }  // namespace
+
+std::string flow_shift_key(const std::string& class_name) {
+  for (const SchedulerClass& entry : scheduler_classes())
+    if (class_name == entry.name) return entry.shift_key;
+  return "flow_shift";
+}
 
 std::vector<std::string> supported_scheduler_classes() {
   std::vector<std::string> names;
