@@ -9,7 +9,9 @@
 #if defined(__x86_64__) || defined(__i386__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // clang (the fuzz and tsan builds) has no such warning group
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 #endif

@@ -7,18 +7,12 @@
 
 namespace mmgen::tokenizers {
 
-namespace {
-
-uint64_t edge_key(int32_t node, unsigned char byte) {
-  return (uint64_t(node) << 8) | byte;
-}
-
-}  // namespace
-
 int32_t LongestMatch::child(int32_t node, unsigned char byte) const {
-  if (!adding_.empty() || first_edge_.empty()) {
-    const auto it = adding_.find(edge_key(node, byte));
-    return it == adding_.end() ? 0 : it->second;
+  if (!built_) {
+    // At most 256 siblings: a constant per byte added.
+    for (int32_t c = nodes_[size_t(node)].first_child; c != 0; c = nodes_[size_t(c)].next_sibling)
+      if (nodes_[size_t(c)].byte == byte) return c;
+    return 0;
   }
   const auto begin = edge_byte_.begin() + first_edge_[size_t(node)];
   const auto end = edge_byte_.begin() + first_edge_[size_t(node) + 1];
@@ -28,6 +22,7 @@ int32_t LongestMatch::child(int32_t node, unsigned char byte) const {
 
 void LongestMatch::add(std::string_view pattern, size_t id) {
   check(!pattern.empty(), "an added token must not be empty");
+  check(!built_, "LongestMatch::add after build");
   int32_t node = 0;
   // Reversed: the automaton reads the text from its end.
   for (size_t i = pattern.size(); i-- > 0;) {
@@ -36,30 +31,40 @@ void LongestMatch::add(std::string_view pattern, size_t id) {
     if (next == 0) {
       check(nodes_.size() < size_t(INT32_MAX), "added tokens too long in total");
       next = int32_t(nodes_.size());
-      nodes_.push_back({.depth = nodes_[node].depth + 1});
-      adding_.emplace(edge_key(node, byte), next);
+      Node added;
+      added.depth = nodes_[size_t(node)].depth + 1;
+      added.byte = byte;
+      added.next_sibling = nodes_[size_t(node)].first_child;
+      nodes_.push_back(added);
+      nodes_[size_t(node)].first_child = next;
     }
     node = next;
   }
-  if (nodes_[node].id == kNone) nodes_[node].id = id;
+  if (nodes_[size_t(node)].id == kNone) nodes_[size_t(node)].id = id;
 }
 
 void LongestMatch::build() {
-  // The edges as sorted arrays, by node and then byte.
-  std::vector<uint64_t> keys;
-  keys.reserve(adding_.size());
-  for (const auto& entry : adding_) keys.push_back(entry.first);
-  std::sort(keys.begin(), keys.end());
+  // The edges as sorted arrays, by node and then byte: each node's children sorted by byte (at
+  // most 256 of them), in node order.
   first_edge_.assign(nodes_.size() + 1, 0);
-  edge_byte_.resize(keys.size());
-  edge_node_.resize(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) {
-    ++first_edge_[size_t(keys[i] >> 8) + 1];
-    edge_byte_[i] = static_cast<unsigned char>(keys[i] & 0xFF);
-    edge_node_[i] = adding_.at(keys[i]);
+  edge_byte_.clear();
+  edge_node_.clear();
+  edge_byte_.reserve(nodes_.size());
+  edge_node_.reserve(nodes_.size());
+  std::vector<std::pair<unsigned char, int32_t>> children;
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    first_edge_[n] = uint32_t(edge_byte_.size());
+    children.clear();
+    for (int32_t c = nodes_[n].first_child; c != 0; c = nodes_[size_t(c)].next_sibling)
+      children.emplace_back(nodes_[size_t(c)].byte, c);
+    std::sort(children.begin(), children.end());
+    for (const auto& [byte, c] : children) {
+      edge_byte_.push_back(byte);
+      edge_node_.push_back(c);
+    }
   }
-  for (size_t n = 0; n < nodes_.size(); ++n) first_edge_[n + 1] += first_edge_[n];
-  adding_ = {};
+  first_edge_[nodes_.size()] = uint32_t(edge_byte_.size());
+  built_ = true;
 
   // Failure links breadth first: a node's failure chain is shallower, so its `longest` is final
   // when the node is reached.

@@ -8,7 +8,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 namespace mmgen::tokenizers {
@@ -33,14 +32,18 @@ class LongestMatch {
                           // pattern; 0 when none
     size_t id = kNone;    // set on a node that ends a pattern
     uint32_t depth = 0;
+    // While adding, the children as a list (first child, next sibling; 0 ends it) and the byte
+    // that leads here: no allocation per node, so a large set is built in one array.
+    int32_t first_child = 0, next_sibling = 0;
+    unsigned char byte = 0;
   };
   // The node `byte` leads to from `node`; 0 (the root) when none.
   int32_t child(int32_t node, unsigned char byte) const;
 
   std::vector<Node> nodes_ = std::vector<Node>(1);
-  // While adding: (node << 8 | byte) -> node. build() moves the edges into the arrays below,
-  // sorted by node and byte (compact, so a large set stays in the caches), and clears it.
-  std::unordered_map<uint64_t, int32_t> adding_;
+  // build() moves the edges into these arrays, sorted by node and byte (compact, so a large set
+  // stays in the caches).
+  bool built_ = false;
   std::vector<uint32_t> first_edge_;  // per node, then one past the last edge
   std::vector<unsigned char> edge_byte_;
   std::vector<int32_t> edge_node_;

@@ -10,7 +10,9 @@
 #include "models/tokenizers/utf8.h"
 
 namespace mmgen::tokenizers {
-namespace {
+// Named, not anonymous: Regex::Program (external linkage) holds these types, and GCC warns
+// (-Wsubobject-linkage) when a unity build includes this file after another.
+namespace regex_internal {
 
 // A non-owning reference to a callable, so continuations cost no allocation.
 template <typename Signature>
@@ -112,7 +114,8 @@ struct Node {
 
 constexpr size_t kUnbounded = std::numeric_limits<size_t>::max();
 
-}  // namespace
+}  // namespace regex_internal
+using namespace regex_internal;
 
 struct Regex::Program {
   std::vector<Node> nodes;
