@@ -242,7 +242,7 @@ const std::vector<std::string_view>& preference(Platform platform, Family family
                                              dit_cpu = {"fa", "torch_sdpa"},
                                              dit_other = {"torch_sdpa"},
                                              // CPU: triton first, measured with
-                                             // bench/paged_attention_bench (docs/performance.md):
+                                             // bench/paged_attention_bench (performance-history):
                                              // fastest or within 3% on UMT5- and Qwen3-sized
                                              // attention; flashinfer and flex_attention slower.
       paged_cpu = {"intel_amx", "triton", "flashinfer", "torch_native"},

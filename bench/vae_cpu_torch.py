@@ -1,4 +1,4 @@
-"""torch's side of the CPU VAE figures in docs/performance.md: the same work as mmgen's timing tests,
+"""torch's side of the CPU VAE figures in docs/performance-history.md: the same work as mmgen's timing tests,
 float32, medians after a warm-up, on THREADS threads (default 2).
 
   python3 bench/vae_cpu_torch.py conv                 3x3 convolutions at the FLUX VAE decoder's shapes

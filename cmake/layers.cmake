@@ -14,7 +14,7 @@ set(MMGEN_LAYER_FOLDERS "")
 # The headers nearly every file includes, through core/ and pipeline/ headers, precompiled once per
 # library (MMGEN_PCH): nlohmann/json.hpp alone is 133k preprocessed lines, spdlog 98k, fmt 70k,
 # <filesystem> 59k, so each of the executable's 240 files spent most of its compile time parsing
-# them again (docs/performance.md, "Build time"). C++ only: .cu files build without.
+# them again (docs/performance-history.md, "Build time"). C++ only: .cu files build without.
 set(MMGEN_PCH_HEADERS algorithm filesystem functional map memory optional string vector
     fmt/format.h nlohmann/json.hpp spdlog/spdlog.h)
 # mmgen_precompile(TARGET [HEADER...]): those headers and the extra ones (names as in <...>).

@@ -160,7 +160,7 @@ const std::vector<OptionSpec>& option_table() {
        "bf16",
        "GPU linear layers of Wan's transformer blocks: bf16 (diffusers' bf16 numbers) or fp8 "
        "(e4m3 on Hopper's tensor cores, one scale per output channel and per token; faster, with "
-       "the error docs/performance.md measures)",
+       "the error docs/performance-history.md measures)",
        {"bf16", "fp8"}},
       {.name = "max-gpu-memory",
        .type = T::String,

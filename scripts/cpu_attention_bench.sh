@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CPU attention benchmarks of docs/performance.md on any Linux machine with cmake, ninja,
+# The CPU attention benchmarks of docs/performance-history.md on any Linux machine with cmake, ninja,
 # Eigen and Google Benchmark (no OpenCV, no tests): a CPU-only build in build-cpu-bench/, then
 # `fa` and torch_sdpa against Eigen's GEMM and the sparse backends against `fa`, each with
 # repetitions in random interleaving (the yardstick sees the load the kernels see), on

@@ -149,8 +149,7 @@ int main(int argc, char** argv) try {
       {"vmoba_attn spatio-temporal, threshold 0.25", "vmoba_attn", {{"first_full_step", 0}}, 2},
       {"sla_attn top 10% (no proj_l)", "sla_attn", {{"topk", 0.1}}},
       {"sla_attn top 10% + linear branch", "sla_attn", {{"topk", 0.1}}, 0, true},
-      {"sage_attn per_block (dense, INT8 QK, FP8 PV)", "sage_attn", json::object(), 0, false,
-       true},
+      {"sage_attn per_block (dense, INT8 QK, FP8 PV)", "sage_attn", json::object(), 0, false, true},
       {"sage_attn per_thread (dense, INT8 QK, FP8 PV)",
        "sage_attn",
        {{"qk_quant_gran", "per_thread"}},
@@ -165,7 +164,7 @@ int main(int argc, char** argv) try {
        true},
       {"sage_sla_attn top 10% (no proj_l)", "sage_sla_attn", {{"topk", 0.1}}},
       {"sage_sla_attn top 10% + linear branch", "sage_sla_attn", {{"topk", 0.1}}, 0, true},
-      // SVG2 at about 10% density (docs/performance.md's CPU setting: top_p 0.115, no
+      // SVG2 at about 10% density (docs/performance-history.md's CPU setting: top_p 0.115, no
       // min_kc_ratio floor), timed warm (k-means warm-started from the previous call's centroids,
       // on the same inputs): the default 300 / 1000 clusters, and 130 / 436, the tokens per
       // cluster of the CPU bench's 65 / 218 at 16384 tokens.

@@ -4,7 +4,7 @@ real Wan VAE (AutoencoderKLWan's defaults), a UMT5 encoder of the release's widt
 the prompt rows have the real shape) with 2 layers, or TEXT_LAYERS (24: UMT5-XXL's 11 GB, for the
 GPU memory figures; 2 keeps the multi-GPU runs' upload short), the
 release's UniPC scheduler (flow shift 5 for 720p) and the tokenizer folder given. bf16, built on the
-GPU with seed 0. The multi-GPU figures of docs/performance.md were measured on this folder.
+GPU with seed 0. The multi-GPU figures of docs/performance-history.md were measured on this folder.
 usage: python3 wan14b_folder.py DIR TOKENIZER_DIR [TEXT_LAYERS]   (needs torch, diffusers,
 transformers)"""
 import json

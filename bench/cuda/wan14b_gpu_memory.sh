@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU memory figures of docs/performance.md (issue 23): the Wan2.1-14B-shaped pipeline with
+# The GPU memory figures of docs/performance-history.md (issue 23): the Wan2.1-14B-shaped pipeline with
 # UMT5-XXL's 24 layers (bench/cuda/wan14b_folder.py, written once into /dev/shm) at 480x832x81,
 # guidance 5, seed 42, on one GPU: without a limit in bf16, then under --max-gpu-memory LIMIT with
 # FP8 products (the text encoder and the transformer leave the GPU after their stage), then under

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The several-GPU figures of docs/performance.md ("Several GPUs: the targets hold"): the
+# The several-GPU figures of docs/performance-history.md ("Several GPUs: the targets hold"): the
 # Wan2.1-14B-shaped pipeline (bench/cuda/wan14b_folder.py, written once into /dev/shm) at
 # 720x1280x81, guidance 5, seed 42, in each layout given, one after another on this machine; each
 # layout's step times (from the debug progress lines: the running mean times the count,

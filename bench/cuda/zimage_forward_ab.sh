@@ -2,7 +2,7 @@
 # A/B of two builds of the Z-Image-Turbo-sized forward on one GPU: runs the two
 # zimage_transformer_cuda_bench binaries alternately ROUNDS times (A, B, A, B, ...), each a median
 # of REPEATS forwards, and prints every median and the median of each side. Machines of one kind
-# differ by 4-5% (docs/performance.md), so only a same-machine, interleaved comparison says what a
+# differ by 4-5% (docs/performance-history.md), so only a same-machine, interleaved comparison says what a
 # change did.
 # usage: bench/cuda/zimage_forward_ab.sh BENCH_A BENCH_B [ROUNDS=3] [REPEATS=9]
 set -euo pipefail

@@ -331,8 +331,8 @@ void check_selection(std::mt19937& generator) {
 // cold (step 0) and then warm, with the time of each step (each step's times summed over the
 // calls so far), per setting: the defaults (top_p 0.9: random inputs have no structure, so the
 // size-weighted centroid softmax is nearly flat and the density high), and top_p 0.115 without
-// the min_kc_ratio floor (docs/performance.md's ~10% setting) at 300 / 1000 clusters and at 130 /
-// 436 (the tokens per cluster of the CPU bench's 65 / 218 at 16384 tokens). flagged: query
+// the min_kc_ratio floor (docs/performance-history.md's ~10% setting) at 300 / 1000 clusters and at
+// 130 / 436 (the tokens per cluster of the CPU bench's 65 / 218 at 16384 tokens). flagged: query
 // clusters whose kept pairs the host recomputed.
 void time_wan_sized() {
   const int64_t B = 1, H = 12, D = 128;
@@ -452,8 +452,8 @@ int main(int argc, char** argv) {
        1,
        2,
        {{0}, {1}}},
-      // About 10% density (docs/performance.md's CPU setting): the top-p crossing early in the
-      // walk, no floor.
+      // About 10% density (docs/performance-history.md's CPU setting): the top-p crossing early in
+      // the walk, no floor.
       {"top_p 0.115, no floor",
        {{"num_q_centroids", 24},
         {"num_k_centroids", 96},
