@@ -118,6 +118,12 @@ EOF
 }
 
 for target in "${targets[@]}"; do
+  # The committed minimised corpus (fuzz/corpus/<target>.tar.xz: the inputs of the device
+  # campaign that keep every coverage feature, docs/security.md) seeds each run too.
+  if [ -f "fuzz/corpus/$target.tar.xz" ]; then
+    mkdir -p fuzz-corpus
+    tar xJf "fuzz/corpus/$target.tar.xz" -C fuzz-corpus
+  fi
   case "$target" in
     fuzz_safetensors)
       if [ "$have_python" = 1 ]; then
@@ -194,6 +200,17 @@ for i, case in enumerate(json.load(open(sys.argv[1]))):
       seed_text "$target" macro '{% macro r(x) %}{{ x|tojson(indent=2) }}{% endmacro %}{{ r(messages[2]) }}{{ raise_exception("x") if false }}'
       seed_text "$target" methods "{{ messages[1].content.split('\n')[0].strip().startswith('a') }}"
       ;;
+    fuzz_added_tokens)
+      # The first line lists the tokens ('|' between them), the rest is the text.
+      seed_text "$target" chat $'<|im_start|>|<|im_end|>|<|endoftext|>\n<|im_start|>user\nhi<|im_end|>'
+      seed_text "$target" overlap $'<|<||<|im|<|im_start|>\n<<|<|im_start|<|im_start|>>'
+      seed_text "$target" prefix $'a|ab|abc|b|bc\nabcabcab cbcba'
+      ;;
+    fuzz_config_fields)
+      seed "$target" examples/models/*/*/config.json "$fixtures"/*/model/*/config.json \
+        examples/models/*/scheduler/scheduler_config.json
+      seed_text "$target" wrong-types '{"num_layers": "2", "heads": true, "dim": null, "ffn": [64], "big": 1e30}'
+      ;;
     *)
       echo "fuzz.sh: unknown target $target (known: ${all[*]})" >&2
       exit 2
@@ -232,9 +249,9 @@ for target in "${targets[@]}"; do
     "$log" | head -8 || true
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   speed=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
-  # -fork's driver reports running totals ("#1234567: cov: ... exec/s: 8910 ...") instead.
-  [ -n "$execs" ] || execs=$(grep -oE '^#[0-9]+' "$log" | tail -1 | tr -d '#')
-  [ -n "$speed" ] || speed=$(grep -oE 'exec/s: [0-9]+' "$log" | tail -1 | grep -oE '[0-9]+')
+  # -fork's driver reports running totals ("#1234567: cov: ... exec/s 8910 ...") instead.
+  [ -n "$execs" ] || execs=$(grep -oE '^#[0-9]+' "$log" | tail -1 | tr -d '#' || true)
+  [ -n "$speed" ] || speed=$(grep -oE 'exec/s:? [0-9]+' "$log" | tail -1 | grep -oE '[0-9]+' || true)
   if [ -n "${MMGEN_FUZZ_MINIMISE:-}" ]; then
     mkdir -p "$MMGEN_FUZZ_MINIMISE/$target"
     "build-fuzz/fuzz/$target" -merge=1 -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024 \

@@ -70,7 +70,8 @@ def main():
         with open(path, 'w', encoding='utf-8') as out:
             out.write(f'# {target}: written by fuzz/dict/make_dicts.py (the parsers\' literals and the format\'s syntax)\n')
             for word in words:
-                quoted = word if '\\x' in word or word.startswith('\\u') else word.replace('\\', '\\\\')
+                # libFuzzer knows only \\, \" and \xNN: keep the \xNN bytes, double other backslashes.
+                quoted = word if '\\x' in word else word.replace('\\', '\\\\')
                 out.write('"' + quoted.replace('"', '\\"') + '"\n')
         print(f'{target}: {len(words)} entries')
 
