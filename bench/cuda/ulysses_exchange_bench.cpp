@@ -74,7 +74,7 @@ int main(int argc, char** argv) try {
   Request request;
   request.gpus = gpus;
   request.device = "cuda";
-  cli::JoinedRanks ranks = cli::join_ranks(request, "WanPipeline");
+  cli::JoinedRanks ranks = cli::join_ranks(request, find_pipeline("WanPipeline", "bench"));
   dist::Communicator& world = *ranks.run->world;
   const int n = world.size(), me = world.rank();
   const dist::SequenceShards shards = dist::SequenceShards::balanced(tokens, n);

@@ -69,7 +69,7 @@ int main(int argc, char** argv) try {
     Request request;
     request.gpus = int(gpus);
     request.device = "cuda";
-    ranks = cli::join_ranks(request, "WanPipeline");
+    ranks = cli::join_ranks(request, find_pipeline("WanPipeline", "bench"));
     group = ranks.run->world.get();
   }
   const int rank = group ? group->rank() : 0;
