@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -34,8 +35,12 @@ class RunningMmgen {
       ::close(pipe_fds[1]);
       if (!preload.empty()) {
         ::setenv("LD_PRELOAD", preload.c_str(), 1);
-        // Under the sanitizers' run (GCC's dynamic ASan runtime) a preloaded library comes first.
-        ::setenv("ASAN_OPTIONS", "verify_asan_link_order=0", 1);
+        // Under the sanitizers' run (GCC's dynamic ASan runtime) a preloaded library comes first;
+        // the run's other options (its report files) stay.
+        const char* options = std::getenv("ASAN_OPTIONS");
+        const std::string asan = std::string(options ? options : "") +
+                                 (options && *options ? ":" : "") + "verify_asan_link_order=0";
+        ::setenv("ASAN_OPTIONS", asan.c_str(), 1);
       }
       const std::string binary = testing::mmgen_binary().string();
       std::vector<char*> argv = {const_cast<char*>(binary.c_str())};
