@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/error.h"
@@ -69,20 +70,19 @@ StaMaskStrategy StaMaskStrategy::load(const fs::path& path) {
     entries.push_back(entry);
   }
   mmgen::check(!entries.empty(), "{}: the mask strategy has no windows", where);
+  const auto order = [](const Entry& e) { return std::tuple(e.step, e.layer, e.head); };
+  std::sort(entries.begin(), entries.end(),
+            [&](const Entry& a, const Entry& b) { return order(a) < order(b); });
+  // "1_0_0" and "01_0_0" are one entry: two windows for it would leave which one counts unsaid.
+  const auto twice =
+      std::adjacent_find(entries.begin(), entries.end(),
+                         [&](const Entry& a, const Entry& b) { return order(a) == order(b); });
+  if (twice != entries.end())
+    fail("{}: the mask strategy gives two windows for step {}, layer {}, head {}; keep one", where,
+         twice->step, twice->layer, twice->head);
   mask.windows_.reserve(entries.size());
   for (const auto& entry : entries)
     mask.windows_.emplace_back(key(entry.step, entry.layer, entry.head), entry.window);
-  std::sort(mask.windows_.begin(), mask.windows_.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
-  // "1_0_0" and "01_0_0" are one entry: two windows for it would leave which one counts unsaid.
-  const auto twice =
-      std::adjacent_find(mask.windows_.begin(), mask.windows_.end(),
-                         [](const auto& a, const auto& b) { return a.first == b.first; });
-  if (twice != mask.windows_.end()) {
-    const int64_t k = twice->first;
-    fail("{}: the mask strategy gives two windows for step {}, layer {}, head {}; keep one", where,
-         k >> 40, (k >> 20) & ((1 << 20) - 1), k & ((1 << 20) - 1));
-  }
   mask.entries_ = entries.size();
   return mask;
 }

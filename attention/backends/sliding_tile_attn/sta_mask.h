@@ -37,7 +37,7 @@ class StaMaskStrategy {
   size_t entries() const { return entries_; }
 
  private:
-  // (step, layer, head) as one number: each index is below 2^20.
+  // (step, layer, head) as one number in their order: each index is below 2^20.
   static int64_t key(int64_t step, int64_t layer, int64_t head) {
     return (step << 40) | (layer << 20) | head;
   }
@@ -45,7 +45,7 @@ class StaMaskStrategy {
   fs::path path_;
   int64_t steps_ = 0, layers_ = 0, heads_ = 0;
   size_t entries_ = 0;
-  // The file's windows sorted by key: memory in proportion to the file, not to the grid its
+  // The file's windows sorted by key (as the entries sort): memory in proportion to the file, not to the grid its
   // largest indices span (one entry "0_16383_16383" would otherwise claim 3 GiB).
   std::vector<std::pair<int64_t, Window>> windows_;
 };
