@@ -73,6 +73,30 @@ TEST(LinearProduct, MatchesADoublePrecisionProductAtEdgeSizes) {
   }
 }
 
+// Each output is one chain of fused multiply-adds over k in order, then the bias: what the AVX-512
+// kernel (8 rows x 48 outputs), the AVX2 one (4 rows x two halves of 24) and the plain C++ one all
+// compute, so a build's values do not depend on which of them it has. Sizes around each kernel's
+// rows, half panel, panel and depth block.
+TEST(LinearProduct, EveryOutputIsOneFusedChainOverKThenTheBias) {
+  for (const auto [m, k, n] : {std::array<int64_t, 3>{3, 7, 23},
+                               {4, 255, 24},
+                               {5, 256, 25},
+                               {8, 257, 47},
+                               {9, 513, 49},
+                               {117, 40, 72}}) {
+    const Problem p = random_problem(m, k, n, uint32_t(m * 17 + k * 3 + n));
+    const std::vector<float> c = product(p, p.bias.data());
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t j = 0; j < n; ++j) {
+        float chain = 0.0f;
+        for (int64_t i = 0; i < k; ++i)
+          chain = std::fma(p.a[size_t(r * k + i)], p.w[size_t(j * k + i)], chain);
+        ASSERT_EQ(c[size_t(r * n + j)], chain + p.bias[size_t(j)])
+            << "m " << m << " k " << k << " n " << n << " at " << r << "," << j;
+      }
+  }
+}
+
 // Rows of `batch` alone give their bits in the batch, and one thread gives the batch's bits.
 void expect_rows_independent(const Problem& batch) {
   const std::vector<float> together = product(batch);
