@@ -31,8 +31,9 @@
 #endif
 #elif defined(__AVX2__) && defined(__FMA__)
 // Without AVX-512 (Zen 2/3, Intel's client cores, x86-64-v3 builds): a tile kernel in 8-float
-// vectors. The plain C++ kernel below is only vectorised by the optimiser, and not at all in the
-// sanitizers' -Og build, where it ran some 60 times slower than this.
+// vectors. The plain C++ kernel below is only vectorised by the optimiser (the VAE tiling example
+// took 9.67 s with it, 4.38 s with this one) and not at all in the sanitizers' -Og build, where
+// the sanitized tiling test ran past its 900 s timeout.
 #define MMGEN_GEMM_AVX2 1
 #include <immintrin.h>
 #endif
@@ -382,7 +383,8 @@ void tile_kernel(const Tile<uint32_t>& t) {
 constexpr int kRows = 4;
 // A panel of kPanel outputs is taken as two halves of three 8-float vectors: 4 rows x 3 vectors are
 // 12 accumulators, with the 3 panel vectors and a broadcast the 16 registers AVX2 has.
-constexpr int kHalf = 24;
+constexpr int kHalfVectors = 3;
+constexpr int64_t kHalf = 8 * kHalfVectors;
 
 // Lanes [0, lanes) of an 8-float vector, as the mask maskload and maskstore take.
 inline __m256i lanes_mask(int64_t lanes) {
@@ -392,32 +394,32 @@ inline __m256i lanes_mask(int64_t lanes) {
 
 template <int R>
 void half_tile(const Tile<float>& t, int64_t j0) {
-  __m256i mask[3];
-  __m256 acc[R][3];
+  __m256i mask[kHalfVectors];
+  __m256 acc[R][kHalfVectors];
 #pragma GCC unroll 4
-  for (int v = 0; v < 3; ++v) mask[v] = lanes_mask(t.width - j0 - 8 * v);
+  for (int v = 0; v < kHalfVectors; ++v) mask[v] = lanes_mask(t.width - j0 - 8 * v);
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-    for (int v = 0; v < 3; ++v)
+    for (int v = 0; v < kHalfVectors; ++v)
       acc[r][v] =
           t.first ? _mm256_setzero_ps() : _mm256_maskload_ps(t.c + r * t.ldc + j0 + 8 * v, mask[v]);
   const float* a = t.a;
   const float* p = t.panel + j0;
   for (int64_t i = 0; i < t.depth; ++i, ++a, p += kPanel) {
-    __m256 b[3];
+    __m256 b[kHalfVectors];
 #pragma GCC unroll 4
-    for (int v = 0; v < 3; ++v) b[v] = _mm256_loadu_ps(p + 8 * v);
+    for (int v = 0; v < kHalfVectors; ++v) b[v] = _mm256_loadu_ps(p + 8 * v);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const __m256 x = _mm256_broadcast_ss(a + r * t.lda);
 #pragma GCC unroll 4
-      for (int v = 0; v < 3; ++v) acc[r][v] = _mm256_fmadd_ps(x, b[v], acc[r][v]);
+      for (int v = 0; v < kHalfVectors; ++v) acc[r][v] = _mm256_fmadd_ps(x, b[v], acc[r][v]);
     }
   }
   if (t.bias) {  // after the sum, as torch's linear adds it
 #pragma GCC unroll 4
-    for (int v = 0; v < 3; ++v) {
+    for (int v = 0; v < kHalfVectors; ++v) {
       const __m256 bias = _mm256_maskload_ps(t.bias + j0 + 8 * v, mask[v]);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) acc[r][v] = _mm256_add_ps(acc[r][v], bias);
@@ -426,7 +428,7 @@ void half_tile(const Tile<float>& t, int64_t j0) {
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-    for (int v = 0; v < 3; ++v)
+    for (int v = 0; v < kHalfVectors; ++v)
       _mm256_maskstore_ps(t.c + r * t.ldc + j0 + 8 * v, mask[v], acc[r][v]);
 }
 
