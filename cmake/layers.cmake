@@ -11,10 +11,11 @@
 set(MMGEN_LAYER_VIEWS ${CMAKE_BINARY_DIR}/layers)
 set(MMGEN_LAYER_FOLDERS "")
 
-# The headers nearly every file includes, through core/ and pipeline/ headers, precompiled once per
-# library (MMGEN_PCH): nlohmann/json.hpp alone is 133k preprocessed lines, spdlog 98k, fmt 70k,
-# <filesystem> 59k, so each of the executable's 240 files spent most of its compile time parsing
-# them again (docs/performance-history.md, "Build time"). C++ only: .cu files build without.
+# The headers nearly every file includes, through core/ and pipeline/ headers, precompiled
+# (MMGEN_PCH) once per optimisation level (mmgen_layer): nlohmann/json.hpp alone is 133k
+# preprocessed lines, spdlog 98k, fmt 70k, <filesystem> 59k, so each of the executable's 240 files
+# spent most of its compile time parsing them again (docs/performance-history.md, "Build time").
+# C++ only: .cu files build without.
 set(MMGEN_PCH_HEADERS algorithm filesystem functional map memory optional string vector
     fmt/format.h nlohmann/json.hpp spdlog/spdlog.h)
 # mmgen_precompile(TARGET [HEADER...]): those headers and the extra ones (names as in <...>).
@@ -29,8 +30,14 @@ function(mmgen_precompile target)
   endif()
 endfunction()
 
+# mmgen_layer(NAME FOLDER [GLUE] LOWER...): the library mmgen_NAME of FOLDER's files, linking the
+# layers below. GLUE marks a layer with no inner loop that matters beside a transformer's
+# (pipeline/: plans, estimates, schedulers, output; generate/: the CLI): at -O1 its files compile in
+# two thirds of -O3's time (docs/performance-history.md, "Build time"), and IEEE arithmetic (no
+# fast-math, no contraction) gives the same numbers at every level.
 function(mmgen_layer name folder)
-  set(lower ${ARGN})
+  cmake_parse_arguments(PARSE_ARGV 2 layer "GLUE" "" "")
+  set(lower ${layer_UNPARSED_ARGUMENTS})
   file(GLOB_RECURSE sources CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/${folder}/*.cpp
        ${CMAKE_SOURCE_DIR}/${folder}/*.cu)
   list(FILTER sources EXCLUDE REGEX "/generate/main\\.cpp$")
@@ -57,7 +64,25 @@ function(mmgen_layer name folder)
   # so on 2 cores the layers' batches overlap instead of running one layer at a time.
   set_target_properties(mmgen_${name} PROPERTIES OPTIMIZE_DEPENDENCIES ON)
   target_include_directories(mmgen_${name} PRIVATE ${view})
-  mmgen_precompile(mmgen_${name})
+  if(layer_GLUE)
+    target_compile_options(mmgen_${name}
+                           PRIVATE $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CONFIG:Release>>:-O1>)
+    set(group GLUE)
+  else()
+    set(group FAST)
+  endif()
+  # One precompiled header per optimisation level, made by the lowest layer of the level and
+  # reused by the others: each further copy cost about 5 s of a core. Not one for all: GCC takes
+  # an -O3 header in an -O1 file (-Winvalid-pch stays quiet), but in a whole build the pipeline
+  # layer's files then took 50 s instead of 31 s, as if the header's inline code kept its -O3.
+  if(MMGEN_PCH)
+    if(MMGEN_PCH_OWNER_${group})
+      target_precompile_headers(mmgen_${name} REUSE_FROM ${MMGEN_PCH_OWNER_${group}})
+    else()
+      mmgen_precompile(mmgen_${name})
+      set(MMGEN_PCH_OWNER_${group} mmgen_${name} PARENT_SCOPE)
+    endif()
+  endif()
   if(MMGEN_UNITY)
     # A unity build: the C++ files of a layer compile 16 to a translation unit, so the headers
     # every file includes are parsed once per batch (the executable's build on 2 cores: 2 min 40 s
