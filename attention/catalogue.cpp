@@ -14,7 +14,7 @@
 #include "attention/backends/descriptor.h"
 #include "attention/paged/paged_backend.h"
 #ifdef MMGEN_HAVE_CUDA
-#include "attention/cuda/paged_backend_cuda.h"
+#include "attention/paged/cuda/paged_backend_cuda.h"
 #endif
 #include "core/error.h"
 
@@ -382,11 +382,11 @@ std::vector<std::string_view> paged_backends_for(const std::vector<std::string_v
   return out;
 }
 
-// The kernel table: the paged family's kernels from attention/paged/ and attention/cuda/paged_*,
+// The kernel table: the paged family's kernels from attention/paged/ and attention/paged/cuda/,
 // the DiT family's from their descriptors (attention/backends/<name>/).
 //  - the paged family on CPU: the designs in attention/paged/ (paged::cpu_paged_backends()), over
 //    a float32 KV pool.
-//  - the paged family on CUDA (MMGEN_CUDA builds): the designs in attention/cuda/paged_*
+//  - the paged family on CUDA (MMGEN_CUDA builds): the designs in attention/paged/cuda/
 //    (cuda::paged::cuda_paged_backends()), bf16 over a bf16 device KV pool.
 const std::vector<KernelBuild>& compiled_kernels() {
   static const std::vector<KernelBuild> kernels = [] {
@@ -396,7 +396,7 @@ const std::vector<KernelBuild>& compiled_kernels() {
       list.push_back(
           {.family = Family::Paged, .backend = name, .platform = P::Cpu, .dtypes = {"fp32"}});
 #ifdef MMGEN_HAVE_CUDA
-    // The paged backends with a CUDA implementation in attention/cuda/paged_* (bf16; built for
+    // The paged backends with a CUDA implementation in attention/paged/cuda/ (bf16; built for
     // sm_90a only, as the DiT kernels below are, so sm 90 exactly).
     // The MLA designs take MLA's one head of latent 512 + rope 64 (the latent kernel).
     for (std::string_view name : cuda::paged::cuda_paged_backends()) {

@@ -106,8 +106,8 @@ std::vector<std::string_view> paged_backends_for(const std::vector<std::string_v
                                                  ModelAttention kind);
 
 // The kernels this build has. A DiT backend's rows come from its descriptor
-// (attention/backends/<name>/), the paged family's from attention/paged/ and attention/cuda/;
-// selection, auto choice, fallbacks and `mmgen backends` read this table.
+// (attention/backends/<name>/), the paged family's from attention/paged/ (CUDA:
+// attention/paged/cuda/); selection, auto choice, fallbacks and `mmgen backends` read this table.
 const std::vector<KernelBuild>& compiled_kernels();
 
 // The machine and build selection runs against. Tests build hypothetical ones.

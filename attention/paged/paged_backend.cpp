@@ -1,6 +1,6 @@
 #include "attention/paged/paged_backend.h"
 #ifdef MMGEN_HAVE_CUDA
-#include "attention/cuda/paged_tensor_backend_cuda.h"
+#include "attention/paged/cuda/paged_tensor_backend_cuda.h"
 #endif
 
 #include <fmt/format.h>

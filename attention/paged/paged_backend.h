@@ -84,13 +84,13 @@ struct PagedBackendOptions {
 std::unique_ptr<PagedAttentionBackend> make_paged_backend(std::string_view name,
                                                           const PagedBackendOptions& options = {});
 // The same on `device`: on the GPU the backend takes device tensors (bf16, or float32 in the exact
-// mode) and runs the CUDA kernels of that design (attention/cuda/paged_tensor_backend_cuda.h).
-// Encoder-only use (no K/V pool).
+// mode) and runs the CUDA kernels of that design
+// (attention/paged/cuda/paged_tensor_backend_cuda.h). Encoder-only use (no K/V pool).
 std::unique_ptr<PagedAttentionBackend> make_paged_backend(std::string_view name, Device device,
                                                           const PagedBackendOptions& options = {});
 
 // The KV pool a decoder backend keeps on the GPU: `size` token slots (plus the padding page) of
-// `num_layers` layers, bf16 (attention/cuda/paged_kv_pool.h).
+// `num_layers` layers, bf16 (attention/paged/cuda/paged_kv_pool.h).
 struct DeviceKVPoolShape {
   int64_t size = 0;
   int64_t page_size = 1;

@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "attention/catalogue.h"
-#include "attention/cuda/paged_backend_cuda.h"
-#include "attention/cuda/paged_graph_runner.h"
+#include "attention/paged/cuda/paged_backend_cuda.h"
+#include "attention/paged/cuda/paged_graph_runner.h"
 #include "attention/paged/kv_memory.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/t5_ops.h"

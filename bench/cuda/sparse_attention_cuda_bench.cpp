@@ -23,9 +23,9 @@
 
 #include "attention/backend.h"
 #include "attention/backend_config.h"
+#include "attention/backends/video_sparse_attn/vsa_select.h"
 #include "attention/cuda/box_layout.h"
 #include "attention/cuda/flash_attention.h"
-#include "attention/cuda/vsa_select.h"
 #include "attention/sparse_self_attention_cuda.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_memory.h"

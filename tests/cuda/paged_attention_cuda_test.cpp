@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "attention/catalogue.h"
-#include "attention/cuda/paged_backend_cuda.h"
-#include "attention/cuda/paged_graph_runner.h"
 #include "attention/paged/backends.h"
+#include "attention/paged/cuda/paged_backend_cuda.h"
+#include "attention/paged/cuda/paged_graph_runner.h"
 #include "attention/paged/kv_memory.h"
 #include "core/cuda/cuda_check.h"
 #include "cuda_test_support.h"

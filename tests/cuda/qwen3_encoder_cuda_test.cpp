@@ -22,7 +22,7 @@
 #include <random>
 
 #include "attention/catalogue.h"
-#include "attention/cuda/paged_backend_cuda.h"
+#include "attention/paged/cuda/paged_backend_cuda.h"
 #include "core/file.h"
 #include "core/ops.h"
 #include "core/safetensors.h"

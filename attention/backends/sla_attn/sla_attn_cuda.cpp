@@ -19,8 +19,8 @@
 
 #include <atomic>
 
-#include "attention/cuda/sla_kernels.h"
-#include "attention/cuda/vsa_select.h"
+#include "attention/backends/sla_attn/sla_kernels.h"
+#include "attention/backends/video_sparse_attn/vsa_select.h"
 #include "attention/sla_core.h"
 #include "attention/sla_quant.h"
 #include "core/cuda/cuda_check.h"

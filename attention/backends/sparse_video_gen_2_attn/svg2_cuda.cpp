@@ -1,6 +1,6 @@
 // sparse_video_gen_2_attn on the GPU, the CPU backend's algorithm (svg2_attention.h) with the
 // big tensors kept on the device:
-//   k-means:   per (batch, head) and side, on the device (attention/cuda/svg2_kernels.h): cold
+//   k-means:   per (batch, head) and side, on the device (svg2_kernels.h, this folder): cold
 //              starts gather the same seeded tokens as the CPU, every assignment is the CPU's
 //              distance rule, every update the CPU's double sums over the members in token order
 //              (a stable radix sort by label), each head stopping on its own; the centroids stay
@@ -33,8 +33,8 @@
 #include <numeric>
 #include <vector>
 
+#include "attention/backends/sparse_video_gen_2_attn/svg2_kernels.h"
 #include "attention/backends/sparse_video_gen_2_attn/svg2_kmeans.h"
-#include "attention/cuda/svg2_kernels.h"
 #include "core/cuda/cuda_check.h"
 #include "core/error.h"
 #include "core/ops.h"

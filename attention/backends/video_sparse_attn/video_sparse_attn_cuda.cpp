@@ -1,5 +1,5 @@
 // video_sparse_attn on the GPU: the coarse branch (cube means, top-k key cubes) runs on the device
-// (attention/cuda/vsa_select.h) and its selection drives the block-sparse attention kernel, which
+// (vsa_select.h, this folder) and its selection drives the block-sparse attention kernel, which
 // on Hopper reads the cubes straight from q, k and v (FlashAttentionArgs::video_grid).
 #include "attention/backends/video_sparse_attn/video_sparse_attn_cuda.h"
 
@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "attention/backends/video_sparse_attn/vsa_coarse.h"
+#include "attention/backends/video_sparse_attn/vsa_select.h"
 #include "attention/backends/video_sparse_attn/vsa_settings.h"
-#include "attention/cuda/vsa_select.h"
 #include "attention/sparse_self_attention_cuda.h"
 #include "attention/sta_tiling.h"
 #include "core/cuda/cuda_check.h"

@@ -2,7 +2,7 @@
 //   1. own chunks: the video tokens regrouped chunk by chunk into whole key blocks
 //      (attention/cuda/box_layout.h), each 64-query half attending its own chunk's blocks (static
 //      lists), with the log-sum-exp kept;
-//   2. experts: every query's chosen chunks (attention/cuda/vmoba_kernels.h: the chunk mean keys
+//   2. experts: every query's chosen chunks (vmoba_kernels.h, this folder: the chunk mean keys
 //      split into three bf16 parts so one tensor-core product gives float32 scores, then the
 //      CPU's query_head rule per query), the queries that chose chunk c gathered into one run of
 //      rows per (batch, head), each run attending chunk c; then every query's own and expert
@@ -16,9 +16,9 @@
 #include <mutex>
 #include <vector>
 
+#include "attention/backends/vmoba_attn/vmoba_kernels.h"
 #include "attention/backends/vmoba_attn/vmoba_settings.h"
 #include "attention/block_sparse.h"
-#include "attention/cuda/vmoba_kernels.h"
 #include "attention/sparse_self_attention_cuda.h"
 #include "attention/sta_tiling.h"
 #include "core/cuda/cuda_check.h"

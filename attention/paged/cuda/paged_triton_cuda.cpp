@@ -9,7 +9,7 @@
 //  - decode: save K/V, then split-KV over the whole sequences (stage 1 partial results and LSEs
 //    per split, stage 2 their LSE merge).
 
-#include "attention/cuda/paged_backend_base.h"
+#include "attention/paged/cuda/paged_backend_base.h"
 #include "core/error.h"
 
 namespace mmgen::cuda::paged {

@@ -1,4 +1,4 @@
-#include "attention/cuda/paged_graph_runner.h"
+#include "attention/paged/cuda/paged_graph_runner.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-// What the GPU paged backends share (internal to attention/cuda/paged_*): the batch metadata
+// What the GPU paged backends share (internal to attention/paged/cuda/): the batch metadata
 // both designs upload (per-request lengths, work lists, cache slots) plus each design's own key
 // indices, the upload through pinned staging, the CUDA-graph buffers, the KV store and the
 // split-KV decode. The designs differ in their key indices (page table vs CSR slots) and in how
@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "attention/cuda/paged_backend_cuda.h"
-#include "attention/cuda/paged_kernels.h"
+#include "attention/paged/cuda/paged_backend_cuda.h"
+#include "attention/paged/cuda/paged_kernels.h"
 #include "core/cuda/device_memory.h"
 
 namespace mmgen::cuda::paged {

@@ -11,7 +11,7 @@
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 
-#include "attention/cuda/svg2_kernels.h"
+#include "attention/backends/sparse_video_gen_2_attn/svg2_kernels.h"
 #include "core/cuda/cuda_check.h"
 #include "core/error.h"
 

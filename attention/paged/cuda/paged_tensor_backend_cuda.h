@@ -2,14 +2,14 @@
 // paged_backend.h): q, k, v are GPU tensors [tokens, heads, head_dim] (bf16, or float32 in the
 // exact mode; rows may be strided views), the result a GPU tensor of their dtype, and a layer's
 // RelativePositionBias must hold its values on the GPU. The kernels are those of
-// attention/cuda/paged_backend_cuda.h. So a text encoder written once runs its attention on
+// attention/paged/cuda/paged_backend_cuda.h. So a text encoder written once runs its attention on
 // either device through the same call.
 #pragma once
 
 #include <memory>
 #include <string_view>
 
-#include "attention/cuda/paged_backend_cuda.h"
+#include "attention/paged/cuda/paged_backend_cuda.h"
 #include "attention/paged/paged_backend.h"
 
 namespace mmgen::cuda::paged {

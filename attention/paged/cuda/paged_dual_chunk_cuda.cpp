@@ -6,7 +6,7 @@
 // an extend), succ and inter. The second and third write a scratch result that is merged into the
 // first by LSE, as SGLang merges its three flash_attn calls. Decode runs the row kernel per region
 // without splitting the keys. Like SGLang's, layers must be causal, without window or bias.
-#include "attention/cuda/paged_backend_base.h"
+#include "attention/paged/cuda/paged_backend_base.h"
 #include "core/cuda/cuda_check.h"
 #include "core/error.h"
 

@@ -12,7 +12,7 @@
 #include <functional>
 #include <vector>
 
-#include "attention/cuda/paged_backend_cuda.h"
+#include "attention/paged/cuda/paged_backend_cuda.h"
 
 namespace mmgen::cuda::paged {
 

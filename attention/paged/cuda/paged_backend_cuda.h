@@ -25,7 +25,7 @@
 #include <string_view>
 #include <vector>
 
-#include "attention/cuda/paged_kv_pool.h"
+#include "attention/paged/cuda/paged_kv_pool.h"
 #include "attention/paged/forward_batch.h"
 #include "attention/paged/paged_layer.h"
 

@@ -1,4 +1,4 @@
-#include "attention/cuda/paged_tensor_backend_cuda.h"
+#include "attention/paged/cuda/paged_tensor_backend_cuda.h"
 
 #include "core/error.h"
 

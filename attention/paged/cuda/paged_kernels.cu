@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "attention/cuda/device_helpers.cuh"
-#include "attention/cuda/paged_kernels.h"
+#include "attention/paged/cuda/paged_kernels.h"
 #include "core/cuda/cuda_check.h"
 
 namespace mmgen::cuda::paged {

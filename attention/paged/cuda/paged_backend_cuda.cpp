@@ -1,4 +1,4 @@
-#include "attention/cuda/paged_backend_cuda.h"
+#include "attention/paged/cuda/paged_backend_cuda.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -8,7 +8,7 @@
 #include <cstring>
 #include <limits>
 
-#include "attention/cuda/paged_backend_base.h"
+#include "attention/paged/cuda/paged_backend_base.h"
 #include "attention/paged/paged_backend.h"
 #include "core/cuda/cuda_check.h"
 #include "core/error.h"

@@ -14,8 +14,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "attention/backends/vmoba_attn/vmoba_kernels.h"
 #include "attention/cuda/radix_select.cuh"
-#include "attention/cuda/vmoba_kernels.h"
 #include "core/cuda/cuda_check.h"
 #include "core/error.h"
 

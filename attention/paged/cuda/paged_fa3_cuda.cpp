@@ -10,7 +10,7 @@
 // sliding window / padding, score_mod = the additive bias (T5's relative position bias), and
 // key blocks outside a query tile's visible span skipped as flex's BlockMask skips empty
 // blocks. Custom C++ mods (set_flex_mods) are host callbacks and stay a CPU feature.
-#include "attention/cuda/paged_backend_base.h"
+#include "attention/paged/cuda/paged_backend_base.h"
 #include "core/error.h"
 
 namespace mmgen::cuda::paged {

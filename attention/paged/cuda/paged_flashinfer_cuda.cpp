@@ -10,7 +10,7 @@
 //  - extend, paged-only path: save K/V first, then one paged attention over everything;
 //  - decode: save K/V, then the paged pass over the whole sequences (split-KV).
 
-#include "attention/cuda/paged_backend_base.h"
+#include "attention/paged/cuda/paged_backend_base.h"
 #include "core/error.h"
 
 namespace mmgen::cuda::paged {

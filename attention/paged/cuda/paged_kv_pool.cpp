@@ -1,4 +1,4 @@
-#include "attention/cuda/paged_kv_pool.h"
+#include "attention/paged/cuda/paged_kv_pool.h"
 
 #include "core/cuda/cuda_check.h"
 #include "core/error.h"

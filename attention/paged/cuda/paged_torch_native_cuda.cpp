@@ -3,7 +3,7 @@
 // every query at its position over all of them — one query row per CTA (the row kernel, no
 // tiles, no split of the keys) as SDPA over the gathered sequence computes it. Encoder-only
 // layers read the packed k/v. The metadata is the request rows' token slots (CSR), nothing else.
-#include "attention/cuda/paged_backend_base.h"
+#include "attention/paged/cuda/paged_backend_base.h"
 #include "core/error.h"
 
 namespace mmgen::cuda::paged {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "attention/cuda/sla_kernels.h"
+#include "attention/backends/sla_attn/sla_kernels.h"
 #include "core/cuda/cuda_check.h"
 #include "core/error.h"
 

@@ -15,8 +15,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "attention/backends/video_sparse_attn/vsa_select.h"
 #include "attention/cuda/radix_select.cuh"
-#include "attention/cuda/vsa_select.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_memory.h"
 #include "core/cuda/gemm_f32.h"

@@ -3,7 +3,7 @@
 // latent rows. The new tokens' rows are saved first; then every query reads its request's whole
 // sequence through CSR token slots (FlashInfer's MLA kernel as SGLang plans it, page size 1), with
 // the latent kernel (paged_kernels.h) for extend and split-KV decode alike.
-#include "attention/cuda/paged_backend_base.h"
+#include "attention/paged/cuda/paged_backend_base.h"
 #include "core/error.h"
 
 namespace mmgen::cuda::paged {
