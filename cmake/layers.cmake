@@ -88,13 +88,14 @@ function(mmgen_layer name folder)
     # every file includes are parsed once per batch (the executable's build on 2 cores: 2 min 40 s
     # instead of about 3 min 50 s). File-local names must therefore be distinct within a layer
     # (the build says which collide). -DMMGEN_UNITY=OFF rebuilds single files faster while
-    # editing. The .cu files compile one by one either way.
+    # editing.
     set_target_properties(mmgen_${name} PROPERTIES UNITY_BUILD ON
                           UNITY_BUILD_BATCH_SIZE ${MMGEN_UNITY_BATCH})
-    # The CUDA build's C++ files (cuBLASLt plans, kernel launchers) stay single: only the test
-    # command compiles them, and each keeps its own file-local names.
+    # The CUDA build's files (cuBLASLt plans, kernel launchers, the .cu kernels wherever they
+    # live) stay single: only the test command compiles them, each keeps its own file-local names,
+    # and a CMake that batches CUDA too (the device's does) would join the backends' kernels.
     set(cuda_sources ${sources})
-    list(FILTER cuda_sources INCLUDE REGEX "(/cuda/|_cuda\\.cpp$)")
+    list(FILTER cuda_sources INCLUDE REGEX "(/cuda/|_cuda\\.cpp$|\\.cu$)")
     if(cuda_sources)
       set_source_files_properties(${cuda_sources} TARGET_DIRECTORY mmgen_${name}
                                   PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
