@@ -222,7 +222,8 @@ json parse_file(const fs::path& path, const std::string& where) {
   // A file named in the file is read from the file's folder, as SGLang's config loaders do.
   fs::path folder = path.parent_path();
   if (folder.empty()) folder = ".";
-  if (extension == ".json") return resolve_relative_paths(read_json_object(path), folder);
+  if (extension == ".json")
+    return resolve_relative_paths(read_json_object(path, /*unique_keys=*/true), folder);
   json document = yaml_to_json(read_text_file(path), path.string());
   if (document.is_null()) return json::object();  // an empty file sets nothing
   check(document.is_object(), "{}: expected a mapping of setting names to values", path.string());
@@ -374,7 +375,7 @@ json parse_backend_config_spec(const json& spec, const std::string& where, const
     return parse_file(file.lexically_normal(), where);
   // 2. A JSON object.
   if (text.front() == '{') {
-    const json value = parse_json(text, where, "check the quotes and braces");
+    const json value = parse_json(text, where, "check the quotes and braces", /*unique_keys=*/true);
     check(value.is_object(), "{}: expected a JSON object", where);
     return resolve_relative_paths(value, base);
   }

@@ -185,16 +185,17 @@ Attempt run_or_fall_back(const Machine& machine, Family family, std::string name
 std::string origin(const ComponentChoice& choice) {
   switch (choice.source) {
     case Source::Forced:
-      return fmt::format("forced attention backend {}", choice.requested);
+      return fmt::format("forced attention backend {}", text_for_message(choice.requested));
     case Source::Component:
-      return fmt::format("--component-attention-backends {}={}", choice.override_key,
-                         choice.requested);
+      return fmt::format("--component-attention-backends {}={}",
+                         text_for_message(choice.override_key), text_for_message(choice.requested));
     case Source::Cli:
-      return fmt::format("--attention-backend {}", choice.requested);
+      return fmt::format("--attention-backend {}", text_for_message(choice.requested));
     case Source::Config:
-      return fmt::format("attention_backend {} (--config file)", choice.requested);
+      return fmt::format("attention_backend {} (--config file)",
+                         text_for_message(choice.requested));
     case Source::Env:
-      return fmt::format("MMGEN_ATTENTION_BACKEND={}", choice.requested);
+      return fmt::format("MMGEN_ATTENTION_BACKEND={}", text_for_message(choice.requested));
     case Source::Auto:
       return "auto";
   }
@@ -454,7 +455,8 @@ ComponentOverrides parse_component_attention_backends(const json& spec, const st
   const std::string text = trim(spec.get<std::string>());
   if (text.empty()) return overrides;
   if (text.front() == '{') {
-    const json object = parse_json(text, where, "check the quotes and braces");
+    const json object =
+        parse_json(text, where, "check the quotes and braces", /*unique_keys=*/true);
     check(object.is_object(), "{}: expected a JSON object of component: backend", where);
     return parse_component_attention_backends(object, where, notes);
   }
@@ -572,9 +574,10 @@ SelectionLevels selection_levels(const ComponentOverrides& overrides,
     return resolved;
   };
   if (cli && !trim(*cli).empty())
-    levels.cli = resolve(*cli, fmt::format("--attention-backend {}", trim(*cli)));
+    levels.cli = resolve(*cli, fmt::format("--attention-backend {}", text_for_message(trim(*cli))));
   if (env && !trim(*env).empty())
-    levels.env = resolve(*env, fmt::format("MMGEN_ATTENTION_BACKEND={}", trim(*env)));
+    levels.env =
+        resolve(*env, fmt::format("MMGEN_ATTENTION_BACKEND={}", text_for_message(trim(*env))));
   return levels;
 }
 

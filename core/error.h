@@ -12,7 +12,16 @@ namespace mmgen {
 
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& message) : std::runtime_error(message) {}
+  // A NUL from an untrusted name (a JSON key "vae\u0000x") would end what() there and cut the
+  // rest of the line: it is kept as the text \x00 (core/text.h's rule for control bytes).
+  explicit Error(const std::string& message) : std::runtime_error(without_nul(message)) {}
+
+ private:
+  static std::string without_nul(std::string message) {
+    for (size_t at = message.find('\0'); at != std::string::npos; at = message.find('\0', at))
+      message.replace(at, 1, "\\x00");
+    return message;
+  }
 };
 
 // Throws Error with a fmt-formatted message.

@@ -80,6 +80,21 @@ std::string read_text_file(const fs::path& path, size_t max_bytes) {
   return text;
 }
 
+std::string read_file_head(const fs::path& path, size_t bytes) {
+  size_t size = 0;
+  int fd = open_regular(path, size);
+  std::string head(std::min(size, bytes), '\0');
+  size_t done = 0;
+  while (done < head.size()) {
+    ssize_t got = ::read(fd, head.data() + done, head.size() - done);
+    if (got <= 0) break;
+    done += size_t(got);
+  }
+  ::close(fd);
+  head.resize(done);
+  return head;
+}
+
 std::shared_ptr<MappedFile> MappedFile::open(const fs::path& path) {
   size_t size = 0;
   int fd = open_regular(path, size);

@@ -28,6 +28,10 @@ std::string filesystem_error_line(const fs::filesystem_error& error);
 // Reads a regular file of at most `max_bytes`. Errors name the file and the problem.
 std::string read_text_file(const fs::path& path, size_t max_bytes = Limits::kMaxTextFile);
 
+// The first `bytes` bytes of a regular file (fewer when it is shorter): a format's magic. Opened
+// as every read is (a FIFO is refused, never waited on), so sniffing cannot hang.
+std::string read_file_head(const fs::path& path, size_t bytes);
+
 // A read-only mapping of a whole regular file.
 class MappedFile final : public Storage {
  public:

@@ -110,9 +110,9 @@ std::string json_for_message(const json& value) {
   return text_for_message(value.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
-json read_json_object(const std::filesystem::path& path) {
-  const json value =
-      parse_json(read_text_file(path), path.string(), "fix the file or download it again");
+json read_json_object(const std::filesystem::path& path, bool unique_keys) {
+  const json value = parse_json(read_text_file(path), path.string(),
+                                "fix the file or download it again", unique_keys);
   check(value.is_object(), "{}: expected a JSON object at the top level", path.string());
   return value;
 }

@@ -27,7 +27,8 @@ nlohmann::json parse_json(std::string_view text, const std::string& where, std::
 // control characters escaped and cut past 120 characters (core/text.h's text_for_message).
 std::string json_for_message(const nlohmann::json& value);
 
-// Parses a JSON file into an object, with one-line errors naming the file and the position.
-nlohmann::json read_json_object(const std::filesystem::path& path);
+// Parses a JSON file into an object, with one-line errors naming the file and the position;
+// `unique_keys` as for parse_json (settings files: a key given twice is refused).
+nlohmann::json read_json_object(const std::filesystem::path& path, bool unique_keys = false);
 
 }  // namespace mmgen

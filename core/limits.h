@@ -12,11 +12,11 @@ namespace mmgen {
 
 struct Limits {
   // Files.
-  static constexpr size_t kMaxTextFile = 256ull << 20;           // JSON / YAML / tokenizer files
-  static constexpr size_t kMaxSafetensorsHeader = 100ull << 20;  // as the safetensors crate
+  static constexpr size_t kMaxTextFile = 256ull << 20;            // JSON / YAML / tokenizer files
+  static constexpr size_t kMaxSafetensorsHeader = 100ull << 20;   // as the safetensors crate
   static constexpr uint64_t kMaxGgufEntries = uint64_t(1) << 20;  // GGUF tensors, metadata keys
   static constexpr uint64_t kMaxGgufArray = uint64_t(1) << 24;    // elements of a metadata array
-  static constexpr size_t kMaxPromptFile = 64ull << 20;          // --prompt-file-path
+  static constexpr size_t kMaxPromptFile = 64ull << 20;           // --prompt-file-path
   // numpy's own max_header_size; std::regex recursion on longer ones overflowed the stack.
   static constexpr size_t kMaxNpyHeader = 10000;
 
@@ -62,9 +62,12 @@ struct Limits {
   static constexpr int64_t kMaxSequenceLength = 1 << 16;  // --max-sequence-length (tokens)
   static constexpr double kMaxGuidanceScale = 1000.0;     // --guidance-scale
   static constexpr double kMaxFps = 1000.0;               // --fps
-  static constexpr int64_t kMaxThreads = 4096;            // --threads
-  static constexpr int64_t kMaxGpus = 64;                 // --gpus (ranks of one generation)
-  static constexpr int64_t kMaxPromptsPerFile = 100000;   // lines of --prompt-file-path
+  // libx264 refuses a time base past 1/1000 s per frame (--fps 0.001 failed only at the write,
+  // after the whole run); one frame per 100 s is slower than any real video.
+  static constexpr double kMinFps = 0.01;
+  static constexpr int64_t kMaxThreads = 4096;           // --threads
+  static constexpr int64_t kMaxGpus = 64;                // --gpus (ranks of one generation)
+  static constexpr int64_t kMaxPromptsPerFile = 100000;  // lines of --prompt-file-path
   // One prompt's bytes: text encoders keep at most a few thousand tokens, so this only stops
   // megabytes of text from being tokenized only to be cut.
   static constexpr size_t kMaxPromptBytes = 1ull << 20;

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "core/gguf.h"
 #include "core/json.h"
 #include "core/scaled_fp8.h"
@@ -151,9 +152,7 @@ std::vector<std::string> SafetensorsFile::names() const {
 
 WeightStore WeightStore::open_file(const fs::path& file) {
   // A GGUF file by its magic, whatever its name (a component file may be called anything).
-  char magic[4] = {};
-  std::ifstream(file, std::ios::binary).read(magic, sizeof magic);
-  if (file.extension() == ".gguf" || std::memcmp(magic, "GGUF", 4) == 0) return open_gguf(file);
+  if (file.extension() == ".gguf" || read_file_head(file, 4) == "GGUF") return open_gguf(file);
   WeightStore store;
   store.origin_ = file;
   store.files_.push_back(SafetensorsFile::open(file));
@@ -330,7 +329,8 @@ WeightStore WeightStore::open_folder(const fs::path& folder) {
 
   const fs::path& index_path = indexes[0];
   const json index =
-      parse_json(read_text_file(index_path), index_path.string(), "re-download the weight index");
+      parse_json(read_text_file(index_path), index_path.string(), "re-download the weight index",
+                 /*unique_keys=*/true);  // a tensor given two shards: which one is meant?
   check(index.is_object(), "{}: not a JSON object", index_path.string());
   check(index.contains("weight_map") && index["weight_map"].is_object(),
         "{}: no 'weight_map' object", index_path.string());

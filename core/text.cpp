@@ -79,6 +79,90 @@ std::string text_for_message(std::string_view text, size_t max_chars) {
   return out;
 }
 
+namespace {
+
+constexpr size_t kMaxQuotedChars = 120;
+
+bool opens_quote(std::string_view text, size_t at) {
+  if (at == 0) return true;
+  const char before = text[at - 1];
+  return before == ' ' || before == '(' || before == '[' || before == '{' || before == '=' ||
+         before == ':' || before == ',';
+}
+
+bool closes_quote(std::string_view text, size_t at) {
+  if (at + 1 == text.size()) return true;
+  const char after = text[at + 1];
+  return after == ' ' || after == ')' || after == ']' || after == '}' || after == ',' ||
+         after == ';' || after == ':' || after == '.';
+}
+
+// Whether `text` already ends as text_for_message cuts: "... (N bytes)".
+bool already_cut(std::string_view text) {
+  const size_t mark = text.rfind("... (");
+  if (mark == std::string_view::npos || !text.ends_with(" bytes)")) return false;
+  size_t pos = mark + 5;
+  return skip_digits(text, pos) > 0 && text.substr(pos) == " bytes)";
+}
+
+// The byte length of the first `chars` UTF-8 characters of `text` (escaped text: valid UTF-8).
+size_t prefix_bytes(std::string_view text, size_t chars) {
+  size_t pos = 0;
+  for (size_t shown = 0; pos < text.size() && shown < chars; ++shown) {
+    ++pos;
+    while (pos < text.size() && (static_cast<unsigned char>(text[pos]) & 0xC0) == 0x80) ++pos;
+  }
+  return pos;
+}
+
+size_t utf8_chars(std::string_view text) {
+  size_t chars = 0;
+  for (char c : text) chars += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return chars;
+}
+
+}  // namespace
+
+std::string message_line(std::string_view message, size_t max_bytes) {
+  const std::string escaped = text_for_message(message, std::string_view::npos);
+  std::string out;
+  out.reserve(escaped.size());
+  size_t pos = 0;
+  while (pos < escaped.size()) {
+    const char c = escaped[pos];
+    size_t close = std::string_view::npos;
+    if ((c == '\'' || c == '"') && opens_quote(escaped, pos)) {
+      for (size_t at = escaped.find(c, pos + 1); at != std::string::npos;
+           at = escaped.find(c, at + 1))
+        if (closes_quote(escaped, at)) {
+          close = at;
+          break;
+        }
+    }
+    if (close == std::string_view::npos) {
+      out += c;
+      ++pos;
+      continue;
+    }
+    const std::string_view value = std::string_view(escaped).substr(pos + 1, close - pos - 1);
+    out += c;
+    if (utf8_chars(value) > kMaxQuotedChars && !already_cut(value))
+      out += fmt::format("{}... ({} bytes)", value.substr(0, prefix_bytes(value, kMaxQuotedChars)),
+                         value.size());
+    else
+      out += value;
+    out += c;
+    pos = close + 1;
+  }
+  if (out.size() <= max_bytes) return out;
+  std::string tail = fmt::format("... ({} bytes)", out.size());
+  if (tail.size() >= max_bytes) tail.clear();  // a cap too small for the note: cut bare
+  size_t keep = max_bytes - tail.size();
+  while (keep > 0 && (static_cast<unsigned char>(out[keep]) & 0xC0) == 0x80) --keep;
+  out.resize(keep);
+  return out + tail;
+}
+
 bool is_integer_text(std::string_view text) {
   size_t pos = 0;
   if (pos < text.size() && (text[pos] == '-' || text[pos] == '+')) ++pos;

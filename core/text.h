@@ -19,6 +19,12 @@ size_t invalid_utf8_offset(std::string_view text);
 // `max_chars` characters it is cut with "... (N bytes)". A tensor name, a key, a value from a file.
 std::string text_for_message(std::string_view text, size_t max_chars = 120);
 
+// A whole error message as the CLI prints it: escaped as text_for_message escapes, every quoted
+// value in it ('...' or "...", opening after a space or bracket, closing before one or the end)
+// cut at 120 characters, and the whole cut to `max_bytes` bytes. Applied where messages are
+// printed, so the rule holds for a value a thrower quoted without cutting it.
+std::string message_line(std::string_view message, size_t max_bytes);
+
 // [-+]?[0-9]+
 bool is_integer_text(std::string_view text);
 

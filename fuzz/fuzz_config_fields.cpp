@@ -1,6 +1,7 @@
 // The typed config.json readers (core/config_fields.h) and the message rule (core/text.h): any
 // JSON value under any key is read as an integer and a string, and quoted in a message, with
-// nothing but mmgen::Error; a message quotes no control byte and stays within its cap.
+// nothing but mmgen::Error; a message quotes no control byte and stays within its cap, and so
+// does the line the CLI prints around it.
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -19,6 +20,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const char c : shown)
     if ((static_cast<unsigned char>(c) < 0x20 || c == 0x7F)) std::abort();
   if (shown.size() > 120 * 8 + 32) std::abort();  // a C1 control shows as 8 characters
+  // The printed line (core/text.h's message_line): the same, within its byte cap, at any cap.
+  const size_t cap = 16 + size % 2000;
+  const std::string line = message_line(text, cap);
+  if (line.size() > cap || invalid_utf8_offset(line) != std::string::npos) std::abort();
+  for (const char c : line)
+    if ((static_cast<unsigned char>(c) < 0x20 || c == 0x7F)) std::abort();
 
   return fuzz::expect_only_errors([&] {
     const nlohmann::json config = parse_json(text, "fuzz/config.json", "fix it");

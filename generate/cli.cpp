@@ -19,6 +19,7 @@
 #include "generate/convert_command.h"
 #include "generate/encode_command.h"
 #include "generate/environment_check.h"
+#include "generate/error_line.h"
 #include "generate/foreign_names.h"
 #include "generate/generate_command.h"
 #include "generate/inspect_command.h"
@@ -106,8 +107,9 @@ int run_cli(int argc, char** argv) {
     fail("unknown command '{}'; run `mmgen --help` for the list", command);
   } catch (const Error& e) {
     // Messages quote names and values from untrusted files: control bytes (a terminal escape, a
-    // newline) are shown escaped and a runaway message is cut, so it stays one readable line.
-    std::fprintf(stderr, "mmgen: error: %s\n", text_for_message(e.what(), 2000).c_str());
+    // newline) are shown escaped, quoted values and a runaway message are cut, so it stays one
+    // readable line of at most kMaxErrorLine bytes (docs/security.md).
+    cli::print_error_line("", e.what());
     return 1;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr,
@@ -115,8 +117,7 @@ int run_cli(int argc, char** argv) {
     return 1;
   } catch (const fs::filesystem_error& e) {
     // A link loop, a name too long, a permission: the file and the system's reason.
-    std::fprintf(stderr, "mmgen: error: %s\n",
-                 text_for_message(filesystem_error_line(e), 2000).c_str());
+    cli::print_error_line("", filesystem_error_line(e));
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mmgen: internal error: %s (please report it)\n", e.what());

@@ -22,6 +22,7 @@
 #endif
 #include "core/system_memory.h"
 #include "core/text.h"
+#include "generate/error_line.h"
 #include "generate/memory_check.h"
 #include "generate/model_folder_defaults.h"
 #include "generate/multi_gpu.h"
@@ -317,9 +318,9 @@ size_t generate_batch(const PipelineRunner& run, const ResolvedGenerate& resolve
     // stops (the leader reports it).
     if (request.parallel) fail("prompt {} of {}: {}", i + 1, count, problem);
     ++failed;
-    std::fprintf(stderr, "mmgen: error: prompt %zu of %zu (\"%s\"): %s\n", i + 1, count,
-                 text_for_message(short_prompt(request.prompt)).c_str(),
-                 text_for_message(problem, 2000).c_str());
+    print_error_line(fmt::format("prompt {} of {} (\"{}\"): ", i + 1, count,
+                                 text_for_message(short_prompt(request.prompt))),
+                     problem);
   }
   if (!resolved.request.parallel || resolved.request.parallel->leader())
     std::cout << fmt::format("generate: {} of {} prompt(s) written to {}, {} failed",
@@ -510,10 +511,17 @@ json preflight(const ResolvedGenerate& resolved) {
   const Request& request = resolved.request;
   check_runtime_support(request);
   // --output-file-name (and that it would not replace a file) before any work; a batch checks
-  // each prompt's name when it comes to it, so one taken name fails only that prompt. The folder
-  // must take a file now, not after load, encode, denoise and decode.
+  // here only that its longest name (the last index) is a valid name, and each prompt's name for
+  // a taken file when it comes to it, so one taken name fails only that prompt. The folder must
+  // take a file now, not after load, encode, denoise and decode.
   if (!request.parallel || request.parallel->leader()) {
-    if (resolved.batch_prompts.empty()) output_file_path(request);
+    if (resolved.batch_prompts.empty()) {
+      output_file_path(request);
+    } else {
+      Request last = batch_request(resolved, resolved.batch_prompts.size() - 1);
+      last.overwrite = true;  // names only: whether a file is taken is asked per prompt
+      output_file_path(last, resolved.batch_prompts.size() - 1);
+    }
     check_output_folder_writable(request.output_path);
     // A config file is not trusted: where it sends the output is said before anything is written.
     for (const char* key : {"output_path", "output_file_name"}) {
@@ -572,7 +580,10 @@ std::optional<std::string> argument_value(const std::vector<std::string>& argume
 std::string model_options_help(const std::string& model_path,
                                const std::optional<std::string>& revision) {
   const ModelIndex index = load_model_index(resolve_model_path(model_path, revision));
-  const PipelineSpec& spec = find_pipeline(index.class_name, index.root / "model_index.json");
+  // The path as a named value: GCC 13 takes a reference returned beside a temporary argument for
+  // a dangling one (-Wdangling-reference), though the spec lives in the registry.
+  const fs::path index_file = index.root / "model_index.json";
+  const PipelineSpec& spec = find_pipeline(index.class_name, index_file);
   check_components(spec, index);
   const PipelineDefaults pipeline = load_pipeline_defaults(spec, index);
   const ModelFolderDefaults folder = load_model_folder_defaults(index.root);

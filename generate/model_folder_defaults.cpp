@@ -14,7 +14,11 @@ using json = nlohmann::json;
 ModelFolderDefaults load_model_folder_defaults(const fs::path& model_root) {
   ModelFolderDefaults defaults;
   const fs::path file = model_root / kModelDefaultsFile;
-  if (!fs::is_regular_file(file)) return defaults;
+  // Absent: none. Present, it must be a file (a FIFO, a device or a folder there is refused, not
+  // skipped: the user would not know their model's defaults were dropped).
+  std::error_code absent;
+  if (fs::symlink_status(file, absent).type() == fs::file_type::not_found) return defaults;
+  check_regular_file(file, "the model folder's defaults");
   const std::string where = file.string();
   json document = yaml_to_json(read_text_file(file), where);
   if (document.is_null()) document = json::object();

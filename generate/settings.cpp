@@ -139,10 +139,11 @@ SettingsLayer load_config_file(const fs::path& path) {
   check(extension == ".yaml" || extension == ".yml" || extension == ".json",
         "--config {}: config files must end in .yaml, .yml or .json", path.string());
   check(fs::exists(path), "--config {}: no such file", path.string());
-  SettingsLayer layer = extension == ".json"
-                            ? settings_from_document(read_json_object(path), path.string())
-                            : settings_from_document(
-                                  yaml_to_json(read_text_file(path), path.string()), path.string());
+  SettingsLayer layer =
+      extension == ".json"
+          ? settings_from_document(read_json_object(path, /*unique_keys=*/true), path.string())
+          : settings_from_document(yaml_to_json(read_text_file(path), path.string()),
+                                   path.string());
   resolve_relative_paths(layer, path.parent_path());
   return layer;
 }

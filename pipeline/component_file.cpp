@@ -1,20 +1,21 @@
 #include "pipeline/component_file.h"
 
+#include <algorithm>
 #include <array>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "core/json.h"
 
 namespace mmgen {
 
 WeightFileKind weight_file_kind(const fs::path& file, const std::string& flag) {
-  std::ifstream in(file, std::ios::binary);
-  check(bool(in), "{}: cannot read {}; check its permissions", flag, file.string());
+  check_regular_file(file, flag);
+  const std::string bytes = read_file_head(file, 9);
   std::array<unsigned char, 9> head{};
-  in.read(reinterpret_cast<char*>(head.data()), head.size());
-  const size_t got = size_t(in.gcount());
+  std::copy(bytes.begin(), bytes.end(), head.begin());
+  const size_t got = bytes.size();
   if (got >= 4 && head[0] == 'G' && head[1] == 'G' && head[2] == 'U' && head[3] == 'F')
     return WeightFileKind::Gguf;
   if (got == head.size()) {

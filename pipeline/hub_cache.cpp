@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
-#include <fstream>
 
 #include "core/error.h"
+#include "core/file.h"
 
 namespace mmgen {
 
@@ -46,10 +46,10 @@ bool is_safe_revision(const std::string& revision) {
   return revision.find('\0') == std::string::npos;
 }
 
+// A ref holds one commit hash; read as every file is (a FIFO there is refused, not waited on).
 std::string first_line(const fs::path& file) {
-  std::ifstream in(file);
-  std::string line;
-  std::getline(in, line);
+  std::string line = read_file_head(file, 256);
+  line.resize(std::min(line.size(), line.find('\n')));
   while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
   return line;
 }

@@ -122,15 +122,21 @@ fs::path output_file_path(const Request& request, std::optional<size_t> batch_in
         "255 with its extension",
         stem.size() + extension.size(), text_for_message(stem + extension));
   fs::path path = request.output_path / (stem + extension);
-  if (request.overwrite || !name_taken(path)) return path;
+  // Every format but PNG (which carries them inside) writes its settings beside: NAME.json.
+  const auto taken = [&](const fs::path& candidate) {
+    fs::path sidecar = candidate;
+    sidecar += ".json";
+    return name_taken(candidate) || (request.output_format != "png" && name_taken(sidecar));
+  };
+  if (request.overwrite || !taken(path)) return path;
   // A generated name that is taken (the same request within the same second) gets a counter; a
   // name the user chose is theirs to replace.
   check(!named,
         "{} already exists; pass --overwrite to replace it or choose another --output-file-name",
-        path.string());
+        name_taken(path) ? path.string() : path.string() + ".json (its settings file)");
   for (int counter = 1;; ++counter) {
     path = request.output_path / fmt::format("{}_{}{}", stem, counter, extension);
-    if (!name_taken(path)) return path;
+    if (!taken(path)) return path;
   }
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "core/safetensors.h"
 #include "core/yaml.h"
 #include "models/text_encoders/prompt_embedding.h"
@@ -204,7 +205,7 @@ std::vector<Tensor> encode_qwen_image_prompts_paged(const tokenizers::Tokenizer&
 }
 
 Tensor read_prompt_embeddings(const fs::path& path, int64_t hidden, const char* flag) {
-  check(fs::is_regular_file(path), "{} {}: no such file", flag, path.string());
+  check_regular_file(path, flag);
   const WeightStore file = WeightStore::open_file(path);
   const std::string name = "prompt_embeds.0";
   check(file.has(name),

@@ -153,8 +153,8 @@ Request request_from_settings(const json& settings) {
   check(r.guidance_scale >= 0 && r.guidance_scale <= Limits::kMaxGuidanceScale,
         "--guidance-scale must be from 0 to {} (got {})", Limits::kMaxGuidanceScale,
         r.guidance_scale);
-  check(r.fps > 0 && r.fps <= Limits::kMaxFps, "--fps must be above 0 and at most {} (got {})",
-        Limits::kMaxFps, r.fps);
+  check(r.fps >= Limits::kMinFps && r.fps <= Limits::kMaxFps,
+        "--fps must be from {} to {} (got {})", Limits::kMinFps, Limits::kMaxFps, r.fps);
   check(r.threads >= 0 && r.threads <= Limits::kMaxThreads,
         "--threads must be 0 (all cores) to {} (got {})", Limits::kMaxThreads, r.threads);
   check(r.gpus >= 1 && r.gpus <= Limits::kMaxGpus, "--gpus must be from 1 to {} (got {})",

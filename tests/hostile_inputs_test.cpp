@@ -619,5 +619,156 @@ TEST(HostileInputs, StaMasksAndNpyHeadersAreReadInLinearTime) {
   }
 }
 
+// ------------------------------------------------------------------ round three
+
+// docs/security.md's promises read again against the executable on 2026-12-03 (0f8bcb6): each case
+// below broke one of them.
+
+// A weights file that is a FIFO hung the run, even a dry run: the format was sniffed through an
+// ifstream, which waits for a writer, before the reader's non-blocking open refused it.
+TEST(HostileInputs, AFifoAsWeightsIsRefusedNotWaitedOn) {
+  const fs::path model = testing::copy_of_wan_tiny("hostile-fifo-weights");
+  const fs::path weights = model / "vae" / "diffusion_pytorch_model.safetensors";
+  ASSERT_TRUE(fs::exists(weights));
+  fs::remove(weights);
+  ASSERT_EQ(::mkfifo(weights.c_str(), 0600), 0);
+  expect_one_line_error(run_command("timeout 60 " + mmgen() + " generate --dry-run --prompt x " +
+                                    "--model-path " + model.string()),
+                        "is a FIFO, a device or a socket, not a file", "FIFO weights");
+}
+
+// Quoted values came out whole (a 300-character backend name, YAML key or class name) and a
+// 3,000-character value made a 2,031-byte line: each quoted value is cut at 120 characters and the
+// line at 2,000 bytes, wherever the message was made.
+TEST(HostileInputs, EveryQuotedValueAndLineIsCapped) {
+  const std::string long_value(300, 'A');
+  const auto longest_run = [](const std::string& text) {
+    size_t best = 0, run = 0;
+    for (char c : text) best = std::max(best, run = c == 'A' ? run + 1 : 0);
+    return best;
+  };
+  const auto flag = run_command(generate_dry("--prompt x --attention-backend " + long_value));
+  expect_one_line_error(flag, "... (300 bytes)", "a long backend name");
+  EXPECT_EQ(longest_run(flag.err), 120u) << flag.err;
+
+  const fs::path dir = scratch_dir("hostile-caps");
+  std::ofstream(dir / "key.yaml") << long_value << ": 1\n";
+  const auto key = run_command(generate_dry("--prompt x --config " + (dir / "key.yaml").string()));
+  expect_one_line_error(key, "unknown option", "a long YAML key");
+  EXPECT_EQ(longest_run(key.err), 120u) << key.err;
+
+  const fs::path model = testing::copy_of_wan_tiny("hostile-caps-class");
+  json index = read_json_object(model / "model_index.json");
+  index["_class_name"] = long_value;
+  testing::write_json_file(model / "model_index.json", index);
+  const auto class_name =
+      run_command(mmgen() + " generate --dry-run --prompt x --model-path " + model.string());
+  expect_one_line_error(class_name, "pipeline class", "a long class name");
+  EXPECT_EQ(longest_run(class_name.err), 120u) << class_name.err;
+
+  const auto huge =
+      run_command(generate_dry("--prompt x --attention-backend " + std::string(3000, 'A')));
+  expect_one_line_error(huge, "--attention-backend", "a 3,000-character value");
+  EXPECT_LE(huge.err.size(), 2001u) << "the line and its newline";
+}
+
+// The rule itself, on messages the executable does not make easily.
+TEST(HostileInputs, MessageLineCutsQuotedValuesOnly) {
+  const std::string a150(150, 'a');
+  // Apostrophes inside words are no quotes; a short value stays whole.
+  EXPECT_EQ(message_line("the model's key 'x' isn't known", 2000),
+            "the model's key 'x' isn't known");
+  EXPECT_EQ(message_line("key '" + a150 + "': bad", 2000),
+            "key '" + std::string(120, 'a') + "... (150 bytes)': bad");
+  EXPECT_EQ(message_line("got {\"k\":\"" + a150 + "\"}", 2000),
+            "got {\"k\":\"" + std::string(120, 'a') + "... (150 bytes)\"}");
+  // A value a thrower already cut is left as it is.
+  const std::string cut = "'" + text_for_message(a150) + "'";
+  EXPECT_EQ(message_line("key " + cut, 2000), "key " + cut);
+  // Control bytes escaped; the line cut on a character boundary (é is two bytes).
+  EXPECT_EQ(message_line("a\x1b[31m\n", 2000), "a\\x1B[31m\\x0A");
+  std::string accents;
+  for (int i = 0; i < 100; ++i) accents += "\xc3\xa9";
+  const std::string line = message_line(accents, 50);
+  EXPECT_LE(line.size(), 50u);
+  EXPECT_EQ(invalid_utf8_offset(line), std::string::npos) << line;
+  EXPECT_TRUE(line.ends_with("... (200 bytes)")) << line;
+}
+
+// A NUL in a key ended what() there: the line lost its "where" and "how to fix".
+TEST(HostileInputs, ANulInANameIsShownNotCut) {
+  const fs::path model = testing::copy_of_wan_tiny("hostile-nul-key");
+  std::string text = read_text_file(model / "model_index.json");
+  const size_t vae = text.find("\"vae\"");
+  ASSERT_NE(vae, std::string::npos);
+  text.replace(vae, 5, "\"vae\\u0000x\"");
+  std::ofstream(model / "model_index.json", std::ios::trunc) << text;
+  const auto result =
+      run_command(mmgen() + " generate --dry-run --prompt x --model-path " + model.string());
+  expect_one_line_error(result, "component name \"vae\\x00x\" is not a plain folder name",
+                        "a NUL in a component key");
+}
+
+// JSON settings took a key given twice (the last won) where YAML refused it.
+TEST(HostileInputs, JsonSettingsRefuseAKeyGivenTwice) {
+  const fs::path dir = scratch_dir("hostile-json-twice");
+  std::ofstream(dir / "twice.json") << R"({"seed": 1, "seed": 2})";
+  expect_one_line_error(
+      run_command(generate_dry("--prompt x --config " + (dir / "twice.json").string())),
+      "the key \"seed\" appears twice in one object", "--config JSON");
+  expect_one_line_error(
+      run_command(generate_dry(
+          "--prompt x --attention-backend sliding_tile_attn --attention-backend-config "
+          "'{\"tile_size\":[4,4,4],\"tile_size\":[8,8,8]}'")),
+      "the key \"tile_size\" appears twice", "--attention-backend-config JSON");
+  expect_one_line_error(
+      run_command(generate_dry("--prompt x --component-attention-backends "
+                               "'{\"transformer\":\"fa\",\"transformer\":\"torch_sdpa\"}'")),
+      "the key \"transformer\" appears twice", "--component-attention-backends JSON");
+}
+
+// Output names: a batch's name past 255 bytes was found after the work, and a settings file
+// (NAME.npy.json) that was there was replaced without --overwrite.
+TEST(HostileInputs, OutputNamesAreCheckedWholeBeforeAnyWork) {
+  const fs::path dir = scratch_dir("hostile-batch-name");
+  std::ofstream(dir / "two.txt") << "a\nb\n";
+  expect_one_line_error(
+      run_command(generate_dry("--prompt-file-path " + (dir / "two.txt").string() +
+                               " --num-frames 1 --output-file-name " + std::string(251, 'n') +
+                               ".png --output-path " + (dir / "out").string())),
+      "a file name may have at most 255", "a batch's longest name");
+
+  fs::create_directories(dir / "kept");
+  std::ofstream(dir / "kept" / "a.npy.json") << "mine\n";
+  expect_one_line_error(
+      run_command(generate_dry("--prompt x --num-frames 1 --output-file-name a.npy "
+                               "--output-path " +
+                               (dir / "kept").string())),
+      "a.npy.json (its settings file) already exists; pass --overwrite",
+      "a settings file in the way");
+  EXPECT_EQ(read_text_file(dir / "kept" / "a.npy.json"), "mine\n");
+}
+
+// --fps 0.001 passed the checks and failed at the MP4 write, after the run, in seven lines; a
+// device as --prompt-embeds said "no such file"; a FIFO as the model folder's mmgen.yaml was
+// skipped without a word.
+TEST(HostileInputs, NumbersAndFilesAreRefusedForTheirOwnReason) {
+  expect_one_line_error(run_command(generate_dry("--prompt x --fps 0.001")),
+                        "--fps must be from 0.01 to 1000 (got 0.001)", "a tiny --fps");
+  const fs::path dir = scratch_dir("hostile-embeds");
+  fs::create_symlink("/dev/zero", dir / "zero.safetensors");
+  expect_one_line_error(
+      run_command(mmgen() + " generate --model-path " + wan_tiny() + " --prompt-embeds " +
+                  (dir / "zero.safetensors").string() + " --output-path " + (dir / "out").string() +
+                  " --num-inference-steps 1 --height 32 --width 32 --log-level error"),
+      "is a FIFO, a device or a socket, not a file", "a device as --prompt-embeds");
+
+  const fs::path model = testing::copy_of_wan_tiny("hostile-defaults-fifo");
+  ASSERT_EQ(::mkfifo((model / "mmgen.yaml").c_str(), 0600), 0);
+  expect_one_line_error(run_command("timeout 60 " + mmgen() + " generate --dry-run --prompt x " +
+                                    "--model-path " + model.string()),
+                        "the model folder's defaults", "a FIFO as mmgen.yaml");
+}
+
 }  // namespace
 }  // namespace mmgen

@@ -16,7 +16,7 @@ namespace mmgen::attention {
 using json = nlohmann::json;
 
 StaMaskStrategy StaMaskStrategy::load(const fs::path& path) {
-  const json document = read_json_object(path);
+  const json document = read_json_object(path, /*unique_keys=*/true);
   const std::string where = path.string();
   struct Entry {
     int64_t step, layer, head;
