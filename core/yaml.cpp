@@ -118,6 +118,16 @@ json yaml_node_to_json(const YAML::Node& node, const std::string& where, size_t&
 }  // namespace
 
 json yaml_to_json(const std::string& text, const std::string& where) {
+  // The whole file, comments too (the values are checked again where they are read, with their
+  // column): a file that is not UTF-8 is the wrong file, or saved wrong.
+  if (const size_t bad = invalid_utf8_offset(text); bad != std::string::npos) {
+    const size_t line = size_t(std::count(text.begin(), text.begin() + std::ptrdiff_t(bad), '\n'));
+    const size_t line_start = bad == 0 ? 0 : text.rfind('\n', bad - 1) + 1;  // npos + 1 = 0
+    fail(
+        "{}: line {}, column {}: the text is not valid UTF-8 (byte {} of the file); save the file "
+        "as UTF-8",
+        where, line + 1, bad - line_start + 1, bad + 1);
+  }
   check(flow_depth(text) <= size_t(Limits::kMaxJsonDepth),
         "{}: YAML nested deeper than {} levels; flatten it", where, Limits::kMaxJsonDepth);
   try {

@@ -345,6 +345,15 @@ TEST(HostileInputs, TextThatIsNotUtf8IsRefusedWithItsOffset) {
   expect_one_line_error(
       run_command(generate_dry("--prompt-file-path " + (dir / "prompts.txt").string())),
       "line 2 is not valid UTF-8 (byte 5)", "prompt file");
+  // Comments too: "Text must be UTF-8 wherever it enters" (docs/security.md).
+  std::ofstream(dir / "comment.yaml") << "seed: 1\n# caf\xe9\n";
+  expect_one_line_error(
+      run_command(generate_dry("--prompt x --config " + (dir / "comment.yaml").string())),
+      "line 2, column 6: the text is not valid UTF-8", "a comment in a config file");
+  std::ofstream(dir / "comment.txt") << "# caf\xe9\nfine\n";
+  expect_one_line_error(
+      run_command(generate_dry("--prompt-file-path " + (dir / "comment.txt").string())),
+      "line 1 is not valid UTF-8 (byte 6)", "a comment in a prompt file");
   std::ofstream(dir / "run.yaml") << "negative-prompt: \"\xff\"\n";
   expect_one_line_error(
       run_command(generate_dry("--prompt x --config " + (dir / "run.yaml").string())),
