@@ -64,6 +64,10 @@ class AttentionBackend {
   virtual std::string_view name() const = 0;
   // Whether forward() attends to a context's repeated_tail itself (without its copies).
   virtual bool counts_repeated_keys() const { return false; }
+  // Whether a batch element's output is what it would get alone (dense and stateless: nothing
+  // kept between calls, nothing shared across the batch), so the two guidance branches may run as
+  // one batch of two.
+  virtual bool batch_elements_alone() const { return false; }
   // q [B, Sq, H, D], k and v [B, Sk, H, D] float32 (any strides); scale multiplies q·k.
   // Returns [B, Sq, H, D] float32. `stats` may be null.
   virtual Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale,

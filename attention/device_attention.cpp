@@ -1,5 +1,6 @@
 #include "attention/device_attention.h"
 
+#include "attention/backends/descriptor.h"
 #include "core/error.h"
 #ifdef MMGEN_HAVE_CUDA
 #include "attention/cuda/reference_attention.h"
@@ -141,5 +142,11 @@ void channel_attention_gpu(const Tensor&, const Tensor&, const Tensor&, float, b
 }
 
 #endif
+
+DenseKernel dense_kernel_for(std::string_view backend) {
+  const BackendDescriptor* descriptor = find_dit_descriptor(backend);
+  return descriptor && descriptor->gpu_dense_reference ? DenseKernel::Reference
+                                                       : DenseKernel::Flash;
+}
 
 }  // namespace mmgen::attention

@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <string_view>
 
 #include "attention/backend.h"
 #include "core/tensor.h"
@@ -26,6 +27,9 @@ struct DenseKernels {
   DenseKernel self = DenseKernel::Flash;
   DenseKernel cross = DenseKernel::Flash;
 };
+// The dense GPU kernel a DiT backend's layers run on (its descriptor says; Flash for a name that
+// is not a DiT backend).
+DenseKernel dense_kernel_for(std::string_view backend);
 
 // What a GPU run's attention holds beyond the tensors.
 struct GpuAttention {

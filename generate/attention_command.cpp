@@ -1,6 +1,7 @@
 #include "generate/attention_command.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <omp.h>
 #include <spdlog/spdlog.h>
 
@@ -13,6 +14,7 @@
 
 #include "attention/backend.h"
 #include "attention/backend_config.h"
+#include "attention/backends/descriptor.h"
 #include "attention/backends/video_sparse_attn/vsa_gate.h"
 #include "attention/catalogue.h"
 #include "attention/selector.h"
@@ -112,8 +114,9 @@ int run_attention(const std::vector<std::string>& arguments) {
   check(!values.contains("attention-input") || values.contains("gate"),
         "attention: --attention-input is only used with --gate");
   if (values.contains("gate")) {
-    check(backend == "video_sparse_attn", "attention: --gate is for video_sparse_attn, not {}",
-          backend);
+    check(attention::backend_reads_weight(backend, "to_gate_compress."),
+          "attention: --gate is for {} (the backends that read to_gate_compress), not {}",
+          fmt::join(attention::backends_reading_weight("to_gate_compress."), ", "), backend);
     check(values.contains("attention-input"),
           "attention: --gate needs --attention-input X.npy [batch, seq, heads*head_dim], the "
           "input the gate projection reads");
@@ -127,8 +130,9 @@ int run_attention(const std::vector<std::string>& arguments) {
     weights[attention::kVsaGateKey] = attention::vsa_gate(gate_weights, input, q.size(2));
   }
   if (values.contains("proj")) {
-    check(backend == "sla_attn" || backend == "sage_sla_attn",
-          "attention: --proj is for sla_attn and sage_sla_attn, not {}", backend);
+    check(attention::backend_reads_weight(backend, "proj_l."),
+          "attention: --proj is for {} (the backends that read proj_l), not {}",
+          fmt::join(attention::backends_reading_weight("proj_l."), ", "), backend);
     add_weight(weights, "proj_l", read_float_tensor(values, "proj"), "proj");
   }
   attention::LayerState state;

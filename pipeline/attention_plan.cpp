@@ -287,8 +287,7 @@ std::vector<std::unique_ptr<attention::AttentionBackend>> transformer_backends(
 attention::GpuAttention gpu_dense_attention(const AttentionPlan& plan) {
   attention::GpuAttention gpu;
   const auto* choice = planned_component(plan, "transformer");
-  if (choice && choice->primary().backend == "torch_sdpa")
-    gpu.dense.self = attention::DenseKernel::Reference;
+  if (choice) gpu.dense.self = attention::dense_kernel_for(choice->primary().backend);
   return gpu;
 }
 

@@ -291,8 +291,7 @@ attention::GpuAttention gpu_attention(const AttentionPlan& plan) {
       sparse = layer.backend;
       continue;
     }
-    const Kernel kernel = layer.backend == "torch_sdpa" ? Kernel::Reference : Kernel::Flash;
-    (self ? result.dense.self : result.dense.cross) = kernel;
+    (self ? result.dense.self : result.dense.cross) = attention::dense_kernel_for(layer.backend);
   }
   if (!sparse.empty())
     result.sparse =

@@ -47,6 +47,21 @@ const BackendDescriptor* find_dit_descriptor(std::string_view name) {
   return nullptr;
 }
 
+bool backend_reads_weight(std::string_view backend, std::string_view fragment) {
+  const BackendDescriptor* descriptor = find_dit_descriptor(backend);
+  if (!descriptor) return false;
+  for (std::string_view weight : descriptor->extra_weights)
+    if (weight == fragment) return true;
+  return false;
+}
+
+std::vector<std::string> backends_reading_weight(std::string_view fragment) {
+  std::vector<std::string> names;
+  for (const BackendDescriptor* backend : dit_backends())
+    if (backend_reads_weight(backend->info.name, fragment)) names.emplace_back(backend->info.name);
+  return names;
+}
+
 KernelBuild cpu_kernel(std::string_view backend) {
   return {.family = Family::Dit, .backend = backend, .platform = Platform::Cpu, .dtypes = {"fp32"}};
 }

@@ -63,8 +63,10 @@ struct BackendDescriptor {
       {};                   // the kernels this build has for it (CPU; CUDA in CUDA builds)
   BackendFactory cpu = {};  // empty: no CPU kernel in this build
   // GPU self-attention (CUDA builds only; empty elsewhere). Dense backends with a CUDA kernel row
-  // but no factory run in the GPU model's own dense attention.
+  // but no factory run in the GPU model's own dense attention, on FlashAttention, or on the plain
+  // reference kernel with `gpu_dense_reference` (torch_sdpa: what the others are checked against).
   CudaBackendFactory cuda = {};
+  bool gpu_dense_reference = false;
   // Checkpoint tensors it reads per transformer block, as fragments of the weight name after the
   // block prefix ("proj_l." matches blocks.3.attn1.proj_l.weight); empty: none.
   std::vector<std::string_view> extra_weights = {};
@@ -86,5 +88,10 @@ const std::vector<const BackendDescriptor*>& dit_backends();
 
 // The descriptor of a DiT backend by canonical name; null when there is none.
 const BackendDescriptor* find_dit_descriptor(std::string_view name);
+
+// Whether the backend reads a per-layer checkpoint weight named with `fragment` ("proj_l."), and
+// every backend that does (for messages).
+bool backend_reads_weight(std::string_view backend, std::string_view fragment);
+std::vector<std::string> backends_reading_weight(std::string_view fragment);
 
 }  // namespace mmgen::attention

@@ -130,7 +130,7 @@ Tensor wan_attention(const Tensor& q, const Tensor& k, const Tensor& v,
 
 bool WanAttention::dense_on_cpu() const {
   const auto dense = [](const std::unique_ptr<attention::AttentionBackend>& backend) {
-    return !backend || backend->name() == "fa" || backend->name() == "torch_sdpa";
+    return !backend || backend->batch_elements_alone();
   };
   for (const WanLayerAttention& layer : layers)
     if (!dense(layer.self_attention) || !dense(layer.cross_attention)) return false;

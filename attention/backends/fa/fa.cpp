@@ -16,6 +16,7 @@ class FlashBackend final : public AttentionBackend {
  public:
   std::string_view name() const override { return "fa"; }
   bool counts_repeated_keys() const override { return true; }
+  bool batch_elements_alone() const override { return true; }
   Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
                  const AttentionContext& context, AttentionStats* stats) override {
     if (context.repeated_tail)

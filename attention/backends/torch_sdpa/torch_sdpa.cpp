@@ -14,6 +14,7 @@ using json = nlohmann::json;
 class TorchSdpaBackend final : public AttentionBackend {
  public:
   std::string_view name() const override { return "torch_sdpa"; }
+  bool batch_elements_alone() const override { return true; }
   Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
                  const AttentionContext&, AttentionStats* stats) override {
     if (stats) {
@@ -49,6 +50,7 @@ const BackendDescriptor& descriptor() {
       .cpu = [](const json&, const BackendResources&) -> std::unique_ptr<AttentionBackend> {
         return std::make_unique<TorchSdpaBackend>();
       },
+      .gpu_dense_reference = true,
   };
   return d;
 }
