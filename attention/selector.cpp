@@ -563,7 +563,8 @@ ComponentRole component_role(const std::string& name, const std::string& class_n
 
 SelectionLevels selection_levels(const ComponentOverrides& overrides,
                                  const std::optional<std::string>& cli,
-                                 const std::optional<std::string>& env) {
+                                 const std::optional<std::string>& env,
+                                 std::string_view cli_where) {
   SelectionLevels levels;
   levels.forced = forced_attention_backend();
   levels.overrides = overrides;
@@ -574,7 +575,7 @@ SelectionLevels selection_levels(const ComponentOverrides& overrides,
     return resolved;
   };
   if (cli && !trim(*cli).empty())
-    levels.cli = resolve(*cli, fmt::format("--attention-backend {}", text_for_message(trim(*cli))));
+    levels.cli = resolve(*cli, fmt::format("{} {}", cli_where, text_for_message(trim(*cli))));
   if (env && !trim(*env).empty())
     levels.env =
         resolve(*env, fmt::format("MMGEN_ATTENTION_BACKEND={}", text_for_message(trim(*env))));

@@ -114,10 +114,12 @@ struct SelectionLevels {
 };
 
 // Level 1 from the global force, the rest from the arguments; an empty env value counts as unset.
-// The cli and env names are resolved (resolve_backend_name): an unknown one is an Error here.
+// The cli and env names are resolved (resolve_backend_name): an unknown one is an Error here,
+// naming `cli_where` (the flag, or the config file's key that gave it).
 SelectionLevels selection_levels(const ComponentOverrides& overrides,
                                  const std::optional<std::string>& cli,
-                                 const std::optional<std::string>& env);
+                                 const std::optional<std::string>& env,
+                                 std::string_view cli_where = "--attention-backend");
 
 struct LayerChoice {
   LayerKind kind = LayerKind::Attention;

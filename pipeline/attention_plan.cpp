@@ -99,8 +99,16 @@ AttentionPlan plan_attention(const ModelIndex& index, const Request& request,
 AttentionPlan plan_attention(const ModelIndex& index, const Request& request,
                              const Machine& machine, const std::optional<std::string>& env) {
   std::vector<std::string> notes;
+  // A value a --config file gave is reported as its key in that file, not as a flag the user
+  // never typed.
+  const auto where = [&](const char* option, const char* key) {
+    if (!request.from_config_file.count(option)) return fmt::format("--{}", option);
+    return fmt::format("{}: {}", request.settings.value("config", std::string("the --config file")),
+                       key);
+  };
   const ComponentOverrides overrides = parse_component_attention_backends(
-      request.component_attention_backends, "--component-attention-backends", &notes);
+      request.component_attention_backends,
+      where("component-attention-backends", "component_attention_backends"), &notes);
 
   std::vector<std::string> with_attention, without_attention;
   std::map<std::string, ComponentAttention> components;
@@ -124,7 +132,8 @@ AttentionPlan plan_attention(const ModelIndex& index, const Request& request,
   }
   check_override_components(overrides, with_attention, without_attention, index.absent);
 
-  SelectionLevels levels = selection_levels(overrides, request.attention_backend, env);
+  SelectionLevels levels = selection_levels(overrides, request.attention_backend, env,
+                                            where("attention-backend", "attention_backend"));
   levels.cli_from_config = request.from_config_file.count("attention-backend") > 0;
   AttentionPlan plan;
   plan.notes = notes;

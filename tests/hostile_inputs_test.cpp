@@ -736,6 +736,21 @@ TEST(HostileInputs, JsonSettingsRefuseAKeyGivenTwice) {
       "the key \"transformer\" appears twice", "--component-attention-backends JSON");
 }
 
+// A --config file's backend choice that is wrong was reported as a flag the user never typed.
+TEST(HostileInputs, AConfigFilesBackendErrorNamesTheFileAndKey) {
+  const fs::path dir = scratch_dir("hostile-config-backend");
+  std::ofstream(dir / "one.yaml") << "attention_backend: zzz\n";
+  expect_one_line_error(
+      run_command(generate_dry("--prompt x --config " + (dir / "one.yaml").string())),
+      (dir / "one.yaml").string() + ": attention_backend zzz: unknown attention backend 'zzz'",
+      "attention_backend in a config file");
+  std::ofstream(dir / "per.yaml") << "component_attention_backends:\n  transformer: zzz\n";
+  expect_one_line_error(
+      run_command(generate_dry("--prompt x --config " + (dir / "per.yaml").string())),
+      (dir / "per.yaml").string() + ": component_attention_backends transformer: unknown",
+      "component_attention_backends in a config file");
+}
+
 // Output names: a batch's name past 255 bytes was found after the work, and a settings file
 // (NAME.npy.json) that was there was replaced without --overwrite.
 TEST(HostileInputs, OutputNamesAreCheckedWholeBeforeAnyWork) {
