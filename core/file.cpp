@@ -43,6 +43,20 @@ int open_regular(const fs::path& path, size_t& size) {
   return fd;
 }
 
+// Reads up to `size` bytes from `fd` and closes it; returns what was read.
+std::string read_and_close(int fd, size_t size) {
+  std::string text(size, '\0');
+  size_t done = 0;
+  while (done < size) {
+    ssize_t got = ::read(fd, text.data() + done, size - done);
+    if (got <= 0) break;
+    done += size_t(got);
+  }
+  ::close(fd);
+  text.resize(done);
+  return text;
+}
+
 }  // namespace
 
 void check_regular_file(const fs::path& path, std::string_view what) {
@@ -68,31 +82,15 @@ std::string read_text_file(const fs::path& path, size_t max_bytes) {
     fail("{} is {} bytes, more than the {} allowed for this kind of file", path.string(), size,
          max_bytes);
   }
-  std::string text(size, '\0');
-  size_t done = 0;
-  while (done < size) {
-    ssize_t got = ::read(fd, text.data() + done, size - done);
-    if (got <= 0) break;
-    done += size_t(got);
-  }
-  ::close(fd);
-  check(done == size, "could not read all of {}", path.string());
+  std::string text = read_and_close(fd, size);
+  check(text.size() == size, "could not read all of {}", path.string());
   return text;
 }
 
 std::string read_file_head(const fs::path& path, size_t bytes) {
   size_t size = 0;
-  int fd = open_regular(path, size);
-  std::string head(std::min(size, bytes), '\0');
-  size_t done = 0;
-  while (done < head.size()) {
-    ssize_t got = ::read(fd, head.data() + done, head.size() - done);
-    if (got <= 0) break;
-    done += size_t(got);
-  }
-  ::close(fd);
-  head.resize(done);
-  return head;
+  const int fd = open_regular(path, size);
+  return read_and_close(fd, std::min(size, bytes));
 }
 
 std::shared_ptr<MappedFile> MappedFile::open(const fs::path& path) {

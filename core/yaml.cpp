@@ -118,8 +118,8 @@ json yaml_node_to_json(const YAML::Node& node, const std::string& where, size_t&
 }  // namespace
 
 json yaml_to_json(const std::string& text, const std::string& where) {
-  // The whole file, comments too (the values are checked again where they are read, with their
-  // column): a file that is not UTF-8 is the wrong file, or saved wrong.
+  // The whole file, comments too: a file that is not UTF-8 is the wrong file, or saved wrong. (The
+  // values are checked again as they are read: an escape such as "\ud800" can make one invalid.)
   if (const size_t bad = invalid_utf8_offset(text); bad != std::string::npos) {
     const size_t line = size_t(std::count(text.begin(), text.begin() + std::ptrdiff_t(bad), '\n'));
     const size_t line_start = bad == 0 ? 0 : text.rfind('\n', bad - 1) + 1;  // npos + 1 = 0

@@ -79,6 +79,16 @@ uint64_t stable_hash(const std::string& text) {
   return hash;
 }
 
+// Every format but PNG (which carries them inside) writes its settings beside: NAME.json.
+bool has_settings_sidecar(const std::string& format) {
+  return format != "png";
+}
+fs::path settings_sidecar(const fs::path& output) {
+  fs::path sidecar = output;
+  sidecar += ".json";
+  return sidecar;
+}
+
 // Whether anything has the name, a link included: fs::exists follows a link, so a dangling one
 // looked free and was replaced without --overwrite.
 bool name_taken(const fs::path& path) {
@@ -122,18 +132,17 @@ fs::path output_file_path(const Request& request, std::optional<size_t> batch_in
         "255 with its extension",
         stem.size() + extension.size(), text_for_message(stem + extension));
   fs::path path = request.output_path / (stem + extension);
-  // Every format but PNG (which carries them inside) writes its settings beside: NAME.json.
   const auto taken = [&](const fs::path& candidate) {
-    fs::path sidecar = candidate;
-    sidecar += ".json";
-    return name_taken(candidate) || (request.output_format != "png" && name_taken(sidecar));
+    return name_taken(candidate) ||
+           (has_settings_sidecar(request.output_format) && name_taken(settings_sidecar(candidate)));
   };
   if (request.overwrite || !taken(path)) return path;
   // A generated name that is taken (the same request within the same second) gets a counter; a
   // name the user chose is theirs to replace.
-  check(!named,
-        "{} already exists; pass --overwrite to replace it or choose another --output-file-name",
-        name_taken(path) ? path.string() : path.string() + ".json (its settings file)");
+  check(
+      !named,
+      "{} already exists; pass --overwrite to replace it or choose another --output-file-name",
+      name_taken(path) ? path.string() : settings_sidecar(path).string() + " (its settings file)");
   for (int counter = 1;; ++counter) {
     path = request.output_path / fmt::format("{}_{}{}", stem, counter, extension);
     if (!taken(path)) return path;
@@ -228,8 +237,7 @@ std::vector<fs::path> write_frames(const Tensor& frames, const std::string& form
   // The output and its settings are one result: when the sidecar cannot be written (a full
   // disk), the output written just before is removed too and the error goes on.
   auto write_sidecar = [&] {
-    fs::path sidecar = path;
-    sidecar += ".json";
+    const fs::path sidecar = settings_sidecar(path);
     const std::string pretty = settings.dump(2) + "\n";
     try {
       write_bytes(sidecar, std::vector<uint8_t>(pretty.begin(), pretty.end()));
@@ -263,7 +271,7 @@ std::vector<fs::path> write_frames(const Tensor& frames, const std::string& form
   std::vector<uint8_t> encoded = encode_image(image, format);
   if (format == "png") encoded = png_with_text(encoded, "parameters", text);
   write_bytes(path, encoded);
-  if (format == "png") return {path};
+  if (!has_settings_sidecar(format)) return {path};
   return {path, write_sidecar()};
 }
 
