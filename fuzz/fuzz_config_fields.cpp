@@ -1,7 +1,10 @@
 // The typed config.json readers (core/config_fields.h) and the message rule (core/text.h): any
-// JSON value under any key is read as an integer and a string, and quoted in a message, with
-// nothing but mmgen::Error; a message quotes no control byte and stays within its cap, and so
-// does the line the CLI prints around it.
+// JSON value under any key is read as an integer, a string, a boolean, a positive float32 and a
+// list of integers, and quoted in a message, with nothing but mmgen::Error; a value read is in its
+// range; a message quotes no control byte and stays within its cap, and so does the line the CLI
+// prints around it.
+#include <array>
+#include <cmath>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -39,6 +42,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       try {
         (void)config_string(config, key.c_str(), "", "fuzz/config.json");
+      } catch (const Error&) {
+      }
+      try {
+        (void)config_boolean(config, key.c_str(), false, "fuzz/config.json");
+      } catch (const Error&) {
+      }
+      try {
+        const float value =
+            config_float(config, key.c_str(), 1.0f, "fuzz/config.json", NumberRule::Positive);
+        if (!(value > 0.0f) || !std::isfinite(value)) std::abort();
+      } catch (const Error&) {
+      }
+      try {
+        std::array<int64_t, 3> values{};
+        config_integers(config, key.c_str(), values, "fuzz/config.json", "fuzzed", 1);
+        for (const int64_t v : values)
+          if (v != 0 && (v < 1 || v > Limits::kMaxConfigInteger)) std::abort();
       } catch (const Error&) {
       }
       (void)json_for_message(*it);

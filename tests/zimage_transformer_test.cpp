@@ -80,11 +80,11 @@ TEST(ZImageConfig, RefusesUnsupportedValuesNamingKeyAndFile) {
       {{{"all_f_patch_size", {1, 2}}}, "'all_f_patch_size'"},
       {{{"siglip_feat_dim", 1152}}, "'siglip_feat_dim'"},
       {{{"qk_norm", false}}, "'qk_norm'"},
-      {{{"axes_dims", {32, 48}}}, "'axes_dims'"},
+      {{{"axes_dims", {32, 48}}}, "\"axes_dims\""},
       {{{"axes_dims", {32, 48, 50}}}, "'axes_dims'"},
       {{{"dim", 3841}}, "'dim'"},
       {{{"n_layers", "30"}}, "\"n_layers\""},
-      {{{"rope_theta", "256"}}, "'rope_theta'"},
+      {{{"rope_theta", "256"}}, "\"rope_theta\""},
       {{{"_class_name", "WanTransformer3DModel"}}, "_class_name"},
   };
   for (const auto& [config, key] : cases) {

@@ -3,40 +3,29 @@
 #include "core/config_fields.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "models/dit/dit_config_checks.h"
 
 namespace mmgen::dit {
 
 using nlohmann::json;
 
 void FluxConfig::validate(const std::string& where) const {
-  for (const auto& [name, value] : {std::pair{"in_channels", in_channels},
-                                    {"out_channels", out_channels},
-                                    {"num_attention_heads", num_attention_heads},
-                                    {"attention_head_dim", attention_head_dim},
-                                    {"joint_attention_dim", joint_attention_dim},
-                                    {"pooled_projection_dim", pooled_projection_dim},
-                                    {"patch_size", patch_size}})
-    check(value > 0, "{}: '{}' must be positive, got {}", where, name, value);
+  check_positive(where, {{"in_channels", in_channels},
+                         {"out_channels", out_channels},
+                         {"num_attention_heads", num_attention_heads},
+                         {"attention_head_dim", attention_head_dim},
+                         {"joint_attention_dim", joint_attention_dim},
+                         {"pooled_projection_dim", pooled_projection_dim},
+                         {"patch_size", patch_size}});
   check(patch_size == 1,
         "{}: 'patch_size' is {}: FLUX transformers take packed tokens (patch_size 1, as every "
         "released FLUX.1 checkpoint)",
         where, patch_size);
-  check(attention_head_dim % 2 == 0, "{}: 'attention_head_dim' {} must be even (RoPE pairs)", where,
-        attention_head_dim);
-  const int64_t axes = axes_dims_rope[0] + axes_dims_rope[1] + axes_dims_rope[2];
-  check(axes == attention_head_dim && axes_dims_rope[0] % 2 == 0 && axes_dims_rope[1] % 2 == 0 &&
-            axes_dims_rope[2] % 2 == 0,
-        "{}: 'axes_dims_rope' [{}, {}, {}] must be even and sum to attention_head_dim {}", where,
-        axes_dims_rope[0], axes_dims_rope[1], axes_dims_rope[2], attention_head_dim);
+  check_rope_axes(axes_dims_rope, attention_head_dim, "axes_dims_rope", where);
 }
 
 FluxConfig FluxConfig::from_json(const json& config, const std::string& where) {
-  check(config.is_object(), "{}: expected a JSON object", where);
-  if (config.contains("_class_name")) {
-    const json& name = config.at("_class_name");
-    check(name.is_string() && name.get<std::string>() == "FluxTransformer2DModel",
-          "{}: _class_name is {}, expected \"FluxTransformer2DModel\"", where, name.dump());
-  }
+  check_config_class(config, "FluxTransformer2DModel", where);
   FluxConfig result;
   result.patch_size = config_integer(config, "patch_size", result.patch_size, where);
   result.in_channels = config_integer(config, "in_channels", result.in_channels, where);
@@ -52,26 +41,16 @@ FluxConfig FluxConfig::from_json(const json& config, const std::string& where) {
       config_integer(config, "joint_attention_dim", result.joint_attention_dim, where);
   result.pooled_projection_dim =
       config_integer(config, "pooled_projection_dim", result.pooled_projection_dim, where);
-  if (config_has(config, "guidance_embeds")) {
-    const json& value = config.at("guidance_embeds");
-    check(value.is_boolean(), "{}: 'guidance_embeds' must be true or false, got {}", where,
-          value.dump());
-    result.guidance_embeds = value.get<bool>();
-  }
-  if (config_has(config, "axes_dims_rope")) {
-    const json& value = config.at("axes_dims_rope");
-    check(value.is_array() && value.size() == 3 && value[0].is_number_integer() &&
-              value[1].is_number_integer() && value[2].is_number_integer(),
-          "{}: 'axes_dims_rope' must be a list of 3 integers (text/frame, row, column), got {}",
-          where, value.dump());
-    for (size_t a = 0; a < 3; ++a) result.axes_dims_rope[a] = value[a].get<int64_t>();
-  }
+  result.guidance_embeds = config_boolean(config, "guidance_embeds", result.guidance_embeds, where);
+  config_integers(config, "axes_dims_rope", result.axes_dims_rope, where,
+                  "text/frame, row, column");
   result.validate(where);
   return result;
 }
 
 FluxConfig FluxConfig::from_file(const fs::path& config_json) {
-  return from_json(read_json_object(config_json), config_json.string());
+  return from_json(read_config_file(config_json, "re-download the transformer's config.json"),
+                   config_json.string());
 }
 
 }  // namespace mmgen::dit

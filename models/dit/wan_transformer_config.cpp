@@ -8,19 +8,10 @@
 #include "core/limits.h"
 
 namespace mmgen::dit {
-namespace {
-
 using nlohmann::json;
 
-}  // namespace
-
 WanTransformerConfig WanTransformerConfig::from_json(const json& config, const std::string& where) {
-  check(config.is_object(), "{}: expected a JSON object", where);
-  if (config.contains("_class_name")) {
-    const json& name = config.at("_class_name");
-    check(name.is_string() && name.get<std::string>() == "WanTransformer3DModel",
-          "{}: _class_name is {}, expected \"WanTransformer3DModel\"", where, name.dump());
-  }
+  check_config_class(config, "WanTransformer3DModel", where);
 
   // Image-to-video and Wan2.2 S2V/VACE variants add weights and inputs this model does not have.
   for (const char* key : {"image_dim", "added_kv_proj_dim", "pos_embed_seq_len"})
@@ -31,16 +22,7 @@ WanTransformerConfig WanTransformerConfig::from_json(const json& config, const s
           where, key, config.at(key).dump());
 
   WanTransformerConfig result;
-  if (config_has(config, "patch_size")) {
-    const json& patch = config.at("patch_size");
-    check(patch.is_array() && patch.size() == 3,
-          "{}: 'patch_size' must be a list of 3 integers, got {}", where, patch.dump());
-    for (size_t i = 0; i < 3; ++i) {
-      check(patch[i].is_number_integer(), "{}: 'patch_size' must be a list of 3 integers, got {}",
-            where, patch.dump());
-      result.patch_size[i] = patch[i].get<int64_t>();
-    }
-  }
+  config_integers(config, "patch_size", result.patch_size, where, "frames, rows, columns");
   result.num_attention_heads =
       config_integer(config, "num_attention_heads", result.num_attention_heads, where);
   result.attention_head_dim =
@@ -55,17 +37,8 @@ WanTransformerConfig WanTransformerConfig::from_json(const json& config, const s
   result.num_layers = config_integer(config, "num_layers", result.num_layers, where);
   result.rope_max_seq_len =
       config_integer(config, "rope_max_seq_len", result.rope_max_seq_len, where);
-  if (config.contains("cross_attn_norm")) {
-    const json& value = config.at("cross_attn_norm");
-    check(value.is_boolean(), "{}: 'cross_attn_norm' must be true or false, got {}", where,
-          value.dump());
-    result.cross_attn_norm = value.get<bool>();
-  }
-  if (config_has(config, "eps")) {
-    const json& value = config.at("eps");
-    check(value.is_number(), "{}: 'eps' must be a number, got {}", where, value.dump());
-    result.eps = value.get<float>();
-  }
+  result.cross_attn_norm = config_boolean(config, "cross_attn_norm", result.cross_attn_norm, where);
+  result.eps = config_float(config, "eps", result.eps, where, NumberRule::Positive);
   // The default is "rms_norm_across_heads"; null (no q/k norm) and per-head norms are other models.
   const json qk_norm =
       config.contains("qk_norm") ? config.at("qk_norm") : json("rms_norm_across_heads");
@@ -78,10 +51,8 @@ WanTransformerConfig WanTransformerConfig::from_json(const json& config, const s
 }
 
 WanTransformerConfig WanTransformerConfig::from_file(const fs::path& config_json) {
-  const std::string text = read_text_file(config_json);
-  const json parsed =
-      parse_json(text, config_json.string(), "re-download the transformer's config.json");
-  return from_json(parsed, config_json.string());
+  return from_json(read_config_file(config_json, "re-download the transformer's config.json"),
+                   config_json.string());
 }
 
 void WanTransformerConfig::validate(const std::string& where) const {

@@ -12,13 +12,6 @@ namespace {
 
 using nlohmann::json;
 
-double read_number(const json& config, const char* key, double fallback, const std::string& where) {
-  if (!config_has(config, key)) return fallback;
-  const json& value = config.at(key);
-  check(value.is_number(), "{}: '{}' must be a number, got {}", where, key, value.dump());
-  return value.get<double>();
-}
-
 // A list of patch sizes holding exactly one entry (one x_embedder / final layer pair).
 int64_t read_single_patch(const json& config, const char* key, int64_t fallback,
                           const std::string& where) {
@@ -31,27 +24,10 @@ int64_t read_single_patch(const json& config, const char* key, int64_t fallback,
   return value[0].get<int64_t>();
 }
 
-std::array<int64_t, 3> read_axes(const json& config, const char* key,
-                                 std::array<int64_t, 3> fallback, const std::string& where) {
-  if (!config_has(config, key)) return fallback;
-  const json& value = config.at(key);
-  // Position ids have three coordinates (caption index or frame, row, column), so three axes.
-  check(value.is_array() && value.size() == 3 && value[0].is_number_integer() &&
-            value[1].is_number_integer() && value[2].is_number_integer(),
-        "{}: '{}' must be a list of 3 integers (one per RoPE axis), got {}", where, key,
-        value.dump());
-  return {value[0].get<int64_t>(), value[1].get<int64_t>(), value[2].get<int64_t>()};
-}
-
 }  // namespace
 
 ZImageConfig ZImageConfig::from_json(const json& config, const std::string& where) {
-  check(config.is_object(), "{}: expected a JSON object", where);
-  if (config.contains("_class_name")) {
-    const json& name = config.at("_class_name");
-    check(name.is_string() && name.get<std::string>() == "ZImageTransformer2DModel",
-          "{}: _class_name is {}, expected \"ZImageTransformer2DModel\"", where, name.dump());
-  }
+  check_config_class(config, "ZImageTransformer2DModel", where);
   // Z-Image-Omni's SigLIP branch adds an embedder, a refiner and a third token stream.
   check(!config_has(config, "siglip_feat_dim"),
         "{}: 'siglip_feat_dim' is {}: SigLIP-conditioned (Omni) Z-Image transformers are not "
@@ -75,20 +51,19 @@ ZImageConfig ZImageConfig::from_json(const json& config, const std::string& wher
   result.n_heads = config_integer(config, "n_heads", result.n_heads, where);
   result.n_kv_heads = config_integer(config, "n_kv_heads", result.n_kv_heads, where);
   result.cap_feat_dim = config_integer(config, "cap_feat_dim", result.cap_feat_dim, where);
-  result.norm_eps = float(read_number(config, "norm_eps", result.norm_eps, where));
-  result.rope_theta = read_number(config, "rope_theta", result.rope_theta, where);
-  result.t_scale = float(read_number(config, "t_scale", result.t_scale, where));
-  result.axes_dims = read_axes(config, "axes_dims", result.axes_dims, where);
-  result.axes_lens = read_axes(config, "axes_lens", result.axes_lens, where);
+  result.norm_eps = config_float(config, "norm_eps", result.norm_eps, where);
+  result.rope_theta = config_number(config, "rope_theta", result.rope_theta, where);
+  result.t_scale = config_float(config, "t_scale", result.t_scale, where);
+  // Position ids have three coordinates (caption index or frame, row, column), so three axes.
+  config_integers(config, "axes_dims", result.axes_dims, where, "one per RoPE axis");
+  config_integers(config, "axes_lens", result.axes_lens, where, "one per RoPE axis");
   result.validate(where);
   return result;
 }
 
 ZImageConfig ZImageConfig::from_file(const fs::path& config_json) {
-  const std::string text = read_text_file(config_json);
-  const json parsed =
-      parse_json(text, config_json.string(), "re-download the transformer's config.json");
-  return from_json(parsed, config_json.string());
+  return from_json(read_config_file(config_json, "re-download the transformer's config.json"),
+                   config_json.string());
 }
 
 void ZImageConfig::validate(const std::string& where) const {

@@ -8,9 +8,7 @@
 namespace mmgen::text_encoders {
 namespace {
 
-constexpr const char* kFix = "fix the text encoder's config.json";
-
-ClipActivation activation_named(const std::string& name, const std::string& where) {
+ClipActivation clip_activation_named(const std::string& name, const std::string& where) {
   if (name == "quick_gelu") return ClipActivation::QuickGelu;
   if (name == "gelu") return ClipActivation::Gelu;
   if (name == "gelu_new" || name == "gelu_pytorch_tanh") return ClipActivation::GeluTanh;
@@ -22,11 +20,7 @@ ClipActivation activation_named(const std::string& name, const std::string& wher
 
 ClipTextConfig ClipTextConfig::from_json(const nlohmann::json& root, const std::string& where) {
   check(root.is_object(), "{}: expected a JSON object", where);
-  std::string model_type = "clip_text_model";
-  if (root.contains("model_type")) {
-    check(root["model_type"].is_string(), "{}: \"model_type\" must be a string", where);
-    model_type = root["model_type"].get<std::string>();
-  }
+  const std::string model_type = string_field(root, "model_type", "clip_text_model", where);
   // A whole CLIPModel's config keeps the text encoder's under text_config.
   const bool whole = model_type == "clip" && root.contains("text_config");
   check(model_type == "clip_text_model" || whole,
@@ -48,29 +42,16 @@ ClipTextConfig ClipTextConfig::from_json(const nlohmann::json& root, const std::
       positive_int(json, "max_position_embeddings", config.max_position_embeddings, where);
   check(config.hidden_size % config.num_attention_heads == 0,
         "{}: hidden_size {} is not a multiple of num_attention_heads {}; {}", where,
-        config.hidden_size, config.num_attention_heads, kFix);
-  if (json.contains("layer_norm_eps") && !json["layer_norm_eps"].is_null()) {
-    check(json["layer_norm_eps"].is_number() && json["layer_norm_eps"].get<double>() > 0,
-          "{}: \"layer_norm_eps\" must be a positive number; {}", where, kFix);
-    config.layer_norm_eps = json["layer_norm_eps"].get<float>();
-  }
-  if (json.contains("hidden_act") && !json["hidden_act"].is_null()) {
-    check(json["hidden_act"].is_string(), "{}: \"hidden_act\" must be a string; {}", where, kFix);
-    config.hidden_act = json["hidden_act"].get<std::string>();
-  }
-  config.activation = activation_named(config.hidden_act, where);
-  if (json.contains("eos_token_id") && !json["eos_token_id"].is_null()) {
-    check(json["eos_token_id"].is_number_integer() && json["eos_token_id"].get<int64_t>() >= 0,
-          "{}: \"eos_token_id\" must be a non-negative integer; {}", where, kFix);
-    config.eos_token_id = json["eos_token_id"].get<int64_t>();
-  }
+        config.hidden_size, config.num_attention_heads, kEncoderConfigFix);
+  config.layer_norm_eps = positive_float(json, "layer_norm_eps", config.layer_norm_eps, where);
+  config.hidden_act = string_field(json, "hidden_act", config.hidden_act, where);
+  config.activation = clip_activation_named(config.hidden_act, where);
+  config.eos_token_id = non_negative_int(json, "eos_token_id", config.eos_token_id, where);
   return config;
 }
 
 ClipTextConfig ClipTextConfig::from_file(const fs::path& config_json) {
-  return from_json(parse_json(read_text_file(config_json), config_json.string(),
-                              "re-download the text encoder's config.json"),
-                   config_json.string());
+  return from_json(read_encoder_config(config_json), config_json.string());
 }
 
 }  // namespace mmgen::text_encoders

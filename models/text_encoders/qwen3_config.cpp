@@ -10,47 +10,14 @@ namespace {
 
 using json = nlohmann::json;
 
-bool present(const json& object, const char* key) {
-  return object.contains(key) && !object[key].is_null();
-}
-
-int64_t non_negative_int(const json& object, const char* key, int64_t fallback,
-                         const std::string& where) {
-  if (!present(object, key)) return fallback;
-  const json& value = object[key];
-  check(value.is_number_integer() && value.get<int64_t>() >= 0 &&
-            value.get<int64_t>() <= Limits::kMaxConfigInteger,
-        "{}: \"{}\" must be a whole number from 0 to {}, got {}; fix the text encoder's "
-        "config.json",
-        where, key, Limits::kMaxConfigInteger, value.dump());
-  return value.get<int64_t>();
-}
-
-double positive_number(const json& object, const char* key, double fallback,
-                       const std::string& where) {
-  if (!present(object, key)) return fallback;
-  const json& value = object[key];
-  check(value.is_number() && value.get<double>() > 0,
-        "{}: \"{}\" must be a positive number, got {}; fix the text encoder's config.json", where,
-        key, value.dump());
-  return value.get<double>();
-}
-
-bool boolean(const json& object, const char* key, bool fallback, const std::string& where) {
-  if (!present(object, key)) return fallback;
-  check(object[key].is_boolean(), "{}: \"{}\" must be true or false, got {}", where, key,
-        object[key].dump());
-  return object[key].get<bool>();
-}
-
 // The RoPE parameters object: `rope_parameters` (v5) or `rope_scaling` (v4), empty when neither.
 json rope_parameters(const json& object, const std::string& where) {
-  if (present(object, "rope_parameters")) {
+  if (config_has(object, "rope_parameters")) {
     check(object["rope_parameters"].is_object(), "{}: \"rope_parameters\" must be an object",
           where);
     return object["rope_parameters"];
   }
-  if (present(object, "rope_scaling")) {
+  if (config_has(object, "rope_scaling")) {
     check(object["rope_scaling"].is_object(), "{}: \"rope_scaling\" must be an object or null",
           where);
     return object["rope_scaling"];
@@ -68,7 +35,7 @@ void read_rope(const json& object, Qwen3Config& config, const std::string& where
 
   std::string type = "default";
   for (const char* key : {"rope_type", "type"})
-    if (present(parameters, key)) {
+    if (config_has(parameters, key)) {
       check(parameters[key].is_string(), "{}: RoPE \"{}\" must be a string", where, key);
       type = parameters[key].get<std::string>();
       break;
@@ -97,7 +64,7 @@ void read_rope(const json& object, Qwen3Config& config, const std::string& where
 void read_mrope(const json& object, const Qwen3Config& config, const std::string& where) {
   const json parameters = rope_parameters(object, where);
   std::vector<int64_t> sections = {16, 24, 24};  // transformers' default
-  if (present(parameters, "mrope_section")) {
+  if (config_has(parameters, "mrope_section")) {
     const json& value = parameters["mrope_section"];
     check(value.is_array() && value.size() == 3,
           "{}: \"mrope_section\" must list 3 section sizes, got {}", where, value.dump());
@@ -123,7 +90,7 @@ void read_windows(const json& object, Qwen3Config& config, const std::string& wh
   const int64_t max_window_layers = non_negative_int(
       object, "max_window_layers", config.model_type == "qwen2_5_vl" ? 80 : 28, where);
   config.layer_windows.assign(size_t(config.num_hidden_layers), 0);
-  if (present(object, "layer_types")) {
+  if (config_has(object, "layer_types")) {
     const json& types = object["layer_types"];
     check(types.is_array() && int64_t(types.size()) == config.num_hidden_layers,
           "{}: \"layer_types\" must list one type per layer ({})", where, config.num_hidden_layers);
@@ -151,7 +118,7 @@ void read_windows(const json& object, Qwen3Config& config, const std::string& wh
 // original_max_position_embeddings 0). Its sparse settings (MInference patterns for prompts above
 // sparse_attention_threshold tokens, an approximation) are not read: the dense path runs always.
 void read_dual_chunk(const json& object, Qwen3Config& config, const std::string& where) {
-  if (!present(object, "dual_chunk_attention_config")) return;
+  if (!config_has(object, "dual_chunk_attention_config")) return;
   const json& dca = object["dual_chunk_attention_config"];
   const std::string at = where + " dual_chunk_attention_config";
   check(dca.is_object(), "{} must be an object, got {}", at, dca.dump());
@@ -174,7 +141,7 @@ void read_dual_chunk(const json& object, Qwen3Config& config, const std::string&
 
 // The decoder's keys, on top of `config`'s defaults (Qwen3's, or Qwen2.5-VL's text model's).
 Qwen3Config read_decoder(const json& object, Qwen3Config config, const std::string& where) {
-  if (present(object, "hidden_act")) {
+  if (config_has(object, "hidden_act")) {
     const json& act = object["hidden_act"];
     check(
         act.is_string() && (act.get<std::string>() == "silu" || act.get<std::string>() == "swish"),
@@ -204,7 +171,7 @@ Qwen3Config read_decoder(const json& object, Qwen3Config config, const std::stri
   }
   config.max_position_embeddings =
       positive_int(object, "max_position_embeddings", config.max_position_embeddings, where);
-  config.rms_norm_eps = float(positive_number(object, "rms_norm_eps", config.rms_norm_eps, where));
+  config.rms_norm_eps = positive_float(object, "rms_norm_eps", config.rms_norm_eps, where);
   config.tie_word_embeddings =
       boolean(object, "tie_word_embeddings", config.tie_word_embeddings, where);
   if (!vl) config.attention_bias = boolean(object, "attention_bias", config.attention_bias, where);
@@ -241,7 +208,7 @@ Qwen3Config qwen2_5_vl_defaults() {
 Qwen3Config Qwen3Config::from_json(const json& object, const std::string& where) {
   check(object.is_object(), "{}: expected a JSON object", where);
   std::string type = "qwen3";
-  if (present(object, "model_type")) {
+  if (config_has(object, "model_type")) {
     const json& value = object["model_type"];
     check(value.is_string() &&
               (value.get<std::string>() == "qwen3" || value.get<std::string>() == "qwen2_5_vl" ||
@@ -256,7 +223,7 @@ Qwen3Config Qwen3Config::from_json(const json& object, const std::string& where)
   // tie_word_embeddings at the top; v4 configs keep them all at the top (and may repeat them in
   // "text_config", which then wins, as in transformers).
   const json* text = &object;
-  if (type == "qwen2_5_vl" && present(object, "text_config")) {
+  if (type == "qwen2_5_vl" && config_has(object, "text_config")) {
     check(object["text_config"].is_object(), "{}: \"text_config\" must be an object", where);
     text = &object["text_config"];
   }
@@ -267,11 +234,7 @@ Qwen3Config Qwen3Config::from_json(const json& object, const std::string& where)
 }
 
 Qwen3Config Qwen3Config::from_file(const fs::path& config_json) {
-  check(fs::exists(config_json), "text encoder config {} does not exist", config_json.string());
-  const std::string text = read_text_file(config_json);
-  const json object =
-      parse_json(text, config_json.string(), "re-download the text encoder's config.json");
-  return from_json(object, config_json.string());
+  return from_json(read_encoder_config(config_json), config_json.string());
 }
 
 }  // namespace mmgen::text_encoders

@@ -12,7 +12,7 @@ namespace mmgen::text_encoders {
 namespace {
 
 // transformers' ACT2FN names that a T5 feed-forward can use.
-T5Activation activation_named(const std::string& name, const std::string& where) {
+T5Activation t5_activation_named(const std::string& name, const std::string& where) {
   if (name == "relu") return T5Activation::Relu;
   if (name == "gelu") return T5Activation::Gelu;
   if (name == "gelu_new" || name == "gelu_pytorch_tanh") return T5Activation::GeluTanh;
@@ -28,10 +28,7 @@ T5Activation activation_named(const std::string& name, const std::string& where)
 T5Config T5Config::from_json(const nlohmann::json& json, const std::string& where) {
   check(json.is_object(), "{}: expected a JSON object", where);
   T5Config config;
-  if (json.contains("model_type")) {
-    check(json["model_type"].is_string(), "{}: \"model_type\" must be a string", where);
-    config.model_type = json["model_type"].get<std::string>();
-  }
+  config.model_type = string_field(json, "model_type", config.model_type, where);
   check(config.model_type == "umt5" || config.model_type == "t5",
         "{}: model_type \"{}\" is not a T5 encoder this loader knows (expected \"umt5\" or \"t5\")",
         where, config.model_type);
@@ -55,18 +52,10 @@ T5Config T5Config::from_json(const nlohmann::json& json, const std::string& wher
         "{}: relative_attention_max_distance {} must exceed num_buckets / 4", where,
         config.relative_attention_max_distance);
 
-  if (json.contains("layer_norm_epsilon") && !json["layer_norm_epsilon"].is_null()) {
-    check(json["layer_norm_epsilon"].is_number() && json["layer_norm_epsilon"].get<double>() > 0,
-          "{}: \"layer_norm_epsilon\" must be a positive number", where);
-    config.layer_norm_epsilon = json["layer_norm_epsilon"].get<float>();
-  }
-
-  config.feed_forward_proj = umt5 ? "gated-gelu" : "relu";
-  if (json.contains("feed_forward_proj") && !json["feed_forward_proj"].is_null()) {
-    check(json["feed_forward_proj"].is_string(), "{}: \"feed_forward_proj\" must be a string",
-          where);
-    config.feed_forward_proj = json["feed_forward_proj"].get<std::string>();
-  }
+  config.layer_norm_epsilon =
+      positive_float(json, "layer_norm_epsilon", config.layer_norm_epsilon, where);
+  config.feed_forward_proj =
+      string_field(json, "feed_forward_proj", umt5 ? "gated-gelu" : "relu", where);
   // "gated-ACT" or "ACT", as transformers parses it; "gated-gelu" means the tanh GELU.
   const std::string& proj = config.feed_forward_proj;
   const size_t dash = proj.find('-');
@@ -80,15 +69,12 @@ T5Config T5Config::from_json(const nlohmann::json& json, const std::string& wher
     activation = proj.substr(dash + 1);
   }
   config.activation =
-      proj == "gated-gelu" ? T5Activation::GeluTanh : activation_named(activation, where);
+      proj == "gated-gelu" ? T5Activation::GeluTanh : t5_activation_named(activation, where);
   return config;
 }
 
 T5Config T5Config::from_file(const fs::path& config_json) {
-  const std::string text = read_text_file(config_json);
-  const nlohmann::json json =
-      parse_json(text, config_json.string(), "re-download the text encoder's config.json");
-  return from_json(json, config_json.string());
+  return from_json(read_encoder_config(config_json), config_json.string());
 }
 
 }  // namespace mmgen::text_encoders

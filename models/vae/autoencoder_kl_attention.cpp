@@ -12,7 +12,8 @@
 namespace mmgen::vae {
 namespace {
 
-constexpr float kNormEps = 1e-6f;  // UNetMidBlock2D passes resnet_eps to its attention's norm
+constexpr float kAttentionNormEps =
+    1e-6f;  // UNetMidBlock2D passes resnet_eps to its attention's norm
 
 // `parts` ([rows_i, ...] on the host, any float dtype) stacked along the first axis as float32,
 // reshaped to `shape`.
@@ -33,7 +34,7 @@ KlAttentionBlock::KlAttentionBlock(const WeightStore& store, const std::string& 
                                    int64_t channels, int64_t groups)
     : prefix_(prefix),
       channels_(channels),
-      norm_(store, prefix + ".group_norm", channels, groups, kNormEps) {
+      norm_(store, prefix + ".group_norm", channels, groups, kAttentionNormEps) {
   for (const char* projection : {".to_q", ".to_k", ".to_v", ".to_out.0"}) {
     check_kl_weight(store, prefix + projection + ".weight", {channels, channels});
     check_kl_weight(store, prefix + projection + ".bias", {channels});

@@ -15,20 +15,7 @@ namespace {
 
 using nlohmann::json;
 
-bool boolean(const json& config, const char* key, bool fallback, const std::string& where) {
-  if (!config_has(config, key)) return fallback;
-  check(config[key].is_boolean(), "{}: \"{}\" must be true or false, got {}", where, key,
-        config[key].dump());
-  return config[key].get<bool>();
-}
-
-// A number that float32 holds (converting a larger double to float is undefined behaviour).
-float factor(const json& value, const char* key, const std::string& where) {
-  const double number = value.is_number() ? value.get<double>() : NAN;
-  check(std::isfinite(number) && std::abs(number) <= double(std::numeric_limits<float>::max()),
-        "{}: \"{}\" must be a finite float32 number, got {}", where, key, value.dump());
-  return float(number);  // torch rounds a Python float scalar to the tensor's float32
-}
+constexpr const char* kFix = "fix the VAE's config.json";
 
 }  // namespace
 
@@ -74,17 +61,19 @@ AutoencoderKLConfig AutoencoderKLConfig::from_json(const json& config, const std
           "{}: \"norm_num_groups\" {} does not divide block_out_channels entry {}", where,
           result.norm_num_groups, channels);
 
-  if (config_has(config, "scaling_factor"))
-    result.scaling_factor = factor(config["scaling_factor"], "scaling_factor", where);
+  result.scaling_factor = config_float(config, "scaling_factor", result.scaling_factor, where,
+                                       NumberRule::Finite, kFix);
   check(result.scaling_factor != 0.0f, "{}: \"scaling_factor\" must not be 0", where);
   if (config_has(config, "shift_factor"))
-    result.shift_factor = factor(config["shift_factor"], "shift_factor", where);
+    result.shift_factor =
+        config_float(config, "shift_factor", 0.0f, where, NumberRule::Finite, kFix);
 
-  result.use_quant_conv = boolean(config, "use_quant_conv", result.use_quant_conv, where);
+  result.use_quant_conv =
+      config_boolean(config, "use_quant_conv", result.use_quant_conv, where, kFix);
   result.use_post_quant_conv =
-      boolean(config, "use_post_quant_conv", result.use_post_quant_conv, where);
-  result.mid_block_add_attention =
-      boolean(config, "mid_block_add_attention", result.mid_block_add_attention, where);
+      config_boolean(config, "use_post_quant_conv", result.use_post_quant_conv, where, kFix);
+  result.mid_block_add_attention = config_boolean(config, "mid_block_add_attention",
+                                                  result.mid_block_add_attention, where, kFix);
 
   if (config_has(config, "sample_size")) {
     // diffusers allows [height, width] and tiles by the first.
@@ -100,9 +89,8 @@ AutoencoderKLConfig AutoencoderKLConfig::from_json(const json& config, const std
 }
 
 AutoencoderKLConfig AutoencoderKLConfig::from_file(const fs::path& config_json) {
-  const std::string text = read_text_file(config_json);
-  const json config = parse_json(text, config_json.string(), "re-download the VAE's config.json");
-  return from_json(config, config_json.string());
+  return from_json(read_config_file(config_json, "re-download the VAE's config.json"),
+                   config_json.string());
 }
 
 int64_t AutoencoderKLConfig::tail_radius() const {

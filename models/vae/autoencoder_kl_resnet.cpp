@@ -3,14 +3,14 @@
 namespace mmgen::vae {
 namespace {
 
-constexpr float kNormEps = 1e-6f;  // the decoder passes resnet_eps=1e-6 to every block
+constexpr float kResnetNormEps = 1e-6f;  // the decoder passes resnet_eps=1e-6 to every block
 
 }  // namespace
 
 KlResnetBlock::KlResnetBlock(const WeightStore& store, const std::string& prefix,
                              int64_t in_channels, int64_t out_channels, int64_t groups)
-    : norm1_(store, prefix + ".norm1", in_channels, groups, kNormEps),
-      norm2_(store, prefix + ".norm2", out_channels, groups, kNormEps),
+    : norm1_(store, prefix + ".norm1", in_channels, groups, kResnetNormEps),
+      norm2_(store, prefix + ".norm2", out_channels, groups, kResnetNormEps),
       has_shortcut_(in_channels != out_channels) {
   conv1_ = KlConv2d(store, prefix + ".conv1", in_channels, out_channels, 3);
   conv2_ = KlConv2d(store, prefix + ".conv2", out_channels, out_channels, 3);

@@ -55,8 +55,7 @@ WanVaeConfig WanVaeConfig::from_json(const json& config, const std::string& wher
 
   // Wan2.2's keys belong to AutoencoderKLWan alone; AutoencoderKLQwenImage ignores them.
   if (!qwen_image && config_has(config, "is_residual")) {
-    check(config["is_residual"].is_boolean(), "{}: \"is_residual\" must be true or false", where);
-    check(!config["is_residual"].get<bool>(),
+    check(!config_boolean(config, "is_residual", false, where),
           "{}: is_residual = true is the Wan2.2 VAE, which mmgen does not implement yet; use a "
           "Wan2.1 VAE (is_residual false)",
           where);
@@ -133,9 +132,8 @@ WanVaeConfig WanVaeConfig::from_json(const json& config, const std::string& wher
 }
 
 WanVaeConfig WanVaeConfig::from_file(const fs::path& config_json) {
-  const std::string text = read_text_file(config_json);
-  const json config = parse_json(text, config_json.string(), "re-download the VAE's config.json");
-  return from_json(config, config_json.string());
+  return from_json(read_config_file(config_json, "re-download the VAE's config.json"),
+                   config_json.string());
 }
 
 int64_t WanVaeConfig::tail_radius() const {
