@@ -43,61 +43,67 @@ FluxTransformer FluxTransformer::load(const fs::path& folder) {
   return FluxTransformer(std::move(config), WeightStore::open_folder(folder));
 }
 
+void FluxTransformer::list_parameters(const models::ParameterVisitor& visit) const {
+  list_flux_parameters(weights_, config_, visit);
+}
+
 void FluxTransformer::set_device(Device device, DType compute) {
-  device_ = device;
-  compute_ = device == Device::CPU ? DType::F32 : compute;
-  resident_double_.clear();
-  resident_single_.clear();
-  resident_outer_ = {};
-  resident_bytes_ = 0;
   rope_cache_ = std::make_shared<FluxRopeCache>();
-  if (device == Device::CPU) return;
-  check(compute_ == DType::BF16, "GPU transformer: the products read bf16, not {}",
-        dtype_name(compute_));
-  for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
-    resident_double_.push_back(load_flux_double_block(weights_, layer).placed(device, compute_));
-    resident_bytes_ += resident_double_.back().bytes();
-  }
-  for (int64_t layer = 0; layer < config_.num_single_layers; ++layer) {
-    resident_single_.push_back(
-        FluxSingleBlockWeights::load(weights_, layer).placed(device, compute_));
-    resident_bytes_ += resident_single_.back().bytes();
-  }
-  resident_outer_ = host_outer_.placed(device, compute_);
-  resident_bytes_ += resident_outer_.bytes();
+  // The CPU holds nothing but the checkpoint it reads, so the host state is the empty one.
+  const auto to_host = [](Resident&&) { return Resident{}; };
+  models::move_model(resident_, device, to_host, [&](const Resident&) {
+    Resident next;
+    next.device = device;
+    next.compute = compute;
+    check(next.compute == DType::BF16, "GPU transformer: the products read bf16, not {}",
+          dtype_name(next.compute));
+    const models::PlacementRule rule{device, next.compute};
+    for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
+      next.double_blocks.push_back(models::placed(load_flux_double_block(weights_, layer), rule));
+      next.bytes += models::parameter_bytes(next.double_blocks.back(), device);
+    }
+    for (int64_t layer = 0; layer < config_.num_single_layers; ++layer) {
+      next.single_blocks.push_back(
+          models::placed(FluxSingleBlockWeights::load(weights_, layer), rule));
+      next.bytes += models::parameter_bytes(next.single_blocks.back(), device);
+    }
+    next.outer = models::placed(host_outer_, rule);
+    next.bytes += models::parameter_bytes(next.outer, device);
+    return next;
+  });
 }
 
 FluxDoubleBlockWeights FluxTransformer::double_block(int64_t layer) const {
-  if (device_ != Device::CPU) return resident_double_[size_t(layer)];
+  if (resident_.device != Device::CPU) return resident_.double_blocks[size_t(layer)];
   return load_flux_double_block(weights_, layer);
 }
 
 FluxSingleBlockWeights FluxTransformer::single_block(int64_t layer) const {
-  if (device_ != Device::CPU) return resident_single_[size_t(layer)];
+  if (resident_.device != Device::CPU) return resident_.single_blocks[size_t(layer)];
   return FluxSingleBlockWeights::load(weights_, layer);
 }
 
 Tensor FluxTransformer::conditioning(const FluxItem& item) const {
-  const FluxOuterWeights& w = device_ == Device::CPU ? host_outer_ : resident_outer_;
+  const FluxOuterWeights& w = resident_.device == Device::CPU ? host_outer_ : resident_.outer;
   // The model scales in float32 (timestep.to(dtype) * 1000), which is not always the scheduler's
   // timestep again after the pipeline's division.
   const auto sinusoid = [](float value) {
     return Tensor::from_vector({1, kFluxTimestepChannels},
                                timestep_sinusoid(value * 1000.0f, kFluxTimestepChannels));
   };
-  Tensor temb = embed(sinusoid(item.timestep), w.time_1, w.time_2, compute_);
+  Tensor temb = embed(sinusoid(item.timestep), w.time_1, w.time_2, resident_.compute);
   if (config_.guidance_embeds)
-    ops::add_(temb, embed(sinusoid(item.guidance), w.guidance_1, w.guidance_2, compute_));
+    ops::add_(temb, embed(sinusoid(item.guidance), w.guidance_1, w.guidance_2, resident_.compute));
   ops::add_(temb, embed(item.pooled.to(DType::F32).contiguous().view({1, -1}), w.text_1, w.text_2,
-                        compute_));
+                        resident_.compute));
   ops::activate_(temb, Activation::Silu);
-  return temb.to(compute_);
+  return temb.to(resident_.compute);
 }
 
 std::vector<Tensor> FluxTransformer::forward(const std::vector<FluxItem>& batch,
                                              const FluxStep& step, FluxAttention* attention) const {
   check(!batch.empty(), "FLUX transformer: empty batch");
-  const FluxOuterWeights& outer = device_ == Device::CPU ? host_outer_ : resident_outer_;
+  const FluxOuterWeights& outer = resident_.device == Device::CPU ? host_outer_ : resident_.outer;
   const int64_t dim = config_.dim();
   for (const FluxItem& item : batch) {
     check(item.image.dim() == 2 && item.image.size(1) == config_.in_channels &&
@@ -117,8 +123,8 @@ std::vector<Tensor> FluxTransformer::forward(const std::vector<FluxItem>& batch,
   for (const FluxItem& item : batch) {
     conditionings.push_back(conditioning(item));
     const auto embedded = [&](const Tensor& x, const FluxLinear& embedder) {
-      return ops::linear(x.to(compute_).contiguous().to(device_), embedder.weight, embedder.bias,
-                         DType::F32);
+      return ops::linear(x.to(resident_.compute).contiguous().to(resident_.device), embedder.weight,
+                         embedder.bias, DType::F32);
     };
     texts.push_back(embedded(item.text, outer.context_embedder));
     images.push_back(embedded(item.image, outer.x_embedder));
@@ -126,7 +132,7 @@ std::vector<Tensor> FluxTransformer::forward(const std::vector<FluxItem>& batch,
       FluxPositions positions = flux_text_positions(item.text.size(0));
       const FluxPositions image_positions = flux_image_positions(item.rows, item.columns);
       positions.insert(positions.end(), image_positions.begin(), image_positions.end());
-      return flux_rope_tables(config_, positions, device_);
+      return flux_rope_tables(config_, positions, resident_.device);
     }));
   }
 
@@ -147,7 +153,7 @@ std::vector<Tensor> FluxTransformer::forward(const std::vector<FluxItem>& batch,
       call.text_tokens = texts[size_t(i)].size(0);
       call.timestep = batch[size_t(i)].timestep;
       run_flux_double_block(texts[size_t(i)], images[size_t(i)], w, conditionings[size_t(i)],
-                            config_, ropes[size_t(i)], compute_, call);
+                            config_, ropes[size_t(i)], resident_.compute, call);
     }
   }
   std::vector<Tensor> joints;
@@ -166,7 +172,7 @@ std::vector<Tensor> FluxTransformer::forward(const std::vector<FluxItem>& batch,
       call.text_tokens = batch[size_t(i)].text.size(0);
       call.timestep = batch[size_t(i)].timestep;
       run_flux_single_block(joints[size_t(i)], w, conditionings[size_t(i)], config_,
-                            ropes[size_t(i)], compute_, call);
+                            ropes[size_t(i)], resident_.compute, call);
     }
   }
 
@@ -179,7 +185,7 @@ std::vector<Tensor> FluxTransformer::forward(const std::vector<FluxItem>& batch,
                                    outer.norm_out.bias, DType::F32)
                            .view({2, dim});
     const Tensor normed = ops::modulated_layer_norm(image, mod.select(0, 1), mod.select(0, 0),
-                                                    kFluxNormEps, compute_);
+                                                    kFluxNormEps, resident_.compute);
     outputs.push_back(ops::linear(normed, outer.proj_out.weight, outer.proj_out.bias, DType::F32)
                           .to(Device::CPU));
     joints[size_t(i)] = Tensor();

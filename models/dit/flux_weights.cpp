@@ -76,26 +76,29 @@ FluxSingleBlockWeights FluxSingleBlockWeights::load(const WeightStore& store, in
   return w;
 }
 
-FluxSingleBlockWeights FluxSingleBlockWeights::placed(Device device, DType compute) const {
-  FluxSingleBlockWeights p;
-  p.modulation = modulation.placed(device, compute);
-  p.to_q = to_q.placed(device, compute);
-  p.to_k = to_k.placed(device, compute);
-  p.to_v = to_v.placed(device, compute);
-  p.mlp_in = mlp_in.placed(device, compute);
-  p.norm_q = norm_q.to(device);
-  p.norm_k = norm_k.to(device);
-  p.out_attention = out_attention.to(compute).to(device);
-  p.out_mlp = out_mlp.to(compute).to(device);
-  p.out_bias = out_bias.to(device);
-  return p;
+void list_flux_parameters(const WeightStore& store, const FluxConfig& config,
+                          const models::ParameterVisitor& visit) {
+  for (int64_t layer = 0; layer < config.num_layers; ++layer)
+    load_flux_double_block(store, layer).parameters(models::nested(visit, double_prefix(layer)));
+  for (int64_t layer = 0; layer < config.num_single_layers; ++layer)
+    FluxSingleBlockWeights::load(store, layer)
+        .parameters(models::nested(visit, single_prefix(layer)));
+  FluxOuterWeights::load(store, config).parameters(visit);
 }
 
-size_t FluxSingleBlockWeights::bytes() const {
-  size_t total = mmdit_bytes(norm_q) + mmdit_bytes(norm_k) + mmdit_bytes(out_attention) +
-                 mmdit_bytes(out_mlp) + mmdit_bytes(out_bias);
-  for (const FluxLinear* l : {&modulation, &to_q, &to_k, &to_v, &mlp_in}) total += l->bytes();
-  return total;
+void FluxSingleBlockWeights::parameters(const models::ParameterVisitor& visit) {
+  using models::nested;
+  using models::Role;
+  modulation.parameters(nested(visit, "norm.linear."));
+  to_q.parameters(nested(visit, "attn.to_q."));
+  to_k.parameters(nested(visit, "attn.to_k."));
+  to_v.parameters(nested(visit, "attn.to_v."));
+  mlp_in.parameters(nested(visit, "proj_mlp."));
+  visit({"attn.norm_q.weight", norm_q, Role::Float32});
+  visit({"attn.norm_k.weight", norm_k, Role::Float32});
+  visit({"proj_out.weight[attention]", out_attention, Role::Product});
+  visit({"proj_out.weight[mlp]", out_mlp, Role::Product});
+  visit({"proj_out.bias", out_bias, Role::Float32});
 }
 
 FluxOuterWeights FluxOuterWeights::load(const WeightStore& store, const FluxConfig& config) {
@@ -116,28 +119,19 @@ FluxOuterWeights FluxOuterWeights::load(const WeightStore& store, const FluxConf
   return w;
 }
 
-FluxOuterWeights FluxOuterWeights::placed(Device device, DType compute) const {
-  FluxOuterWeights p;
-  for (auto [from, to] : {std::pair{&x_embedder, &p.x_embedder},
-                          {&context_embedder, &p.context_embedder},
-                          {&time_1, &p.time_1},
-                          {&time_2, &p.time_2},
-                          {&guidance_1, &p.guidance_1},
-                          {&guidance_2, &p.guidance_2},
-                          {&text_1, &p.text_1},
-                          {&text_2, &p.text_2},
-                          {&norm_out, &p.norm_out},
-                          {&proj_out, &p.proj_out}})
-    if (from->weight.defined()) *to = from->placed(device, compute);
-  return p;
-}
-
-size_t FluxOuterWeights::bytes() const {
-  size_t total = 0;
-  for (const FluxLinear* l : {&x_embedder, &context_embedder, &time_1, &time_2, &guidance_1,
-                              &guidance_2, &text_1, &text_2, &norm_out, &proj_out})
-    total += l->bytes();
-  return total;
+void FluxOuterWeights::parameters(const models::ParameterVisitor& visit) {
+  using models::nested;
+  const std::string e = "time_text_embed.";
+  x_embedder.parameters(nested(visit, "x_embedder."));
+  context_embedder.parameters(nested(visit, "context_embedder."));
+  time_1.parameters(nested(visit, e + "timestep_embedder.linear_1."));
+  time_2.parameters(nested(visit, e + "timestep_embedder.linear_2."));
+  guidance_1.parameters(nested(visit, e + "guidance_embedder.linear_1."));
+  guidance_2.parameters(nested(visit, e + "guidance_embedder.linear_2."));
+  text_1.parameters(nested(visit, e + "text_embedder.linear_1."));
+  text_2.parameters(nested(visit, e + "text_embedder.linear_2."));
+  norm_out.parameters(nested(visit, "norm_out.linear."));
+  proj_out.parameters(nested(visit, "proj_out."));
 }
 
 }  // namespace mmgen::dit

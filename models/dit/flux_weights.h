@@ -38,8 +38,9 @@ struct FluxSingleBlockWeights {
   Tensor out_bias;
 
   static FluxSingleBlockWeights load(const WeightStore& store, int64_t layer);
-  FluxSingleBlockWeights placed(Device device, DType compute) const;
-  size_t bytes() const;
+  // Named below the block's prefix; proj_out's two column blocks as "proj_out.weight[attention]"
+  // and "proj_out.weight[mlp]".
+  void parameters(const models::ParameterVisitor& visit);
 };
 
 // Everything outside the blocks.
@@ -52,11 +53,15 @@ struct FluxOuterWeights {
   FluxLinear proj_out;
 
   static FluxOuterWeights load(const WeightStore& store, const FluxConfig& config);
-  FluxOuterWeights placed(Device device, DType compute) const;
-  size_t bytes() const;
+  void parameters(const models::ParameterVisitor& visit);
 };
 
 // Checks every tensor the config implies.
 void check_flux_weights(const WeightStore& store, const FluxConfig& config);
+
+// Every tensor of the checkpoint as the model reads it (host copies, loaded block by block),
+// under its checkpoint name: the model's tree for what works by name (tests, LoRA).
+void list_flux_parameters(const WeightStore& store, const FluxConfig& config,
+                          const models::ParameterVisitor& visit);
 
 }  // namespace mmgen::dit

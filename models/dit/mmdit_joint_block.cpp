@@ -13,6 +13,7 @@ MMDiTJointBlockWeights MMDiTJointBlockWeights::load(const WeightStore& store,
   const std::string& p = prefix;
   const std::string a = p + "attn.";
   MMDiTJointBlockWeights w;
+  w.names = names;
   w.image_modulation = mmdit_adaln_linear(store, p + names.image_modulation, 6, {1, 4});
   w.text_modulation = mmdit_adaln_linear(store, p + names.text_modulation, 6, {1, 4});
   w.to_q = mmdit_linear(store, a + "to_q");
@@ -34,38 +35,28 @@ MMDiTJointBlockWeights MMDiTJointBlockWeights::load(const WeightStore& store,
   return w;
 }
 
-MMDiTJointBlockWeights MMDiTJointBlockWeights::placed(Device device, DType compute) const {
-  MMDiTJointBlockWeights p;
-  for (auto [from, to] : {std::pair{&image_modulation, &p.image_modulation},
-                          {&text_modulation, &p.text_modulation},
-                          {&to_q, &p.to_q},
-                          {&to_k, &p.to_k},
-                          {&to_v, &p.to_v},
-                          {&to_out, &p.to_out},
-                          {&add_q, &p.add_q},
-                          {&add_k, &p.add_k},
-                          {&add_v, &p.add_v},
-                          {&add_out, &p.add_out},
-                          {&image_mlp_in, &p.image_mlp_in},
-                          {&image_mlp_out, &p.image_mlp_out},
-                          {&text_mlp_in, &p.text_mlp_in},
-                          {&text_mlp_out, &p.text_mlp_out}})
-    *to = from->placed(device, compute);
-  p.norm_q = norm_q.to(device);
-  p.norm_k = norm_k.to(device);
-  p.norm_added_q = norm_added_q.to(device);
-  p.norm_added_k = norm_added_k.to(device);
-  return p;
-}
-
-size_t MMDiTJointBlockWeights::bytes() const {
-  size_t total = mmdit_bytes(norm_q) + mmdit_bytes(norm_k) + mmdit_bytes(norm_added_q) +
-                 mmdit_bytes(norm_added_k);
-  for (const FluxLinear* l :
-       {&image_modulation, &text_modulation, &to_q, &to_k, &to_v, &to_out, &add_q, &add_k, &add_v,
-        &add_out, &image_mlp_in, &image_mlp_out, &text_mlp_in, &text_mlp_out})
-    total += l->bytes();
-  return total;
+void MMDiTJointBlockWeights::parameters(const models::ParameterVisitor& visit) {
+  using models::nested;
+  image_modulation.parameters(nested(visit, names.image_modulation + "."));
+  text_modulation.parameters(nested(visit, names.text_modulation + "."));
+  for (auto [name, linear] : {std::pair{"attn.to_q.", &to_q},
+                              {"attn.to_k.", &to_k},
+                              {"attn.to_v.", &to_v},
+                              {"attn.to_out.0.", &to_out},
+                              {"attn.add_q_proj.", &add_q},
+                              {"attn.add_k_proj.", &add_k},
+                              {"attn.add_v_proj.", &add_v},
+                              {"attn.to_add_out.", &add_out}})
+    linear->parameters(nested(visit, name));
+  for (auto [name, norm] : {std::pair{"attn.norm_q.weight", &norm_q},
+                            {"attn.norm_k.weight", &norm_k},
+                            {"attn.norm_added_q.weight", &norm_added_q},
+                            {"attn.norm_added_k.weight", &norm_added_k}})
+    visit({name, *norm, models::Role::Float32});
+  image_mlp_in.parameters(nested(visit, names.image_mlp + ".net.0.proj."));
+  image_mlp_out.parameters(nested(visit, names.image_mlp + ".net.2."));
+  text_mlp_in.parameters(nested(visit, names.text_mlp + ".net.0.proj."));
+  text_mlp_out.parameters(nested(visit, names.text_mlp + ".net.2."));
 }
 
 void check_mmdit_joint_block(const MMDiTWeightCheck& expect, const std::string& prefix,

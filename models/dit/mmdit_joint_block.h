@@ -32,12 +32,12 @@ struct MMDiTJointBlockWeights {
   FluxLinear to_q, to_k, to_v, to_out, add_q, add_k, add_v, add_out;
   Tensor norm_q, norm_k, norm_added_q, norm_added_k;  // per-head RMSNorm [head_dim]
   FluxLinear image_mlp_in, image_mlp_out, text_mlp_in, text_mlp_out;
+  MMDiTJointBlockNames names;  // what the model calls the tensors whose names differ
 
   // `prefix` is the block's, e.g. "transformer_blocks.3.".
   static MMDiTJointBlockWeights load(const WeightStore& store, const std::string& prefix,
                                      const MMDiTJointBlockNames& names);
-  MMDiTJointBlockWeights placed(Device device, DType compute) const;
-  size_t bytes() const;
+  void parameters(const models::ParameterVisitor& visit);  // named as below the block's prefix
 };
 
 // Checks every tensor of one joint block: `dim` the model's width, `head_dim` a head's, `mlp_dim`

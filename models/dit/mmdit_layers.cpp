@@ -5,30 +5,13 @@
 
 namespace mmgen::dit {
 
-FluxLinear FluxLinear::placed(Device device, DType compute) const {
-  return {weight.to(compute).to(device), bias.defined() ? bias.to(device) : Tensor()};
-}
-
-size_t FluxLinear::bytes() const {
-  return mmdit_bytes(weight) + mmdit_bytes(bias);
-}
-
-size_t mmdit_bytes(const Tensor& t) {
-  return t.defined() ? t.nbytes() : 0;
+void FluxLinear::parameters(const models::ParameterVisitor& visit) {
+  visit({"weight", weight, models::Role::Product});
+  visit({"bias", bias, models::Role::Float32});
 }
 
 void MMDiTWeightCheck::tensor(const std::string& name, const Shape& shape) const {
-  check(store.has(name),
-        "transformer weights in {}: tensor '{}' is missing; the checkpoint does not match its "
-        "config.json (or is not a {} transformer)",
-        store.origin().string(), name, model);
-  const TensorInfo& info = store.info(name);
-  check(dtype_is_floating(info.dtype) && info.dtype != DType::F64,
-        "transformer weights in {}: tensor '{}' is {}, expected f32, bf16, f16 or f8_e4m3",
-        store.origin().string(), name, dtype_name(info.dtype));
-  check(info.shape == shape,
-        "transformer weights in {}: tensor '{}' has shape {}, config.json implies {}",
-        store.origin().string(), name, shape_string(info.shape), shape_string(shape));
+  models::expect_parameter(store, name, shape, model);
 }
 
 void MMDiTWeightCheck::linear(const std::string& name, int64_t out, int64_t in) const {

@@ -14,6 +14,7 @@
 #include "core/safetensors.h"
 #include "core/tensor.h"
 #include "models/dit/flux_rope.h"
+#include "models/parameters.h"
 
 namespace mmgen::dit {
 
@@ -24,12 +25,8 @@ inline constexpr float kMMDiTEps = 1e-6f;
 // (named for FLUX, the first model that used it).
 struct FluxLinear {
   Tensor weight, bias;
-  FluxLinear placed(Device device, DType compute) const;
-  size_t bytes() const;
+  void parameters(const models::ParameterVisitor& visit);  // "weight", "bias"
 };
-
-// The bytes a tensor holds, 0 when undefined.
-size_t mmdit_bytes(const Tensor& t);
 
 // Checks a checkpoint's tensors against the shapes its config.json implies, each failure one line
 // naming the tensor, the checkpoint and, for a missing tensor, the model it was read as.

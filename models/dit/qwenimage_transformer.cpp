@@ -52,47 +52,57 @@ QwenImageTransformer QwenImageTransformer::load(const fs::path& folder) {
   return QwenImageTransformer(std::move(config), WeightStore::open_folder(folder));
 }
 
+void QwenImageTransformer::list_parameters(const models::ParameterVisitor& visit) const {
+  list_qwenimage_parameters(weights_, config_, visit);
+}
+
 void QwenImageTransformer::set_device(Device device, DType compute) {
-  device_ = device;
-  compute_ = device == Device::CPU ? DType::F32 : compute;
-  resident_blocks_.clear();
-  resident_outer_ = {};
-  resident_bytes_ = 0;
   rope_cache_ = std::make_shared<FluxRopeCache>();
-  if (device == Device::CPU) return;
-  check(compute_ == DType::BF16, "GPU transformer: the products read bf16, not {}",
-        dtype_name(compute_));
-  for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
-    resident_blocks_.push_back(load_qwenimage_block(weights_, layer).placed(device, compute_));
-    resident_bytes_ += resident_blocks_.back().bytes();
-  }
-  resident_outer_ = host_outer_.placed(device, compute_);
-  resident_bytes_ += resident_outer_.bytes();
+  // The CPU holds nothing but the checkpoint it reads, so the host state is the empty one.
+  const auto to_host = [](Resident&&) { return Resident{}; };
+  models::move_model(resident_, device, to_host, [&](const Resident&) {
+    Resident next;
+    next.device = device;
+    next.compute = compute;
+    check(next.compute == DType::BF16, "GPU transformer: the products read bf16, not {}",
+          dtype_name(next.compute));
+    const models::PlacementRule rule{device, next.compute};
+    for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
+      next.blocks.push_back(models::placed(load_qwenimage_block(weights_, layer), rule));
+      next.bytes += models::parameter_bytes(next.blocks.back(), device);
+    }
+    next.outer = models::placed(host_outer_, rule);
+    next.bytes += models::parameter_bytes(next.outer, device);
+    return next;
+  });
 }
 
 QwenImageBlockWeights QwenImageTransformer::block(int64_t layer) const {
-  if (device_ != Device::CPU) return resident_blocks_[size_t(layer)];
+  if (resident_.device != Device::CPU) return resident_.blocks[size_t(layer)];
   return load_qwenimage_block(weights_, layer);
 }
 
 Tensor QwenImageTransformer::conditioning(const QwenImageItem& item) const {
-  const QwenImageOuterWeights& w = device_ == Device::CPU ? host_outer_ : resident_outer_;
+  const QwenImageOuterWeights& w = resident_.device == Device::CPU ? host_outer_ : resident_.outer;
   // TimestepEmbedding: linear_2(SiLU(linear_1(sinusoid))). SiLU runs on a float32 result on the
   // GPU (cuBLASLt's epilogue has only the tanh GELU).
-  const Tensor input = timestep_sinusoid_scaled(item.timestep).to(compute_).to(device_);
+  const Tensor input =
+      timestep_sinusoid_scaled(item.timestep).to(resident_.compute).to(resident_.device);
   const Tensor hidden =
       ops::linear(input, w.time_1.weight, w.time_1.bias, DType::F32, Activation::Silu);
-  Tensor temb = ops::linear(hidden.to(compute_), w.time_2.weight, w.time_2.bias, DType::F32);
+  Tensor temb =
+      ops::linear(hidden.to(resident_.compute), w.time_2.weight, w.time_2.bias, DType::F32);
   // img_mod, txt_mod and norm_out all read SiLU(temb).
   ops::activate_(temb, Activation::Silu);
-  return temb.to(compute_);
+  return temb.to(resident_.compute);
 }
 
 std::vector<Tensor> QwenImageTransformer::forward(const std::vector<QwenImageItem>& batch,
                                                   const QwenImageStep& step,
                                                   QwenImageAttention* attention) const {
   check(!batch.empty(), "Qwen-Image transformer: empty batch");
-  const QwenImageOuterWeights& outer = device_ == Device::CPU ? host_outer_ : resident_outer_;
+  const QwenImageOuterWeights& outer =
+      resident_.device == Device::CPU ? host_outer_ : resident_.outer;
   const int64_t dim = config_.dim();
   for (const QwenImageItem& item : batch) {
     const QwenImageShape& s = item.shape;
@@ -110,14 +120,14 @@ std::vector<Tensor> QwenImageTransformer::forward(const std::vector<QwenImageIte
   std::vector<FluxRopeTables> ropes;
   for (const QwenImageItem& item : batch) {
     conditionings.push_back(conditioning(item));
-    const Tensor text = item.text.to(DType::F32).contiguous().to(device_);
-    const Tensor normed = ops::rms_norm(text, outer.text_norm, kQwenNormEps, compute_);
+    const Tensor text = item.text.to(DType::F32).contiguous().to(resident_.device);
+    const Tensor normed = ops::rms_norm(text, outer.text_norm, kQwenNormEps, resident_.compute);
     texts.push_back(ops::linear(normed, outer.text_in.weight, outer.text_in.bias, DType::F32));
-    images.push_back(ops::linear(item.image.to(compute_).contiguous().to(device_),
+    images.push_back(ops::linear(item.image.to(resident_.compute).contiguous().to(resident_.device),
                                  outer.image_in.weight, outer.image_in.bias, DType::F32));
     const QwenImageShape& s = item.shape;
     ropes.push_back(rope_cache_->tables({item.text.size(0), s.frames, s.rows, s.columns}, [&] {
-      return qwenimage_rope_tables(config_, s, item.text.size(0), device_);
+      return qwenimage_rope_tables(config_, s, item.text.size(0), resident_.device);
     }));
   }
 
@@ -138,7 +148,7 @@ std::vector<Tensor> QwenImageTransformer::forward(const std::vector<QwenImageIte
       call.text_tokens = texts[size_t(i)].size(0);
       call.timestep = batch[size_t(i)].timestep;
       run_qwenimage_block(texts[size_t(i)], images[size_t(i)], w, conditionings[size_t(i)], config_,
-                          ropes[size_t(i)], compute_, call);
+                          ropes[size_t(i)], resident_.compute, call);
     }
   }
 
@@ -149,8 +159,8 @@ std::vector<Tensor> QwenImageTransformer::forward(const std::vector<QwenImageIte
     const Tensor mod = ops::linear(conditionings[size_t(i)], outer.norm_out.weight,
                                    outer.norm_out.bias, DType::F32)
                            .view({2, dim});
-    const Tensor normed = ops::modulated_layer_norm(images[size_t(i)], mod.select(0, 1),
-                                                    mod.select(0, 0), kQwenNormEps, compute_);
+    const Tensor normed = ops::modulated_layer_norm(
+        images[size_t(i)], mod.select(0, 1), mod.select(0, 0), kQwenNormEps, resident_.compute);
     outputs.push_back(ops::linear(normed, outer.proj_out.weight, outer.proj_out.bias, DType::F32)
                           .to(Device::CPU));
     images[size_t(i)] = Tensor();

@@ -53,8 +53,11 @@ class QwenImageTransformer {
   // Runs the model on `device` from now on; `compute` is the dtype the GPU's products read
   // (bf16; the CPU computes in float32). Moving to the GPU uploads every weight once.
   void set_device(Device device, DType compute = DType::BF16);
-  Device device() const { return device_; }
-  size_t resident_weight_bytes() const { return resident_bytes_; }
+  Device device() const { return resident_.device; }
+  size_t resident_weight_bytes() const { return resident_.bytes; }
+  // Every tensor of the checkpoint as the model reads it (host copies, loaded block by block),
+  // under its checkpoint name (models/parameters.h): the model's tree for what works by name.
+  void list_parameters(const models::ParameterVisitor& visit) const;
 
   // One prediction per item, [image tokens, patch_size² · out_channels] float32 on the host (the
   // packed layout of the input: 64 values per token for Qwen-Image). `attention` holds the
@@ -71,12 +74,16 @@ class QwenImageTransformer {
   QwenImageConfig config_;
   WeightStore weights_;
   QwenImageOuterWeights host_outer_;
-  Device device_ = Device::CPU;
-  DType compute_ = DType::F32;
-  // The GPU's resident weights (empty on the CPU, which reads blocks as the forward goes).
-  std::vector<QwenImageBlockWeights> resident_blocks_;
-  QwenImageOuterWeights resident_outer_;
-  size_t resident_bytes_ = 0;
+  // Where the model runs (models::move_model's state): the GPU's resident weights, empty on the
+  // CPU, which reads blocks as the forward goes.
+  struct Resident {
+    Device device = Device::CPU;
+    DType compute = DType::F32;
+    std::vector<QwenImageBlockWeights> blocks;
+    QwenImageOuterWeights outer;
+    size_t bytes = 0;
+  };
+  Resident resident_;
   // Each item layout's RoPE tables on the model's device; emptied by set_device.
   std::shared_ptr<FluxRopeCache> rope_cache_ = std::make_shared<FluxRopeCache>();
 };

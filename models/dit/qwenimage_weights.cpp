@@ -35,6 +35,14 @@ QwenImageBlockWeights load_qwenimage_block(const WeightStore& store, int64_t lay
   return MMDiTJointBlockWeights::load(store, qwenimage_block_prefix(layer), kBlockNames);
 }
 
+void list_qwenimage_parameters(const WeightStore& store, const QwenImageConfig& config,
+                               const models::ParameterVisitor& visit) {
+  for (int64_t layer = 0; layer < config.num_layers; ++layer)
+    load_qwenimage_block(store, layer)
+        .parameters(models::nested(visit, qwenimage_block_prefix(layer)));
+  QwenImageOuterWeights::load(store).parameters(visit);
+}
+
 QwenImageOuterWeights QwenImageOuterWeights::load(const WeightStore& store) {
   const std::string e = "time_text_embed.timestep_embedder.";
   QwenImageOuterWeights w;
@@ -48,24 +56,16 @@ QwenImageOuterWeights QwenImageOuterWeights::load(const WeightStore& store) {
   return w;
 }
 
-QwenImageOuterWeights QwenImageOuterWeights::placed(Device device, DType compute) const {
-  QwenImageOuterWeights p;
-  for (auto [from, to] : {std::pair{&image_in, &p.image_in},
-                          {&text_in, &p.text_in},
-                          {&time_1, &p.time_1},
-                          {&time_2, &p.time_2},
-                          {&norm_out, &p.norm_out},
-                          {&proj_out, &p.proj_out}})
-    *to = from->placed(device, compute);
-  p.text_norm = text_norm.to(device);
-  return p;
-}
-
-size_t QwenImageOuterWeights::bytes() const {
-  size_t total = mmdit_bytes(text_norm);
-  for (const FluxLinear* l : {&image_in, &text_in, &time_1, &time_2, &norm_out, &proj_out})
-    total += l->bytes();
-  return total;
+void QwenImageOuterWeights::parameters(const models::ParameterVisitor& visit) {
+  using models::nested;
+  const std::string e = "time_text_embed.timestep_embedder.";
+  image_in.parameters(nested(visit, "img_in."));
+  text_in.parameters(nested(visit, "txt_in."));
+  visit({"txt_norm.weight", text_norm, models::Role::Float32});
+  time_1.parameters(nested(visit, e + "linear_1."));
+  time_2.parameters(nested(visit, e + "linear_2."));
+  norm_out.parameters(nested(visit, "norm_out.linear."));
+  proj_out.parameters(nested(visit, "proj_out."));
 }
 
 }  // namespace mmgen::dit

@@ -34,11 +34,15 @@ struct QwenImageOuterWeights {
   FluxLinear proj_out;
 
   static QwenImageOuterWeights load(const WeightStore& store);
-  QwenImageOuterWeights placed(Device device, DType compute) const;
-  size_t bytes() const;
+  void parameters(const models::ParameterVisitor& visit);
 };
 
 // Checks every tensor the config implies.
 void check_qwenimage_weights(const WeightStore& store, const QwenImageConfig& config);
+
+// Every tensor of the checkpoint as the model reads it (host copies, loaded block by block),
+// under its checkpoint name: the model's tree for what works by name (tests, LoRA).
+void list_qwenimage_parameters(const WeightStore& store, const QwenImageConfig& config,
+                               const models::ParameterVisitor& visit);
 
 }  // namespace mmgen::dit

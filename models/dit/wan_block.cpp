@@ -1,6 +1,7 @@
 #include "models/dit/wan_block.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "core/error.h"
 #include "core/ops.h"
@@ -104,51 +105,45 @@ void check_block_weights(const WeightStore& store, int64_t layer,
   expect_weight(store, prefix + "scale_shift_table", {1, 6, dim});
 }
 
-WanBlockWeights WanBlockWeights::placed(Device device, DType compute, bool fp8_products) const {
-  check(!fp8_products || device == Device::CUDA,
-        "FP8 products run on the GPU's tensor cores; the CPU computes in float32");
-  // A product's bias in the compute dtype: every product writes `compute`, the branches'
-  // outputs too (they join the float32 residual stream in the op after them). Its weight in
-  // `compute`, or quantized per output channel on the GPU from its bf16 values; a checkpoint's own
-  // e4m3 rows (an FP8 file) go up as they are.
-  const auto product = [&](const Tensor& t) { return t.to(compute).to(device); };
-  const auto weight = [&](const Tensor& t) {
-    // A GGUF matrix goes to the GPU as its blocks; the product expands it (ops::linear).
-    if (!fp8_products && dtype_is_blocks(t.dtype()) && device == Device::CUDA) return t.to(device);
-    if (!fp8_products) return product(t);
-    if (t.dtype() == DType::F8E4M3Rows) return t.to(device);
-    return t.to(DType::BF16).to(device).to(DType::F8E4M3Rows);
-  };
-  const auto f32 = [&](const Tensor& t) { return t.defined() ? t.to(device) : t; };
-  const auto attention = [&](const WanAttentionWeights& a) {
-    WanAttentionWeights p;
-    p.q_weight = weight(a.q_weight), p.q_bias = product(a.q_bias);
-    p.k_weight = weight(a.k_weight), p.k_bias = product(a.k_bias);
-    p.v_weight = weight(a.v_weight), p.v_bias = product(a.v_bias);
-    p.out_weight = weight(a.out_weight), p.out_bias = product(a.out_bias);
-    p.norm_q = f32(a.norm_q), p.norm_k = f32(a.norm_k);
-    return p;
-  };
-  WanBlockWeights p;
-  p.self_attention = attention(self_attention);
-  p.cross_attention = attention(cross_attention);
-  p.norm2_weight = f32(norm2_weight), p.norm2_bias = f32(norm2_bias);
-  p.ffn_in_weight = weight(ffn_in_weight), p.ffn_in_bias = product(ffn_in_bias);
-  p.ffn_out_weight = weight(ffn_out_weight), p.ffn_out_bias = product(ffn_out_bias);
-  p.modulation = modulation;  // read on the host
-  p.inputs = fp8_products ? DType::F8E4M3Rows : compute;
+void WanAttentionWeights::parameters(const models::ParameterVisitor& visit) {
+  using models::Role;
+  // A product's bias in the compute dtype: every product writes it, the branches' outputs too
+  // (they join the float32 residual stream in the op after them).
+  for (auto [name, weight, bias] : {std::tuple{"to_q.", &q_weight, &q_bias},
+                                    {"to_k.", &k_weight, &k_bias},
+                                    {"to_v.", &v_weight, &v_bias},
+                                    {"to_out.0.", &out_weight, &out_bias}}) {
+    visit({std::string(name) + "weight", *weight, Role::Product});
+    visit({std::string(name) + "bias", *bias, Role::Compute});
+  }
+  visit({"norm_q.weight", norm_q, Role::Float32});
+  visit({"norm_k.weight", norm_k, Role::Float32});
+}
+
+void WanBlockWeights::parameters(const models::ParameterVisitor& visit) {
+  using models::Role;
+  self_attention.parameters(models::nested(visit, "attn1."));
+  cross_attention.parameters(models::nested(visit, "attn2."));
+  visit({"norm2.weight", norm2_weight, Role::Float32});
+  visit({"norm2.bias", norm2_bias, Role::Float32});
+  visit({"ffn.net.0.proj.weight", ffn_in_weight, Role::Product});
+  visit({"ffn.net.0.proj.bias", ffn_in_bias, Role::Compute});
+  visit({"ffn.net.2.weight", ffn_out_weight, Role::Product});
+  visit({"ffn.net.2.bias", ffn_out_bias, Role::Compute});
+  visit({"scale_shift_table", modulation, Role::Host});  // read on the host
+}
+
+WanBlockWeights WanBlockWeights::placed(const models::PlacementRule& rule) const {
+  WanBlockWeights p = models::placed(*this, rule);
+  p.inputs = rule.fp8_products ? DType::F8E4M3Rows : rule.compute;
   return p;
 }
 
 std::vector<Tensor*> WanBlockWeights::device_tensors() {
   std::vector<Tensor*> tensors;
-  for (WanAttentionWeights* a : {&self_attention, &cross_attention})
-    for (Tensor* t : {&a->q_weight, &a->q_bias, &a->k_weight, &a->k_bias, &a->v_weight, &a->v_bias,
-                      &a->out_weight, &a->out_bias, &a->norm_q, &a->norm_k})
-      tensors.push_back(t);
-  for (Tensor* t :
-       {&norm2_weight, &norm2_bias, &ffn_in_weight, &ffn_in_bias, &ffn_out_weight, &ffn_out_bias})
-    tensors.push_back(t);
+  parameters([&](const models::Parameter& p) {
+    if (p.role != models::Role::Host) tensors.push_back(&p.tensor);
+  });
   return tensors;
 }
 

@@ -10,6 +10,7 @@
 #include "models/dit/wan_attention.h"
 #include "models/dit/wan_rope.h"
 #include "models/dit/wan_transformer_config.h"
+#include "models/parameters.h"
 
 namespace mmgen::dit {
 
@@ -17,6 +18,7 @@ namespace mmgen::dit {
 struct WanAttentionWeights {
   Tensor q_weight, q_bias, k_weight, k_bias, v_weight, v_bias, out_weight, out_bias;
   Tensor norm_q, norm_k;  // RMSNorm weights over the whole inner dim
+  void parameters(const models::ParameterVisitor& visit);  // "to_q.weight", ... "norm_k.weight"
 };
 
 // A block's weights where the model runs. On the CPU, float32: loaded (converted from bf16
@@ -36,12 +38,14 @@ struct WanBlockWeights {
 
   static WanBlockWeights load(const WeightStore& store, int64_t layer,
                               const WanTransformerConfig& config);
-  // These float32 weights placed on `device` for products that read `compute`; with
-  // `fp8_products` the products' weights are f8_e4m3_rows instead (GPU only).
-  WanBlockWeights placed(Device device, DType compute, bool fp8_products = false) const;
+  // Named below the block's prefix (diffusers' names: "attn1.to_q.weight", "ffn.net.2.bias").
+  void parameters(const models::ParameterVisitor& visit);
+  // These float32 weights placed by `rule` (products read rule.compute, or with fp8_products
+  // f8_e4m3_rows; a GGUF matrix stays its blocks on the GPU), `inputs` set to match.
+  WanBlockWeights placed(const models::PlacementRule& rule) const;
 
-  // Every tensor but the modulation (which stays on the host), in a fixed order: what the GPU
-  // holds of a block, and what a block streamed to it carries (core/weight_stream.h).
+  // Every tensor but the modulation (which stays on the host), in parameters()' order: what the
+  // GPU holds of a block, and what a block streamed to it carries (core/weight_stream.h).
   std::vector<Tensor*> device_tensors();
   // The bytes of each of device_tensors() as placed(CUDA, bf16, fp8_products) makes them, from
   // the config (undefined ones absent) and, where `store` is given, the stored types of block

@@ -45,25 +45,22 @@ WanTransformerConfig validated(WanTransformerConfig config) {
 }  // namespace
 
 TimeEmbedderWeights TimeEmbedderWeights::load(const WeightStore& store) {
-  const std::string time = "condition_embedder.time_embedder.";
   TimeEmbedderWeights w;
-  w.linear_1_weight = load_weight(store, time + "linear_1.weight");
-  w.linear_1_bias = load_weight(store, time + "linear_1.bias");
-  w.linear_2_weight = load_weight(store, time + "linear_2.weight");
-  w.linear_2_bias = load_weight(store, time + "linear_2.bias");
-  w.proj_weight = load_weight(store, "condition_embedder.time_proj.weight");
-  w.proj_bias = load_weight(store, "condition_embedder.time_proj.bias");
+  w.parameters(
+      [&](const models::Parameter& p) { p.tensor = load_weight(store, std::string(p.name)); });
   return w;
 }
 
-TimeEmbedderWeights TimeEmbedderWeights::to(Device device) const {
-  return {linear_1_weight.to(device), linear_1_bias.to(device), linear_2_weight.to(device),
-          linear_2_bias.to(device),   proj_weight.to(device),   proj_bias.to(device)};
-}
-
-size_t TimeEmbedderWeights::nbytes() const {
-  return linear_1_weight.nbytes() + linear_1_bias.nbytes() + linear_2_weight.nbytes() +
-         linear_2_bias.nbytes() + proj_weight.nbytes() + proj_bias.nbytes();
+void TimeEmbedderWeights::parameters(const models::ParameterVisitor& visit) {
+  const std::string time = "condition_embedder.time_embedder.";
+  const std::string projection = "condition_embedder.time_proj.";
+  for (auto [name, tensor] : {std::pair{time + "linear_1.weight", &linear_1_weight},
+                              {time + "linear_1.bias", &linear_1_bias},
+                              {time + "linear_2.weight", &linear_2_weight},
+                              {time + "linear_2.bias", &linear_2_bias},
+                              {projection + "weight", &proj_weight},
+                              {projection + "bias", &proj_bias}})
+    visit({name, *tensor, models::Role::Float32});
 }
 
 TimeConditioning time_conditioning(const TimeEmbedderWeights& w, const WanTransformerConfig& config,
@@ -92,7 +89,7 @@ WanTransformer::WanTransformer(WanTransformerConfig config, WeightStore weights)
   check_top_level_weights(weights_, config_);
   for (int64_t layer = 0; layer < config_.num_layers; ++layer)
     check_block_weights(weights_, layer, config_);
-  time_weights_ = TimeEmbedderWeights::load(weights_);
+  host_time_ = TimeEmbedderWeights::load(weights_);
 }
 
 WanTransformer WanTransformer::load(const fs::path& folder) {
@@ -101,77 +98,71 @@ WanTransformer WanTransformer::load(const fs::path& folder) {
   return WanTransformer(std::move(config), WeightStore::open_folder(folder));
 }
 
-void WanTransformer::set_device(Device device, DType compute, bool fp8_products,
-                                bool stream_blocks) {
-  try {
-    place(device, compute, fp8_products, stream_blocks);
-  } catch (const Error&) {
-    // A failed upload (out of GPU memory, --max-gpu-memory) leaves no half-placed transformer:
-    // it is back on the CPU (its blocks read from the checkpoint as it runs), and the caller sees
-    // the error.
-    if (device_ != Device::CPU) place(Device::CPU, DType::F32, false, false);
-    throw;
-  }
+void WanTransformer::list_parameters(const models::ParameterVisitor& visit) const {
+  TimeEmbedderWeights::load(weights_).parameters(visit);
+  for (int64_t layer = 0; layer < config_.num_layers; ++layer)
+    WanBlockWeights::load(weights_, layer, config_)
+        .parameters(models::nested(visit, "blocks." + std::to_string(layer) + "."));
+  host_outer_weights().parameters(visit);
+  Tensor head_table = load_weight(weights_, "scale_shift_table");  // the output head's
+  visit({"scale_shift_table", head_table, models::Role::Host});
 }
 
-void WanTransformer::place(Device device, DType compute, bool fp8_products, bool stream_blocks) {
+void WanTransformer::set_device(Device device, DType compute, bool fp8_products,
+                                bool stream_blocks) {
+  rope_grid_ = {-1, -1, -1};
+  // The CPU's copy of the time branch, for a forward there (and for a failed move, which leaves
+  // the model on the CPU).
+  if (!host_time_.linear_1_weight.defined()) host_time_ = TimeEmbedderWeights::load(weights_);
   check(!fp8_products || device == Device::CUDA,
         "FP8 products run on the GPU; the CPU transformer computes in float32");
   check(!stream_blocks || device == Device::CUDA,
         "streaming the blocks is for the GPU; on the CPU they are read from the checkpoint as the "
         "forward goes");
-  device_ = device;
-  compute_ = device == Device::CPU ? DType::F32 : compute;
-  block_inputs_ = fp8_products ? DType::F8E4M3Rows : compute_;
-  resident_blocks_.clear();
-  stream_.reset();
-  resident_outer_ = {};
-  resident_bytes_ = 0;
-  rope_grid_ = {-1, -1, -1};
-  time_weights_ = time_weights_.to(device);
-  if (device == Device::CPU) return;
-  resident_bytes_ += time_weights_.nbytes();
-  check(compute_ == DType::BF16, "GPU transformer: the products read bf16, not {}",
-        dtype_name(compute_));
-  // Loaded on the host block by block (float32), then uploaded in the dtype each op reads. Streamed
-  // blocks are placed the same way, then kept in page-locked host memory (the GPU's bytes) with
-  // only their modulation tables here.
-  const auto count = [&](const Tensor& t) { resident_bytes_ += t.defined() ? t.nbytes() : 0; };
-  if (stream_blocks) stream_ = std::make_shared<WeightStream>();
+  // The CPU holds nothing but the checkpoint it reads (and host_time_), so the host state is the
+  // empty one.
+  const auto to_host = [](Resident&&) { return Resident{}; };
+  models::move_model(resident_, device, to_host, [&](const Resident&) {
+    return place(device, compute, fp8_products, stream_blocks);
+  });
+  if (resident_.device != Device::CPU) host_time_ = {};  // the GPU holds it now
+}
+
+WanTransformer::Resident WanTransformer::place(Device device, DType compute, bool fp8_products,
+                                               bool stream_blocks) const {
+  Resident next;
+  next.device = device;
+  next.compute = compute;
+  next.block_inputs = fp8_products ? DType::F8E4M3Rows : next.compute;
+  check(next.compute == DType::BF16, "GPU transformer: the products read bf16, not {}",
+        dtype_name(next.compute));
+  const models::PlacementRule plain{device, next.compute};
+  next.time = models::placed(host_time_, plain);
+  next.bytes += models::parameter_bytes(next.time, device);
+  // Loaded on the host block by block (float32), then uploaded in the dtype each op reads; a GGUF
+  // matrix stays its blocks. Streamed blocks are placed the same way, then kept in page-locked
+  // host memory (the GPU's bytes) with only their modulation tables here.
+  const models::PlacementRule blocks{device, next.compute, fp8_products,
+                                     /*keep_quantized_blocks=*/true};
+  if (stream_blocks) next.stream = std::make_shared<WeightStream>();
   for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
-    WanBlockWeights placed =
-        WanBlockWeights::load(weights_, layer, config_).placed(device_, compute_, fp8_products);
-    if (stream_) {
+    WanBlockWeights placed = WanBlockWeights::load(weights_, layer, config_).placed(blocks);
+    if (next.stream) {
       std::vector<Tensor> tensors;
       for (Tensor* t : placed.device_tensors()) {
         tensors.push_back(*t);
         *t = Tensor();
       }
-      stream_->add_group(tensors);
+      next.stream->add_group(tensors);
     } else {
-      for (Tensor* t : placed.device_tensors()) count(*t);
+      next.bytes += models::parameter_bytes(placed, device);
     }
-    resident_blocks_.push_back(placed);
+    next.blocks.push_back(placed);
   }
-  if (stream_) resident_bytes_ += stream_->slot_size() * 2;  // the two slots the blocks visit
-  device_ = Device::CPU;  // outer_weights() loads on the host; placed below
-  const OuterWeights host = outer_weights();
-  device_ = device;
-  const auto product = [&](const Tensor& t) { return t.to(compute_).to(device_); };
-  const auto f32 = [&](const Tensor& t) { return t.to(device_); };
-  resident_outer_.patch_weight = product(host.patch_weight);
-  resident_outer_.patch_bias = f32(host.patch_bias);
-  resident_outer_.text_1_weight = product(host.text_1_weight);
-  resident_outer_.text_1_bias = product(host.text_1_bias);
-  resident_outer_.text_2_weight = product(host.text_2_weight);
-  resident_outer_.text_2_bias = product(host.text_2_bias);
-  resident_outer_.proj_weight = product(host.proj_weight);
-  resident_outer_.proj_bias = f32(host.proj_bias);
-  for (const Tensor* t :
-       {&resident_outer_.patch_weight, &resident_outer_.patch_bias, &resident_outer_.text_1_weight,
-        &resident_outer_.text_1_bias, &resident_outer_.text_2_weight, &resident_outer_.text_2_bias,
-        &resident_outer_.proj_weight, &resident_outer_.proj_bias})
-    count(*t);
+  if (next.stream) next.bytes += next.stream->slot_size() * 2;  // the two slots the blocks visit
+  next.outer = models::placed(host_outer_weights(), plain);
+  next.bytes += models::parameter_bytes(next.outer, device);
+  return next;
 }
 
 uint64_t WanTransformer::gpu_weight_bytes(const WanTransformerConfig& config, bool fp8_products,
@@ -200,37 +191,47 @@ uint64_t WanTransformer::gpu_weight_bytes(const WanTransformerConfig& config, bo
   return time + blocks + outer;
 }
 
-WanTransformer::OuterWeights WanTransformer::outer_weights() const {
-  if (device_ != Device::CPU) return resident_outer_;
+void WanTransformer::OuterWeights::parameters(const models::ParameterVisitor& visit) {
+  using models::Role;
   const std::string text = "condition_embedder.text_embedder.";
-  OuterWeights w;
   // A Conv3d with kernel = stride = patch is a linear layer over the flattened patches.
-  w.patch_weight = load_weight(weights_, "patch_embedding.weight").view({config_.inner_dim(), -1});
-  w.patch_bias = load_weight(weights_, "patch_embedding.bias");
-  w.text_1_weight = load_weight(weights_, text + "linear_1.weight");
-  w.text_1_bias = load_weight(weights_, text + "linear_1.bias");
-  w.text_2_weight = load_weight(weights_, text + "linear_2.weight");
-  w.text_2_bias = load_weight(weights_, text + "linear_2.bias");
-  w.proj_weight = load_weight(weights_, "proj_out.weight");
-  w.proj_bias = load_weight(weights_, "proj_out.bias");
+  visit({"patch_embedding.weight", patch_weight, Role::Product});
+  visit({"patch_embedding.bias", patch_bias, Role::Float32});
+  visit({text + "linear_1.weight", text_1_weight, Role::Product});
+  visit({text + "linear_1.bias", text_1_bias, Role::Compute});
+  visit({text + "linear_2.weight", text_2_weight, Role::Product});
+  visit({text + "linear_2.bias", text_2_bias, Role::Compute});
+  visit({"proj_out.weight", proj_weight, Role::Product});
+  visit({"proj_out.bias", proj_bias, Role::Float32});
+}
+
+WanTransformer::OuterWeights WanTransformer::host_outer_weights() const {
+  OuterWeights w;
+  w.parameters(
+      [&](const models::Parameter& p) { p.tensor = load_weight(weights_, std::string(p.name)); });
+  w.patch_weight = w.patch_weight.view({config_.inner_dim(), -1});
   return w;
 }
 
+WanTransformer::OuterWeights WanTransformer::outer_weights() const {
+  return resident_.device == Device::CPU ? host_outer_weights() : resident_.outer;
+}
+
 WanBlockWeights WanTransformer::block_weights(int64_t layer) const {
-  if (stream_) {
-    WanBlockWeights visiting = resident_blocks_[size_t(layer)];
-    const std::vector<Tensor> tensors = stream_->acquire(layer);
+  if (resident_.stream) {
+    WanBlockWeights visiting = resident_.blocks[size_t(layer)];
+    const std::vector<Tensor> tensors = resident_.stream->acquire(layer);
     const std::vector<Tensor*> fields = visiting.device_tensors();
     for (size_t i = 0; i < fields.size(); ++i) *fields[i] = tensors[i];
     return visiting;
   }
-  if (device_ != Device::CPU) return resident_blocks_[size_t(layer)];
+  if (resident_.device != Device::CPU) return resident_.blocks[size_t(layer)];
   MMGEN_PROFILE("wan: block weights");
   return WanBlockWeights::load(weights_, layer, config_);
 }
 
 void WanTransformer::release_block(int64_t layer) const {
-  if (stream_) stream_->release(layer);
+  if (resident_.stream) resident_.stream->release(layer);
 }
 
 const WanRopeTables& WanTransformer::rope_tables(int64_t grid_t, int64_t grid_h,
@@ -239,8 +240,8 @@ const WanRopeTables& WanTransformer::rope_tables(int64_t grid_t, int64_t grid_h,
     std::vector<float> cos, sin;
     rope_.pair_tables(grid_t, grid_h, grid_w, cos, sin);
     const Shape shape = {grid_t * grid_h * grid_w, config_.attention_head_dim / 2};
-    rope_tables_.cos = Tensor::from_vector(shape, cos).to(device_);
-    rope_tables_.sin = Tensor::from_vector(shape, sin).to(device_);
+    rope_tables_.cos = Tensor::from_vector(shape, cos).to(resident_.device);
+    rope_tables_.sin = Tensor::from_vector(shape, sin).to(resident_.device);
     rope_grid_ = {grid_t, grid_h, grid_w};
   }
   return rope_tables_;
@@ -273,43 +274,44 @@ Tensor WanTransformer::forward(const Tensor& latents, float timestep, const Tens
   // The time branch on the host (float32), then every block's modulation where the model runs:
   // (shift, scale, gate, ffn shift, ffn scale, ffn gate) = scale_shift_table + timestep_proj,
   // with 1 added to the scales; the output head's (shift, scale) = its table + temb.
-  const TimeConditioning time = time_conditioning(time_weights_, config_, timestep);
+  const TimeConditioning time = time_conditioning(
+      resident_.device == Device::CPU ? host_time_ : resident_.time, config_, timestep);
   Tensor modulation = Tensor::empty({config_.num_layers, 6, dim});
   for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
     const Tensor table =
-        device_ == Device::CPU
+        resident_.device == Device::CPU
             ? load_weight(weights_, "blocks." + std::to_string(layer) + ".scale_shift_table")
-            : resident_blocks_[size_t(layer)].modulation;
+            : resident_.blocks[size_t(layer)].modulation;
     float* out = modulation.data<float>() + layer * 6 * dim;
     for (int64_t i = 0; i < 6 * dim; ++i) {
       out[i] = table.data<float>()[i] + time.timestep_proj[size_t(i)];
       if (i / dim == 1 || i / dim == 4) out[i] = 1.0f + out[i];
     }
   }
-  modulation = modulation.to(device_);
+  modulation = modulation.to(resident_.device);
   const Tensor head_table = load_weight(weights_, "scale_shift_table");
   Tensor head = Tensor::empty({2, dim});
   for (int64_t i = 0; i < dim; ++i) {
     head.data<float>()[i] = head_table.data<float>()[i] + time.temb[size_t(i)];
     head.data<float>()[dim + i] = 1.0f + (head_table.data<float>()[dim + i] + time.temb[size_t(i)]);
   }
-  head = head.to(device_);
+  head = head.to(resident_.device);
 
   const OuterWeights outer = outer_weights();
   // On the host, the text's padding (zero rows up to max_sequence_length, one repeated row) is
   // embedded, projected and attended to once, counted for its copies (attention/repeated_keys.h).
   attention::RepeatedTail tail;
-  if (device_ == Device::CPU && text_embeds.is_cpu()) {
+  if (resident_.device == Device::CPU && text_embeds.is_cpu()) {
     tail = attention::find_repeated_tail(text_embeds);
     if (attention::kept_rows(tail) == tail.total) tail = {};
   }
   const Tensor text_rows =
       tail.empty() ? text_embeds : text_embeds.slice(1, 0, attention::kept_rows(tail));
   // The text MLP (GELU, tanh form) into the dtype the cross-attention products read.
-  const Tensor text_in = text_rows.to(DType::F32).to(compute_).to(device_);
-  const Tensor text = ops::linear(
-      ops::linear(text_in, outer.text_1_weight, outer.text_1_bias, compute_, Activation::GeluTanh),
-      outer.text_2_weight, outer.text_2_bias, compute_);
+  const Tensor text_in = text_rows.to(DType::F32).to(resident_.compute).to(resident_.device);
+  const Tensor text = ops::linear(ops::linear(text_in, outer.text_1_weight, outer.text_1_bias,
+                                              resident_.compute, Activation::GeluTanh),
+                                  outer.text_2_weight, outer.text_2_bias, resident_.compute);
   // Patch embedding: the residual stream x [B, S, D], float32 (under sequence parallel this
   // rank's rows of it, and of the RoPE tables).
   Tensor patches = [&] {
@@ -328,7 +330,8 @@ Tensor WanTransformer::forward(const Tensor& latents, float timestep, const Tens
     shard_rope.sin = all_rope.sin.slice(0, start, end);
   }
   const WanRopeTables& rope = sequence ? shard_rope : all_rope;
-  Tensor x = ops::linear(patches.to(compute_).to(device_), outer.patch_weight, outer.patch_bias);
+  Tensor x = ops::linear(patches.to(resident_.compute).to(resident_.device), outer.patch_weight,
+                         outer.patch_bias);
 
   WanAttentionCall call;
   call.grid_t = grid.t;
@@ -352,21 +355,21 @@ Tensor WanTransformer::forward(const Tensor& latents, float timestep, const Tens
   WanModulation current = config_.num_layers > 0 ? block_modulation(0) : WanModulation{};
   Tensor normed = config_.num_layers > 0
                       ? ops::modulated_layer_norm(x, current.shift, current.scale_plus_one,
-                                                  config_.eps, block_inputs_)
+                                                  config_.eps, resident_.block_inputs)
                       : ops::modulated_layer_norm(x, head.select(0, 0), head.select(0, 1),
-                                                  config_.eps, compute_);
+                                                  config_.eps, resident_.compute);
   for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
     stop_between_blocks("transformer blocks");  // Ctrl-C: nothing of this block is taken yet
     call.layer = layer;
     const bool last = layer + 1 == config_.num_layers;
     const WanModulation following = last ? WanModulation{} : block_modulation(layer + 1);
     const WanNextNorm next =
-        last ? WanNextNorm{head.select(0, 1), head.select(0, 0), compute_}
-             : WanNextNorm{following.scale_plus_one, following.shift, block_inputs_};
+        last ? WanNextNorm{head.select(0, 1), head.select(0, 0), resident_.compute}
+             : WanNextNorm{following.scale_plus_one, following.shift, resident_.block_inputs};
     const WanBlockWeights weights = block_weights(layer);
     try {
-      normed =
-          run_wan_block(x, normed, text, current, next, weights, config_, rope, compute_, call);
+      normed = run_wan_block(x, normed, text, current, next, weights, config_, rope,
+                             resident_.compute, call);
     } catch (...) {
       release_block(layer);  // a failed block hands its slot back too, so the next forward's
       throw;                 // copies wait for what this one queued

@@ -36,8 +36,7 @@ struct TimeConditioning {
 struct TimeEmbedderWeights {
   Tensor linear_1_weight, linear_1_bias, linear_2_weight, linear_2_bias, proj_weight, proj_bias;
   static TimeEmbedderWeights load(const WeightStore& store);
-  TimeEmbedderWeights to(Device device) const;
-  size_t nbytes() const;
+  void parameters(const models::ParameterVisitor& visit);  // float32 wherever they are
 };
 // Runs where the weights are, in float32; the results come back to the host.
 TimeConditioning time_conditioning(const TimeEmbedderWeights& weights,
@@ -62,12 +61,15 @@ class WanTransformer {
   // (core/weight_stream.h); the rest stays resident. The same numbers as resident blocks.
   void set_device(Device device, DType compute = DType::BF16, bool fp8_products = false,
                   bool stream_blocks = false);
-  Device device() const { return device_; }
-  bool fp8_products() const { return block_inputs_ == DType::F8E4M3Rows; }
-  bool streams_blocks() const { return stream_ != nullptr; }
+  Device device() const { return resident_.device; }
+  bool fp8_products() const { return resident_.block_inputs == DType::F8E4M3Rows; }
+  bool streams_blocks() const { return resident_.stream != nullptr; }
   // Bytes of weights resident on the GPU (0 on the CPU, where they stay mapped); with streamed
   // blocks, the two slots they visit.
-  size_t resident_weight_bytes() const { return resident_bytes_; }
+  size_t resident_weight_bytes() const { return resident_.bytes; }
+  // Every tensor of the checkpoint as the model reads it (host copies, loaded block by block),
+  // under its checkpoint name (models/parameters.h): the model's tree for what works by name.
+  void list_parameters(const models::ParameterVisitor& visit) const;
   // What resident_weight_bytes() is after set_device(Device::CUDA, DType::BF16, fp8_products,
   // stream_blocks), from the config (the memory plan of --max-gpu-memory, before anything is
   // loaded) and, where `store` is given, its stored types (a GGUF file's matrices stay blocks).
@@ -88,15 +90,30 @@ class WanTransformer {
                  const WanSequenceParallel* sequence = nullptr) const;
 
  private:
-  // set_device's work; set_device puts the transformer back on the CPU when it throws.
-  void place(Device device, DType compute, bool fp8_products, bool stream_blocks);
   // The condition embedder's text MLP, the patch embedding and the output projection where the
   // model runs (see WanBlockWeights for the dtypes).
   struct OuterWeights {
     Tensor patch_weight, patch_bias, text_1_weight, text_1_bias, text_2_weight, text_2_bias,
         proj_weight, proj_bias;
+    void parameters(const models::ParameterVisitor& visit);
   };
+  // Where the model runs (models::move_model's state). The GPU's resident weights, empty on the
+  // CPU, which loads them as the forward goes; with streamed blocks only their modulation tables,
+  // the rest visiting through `stream`.
+  struct Resident {
+    Device device = Device::CPU;
+    DType compute = DType::F32;
+    DType block_inputs = DType::F32;  // what the blocks' products read (WanBlockWeights::inputs)
+    TimeEmbedderWeights time;         // on the GPU; the CPU reads host_time_
+    std::vector<WanBlockWeights> blocks;
+    std::shared_ptr<WeightStream> stream;
+    OuterWeights outer;
+    size_t bytes = 0;
+  };
+  // The state on the GPU, built from the checkpoint (models::move_model's place).
+  Resident place(Device device, DType compute, bool fp8_products, bool stream_blocks) const;
   OuterWeights outer_weights() const;
+  OuterWeights host_outer_weights() const;  // loaded from the checkpoint, float32
   // A block's weights where the model runs (streamed: acquired; release_block after its work).
   WanBlockWeights block_weights(int64_t layer) const;
   void release_block(int64_t layer) const;
@@ -105,17 +122,10 @@ class WanTransformer {
   WanTransformerConfig config_;
   WeightStore weights_;
   WanRope rope_;
-  // float32 on the host, converted once: every forward runs the time branch there.
-  TimeEmbedderWeights time_weights_;
-  Device device_ = Device::CPU;
-  DType compute_ = DType::F32;
-  DType block_inputs_ = DType::F32;  // what the blocks' products read (WanBlockWeights::inputs)
-  // The GPU's resident weights (empty on the CPU, which loads them as the forward goes); with
-  // streamed blocks only their modulation tables, the rest visiting through stream_.
-  std::vector<WanBlockWeights> resident_blocks_;
-  std::shared_ptr<WeightStream> stream_;
-  OuterWeights resident_outer_;
-  size_t resident_bytes_ = 0;
+  // The time branch's weights, float32 on the host, converted once: a CPU forward runs it there
+  // (released while the GPU holds its copy, loaded again before a move).
+  TimeEmbedderWeights host_time_;
+  Resident resident_;
   // RoPE tables for the last latent grid (the same for every step of a run).
   mutable std::array<int64_t, 3> rope_grid_{-1, -1, -1};
   mutable WanRopeTables rope_tables_;

@@ -6,10 +6,11 @@
 
 #include "core/safetensors.h"
 #include "models/key_layout.h"
+#include "models/parameters.h"
 
 namespace mmgen::dit {
 
-// Throws Error unless `name` is in the store, holds floating-point values and has `shape`.
+// A tensor the config implies (models::expect_parameter), for a Wan text-to-video transformer.
 void expect_weight(const WeightStore& store, const std::string& name, const Shape& shape);
 
 // The tensor as float32 (converted from bf16/f16 when stored so; a view when already float32).

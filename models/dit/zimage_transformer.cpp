@@ -90,49 +90,54 @@ ZImageTransformer ZImageTransformer::load(const fs::path& folder) {
   return ZImageTransformer(std::move(config), WeightStore::open_folder(folder));
 }
 
-void ZImageTransformer::set_device(Device device, DType compute) {
-  device_ = device;
-  compute_ = device == Device::CPU ? DType::F32 : compute;
-  resident_noise_.clear();
-  resident_context_.clear();
-  resident_layers_.clear();
-  resident_outer_ = {};
-  stacked_modulation_ = {};
-  resident_bytes_ = 0;
-  rope_cache_ = std::make_shared<RopeCache>();
-  if (device == Device::CPU) return;
-  check(compute_ == DType::BF16, "GPU transformer: the products read bf16, not {}",
-        dtype_name(compute_));
-  // Loaded on the host block by block (float32), then uploaded in the dtype each op reads.
-  const auto upload = [&](ZImageStage stage, int64_t count, std::vector<ZImageBlockWeights>& to) {
-    for (int64_t layer = 0; layer < count; ++layer) {
-      const std::string prefix = zimage_block_prefix(stack_name(stage), layer);
-      to.push_back(ZImageBlockWeights::load(weights_, prefix, stage != ZImageStage::ContextRefiner)
-                       .placed(device_, compute_));
-      resident_bytes_ += to.back().device_bytes();
-    }
-  };
-  upload(ZImageStage::NoiseRefiner, config_.n_refiner_layers, resident_noise_);
-  upload(ZImageStage::ContextRefiner, config_.n_refiner_layers, resident_context_);
-  upload(ZImageStage::Main, config_.n_layers, resident_layers_);
-  resident_outer_ = host_outer_.placed(device_, compute_);
-  resident_bytes_ += resident_outer_.device_bytes();
+void ZImageTransformer::list_parameters(const models::ParameterVisitor& visit) const {
+  list_zimage_parameters(weights_, config_, visit);
+}
 
-  // The modulated blocks' adaLN products, in the order the forward lists them.
-  std::vector<const ZImageBlockWeights*> modulated;
-  for (const auto* stack : {&resident_noise_, &resident_layers_})
-    for (const ZImageBlockWeights& w : *stack) modulated.push_back(&w);
-  stacked_modulation_ = stack_modulations(modulated, device_, compute_);
-  resident_bytes_ += stacked_modulation_.weight.nbytes() + stacked_modulation_.bias.nbytes() +
-                     stacked_modulation_.norms.nbytes();
+void ZImageTransformer::set_device(Device device, DType compute) {
+  rope_cache_ = std::make_shared<RopeCache>();
+  // The CPU holds nothing but the checkpoint it reads, so the host state is the empty one.
+  const auto to_host = [](Resident&&) { return Resident{}; };
+  models::move_model(resident_, device, to_host, [&](const Resident&) {
+    Resident next;
+    next.device = device;
+    next.compute = compute;
+    check(next.compute == DType::BF16, "GPU transformer: the products read bf16, not {}",
+          dtype_name(next.compute));
+    const models::PlacementRule rule{device, next.compute};
+    // Loaded on the host block by block (float32), then uploaded in the dtype each op reads.
+    const auto upload = [&](ZImageStage stage, int64_t count, std::vector<ZImageBlockWeights>& to) {
+      for (int64_t layer = 0; layer < count; ++layer) {
+        const std::string prefix = zimage_block_prefix(stack_name(stage), layer);
+        to.push_back(models::placed(
+            ZImageBlockWeights::load(weights_, prefix, stage != ZImageStage::ContextRefiner),
+            rule));
+        next.bytes += models::parameter_bytes(to.back(), device);
+      }
+    };
+    upload(ZImageStage::NoiseRefiner, config_.n_refiner_layers, next.noise);
+    upload(ZImageStage::ContextRefiner, config_.n_refiner_layers, next.context);
+    upload(ZImageStage::Main, config_.n_layers, next.layers);
+    next.outer = models::placed(host_outer_, rule);
+    next.bytes += models::parameter_bytes(next.outer, device);
+
+    // The modulated blocks' adaLN products, in the order the forward lists them.
+    std::vector<const ZImageBlockWeights*> modulated;
+    for (const auto* stack : {&next.noise, &next.layers})
+      for (const ZImageBlockWeights& w : *stack) modulated.push_back(&w);
+    const ZImageStackedModulation& stacked = next.stacked_modulation =
+        stack_modulations(modulated, device, next.compute);
+    next.bytes += stacked.weight.nbytes() + stacked.bias.nbytes() + stacked.norms.nbytes();
+    return next;
+  });
 }
 
 ZImageBlockWeights ZImageTransformer::block_weights(ZImageStage stage, int64_t layer) const {
-  if (device_ != Device::CPU) {
+  if (resident_.device != Device::CPU) {
     const std::vector<ZImageBlockWeights>& resident =
-        stage == ZImageStage::NoiseRefiner     ? resident_noise_
-        : stage == ZImageStage::ContextRefiner ? resident_context_
-                                               : resident_layers_;
+        stage == ZImageStage::NoiseRefiner     ? resident_.noise
+        : stage == ZImageStage::ContextRefiner ? resident_.context
+                                               : resident_.layers;
     return resident[size_t(layer)];
   }
   return ZImageBlockWeights::load(weights_, zimage_block_prefix(stack_name(stage), layer),
@@ -140,7 +145,7 @@ ZImageBlockWeights ZImageTransformer::block_weights(ZImageStage stage, int64_t l
 }
 
 ZImageBlockWeights ZImageTransformer::modulation_weights(ZImageStage stage, int64_t layer) const {
-  if (device_ != Device::CPU) return block_weights(stage, layer);
+  if (resident_.device != Device::CPU) return block_weights(stage, layer);
   return ZImageBlockWeights::load_modulation(weights_,
                                              zimage_block_prefix(stack_name(stage), layer),
                                              stage != ZImageStage::ContextRefiner);
@@ -160,8 +165,9 @@ const ZImageTransformer::LayoutRope& ZImageTransformer::layout_rope(
   const ZImagePositions caption_ids = zimage_caption_positions(layout);
   ZImagePositions joint_ids = image_ids;
   joint_ids.insert(joint_ids.end(), caption_ids.begin(), caption_ids.end());
-  LayoutRope tables{rope_.tables(image_ids, device_), rope_.tables(caption_ids, device_),
-                    rope_.tables(joint_ids, device_)};
+  LayoutRope tables{rope_.tables(image_ids, resident_.device),
+                    rope_.tables(caption_ids, resident_.device),
+                    rope_.tables(joint_ids, resident_.device)};
   return layouts.emplace(key, std::move(tables)).first->second;
 }
 
@@ -170,7 +176,7 @@ std::vector<Tensor> ZImageTransformer::forward(const std::vector<ZImageItem>& ba
                                                dist::Communicator* sequence_group) const {
   check(!batch.empty(), "Z-Image transformer: empty batch");
   const int64_t count = int64_t(batch.size());
-  const ZImageOuterWeights& outer = device_ == Device::CPU ? host_outer_ : resident_outer_;
+  const ZImageOuterWeights& outer = resident_.device == Device::CPU ? host_outer_ : resident_.outer;
 
   // Per item: layout, timestep embedding, the three RoPE tables, and the embedded image and
   // caption tokens with their padding.
@@ -194,12 +200,13 @@ std::vector<Tensor> ZImageTransformer::forward(const std::vector<ZImageItem>& ba
     joint_rope.push_back(rope.joint);
 
     const Tensor patches = zimage_patchify(item.latents, config_, layout);
-    const Tensor embedded =
-        ops::linear(patches.to(compute_).to(device_), outer.x_embed_weight, outer.x_embed_bias);
+    const Tensor embedded = ops::linear(patches.to(resident_.compute).to(resident_.device),
+                                        outer.x_embed_weight, outer.x_embed_bias);
     image.push_back(assemble_rows({embedded}, layout.image_padded - layout.image_tokens,
                                   host_outer_.x_pad_token));
-    const Tensor normed = ops::rms_norm(item.caption.to(DType::F32).contiguous().to(device_),
-                                        outer.cap_norm, config_.norm_eps, compute_);
+    const Tensor normed =
+        ops::rms_norm(item.caption.to(DType::F32).contiguous().to(resident_.device), outer.cap_norm,
+                      config_.norm_eps, resident_.compute);
     const Tensor text = ops::linear(normed, outer.cap_embed_weight, outer.cap_embed_bias);
     caption.push_back(assemble_rows({text}, layout.caption_padded - layout.caption_tokens,
                                     host_outer_.cap_pad_token));
@@ -224,9 +231,9 @@ std::vector<Tensor> ZImageTransformer::forward(const std::vector<ZImageItem>& ba
   std::vector<std::vector<ZImageModulation>> noise_modulation(refiners),
       context_modulation(refiners), main_modulation(size_t(config_.n_layers));
   for (int64_t i = 0; i < count; ++i) {
-    const std::vector<ZImageModulation> all =
-        zimage_modulations(listed, adaln[size_t(i)], device_,
-                           stacked_modulation_.weight.defined() ? &stacked_modulation_ : nullptr);
+    const std::vector<ZImageModulation> all = zimage_modulations(
+        listed, adaln[size_t(i)], resident_.device,
+        resident_.stacked_modulation.weight.defined() ? &resident_.stacked_modulation : nullptr);
     for (size_t b = 0; b < all.size(); ++b) {
       auto& stack = b < refiners       ? noise_modulation[b]
                     : b < 2 * refiners ? context_modulation[b - refiners]
@@ -259,7 +266,7 @@ std::vector<Tensor> ZImageTransformer::forward(const std::vector<ZImageItem>& ba
             layer + 1 < layers ? modulation[size_t(layer + 1)][size_t(i)].attention_norm : Tensor();
         normed[size_t(i)] = run_zimage_block(
             streams[size_t(i)], weights, modulation[size_t(layer)][size_t(i)], config_,
-            rope[size_t(i)], compute_, call, std::move(normed[size_t(i)]), next_norm);
+            rope[size_t(i)], resident_.compute, call, std::move(normed[size_t(i)]), next_norm);
       }
     }
   };
@@ -303,7 +310,7 @@ std::vector<Tensor> ZImageTransformer::forward(const std::vector<ZImageItem>& ba
   // Final layer: LayerNorm (no affine) scaled by 1 + adaLN(SiLU(t)), projection, unpatchify of
   // the image tokens.
   std::vector<Tensor> outputs;
-  const Tensor no_shift = Tensor::zeros({config_.dim}).to(device_);
+  const Tensor no_shift = Tensor::zeros({config_.dim}).to(resident_.device);
   for (int64_t i = 0; i < count; ++i) {
     std::vector<float> activated = adaln[size_t(i)];
     Tensor scale = Tensor::from_vector({1, int64_t(activated.size())}, activated);
@@ -311,8 +318,9 @@ std::vector<Tensor> ZImageTransformer::forward(const std::vector<ZImageItem>& ba
     scale = ops::linear(scale, host_outer_.final_mod_weight, host_outer_.final_mod_bias);
     float* s = scale.data<float>();
     for (int64_t c = 0; c < config_.dim; ++c) s[c] += 1.0f;
-    const Tensor normed = ops::modulated_layer_norm(
-        joint[size_t(i)], no_shift, scale.view({config_.dim}).to(device_), kFinalNormEps, compute_);
+    const Tensor normed = ops::modulated_layer_norm(joint[size_t(i)], no_shift,
+                                                    scale.view({config_.dim}).to(resident_.device),
+                                                    kFinalNormEps, resident_.compute);
     joint[size_t(i)] = Tensor();
     const int64_t image_tokens = layouts[size_t(i)].image_tokens;
     // Under sequence parallel every row of this rank's shard is projected (a product's rows do

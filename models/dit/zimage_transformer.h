@@ -58,8 +58,11 @@ class ZImageTransformer {
   // Runs the model on `device` from now on; `compute` is the dtype the GPU's products read (bf16;
   // the CPU computes in float32). Moving to the GPU uploads every weight once.
   void set_device(Device device, DType compute = DType::BF16);
-  Device device() const { return device_; }
-  size_t resident_weight_bytes() const { return resident_bytes_; }
+  Device device() const { return resident_.device; }
+  size_t resident_weight_bytes() const { return resident_.bytes; }
+  // Every tensor of the checkpoint as the model reads it (host copies, loaded block by block),
+  // under its checkpoint name (models/parameters.h): the model's tree for what works by name.
+  void list_parameters(const models::ParameterVisitor& visit) const;
 
   // One prediction per item, [in_channels, frames, height, width] float32 on the host.
   // `attention` holds the per-layer backends the pipeline built (null: the dense reference).
@@ -93,14 +96,18 @@ class ZImageTransformer {
   WeightStore weights_;
   ZImageRope rope_;
   ZImageOuterWeights host_outer_;  // float32 on the host, converted once
-  Device device_ = Device::CPU;
-  DType compute_ = DType::F32;
-  // The GPU's resident weights (empty on the CPU, which loads blocks as the forward goes).
-  std::vector<ZImageBlockWeights> resident_noise_, resident_context_, resident_layers_;
-  ZImageOuterWeights resident_outer_;
-  // The GPU's adaLN products of the modulated blocks (noise refiner, then main), stacked.
-  ZImageStackedModulation stacked_modulation_;
-  size_t resident_bytes_ = 0;
+  // Where the model runs (models::move_model's state): the GPU's resident weights, empty on the
+  // CPU, which loads blocks as the forward goes.
+  struct Resident {
+    Device device = Device::CPU;
+    DType compute = DType::F32;
+    std::vector<ZImageBlockWeights> noise, context, layers;
+    ZImageOuterWeights outer;
+    // The GPU's adaLN products of the modulated blocks (noise refiner, then main), stacked.
+    ZImageStackedModulation stacked_modulation;
+    size_t bytes = 0;
+  };
+  Resident resident_;
   std::shared_ptr<RopeCache> rope_cache_ = std::make_shared<RopeCache>();  // emptied by set_device
 };
 

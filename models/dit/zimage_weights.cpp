@@ -1,5 +1,7 @@
 #include "models/dit/zimage_weights.h"
 
+#include <tuple>
+
 #include "core/error.h"
 #include "core/ops.h"
 
@@ -7,7 +9,7 @@ namespace mmgen::dit {
 namespace {
 
 // diffusers keys the patch embedder and the final layer by "{patch}-{f_patch}".
-std::string patch_key(const ZImageConfig& config) {
+std::string patch_key_of(const ZImageConfig& config) {
   return std::to_string(config.patch_size) + "-" + std::to_string(config.f_patch_size);
 }
 
@@ -21,27 +23,12 @@ Tensor stored(const WeightStore& store, const std::string& name) {
   return store.get(name).contiguous();
 }
 
-size_t bytes_of(std::initializer_list<const Tensor*> tensors) {
-  size_t total = 0;
-  for (const Tensor* t : tensors) total += t->defined() ? t->nbytes() : 0;
-  return total;
+// A tensor the config implies (models::expect_parameter), for a Z-Image transformer.
+void expect(const WeightStore& store, const std::string& name, const Shape& shape) {
+  models::expect_parameter(store, name, shape, "Z-Image");
 }
 
 }  // namespace
-
-void expect_zimage_weight(const WeightStore& store, const std::string& name, const Shape& shape) {
-  check(store.has(name),
-        "transformer weights in {}: tensor '{}' is missing; the checkpoint does not match its "
-        "config.json (or is not a Z-Image transformer)",
-        store.origin().string(), name);
-  const TensorInfo& info = store.info(name);
-  check(dtype_is_floating(info.dtype) && info.dtype != DType::F64,
-        "transformer weights in {}: tensor '{}' is {}, expected f32, bf16, f16 or f8_e4m3",
-        store.origin().string(), name, dtype_name(info.dtype));
-  check(info.shape == shape,
-        "transformer weights in {}: tensor '{}' has shape {}, config.json implies {}",
-        store.origin().string(), name, shape_string(info.shape), shape_string(shape));
-}
 
 std::string zimage_block_prefix(const char* stack, int64_t layer) {
   return std::string(stack) + "." + std::to_string(layer) + ".";
@@ -51,18 +38,17 @@ void check_zimage_block(const WeightStore& store, const std::string& prefix,
                         const ZImageConfig& config, bool modulated) {
   const int64_t dim = config.dim, ffn = config.ffn_dim(), head = config.head_dim();
   for (const char* name : {"to_q", "to_k", "to_v", "to_out.0"})
-    expect_zimage_weight(store, prefix + "attention." + name + ".weight", {dim, dim});
-  expect_zimage_weight(store, prefix + "attention.norm_q.weight", {head});
-  expect_zimage_weight(store, prefix + "attention.norm_k.weight", {head});
+    expect(store, prefix + "attention." + name + ".weight", {dim, dim});
+  expect(store, prefix + "attention.norm_q.weight", {head});
+  expect(store, prefix + "attention.norm_k.weight", {head});
   for (const char* name : {"attention_norm1", "attention_norm2", "ffn_norm1", "ffn_norm2"})
-    expect_zimage_weight(store, prefix + name + ".weight", {dim});
-  expect_zimage_weight(store, prefix + "feed_forward.w1.weight", {ffn, dim});
-  expect_zimage_weight(store, prefix + "feed_forward.w2.weight", {dim, ffn});
-  expect_zimage_weight(store, prefix + "feed_forward.w3.weight", {ffn, dim});
+    expect(store, prefix + name + ".weight", {dim});
+  expect(store, prefix + "feed_forward.w1.weight", {ffn, dim});
+  expect(store, prefix + "feed_forward.w2.weight", {dim, ffn});
+  expect(store, prefix + "feed_forward.w3.weight", {ffn, dim});
   if (modulated) {
-    expect_zimage_weight(store, prefix + "adaLN_modulation.0.weight",
-                         {4 * dim, config.adaln_dim()});
-    expect_zimage_weight(store, prefix + "adaLN_modulation.0.bias", {4 * dim});
+    expect(store, prefix + "adaLN_modulation.0.weight", {4 * dim, config.adaln_dim()});
+    expect(store, prefix + "adaLN_modulation.0.bias", {4 * dim});
   }
 }
 
@@ -102,29 +88,27 @@ ZImageBlockWeights ZImageBlockWeights::load_modulation(const WeightStore& store,
   return w;
 }
 
-ZImageBlockWeights ZImageBlockWeights::placed(Device device, DType compute) const {
-  const auto product = [&](const Tensor& t) { return t.to(compute).to(device); };
-  ZImageBlockWeights p = *this;
-  // q/k/v and w1/w3 each in one allocation: ops::linear_each runs each set as one product.
-  const std::vector<Tensor> qkv = ops::stack_weights({to_q, to_k, to_v}, compute, device);
-  p.to_q = qkv[0], p.to_k = qkv[1], p.to_v = qkv[2];
-  const std::vector<Tensor> gate_up = ops::stack_weights({w1, w3}, compute, device);
-  p.w1 = gate_up[0], p.w3 = gate_up[1];
-  p.to_out = product(to_out);
-  p.w2 = product(w2);
-  p.norm_q = norm_q.to(device), p.norm_k = norm_k.to(device);
-  p.attention_norm2 = attention_norm2.to(device), p.ffn_norm2 = ffn_norm2.to(device);
-  // An unmodulated block's pre-norms are used as they are: placed once, not uploaded per forward.
-  if (!modulation_weight.defined())
-    p.attention_norm1 = attention_norm1.to(device), p.ffn_norm1 = ffn_norm1.to(device);
-  return p;
-}
-
-size_t ZImageBlockWeights::device_bytes() const {
-  const size_t pre_norms =
-      modulation_weight.defined() ? 0 : bytes_of({&attention_norm1, &ffn_norm1});
-  return pre_norms + bytes_of({&to_q, &to_k, &to_v, &to_out, &w1, &w2, &w3, &norm_q, &norm_k,
-                               &attention_norm2, &ffn_norm2});
+void ZImageBlockWeights::parameters(const models::ParameterVisitor& visit) {
+  using models::Role;
+  constexpr int kQkv = 1, kGateUp = 2;  // the groups placed in one allocation each
+  visit({"attention.to_q.weight", to_q, Role::Product, kQkv});
+  visit({"attention.to_k.weight", to_k, Role::Product, kQkv});
+  visit({"attention.to_v.weight", to_v, Role::Product, kQkv});
+  visit({"attention.to_out.0.weight", to_out, Role::Product});
+  visit({"attention.norm_q.weight", norm_q, Role::Float32});
+  visit({"attention.norm_k.weight", norm_k, Role::Float32});
+  visit({"feed_forward.w1.weight", w1, Role::Product, kGateUp});
+  visit({"feed_forward.w2.weight", w2, Role::Product});
+  visit({"feed_forward.w3.weight", w3, Role::Product, kGateUp});
+  // A modulated block folds each item's (1 + scale) into its pre-norms on the host (on the GPU
+  // from ZImageStackedModulation's copy); an unmodulated block's are placed once with it.
+  const Role pre_norm = modulation_weight.defined() ? Role::Host : Role::Float32;
+  visit({"attention_norm1.weight", attention_norm1, pre_norm});
+  visit({"attention_norm2.weight", attention_norm2, Role::Float32});
+  visit({"ffn_norm1.weight", ffn_norm1, pre_norm});
+  visit({"ffn_norm2.weight", ffn_norm2, Role::Float32});
+  visit({"adaLN_modulation.0.weight", modulation_weight, Role::Host});
+  visit({"adaLN_modulation.0.bias", modulation_bias, Role::Host});
 }
 
 ZImageStackedModulation stack_modulations(const std::vector<const ZImageBlockWeights*>& blocks,
@@ -152,30 +136,31 @@ ZImageStackedModulation stack_modulations(const std::vector<const ZImageBlockWei
 
 void check_zimage_outer(const WeightStore& store, const ZImageConfig& config) {
   const int64_t dim = config.dim, adaln = config.adaln_dim(), values = config.patch_values();
-  const std::string key = patch_key(config);
-  expect_zimage_weight(store, "all_x_embedder." + key + ".weight", {dim, values});
-  expect_zimage_weight(store, "all_x_embedder." + key + ".bias", {dim});
+  const std::string key = patch_key_of(config);
+  expect(store, "all_x_embedder." + key + ".weight", {dim, values});
+  expect(store, "all_x_embedder." + key + ".bias", {dim});
   const std::string final_layer = "all_final_layer." + key + ".";
-  expect_zimage_weight(store, final_layer + "linear.weight", {values, dim});
-  expect_zimage_weight(store, final_layer + "linear.bias", {values});
-  expect_zimage_weight(store, final_layer + "adaLN_modulation.1.weight", {dim, adaln});
-  expect_zimage_weight(store, final_layer + "adaLN_modulation.1.bias", {dim});
+  expect(store, final_layer + "linear.weight", {values, dim});
+  expect(store, final_layer + "linear.bias", {values});
+  expect(store, final_layer + "adaLN_modulation.1.weight", {dim, adaln});
+  expect(store, final_layer + "adaLN_modulation.1.bias", {dim});
   // diffusers' TimestepEmbedder: 256 sinusoid channels, a fixed hidden width of 1024.
-  expect_zimage_weight(store, "t_embedder.mlp.0.weight", {1024, 256});
-  expect_zimage_weight(store, "t_embedder.mlp.0.bias", {1024});
-  expect_zimage_weight(store, "t_embedder.mlp.2.weight", {adaln, 1024});
-  expect_zimage_weight(store, "t_embedder.mlp.2.bias", {adaln});
-  expect_zimage_weight(store, "cap_embedder.0.weight", {config.cap_feat_dim});
-  expect_zimage_weight(store, "cap_embedder.1.weight", {dim, config.cap_feat_dim});
-  expect_zimage_weight(store, "cap_embedder.1.bias", {dim});
-  expect_zimage_weight(store, "x_pad_token", {1, dim});
-  expect_zimage_weight(store, "cap_pad_token", {1, dim});
+  expect(store, "t_embedder.mlp.0.weight", {1024, 256});
+  expect(store, "t_embedder.mlp.0.bias", {1024});
+  expect(store, "t_embedder.mlp.2.weight", {adaln, 1024});
+  expect(store, "t_embedder.mlp.2.bias", {adaln});
+  expect(store, "cap_embedder.0.weight", {config.cap_feat_dim});
+  expect(store, "cap_embedder.1.weight", {dim, config.cap_feat_dim});
+  expect(store, "cap_embedder.1.bias", {dim});
+  expect(store, "x_pad_token", {1, dim});
+  expect(store, "cap_pad_token", {1, dim});
 }
 
 ZImageOuterWeights ZImageOuterWeights::load(const WeightStore& store, const ZImageConfig& config) {
-  const std::string key = patch_key(config);
+  const std::string key = patch_key_of(config);
   const std::string final_layer = "all_final_layer." + key + ".";
   ZImageOuterWeights w;
+  w.patch_key = key;
   w.x_embed_weight = f32(store, "all_x_embedder." + key + ".weight");
   w.x_embed_bias = f32(store, "all_x_embedder." + key + ".bias");
   w.cap_norm = f32(store, "cap_embedder.0.weight");
@@ -194,22 +179,39 @@ ZImageOuterWeights ZImageOuterWeights::load(const WeightStore& store, const ZIma
   return w;
 }
 
-ZImageOuterWeights ZImageOuterWeights::placed(Device device, DType compute) const {
-  const auto product = [&](const Tensor& t) { return t.to(compute).to(device); };
-  ZImageOuterWeights p = *this;
-  p.x_embed_weight = product(x_embed_weight);
-  p.x_embed_bias = x_embed_bias.to(device);  // the embedding starts the float32 residual stream
-  p.cap_embed_weight = product(cap_embed_weight);
-  p.cap_embed_bias = cap_embed_bias.to(device);
-  p.cap_norm = cap_norm.to(device);
-  p.final_weight = product(final_weight);
-  p.final_bias = final_bias.to(device);
-  return p;
+void list_zimage_parameters(const WeightStore& store, const ZImageConfig& config,
+                            const models::ParameterVisitor& visit) {
+  for (const auto& [stack, count, modulated] :
+       {std::tuple{"noise_refiner", config.n_refiner_layers, true},
+        {"context_refiner", config.n_refiner_layers, false},
+        {"layers", config.n_layers, true}})
+    for (int64_t layer = 0; layer < count; ++layer) {
+      const std::string prefix = zimage_block_prefix(stack, layer);
+      ZImageBlockWeights::load(store, prefix, modulated).parameters(models::nested(visit, prefix));
+    }
+  ZImageOuterWeights::load(store, config).parameters(visit);
 }
 
-size_t ZImageOuterWeights::device_bytes() const {
-  return bytes_of({&x_embed_weight, &x_embed_bias, &cap_embed_weight, &cap_embed_bias,
-                   &final_weight, &final_bias, &cap_norm});
+void ZImageOuterWeights::parameters(const models::ParameterVisitor& visit) {
+  using models::Role;
+  const std::string embedder = "all_x_embedder." + patch_key + ".";
+  const std::string final_layer = "all_final_layer." + patch_key + ".";
+  visit({embedder + "weight", x_embed_weight, Role::Product});
+  // The embedding starts the float32 residual stream.
+  visit({embedder + "bias", x_embed_bias, Role::Float32});
+  visit({"cap_embedder.0.weight", cap_norm, Role::Float32});
+  visit({"cap_embedder.1.weight", cap_embed_weight, Role::Product});
+  visit({"cap_embedder.1.bias", cap_embed_bias, Role::Float32});
+  visit({final_layer + "linear.weight", final_weight, Role::Product});
+  visit({final_layer + "linear.bias", final_bias, Role::Float32});
+  visit({final_layer + "adaLN_modulation.1.weight", final_mod_weight, Role::Host});
+  visit({final_layer + "adaLN_modulation.1.bias", final_mod_bias, Role::Host});
+  visit({"t_embedder.mlp.0.weight", t_1_weight, Role::Host});
+  visit({"t_embedder.mlp.0.bias", t_1_bias, Role::Host});
+  visit({"t_embedder.mlp.2.weight", t_2_weight, Role::Host});
+  visit({"t_embedder.mlp.2.bias", t_2_bias, Role::Host});
+  visit({"x_pad_token", x_pad_token, Role::Host});
+  visit({"cap_pad_token", cap_pad_token, Role::Host});
 }
 
 }  // namespace mmgen::dit

@@ -15,11 +15,9 @@
 
 #include "core/safetensors.h"
 #include "models/dit/zimage_config.h"
+#include "models/parameters.h"
 
 namespace mmgen::dit {
-
-// Throws Error unless `name` is in the store, holds floating-point values and has `shape`.
-void expect_zimage_weight(const WeightStore& store, const std::string& name, const Shape& shape);
 
 // "noise_refiner.0.", "context_refiner.1.", "layers.29." ...
 std::string zimage_block_prefix(const char* stack, int64_t layer);
@@ -44,10 +42,9 @@ struct ZImageBlockWeights {
   // undefined: a forward folds every block's modulation before the blocks run.
   static ZImageBlockWeights load_modulation(const WeightStore& store, const std::string& prefix,
                                             bool modulated);
-  // These weights with their products and device norms placed on `device` for products that read
-  // `compute`; the host tensors stay where they are.
-  ZImageBlockWeights placed(Device device, DType compute) const;
-  size_t device_bytes() const;  // what placed() put on the device
+  // Named below the block's prefix. Placed, q/k/v and w1/w3 are each one allocation
+  // (ops::linear_each runs each set as one product); the host tensors stay where they are.
+  void parameters(const models::ParameterVisitor& visit);
 };
 
 // The modulated blocks' adaLN products one after another where the model runs: weight
@@ -76,12 +73,17 @@ struct ZImageOuterWeights {
   // embedding) and the learned pad tokens [dim] (written into the host-assembled sequences).
   Tensor t_1_weight, t_1_bias, t_2_weight, t_2_bias, final_mod_weight, final_mod_bias;
   Tensor x_pad_token, cap_pad_token;
+  std::string patch_key;  // "2-1": the embedder and final layer of the config's patch sizes
 
   static ZImageOuterWeights load(const WeightStore& store, const ZImageConfig& config);
-  ZImageOuterWeights placed(Device device, DType compute) const;
-  size_t device_bytes() const;
+  void parameters(const models::ParameterVisitor& visit);
 };
 
 void check_zimage_outer(const WeightStore& store, const ZImageConfig& config);
+
+// Every tensor of the checkpoint as the model reads it (host copies, loaded block by block),
+// under its checkpoint name: the model's tree for what works by name (tests, LoRA).
+void list_zimage_parameters(const WeightStore& store, const ZImageConfig& config,
+                            const models::ParameterVisitor& visit);
 
 }  // namespace mmgen::dit

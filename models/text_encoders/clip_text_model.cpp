@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <tuple>
 #include <utility>
 
 #include "attention/catalogue.h"
@@ -32,7 +33,7 @@ Tensor as_int64(const Tensor& ids) {
 ClipTextModel::ClipTextModel(ClipTextConfig config, WeightStore weights)
     : config_(std::move(config)), weights_(std::move(weights)) {
   prefix_ = weights_.has("text_model.embeddings.token_embedding.weight") ? "text_model." : "";
-  load_host_weights();
+  state_ = host_state();
   attention_backend_ = attention::auto_backend(attention::this_machine(), attention::Family::Paged,
                                                "fp32", config_.head_dim());
 }
@@ -43,7 +44,8 @@ ClipTextModel ClipTextModel::from_folder(const fs::path& folder) {
   return ClipTextModel(ClipTextConfig::from_file(config_path), WeightStore::open_folder(folder));
 }
 
-void ClipTextModel::load_host_weights() {
+ClipTextModel::Placed ClipTextModel::host_state() const {
+  Placed host;
   const int64_t d = config_.hidden_size, ff = config_.intermediate_size;
   auto get = [&](const std::string& name, const Shape& shape) {
     return require_encoder_weight(weights_, prefix_ + name, shape, kClipCheckpoint);
@@ -51,11 +53,10 @@ void ClipTextModel::load_host_weights() {
   auto f32 = [&](const std::string& name, const Shape& shape) {
     return get(name, shape).to(DType::F32);
   };
-  token_embedding_ = get("embeddings.token_embedding.weight", {config_.vocab_size, d});
-  position_embedding_ =
+  host.token_embedding = get("embeddings.token_embedding.weight", {config_.vocab_size, d});
+  host.position_embedding =
       f32("embeddings.position_embedding.weight", {config_.max_position_embeddings, d})
           .contiguous();
-  layers_.clear();
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     const std::string at = "encoder.layers." + std::to_string(i) + ".";
     Layer layer;
@@ -75,10 +76,40 @@ void ClipTextModel::load_host_weights() {
     layer.fc1_bias = f32(at + "mlp.fc1.bias", {ff});
     layer.fc2 = get(at + "mlp.fc2.weight", {d, ff});
     layer.fc2_bias = f32(at + "mlp.fc2.bias", {d});
-    layers_.push_back(std::move(layer));
+    host.layers.push_back(std::move(layer));
   }
-  final_norm_weight_ = f32("final_layer_norm.weight", {d});
-  final_norm_bias_ = f32("final_layer_norm.bias", {d});
+  host.final_norm_weight = f32("final_layer_norm.weight", {d});
+  host.final_norm_bias = f32("final_layer_norm.bias", {d});
+  return host;
+}
+
+void ClipTextModel::Layer::parameters(const models::ParameterVisitor& visit) {
+  using models::Role;
+  for (auto [name, norm] : {std::pair{"layer_norm1.weight", &norm1_weight},
+                            {"layer_norm1.bias", &norm1_bias},
+                            {"layer_norm2.weight", &norm2_weight},
+                            {"layer_norm2.bias", &norm2_bias}})
+    visit({name, *norm, Role::Float32});
+  for (auto [name, weight, bias] : {std::tuple{"self_attn.q_proj.", &q, &q_bias},
+                                    {"self_attn.k_proj.", &k, &k_bias},
+                                    {"self_attn.v_proj.", &v, &v_bias},
+                                    {"self_attn.out_proj.", &out, &out_bias},
+                                    {"mlp.fc1.", &fc1, &fc1_bias},
+                                    {"mlp.fc2.", &fc2, &fc2_bias}}) {
+    visit({std::string(name) + "weight", *weight, Role::Product});
+    visit({std::string(name) + "bias", *bias, Role::Float32});
+  }
+}
+
+void ClipTextModel::Placed::parameters(const models::ParameterVisitor& visit) {
+  using models::Role;
+  // The embeddings are gathered on the host.
+  visit({"embeddings.token_embedding.weight", token_embedding, Role::Host});
+  visit({"embeddings.position_embedding.weight", position_embedding, Role::Host});
+  for (size_t i = 0; i < layers.size(); ++i)
+    layers[i].parameters(models::nested(visit, "encoder.layers." + std::to_string(i) + "."));
+  visit({"final_layer_norm.weight", final_norm_weight, Role::Float32});
+  visit({"final_layer_norm.bias", final_norm_bias, Role::Float32});
 }
 
 uint64_t ClipTextModel::gpu_weight_bytes(const ClipTextConfig& config, DType compute) {
@@ -91,53 +122,36 @@ uint64_t ClipTextModel::gpu_weight_bytes(const ClipTextConfig& config, DType com
 
 void ClipTextModel::set_attention_backend(const std::string& name, int64_t page_size) {
   check(page_size >= 1, "--page-size must be at least 1, got {}", page_size);
-  paged::make_paged_backend(name, device_);  // throws where this build cannot run it
+  paged::make_paged_backend(name, state_.device);  // throws where this build cannot run it
   attention_backend_ = name;
   page_size_ = page_size;
   runner_.reset();
 }
 
-void ClipTextModel::set_device(Device device, DType compute, const std::string& attention_backend) {
-  try {
-    place(device, compute, attention_backend);
-  } catch (const Error&) {
-    // A failed upload leaves no half-placed model: it is back on the CPU as loaded.
-    if (device_ != Device::CPU) place(Device::CPU, DType::F32, "");
-    throw;
-  }
+void ClipTextModel::list_parameters(const models::ParameterVisitor& visit) const {
+  Placed held = state_;
+  held.parameters(models::nested(visit, prefix_));
 }
 
-void ClipTextModel::place(Device device, DType compute, const std::string& attention_backend) {
+void ClipTextModel::set_device(Device device, DType compute, const std::string& attention_backend) {
   if (device == Device::CPU) compute = DType::F32;
   check(device == Device::CPU || compute == DType::BF16 || compute == DType::F32,
         "GPU text encoder: products read bf16 or float32, not {}", dtype_name(compute));
-  const Device from = device_;
-  device_ = device;
-  compute_ = compute;
+  const std::string backend = attention_backend.empty() ? attention_backend_ : attention_backend;
+  paged::make_paged_backend(backend, device);
+  attention_backend_ = backend;
   runner_.reset();
-  if (!attention_backend.empty()) attention_backend_ = attention_backend;
-  paged::make_paged_backend(attention_backend_, device_);
-  if (device == from && device == Device::CPU) return;
-  // Leaving the GPU starts again from the weights as stored, so the device copies are freed.
-  resident_bytes_ = 0;
-  if (from != Device::CPU) {
-    load_host_weights();
-    if (device == Device::CPU) return;
-  }
-  auto put = [&](Tensor& weight, DType dtype) {
-    weight = weight.to(dtype).to(device);
-    resident_bytes_ += weight.nbytes();
-  };
-  for (Layer& layer : layers_) {
-    for (Tensor* w : {&layer.q, &layer.k, &layer.v, &layer.out, &layer.fc1, &layer.fc2})
-      put(*w, compute);
-    for (Tensor* w : {&layer.norm1_weight, &layer.norm1_bias, &layer.norm2_weight,
-                      &layer.norm2_bias, &layer.q_bias, &layer.k_bias, &layer.v_bias,
-                      &layer.out_bias, &layer.fc1_bias, &layer.fc2_bias})
-      put(*w, DType::F32);
-  }
-  put(final_norm_weight_, DType::F32);
-  put(final_norm_bias_, DType::F32);
+  // Back on the host starts again from the weights as stored; the GPU keeps products in the
+  // compute dtype and the rest float32, uploaded once.
+  models::move_model(
+      state_, device, [&](Placed&&) { return host_state(); },
+      [&](const Placed& host) {
+        Placed placed = models::placed(host, {device, compute});
+        placed.device = device;
+        placed.compute = compute;
+        placed.bytes = models::parameter_bytes(placed, device);
+        return placed;
+      });
 }
 
 Tensor ClipTextModel::embed(const Tensor& ids) const {
@@ -146,14 +160,14 @@ Tensor ClipTextModel::embed(const Tensor& ids) const {
   const int64_t* id = ids.data<int64_t>();
   Tensor x = Tensor::empty({batch * length, d});
   float* out = x.data<float>();
-  const float* positions = position_embedding_.data<float>();
+  const float* positions = state_.position_embedding.data<float>();
   for (int64_t t = 0; t < batch * length; ++t) {
     check(id[t] >= 0 && id[t] < vocab,
           "CLIP text encoder: token id {} is outside the vocabulary [0, {}); the tokenizer does "
           "not match the text encoder",
           id[t], vocab);
     // Only the rows used are converted: the table stays mapped as stored.
-    const Tensor row = token_embedding_.select(0, id[t]).to(DType::F32);
+    const Tensor row = state_.token_embedding.select(0, id[t]).to(DType::F32);
     const float* token = row.data<float>();
     const float* position = positions + (t % length) * d;
     for (int64_t i = 0; i < d; ++i) out[t * d + i] = token[i] + position[i];
@@ -172,7 +186,7 @@ paged::PagedRunner& ClipTextModel::runner_for(int64_t requests, int64_t length) 
     spec.type = paged::AttentionType::Decoder;  // causal
     paged::PagedRunnerOptions options;
     options.backend = attention_backend_;
-    options.device = device_;
+    options.device = state_.device;
     options.page_size = page_size_;
     options.prefix_cache = false;  // every forward is a fresh prefill: nothing is kept
     options.max_requests = requests;
@@ -189,18 +203,18 @@ paged::PagedRunner& ClipTextModel::runner_for(int64_t requests, int64_t length) 
 Tensor ClipTextModel::self_attention(int64_t index, const Layer& layer, const Tensor& x,
                                      paged::PagedRunner& runner) const {
   const int64_t tokens = x.size(0), d = config_.hidden_size;
-  const Tensor normed =
-      ops::layer_norm(x, config_.layer_norm_eps, layer.norm1_weight, layer.norm1_bias, compute_);
+  const Tensor normed = ops::layer_norm(x, config_.layer_norm_eps, layer.norm1_weight,
+                                        layer.norm1_bias, state_.compute);
   const Tensor context =
-      runner.attention(index, ops::linear(normed, layer.q, layer.q_bias, compute_),
-                       ops::linear(normed, layer.k, layer.k_bias, compute_),
-                       ops::linear(normed, layer.v, layer.v_bias, compute_));
+      runner.attention(index, ops::linear(normed, layer.q, layer.q_bias, state_.compute),
+                       ops::linear(normed, layer.k, layer.k_bias, state_.compute),
+                       ops::linear(normed, layer.v, layer.v_bias, state_.compute));
   return ops::linear(context.reshape({tokens, d}), layer.out, layer.out_bias);
 }
 
 Tensor ClipTextModel::mlp(const Layer& layer, const Tensor& x) const {
-  const Tensor normed =
-      ops::layer_norm(x, config_.layer_norm_eps, layer.norm2_weight, layer.norm2_bias, compute_);
+  const Tensor normed = ops::layer_norm(x, config_.layer_norm_eps, layer.norm2_weight,
+                                        layer.norm2_bias, state_.compute);
   Tensor hidden = ops::linear(normed, layer.fc1, layer.fc1_bias);  // float32
   switch (config_.activation) {
     case ClipActivation::QuickGelu:
@@ -215,7 +229,7 @@ Tensor ClipTextModel::mlp(const Layer& layer, const Tensor& x) const {
       ops::activate_(hidden, Activation::GeluTanh);
       break;
   }
-  return ops::linear(hidden.to(compute_), layer.fc2, layer.fc2_bias);
+  return ops::linear(hidden.to(state_.compute), layer.fc2, layer.fc2_bias);
 }
 
 std::vector<int64_t> ClipTextModel::pooled_positions(const Tensor& input_ids) const {
@@ -246,7 +260,7 @@ ClipTextModel::Output ClipTextModel::forward(const Tensor& input_ids) const {
         "CLIP text encoder: {} tokens, more than its {} positions; tokenize with "
         "max_length {} and truncation",
         length, config_.max_position_embeddings, config_.max_position_embeddings);
-  Tensor x = embed(ids).to(device_);  // the residual stream, float32
+  Tensor x = embed(ids).to(state_.device);  // the residual stream, float32
 
   std::vector<std::vector<int64_t>> prompts(static_cast<size_t>(batch));
   for (int64_t b = 0; b < batch; ++b)
@@ -256,9 +270,9 @@ ClipTextModel::Output ClipTextModel::forward(const Tensor& input_ids) const {
   // No prefix cache: the prefill's tokens are the ids in order, request after request.
   runner.begin_extend(prompts);
   try {
-    for (size_t l = 0; l < layers_.size(); ++l) {
-      ops::add_(x, self_attention(int64_t(l), layers_[l], x, runner));
-      ops::add_(x, mlp(layers_[l], x));
+    for (size_t l = 0; l < state_.layers.size(); ++l) {
+      ops::add_(x, self_attention(int64_t(l), state_.layers[l], x, runner));
+      ops::add_(x, mlp(state_.layers[l], x));
     }
   } catch (...) {
     runner.finish();
@@ -270,8 +284,8 @@ ClipTextModel::Output ClipTextModel::forward(const Tensor& input_ids) const {
   // The GPU's affine LayerNorm writes bf16 only (what the next product reads): there the output
   // is rounded once to bf16, within the GPU's 1e-2 bound.
   output.last_hidden_state =
-      ops::layer_norm(x, config_.layer_norm_eps, final_norm_weight_, final_norm_bias_,
-                      device_ == Device::CPU ? DType::F32 : DType::BF16)
+      ops::layer_norm(x, config_.layer_norm_eps, state_.final_norm_weight, state_.final_norm_bias,
+                      state_.device == Device::CPU ? DType::F32 : DType::BF16)
           .to(Device::CPU)
           .to(DType::F32)
           .contiguous()

@@ -18,6 +18,7 @@
 #include "attention/paged/paged_runner.h"
 #include "core/safetensors.h"
 #include "core/tensor.h"
+#include "models/parameters.h"
 #include "models/text_encoders/clip_config.h"
 
 namespace mmgen::text_encoders {
@@ -36,8 +37,8 @@ class ClipTextModel {
   // come back on the host.
   void set_device(Device device, DType compute = DType::BF16,
                   const std::string& attention_backend = "");
-  Device device() const { return device_; }
-  DType compute_dtype() const { return compute_; }
+  Device device() const { return state_.device; }
+  DType compute_dtype() const { return state_.compute; }
 
   struct Output {
     Tensor last_hidden_state;  // [B, S, hidden] float32, host
@@ -61,7 +62,10 @@ class ClipTextModel {
 
   const ClipTextConfig& config() const { return config_; }
   // Bytes of weights kept resident on the device (0 on the CPU: they stay mapped).
-  size_t resident_weight_bytes() const { return resident_bytes_; }
+  size_t resident_weight_bytes() const { return state_.bytes; }
+  // Every tensor the model holds, where it holds it, under its checkpoint name
+  // (models/parameters.h): the model's tree for what works by name.
+  void list_parameters(const models::ParameterVisitor& visit) const;
   // What resident_weight_bytes() is after set_device(Device::CUDA, compute), from the config.
   static uint64_t gpu_weight_bytes(const ClipTextConfig& config, DType compute = DType::BF16);
 
@@ -70,9 +74,21 @@ class ClipTextModel {
     Tensor norm1_weight, norm1_bias, norm2_weight, norm2_bias;  // float32
     Tensor q, k, v, out, fc1, fc2;  // CPU: stored dtype; GPU: compute dtype
     Tensor q_bias, k_bias, v_bias, out_bias, fc1_bias, fc2_bias;  // float32
+    void parameters(const models::ParameterVisitor& visit);       // below "encoder.layers.N."
   };
-  void load_host_weights();
-  void place(Device device, DType compute, const std::string& attention_backend);
+  // What the model holds where it runs (models::move_model's state).
+  struct Placed {
+    Device device = Device::CPU;
+    DType compute = DType::F32;
+    Tensor token_embedding;     // [vocab, hidden], stored dtype, host
+    Tensor position_embedding;  // [positions, hidden] float32, host
+    std::vector<Layer> layers;
+    Tensor final_norm_weight, final_norm_bias;
+    size_t bytes = 0;
+    void parameters(const models::ParameterVisitor& visit);  // below the checkpoint's prefix
+  };
+  // Every weight from the checkpoint, as stored (host, mapped).
+  Placed host_state() const;
   // Token + position embeddings of ids [B, S] as [B·S, hidden] float32 on the host.
   Tensor embed(const Tensor& ids) const;
   // The runner for a batch of `requests` prompts of `length` tokens (kept while it fits).
@@ -83,16 +99,10 @@ class ClipTextModel {
 
   ClipTextConfig config_;
   WeightStore weights_;
-  std::string prefix_;         // "text_model." or ""
-  Tensor token_embedding_;     // [vocab, hidden], stored dtype, host
-  Tensor position_embedding_;  // [positions, hidden] float32, host
-  std::vector<Layer> layers_;
-  Tensor final_norm_weight_, final_norm_bias_;
+  std::string prefix_;  // "text_model." or ""
+  Placed state_;
   std::string attention_backend_;
   int64_t page_size_ = 1;
-  Device device_ = Device::CPU;
-  DType compute_ = DType::F32;
-  size_t resident_bytes_ = 0;
   // Kept across forwards of the same shape or smaller (its pools are sized to the batch).
   mutable std::unique_ptr<attention::paged::PagedRunner> runner_;
   mutable int64_t runner_requests_ = 0, runner_length_ = 0;

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "core/error.h"
@@ -38,17 +39,16 @@ Qwen3TextModel::Qwen3TextModel(Qwen3Config config, WeightStore weights)
     : config_(std::move(config)),
       weights_(std::move(weights)),
       rope_(config_.head_dim, config_.rope_theta, config_.rope_factor) {
-  map_weights();
+  state_ = host_state();
 }
 
-void Qwen3TextModel::map_weights() {
-  layers_.clear();
-  lm_head_ = Tensor();
+Qwen3TextModel::Placed Qwen3TextModel::host_state() const {
+  Placed host;
   const int64_t d = config_.hidden_size, ff = config_.intermediate_size;
   const int64_t q_width = config_.q_width(), kv_width = config_.kv_width();
-  const std::string prefix = decoder_prefix(weights_);
-  embedding_ = require_encoder_weight(weights_, prefix + "embed_tokens.weight",
-                                      {config_.vocab_size, d}, kQwen3Checkpoint);
+  const std::string prefix = host.prefix = decoder_prefix(weights_);
+  host.embedding = require_encoder_weight(weights_, prefix + "embed_tokens.weight",
+                                          {config_.vocab_size, d}, kQwen3Checkpoint);
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     const std::string block = prefix + "layers." + std::to_string(i) + ".";
     const std::string attn = block + "self_attn.";
@@ -87,14 +87,50 @@ void Qwen3TextModel::map_weights() {
         require_encoder_weight(weights_, block + "mlp.up_proj.weight", {ff, d}, kQwen3Checkpoint);
     layer.down =
         require_encoder_weight(weights_, block + "mlp.down_proj.weight", {d, ff}, kQwen3Checkpoint);
-    layers_.push_back(std::move(layer));
+    host.layers.push_back(std::move(layer));
   }
-  norm_ = require_encoder_weight(weights_, prefix + "norm.weight", {d}, kQwen3Checkpoint);
-  if (weights_.has("lm_head.weight"))
-    lm_head_ = require_encoder_weight(weights_, "lm_head.weight", {config_.vocab_size, d},
-                                      kQwen3Checkpoint);
-  else if (config_.tie_word_embeddings)
-    lm_head_ = embedding_;
+  host.norm = require_encoder_weight(weights_, prefix + "norm.weight", {d}, kQwen3Checkpoint);
+  if (weights_.has("lm_head.weight")) {
+    host.lm_head = require_encoder_weight(weights_, "lm_head.weight", {config_.vocab_size, d},
+                                          kQwen3Checkpoint);
+  } else if (config_.tie_word_embeddings) {
+    host.lm_head = host.embedding;
+    host.tied_lm_head = true;
+  }
+  return host;
+}
+
+void Qwen3TextModel::Layer::parameters(const models::ParameterVisitor& visit) {
+  using models::Role;
+  const std::string attention = "self_attn.";
+  visit({"input_layernorm.weight", input_norm, Role::Float32});
+  for (auto [name, weight, bias] : {std::tuple{"q_proj.", &q, &q_bias},
+                                    {"k_proj.", &k, &k_bias},
+                                    {"v_proj.", &v, &v_bias},
+                                    {"o_proj.", &o, &o_bias}}) {
+    visit({attention + name + "weight", *weight, Role::Product});
+    visit({attention + name + "bias", *bias, Role::Float32});
+  }
+  visit({attention + "q_norm.weight", q_norm, Role::Float32});
+  visit({attention + "k_norm.weight", k_norm, Role::Float32});
+  visit({"post_attention_layernorm.weight", post_attention_norm, Role::Float32});
+  visit({"mlp.gate_proj.weight", gate, Role::Product});
+  visit({"mlp.up_proj.weight", up, Role::Product});
+  visit({"mlp.down_proj.weight", down, Role::Product});
+}
+
+void Qwen3TextModel::Placed::parameters(const models::ParameterVisitor& visit) {
+  using models::Role;
+  visit({prefix + "embed_tokens.weight", embedding, Role::Host});  // rows gathered on the host
+  for (size_t i = 0; i < layers.size(); ++i)
+    layers[i].parameters(models::nested(visit, prefix + "layers." + std::to_string(i) + "."));
+  visit({prefix + "norm.weight", norm, Role::Float32});
+  if (!tied_lm_head) visit({"lm_head.weight", lm_head, Role::Host});  // logits on the host
+}
+
+void Qwen3TextModel::list_parameters(const models::ParameterVisitor& visit) const {
+  Placed held = state_;
+  held.parameters(visit);
 }
 
 void Qwen3TextModel::set_device(Device device, DType compute) {
@@ -110,29 +146,17 @@ void Qwen3TextModel::set_device(Device device, DType compute) {
         "multiples of 8; use --device cpu",
         config_.hidden_size, config_.intermediate_size, config_.q_width(), config_.kv_width());
   // Every move starts from the mapped weights: the CPU computes on them as stored (the same
-  // numbers as a model that never moved), the GPU converts each once. Built on a copy, so a
-  // failed upload (no GPU, out of memory) leaves the model where it was.
-  Qwen3TextModel placed = *this;
-  placed.map_weights();
-  placed.device_ = device;
-  placed.compute_ = compute;
-  placed.resident_bytes_ = 0;
-  auto place = [&](Tensor& weight, DType dtype) {
-    if (!weight.defined() || device == Device::CPU) return;
-    weight = weight.to(dtype).to(device);
-    placed.resident_bytes_ += weight.nbytes();
-  };
-  for (Layer& layer : placed.layers_) {
-    for (Tensor* weight :
-         {&layer.q, &layer.k, &layer.v, &layer.o, &layer.gate, &layer.up, &layer.down})
-      place(*weight, compute);
-    for (Tensor* weight :
-         {&layer.input_norm, &layer.post_attention_norm, &layer.q_norm, &layer.k_norm,
-          &layer.q_bias, &layer.k_bias, &layer.v_bias, &layer.o_bias})
-      place(*weight, DType::F32);
-  }
-  place(placed.norm_, DType::F32);
-  *this = std::move(placed);
+  // numbers as a model that never moved), the GPU converts each once (products to the compute
+  // dtype, norms and biases float32).
+  models::move_model(
+      state_, device, [&](Placed&&) { return host_state(); },
+      [&](const Placed& host) {
+        Placed placed = models::placed(host, {device, compute});
+        placed.device = device;
+        placed.compute = compute;
+        placed.bytes = models::parameter_bytes(placed, device);
+        return placed;
+      });
 }
 
 Qwen3TextModel Qwen3TextModel::from_folder(const fs::path& folder) {
@@ -142,7 +166,7 @@ Qwen3TextModel Qwen3TextModel::from_folder(const fs::path& folder) {
 }
 
 std::unique_ptr<DenseCausalAttention> Qwen3TextModel::dense_attention(bool keep_kv) const {
-  check(device_ == Device::CPU,
+  check(state_.device == Device::CPU,
         "text encoder: the dense causal attention runs on the CPU; on the GPU the model attends "
         "through a paged runner (Qwen3PagedEncoder / Qwen3PagedDecoder)");
   check(!config_.dual_chunk.enabled(),
@@ -165,7 +189,7 @@ Tensor Qwen3TextModel::embed(const std::vector<int64_t>& ids) const {
   // Only the rows used are converted: the table stays mapped as stored.
 #pragma omp parallel for schedule(static) if (count * d >= kQwen3ParallelMin)
   for (int64_t t = 0; t < count; ++t) {
-    const Tensor row = embedding_.select(0, ids[size_t(t)]).to(DType::F32);
+    const Tensor row = state_.embedding.select(0, ids[size_t(t)]).to(DType::F32);
     std::memcpy(out + t * d, row.raw(), size_t(d) * sizeof(float));
   }
   return x;
@@ -174,26 +198,26 @@ Tensor Qwen3TextModel::embed(const std::vector<int64_t>& ids) const {
 // Projections, per-head q/k RMSNorm (before RoPE, as transformers' Qwen3Attention; Qwen2.5-VL has
 // none), RoPE, the
 // attention call, and the output projection. Products read the compute dtype (the CPU: float32,
-// so every .to(compute_) below is a no-op there); q and k are normalised and rotated in float32
-// and rounded once for attention, v comes out of its product in the compute dtype.
+// so every .to(state_.compute) below is a no-op there); q and k are normalised and rotated in
+// float32 and rounded once for attention, v comes out of its product in the compute dtype.
 Qwen3TextModel::ForwardRope Qwen3TextModel::forward_rope(
     const std::vector<int64_t>& positions) const {
   const attention::paged::DualChunk& dca = config_.dual_chunk;
-  if (!dca.enabled()) return {rope_.tables(positions, device_), {}};
+  if (!dca.enabled()) return {rope_.tables(positions, state_.device), {}};
   std::vector<int64_t> keys, queries;
   for (int64_t position : positions) {
     keys.push_back(dca.key_position(position));
     const auto rotations = dca.query_positions(position);
     queries.insert(queries.end(), {rotations.intra, rotations.succ, rotations.inter});
   }
-  return {rope_.tables(keys, device_), rope_.tables(queries, device_)};
+  return {rope_.tables(keys, state_.device), rope_.tables(queries, state_.device)};
 }
 
 Tensor Qwen3TextModel::self_attention(int64_t index, const Tensor& x, const ForwardRope& rope,
                                       CausalAttention& attention) const {
-  const Layer& layer = layers_[size_t(index)];
+  const Layer& layer = state_.layers[size_t(index)];
   const int64_t tokens = x.size(0), head_dim = config_.head_dim;
-  const Tensor normed = ops::rms_norm(x, layer.input_norm, config_.rms_norm_eps, compute_);
+  const Tensor normed = ops::rms_norm(x, layer.input_norm, config_.rms_norm_eps, state_.compute);
   Tensor q = ops::linear(normed, layer.q, layer.q_bias, DType::F32)
                  .view({tokens, config_.num_attention_heads, head_dim});
   Tensor k = ops::linear(normed, layer.k, layer.k_bias, DType::F32)
@@ -202,7 +226,7 @@ Tensor Qwen3TextModel::self_attention(int64_t index, const Tensor& x, const Forw
     q = ops::rms_norm(q, layer.q_norm, config_.rms_norm_eps);
     k = ops::rms_norm(k, layer.k_norm, config_.rms_norm_eps);
   }
-  const Tensor v = ops::linear(normed, layer.v, layer.v_bias, compute_)
+  const Tensor v = ops::linear(normed, layer.v, layer.v_bias, state_.compute)
                        .view({tokens, config_.num_key_value_heads, head_dim});
   ops::rope_half_(k, rope.keys.cos, rope.keys.sin);
   if (config_.dual_chunk.enabled()) {
@@ -215,8 +239,8 @@ Tensor Qwen3TextModel::self_attention(int64_t index, const Tensor& x, const Forw
     ops::rope_half_(q, rope.keys.cos, rope.keys.sin);
   }
   const float scale = float(1.0 / std::sqrt(double(head_dim)));
-  const Tensor context = attention.attend(index, q.to(compute_), k.to(compute_), v, scale,
-                                          config_.layer_windows[size_t(index)]);
+  const Tensor context = attention.attend(index, q.to(state_.compute), k.to(state_.compute), v,
+                                          scale, config_.layer_windows[size_t(index)]);
   return ops::linear(context.view({tokens, config_.q_width()}), layer.o, layer.o_bias, DType::F32);
 }
 
@@ -224,10 +248,11 @@ Tensor Qwen3TextModel::self_attention(int64_t index, const Tensor& x, const Forw
 // the compute dtype before down (silu_mul's one pass gives the values silu_, mul_ and the
 // conversion gave on either device).
 Tensor Qwen3TextModel::mlp(const Layer& layer, const Tensor& x) const {
-  const Tensor normed = ops::rms_norm(x, layer.post_attention_norm, config_.rms_norm_eps, compute_);
+  const Tensor normed =
+      ops::rms_norm(x, layer.post_attention_norm, config_.rms_norm_eps, state_.compute);
   const Tensor hidden =
       ops::silu_mul(ops::linear(normed, layer.gate, Tensor(), DType::F32),
-                    ops::linear(normed, layer.up, Tensor(), DType::F32), compute_);
+                    ops::linear(normed, layer.up, Tensor(), DType::F32), state_.compute);
   return ops::linear(hidden, layer.down, Tensor(), DType::F32);
 }
 
@@ -238,7 +263,7 @@ Tensor Qwen3TextModel::forward_layers(const std::vector<int64_t>& ids, const Cau
   check(int64_t(ids.size()) == batch.new_tokens(),
         "text encoder: {} ids for a batch of {} new tokens", ids.size(), batch.new_tokens());
   attention.begin_forward(batch);
-  return apply_layers(embed(ids).to(device_), batch.positions(), attention, 0, layers);
+  return apply_layers(embed(ids).to(state_.device), batch.positions(), attention, 0, layers);
 }
 
 Tensor Qwen3TextModel::apply_layers(Tensor x, const std::vector<int64_t>& positions,
@@ -247,18 +272,18 @@ Tensor Qwen3TextModel::apply_layers(Tensor x, const std::vector<int64_t>& positi
         "text encoder: layers [{}, {}) of {}", begin, end, config_.num_hidden_layers);
   check(x.dim() == 2 && x.size(0) == int64_t(positions.size()) && x.size(1) == config_.hidden_size,
         "text encoder: hidden rows {} for {} positions", shape_string(x.shape()), positions.size());
-  x = x.to(device_);
+  x = x.to(state_.device);
   if (begin == end) return x;
   const ForwardRope rope = forward_rope(positions);  // once for every layer
   for (int64_t i = begin; i < end; ++i) {
     ops::add_(x, self_attention(i, x, rope, attention));
-    ops::add_(x, mlp(layers_[size_t(i)], x));
+    ops::add_(x, mlp(state_.layers[size_t(i)], x));
   }
   return x;
 }
 
 Tensor Qwen3TextModel::final_norm(const Tensor& hidden) const {
-  return ops::rms_norm(hidden, norm_, config_.rms_norm_eps);
+  return ops::rms_norm(hidden, state_.norm, config_.rms_norm_eps);
 }
 
 Tensor Qwen3TextModel::logits(const Tensor& normed_hidden) const {
@@ -266,7 +291,7 @@ Tensor Qwen3TextModel::logits(const Tensor& normed_hidden) const {
         "text encoder {} has no lm_head.weight and does not tie its embeddings; decoding needs a "
         "Qwen3ForCausalLM checkpoint",
         weights_.origin().string());
-  return ops::linear(normed_hidden.to(Device::CPU), lm_head_);
+  return ops::linear(normed_hidden.to(Device::CPU), state_.lm_head);
 }
 
 Tensor Qwen3TextModel::hidden_state(const std::vector<int64_t>& ids, int64_t index) const {
@@ -277,14 +302,14 @@ Tensor Qwen3TextModel::hidden_state(const std::vector<int64_t>& ids, int64_t ind
   if (resolved == 0) return embed(ids);  // no layer runs
   const int64_t layers = std::min(resolved, count - 1);
   Tensor hidden;
-  if (device_ == Device::CPU && !config_.dual_chunk.enabled()) {
+  if (state_.device == Device::CPU && !config_.dual_chunk.enabled()) {
     const auto attention = dense_attention(/*keep_kv=*/false);
     hidden = forward_layers(ids, CausalBatch::fresh({int64_t(ids.size())}), *attention, layers);
   } else {
     // The GPU (and dual chunk attention) attends through a paged runner: a pool of this
     // prompt's size, no cache.
     attention::paged::PagedRunnerOptions options;
-    options.device = device_;
+    options.device = state_.device;
     options.prefix_cache = false;
     options.max_requests = 1;
     options.max_context_len = std::max<int64_t>(1, int64_t(ids.size()));

@@ -24,6 +24,7 @@
 
 #include "core/safetensors.h"
 #include "core/tensor.h"
+#include "models/parameters.h"
 #include "models/text_encoders/qwen3_attention.h"
 #include "models/text_encoders/qwen3_config.h"
 #include "models/text_encoders/qwen3_rope.h"
@@ -42,12 +43,15 @@ class Qwen3TextModel {
   // Moves the weights to `device`: the GPU holds them in `compute` (bf16 only: the KV pool and
   // the decode path are bf16), the CPU maps them as stored again and computes in float32.
   void set_device(Device device, DType compute = DType::BF16);
-  Device device() const { return device_; }
-  DType compute_dtype() const { return compute_; }
+  Device device() const { return state_.device; }
+  DType compute_dtype() const { return state_.compute; }
   // Bytes of weights resident on the model's device (0 on the CPU: they stay mapped).
-  size_t resident_weight_bytes() const { return resident_bytes_; }
+  size_t resident_weight_bytes() const { return state_.bytes; }
+  // Every tensor the model holds, where it holds it, under its checkpoint name
+  // (models/parameters.h): the model's tree for what works by name.
+  void list_parameters(const models::ParameterVisitor& visit) const;
   // Whether logits can be computed (an LM head, or tied embeddings).
-  bool has_lm_head() const { return lm_head_.defined(); }
+  bool has_lm_head() const { return state_.lm_head.defined(); }
 
   // A dense attention fitting this model (CPU only); keep_kv for forwards that extend earlier
   // ones. On the GPU attention goes through a paged runner (qwen3_paged.h), and so does a model
@@ -84,10 +88,24 @@ class Qwen3TextModel {
   struct Layer {
     Tensor input_norm, q, k, v, o, q_bias, k_bias, v_bias, o_bias, q_norm, k_norm;
     Tensor post_attention_norm, gate, up, down;
+    void parameters(const models::ParameterVisitor& visit);  // below "<prefix>layers.N."
+  };
+  // What the model holds where it runs (models::move_model's state).
+  struct Placed {
+    Device device = Device::CPU;
+    DType compute = DType::F32;
+    std::string prefix;  // the decoder's in the checkpoint: "model.", "" ...
+    Tensor embedding;    // [vocab, hidden], stored dtype, on the host
+    std::vector<Layer> layers;
+    Tensor norm;
+    Tensor lm_head;  // undefined for a bare Qwen3Model with untied embeddings; on the host
+    bool tied_lm_head = false;  // lm_head is the embedding
+    size_t bytes = 0;
+    void parameters(const models::ParameterVisitor& visit);  // checkpoint names
   };
 
-  // (Re)reads every weight from the store, as mapped; checks names and shapes.
-  void map_weights();
+  // Every weight from the store, as mapped; checks names and shapes.
+  Placed host_state() const;
   // Float32 [T, hidden] on the host: only the prompt's rows are converted.
   Tensor embed(const std::vector<int64_t>& ids) const;
   // The RoPE tables of one forward: the keys' (and plain queries'); with dual chunk attention
@@ -104,13 +122,7 @@ class Qwen3TextModel {
   Qwen3Config config_;
   WeightStore weights_;
   RotaryEmbedding rope_;
-  Tensor embedding_;  // [vocab, hidden], stored dtype
-  std::vector<Layer> layers_;
-  Tensor norm_;
-  Tensor lm_head_;  // undefined for a bare Qwen3Model with untied embeddings; on the host
-  Device device_ = Device::CPU;
-  DType compute_ = DType::F32;
-  size_t resident_bytes_ = 0;
+  Placed state_;
 };
 
 }  // namespace mmgen::text_encoders

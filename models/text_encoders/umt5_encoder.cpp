@@ -61,19 +61,19 @@ Tensor as_int64(const Tensor& ids, const char* what) {
 
 UMT5Encoder::UMT5Encoder(T5Config config, WeightStore weights)
     : config_(std::move(config)), weights_(with_transformers_names(weights)) {
-  load_host_weights();
+  state_ = host_state();
   attention_backend_ = attention::auto_backend(attention::this_machine(), attention::Family::Paged,
                                                "fp32", config_.d_kv);
 }
 
-void UMT5Encoder::load_host_weights() {
+UMT5Encoder::Placed UMT5Encoder::host_state() const {
+  Placed host;
   const int64_t d = config_.d_model, inner = config_.inner_dim(), ff = config_.d_ff;
-  const std::string embedding_name =
+  host.embedding_name =
       weights_.has("shared.weight") ? "shared.weight" : "encoder.embed_tokens.weight";
-  embedding_ = require_encoder_weight(weights_, embedding_name, {config_.vocab_size, d},
-                                      kUmt5Checkpoint, EncoderWeight::Product);
+  host.embedding = require_encoder_weight(weights_, host.embedding_name, {config_.vocab_size, d},
+                                          kUmt5Checkpoint, EncoderWeight::Product);
 
-  layers_.clear();
   for (int64_t i = 0; i < config_.num_layers; ++i) {
     const std::string block = "encoder.block." + std::to_string(i) + ".layer.";
     const std::string attn = block + "0.SelfAttention.";
@@ -108,10 +108,33 @@ void UMT5Encoder::load_host_weights() {
     }
     layer.wo = require_encoder_weight(weights_, dense + "wo.weight", {d, ff}, kUmt5Checkpoint,
                                       EncoderWeight::Product);
-    layers_.push_back(std::move(layer));
+    host.layers.push_back(std::move(layer));
   }
-  final_norm_ =
+  host.final_norm =
       require_encoder_weight(weights_, "encoder.final_layer_norm.weight", {d}, kUmt5Checkpoint);
+  return host;
+}
+
+void UMT5Encoder::Layer::parameters(const models::ParameterVisitor& visit) {
+  using models::Role;
+  const std::string attention = "0.SelfAttention.", dense = "1.DenseReluDense.";
+  visit({"0.layer_norm.weight", attention_norm, Role::Float32});
+  for (auto [name, weight] :
+       {std::pair{"q.weight", &q}, {"k.weight", &k}, {"v.weight", &v}, {"o.weight", &o}})
+    visit({attention + name, *weight, Role::Product});
+  // Read on the host as the bias is built.
+  visit({attention + "relative_attention_bias.weight", position_table, Role::Host});
+  visit({"1.layer_norm.weight", ffn_norm, Role::Float32});
+  visit({dense + (wi_1.defined() ? "wi_0.weight" : "wi.weight"), wi_0, Role::Product});
+  visit({dense + "wi_1.weight", wi_1, Role::Product});
+  visit({dense + "wo.weight", wo, Role::Product});
+}
+
+void UMT5Encoder::Placed::parameters(const models::ParameterVisitor& visit) {
+  visit({embedding_name, embedding, models::Role::Host});  // rows are gathered on the host
+  for (size_t i = 0; i < layers.size(); ++i)
+    layers[i].parameters(models::nested(visit, "encoder.block." + std::to_string(i) + ".layer."));
+  visit({"encoder.final_layer_norm.weight", final_norm, models::Role::Float32});
 }
 
 uint64_t UMT5Encoder::gpu_weight_bytes(const T5Config& config, DType compute) {
@@ -124,67 +147,58 @@ uint64_t UMT5Encoder::gpu_weight_bytes(const T5Config& config, DType compute) {
 
 void UMT5Encoder::set_attention_backend(const std::string& name, int64_t page_size) {
   check(page_size >= 1, "--page-size must be at least 1, got {}", page_size);
-  attention::paged::make_paged_backend(name, device_);  // throws where this build cannot run it
+  attention::paged::make_paged_backend(name,
+                                       state_.device);  // throws where this build cannot run it
   attention_backend_ = name;
   page_size_ = page_size;
 }
 
-void UMT5Encoder::check_device_support() const {
-  if (device_ == Device::CPU) {
-    check(compute_ == DType::F32, "text encoder: the CPU computes in float32, not {}",
-          dtype_name(compute_));
+void UMT5Encoder::check_device_support(const Placed& state) const {
+  if (state.device == Device::CPU) {
+    check(state.compute == DType::F32, "text encoder: the CPU computes in float32, not {}",
+          dtype_name(state.compute));
     return;
   }
-  check(compute_ == DType::BF16 || compute_ == DType::F32,
-        "GPU text encoder: products read bf16 or float32, not {}", dtype_name(compute_));
+  check(state.compute == DType::BF16 || state.compute == DType::F32,
+        "GPU text encoder: products read bf16 or float32, not {}", dtype_name(state.compute));
   check(config_.d_model % 8 == 0 && config_.d_ff % 8 == 0 && config_.inner_dim() % 8 == 0,
         "GPU text encoder: d_model {}, d_ff {} and heads x d_kv {} must be multiples of 8; use "
         "--device cpu",
         config_.d_model, config_.d_ff, config_.inner_dim());
 }
 
-void UMT5Encoder::set_device(Device device, DType compute, const std::string& attention_backend) {
-  try {
-    place(device, compute, attention_backend);
-  } catch (const Error&) {
-    // A failed upload (out of GPU memory, --max-gpu-memory) leaves no half-placed encoder: it is
-    // back on the CPU as loaded, and the caller sees the error.
-    if (device_ != Device::CPU) place(Device::CPU, DType::F32, "");
-    throw;
-  }
+void UMT5Encoder::list_parameters(const models::ParameterVisitor& visit) const {
+  Placed held = state_;
+  held.parameters(visit);
 }
 
-void UMT5Encoder::place(Device device, DType compute, const std::string& attention_backend) {
+void UMT5Encoder::set_device(Device device, DType compute, const std::string& attention_backend) {
   if (device == Device::CPU) compute = DType::F32;
-  const Device from = device_;
-  device_ = device;
-  compute_ = compute;
-  check_device_support();
-  if (!attention_backend.empty()) attention_backend_ = attention_backend;
-  attention::paged::make_paged_backend(attention_backend_, device_);
-  if (device == from && device == Device::CPU) return;
-  // Leaving the GPU (or changing its dtype) starts again from the weights as stored, so the
-  // device copies are freed and the CPU computes on exactly what it computed on before.
-  // (random() encoders have no checkpoint: theirs are copied.)
-  resident_bytes_ = 0;
-  if (from != Device::CPU && from_checkpoint_) {
-    load_host_weights();
-    if (device == Device::CPU) return;
-  }
-  // The GPU keeps products' weights in the compute dtype and norms in float32, uploaded once.
-  auto place = [&](Tensor& weight, DType dtype) {
-    if (!weight.defined()) return;
-    weight = device == Device::CPU ? weight.to(Device::CPU) : weight.to(dtype).to(device);
-    if (device != Device::CPU) resident_bytes_ += weight.nbytes();
+  Placed target;  // checked before anything moves
+  target.device = device;
+  target.compute = compute;
+  check_device_support(target);
+  const std::string backend = attention_backend.empty() ? attention_backend_ : attention_backend;
+  attention::paged::make_paged_backend(backend, device);
+  attention_backend_ = backend;
+  // Back on the host starts again from the weights as stored, so the CPU computes on exactly what
+  // it computed on before (random() encoders have no checkpoint: theirs are copied).
+  const auto to_host = [&](Placed&& state) {
+    if (from_checkpoint_) return host_state();
+    state.parameters([](const models::Parameter& p) { p.tensor = p.tensor.to(Device::CPU); });
+    state.device = Device::CPU;
+    state.compute = DType::F32;
+    state.bytes = 0;
+    return std::move(state);
   };
-  for (Layer& layer : layers_) {
-    for (Tensor* weight :
-         {&layer.q, &layer.k, &layer.v, &layer.o, &layer.wi_0, &layer.wi_1, &layer.wo})
-      place(*weight, compute);
-    place(layer.attention_norm, DType::F32);
-    place(layer.ffn_norm, DType::F32);
-  }
-  place(final_norm_, DType::F32);
+  // The GPU keeps products' weights in the compute dtype and norms in float32, uploaded once.
+  models::move_model(state_, device, to_host, [&](const Placed& host) {
+    Placed placed = models::placed(host, {device, compute});
+    placed.device = device;
+    placed.compute = compute;
+    placed.bytes = models::parameter_bytes(placed, device);
+    return placed;
+  });
 }
 
 UMT5Encoder UMT5Encoder::random(const T5Config& config, uint64_t seed, Device device) {
@@ -210,18 +224,15 @@ UMT5Encoder UMT5Encoder::random(const T5Config& config, uint64_t seed, Device de
     if (i == 0 || config.per_layer_position_bias())
       layer.position_table =
           ops::random_uniform({buckets, heads}, DType::F32, Device::CPU, seed++, 1.0f);
-    encoder.layers_.push_back(std::move(layer));
+    encoder.state_.layers.push_back(std::move(layer));
   }
-  encoder.final_norm_ = Tensor::full({d}, 1.0f).to(device);
-  encoder.device_ = device;
-  encoder.compute_ = device == Device::CPU ? DType::F32 : DType::BF16;
-  encoder.check_device_support();
+  encoder.state_.final_norm = Tensor::full({d}, 1.0f).to(device);
+  encoder.state_.device = device;
+  encoder.state_.compute = device == Device::CPU ? DType::F32 : DType::BF16;
+  encoder.check_device_support(encoder.state_);
   encoder.attention_backend_ = attention::auto_backend(
       attention::this_machine(), attention::Family::Paged, "fp32", config.d_kv);
-  for (const Layer& layer : encoder.layers_)
-    for (const Tensor* w : {&layer.q, &layer.k, &layer.v, &layer.o, &layer.wi_0, &layer.wi_1,
-                            &layer.wo, &layer.attention_norm, &layer.ffn_norm})
-      if (device != Device::CPU && w->defined()) encoder.resident_bytes_ += w->nbytes();
+  if (device != Device::CPU) encoder.state_.bytes = models::parameter_bytes(encoder.state_, device);
   return encoder;
 }
 
@@ -233,7 +244,7 @@ UMT5Encoder UMT5Encoder::from_folder(const fs::path& folder) {
 
 Tensor UMT5Encoder::embed(const Tensor& input_ids) const {
   const Tensor ids = as_int64(input_ids, "input_ids");
-  const int64_t count = ids.numel(), d = config_.d_model, vocab = embedding_.size(0);
+  const int64_t count = ids.numel(), d = config_.d_model, vocab = state_.embedding.size(0);
   const int64_t* id = ids.data<int64_t>();
   for (int64_t t = 0; t < count; ++t)
     check(id[t] >= 0 && id[t] < vocab,
@@ -247,13 +258,13 @@ Tensor UMT5Encoder::embed(const Tensor& input_ids) const {
   // Only the rows used are converted: the table (256k × 4096 for UMT5-XXL) stays mapped as stored.
 #pragma omp parallel for schedule(static) if (count * d >= kUmt5ParallelMin)
   for (int64_t t = 0; t < count; ++t) {
-    if (embedding_.dtype() == DType::F8E4M3Rows) {  // an FP8 checkpoint's table: e4m3 · scale
-      const auto* row = reinterpret_cast<const uint8_t*>(embedding_.raw()) + id[t] * d;
-      const float scale = embedding_.row_scales()[id[t]];
+    if (state_.embedding.dtype() == DType::F8E4M3Rows) {  // an FP8 checkpoint's table: e4m3 · scale
+      const auto* row = reinterpret_cast<const uint8_t*>(state_.embedding.raw()) + id[t] * d;
+      const float scale = state_.embedding.row_scales()[id[t]];
       for (int64_t i = 0; i < d; ++i) out[t * d + i] = fp8::e4m3_values()[row[i]] * scale;
       continue;
     }
-    const Tensor row = embedding_.select(0, id[t]).to(DType::F32);
+    const Tensor row = state_.embedding.select(0, id[t]).to(DType::F32);
     std::memcpy(out + t * d, row.raw(), size_t(d) * sizeof(float));
   }
   return x;
@@ -290,7 +301,7 @@ Tensor UMT5Encoder::self_attention(const Layer& layer, const Tensor& x,
   const int64_t tokens = x.size(0);
   const Shape heads_shape = {tokens, config_.num_heads, config_.d_kv};
   const Tensor normed =
-      ops::rms_norm(x, layer.attention_norm, config_.layer_norm_epsilon, compute_);
+      ops::rms_norm(x, layer.attention_norm, config_.layer_norm_epsilon, state_.compute);
   attention::paged::PagedLayer paged;
   paged.num_q_heads = config_.num_heads;
   paged.num_kv_heads = config_.num_heads;
@@ -299,20 +310,22 @@ Tensor UMT5Encoder::self_attention(const Layer& layer, const Tensor& x,
   paged.type = attention::paged::AttentionType::EncoderOnly;
   paged.bias = &bias;
   // q, k, v in the compute dtype (what attention reads); the projection back in float32.
-  const Tensor context = backend.forward(
-      ops::linear(normed, layer.q, Tensor(), compute_).view(heads_shape),
-      ops::linear(normed, layer.k, Tensor(), compute_).view(heads_shape),
-      ops::linear(normed, layer.v, Tensor(), compute_).view(heads_shape), paged, batch, false);
+  const Tensor context =
+      backend.forward(ops::linear(normed, layer.q, Tensor(), state_.compute).view(heads_shape),
+                      ops::linear(normed, layer.k, Tensor(), state_.compute).view(heads_shape),
+                      ops::linear(normed, layer.v, Tensor(), state_.compute).view(heads_shape),
+                      paged, batch, false);
   return ops::linear(context.view({tokens, config_.inner_dim()}), layer.o);
 }
 
 Tensor UMT5Encoder::feed_forward(const Layer& layer, const Tensor& x) const {
-  const Tensor normed = ops::rms_norm(x, layer.ffn_norm, config_.layer_norm_epsilon, compute_);
+  const Tensor normed =
+      ops::rms_norm(x, layer.ffn_norm, config_.layer_norm_epsilon, state_.compute);
   // The activation and the gate in float32; one rounding to the compute dtype before wo.
   Tensor hidden = ops::linear(normed, layer.wi_0);
   ops::activate_(hidden, config_.activation);
   if (config_.gated) ops::mul_(hidden, ops::linear(normed, layer.wi_1));
-  return ops::linear(hidden.to(compute_), layer.wo);
+  return ops::linear(hidden.to(state_.compute), layer.wo);
 }
 
 Tensor UMT5Encoder::encode_embeddings(const Tensor& embeddings,
@@ -322,9 +335,9 @@ Tensor UMT5Encoder::encode_embeddings(const Tensor& embeddings,
         "text encoder: embeddings {} should be [{}, {}]", shape_string(embeddings.shape()),
         batch.num_tokens, config_.d_model);
   // The backend is made once per device and name (a GPU one holds pinned and device buffers).
-  if (!backend_ || backend_device_ != device_ || backend_->name() != attention_backend_) {
-    backend_ = attention::paged::make_paged_backend(attention_backend_, device_);
-    backend_device_ = device_;
+  if (!backend_ || backend_device_ != state_.device || backend_->name() != attention_backend_) {
+    backend_ = attention::paged::make_paged_backend(attention_backend_, state_.device);
+    backend_device_ = state_.device;
   }
   attention::paged::PagedAttentionBackend& backend = *backend_;
   backend.init_forward_metadata(batch);
@@ -332,21 +345,21 @@ Tensor UMT5Encoder::encode_embeddings(const Tensor& embeddings,
   // Every layer's bias before the first layer runs, in one copy: on the GPU the upload then never
   // waits for queued work. T5 has block 0's only, reused by every layer.
   std::vector<const Tensor*> tables;
-  for (const Layer& layer : layers_)
+  for (const Layer& layer : state_.layers)
     if (layer.position_table.defined()) tables.push_back(&layer.position_table);
   const Tensor bias_values =
-      relative_bias_values(tables, max_len, config_.relative_attention_max_distance, device_);
+      relative_bias_values(tables, max_len, config_.relative_attention_max_distance, state_.device);
   std::vector<attention::paged::RelativePositionBias> biases;
   for (size_t l = 0; l < tables.size(); ++l)
     biases.emplace_back(bias_values.select(0, int64_t(l)), max_len);
-  Tensor x = embeddings.to(DType::F32).to(device_);  // the residual stream, float32
-  if (x.raw() == embeddings.raw()) x = x.clone();    // never write into the caller's tensor
-  for (size_t l = 0; l < layers_.size(); ++l) {
+  Tensor x = embeddings.to(DType::F32).to(state_.device);  // the residual stream, float32
+  if (x.raw() == embeddings.raw()) x = x.clone();          // never write into the caller's tensor
+  for (size_t l = 0; l < state_.layers.size(); ++l) {
     const auto& bias = biases[std::min(l, biases.size() - 1)];
-    ops::add_(x, self_attention(layers_[l], x, bias, backend, batch));
-    ops::add_(x, feed_forward(layers_[l], x));
+    ops::add_(x, self_attention(state_.layers[l], x, bias, backend, batch));
+    ops::add_(x, feed_forward(state_.layers[l], x));
   }
-  return ops::rms_norm(x, final_norm_, config_.layer_norm_epsilon);
+  return ops::rms_norm(x, state_.final_norm, config_.layer_norm_epsilon);
 }
 
 Tensor UMT5Encoder::encode_packed(const Tensor& ids,

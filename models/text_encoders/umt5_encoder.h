@@ -20,6 +20,7 @@
 #include "attention/paged/paged_layer.h"
 #include "core/safetensors.h"
 #include "core/tensor.h"
+#include "models/parameters.h"
 #include "models/text_encoders/t5_config.h"
 
 namespace mmgen::text_encoders {
@@ -41,8 +42,8 @@ class UMT5Encoder {
   // come back on the host.
   void set_device(Device device, DType compute = DType::BF16,
                   const std::string& attention_backend = "");
-  Device device() const { return device_; }
-  DType compute_dtype() const { return compute_; }
+  Device device() const { return state_.device; }
+  DType compute_dtype() const { return state_.compute; }
 
   // input_ids [B, S] (int64, or int32), attention_mask [B, S] (any dtype; 0 marks padding) or
   // undefined for no padding. Returns last_hidden_state [B, S, d_model] float32. Rows at padded
@@ -59,7 +60,10 @@ class UMT5Encoder {
   Tensor encode_embeddings(const Tensor& embeddings,
                            const attention::paged::ForwardBatch& batch) const;
   // Bytes of weights the encoder keeps resident on its device (0 on the CPU: they stay mapped).
-  size_t resident_weight_bytes() const { return resident_bytes_; }
+  size_t resident_weight_bytes() const { return state_.bytes; }
+  // Every tensor the model holds, where it holds it, under its checkpoint name
+  // (models/parameters.h): the model's tree for what works by name.
+  void list_parameters(const models::ParameterVisitor& visit) const;
   // What resident_weight_bytes() is after set_device(Device::CUDA, compute), from the config
   // alone (the token embedding stays on the host).
   static uint64_t gpu_weight_bytes(const T5Config& config, DType compute = DType::BF16);
@@ -76,19 +80,28 @@ class UMT5Encoder {
   Tensor embed(const Tensor& input_ids) const;
 
  private:
-  // The embedding and every layer's weights from the checkpoint, as stored (host, mapped).
-  void load_host_weights();
-  // set_device's work; set_device puts the encoder back on the CPU when it throws.
-  void place(Device device, DType compute, const std::string& attention_backend);
-
   struct Layer {
     Tensor attention_norm, q, k, v, o;  // CPU: stored dtype; GPU: compute dtype (norms float32)
     Tensor position_table;  // [buckets, heads] float32 on the host; undefined where the layer
                             // reuses block 0's (T5)
     Tensor ffn_norm, wi_0, wi_1, wo;  // wi_0 is `wi` when the FFN is not gated
+    void parameters(const models::ParameterVisitor& visit);  // below "encoder.block.N.layer."
   };
+  // What the encoder holds where it runs (models::move_model's state).
+  struct Placed {
+    Device device = Device::CPU;
+    DType compute = DType::F32;
+    std::string embedding_name;  // "shared.weight" or "encoder.embed_tokens.weight"
+    Tensor embedding;            // [vocab, d_model], stored dtype, on the host
+    std::vector<Layer> layers;
+    Tensor final_norm;
+    size_t bytes = 0;
+    void parameters(const models::ParameterVisitor& visit);  // checkpoint names
+  };
+  // The embedding and every layer's weights from the checkpoint, as stored (host, mapped).
+  Placed host_state() const;
   UMT5Encoder() = default;
-  void check_device_support() const;
+  void check_device_support(const Placed& state) const;
 
   // The stack over packed tokens [tokens] described by `batch` (an encoder-only extend), back on
   // the host.
@@ -102,14 +115,9 @@ class UMT5Encoder {
   T5Config config_;
   WeightStore weights_;
   bool from_checkpoint_ = true;  // false for random(): its weights exist only where they are
-  Tensor embedding_;             // [vocab, d_model], stored dtype
-  std::vector<Layer> layers_;
-  Tensor final_norm_;
+  Placed state_;
   std::string attention_backend_;
   int64_t page_size_ = 1;
-  Device device_ = Device::CPU;
-  DType compute_ = DType::F32;
-  size_t resident_bytes_ = 0;
   // The attention backend, kept across forwards (init_forward_metadata resets it per batch;
   // a copy shares it until one of them moves to another device or backend).
   mutable std::shared_ptr<attention::paged::PagedAttentionBackend> backend_;

@@ -24,8 +24,7 @@ AutoencoderKLDecoder::AutoencoderKLDecoder(AutoencoderKLConfig config, WeightSto
   conv_in_ = KlConv2d(store, "decoder.conv_in", latent, deepest, 3);
   mid_resnets_.emplace_back(store, "decoder.mid_block.resnets.0", deepest, deepest, groups);
   if (config_.mid_block_add_attention)
-    mid_attention_ = std::make_unique<KlAttentionBlock>(store, "decoder.mid_block.attentions.0",
-                                                        deepest, groups);
+    mid_attention_.emplace(store, "decoder.mid_block.attentions.0", deepest, groups);
   mid_resnets_.emplace_back(store, "decoder.mid_block.resnets.1", deepest, deepest, groups);
 
   // Up block i turns the previous level's channels into reversed(block_out_channels)[i].
@@ -53,6 +52,18 @@ AutoencoderKLDecoder AutoencoderKLDecoder::open_folder(const fs::path& folder) {
 }
 
 void AutoencoderKLDecoder::set_device(Device device, ops::ConvPrecision precision) {
+  // Each module keeps the host weights it places from, so the host state is the decoder placed on
+  // the CPU, and a placed one is a copy of it (sharing the host weights).
+  const auto on = [precision](AutoencoderKLDecoder decoder, Device where) {
+    decoder.place_modules(where, precision);
+    return decoder;
+  };
+  models::move_model(
+      *this, device, [&](AutoencoderKLDecoder&& self) { return on(std::move(self), Device::CPU); },
+      [&](const AutoencoderKLDecoder& host) { return on(host, device); });
+}
+
+void AutoencoderKLDecoder::place_modules(Device device, ops::ConvPrecision precision) {
   device_ = device;
   precision_ = precision;
   if (config_.use_post_quant_conv) post_quant_conv_.place(device, precision);

@@ -13,11 +13,13 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "attention/backend.h"
 #include "core/safetensors.h"
 #include "core/tensor.h"
+#include "models/parameters.h"
 #include "models/vae/autoencoder_kl_attention.h"
 #include "models/vae/autoencoder_kl_config.h"
 #include "models/vae/autoencoder_kl_conv.h"
@@ -79,6 +81,8 @@ class AutoencoderKLDecoder {
   }
 
  private:
+  // Every module placed on `device` in place (set_device's step).
+  void place_modules(Device device, ops::ConvPrecision precision);
   struct UpBlock {
     std::vector<KlResnetBlock> resnets;
     KlConv2d upsampler;  // Upsample2D's conv, after nearest ×2
@@ -90,7 +94,7 @@ class AutoencoderKLDecoder {
   KlConv2d post_quant_conv_;
   KlConv2d conv_in_;
   std::vector<KlResnetBlock> mid_resnets_;
-  std::unique_ptr<KlAttentionBlock> mid_attention_;  // null without mid_block_add_attention
+  std::optional<KlAttentionBlock> mid_attention_;  // none without mid_block_add_attention
   std::vector<UpBlock> up_blocks_;
   KlGroupNorm norm_out_;
   KlConv2d conv_out_;

@@ -20,8 +20,7 @@ WanVaeDecoder::WanVaeDecoder(WanVaeConfig config, WeightStore weights)
   post_quant_conv_ = CausalConv3d(store, "post_quant_conv", {z_dim, z_dim, 1, 1, 1}, slots_);
   conv_in_ = CausalConv3d(store, "decoder.conv_in", {dims[0], z_dim, 3, 3, 3}, slots_);
   mid_resnets_.emplace_back(store, "decoder.mid_block.resnets.0", dims[0], dims[0], slots_);
-  mid_attention_ =
-      std::make_unique<AttentionBlock>(store, "decoder.mid_block.attentions.0", dims[0]);
+  mid_attention_.emplace(store, "decoder.mid_block.attentions.0", dims[0]);
   mid_resnets_.emplace_back(store, "decoder.mid_block.resnets.1", dims[0], dims[0], slots_);
 
   const std::vector<bool> temporal = config_.temporal_upsample();
@@ -38,8 +37,7 @@ WanVaeDecoder::WanVaeDecoder(WanVaeConfig config, WeightStore weights)
       in_dim = out_dim;
     }
     if (i + 1 != blocks)
-      block.upsampler =
-          std::make_unique<Resample>(store, prefix + ".upsamplers.0", out_dim, temporal[i], slots_);
+      block.upsampler.emplace(store, prefix + ".upsamplers.0", out_dim, temporal[i], slots_);
     up_blocks_.push_back(std::move(block));
   }
   out_dim_ = dims.back();
@@ -54,6 +52,18 @@ WanVaeDecoder WanVaeDecoder::open_folder(const fs::path& folder) {
 }
 
 void WanVaeDecoder::set_device(Device device, ops::ConvPrecision precision) {
+  // Each module keeps the host weights it places from, so the host state is the decoder placed on
+  // the CPU, and a placed one is a copy of it (sharing the host weights).
+  const auto on = [precision](WanVaeDecoder decoder, Device where) {
+    decoder.place_modules(where, precision);
+    return decoder;
+  };
+  models::move_model(
+      *this, device, [&](WanVaeDecoder&& self) { return on(std::move(self), Device::CPU); },
+      [&](const WanVaeDecoder& host) { return on(host, device); });
+}
+
+void WanVaeDecoder::place_modules(Device device, ops::ConvPrecision precision) {
   device_ = device;
   precision_ = precision;
   post_quant_conv_.place(device);

@@ -17,10 +17,12 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/safetensors.h"
 #include "core/tensor.h"
+#include "models/parameters.h"
 #include "models/vae/wan_vae_config.h"
 #include "models/vae/wan_vae_layers.h"
 
@@ -50,6 +52,7 @@ class WanVaeDecoder {
 
   // Runs the decoder on `device` from now on (uploading the weights once for the GPU), with
   // `precision` for the GPU's products (the CPU computes in float32).
+  // A failed upload leaves the decoder on the CPU (models::move_model).
   void set_device(Device device, ops::ConvPrecision precision = ops::ConvPrecision::TF32);
   Device device() const { return device_; }
   ops::ConvPrecision precision() const { return precision_; }
@@ -79,9 +82,11 @@ class WanVaeDecoder {
   }
 
  private:
+  // Every module placed on `device` in place (set_device's step).
+  void place_modules(Device device, ops::ConvPrecision precision);
   struct UpBlock {
     std::vector<ResidualBlock> resnets;
-    std::unique_ptr<Resample> upsampler;  // null for the last block
+    std::optional<Resample> upsampler;  // none for the last block
   };
 
   WanVaeConfig config_;
@@ -90,7 +95,7 @@ class WanVaeDecoder {
   CausalConv3d post_quant_conv_;
   CausalConv3d conv_in_;
   std::vector<ResidualBlock> mid_resnets_;
-  std::unique_ptr<AttentionBlock> mid_attention_;
+  std::optional<AttentionBlock> mid_attention_;
   std::vector<UpBlock> up_blocks_;
   int64_t out_dim_ = 0;  // channels entering norm_out
   CausalConv3d conv_out_;

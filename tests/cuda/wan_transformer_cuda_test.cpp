@@ -144,7 +144,7 @@ void fp8_file_case() {
   const WeightStore store = WeightStore::open_file(fp8_file);
   const Tensor stored = store.get_for_product("blocks.1.ffn.net.2.weight");
   const Tensor uploaded = dit::WanBlockWeights::load(store, 1, config)
-                              .placed(Device::CUDA, DType::BF16, true)
+                              .placed({Device::CUDA, DType::BF16, true, true})
                               .ffn_out_weight.to(Device::CPU);
   expect(stored.dtype() == DType::F8E4M3Rows && uploaded.dtype() == DType::F8E4M3Rows &&
              uploaded.nbytes() == stored.nbytes() &&

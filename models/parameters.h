@@ -1,0 +1,109 @@
+// The module registry: a model's weight structures name their tensors once, and placement on a
+// device, the bytes a device holds, shape-checked loading and (next) LoRA patching are written
+// once over that list instead of once per structure.
+//
+// A structure lists its tensors with `void parameters(const ParameterVisitor& visit)`, each under
+// its checkpoint name below the structure's prefix ("attn.to_q.weight"), with the role that says
+// how it is placed. Nested structures list theirs through nested(visit, "attn.to_q."), as torch's
+// named_parameters() and stable-diffusion.cpp's blocks do. Tensors are handles (copying one
+// shares its bytes), so the functions below take a structure by value and return a new one.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/safetensors.h"
+#include "core/tensor.h"
+
+namespace mmgen::models {
+
+// How a tensor is kept where the model runs.
+enum class Role {
+  Product,  // a product's matrix: the compute dtype (or FP8 rows, or a GGUF file's blocks) there
+  Compute,  // read there in the compute dtype (a bias that joins a product's output)
+  Float32,  // read there in float32 (norms, biases the float32 residual stream adds)
+  Host,     // stays on the host (read by host code: modulation tables, pad tokens)
+};
+
+// What placement makes of a structure's tensors.
+struct PlacementRule {
+  Device device = Device::CPU;
+  DType compute = DType::F32;
+  // Products' matrices as e4m3 rows with one scale per output channel (GPU only); a checkpoint's
+  // own e4m3 rows go up as they are.
+  bool fp8_products = false;
+  // A GGUF matrix goes to the GPU as its quantized blocks (the product expands them as it reads)
+  // instead of being expanded to the compute dtype once.
+  bool keep_quantized_blocks = false;
+};
+
+struct Parameter {
+  std::string_view name;
+  Tensor& tensor;
+  Role role;
+  // Products of one group (nonzero) in one structure share one shape and are placed one after
+  // another in one allocation (ops::stack_weights), for ops::linear_each.
+  int group = 0;
+};
+
+using ParameterVisitor = std::function<void(const Parameter&)>;
+
+// `visit` with `prefix` put before every name.
+ParameterVisitor nested(const ParameterVisitor& visit, std::string prefix);
+
+// One tensor as `rule` places a tensor of `role`; an undefined tensor stays undefined.
+Tensor place_parameter(const Tensor& tensor, Role role, const PlacementRule& rule);
+
+// Every parameter of `weights` placed by `rule` (each group stacked into one allocation).
+void place_parameters(const std::function<void(const ParameterVisitor&)>& list,
+                      const PlacementRule& rule);
+
+template <class Weights>
+Weights placed(Weights weights, const PlacementRule& rule) {
+  place_parameters([&](const ParameterVisitor& visit) { weights.parameters(visit); }, rule);
+  return weights;
+}
+
+// The bytes of the parameters that lie on `device` (a placed structure's: what it holds there).
+template <class Weights>
+size_t parameter_bytes(Weights weights, Device device) {
+  size_t total = 0;
+  weights.parameters([&](const Parameter& p) {
+    if (p.tensor.defined() && p.tensor.device() == device) total += p.tensor.nbytes();
+  });
+  return total;
+}
+
+// The names `weights` lists, in order (undefined tensors included).
+template <class Weights>
+std::vector<std::string> parameter_names(Weights weights) {
+  std::vector<std::string> names;
+  weights.parameters([&](const Parameter& p) { names.emplace_back(p.name); });
+  return names;
+}
+
+// The one rule for moving a model between devices, which every model follows. `state` is what the
+// model holds where it runs (its device, compute dtype, weights there and their bytes).
+// `to_host(state)` returns it on the CPU as loaded, releasing what the old device held (two copies
+// never share a device; it does not fail); `place(host)` builds the state on `target` from that,
+// apart, and it becomes the model's only when complete. When placing throws (out of GPU memory,
+// --max-gpu-memory) the model is left on the CPU as loaded and the error goes on: nothing is ever
+// half-placed.
+template <class State, class ToHost, class Place>
+void move_model(State& state, Device target, ToHost&& to_host, Place&& place) {
+  state = to_host(std::move(state));
+  if (target == Device::CPU) return;
+  State placed = place(static_cast<const State&>(state));
+  state = std::move(placed);
+}
+
+// Throws Error unless `name` is in the store, holds floating-point values (as the store reports
+// them: f32, bf16, f16 or f8_e4m3) and has `shape`; `model` names what the checkpoint was read
+// as ("Wan text-to-video") in the message for a missing tensor.
+void expect_parameter(const WeightStore& store, const std::string& name, const Shape& shape,
+                      std::string_view model);
+
+}  // namespace mmgen::models
