@@ -55,6 +55,12 @@ int64_t config_integer(const nlohmann::json& config, const char* key, int64_t fa
   return value.get<int64_t>();
 }
 
+void read_config_integers(const nlohmann::json& config, std::initializer_list<IntegerField> fields,
+                          const std::string& where, int64_t minimum, std::string_view fix) {
+  for (const IntegerField& field : fields)
+    field.value = config_integer(config, field.key, field.value, where, minimum, fix);
+}
+
 void config_integers(const nlohmann::json& config, const char* key, std::span<int64_t> values,
                      const std::string& where, std::string_view meaning, int64_t minimum,
                      std::string_view fix) {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
@@ -31,6 +32,17 @@ bool config_has(const nlohmann::json& config, const char* key);
 // `<where>: "<key>" must be an integer from <minimum> to <max>, got <value>[; <fix>]`.
 int64_t config_integer(const nlohmann::json& config, const char* key, int64_t fallback,
                        const std::string& where, int64_t minimum = 0, std::string_view fix = {});
+
+// One integer field of a config structure: its key, and the member it is read into (which holds
+// the default).
+struct IntegerField {
+  const char* key;
+  int64_t& value;
+};
+
+// Each field read by config_integer, in order: a config lists its integer keys once.
+void read_config_integers(const nlohmann::json& config, std::initializer_list<IntegerField> fields,
+                          const std::string& where, int64_t minimum = 0, std::string_view fix = {});
 
 // A list of exactly `values.size()` integers from `minimum` to Limits::kMaxConfigInteger, read
 // into `values`, which keep the caller's defaults when the key is absent. `meaning` says what the

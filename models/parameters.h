@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/error.h"
 #include "core/safetensors.h"
 #include "core/tensor.h"
 
@@ -77,6 +78,14 @@ size_t parameter_bytes(Weights weights, Device device) {
   return total;
 }
 
+// `weights` placed by `rule`, what it then holds on the device added to `bytes`.
+template <class Weights>
+Weights placed_counted(Weights weights, const PlacementRule& rule, size_t& bytes) {
+  Weights result = placed(std::move(weights), rule);
+  bytes += parameter_bytes(result, rule.device);
+  return result;
+}
+
 // The names `weights` lists, in order (undefined tensors included).
 template <class Weights>
 std::vector<std::string> parameter_names(Weights weights) {
@@ -98,6 +107,48 @@ void move_model(State& state, Device target, ToHost&& to_host, Place&& place) {
   if (target == Device::CPU) return;
   State placed = place(static_cast<const State&>(state));
   state = std::move(placed);
+}
+
+// `host` placed by `rule` (models::placed), with the State's device, compute dtype and bytes set:
+// the placed state of a model that holds its weights in one structure (the text encoders).
+template <class State>
+State placed_state(const State& host, const PlacementRule& rule) {
+  State placed = models::placed(host, rule);
+  placed.device = rule.device;
+  placed.compute = rule.compute;
+  placed.bytes = parameter_bytes(placed, rule.device);
+  return placed;
+}
+
+// move_model for a model whose CPU state is empty (it reads its checkpoint as it runs, as the
+// DiTs do): on the GPU `fill(next, rule)` adds the resident weights to `next`, whose device and
+// compute dtype are set (products read bf16 there).
+template <class State, class Fill>
+void move_resident(State& state, Device device, DType compute, Fill&& fill) {
+  const auto to_host = [](State&&) { return State{}; };
+  move_model(state, device, to_host, [&](const State&) {
+    check(compute == DType::BF16, "GPU transformer: the products read bf16, not {}",
+          dtype_name(compute));
+    State next;
+    next.device = device;
+    next.compute = compute;
+    fill(next, PlacementRule{device, compute});
+    return next;
+  });
+}
+
+// move_model for a model whose modules keep the host weights they place from (the VAE decoders):
+// the host state is the model placed on the CPU, and a placed one a copy of it (sharing the host
+// weights) placed by `model.place_modules(device, args...)`.
+template <class Model, class... Args>
+void move_modules(Model& model, Device device, const Args&... args) {
+  const auto on = [&](Model placed, Device where) {
+    placed.place_modules(where, args...);
+    return placed;
+  };
+  move_model(
+      model, device, [&](Model&& self) { return on(std::move(self), Device::CPU); },
+      [&](const Model& host) { return on(host, device); });
 }
 
 // Throws Error unless `name` is in the store, holds floating-point values (as the store reports

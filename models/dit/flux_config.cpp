@@ -27,20 +27,17 @@ void FluxConfig::validate(const std::string& where) const {
 FluxConfig FluxConfig::from_json(const json& config, const std::string& where) {
   check_config_class(config, "FluxTransformer2DModel", where);
   FluxConfig result;
-  result.patch_size = config_integer(config, "patch_size", result.patch_size, where);
-  result.in_channels = config_integer(config, "in_channels", result.in_channels, where);
+  read_config_integers(config,
+                       {{"patch_size", result.patch_size},
+                        {"in_channels", result.in_channels},
+                        {"num_layers", result.num_layers},
+                        {"num_single_layers", result.num_single_layers},
+                        {"attention_head_dim", result.attention_head_dim},
+                        {"num_attention_heads", result.num_attention_heads},
+                        {"joint_attention_dim", result.joint_attention_dim},
+                        {"pooled_projection_dim", result.pooled_projection_dim}},
+                       where);
   result.out_channels = config_integer(config, "out_channels", result.in_channels, where);
-  result.num_layers = config_integer(config, "num_layers", result.num_layers, where);
-  result.num_single_layers =
-      config_integer(config, "num_single_layers", result.num_single_layers, where);
-  result.attention_head_dim =
-      config_integer(config, "attention_head_dim", result.attention_head_dim, where);
-  result.num_attention_heads =
-      config_integer(config, "num_attention_heads", result.num_attention_heads, where);
-  result.joint_attention_dim =
-      config_integer(config, "joint_attention_dim", result.joint_attention_dim, where);
-  result.pooled_projection_dim =
-      config_integer(config, "pooled_projection_dim", result.pooled_projection_dim, where);
   result.guidance_embeds = config_boolean(config, "guidance_embeds", result.guidance_embeds, where);
   config_integers(config, "axes_dims_rope", result.axes_dims_rope, where,
                   "text/frame, row, column");

@@ -49,28 +49,16 @@ void FluxTransformer::list_parameters(const models::ParameterVisitor& visit) con
 
 void FluxTransformer::set_device(Device device, DType compute) {
   rope_cache_ = std::make_shared<FluxRopeCache>();
-  // The CPU holds nothing but the checkpoint it reads, so the host state is the empty one.
-  const auto to_host = [](Resident&&) { return Resident{}; };
-  models::move_model(resident_, device, to_host, [&](const Resident&) {
-    Resident next;
-    next.device = device;
-    next.compute = compute;
-    check(next.compute == DType::BF16, "GPU transformer: the products read bf16, not {}",
-          dtype_name(next.compute));
-    const models::PlacementRule rule{device, next.compute};
-    for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
-      next.double_blocks.push_back(models::placed(load_flux_double_block(weights_, layer), rule));
-      next.bytes += models::parameter_bytes(next.double_blocks.back(), device);
-    }
-    for (int64_t layer = 0; layer < config_.num_single_layers; ++layer) {
-      next.single_blocks.push_back(
-          models::placed(FluxSingleBlockWeights::load(weights_, layer), rule));
-      next.bytes += models::parameter_bytes(next.single_blocks.back(), device);
-    }
-    next.outer = models::placed(host_outer_, rule);
-    next.bytes += models::parameter_bytes(next.outer, device);
-    return next;
-  });
+  models::move_resident(
+      resident_, device, compute, [&](Resident& next, const models::PlacementRule& rule) {
+        for (int64_t layer = 0; layer < config_.num_layers; ++layer)
+          next.double_blocks.push_back(
+              models::placed_counted(load_flux_double_block(weights_, layer), rule, next.bytes));
+        for (int64_t layer = 0; layer < config_.num_single_layers; ++layer)
+          next.single_blocks.push_back(models::placed_counted(
+              FluxSingleBlockWeights::load(weights_, layer), rule, next.bytes));
+        next.outer = models::placed_counted(host_outer_, rule, next.bytes);
+      });
 }
 
 FluxDoubleBlockWeights FluxTransformer::double_block(int64_t layer) const {

@@ -35,19 +35,18 @@ QwenImageConfig QwenImageConfig::from_json(const json& config, const std::string
           "Qwen-Image and Qwen-Image-Edit checkpoints have it false",
           where, key);
   QwenImageConfig result;
-  result.patch_size = config_integer(config, "patch_size", result.patch_size, where);
-  result.in_channels = config_integer(config, "in_channels", result.in_channels, where);
+  read_config_integers(config,
+                       {{"patch_size", result.patch_size},
+                        {"in_channels", result.in_channels},
+                        {"num_layers", result.num_layers},
+                        {"attention_head_dim", result.attention_head_dim},
+                        {"num_attention_heads", result.num_attention_heads},
+                        {"joint_attention_dim", result.joint_attention_dim}},
+                       where);
   // diffusers: `out_channels or in_channels`, the default 16 when the key is absent.
   if (config.contains("out_channels"))
     result.out_channels = config_integer(config, "out_channels", result.in_channels, where);
   if (result.out_channels == 0) result.out_channels = result.in_channels;
-  result.num_layers = config_integer(config, "num_layers", result.num_layers, where);
-  result.attention_head_dim =
-      config_integer(config, "attention_head_dim", result.attention_head_dim, where);
-  result.num_attention_heads =
-      config_integer(config, "num_attention_heads", result.num_attention_heads, where);
-  result.joint_attention_dim =
-      config_integer(config, "joint_attention_dim", result.joint_attention_dim, where);
   config_integers(config, "axes_dims_rope", result.axes_dims_rope, where, "frame, row, column");
   result.validate(where);
   return result;

@@ -58,23 +58,13 @@ void QwenImageTransformer::list_parameters(const models::ParameterVisitor& visit
 
 void QwenImageTransformer::set_device(Device device, DType compute) {
   rope_cache_ = std::make_shared<FluxRopeCache>();
-  // The CPU holds nothing but the checkpoint it reads, so the host state is the empty one.
-  const auto to_host = [](Resident&&) { return Resident{}; };
-  models::move_model(resident_, device, to_host, [&](const Resident&) {
-    Resident next;
-    next.device = device;
-    next.compute = compute;
-    check(next.compute == DType::BF16, "GPU transformer: the products read bf16, not {}",
-          dtype_name(next.compute));
-    const models::PlacementRule rule{device, next.compute};
-    for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
-      next.blocks.push_back(models::placed(load_qwenimage_block(weights_, layer), rule));
-      next.bytes += models::parameter_bytes(next.blocks.back(), device);
-    }
-    next.outer = models::placed(host_outer_, rule);
-    next.bytes += models::parameter_bytes(next.outer, device);
-    return next;
-  });
+  models::move_resident(
+      resident_, device, compute, [&](Resident& next, const models::PlacementRule& rule) {
+        for (int64_t layer = 0; layer < config_.num_layers; ++layer)
+          next.blocks.push_back(
+              models::placed_counted(load_qwenimage_block(weights_, layer), rule, next.bytes));
+        next.outer = models::placed_counted(host_outer_, rule, next.bytes);
+      });
 }
 
 QwenImageBlockWeights QwenImageTransformer::block(int64_t layer) const {

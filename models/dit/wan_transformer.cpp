@@ -119,26 +119,18 @@ void WanTransformer::set_device(Device device, DType compute, bool fp8_products,
   check(!stream_blocks || device == Device::CUDA,
         "streaming the blocks is for the GPU; on the CPU they are read from the checkpoint as the "
         "forward goes");
-  // The CPU holds nothing but the checkpoint it reads (and host_time_), so the host state is the
-  // empty one.
-  const auto to_host = [](Resident&&) { return Resident{}; };
-  models::move_model(resident_, device, to_host, [&](const Resident&) {
-    return place(device, compute, fp8_products, stream_blocks);
-  });
+  models::move_resident(resident_, device, compute,
+                        [&](Resident& next, const models::PlacementRule& rule) {
+                          place_resident(next, rule, fp8_products, stream_blocks);
+                        });
   if (resident_.device != Device::CPU) host_time_ = {};  // the GPU holds it now
 }
 
-WanTransformer::Resident WanTransformer::place(Device device, DType compute, bool fp8_products,
-                                               bool stream_blocks) const {
-  Resident next;
-  next.device = device;
-  next.compute = compute;
+void WanTransformer::place_resident(Resident& next, const models::PlacementRule& plain,
+                                    bool fp8_products, bool stream_blocks) const {
+  const Device device = plain.device;
   next.block_inputs = fp8_products ? DType::F8E4M3Rows : next.compute;
-  check(next.compute == DType::BF16, "GPU transformer: the products read bf16, not {}",
-        dtype_name(next.compute));
-  const models::PlacementRule plain{device, next.compute};
-  next.time = models::placed(host_time_, plain);
-  next.bytes += models::parameter_bytes(next.time, device);
+  next.time = models::placed_counted(host_time_, plain, next.bytes);
   // Loaded on the host block by block (float32), then uploaded in the dtype each op reads; a GGUF
   // matrix stays its blocks. Streamed blocks are placed the same way, then kept in page-locked
   // host memory (the GPU's bytes) with only their modulation tables here.
@@ -160,15 +152,13 @@ WanTransformer::Resident WanTransformer::place(Device device, DType compute, boo
     next.blocks.push_back(placed);
   }
   if (next.stream) next.bytes += next.stream->slot_size() * 2;  // the two slots the blocks visit
-  next.outer = models::placed(host_outer_weights(), plain);
-  next.bytes += models::parameter_bytes(next.outer, device);
-  return next;
+  next.outer = models::placed_counted(host_outer_weights(), plain, next.bytes);
 }
 
 uint64_t WanTransformer::gpu_weight_bytes(const WanTransformerConfig& config, bool fp8_products,
                                           bool stream_blocks, const WeightStore* store) {
-  // As place() uploads them: the time embedder in float32 (as loaded), the outer products and
-  // their biases in bf16 (the patch and output biases float32), each block's tensors as
+  // As place_resident() uploads them: the time embedder in float32 (as loaded), the outer products
+  // and their biases in bf16 (the patch and output biases float32), each block's tensors as
   // WanBlockWeights::gpu_tensor_bytes gives them (its modulation table stays on the host): all
   // of them resident, or two slots of one block laid out as the weight stream lays them out.
   const uint64_t d = uint64_t(config.inner_dim());

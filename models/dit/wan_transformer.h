@@ -110,8 +110,9 @@ class WanTransformer {
     OuterWeights outer;
     size_t bytes = 0;
   };
-  // The state on the GPU, built from the checkpoint (models::move_model's place).
-  Resident place(Device device, DType compute, bool fp8_products, bool stream_blocks) const;
+  // The GPU's weights added to `next` from the checkpoint (models::move_resident's fill).
+  void place_resident(Resident& next, const models::PlacementRule& plain, bool fp8_products,
+                      bool stream_blocks) const;
   OuterWeights outer_weights() const;
   OuterWeights host_outer_weights() const;  // loaded from the checkpoint, float32
   // A block's weights where the model runs (streamed: acquired; release_block after its work).

@@ -23,20 +23,19 @@ WanTransformerConfig WanTransformerConfig::from_json(const json& config, const s
 
   WanTransformerConfig result;
   config_integers(config, "patch_size", result.patch_size, where, "frames, rows, columns");
-  result.num_attention_heads =
-      config_integer(config, "num_attention_heads", result.num_attention_heads, where);
-  result.attention_head_dim =
-      config_integer(config, "attention_head_dim", result.attention_head_dim, where);
-  result.in_channels = config_integer(config, "in_channels", result.in_channels, where);
+  read_config_integers(config,
+                       {{"num_attention_heads", result.num_attention_heads},
+                        {"attention_head_dim", result.attention_head_dim},
+                        {"in_channels", result.in_channels},
+                        {"text_dim", result.text_dim},
+                        {"freq_dim", result.freq_dim},
+                        {"ffn_dim", result.ffn_dim},
+                        {"num_layers", result.num_layers},
+                        {"rope_max_seq_len", result.rope_max_seq_len}},
+                       where);
   // diffusers: `out_channels = out_channels or in_channels`.
   result.out_channels = config_integer(config, "out_channels", 0, where);
   if (result.out_channels == 0) result.out_channels = result.in_channels;
-  result.text_dim = config_integer(config, "text_dim", result.text_dim, where);
-  result.freq_dim = config_integer(config, "freq_dim", result.freq_dim, where);
-  result.ffn_dim = config_integer(config, "ffn_dim", result.ffn_dim, where);
-  result.num_layers = config_integer(config, "num_layers", result.num_layers, where);
-  result.rope_max_seq_len =
-      config_integer(config, "rope_max_seq_len", result.rope_max_seq_len, where);
   result.cross_attn_norm = config_boolean(config, "cross_attn_norm", result.cross_attn_norm, where);
   result.eps = config_float(config, "eps", result.eps, where, NumberRule::Positive);
   // The default is "rms_norm_across_heads"; null (no q/k norm) and per-head norms are other models.

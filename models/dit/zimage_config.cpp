@@ -43,14 +43,15 @@ ZImageConfig ZImageConfig::from_json(const json& config, const std::string& wher
   ZImageConfig result;
   result.patch_size = read_single_patch(config, "all_patch_size", result.patch_size, where);
   result.f_patch_size = read_single_patch(config, "all_f_patch_size", result.f_patch_size, where);
-  result.in_channels = config_integer(config, "in_channels", result.in_channels, where);
-  result.dim = config_integer(config, "dim", result.dim, where);
-  result.n_layers = config_integer(config, "n_layers", result.n_layers, where);
-  result.n_refiner_layers =
-      config_integer(config, "n_refiner_layers", result.n_refiner_layers, where);
-  result.n_heads = config_integer(config, "n_heads", result.n_heads, where);
-  result.n_kv_heads = config_integer(config, "n_kv_heads", result.n_kv_heads, where);
-  result.cap_feat_dim = config_integer(config, "cap_feat_dim", result.cap_feat_dim, where);
+  read_config_integers(config,
+                       {{"in_channels", result.in_channels},
+                        {"dim", result.dim},
+                        {"n_layers", result.n_layers},
+                        {"n_refiner_layers", result.n_refiner_layers},
+                        {"n_heads", result.n_heads},
+                        {"n_kv_heads", result.n_kv_heads},
+                        {"cap_feat_dim", result.cap_feat_dim}},
+                       where);
   result.norm_eps = config_float(config, "norm_eps", result.norm_eps, where);
   result.rope_theta = config_number(config, "rope_theta", result.rope_theta, where);
   result.t_scale = config_float(config, "t_scale", result.t_scale, where);

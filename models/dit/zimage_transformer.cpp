@@ -96,40 +96,31 @@ void ZImageTransformer::list_parameters(const models::ParameterVisitor& visit) c
 
 void ZImageTransformer::set_device(Device device, DType compute) {
   rope_cache_ = std::make_shared<RopeCache>();
-  // The CPU holds nothing but the checkpoint it reads, so the host state is the empty one.
-  const auto to_host = [](Resident&&) { return Resident{}; };
-  models::move_model(resident_, device, to_host, [&](const Resident&) {
-    Resident next;
-    next.device = device;
-    next.compute = compute;
-    check(next.compute == DType::BF16, "GPU transformer: the products read bf16, not {}",
-          dtype_name(next.compute));
-    const models::PlacementRule rule{device, next.compute};
-    // Loaded on the host block by block (float32), then uploaded in the dtype each op reads.
-    const auto upload = [&](ZImageStage stage, int64_t count, std::vector<ZImageBlockWeights>& to) {
-      for (int64_t layer = 0; layer < count; ++layer) {
-        const std::string prefix = zimage_block_prefix(stack_name(stage), layer);
-        to.push_back(models::placed(
-            ZImageBlockWeights::load(weights_, prefix, stage != ZImageStage::ContextRefiner),
-            rule));
-        next.bytes += models::parameter_bytes(to.back(), device);
-      }
-    };
-    upload(ZImageStage::NoiseRefiner, config_.n_refiner_layers, next.noise);
-    upload(ZImageStage::ContextRefiner, config_.n_refiner_layers, next.context);
-    upload(ZImageStage::Main, config_.n_layers, next.layers);
-    next.outer = models::placed(host_outer_, rule);
-    next.bytes += models::parameter_bytes(next.outer, device);
+  models::move_resident(
+      resident_, device, compute, [&](Resident& next, const models::PlacementRule& rule) {
+        // Loaded on the host block by block (float32), then uploaded in the dtype each op reads.
+        const auto upload = [&](ZImageStage stage, int64_t count,
+                                std::vector<ZImageBlockWeights>& to) {
+          for (int64_t layer = 0; layer < count; ++layer) {
+            const std::string prefix = zimage_block_prefix(stack_name(stage), layer);
+            to.push_back(models::placed_counted(
+                ZImageBlockWeights::load(weights_, prefix, stage != ZImageStage::ContextRefiner),
+                rule, next.bytes));
+          }
+        };
+        upload(ZImageStage::NoiseRefiner, config_.n_refiner_layers, next.noise);
+        upload(ZImageStage::ContextRefiner, config_.n_refiner_layers, next.context);
+        upload(ZImageStage::Main, config_.n_layers, next.layers);
+        next.outer = models::placed_counted(host_outer_, rule, next.bytes);
 
-    // The modulated blocks' adaLN products, in the order the forward lists them.
-    std::vector<const ZImageBlockWeights*> modulated;
-    for (const auto* stack : {&next.noise, &next.layers})
-      for (const ZImageBlockWeights& w : *stack) modulated.push_back(&w);
-    const ZImageStackedModulation& stacked = next.stacked_modulation =
-        stack_modulations(modulated, device, next.compute);
-    next.bytes += stacked.weight.nbytes() + stacked.bias.nbytes() + stacked.norms.nbytes();
-    return next;
-  });
+        // The modulated blocks' adaLN products, in the order the forward lists them.
+        std::vector<const ZImageBlockWeights*> modulated;
+        for (const auto* stack : {&next.noise, &next.layers})
+          for (const ZImageBlockWeights& w : *stack) modulated.push_back(&w);
+        const ZImageStackedModulation& stacked = next.stacked_modulation =
+            stack_modulations(modulated, device, next.compute);
+        next.bytes += stacked.weight.nbytes() + stacked.bias.nbytes() + stacked.norms.nbytes();
+      });
 }
 
 ZImageBlockWeights ZImageTransformer::block_weights(ZImageStage stage, int64_t layer) const {

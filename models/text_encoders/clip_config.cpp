@@ -30,16 +30,14 @@ ClipTextConfig ClipTextConfig::from_json(const nlohmann::json& root, const std::
   check(json.is_object(), "{}: \"text_config\" must be an object", where);
 
   ClipTextConfig config;
-  config.vocab_size = positive_int(json, "vocab_size", config.vocab_size, where);
-  config.hidden_size = positive_int(json, "hidden_size", config.hidden_size, where);
-  config.intermediate_size =
-      positive_int(json, "intermediate_size", config.intermediate_size, where);
-  config.num_hidden_layers =
-      positive_int(json, "num_hidden_layers", config.num_hidden_layers, where);
-  config.num_attention_heads =
-      positive_int(json, "num_attention_heads", config.num_attention_heads, where);
-  config.max_position_embeddings =
-      positive_int(json, "max_position_embeddings", config.max_position_embeddings, where);
+  read_config_integers(json,
+                       {{"vocab_size", config.vocab_size},
+                        {"hidden_size", config.hidden_size},
+                        {"intermediate_size", config.intermediate_size},
+                        {"num_hidden_layers", config.num_hidden_layers},
+                        {"num_attention_heads", config.num_attention_heads},
+                        {"max_position_embeddings", config.max_position_embeddings}},
+                       where, 1, kEncoderConfigFix);
   check(config.hidden_size % config.num_attention_heads == 0,
         "{}: hidden_size {} is not a multiple of num_attention_heads {}; {}", where,
         config.hidden_size, config.num_attention_heads, kEncoderConfigFix);

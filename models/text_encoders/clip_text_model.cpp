@@ -146,11 +146,7 @@ void ClipTextModel::set_device(Device device, DType compute, const std::string& 
   models::move_model(
       state_, device, [&](Placed&&) { return host_state(); },
       [&](const Placed& host) {
-        Placed placed = models::placed(host, {device, compute});
-        placed.device = device;
-        placed.compute = compute;
-        placed.bytes = models::parameter_bytes(placed, device);
-        return placed;
+        return models::placed_state(host, {device, compute});
       });
 }
 

@@ -148,14 +148,13 @@ Qwen3Config read_decoder(const json& object, Qwen3Config config, const std::stri
         "{}: hidden_act {} is not supported (Qwen3 uses \"silu\")", where, act.dump());
   }
   const bool vl = config.model_type == "qwen2_5_vl";
-  config.vocab_size = positive_int(object, "vocab_size", config.vocab_size, where);
-  config.hidden_size = positive_int(object, "hidden_size", config.hidden_size, where);
-  config.intermediate_size =
-      positive_int(object, "intermediate_size", config.intermediate_size, where);
-  config.num_hidden_layers =
-      positive_int(object, "num_hidden_layers", config.num_hidden_layers, where);
-  config.num_attention_heads =
-      positive_int(object, "num_attention_heads", config.num_attention_heads, where);
+  read_config_integers(object,
+                       {{"vocab_size", config.vocab_size},
+                        {"hidden_size", config.hidden_size},
+                        {"intermediate_size", config.intermediate_size},
+                        {"num_hidden_layers", config.num_hidden_layers},
+                        {"num_attention_heads", config.num_attention_heads}},
+                       where, 1, kEncoderConfigFix);
   config.num_key_value_heads =
       positive_int(object, "num_key_value_heads",
                    vl ? config.num_key_value_heads : config.num_attention_heads, where);

@@ -35,16 +35,25 @@ T5Config T5Config::from_json(const nlohmann::json& json, const std::string& wher
 
   // transformers' defaults differ between the two config classes.
   const bool umt5 = config.model_type == "umt5";
-  config.vocab_size = positive_int(json, "vocab_size", umt5 ? 250112 : 32128, where);
-  config.d_model = positive_int(json, "d_model", 512, where);
-  config.d_kv = positive_int(json, "d_kv", 64, where);
-  config.d_ff = positive_int(json, "d_ff", umt5 ? 1024 : 2048, where);
-  config.num_heads = positive_int(json, "num_heads", umt5 ? 6 : 8, where);
-  config.num_layers = positive_int(json, "num_layers", umt5 ? 8 : 6, where);
-  config.relative_attention_num_buckets =
-      positive_int(json, "relative_attention_num_buckets", 32, where);
-  config.relative_attention_max_distance =
-      positive_int(json, "relative_attention_max_distance", 128, where);
+  config.vocab_size = umt5 ? 250112 : 32128;
+  config.d_model = 512;
+  config.d_kv = 64;
+  config.d_ff = umt5 ? 1024 : 2048;
+  config.num_heads = umt5 ? 6 : 8;
+  config.num_layers = umt5 ? 8 : 6;
+  config.relative_attention_num_buckets = 32;
+  config.relative_attention_max_distance = 128;
+  read_config_integers(
+      json,
+      {{"vocab_size", config.vocab_size},
+       {"d_model", config.d_model},
+       {"d_kv", config.d_kv},
+       {"d_ff", config.d_ff},
+       {"num_heads", config.num_heads},
+       {"num_layers", config.num_layers},
+       {"relative_attention_num_buckets", config.relative_attention_num_buckets},
+       {"relative_attention_max_distance", config.relative_attention_max_distance}},
+      where, 1, kEncoderConfigFix);
   check(config.relative_attention_num_buckets >= 4,
         "{}: relative_attention_num_buckets {} is too small (at least 4)", where,
         config.relative_attention_num_buckets);

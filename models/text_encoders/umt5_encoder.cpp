@@ -193,11 +193,7 @@ void UMT5Encoder::set_device(Device device, DType compute, const std::string& at
   };
   // The GPU keeps products' weights in the compute dtype and norms in float32, uploaded once.
   models::move_model(state_, device, to_host, [&](const Placed& host) {
-    Placed placed = models::placed(host, {device, compute});
-    placed.device = device;
-    placed.compute = compute;
-    placed.bytes = models::parameter_bytes(placed, device);
-    return placed;
+    return models::placed_state(host, {device, compute});
   });
 }
 

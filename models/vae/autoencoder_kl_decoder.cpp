@@ -52,15 +52,7 @@ AutoencoderKLDecoder AutoencoderKLDecoder::open_folder(const fs::path& folder) {
 }
 
 void AutoencoderKLDecoder::set_device(Device device, ops::ConvPrecision precision) {
-  // Each module keeps the host weights it places from, so the host state is the decoder placed on
-  // the CPU, and a placed one is a copy of it (sharing the host weights).
-  const auto on = [precision](AutoencoderKLDecoder decoder, Device where) {
-    decoder.place_modules(where, precision);
-    return decoder;
-  };
-  models::move_model(
-      *this, device, [&](AutoencoderKLDecoder&& self) { return on(std::move(self), Device::CPU); },
-      [&](const AutoencoderKLDecoder& host) { return on(host, device); });
+  models::move_modules(*this, device, precision);
 }
 
 void AutoencoderKLDecoder::place_modules(Device device, ops::ConvPrecision precision) {

@@ -62,6 +62,9 @@ class AutoencoderKLDecoder {
   // CPU they are the checkpoint's again), with `precision` for the GPU's products (the CPU
   // computes in float32).
   void set_device(Device device, ops::ConvPrecision precision = ops::ConvPrecision::TF32);
+  // Every module placed on `device` in place (models::move_modules' step; set_device is the
+  // move).
+  void place_modules(Device device, ops::ConvPrecision precision);
   Device device() const { return device_; }
   ops::ConvPrecision precision() const { return precision_; }
   // Bytes of weights resident on the GPU (0 on the CPU, where they stay mapped).
@@ -81,8 +84,6 @@ class AutoencoderKLDecoder {
   }
 
  private:
-  // Every module placed on `device` in place (set_device's step).
-  void place_modules(Device device, ops::ConvPrecision precision);
   struct UpBlock {
     std::vector<KlResnetBlock> resnets;
     KlConv2d upsampler;  // Upsample2D's conv, after nearest ×2

@@ -52,15 +52,7 @@ WanVaeDecoder WanVaeDecoder::open_folder(const fs::path& folder) {
 }
 
 void WanVaeDecoder::set_device(Device device, ops::ConvPrecision precision) {
-  // Each module keeps the host weights it places from, so the host state is the decoder placed on
-  // the CPU, and a placed one is a copy of it (sharing the host weights).
-  const auto on = [precision](WanVaeDecoder decoder, Device where) {
-    decoder.place_modules(where, precision);
-    return decoder;
-  };
-  models::move_model(
-      *this, device, [&](WanVaeDecoder&& self) { return on(std::move(self), Device::CPU); },
-      [&](const WanVaeDecoder& host) { return on(host, device); });
+  models::move_modules(*this, device, precision);
 }
 
 void WanVaeDecoder::place_modules(Device device, ops::ConvPrecision precision) {

@@ -54,6 +54,9 @@ class WanVaeDecoder {
   // `precision` for the GPU's products (the CPU computes in float32).
   // A failed upload leaves the decoder on the CPU (models::move_model).
   void set_device(Device device, ops::ConvPrecision precision = ops::ConvPrecision::TF32);
+  // Every module placed on `device` in place (models::move_modules' step; set_device is the
+  // move).
+  void place_modules(Device device, ops::ConvPrecision precision);
   Device device() const { return device_; }
   ops::ConvPrecision precision() const { return precision_; }
   // Bytes of weights resident on the GPU (0 on the CPU, where they stay mapped).
@@ -82,8 +85,6 @@ class WanVaeDecoder {
   }
 
  private:
-  // Every module placed on `device` in place (set_device's step).
-  void place_modules(Device device, ops::ConvPrecision precision);
   struct UpBlock {
     std::vector<ResidualBlock> resnets;
     std::optional<Resample> upsampler;  // none for the last block
