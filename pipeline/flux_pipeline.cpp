@@ -10,6 +10,7 @@
 #include "core/interrupt.h"
 #include "core/npy.h"
 #include "models/vae/autoencoder_kl_tiled_decode.h"
+#include "pipeline/component_models.h"
 #include "pipeline/component_weights.h"
 #include "pipeline/decoded_image.h"
 #include "pipeline/denoise_loop.h"
@@ -38,62 +39,37 @@ FluxPipeline::FluxPipeline(const ModelIndex& index)
 FluxPipeline::FluxPipeline(const ModelIndex& index, AttentionPlan plan)
     : index_(index), attention_plan_(std::move(plan)) {
   check_components(find_pipeline("FluxPipeline", index.root / "model_index.json"), index);
-  auto where = [&](const char* name) { return component_config_path(index.component(name)); };
   clip_tokenizer_ = tokenizers::Tokenizer::load(index.component("tokenizer").path);
   t5_tokenizer_ = tokenizers::Tokenizer::load(index.component("tokenizer_2").path);
-  clip_ = std::make_unique<text_encoders::ClipTextModel>(
-      text_encoders::ClipTextConfig::from_json(index.config("text_encoder"),
-                                               where("text_encoder").string()),
-      component_weight_store(index.component("text_encoder")));
-  t5_ = std::make_unique<text_encoders::UMT5Encoder>(
-      text_encoders::T5Config::from_json(index.config("text_encoder_2"),
-                                         where("text_encoder_2").string()),
-      component_weight_store(index.component("text_encoder_2")));
-  transformer_ = std::make_unique<dit::FluxTransformer>(
-      dit::FluxConfig::from_json(index.config("transformer"), where("transformer").string()),
-      component_weight_store(index.component("transformer")));
-  vae_ = std::make_unique<vae::AutoencoderKLDecoder>(
-      vae::AutoencoderKLConfig::from_json(index.config("vae"), where("vae").string()),
-      component_weight_store(index.component("vae")));
-  scheduler_class_ = index.component("scheduler").class_name;
-  scheduler_config_ = index.config("scheduler");
-  schedulers::make_scheduler(scheduler_class_, scheduler_config_);
-  if (const auto* choice = planned_component(attention_plan_, "text_encoder")) {
-    clip_backend_ = choice->primary().backend;
-    clip_->set_attention_backend(clip_backend_);
-  }
-  if (const auto* choice = planned_component(attention_plan_, "text_encoder_2")) {
-    t5_backend_ = choice->primary().backend;
-    t5_->set_attention_backend(t5_backend_);
-  }
-  if (const auto* choice = planned_component(attention_plan_, "vae"))
-    vae_->set_attention_backend(
-        attention::make_dit_backend(choice->primary().backend, nlohmann::json::object()));
+  clip_ = load_component<text_encoders::ClipTextModel, text_encoders::ClipTextConfig>(
+      index, "text_encoder");
+  t5_ =
+      load_component<text_encoders::UMT5Encoder, text_encoders::T5Config>(index, "text_encoder_2");
+  transformer_ = load_component<dit::FluxTransformer, dit::FluxConfig>(index, "transformer");
+  vae_ = load_component<vae::AutoencoderKLDecoder, vae::AutoencoderKLConfig>(index, "vae");
+  scheduler_ = SchedulerSpec::load(index);
+  clip_backend_ = planned_backend(attention_plan_, "text_encoder");
+  if (!clip_backend_.empty()) clip_->set_attention_backend(clip_backend_);
+  t5_backend_ = planned_backend(attention_plan_, "text_encoder_2");
+  if (!t5_backend_.empty()) t5_->set_attention_backend(t5_backend_);
+  plan_vae_attention(*vae_, attention_plan_);
 }
 
 void FluxPipeline::place(bool cuda) const {
-  const Device device = cuda ? Device::CUDA : Device::CPU;
-#ifndef MMGEN_HAVE_CUDA
-  check(!cuda,
-        "--device cuda: this build has no CUDA support; rebuild with -DMMGEN_CUDA=ON or use "
-        "--device cpu");
-#endif
-  if (transformer_->device() == device && clip_->device() == device && t5_->device() == device &&
-      vae_->device() == device)
-    return;
-  Progress upload(cuda ? "upload" : "place", 1);
-  if (clip_->device() != device)
-    clip_->set_device(
-        device, DType::BF16,
-        cuda ? gpu_text_backend(attention_plan_, clip_->config().head_dim(), "text_encoder")
-             : clip_backend_);
-  if (t5_->device() != device)
-    t5_->set_device(device, DType::BF16,
-                    cuda ? gpu_text_backend(attention_plan_, t5_->config().d_kv, "text_encoder_2")
-                         : t5_backend_);
-  if (transformer_->device() != device) transformer_->set_device(device);
-  if (vae_->device() != device) vae_->set_device(device);
-  upload.finish();
+  // The text encoders take the GPU's paged backend along (a CPU plan names a CPU design).
+  const auto text_move = [&](auto& encoder, const std::string& component, int64_t head_dim,
+                             const std::string& cpu_backend) {
+    return ModelMove{[&encoder] { return encoder.device(); },
+                     [&, component, head_dim](Device to) {
+                       encoder.set_device(to, DType::BF16,
+                                          to == Device::CUDA ? gpu_text_backend(attention_plan_,
+                                                                                head_dim, component)
+                                                             : cpu_backend);
+                     }};
+  };
+  place_models(cuda, {text_move(*clip_, "text_encoder", clip_->config().head_dim(), clip_backend_),
+                      text_move(*t5_, "text_encoder_2", t5_->config().d_kv, t5_backend_),
+                      plain_move(*transformer_), plain_move(*vae_)});
 }
 
 FluxPromptEmbedding FluxPipeline::encode_prompt(const std::string& prompt,
@@ -146,7 +122,7 @@ FluxGenerationOutput FluxPipeline::generate(const FluxGenerationInput& input,
   const int64_t rows = shape[2] / 2, columns = shape[3] / 2;
 
   auto scheduler =
-      make_packed_image_scheduler(scheduler_class_, scheduler_config_, input.flow_shift,
+      make_packed_image_scheduler(scheduler_.class_name, scheduler_.config, input.flow_shift,
                                   int(input.num_inference_steps), shape[2], shape[3]);
 
   dit::FluxAttention attention;
@@ -225,14 +201,7 @@ FluxGenerationInput flux_input_from_request(const Request& request, const FluxPi
 }
 
 PipelineRunner load_flux_pipeline(const ModelIndex& index, const AttentionPlan& plan) {
-  Progress load("load", 1);
-  auto pipeline = std::make_shared<const FluxPipeline>(index, plan);
-  load.finish();
-  PipelineRunner runner;
-  runner.run = [pipeline](const Request& request) {
-    return pipeline->generate(flux_input_from_request(request, *pipeline)).frames;
-  };
-  return runner;
+  return plain_runner<FluxPipeline>(index, plan, flux_input_from_request);
 }
 
 }  // namespace mmgen

@@ -24,6 +24,7 @@
 #include "models/vae/autoencoder_kl_decoder.h"
 #include "models/vae/tiling.h"
 #include "pipeline/attention_plan.h"
+#include "pipeline/component_models.h"
 #include "pipeline/model_index.h"
 #include "pipeline/packed_latents.h"
 #include "pipeline/registry.h"
@@ -84,8 +85,7 @@ class FluxPipeline {
   std::unique_ptr<text_encoders::UMT5Encoder> t5_;
   std::unique_ptr<dit::FluxTransformer> transformer_;
   std::unique_ptr<vae::AutoencoderKLDecoder> vae_;
-  std::string scheduler_class_;
-  nlohmann::json scheduler_config_;
+  SchedulerSpec scheduler_;
   AttentionPlan attention_plan_;
   std::string clip_backend_, t5_backend_;
 };

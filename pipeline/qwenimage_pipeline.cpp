@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "core/npy.h"
+#include "pipeline/component_models.h"
 #include "pipeline/component_weights.h"
 #include "pipeline/decoded_image.h"
 #include "pipeline/denoise_loop.h"
@@ -48,43 +49,19 @@ QwenImagePipeline::QwenImagePipeline(const ModelIndex& index)
 QwenImagePipeline::QwenImagePipeline(const ModelIndex& index, AttentionPlan plan)
     : index_(index), attention_plan_(std::move(plan)) {
   check_components(find_pipeline("QwenImagePipeline", index.root / "model_index.json"), index);
-  auto where = [&](const char* name) { return component_config_path(index.component(name)); };
   tokenizer_ = tokenizers::Tokenizer::load(index.component("tokenizer").path);
-  text_encoder_ = std::make_unique<text_encoders::Qwen3TextModel>(
-      text_encoders::Qwen3Config::from_json(index.config("text_encoder"),
-                                            where("text_encoder").string()),
-      component_weight_store(index.component("text_encoder")));
-  transformer_ = std::make_unique<dit::QwenImageTransformer>(
-      dit::QwenImageConfig::from_json(index.config("transformer"), where("transformer").string()),
-      component_weight_store(index.component("transformer")));
-  vae_ = std::make_unique<vae::WanVaeDecoder>(
-      vae::WanVaeConfig::from_json(index.config("vae"), where("vae").string()),
-      component_weight_store(index.component("vae")));
-  scheduler_class_ = index.component("scheduler").class_name;
-  scheduler_config_ = index.config("scheduler");
-  schedulers::make_scheduler(scheduler_class_, scheduler_config_);
-  if (const auto* choice = planned_component(attention_plan_, "text_encoder"))
-    text_backend_ = choice->primary().backend;
-  if (const auto* choice = planned_component(attention_plan_, "vae"))
-    vae_->set_attention_backend(
-        attention::make_dit_backend(choice->primary().backend, nlohmann::json::object()));
+  text_encoder_ = load_component<text_encoders::Qwen3TextModel, text_encoders::Qwen3Config>(
+      index, "text_encoder");
+  transformer_ =
+      load_component<dit::QwenImageTransformer, dit::QwenImageConfig>(index, "transformer");
+  vae_ = load_component<vae::WanVaeDecoder, vae::WanVaeConfig>(index, "vae");
+  scheduler_ = SchedulerSpec::load(index);
+  text_backend_ = planned_backend(attention_plan_, "text_encoder");
+  plan_vae_attention(*vae_, attention_plan_);
 }
 
 void QwenImagePipeline::place(bool cuda) const {
-  const Device device = cuda ? Device::CUDA : Device::CPU;
-#ifndef MMGEN_HAVE_CUDA
-  check(!cuda,
-        "--device cuda: this build has no CUDA support; rebuild with -DMMGEN_CUDA=ON or use "
-        "--device cpu");
-#endif
-  if (transformer_->device() == device && text_encoder_->device() == device &&
-      vae_->device() == device)
-    return;
-  Progress upload(cuda ? "upload" : "place", 1);
-  if (text_encoder_->device() != device) text_encoder_->set_device(device);
-  if (transformer_->device() != device) transformer_->set_device(device);
-  if (vae_->device() != device) vae_->set_device(device);
-  upload.finish();
+  place_models(cuda, {plain_move(*text_encoder_), plain_move(*transformer_), plain_move(*vae_)});
 }
 
 std::vector<Tensor> QwenImagePipeline::encode_prompts(const std::vector<std::string>& prompts,
@@ -134,7 +111,7 @@ QwenImageGenerationOutput QwenImagePipeline::generate(const QwenImageGenerationI
   Tensor latents = initial_packed_latents(input.initial_latents, shape, input.seed);
   const dit::QwenImageShape grid{1, shape[2] / 2, shape[3] / 2};
   auto scheduler =
-      make_packed_image_scheduler(scheduler_class_, scheduler_config_, input.flow_shift,
+      make_packed_image_scheduler(scheduler_.class_name, scheduler_.config, input.flow_shift,
                                   int(input.num_inference_steps), shape[2], shape[3]);
 
   dit::QwenImageAttention attention;
@@ -198,14 +175,7 @@ QwenImageGenerationInput qwen_image_input_from_request(const Request& request,
 }
 
 PipelineRunner load_qwen_image_pipeline(const ModelIndex& index, const AttentionPlan& plan) {
-  Progress load("load", 1);
-  auto pipeline = std::make_shared<const QwenImagePipeline>(index, plan);
-  load.finish();
-  PipelineRunner runner;
-  runner.run = [pipeline](const Request& request) {
-    return pipeline->generate(qwen_image_input_from_request(request, *pipeline)).frames;
-  };
-  return runner;
+  return plain_runner<QwenImagePipeline>(index, plan, qwen_image_input_from_request);
 }
 
 }  // namespace mmgen

@@ -20,6 +20,7 @@
 #include "models/tokenizers/tokenizer.h"
 #include "models/vae/wan_vae_decoder.h"
 #include "pipeline/attention_plan.h"
+#include "pipeline/component_models.h"
 #include "pipeline/model_index.h"
 #include "pipeline/registry.h"
 #include "pipeline/request.h"
@@ -76,8 +77,7 @@ class QwenImagePipeline {
   std::unique_ptr<text_encoders::Qwen3TextModel> text_encoder_;
   std::unique_ptr<dit::QwenImageTransformer> transformer_;
   std::unique_ptr<vae::WanVaeDecoder> vae_;
-  std::string scheduler_class_;
-  nlohmann::json scheduler_config_;
+  SchedulerSpec scheduler_;  // model_index.json's, which picks the scheduler
   AttentionPlan attention_plan_;
   std::string text_backend_;
 };

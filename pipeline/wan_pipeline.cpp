@@ -25,6 +25,7 @@
 #include "core/system_memory.h"
 #include "models/text_encoders/prompt_embedding.h"
 #include "models/tokenizers/prompt_clean.h"
+#include "pipeline/component_models.h"
 #include "pipeline/component_weights.h"
 #include "pipeline/denoise_loop.h"
 #include "pipeline/memory_estimate.h"
@@ -99,18 +100,6 @@ attention::LayerWeights layer_weights(const WeightStore& store,
   return weights;
 }
 
-// diffusers builds the class model_index.json names from any scheduler_config.json (swapping a
-// scheduler is saving the index with another class); a config saved for another class is legal
-// but worth a word, since only the settings both classes share carry over.
-void warn_if_scheduler_config_differs(const std::string& class_name, const nlohmann::json& config,
-                                      const fs::path& where) {
-  auto saved = config.find("_class_name");
-  if (saved == config.end() || !saved->is_string() || saved->get<std::string>() == class_name)
-    return;
-  spdlog::warn("scheduler: model_index.json names {} but {} was saved for {}; using {}", class_name,
-               where.string(), saved->get<std::string>(), class_name);
-}
-
 }  // namespace
 
 WanPipeline::WanPipeline(const ModelIndex& index)
@@ -121,35 +110,17 @@ WanPipeline::WanPipeline(const ModelIndex& index, AttentionPlan plan)
   // The classes model_index.json names, refused before any weights are mapped (the CLI checked
   // already; a library caller may not have).
   check_components(find_pipeline("WanPipeline", index.root / "model_index.json"), index);
-  // Each model is built from the config the index parsed, which the dry run, the memory estimate
-  // and the latent shape read too: one parse of each file per run.
-  auto where = [&](const char* name) { return component_config_path(index.component(name)); };
   tokenizer_ = tokenizers::Tokenizer::load(index.component("tokenizer").path);
-  text_encoder_ = std::make_unique<text_encoders::UMT5Encoder>(
-      text_encoders::T5Config::from_json(index.config("text_encoder"),
-                                         where("text_encoder").string()),
-      component_weight_store(index.component("text_encoder")));
-  transformer_ = std::make_unique<dit::WanTransformer>(
-      dit::WanTransformerConfig::from_json(index.config("transformer"),
-                                           where("transformer").string()),
-      component_weight_store(index.component("transformer")));
-  vae_ = std::make_unique<vae::WanVaeDecoder>(
-      vae::WanVaeConfig::from_json(index.config("vae"), where("vae").string()),
-      component_weight_store(index.component("vae")));
-  scheduler_class_ = index.component("scheduler").class_name;
-  scheduler_config_ = index.config("scheduler");
-  warn_if_scheduler_config_differs(scheduler_class_, scheduler_config_, where("scheduler"));
-  // Reject settings the scheduler does not implement before any work.
-  schedulers::make_scheduler(scheduler_class_, scheduler_config_);
+  text_encoder_ =
+      load_component<text_encoders::UMT5Encoder, text_encoders::T5Config>(index, "text_encoder");
+  transformer_ =
+      load_component<dit::WanTransformer, dit::WanTransformerConfig>(index, "transformer");
+  vae_ = load_component<vae::WanVaeDecoder, vae::WanVaeConfig>(index, "vae");
+  scheduler_ = SchedulerSpec::load(index);
   // The text encoder runs through the paged backend the plan chose for it (encoder-only layers).
-  auto text_choice = attention_plan_.components.find("text_encoder");
-  if (text_choice != attention_plan_.components.end() && text_choice->second.has_attention())
-    text_encoder_->set_attention_backend(text_choice->second.primary().backend);
-  // The VAE's attention is dense; it runs the backend the plan chose for it (fa or torch_sdpa).
-  auto vae_choice = attention_plan_.components.find("vae");
-  if (vae_choice != attention_plan_.components.end() && vae_choice->second.has_attention())
-    vae_->set_attention_backend(attention::make_dit_backend(vae_choice->second.primary().backend,
-                                                            nlohmann::json::object()));
+  if (const std::string text = planned_backend(attention_plan_, "text_encoder"); !text.empty())
+    text_encoder_->set_attention_backend(text);
+  plan_vae_attention(*vae_, attention_plan_);
 }
 
 Tensor WanPipeline::encode_prompt(const std::string& prompt, int64_t max_length, bool cuda) const {
@@ -415,7 +386,7 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
   }
 
   auto scheduler =
-      schedulers::make_scheduler(scheduler_class_, scheduler_config_, input.flow_shift);
+      schedulers::make_scheduler(scheduler_.class_name, scheduler_.config, input.flow_shift);
   scheduler->set_timesteps(int(input.num_inference_steps));
 
   const Shape shape = latent_shape(input.height, input.width, input.num_frames);
@@ -588,11 +559,8 @@ WanGenerationInput wan_input_from_request(const Request& request, const WanPipel
 }
 
 PipelineRunner load_wan_pipeline(const ModelIndex& index, const AttentionPlan& plan) {
-  Progress load("load", 1);
-  auto pipeline = std::make_shared<const WanPipeline>(index, plan);
-  load.finish();
-  // generate() is const and builds fresh attention state per run, so runs do not affect each
-  // other. Embeddings encoded ahead (a batch's prompts, in one pass) wait here for their run;
+  auto pipeline = load_pipeline<WanPipeline>(index, plan);
+  // Embeddings encoded ahead (a batch's prompts, in one pass) wait here for their run;
   // a batch's shared negative prompt is encoded once and kept (per device).
   using Key = std::tuple<std::string, int64_t, bool>;  // prompt, max_sequence_length, on the GPU
   auto ahead = std::make_shared<std::map<Key, Tensor>>();

@@ -17,6 +17,7 @@
 #include "models/vae/tiled_decode.h"
 #include "models/vae/wan_vae_decoder.h"
 #include "pipeline/attention_plan.h"
+#include "pipeline/component_models.h"
 #include "pipeline/model_index.h"
 #include "pipeline/parallel_run.h"
 #include "pipeline/registry.h"
@@ -101,8 +102,7 @@ class WanPipeline {
   std::unique_ptr<text_encoders::UMT5Encoder> text_encoder_;
   std::unique_ptr<dit::WanTransformer> transformer_;
   std::unique_ptr<vae::WanVaeDecoder> vae_;
-  std::string scheduler_class_;  // model_index.json's, which picks the scheduler
-  nlohmann::json scheduler_config_;
+  SchedulerSpec scheduler_;  // model_index.json's, which picks the scheduler
   AttentionPlan attention_plan_;
 };
 

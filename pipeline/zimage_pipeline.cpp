@@ -15,6 +15,7 @@
 #include "core/random.h"
 #include "core/safetensors.h"
 #include "models/vae/autoencoder_kl_tiled_decode.h"
+#include "pipeline/component_models.h"
 #include "pipeline/component_weights.h"
 #include "pipeline/decoded_image.h"
 #include "pipeline/denoise_loop.h"
@@ -49,31 +50,17 @@ ZImagePipeline::ZImagePipeline(const ModelIndex& index, AttentionPlan plan)
   // The classes model_index.json names, refused before any weights are mapped (the CLI checked
   // already; a library caller may not have).
   check_components(find_pipeline("ZImagePipeline", index.root / "model_index.json"), index);
-  auto where = [&](const char* name) { return component_config_path(index.component(name)); };
   tokenizer_ = tokenizers::Tokenizer::load(index.component("tokenizer").path);
   // Checked before the weights load: a tokenizer without a template mmgen can render stops here.
   chat_template_ = std::make_unique<tokenizers::ChatTemplate>(
       tokenizers::ChatTemplate::load(index.component("tokenizer").path));
-  text_encoder_ = std::make_unique<text_encoders::Qwen3TextModel>(
-      text_encoders::Qwen3Config::from_json(index.config("text_encoder"),
-                                            where("text_encoder").string()),
-      component_weight_store(index.component("text_encoder")));
-  transformer_ = std::make_unique<dit::ZImageTransformer>(
-      dit::ZImageConfig::from_json(index.config("transformer"), where("transformer").string()),
-      component_weight_store(index.component("transformer")));
-  vae_ = std::make_unique<vae::AutoencoderKLDecoder>(
-      vae::AutoencoderKLConfig::from_json(index.config("vae"), where("vae").string()),
-      component_weight_store(index.component("vae")));
-  scheduler_class_ = index.component("scheduler").class_name;
-  scheduler_config_ = index.config("scheduler");
-  // Reject settings the scheduler does not implement before any work.
-  schedulers::make_scheduler(scheduler_class_, scheduler_config_);
-  if (const auto* text = planned_component(attention_plan_, "text_encoder"))
-    text_backend_ = text->primary().backend;
-  // The VAE's mid-block attention is dense; it runs the plan's choice (fa or torch_sdpa).
-  if (const auto* vae_choice = planned_component(attention_plan_, "vae"))
-    vae_->set_attention_backend(
-        attention::make_dit_backend(vae_choice->primary().backend, nlohmann::json::object()));
+  text_encoder_ = load_component<text_encoders::Qwen3TextModel, text_encoders::Qwen3Config>(
+      index, "text_encoder");
+  transformer_ = load_component<dit::ZImageTransformer, dit::ZImageConfig>(index, "transformer");
+  vae_ = load_component<vae::AutoencoderKLDecoder, vae::AutoencoderKLConfig>(index, "vae");
+  scheduler_ = SchedulerSpec::load(index);
+  text_backend_ = planned_backend(attention_plan_, "text_encoder");
+  plan_vae_attention(*vae_, attention_plan_);
 }
 
 std::string ZImagePipeline::text_encoder_backend() const {
@@ -83,21 +70,13 @@ std::string ZImagePipeline::text_encoder_backend() const {
 }
 
 void ZImagePipeline::place(bool cuda, bool transformer_only) const {
-  const Device device = cuda ? Device::CUDA : Device::CPU;
-#ifndef MMGEN_HAVE_CUDA
-  check(!cuda,
-        "--device cuda: this build has no CUDA support; rebuild with -DMMGEN_CUDA=ON or use "
-        "--device cpu");
-#endif
-  if (transformer_->device() == device &&
-      (transformer_only || (text_encoder_->device() == device && vae_->device() == device)))
+  if (transformer_only) {
+    place_models(cuda, {plain_move(*transformer_)});
     return;
-  Progress upload(cuda ? "upload" : "place", 1);
-  if (!transformer_only && text_encoder_->device() != device) text_encoder_->set_device(device);
-  if (transformer_->device() != device) transformer_->set_device(device);
-  if (!transformer_only && vae_->device() != device) vae_->set_device(device);
-  upload.finish();
-  if (cuda && !transformer_only)
+  }
+  if (place_models(cuda,
+                   {plain_move(*text_encoder_), plain_move(*transformer_), plain_move(*vae_)}) &&
+      cuda)
     spdlog::info("text encoder on the GPU: {} paged attention", text_encoder_backend());
 }
 
@@ -189,7 +168,7 @@ ZImageGenerationOutput ZImagePipeline::generate(const ZImageGenerationInput& inp
   } else {
     latents = randn(shape, input.seed);
   }
-  auto scheduler = make_zimage_scheduler(scheduler_class_, scheduler_config_, input.flow_shift,
+  auto scheduler = make_zimage_scheduler(scheduler_.class_name, scheduler_.config, input.flow_shift,
                                          int(input.num_inference_steps), shape[2], shape[3]);
 
   // On the GPU the transformer's dense layers run its own kernels (the selector refuses sparse
@@ -277,12 +256,9 @@ ZImageGenerationInput zimage_input_from_request(const Request& request,
 }
 
 PipelineRunner load_zimage_pipeline(const ModelIndex& index, const AttentionPlan& plan) {
-  Progress load("load", 1);
-  auto pipeline = std::make_shared<const ZImagePipeline>(index, plan);
-  load.finish();
+  auto pipeline = load_pipeline<ZImagePipeline>(index, plan);
   spdlog::info("text encoder: {} paged attention", pipeline->text_encoder_backend());
-  // generate() is const and builds fresh attention state per run, so runs do not affect each
-  // other. Embeddings encoded ahead wait here for their run: a prompt's is used once, a negative
+  // Embeddings encoded ahead wait here for their run: a prompt's is used once, a negative
   // prompt's by every run that asks for it.
   using Key = std::tuple<std::string, int64_t, bool>;  // prompt, max_sequence_length, on the GPU
   struct Ahead {

@@ -25,6 +25,7 @@
 #include "models/vae/autoencoder_kl_decoder.h"
 #include "models/vae/tiling.h"
 #include "pipeline/attention_plan.h"
+#include "pipeline/component_models.h"
 #include "pipeline/model_index.h"
 #include "pipeline/parallel_run.h"
 #include "pipeline/registry.h"
@@ -106,8 +107,7 @@ class ZImagePipeline {
   std::unique_ptr<text_encoders::Qwen3TextModel> text_encoder_;
   std::unique_ptr<dit::ZImageTransformer> transformer_;
   std::unique_ptr<vae::AutoencoderKLDecoder> vae_;
-  std::string scheduler_class_;
-  nlohmann::json scheduler_config_;
+  SchedulerSpec scheduler_;  // model_index.json's, which picks the scheduler
   AttentionPlan attention_plan_;
   std::string text_backend_;
 };
