@@ -14,6 +14,7 @@
 #include "pipeline/component_weights.h"
 #include "pipeline/decoded_image.h"
 #include "pipeline/denoise_loop.h"
+#include "pipeline/image_schedule.h"
 #include "pipeline/progress.h"
 #include "pipeline/schedulers/scheduler.h"
 
@@ -121,9 +122,9 @@ FluxGenerationOutput FluxPipeline::generate(const FluxGenerationInput& input,
   Tensor latents = initial_packed_latents(input.initial_latents, shape, input.seed);
   const int64_t rows = shape[2] / 2, columns = shape[3] / 2;
 
-  auto scheduler =
-      make_packed_image_scheduler(scheduler_.class_name, scheduler_.config, input.flow_shift,
-                                  int(input.num_inference_steps), shape[2], shape[3]);
+  auto scheduler = make_image_scheduler(scheduler_.class_name, scheduler_.config, input.flow_shift,
+                                        numpy_linspace_sigmas(int(input.num_inference_steps)),
+                                        shape[2], shape[3]);
 
   dit::FluxAttention attention;
   if (input.cuda)

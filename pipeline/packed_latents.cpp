@@ -2,7 +2,6 @@
 
 #include "core/error.h"
 #include "core/random.h"
-#include "pipeline/zimage_schedule.h"
 
 namespace mmgen {
 
@@ -50,32 +49,6 @@ Tensor initial_packed_latents(const Tensor& given, const Shape& shape, uint64_t 
         "--latents has shape {} but this request needs {} (or {})", shape_string(given.shape()),
         shape_string(shape), shape_string(with_frame));
   return pack_latents_2x2(given.to(DType::F32).contiguous().view(shape));
-}
-
-std::vector<double> numpy_linspace_sigmas(int steps) {
-  check(steps >= 1, "--num-inference-steps {} must be at least 1", steps);
-  std::vector<double> sigmas(static_cast<size_t>(steps));
-  const double end = 1.0 / double(steps);
-  if (steps == 1) return {1.0};
-  // numpy's linspace: start + i · step, the last one exactly `end`.
-  const double step = (end - 1.0) / double(steps - 1);
-  for (int i = 0; i < steps; ++i) sigmas[size_t(i)] = 1.0 + double(i) * step;
-  sigmas.back() = end;
-  return sigmas;
-}
-
-std::unique_ptr<schedulers::Scheduler> make_packed_image_scheduler(const std::string& class_name,
-                                                                   const nlohmann::json& config,
-                                                                   std::optional<double> flow_shift,
-                                                                   int steps, int64_t latent_height,
-                                                                   int64_t latent_width) {
-  auto scheduler = schedulers::make_scheduler(class_name, config, flow_shift);
-  schedulers::ScheduleOptions options;
-  options.sigmas = numpy_linspace_sigmas(steps);
-  // calculate_shift over the packed token count, (h / 2) · (w / 2), as Z-Image's.
-  options.mu = zimage_mu(config, latent_height, latent_width);
-  scheduler->set_timesteps(steps, options);
-  return scheduler;
 }
 
 }  // namespace mmgen

@@ -14,6 +14,7 @@
 #include "pipeline/component_weights.h"
 #include "pipeline/decoded_image.h"
 #include "pipeline/denoise_loop.h"
+#include "pipeline/image_schedule.h"
 #include "pipeline/packed_latents.h"
 #include "pipeline/progress.h"
 #include "pipeline/prompt_encoding.h"
@@ -110,9 +111,9 @@ QwenImageGenerationOutput QwenImagePipeline::generate(const QwenImageGenerationI
   const Shape shape = latent_shape(input.height, input.width);
   Tensor latents = initial_packed_latents(input.initial_latents, shape, input.seed);
   const dit::QwenImageShape grid{1, shape[2] / 2, shape[3] / 2};
-  auto scheduler =
-      make_packed_image_scheduler(scheduler_.class_name, scheduler_.config, input.flow_shift,
-                                  int(input.num_inference_steps), shape[2], shape[3]);
+  auto scheduler = make_image_scheduler(scheduler_.class_name, scheduler_.config, input.flow_shift,
+                                        numpy_linspace_sigmas(int(input.num_inference_steps)),
+                                        shape[2], shape[3]);
 
   dit::QwenImageAttention attention;
   if (input.cuda)

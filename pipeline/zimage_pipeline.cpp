@@ -19,6 +19,7 @@
 #include "pipeline/component_weights.h"
 #include "pipeline/decoded_image.h"
 #include "pipeline/denoise_loop.h"
+#include "pipeline/image_schedule.h"
 #include "pipeline/progress.h"
 #include "pipeline/prompt_encoding.h"
 #include "pipeline/zimage_schedule.h"
@@ -168,8 +169,9 @@ ZImageGenerationOutput ZImagePipeline::generate(const ZImageGenerationInput& inp
   } else {
     latents = randn(shape, input.seed);
   }
-  auto scheduler = make_zimage_scheduler(scheduler_.class_name, scheduler_.config, input.flow_shift,
-                                         int(input.num_inference_steps), shape[2], shape[3]);
+  auto scheduler = make_image_scheduler(scheduler_.class_name, scheduler_.config, input.flow_shift,
+                                        zimage_default_sigmas(int(input.num_inference_steps)),
+                                        shape[2], shape[3]);
 
   // On the GPU the transformer's dense layers run its own kernels (the selector refuses sparse
   // backends for Z-Image): `torch_sdpa` the reference kernel, the others FlashAttention.

@@ -12,6 +12,7 @@
 #include "core/file.h"
 #include "core/npy.h"
 #include "core/safetensors.h"
+#include "pipeline/image_schedule.h"
 #include "pipeline/model_index.h"
 #include "tests/test_support.h"
 
@@ -63,8 +64,8 @@ class FluxPipelineTest : public ::testing::Test {
 
 TEST_F(FluxPipelineTest, ScheduleMatchesDiffusers) {
   auto scheduler =
-      make_packed_image_scheduler(index_->component("scheduler").class_name,
-                                  index_->config("scheduler"), std::nullopt, 4, 16, 24);
+      make_image_scheduler(index_->component("scheduler").class_name, index_->config("scheduler"),
+                           std::nullopt, numpy_linspace_sigmas(4), 16, 24);
   const Tensor timesteps = reference_->tensor("scheduler.timesteps");
   const Tensor sigmas = reference_->tensor("scheduler.sigmas");
   ASSERT_EQ(scheduler->timesteps().size(), size_t(timesteps.numel()));

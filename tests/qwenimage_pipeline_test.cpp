@@ -13,6 +13,7 @@
 #include "core/file.h"
 #include "core/npy.h"
 #include "core/safetensors.h"
+#include "pipeline/image_schedule.h"
 #include "pipeline/model_index.h"
 #include "pipeline/packed_latents.h"
 #include "tests/test_support.h"
@@ -66,8 +67,8 @@ class QwenImagePipelineTest : public ::testing::Test {
 
 TEST_F(QwenImagePipelineTest, ScheduleMatchesDiffusers) {
   auto scheduler =
-      make_packed_image_scheduler(index_->component("scheduler").class_name,
-                                  index_->config("scheduler"), std::nullopt, 4, 16, 24);
+      make_image_scheduler(index_->component("scheduler").class_name, index_->config("scheduler"),
+                           std::nullopt, numpy_linspace_sigmas(4), 16, 24);
   const Tensor timesteps = reference_->tensor("scheduler.timesteps");
   const Tensor sigmas = reference_->tensor("scheduler.sigmas");
   ASSERT_EQ(scheduler->timesteps().size(), size_t(timesteps.numel()));

@@ -17,6 +17,7 @@
 #include "core/safetensors.h"
 #include "models/text_encoders/qwen3_prompt_embedding.h"
 #include "pipeline/attention_plan.h"
+#include "pipeline/image_schedule.h"
 #include "pipeline/model_index.h"
 #include "pipeline/zimage_guidance.h"
 #include "pipeline/zimage_schedule.h"
@@ -94,9 +95,9 @@ class ZImagePipelineTest : public ::testing::Test {
 TEST_F(ZImagePipelineTest, ScheduleMatchesDiffusers) {
   const nlohmann::json& config = index_->config("scheduler");
   // 32x48 pixels: a 16x24 latent, 8x12 patches.
-  EXPECT_NEAR(zimage_mu(config, 16, 24), settings_["scheduler.mu"].get<double>(), 1e-12);
-  auto scheduler = make_zimage_scheduler(index_->component("scheduler").class_name, config,
-                                         std::nullopt, 4, 16, 24);
+  EXPECT_NEAR(image_mu(config, 16, 24), settings_["scheduler.mu"].get<double>(), 1e-12);
+  auto scheduler = make_image_scheduler(index_->component("scheduler").class_name, config,
+                                        std::nullopt, zimage_default_sigmas(4), 16, 24);
   const Tensor timesteps = reference_->tensor("scheduler.timesteps");
   const Tensor sigmas = reference_->tensor("scheduler.sigmas");
   ASSERT_EQ(scheduler->timesteps().size(), size_t(timesteps.numel()));
