@@ -70,8 +70,15 @@ double seconds(const std::function<void()>& action) {
 // allocator's noise. The test holds the shape of the cost, not a speed, so it holds on a slow or
 // sanitized build too.
 void expect_linear(const std::function<void(int64_t)>& work, int64_t n, const std::string& what) {
-  const double small = seconds([&] { work(n); });
-  const double large = seconds([&] { work(8 * n); });
+  // The best of repeats: ctest runs other tests on the same cores, and one slow repeat of the
+  // small input (a neighbour's burst) must not make the ratio.
+  const auto best = [&](int64_t size, int repeats) {
+    double fastest = seconds([&] { work(size); });
+    for (int i = 1; i < repeats; ++i) fastest = std::min(fastest, seconds([&] { work(size); }));
+    return fastest;
+  };
+  const double small = best(n, 3);
+  const double large = best(8 * n, 2);
   std::printf("%s: %.4f s for %lld, %.4f s for %lld\n", what.c_str(), small, (long long)n, large,
               (long long)(8 * n));
   EXPECT_LT(large, 24 * small + 0.02) << what;
