@@ -11,7 +11,7 @@
 #include "pipeline/model_index.h"
 #include "pipeline/registry.h"
 #include "pipeline/schedulers/scheduler.h"
-#include "pipeline/wan_memory.h"
+#include "pipeline/wan/wan_memory.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace mmgen;

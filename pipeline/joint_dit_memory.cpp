@@ -7,7 +7,7 @@
 namespace mmgen {
 namespace {
 
-constexpr double kAllocatorSlack = 1.75;  // as pipeline/zimage_memory.cpp
+constexpr double kAllocatorSlack = 1.75;  // as pipeline/zimage/zimage_memory.cpp
 
 }  // namespace
 

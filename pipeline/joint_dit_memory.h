@@ -1,6 +1,6 @@
-// The parts FLUX's and Qwen-Image's memory estimates share (pipeline/flux_memory.h,
-// pipeline/qwenimage_memory.h): inventory lookups, the working set of a joint text + image
-// transformer on the CPU, and the GPU run's host figures and allocator slack.
+// The parts FLUX's and Qwen-Image's memory estimates share (pipeline/flux/flux_memory.h,
+// pipeline/qwenimage/qwenimage_memory.h): inventory lookups, the working set of a joint text +
+// image transformer on the CPU, and the GPU run's host figures and allocator slack.
 #pragma once
 
 #include <cstdint>

@@ -2,7 +2,7 @@
 // tests/fixtures/make_flux_tiny.py): the schedule, the two encoders as the pipeline calls them,
 // the latents after every step and the image from given noise, from seed 42, with true CFG, and
 // through the executable.
-#include "pipeline/flux_pipeline.h"
+#include "pipeline/flux/flux_pipeline.h"
 
 #include <gtest/gtest.h>
 

@@ -14,7 +14,7 @@
 #include "models/dit/wan_transformer.h"
 #include "pipeline/model_index.h"
 #include "pipeline/model_inventory.h"
-#include "pipeline/wan_memory.h"
+#include "pipeline/wan/wan_memory.h"
 #include "tests/test_support.h"
 
 namespace mmgen {

@@ -10,7 +10,7 @@
 
 #include "core/json.h"
 #include "pipeline/model_index.h"
-#include "pipeline/wan_pipeline.h"
+#include "pipeline/wan/wan_pipeline.h"
 #include "tests/test_support.h"
 
 namespace mmgen {

@@ -24,8 +24,8 @@
 #include "models/vae/wan_vae_decoder.h"
 #include "pipeline/model_index.h"
 #include "pipeline/parallel_run.h"
-#include "pipeline/wan_pipeline.h"
-#include "pipeline/zimage_pipeline.h"
+#include "pipeline/wan/wan_pipeline.h"
+#include "pipeline/zimage/zimage_pipeline.h"
 #include "tests/test_support.h"
 
 namespace mmgen {

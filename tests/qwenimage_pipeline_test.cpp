@@ -2,7 +2,7 @@
 // made by tests/fixtures/make_qwenimage_tiny.py): the schedule (exponential time shift,
 // shift_terminal), the prompts through the paged backends, true CFG with its norm rescaling, the
 // latents after every step and the image from given noise and from seed 42, and the executable.
-#include "pipeline/qwenimage_pipeline.h"
+#include "pipeline/qwenimage/qwenimage_pipeline.h"
 
 #include <gtest/gtest.h>
 

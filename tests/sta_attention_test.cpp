@@ -18,7 +18,7 @@
 #include "core/random.h"
 #include "pipeline/attention_plan.h"
 #include "pipeline/model_index.h"
-#include "pipeline/wan_pipeline.h"
+#include "pipeline/wan/wan_pipeline.h"
 #include "tests/test_support.h"
 
 namespace mmgen::attention {

@@ -1,5 +1,5 @@
 // The whole Wan pipeline against diffusers' own run on the wan-tiny fixture.
-#include "pipeline/wan_pipeline.h"
+#include "pipeline/wan/wan_pipeline.h"
 
 #include <gtest/gtest.h>
 

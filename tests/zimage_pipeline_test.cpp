@@ -1,7 +1,7 @@
 // The whole Z-Image pipeline against diffusers' own run on the zimage-tiny fixture: the schedule,
 // every step's latents and the image from given noise, from a seed, without guidance, with each
 // paged text-encoder backend and each dense transformer backend, and through the executable.
-#include "pipeline/zimage_pipeline.h"
+#include "pipeline/zimage/zimage_pipeline.h"
 
 #include <gtest/gtest.h>
 
@@ -19,8 +19,8 @@
 #include "pipeline/attention_plan.h"
 #include "pipeline/image_schedule.h"
 #include "pipeline/model_index.h"
-#include "pipeline/zimage_guidance.h"
-#include "pipeline/zimage_schedule.h"
+#include "pipeline/zimage/zimage_guidance.h"
+#include "pipeline/zimage/zimage_schedule.h"
 #include "tests/test_support.h"
 
 namespace mmgen {

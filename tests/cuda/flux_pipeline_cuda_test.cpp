@@ -9,7 +9,7 @@
 #include "core/safetensors.h"
 #include "cuda_test_support.h"
 #include "models/dit/flux_transformer.h"
-#include "pipeline/flux_pipeline.h"
+#include "pipeline/flux/flux_pipeline.h"
 #include "pipeline/model_index.h"
 
 using namespace mmgen;

@@ -9,7 +9,7 @@
 #include "core/safetensors.h"
 #include "cuda_test_support.h"
 #include "pipeline/model_index.h"
-#include "pipeline/qwenimage_pipeline.h"
+#include "pipeline/qwenimage/qwenimage_pipeline.h"
 
 using namespace mmgen;
 using namespace mmgen::cuda_testing;

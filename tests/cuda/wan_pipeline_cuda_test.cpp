@@ -16,7 +16,7 @@
 #include "core/safetensors.h"
 #include "cuda_test_support.h"
 #include "pipeline/model_index.h"
-#include "pipeline/wan_pipeline.h"
+#include "pipeline/wan/wan_pipeline.h"
 
 using namespace mmgen;
 using namespace mmgen::cuda_testing;

@@ -18,7 +18,7 @@
 #include "models/dit/wan_random_checkpoint.h"
 #include "pipeline/attention_plan.h"
 #include "pipeline/model_index.h"
-#include "pipeline/wan_pipeline.h"
+#include "pipeline/wan/wan_pipeline.h"
 
 using namespace mmgen;
 using namespace mmgen::cuda_testing;

@@ -11,7 +11,7 @@
 #include "core/safetensors.h"
 #include "cuda_test_support.h"
 #include "pipeline/model_index.h"
-#include "pipeline/zimage_pipeline.h"
+#include "pipeline/zimage/zimage_pipeline.h"
 
 using namespace mmgen;
 using namespace mmgen::cuda_testing;

@@ -1,4 +1,4 @@
-#include "pipeline/zimage_pipeline.h"
+#include "pipeline/zimage/zimage_pipeline.h"
 
 #include <spdlog/spdlog.h>
 
@@ -22,7 +22,7 @@
 #include "pipeline/image_schedule.h"
 #include "pipeline/progress.h"
 #include "pipeline/prompt_encoding.h"
-#include "pipeline/zimage_schedule.h"
+#include "pipeline/zimage/zimage_schedule.h"
 
 namespace mmgen {
 

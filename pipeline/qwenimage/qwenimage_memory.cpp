@@ -1,11 +1,11 @@
-#include "pipeline/qwenimage_memory.h"
+#include "pipeline/qwenimage/qwenimage_memory.h"
 
 #include "models/dit/qwenimage_config.h"
 #include "models/text_encoders/qwen3_config.h"
 #include "models/text_encoders/qwenimage_prompt_embedding.h"
 #include "pipeline/joint_dit_memory.h"
 #include "pipeline/prompt_encoding.h"
-#include "pipeline/wan_memory.h"
+#include "pipeline/wan/wan_memory.h"
 
 namespace mmgen {
 namespace {

@@ -1,4 +1,4 @@
-#include "pipeline/zimage_memory.h"
+#include "pipeline/zimage/zimage_memory.h"
 
 #include <omp.h>
 
@@ -15,7 +15,7 @@ namespace mmgen {
 
 namespace {
 
-// The allocator's fragmentation slack, as pipeline/wan_memory.cpp measures it (the runtime and
+// The allocator's fragmentation slack, as pipeline/wan/wan_memory.cpp measures it (the runtime and
 // tokenizer figures are memory_estimate.h's).
 constexpr double kZImageAllocatorSlack = 1.75;
 // ZImageTransformer pads each item's image and caption tokens to multiples of this.

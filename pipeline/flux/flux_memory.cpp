@@ -1,4 +1,4 @@
-#include "pipeline/flux_memory.h"
+#include "pipeline/flux/flux_memory.h"
 
 #include <algorithm>
 

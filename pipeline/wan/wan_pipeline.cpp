@@ -1,4 +1,4 @@
-#include "pipeline/wan_pipeline.h"
+#include "pipeline/wan/wan_pipeline.h"
 
 #ifdef MMGEN_HAVE_CUDA
 #include "attention/backends/video_sparse_attn/vsa_gate.h"
@@ -530,7 +530,7 @@ WanGenerationInput wan_input_from_request(const Request& request, const WanPipel
   input.cuda = request.device == "cuda";
   input.fp8_products = request.gpu_fp8_products && input.cuda;
   if (input.cuda) {
-    // The same figure as the memory plan's (pipeline/wan_memory.cpp): a GGUF file's matrices
+    // The same figure as the memory plan's (pipeline/wan/wan_memory.cpp): a GGUF file's matrices
     // stay blocks on the GPU, so they count as stored.
     const GpuOffload offload = choose_gpu_offload(
         request.gpu_offload, request.max_gpu_memory, true,

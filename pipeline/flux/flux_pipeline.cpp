@@ -1,4 +1,4 @@
-#include "pipeline/flux_pipeline.h"
+#include "pipeline/flux/flux_pipeline.h"
 
 #include <spdlog/spdlog.h>
 

@@ -30,7 +30,7 @@
 #include "pipeline/parallel_run.h"
 #include "pipeline/registry.h"
 #include "pipeline/request.h"
-#include "pipeline/zimage_guidance.h"
+#include "pipeline/zimage/zimage_guidance.h"
 
 namespace mmgen {
 

@@ -1,4 +1,4 @@
-#include "pipeline/qwenimage_pipeline.h"
+#include "pipeline/qwenimage/qwenimage_pipeline.h"
 
 #include <spdlog/spdlog.h>
 

@@ -1,4 +1,4 @@
-#include "pipeline/wan_memory.h"
+#include "pipeline/wan/wan_memory.h"
 
 #include <omp.h>
 

@@ -1,4 +1,4 @@
-#include "pipeline/zimage_guidance.h"
+#include "pipeline/zimage/zimage_guidance.h"
 
 #include <cmath>
 

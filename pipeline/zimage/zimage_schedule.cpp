@@ -1,4 +1,4 @@
-#include "pipeline/zimage_schedule.h"
+#include "pipeline/zimage/zimage_schedule.h"
 
 #include "core/error.h"
 #include "pipeline/schedulers/exact_fp.h"
