@@ -22,8 +22,8 @@
 #include "core/gguf_convert.h"
 #include "core/npy.h"
 #include "core/safetensors.h"
-#include "models/dit/wan_random_checkpoint.h"
-#include "models/dit/wan_transformer.h"
+#include "models/dit/wan/wan_random_checkpoint.h"
+#include "models/dit/wan/wan_transformer.h"
 
 using namespace mmgen;
 namespace fs = std::filesystem;

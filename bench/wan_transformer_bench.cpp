@@ -25,8 +25,8 @@
 #include "core/error.h"
 #include "core/ops.h"
 #include "core/safetensors.h"
-#include "models/dit/wan_random_checkpoint.h"
-#include "models/dit/wan_transformer.h"
+#include "models/dit/wan/wan_random_checkpoint.h"
+#include "models/dit/wan/wan_transformer.h"
 
 namespace {
 

@@ -22,9 +22,9 @@
 #include "core/error.h"
 #include "core/gemm_cpu.h"
 #include "core/safetensors.h"
-#include "models/dit/wan_random_checkpoint.h"
-#include "models/dit/zimage_random_checkpoint.h"
-#include "models/dit/zimage_transformer.h"
+#include "models/dit/wan/wan_random_checkpoint.h"
+#include "models/dit/zimage/zimage_random_checkpoint.h"
+#include "models/dit/zimage/zimage_transformer.h"
 
 namespace {
 

@@ -4,7 +4,7 @@
 // and the memory check compute). Each parser is tried on its own: one rejecting the file must not
 // hide a bug in the next.
 #include "fuzz/fuzz_support.h"
-#include "models/dit/wan_transformer_config.h"
+#include "models/dit/wan/wan_transformer_config.h"
 #include "models/text_encoders/qwen3_config.h"
 #include "models/text_encoders/t5_config.h"
 #include "models/vae/wan_vae_config.h"

@@ -3,9 +3,9 @@
 #include <map>
 
 #include "core/error.h"
-#include "models/dit/flux_bfl_names.h"
-#include "models/dit/wan_weights.h"
-#include "models/dit/zimage_original_names.h"
+#include "models/dit/flux/flux_bfl_names.h"
+#include "models/dit/wan/wan_weights.h"
+#include "models/dit/zimage/zimage_original_names.h"
 #include "models/vae/vae_layouts.h"
 
 namespace mmgen {

@@ -3,7 +3,7 @@
 // index, guidance embedder) at two timesteps, the schnell one (no guidance embedder), and the
 // one-line refusals of a checkpoint that does not match its config; the RoPE tables (bit for bit
 // diffusers' float64 angles) and their per-layout cache.
-#include "models/dit/flux_transformer.h"
+#include "models/dit/flux/flux_transformer.h"
 
 #include <gtest/gtest.h>
 

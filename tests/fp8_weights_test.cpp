@@ -16,9 +16,9 @@
 #include "core/safetensors.h"
 #include "core/scaled_fp8.h"
 #include "generate/convert_command.h"
-#include "models/dit/wan_random_checkpoint.h"
-#include "models/dit/wan_transformer.h"
-#include "models/dit/wan_weights.h"
+#include "models/dit/wan/wan_random_checkpoint.h"
+#include "models/dit/wan/wan_transformer.h"
+#include "models/dit/wan/wan_weights.h"
 #include "tests/test_support.h"
 
 namespace mmgen {

@@ -17,7 +17,7 @@
 #include "core/npy.h"
 #include "core/safetensors.h"
 #include "generate/settings.h"
-#include "models/dit/wan_transformer_config.h"
+#include "models/dit/wan/wan_transformer_config.h"
 #include "models/text_encoders/qwen3_config.h"
 #include "models/text_encoders/t5_config.h"
 #include "models/tokenizers/chat_template.h"

@@ -11,7 +11,7 @@
 
 #include "core/safetensors.h"
 #include "core/system_memory.h"
-#include "models/dit/wan_transformer.h"
+#include "models/dit/wan/wan_transformer.h"
 #include "pipeline/model_index.h"
 #include "pipeline/model_inventory.h"
 #include "pipeline/wan/wan_memory.h"

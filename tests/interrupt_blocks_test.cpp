@@ -8,7 +8,7 @@
 
 #include "core/interrupt.h"
 #include "core/safetensors.h"
-#include "models/dit/wan_transformer.h"
+#include "models/dit/wan/wan_transformer.h"
 #include "models/vae/autoencoder_kl_decoder.h"
 #include "tests/test_support.h"
 

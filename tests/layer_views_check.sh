@@ -9,7 +9,7 @@
 set -u
 cxx=$1 views=$2 source=$3 commands=$4
 layers=(core attention models pipeline generate)
-headers=(core/error.h attention/catalogue.h models/dit/wan_transformer_config.h pipeline/request.h
+headers=(core/error.h attention/catalogue.h models/dit/wan/wan_transformer_config.h pipeline/request.h
   generate/options.h)
 status=0
 empty=$(mktemp -d)

@@ -10,12 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "models/dit/flux_transformer.h"
-#include "models/dit/qwenimage_transformer.h"
-#include "models/dit/wan_block.h"
-#include "models/dit/wan_transformer.h"
-#include "models/dit/zimage_transformer.h"
-#include "models/dit/zimage_weights.h"
+#include "models/dit/flux/flux_transformer.h"
+#include "models/dit/qwenimage/qwenimage_transformer.h"
+#include "models/dit/wan/wan_block.h"
+#include "models/dit/wan/wan_transformer.h"
+#include "models/dit/zimage/zimage_transformer.h"
+#include "models/dit/zimage/zimage_weights.h"
 #include "models/parameters.h"
 #include "models/text_encoders/clip_text_model.h"
 #include "models/text_encoders/qwen3_model.h"

@@ -3,7 +3,7 @@
 // prompts of different lengths (the shorter one padded and masked in diffusers, run over its real
 // tokens here) at two timesteps, a batch of one without a mask, the config's defaults, and the
 // one-line refusals of a bad config and of a checkpoint that does not match its config.
-#include "models/dit/qwenimage_transformer.h"
+#include "models/dit/qwenimage/qwenimage_transformer.h"
 
 #include <gtest/gtest.h>
 

@@ -17,7 +17,7 @@
 
 #include "core/file.h"
 #include "core/safetensors.h"
-#include "models/dit/flux_bfl_names.h"
+#include "models/dit/flux/flux_bfl_names.h"
 #include "tests/test_support.h"
 
 namespace mmgen {

@@ -16,7 +16,7 @@
 #include "attention/sla_quant.h"
 #include "core/error.h"
 #include "core/safetensors.h"
-#include "models/dit/wan_transformer.h"
+#include "models/dit/wan/wan_transformer.h"
 #include "tests/test_support.h"
 
 namespace mmgen {

@@ -17,7 +17,7 @@
 #include "attention/dense_attention.h"
 #include "core/error.h"
 #include "core/safetensors.h"
-#include "models/dit/wan_transformer.h"
+#include "models/dit/wan/wan_transformer.h"
 #include "tests/test_support.h"
 
 namespace mmgen {

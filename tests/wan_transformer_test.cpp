@@ -1,4 +1,4 @@
-#include "models/dit/wan_transformer.h"
+#include "models/dit/wan/wan_transformer.h"
 
 #include <gtest/gtest.h>
 
@@ -8,9 +8,9 @@
 
 #include "attention/backend.h"
 #include "core/error.h"
-#include "models/dit/wan_attention.h"
-#include "models/dit/wan_patchify.h"
-#include "models/dit/wan_rope.h"
+#include "models/dit/wan/wan_attention.h"
+#include "models/dit/wan/wan_patchify.h"
+#include "models/dit/wan/wan_rope.h"
 #include "tests/test_support.h"
 
 namespace mmgen::dit {

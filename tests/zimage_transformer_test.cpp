@@ -1,4 +1,4 @@
-#include "models/dit/zimage_transformer.h"
+#include "models/dit/zimage/zimage_transformer.h"
 
 #include <gtest/gtest.h>
 
@@ -11,9 +11,9 @@
 #include "attention/dense_attention.h"
 #include "core/error.h"
 #include "core/json.h"
-#include "models/dit/zimage_block.h"
-#include "models/dit/zimage_random_checkpoint.h"
-#include "models/dit/zimage_sequence.h"
+#include "models/dit/zimage/zimage_block.h"
+#include "models/dit/zimage/zimage_random_checkpoint.h"
+#include "models/dit/zimage/zimage_sequence.h"
 #include "tests/test_support.h"
 
 namespace mmgen::dit {

@@ -22,8 +22,8 @@
 #include "core/op_profile.h"
 #include "core/safetensors.h"
 #include "generate/multi_gpu.h"
-#include "models/dit/wan_random_checkpoint.h"
-#include "models/dit/wan_transformer.h"
+#include "models/dit/wan/wan_random_checkpoint.h"
+#include "models/dit/wan/wan_transformer.h"
 
 using namespace mmgen;
 namespace fs = std::filesystem;

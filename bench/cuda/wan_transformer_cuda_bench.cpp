@@ -20,8 +20,8 @@
 #include "attention/sparse_self_attention_cuda.h"
 #include "core/cuda/device_memory.h"
 #include "core/safetensors.h"
-#include "models/dit/wan_random_checkpoint.h"
-#include "models/dit/wan_transformer.h"
+#include "models/dit/wan/wan_random_checkpoint.h"
+#include "models/dit/wan/wan_transformer.h"
 
 using namespace mmgen;
 namespace fs = std::filesystem;

@@ -25,7 +25,7 @@
 #include "core/cuda/conv3d.h"
 #include "core/cuda/device_memory.h"
 #include "core/error.h"
-#include "models/dit/wan_random_checkpoint.h"
+#include "models/dit/wan/wan_random_checkpoint.h"
 #include "models/vae/wan_vae_decoder.h"
 #include "models/vae/wan_vae_random_checkpoint.h"
 

@@ -17,9 +17,9 @@
 #include "core/cuda/device_memory.h"
 #include "core/ops.h"
 #include "core/safetensors.h"
-#include "models/dit/wan_random_checkpoint.h"
-#include "models/dit/zimage_random_checkpoint.h"
-#include "models/dit/zimage_transformer.h"
+#include "models/dit/wan/wan_random_checkpoint.h"
+#include "models/dit/zimage/zimage_random_checkpoint.h"
+#include "models/dit/zimage/zimage_transformer.h"
 
 using namespace mmgen;
 namespace fs = std::filesystem;

@@ -20,7 +20,7 @@ TARGETS = {
                   ['GGUF', '\\x03\\x00\\x00\\x00', '\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00',
                    'general.architecture', 'general.alignment', '\\x20\\x00\\x00\\x00']),
     'fuzz_model_index': (['pipeline/model_index.cpp', 'pipeline/registry.cpp', 'core/config_fields.cpp',
-                          'models/dit/wan_transformer_config.cpp', 'models/text_encoders/*config*.cpp',
+                          'models/dit/wan/wan_transformer_config.cpp', 'models/text_encoders/*config*.cpp',
                           'models/vae/*config*.cpp', 'pipeline/schedulers/*.cpp'], JSON),
     'fuzz_config_yaml': (['generate/settings.cpp', 'generate/options*.cpp', 'core/yaml.cpp',
                           'attention/backend_config.cpp', 'attention/backends/*/*.cpp'],

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "models/dit/wan_random_checkpoint.h"
+#include "models/dit/wan/wan_random_checkpoint.h"
 
 namespace mmgen::vae {
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "models/dit/flux_config.h"
+#include "models/dit/flux/flux_config.h"
 #include "models/text_encoders/clip_config.h"
 #include "models/text_encoders/clip_text_model.h"
 #include "models/text_encoders/t5_config.h"

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "models/dit/flux_transformer.h"
+#include "models/dit/flux/flux_transformer.h"
 #include "models/text_encoders/clip_text_model.h"
 #include "models/text_encoders/umt5_encoder.h"
 #include "models/tokenizers/tokenizer.h"

@@ -1,6 +1,6 @@
 #include "pipeline/qwenimage/qwenimage_memory.h"
 
-#include "models/dit/qwenimage_config.h"
+#include "models/dit/qwenimage/qwenimage_config.h"
 #include "models/text_encoders/qwen3_config.h"
 #include "models/text_encoders/qwenimage_prompt_embedding.h"
 #include "pipeline/joint_dit_memory.h"

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "models/dit/qwenimage_transformer.h"
+#include "models/dit/qwenimage/qwenimage_transformer.h"
 #include "models/text_encoders/qwen3_model.h"
 #include "models/tokenizers/tokenizer.h"
 #include "models/vae/wan_vae_decoder.h"

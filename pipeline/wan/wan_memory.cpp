@@ -6,9 +6,9 @@
 #include <optional>
 
 #include "core/error.h"
-#include "models/dit/wan_transformer.h"
-#include "models/dit/wan_transformer_config.h"
-#include "models/dit/wan_weights.h"
+#include "models/dit/wan/wan_transformer.h"
+#include "models/dit/wan/wan_transformer_config.h"
+#include "models/dit/wan/wan_weights.h"
 #include "models/text_encoders/t5_config.h"
 #include "models/text_encoders/umt5_encoder.h"
 #include "models/vae/wan_vae_config.h"

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "models/dit/wan_transformer.h"
+#include "models/dit/wan/wan_transformer.h"
 #include "models/text_encoders/umt5_encoder.h"
 #include "models/tokenizers/tokenizer.h"
 #include "models/vae/tiled_decode.h"

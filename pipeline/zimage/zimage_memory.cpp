@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "models/dit/zimage_config.h"
+#include "models/dit/zimage/zimage_config.h"
 #include "models/text_encoders/qwen3_config.h"
 #include "models/vae/autoencoder_kl_config.h"
 #include "pipeline/autoencoder_kl_memory.h"

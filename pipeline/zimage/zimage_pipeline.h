@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "models/dit/zimage_transformer.h"
+#include "models/dit/zimage/zimage_transformer.h"
 #include "models/text_encoders/qwen3_model.h"
 #include "models/text_encoders/qwen3_paged.h"
 #include "models/tokenizers/chat_template.h"

@@ -6,7 +6,7 @@
 
 #include "core/config_fields.h"
 #include "core/error.h"
-#include "models/dit/zimage_config.h"
+#include "models/dit/zimage/zimage_config.h"
 #include "pipeline/pipeline_specs.h"
 #include "pipeline/request_checks.h"
 #include "pipeline/zimage/zimage_memory.h"

@@ -29,7 +29,7 @@
 
 #include "core/cuda/device_memory.h"
 #include "cuda_test_support.h"
-#include "models/dit/wan_random_checkpoint.h"
+#include "models/dit/wan/wan_random_checkpoint.h"
 #include "models/vae/autoencoder_kl_decoder.h"
 #include "models/vae/autoencoder_kl_tiled_decode.h"
 

@@ -8,7 +8,7 @@
 #include "core/file.h"
 #include "core/safetensors.h"
 #include "cuda_test_support.h"
-#include "models/dit/flux_transformer.h"
+#include "models/dit/flux/flux_transformer.h"
 #include "pipeline/flux/flux_pipeline.h"
 #include "pipeline/model_index.h"
 

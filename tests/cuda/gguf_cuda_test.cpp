@@ -8,7 +8,7 @@
 #include "core/gguf.h"
 #include "core/ops.h"
 #include "cuda_test_support.h"
-#include "models/dit/wan_random_checkpoint.h"
+#include "models/dit/wan/wan_random_checkpoint.h"
 
 using namespace mmgen;
 using namespace mmgen::cuda_testing;

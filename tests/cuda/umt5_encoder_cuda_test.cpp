@@ -14,7 +14,7 @@
 
 #include "core/safetensors.h"
 #include "cuda_test_support.h"
-#include "models/dit/wan_random_checkpoint.h"
+#include "models/dit/wan/wan_random_checkpoint.h"
 #include "models/text_encoders/umt5_encoder.h"
 
 using namespace mmgen;

@@ -15,7 +15,7 @@
 #include "core/file.h"
 #include "core/safetensors.h"
 #include "cuda_test_support.h"
-#include "models/dit/wan_random_checkpoint.h"
+#include "models/dit/wan/wan_random_checkpoint.h"
 #include "pipeline/attention_plan.h"
 #include "pipeline/model_index.h"
 #include "pipeline/wan/wan_pipeline.h"

@@ -15,9 +15,9 @@
 #include "core/gguf_convert.h"
 #include "core/safetensors.h"
 #include "cuda_test_support.h"
-#include "models/dit/wan_block.h"
-#include "models/dit/wan_random_checkpoint.h"
-#include "models/dit/wan_transformer.h"
+#include "models/dit/wan/wan_block.h"
+#include "models/dit/wan/wan_random_checkpoint.h"
+#include "models/dit/wan/wan_transformer.h"
 
 using namespace mmgen;
 using namespace mmgen::cuda_testing;

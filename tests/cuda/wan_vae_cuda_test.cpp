@@ -15,7 +15,7 @@
 #include "core/conv.h"
 #include "core/cuda/device_memory.h"
 #include "cuda_test_support.h"
-#include "models/dit/wan_random_checkpoint.h"
+#include "models/dit/wan/wan_random_checkpoint.h"
 #include "models/vae/tiled_decode.h"
 #include "models/vae/wan_vae_decoder.h"
 #include "models/vae/wan_vae_random_checkpoint.h"

@@ -12,9 +12,9 @@
 #include "core/json.h"
 #include "core/safetensors.h"
 #include "cuda_test_support.h"
-#include "models/dit/zimage_block.h"
-#include "models/dit/zimage_random_checkpoint.h"
-#include "models/dit/zimage_transformer.h"
+#include "models/dit/zimage/zimage_block.h"
+#include "models/dit/zimage/zimage_random_checkpoint.h"
+#include "models/dit/zimage/zimage_transformer.h"
 
 using namespace mmgen;
 using namespace mmgen::cuda_testing;
