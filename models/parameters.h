@@ -1,6 +1,6 @@
 // The module registry: a model's weight structures name their tensors once, and placement on a
-// device, the bytes a device holds, shape-checked loading and (next) LoRA patching are written
-// once over that list instead of once per structure.
+// device, the bytes a device holds, a tensor's shape check, the one rule for moving a model and
+// (next) loading and LoRA patching are written once over that list instead of once per structure.
 //
 // A structure lists its tensors with `void parameters(const ParameterVisitor& visit)`, each under
 // its checkpoint name below the structure's prefix ("attn.to_q.weight"), with the role that says
@@ -52,13 +52,14 @@ struct Parameter {
 
 using ParameterVisitor = std::function<void(const Parameter&)>;
 
-// `visit` with `prefix` put before every name.
+// `visit` with `prefix` put before every name (valid while `visit` is).
 ParameterVisitor nested(const ParameterVisitor& visit, std::string prefix);
 
 // One tensor as `rule` places a tensor of `role`; an undefined tensor stays undefined.
 Tensor place_parameter(const Tensor& tensor, Role role, const PlacementRule& rule);
 
-// Every parameter of `weights` placed by `rule` (each group stacked into one allocation).
+// Every parameter `list` visits placed by `rule`, each group stacked into one allocation (with
+// FP8 products, whose rows carry their own scales, each on its own).
 void place_parameters(const std::function<void(const ParameterVisitor&)>& list,
                       const PlacementRule& rule);
 
