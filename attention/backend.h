@@ -47,6 +47,12 @@ struct AttentionContext {
   // Cross-attention: k and v hold a repeated tail (attention/repeated_keys.h). Set only for a
   // backend whose counts_repeated_keys() is true; the caller expands the keys for the others.
   const RepeatedTail* repeated_tail = nullptr;
+  // Which of the layer's states this is (the guidance branch or the batch item): a GPU backend
+  // that keeps its state itself (SVG2's centroids) keys it by layer and branch.
+  int64_t branch = 0;
+  // Self-attention: the block's attention input [B, S, D], for a backend with learned projections
+  // of it (VSA's to_gate_compress, attention/backends/video_sparse_attn/vsa_gate.h); may be null.
+  const Tensor* attention_input = nullptr;
 };
 
 // What a call did, for `mmgen attention` and the benchmarks.
@@ -68,8 +74,12 @@ class AttentionBackend {
   // kept between calls, nothing shared across the batch), so the two guidance branches may run as
   // one batch of two.
   virtual bool batch_elements_alone() const { return false; }
-  // q [B, Sq, H, D], k and v [B, Sk, H, D] float32 (any strides); scale multiplies q·k.
-  // Returns [B, Sq, H, D] float32. `stats` may be null.
+  // Whether, with these layer weights, forward() reads context.attention_input (VSA with a
+  // trained gate): a sequence shard's attention input is not exchanged between ranks.
+  virtual bool reads_attention_input(const LayerWeights& /*weights*/) const { return false; }
+  // q [B, Sq, H, D], k and v [B, Sk, H, D]: float32 (any strides) for a CPU backend, contiguous
+  // bf16 on the GPU for a GPU one (make_layer_backend builds one for the run's device); scale
+  // multiplies q·k. Returns [B, Sq, H, D] in q's dtype and device. `stats` may be null.
   virtual Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
                          const AttentionContext& context, AttentionStats* stats = nullptr) = 0;
 };

@@ -1,10 +1,11 @@
 #include "attention/device_attention.h"
 
+#include <string>
+
 #include "attention/backends/descriptor.h"
 #include "core/error.h"
 #ifdef MMGEN_HAVE_CUDA
 #include "attention/cuda/reference_attention.h"
-#include "attention/sparse_self_attention_cuda.h"
 #include "core/cuda/gemm_f32.h"
 #include "core/cuda/vae_ops.h"
 #endif
@@ -51,48 +52,6 @@ Tensor dense_attention_gpu(const Tensor& q, const Tensor& k, const Tensor& v, fl
   return out;
 }
 
-Tensor sparse_self_attention_gpu(cuda::SparseSelfAttentionCuda& backend, const Tensor& q,
-                                 const Tensor& k, const Tensor& v, std::array<int64_t, 3> grid,
-                                 int64_t step, int64_t layer, float scale, const Tensor& gate,
-                                 const LayerWeights* weights, SparseRun run) {
-  check(q.dim() == 4, "GPU attention: q must be [batch, tokens, heads, head_dim], got {}",
-        shape_string(q.shape()));
-  const int64_t batch = q.size(0), heads = q.size(2), head_dim = q.size(3);
-  check_gpu_bf16(q, "q", batch, heads, head_dim);
-  check_gpu_bf16(k, "k", batch, heads, head_dim);
-  check_gpu_bf16(v, "v", batch, heads, head_dim);
-  Tensor out = Tensor::empty(q.shape(), DType::BF16, Device::CUDA);
-  cuda::SelfAttentionCall call;
-  call.q = q.raw(), call.k = k.raw(), call.v = v.raw(), call.out = out.raw();
-  call.batch = batch, call.tokens = q.size(1), call.heads = heads, call.head_dim = head_dim;
-  call.grid = grid;
-  call.step = step, call.layer = layer;
-  call.num_steps = run.num_steps, call.num_layers = run.num_layers, call.branch = run.branch;
-  call.scale = scale;
-  if (gate.defined()) {
-    check(gate.device() == Device::CUDA && gate.dtype() == DType::F32 && gate.is_contiguous() &&
-              gate.numel() == q.numel(),
-          "GPU attention: the VSA gate must be float32 {} on the GPU, got {} {}",
-          shape_string(q.shape()), dtype_name(gate.dtype()), shape_string(gate.shape()));
-    call.gate = gate.data<float>();
-  }
-  call.weights = weights;
-  backend.forward(call);
-  return out;
-}
-
-bool sparse_backend_wants_gate(const cuda::SparseSelfAttentionCuda& backend) {
-  return backend.wants_gate();
-}
-
-bool sparse_backend_wants_layer_weights(const cuda::SparseSelfAttentionCuda& backend) {
-  return backend.wants_layer_weights();
-}
-
-bool sparse_backend_batch_elements_alone(const cuda::SparseSelfAttentionCuda& backend) {
-  return backend.batch_elements_alone();
-}
-
 void channel_attention_gpu(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
                            bool exact, Tensor& out) {
   for (const Tensor* x : {&q, &k, &v, const_cast<const Tensor*>(&out)})
@@ -119,29 +78,35 @@ Tensor dense_attention_gpu(const Tensor&, const Tensor&, const Tensor&, float, D
   fail("GPU attention: this build has no CUDA support; use --device cpu");
 }
 
-Tensor sparse_self_attention_gpu(cuda::SparseSelfAttentionCuda&, const Tensor&, const Tensor&,
-                                 const Tensor&, std::array<int64_t, 3>, int64_t, int64_t, float,
-                                 const Tensor&, const LayerWeights*, SparseRun) {
-  fail("GPU attention: this build has no CUDA support; use --device cpu");
-}
-
-bool sparse_backend_wants_gate(const cuda::SparseSelfAttentionCuda&) {
-  return false;
-}
-
-bool sparse_backend_wants_layer_weights(const cuda::SparseSelfAttentionCuda&) {
-  return false;
-}
-
-bool sparse_backend_batch_elements_alone(const cuda::SparseSelfAttentionCuda&) {
-  return false;
-}
-
 void channel_attention_gpu(const Tensor&, const Tensor&, const Tensor&, float, bool, Tensor&) {
   fail("GPU attention: this build has no CUDA support; use --device cpu");
 }
 
 #endif
+
+namespace {
+
+class DenseGpuBackend final : public AttentionBackend {
+ public:
+  DenseGpuBackend(std::string_view name, DenseKernel kernel) : name_(name), kernel_(kernel) {}
+  std::string_view name() const override { return name_; }
+  bool batch_elements_alone() const override { return true; }
+  Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
+                 const AttentionContext&, AttentionStats*) override {
+    return dense_attention_gpu(q, k, v, scale, kernel_);
+  }
+
+ private:
+  std::string name_;
+  DenseKernel kernel_;
+};
+
+}  // namespace
+
+std::shared_ptr<AttentionBackend> make_dense_gpu_backend(std::string_view name,
+                                                         DenseKernel kernel) {
+  return std::make_shared<DenseGpuBackend>(name, kernel);
+}
 
 DenseKernel dense_kernel_for(std::string_view backend) {
   const BackendDescriptor* descriptor = find_dit_descriptor(backend);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "attention/backend_config.h"
@@ -96,6 +98,36 @@ std::shared_ptr<const SlotLayout> make_layout(const attention::BoxTiling& tiling
 FlashAttentionArgs dense_args(const SelfAttentionCall& call) {
   return (packed_args(call.q, call.k, call.v, call.out, call.batch, call.tokens, call.heads,
                       call.head_dim, call.scale));
+}
+
+Tensor SparseSelfAttentionCuda::forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        float scale, const attention::AttentionContext& context,
+                                        attention::AttentionStats* /*stats*/) {
+  const std::string backend(name());
+  check(!context.is_cross,
+        "{} on the GPU: self-attention only (cross-attention layers run a dense kernel)", backend);
+  check(q.dim() == 4, "{} on the GPU: q must be [batch, tokens, heads, head_dim], got {}", backend,
+        shape_string(q.shape()));
+  for (const auto& [what, x] : {std::pair{"q", &q}, {"k", &k}, {"v", &v}})
+    check(x->device() == Device::CUDA && x->dtype() == DType::BF16 && x->is_contiguous() &&
+              x->shape() == q.shape(),
+          "{} on the GPU: {} is {} {} on {}, expected contiguous bf16 {} on the GPU", backend, what,
+          dtype_name(x->dtype()), shape_string(x->shape()), device_name(x->device()),
+          shape_string(q.shape()));
+  Tensor out = Tensor::empty(q.shape(), DType::BF16, Device::CUDA);
+  SelfAttentionCall call;
+  call.q = q.raw(), call.k = k.raw(), call.v = v.raw(), call.out = out.raw();
+  call.batch = q.size(0), call.tokens = q.size(1), call.heads = q.size(2);
+  call.head_dim = q.size(3);
+  call.grid = context.grid;
+  call.step = context.step_index, call.layer = context.layer_index;
+  call.num_steps = context.num_steps, call.num_layers = context.num_layers;
+  call.branch = int(context.branch);
+  call.scale = scale;
+  call.weights = context.weights;
+  const Tensor extras = prepare(context, q, call);
+  run(call);
+  return out;
 }
 
 void SparseSelfAttentionCuda::run_kernel(const FlashAttentionArgs& given) {

@@ -29,11 +29,14 @@
 #include "attention/cuda/int8_quantize.h"
 #include "attention/sta_tiling.h"
 #include "core/cuda/device_memory.h"
+#include "core/tensor.h"
 
 namespace mmgen::cuda {
 
-// One self-attention call of the GPU transformer: bf16 [batch, tokens, heads·head_dim] buffers on
-// the device (q and k normed and rotated), video tokens only (Wan's self-attention sequence).
+// What one self-attention call hands a GPU backend's kernels: bf16 [batch, tokens, heads·head_dim]
+// buffers on the device (q and k normed and rotated), video tokens only (Wan's self-attention
+// sequence). The backend's forward() builds it from the layer's tensors and context; kernel tests
+// and benchmarks call run() with their own buffers.
 struct SelfAttentionCall {
   const void* q = nullptr;
   const void* k = nullptr;
@@ -52,7 +55,7 @@ struct SelfAttentionCall {
   // null (a checkpoint without the gate: the output is the fine branch alone, as on the CPU).
   const float* gate = nullptr;
   // The layer's extra checkpoint weights on the GPU (the descriptor's extra_weights: SLA's
-  // proj_l), when the backend wants them (wants_layer_weights); may be null.
+  // proj_l); may be null.
   const attention::LayerWeights* weights = nullptr;
 };
 
@@ -64,19 +67,19 @@ struct SparseAttentionStats {
   double density() const { return total_pairs > 0 ? kept_pairs / total_pairs : 1.0; }
 };
 
-class SparseSelfAttentionCuda {
+// The GPU half of a DiT self-attention backend: an attention::AttentionBackend (the one contract
+// every layer calls) whose forward() takes the layer's bf16 GPU tensors, and whose kernels run in
+// run(). One instance serves every layer of a stack; what it keeps per layer it keys by the
+// call's layer index (and guidance branch).
+class SparseSelfAttentionCuda : public attention::AttentionBackend {
  public:
-  virtual ~SparseSelfAttentionCuda() = default;
-  virtual std::string_view name() const = 0;
+  // q, k, v contiguous bf16 [B, t·h·w, H, D] on the GPU, the context's grid the video tokens;
+  // returns the output there. Throws mmgen::Error for what the GPU kernels cannot take.
+  Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
+                 const attention::AttentionContext& context,
+                 attention::AttentionStats* stats) final;
   // On the default stream; throws mmgen::Error for shapes it cannot take.
-  virtual void forward(const SelfAttentionCall& call) = 0;
-  // Whether `layer`'s calls should carry the VSA gate (the backend uses it).
-  virtual bool wants_gate() const { return false; }
-  // Whether calls should carry the layer's extra checkpoint weights on the GPU.
-  virtual bool wants_layer_weights() const { return wants_gate(); }
-  // Whether a batch element's output is what it would get alone (no state across calls, nothing
-  // shared across the batch), so the two guidance branches may run as one batch of two.
-  virtual bool batch_elements_alone() const { return false; }
+  virtual void run(const SelfAttentionCall& call) = 0;
 
   void count_pairs(bool enabled) { counting_ = enabled; }
   const SparseAttentionStats& stats() const { return stats_; }
@@ -94,6 +97,12 @@ class SparseSelfAttentionCuda {
   const std::vector<std::pair<std::string, double>>& step_seconds() const { return steps_; }
 
  protected:
+  // What a backend derives from the context before run() besides q, k and v (VSA: its gate from
+  // the attention input), set in `call`; the tensor returned keeps it alive through the run.
+  virtual Tensor prepare(const attention::AttentionContext& /*context*/, const Tensor& /*q*/,
+                         SelfAttentionCall& /*call*/) const {
+    return Tensor();
+  }
   void run_kernel(const FlashAttentionArgs& args);
   // Adds the time from the last mark (or the call's start) to `name`'s step when timing.
   void mark_step(const char* name);

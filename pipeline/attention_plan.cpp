@@ -278,28 +278,6 @@ const attention::ComponentChoice* planned_component(const AttentionPlan& plan,
   return it != plan.components.end() && it->second.has_attention() ? &it->second : nullptr;
 }
 
-std::vector<std::unique_ptr<attention::AttentionBackend>> transformer_backends(
-    const AttentionPlan& plan, int64_t count) {
-  std::vector<std::unique_ptr<attention::AttentionBackend>> out;
-  const auto* choice = planned_component(plan, "transformer");
-  if (!choice) return out;
-  const std::string backend = choice->primary().backend;
-  auto found = plan.backend_configs.find(backend);
-  const json config = found != plan.backend_configs.end()
-                          ? found->second
-                          : attention::validate_backend_config(json::object(), backend);
-  for (int64_t i = 0; i < count; ++i)
-    out.push_back(attention::make_dit_backend(backend, config, plan.resources));
-  return out;
-}
-
-attention::GpuAttention gpu_dense_attention(const AttentionPlan& plan) {
-  attention::GpuAttention gpu;
-  const auto* choice = planned_component(plan, "transformer");
-  if (choice) gpu.dense.self = attention::dense_kernel_for(choice->primary().backend);
-  return gpu;
-}
-
 std::string gpu_text_backend(const AttentionPlan& plan, int64_t head_dim,
                              const std::string& component) {
   const attention::Machine& gpu = attention::machine_for_device("cuda");

@@ -14,7 +14,6 @@
 #include "attention/backend.h"
 #include "attention/backend_config.h"
 #include "attention/catalogue.h"
-#include "attention/device_attention.h"
 #include "attention/selector.h"
 #include "pipeline/model_index.h"
 #include "pipeline/request.h"
@@ -30,7 +29,7 @@ struct AttentionPlan {
   std::string main_backend;
   // What the backends load once per run (their descriptors' load_resources: sliding_tile_attn's
   // mask-strategy file in STA_inference mode), checked against the model, and handed to every
-  // layer's backend (make_dit_backend and the GPU factories) so no file is read again.
+  // layer's backend (through pipeline/attention_layers.h) so no file is read again.
   attention::BackendResources resources;
   // Other tools' backend names the flags used, translated (attention::resolve_backend_name): one
   // line each, for the log.
@@ -78,16 +77,6 @@ void log_attention_notes(const AttentionPlan& plan);
 // The plan's choice for `component` when it has attention layers; null otherwise.
 const attention::ComponentChoice* planned_component(const AttentionPlan& plan,
                                                     const std::string& component);
-
-// `count` fresh backends of the plan's choice for the transformer, each with its validated
-// settings (the image DiTs' per-layer attention; none when the transformer has no choice).
-std::vector<std::unique_ptr<attention::AttentionBackend>> transformer_backends(
-    const AttentionPlan& plan, int64_t count);
-
-// The dense kernel an image DiT runs on the GPU: `torch_sdpa` planned for the transformer takes
-// the reference kernel, anything else FlashAttention (the selector refuses sparse backends for
-// the single-frame DiTs).
-attention::GpuAttention gpu_dense_attention(const AttentionPlan& plan);
 
 // A text encoder's paged backend on the GPU. A plan made for --device cuda chose it against the
 // GPU's kernels; a plan made for the CPU (a library caller's default plan) names a CPU design, and

@@ -12,6 +12,7 @@
 
 #include "attention/backend.h"
 #include "core/tensor.h"
+#include "pipeline/attention_layers.h"
 #include "pipeline/attention_plan.h"
 #include "pipeline/component_weights.h"
 #include "pipeline/model_index.h"
@@ -48,9 +49,7 @@ std::string planned_backend(const AttentionPlan& plan, const std::string& compon
 // torch_sdpa), when the plan has one.
 template <class Vae>
 void plan_vae_attention(Vae& vae, const AttentionPlan& plan) {
-  if (const auto* choice = planned_component(plan, "vae"))
-    vae.set_attention_backend(
-        attention::make_dit_backend(choice->primary().backend, nlohmann::json::object()));
+  vae.set_attention(dense_component_layer(plan, "vae"));
 }
 
 // One model of a pipeline as place_models moves it: where it is, and how it moves there (a text

@@ -1,5 +1,7 @@
 #include "pipeline/model_index.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 
 #include "core/error.h"
@@ -22,18 +24,12 @@ bool is_plain_name(const std::string& name) {
   });
 }
 
-std::string join(const std::vector<std::string>& names) {
-  std::string text;
-  for (const auto& name : names) text += (text.empty() ? "" : ", ") + name;
-  return text;
-}
-
 }  // namespace
 
 const ComponentEntry& ModelIndex::component(const std::string& name) const {
   auto it = components.find(name);
   check(it != components.end(), "{}: model_index.json has no component '{}' (it has: {})",
-        root.string(), name, join(component_names()));
+        root.string(), name, fmt::join(component_names(), ", "));
   return it->second;
 }
 
@@ -101,7 +97,7 @@ ModelIndex load_model_index(const fs::path& root,
     auto it = result.components.find(name);
     check(it != result.components.end(),
           "--{}-path: model_index.json in {} has no component '{}' (components: {})", name,
-          root.string(), name, join(result.component_names()));
+          root.string(), name, fmt::join(result.component_names(), ", "));
     check(fs::exists(path),
           "--{}-path: {} does not exist; give the component's folder or its weights as one .gguf "
           "or .safetensors file",

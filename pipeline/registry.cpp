@@ -1,5 +1,7 @@
 #include "pipeline/registry.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <map>
 
@@ -9,16 +11,6 @@
 namespace mmgen {
 
 const std::map<std::string, std::string>& embedded_configs();  // generated from configs/*.yaml
-
-namespace {
-
-std::string join(const std::vector<std::string>& names) {
-  std::string text;
-  for (const auto& name : names) text += (text.empty() ? "" : ", ") + name;
-  return text;
-}
-
-}  // namespace
 
 const std::vector<PipelineSpec>& pipeline_registry() {
   static const std::vector<PipelineSpec> registry = {wan_pipeline_spec(), zimage_pipeline_spec(),
@@ -41,7 +33,7 @@ const PipelineSpec& find_pipeline(const std::string& class_name, const fs::path&
     known.push_back(spec.class_name);
   }
   fail("{}: pipeline class '{}' is not supported by this mmgen (supported: {})", where.string(),
-       class_name, join(known));
+       class_name, fmt::join(known, ", "));
 }
 
 void check_components(const PipelineSpec& spec, const ModelIndex& index) {
@@ -55,11 +47,12 @@ void check_components(const PipelineSpec& spec, const ModelIndex& index) {
                      [&, wanted = name](const ComponentSlot& s) { return s.name == wanted; });
     check(slot != spec.components.end(),
           "{}: component '{}' ({}) is not supported by {} yet (it loads only: {})", where, name,
-          entry.class_name, spec.class_name, join(loaded));
+          entry.class_name, spec.class_name, fmt::join(loaded, ", "));
     check(std::find(slot->classes.begin(), slot->classes.end(), entry.class_name) !=
               slot->classes.end(),
           "{}: {} class '{}' is not supported by {} (supported {}: {})", where, name,
-          entry.class_name, spec.class_name, kind_name(slot->kind, true), join(slot->classes));
+          entry.class_name, spec.class_name, kind_name(slot->kind, true),
+          fmt::join(slot->classes, ", "));
   }
   for (const ComponentSlot& slot : spec.components) {
     check(index.has(slot.name),

@@ -45,8 +45,8 @@ TEST(AutoencoderKL, DecodesFixtureLatentsLikeDiffusers) {
 TEST(AutoencoderKL, DecodesThroughAnAttentionBackend) {
   MMGEN_REQUIRE_SHARED();
   AutoencoderKLDecoder decoder = AutoencoderKLDecoder::open_folder(fixture() / "model/vae");
-  decoder.set_attention_backend(
-      attention::make_dit_backend("torch_sdpa", nlohmann::json::object()));
+  decoder.set_attention(
+      attention::Layer(attention::make_dit_backend("torch_sdpa", nlohmann::json::object())));
   const WeightStore ref = reference();
   const double error = testing::relative_error(decoder.decode(ref.get_f32("vae.latents")),
                                                ref.get_f32("vae.decoded"));

@@ -166,24 +166,21 @@ TEST(Ulysses, ShardedTransformerForwardIsTheSingleDeviceForwardToTheBit) {
   const Tensor text = dit::random_tensor({2, 7, config.text_dim}, 0.0f, 0.5f, 6, DType::F32);
   // Attention through `fa`, the CPU's automatic choice, whose rows do not depend on the query
   // block they are computed in (the reference's Eigen tiles do, in the last bit).
-  const auto fa_attention = [&] {
-    dit::WanAttention attention;
-    attention.layers.resize(size_t(config.num_layers));
-    for (auto& layer : attention.layers) {
-      layer.self_attention = attention::make_dit_backend("fa", nlohmann::json::object());
-      layer.cross_attention = attention::make_dit_backend("fa", nlohmann::json::object());
-    }
-    return attention;
-  };
   const dit::WanTransformer single(config, WeightStore::open_file(file));
-  dit::WanAttention single_attention = fa_attention();
+  const std::vector<attention::StackTraits> model_stacks = single.attention_stacks();
+  const auto fa_attention = [&] {
+    return attention::layers_from(model_stacks, [](const attention::StackTraits&, int64_t) {
+      return attention::Layer(attention::make_dit_backend("fa", nlohmann::json::object()));
+    });
+  };
+  attention::Layers single_attention = fa_attention();
   const Tensor expected = single.forward(latents, 500.0f, text, {}, &single_attention);
   for (const int n : {2, 3}) {
     run_ranks(n, [&](int rank, dist::Communicator& comm) {
       const dit::WanTransformer model(config, WeightStore::open_file(file));
       // 3 x 3 x 5 = 45 tokens: shards of 23/22 and 15 each.
-      const dit::WanSequenceParallel sequence{&comm, dist::SequenceShards::balanced(45, n)};
-      dit::WanAttention attention = fa_attention();
+      const attention::SequenceParallel sequence{&comm, dist::SequenceShards::balanced(45, n)};
+      attention::Layers attention = fa_attention();
       const Tensor ours = model.forward(latents, 500.0f, text, {}, &attention, &sequence);
       EXPECT_TRUE(same_bits(ours, expected))
           << n << " ranks, rank " << rank << ": max diff " << testing::max_abs_diff(ours, expected);
@@ -206,27 +203,24 @@ TEST(Ulysses, ShardedZImageForwardIsTheSingleDeviceForwardToTheBit) {
   const fs::path folder = testing::scratch_dir("parallel_test_zimage");
   write_safetensors(folder / "diffusion_pytorch_model.safetensors",
                     dit::zimage_random_checkpoint(config, DType::F32));
-  const auto fa_attention = [&] {  // as above: `fa`, whose rows do not depend on their block
-    dit::ZImageAttention attention;
-    for (auto* stack : {&attention.noise_refiner, &attention.context_refiner, &attention.layers}) {
-      stack->resize(size_t(stack == &attention.layers ? config.n_layers : config.n_refiner_layers));
-      for (auto& layer : *stack)
-        layer.backend = attention::make_dit_backend("fa", nlohmann::json::object());
-    }
-    return attention;
-  };
   const std::vector<dit::ZImageItem> batch = {
       {dit::random_tensor({16, 1, 6, 10}, 0.0f, 1.5f, 5, DType::F32),
        dit::random_tensor({7, 40}, 0.0f, 1.0f, 6, DType::F32), 0.3f},
       {dit::random_tensor({16, 1, 6, 10}, 0.0f, 1.5f, 7, DType::F32),
        dit::random_tensor({40, 40}, 0.0f, 1.0f, 8, DType::F32), 0.3f}};
   const dit::ZImageTransformer single(config, WeightStore::open_folder(folder));
-  dit::ZImageAttention single_attention = fa_attention();
+  const std::vector<attention::StackTraits> model_stacks = single.attention_stacks();
+  const auto fa_attention = [&] {  // as above: `fa`, whose rows do not depend on their block
+    return attention::layers_from(model_stacks, [](const attention::StackTraits&, int64_t) {
+      return attention::Layer(attention::make_dit_backend("fa", nlohmann::json::object()));
+    });
+  };
+  attention::Layers single_attention = fa_attention();
   const std::vector<Tensor> expected = single.forward(batch, {}, &single_attention);
   for (const int n : {2, 3}) {
     run_ranks(n, [&](int rank, dist::Communicator& comm) {
       const dit::ZImageTransformer model(config, WeightStore::open_folder(folder));
-      dit::ZImageAttention attention = fa_attention();
+      attention::Layers attention = fa_attention();
       const std::vector<Tensor> ours = model.forward(batch, {}, &attention, &comm);
       ASSERT_EQ(ours.size(), expected.size());
       for (size_t i = 0; i < ours.size(); ++i)

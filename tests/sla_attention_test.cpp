@@ -410,19 +410,21 @@ TEST(SlaAttention, WanFixtureRunsAndMatchesDenseAtFullDensity) {
   const int64_t head_dim = model.config().attention_head_dim;
   auto run_model = [&](const char* backend, const Oracle& o, bool projection,
                        AttentionStats* stats) {
-    dit::WanAttention attention;
-    attention.layers.resize(size_t(model.config().num_layers));
     uint32_t seed = 90;
-    for (auto& layer : attention.layers) {
-      layer.self_attention = attention::make_dit_backend(backend, config_for(o, backend));
-      if (projection) {
-        layer.self_weights["proj_l.weight"] = random_tensor({head_dim, head_dim}, seed++, 0.1f);
-        layer.self_weights["proj_l.bias"] = random_tensor({head_dim}, seed++, 0.1f);
-      }
-    }
+    attention::Layers attention = attention::layers_from(
+        model.attention_stacks(), [&](const attention::StackTraits& stack, int64_t) {
+          if (stack.name != dit::kWanSelfStack) return attention::Layer();  // dense reference
+          attention::LayerWeights weights;
+          if (projection) {
+            weights["proj_l.weight"] = random_tensor({head_dim, head_dim}, seed++, 0.1f);
+            weights["proj_l.bias"] = random_tensor({head_dim}, seed++, 0.1f);
+          }
+          return attention::Layer(attention::make_dit_backend(backend, config_for(o, backend)),
+                                  std::move(weights));
+        });
     const Tensor out =
         model.forward(latents, 999.0f, text, dit::WanStep{.index = 3, .count = 10}, &attention);
-    *stats = attention.self_attention_stats;
+    *stats = attention.stats(dit::kWanSelfStack);
     return out;
   };
   AttentionStats stats;

@@ -6,7 +6,12 @@
 #   2. generate/ compares no pipeline or model class name (a pipeline's registration says);
 #   3. one file in pipeline/ steps a scheduler (the denoise loop);
 #   4. attention/cuda/ holds shared kernels only: a backend's or the paged family's CUDA code
-#      lives in its own folder.
+#      lives in its own folder;
+#   5. one attention contract: models and pipelines reach attention through attention::Layer
+#      (attention/layer.h) only, never a backend object, a GPU backend's kernel interface
+#      (SparseSelfAttentionCuda, SelfAttentionCall) or a backend factory; the one builder
+#      (pipeline/attention_layers.cpp) makes the layers, and `mmgen attention` (which times one
+#      backend alone) builds its backend itself.
 # Usage: structure_check.sh SOURCE_DIR
 set -u
 source=$1
@@ -37,5 +42,11 @@ steppers=$(grep -rlE --include='*.cpp' '(\.|->)step\(' pipeline | grep -v '^pipe
 hits=$(ls attention/cuda | grep -E '^(sla|svg2|vmoba|vsa|sta|sage|paged)_')
 [ -z "$hits" ] || fail "a backend's kernel in attention/cuda/" "$hits"
 
-[ $status = 0 ] && echo "structure: all four rules hold"
+hits=$(grep -rnE --include='*.cpp' --include='*.h' \
+  'SparseSelfAttentionCuda|SelfAttentionCall|sparse_self_attention_cuda\.h|make_dit_backend|attention::AttentionBackend' \
+  models pipeline generate | grep -v '^pipeline/attention_layers\.cpp:' |
+  grep -v '^generate/attention_command\.cpp:')
+[ -z "$hits" ] || fail "attention reached outside attention::Layer" "$hits"
+
+[ $status = 0 ] && echo "structure: all five rules hold"
 exit $status

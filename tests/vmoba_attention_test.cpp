@@ -481,14 +481,15 @@ TEST(VmobaAttention, WanFixtureRunsAndMatchesDenseAtFullDensity) {
   const Tensor expected = reference.get_f32("transformer.out_t999");
   const Tensor dense_run = model.forward(latents, 999.0f, text);
   auto run_model = [&](const nlohmann::json& overrides, AttentionStats* stats) {
-    dit::WanAttention attention;
-    attention.layers.resize(size_t(model.config().num_layers));
     const nlohmann::json cfg = settings(overrides);
-    for (auto& layer : attention.layers)
-      layer.self_attention = attention::make_dit_backend("vmoba_attn", cfg);
+    attention::Layers attention = attention::layers_from(
+        model.attention_stacks(), [&](const attention::StackTraits& stack, int64_t) {
+          if (stack.name != dit::kWanSelfStack) return attention::Layer();  // dense reference
+          return attention::Layer(attention::make_dit_backend("vmoba_attn", cfg));
+        });
     const Tensor out =
         model.forward(latents, 999.0f, text, dit::WanStep{.index = 5, .count = 10}, &attention);
-    *stats = attention.self_attention_stats;
+    *stats = attention.stats(dit::kWanSelfStack);
     return out;
   };
   const nlohmann::json small_chunks = {{"spatial_chunk_size", {1, 2}},

@@ -259,6 +259,15 @@ TEST(VsaAttention, GateFromTheProjectionOfTheAttentionInput) {
   const Tensor expected = vsa_oracle(x.q, x.k, x.v, gate, 0.35, grid, 0, 0.5);
   EXPECT_LT(testing::relative_error(out, expected), 1e-5);
 
+  // Given the layer's projection and the attention input instead (what attention::Layer hands
+  // it), the backend computes the same gate itself: the same output to the bit.
+  AttentionContext from_input = context_for(grid, 0, &layer);
+  from_input.attention_input = &hidden;
+  const Tensor computed = make_vsa(0.5)->forward(x.q, x.k, x.v, 0.35f, from_input);
+  EXPECT_EQ(testing::max_abs_diff(computed, out), 0.0);
+  EXPECT_TRUE(make_vsa(0.5)->reads_attention_input(layer));
+  EXPECT_FALSE(make_vsa(0.5)->reads_attention_input(LayerWeights{}));
+
   // A zero gate is the same as no gate.
   LayerWeights zero{{kVsaGateKey, Tensor::zeros({batch, length, heads, dim})}};
   const Tensor zero_out = make_vsa(0.5)->forward(x.q, x.k, x.v, 0.35f, context_for(grid, 0, &zero));

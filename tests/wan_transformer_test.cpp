@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "attention/backend.h"
+#include "attention/layer.h"
 #include "core/error.h"
-#include "models/dit/wan/wan_attention.h"
 #include "models/dit/wan/wan_patchify.h"
 #include "models/dit/wan/wan_rope.h"
 #include "tests/test_support.h"
@@ -148,15 +148,12 @@ TEST(WanRope, RotatesPairsByTheirAxisPosition) {
             std::string::npos);
 }
 
-// fa for every self- and cross-attention layer of `model` (an empty WanAttention: the reference).
-WanAttention fa_everywhere(const WanTransformer& model) {
-  WanAttention attention;
-  for (int64_t layer = 0; layer < model.config().num_layers; ++layer) {
-    WanLayerAttention& entry = attention.layers.emplace_back();
-    entry.self_attention = attention::make_dit_backend("fa", nlohmann::json::object());
-    entry.cross_attention = attention::make_dit_backend("fa", nlohmann::json::object());
-  }
-  return attention;
+// fa for every self- and cross-attention layer of `model` (empty Layers: the reference).
+attention::Layers fa_everywhere(const WanTransformer& model) {
+  return attention::layers_from(
+      model.attention_stacks(), [](const attention::StackTraits&, int64_t) {
+        return attention::Layer(attention::make_dit_backend("fa", nlohmann::json::object()));
+      });
 }
 
 class WanTransformerReference : public ::testing::Test {
@@ -221,8 +218,8 @@ TEST_F(WanTransformerReference, BatchOfTwoIsBitIdenticalToTwoForwards) {
   text2.select(0, 0).copy_from(text.select(0, 0));
   text2.select(0, 1).copy_from(other_text.select(0, 0));
   for (const bool flash : {false, true}) {
-    WanAttention attention = flash ? fa_everywhere(model) : WanAttention();
-    ASSERT_TRUE(attention.dense_on_cpu());
+    attention::Layers attention = flash ? fa_everywhere(model) : attention::Layers();
+    ASSERT_TRUE(attention.batch_elements_alone());
     const Tensor both = model.forward(latents2, 431.5f, text2, {}, &attention);
     const Tensor first = model.forward(latents, 431.5f, text, {}, &attention);
     const Tensor second = model.forward(latents, 431.5f, other_text, {}, &attention);
@@ -245,7 +242,7 @@ TEST_F(WanTransformerReference, PaddedTextMatchesDiffusersWithItsPaddingAttended
   const Tensor latents = padded.get_f32("latents"), text = padded.get_f32("text");
   const Tensor expected = padded.get_f32("out_t431");
   for (const bool flash : {false, true}) {
-    WanAttention attention = flash ? fa_everywhere(model) : WanAttention();
+    attention::Layers attention = flash ? fa_everywhere(model) : attention::Layers();
     const Tensor out = model.forward(latents, 431.5f, text, {}, &attention);
     const double error = relative_error(out, expected);
     std::printf("fa %d: relative error %.3g\n", int(flash), error);

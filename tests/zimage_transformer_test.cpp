@@ -256,22 +256,22 @@ class RecordingBackend : public attention::AttentionBackend {
 };
 
 // One stack of recording backends; `mask` gives the key range each hides.
-std::vector<ZImageLayerAttention> recording_stack(int64_t layers,
-                                                  std::vector<RecordingBackend::Call>* calls,
-                                                  std::pair<int64_t, int64_t> mask = {0, 0}) {
-  std::vector<ZImageLayerAttention> stack(static_cast<size_t>(layers));
-  for (ZImageLayerAttention& layer : stack)
-    layer.backend = std::make_unique<RecordingBackend>(calls, mask.first, mask.second);
+std::vector<attention::Layer> recording_stack(int64_t layers,
+                                              std::vector<RecordingBackend::Call>* calls,
+                                              std::pair<int64_t, int64_t> mask = {0, 0}) {
+  std::vector<attention::Layer> stack;
+  for (int64_t i = 0; i < layers; ++i)
+    stack.emplace_back(std::make_shared<RecordingBackend>(calls, mask.first, mask.second));
   return stack;
 }
 
 TEST_F(ZImageTransformerReference, EveryAttentionCallGoesThroughTheLayersBackend) {
   const ZImageTransformer model = ZImageTransformer::load(tiny_transformer());
   std::vector<RecordingBackend::Call> noise, context, main;
-  ZImageAttention attention;
-  attention.noise_refiner = recording_stack(1, &noise);
-  attention.context_refiner = recording_stack(1, &context);
-  attention.layers = recording_stack(2, &main);
+  attention::Layers attention;
+  attention.set_stack("noise_refiner", recording_stack(1, &noise));
+  attention.set_stack("context_refiner", recording_stack(1, &context));
+  attention.set_stack("layers", recording_stack(2, &main));
   const std::vector<Tensor> out = model.forward(batch(1), {}, &attention);
   for (int j = 0; j < 2; ++j)
     EXPECT_LT(relative_error(out[size_t(j)],
@@ -305,9 +305,9 @@ TEST_F(ZImageTransformerReference, PaddingTokensAreAttendedAsInDiffusers) {
   const ZImageTransformer model = ZImageTransformer::load(tiny_transformer());
   const std::vector<ZImageItem> item0 = {batch(0)[0]};  // caption of 21 tokens, padded to 32
   std::vector<RecordingBackend::Call> calls;
-  ZImageAttention masked;
-  masked.context_refiner = recording_stack(1, &calls, {21, 32});
-  masked.layers = recording_stack(2, &calls, {96 + 21, 96 + 32});
+  attention::Layers masked;
+  masked.set_stack("context_refiner", recording_stack(1, &calls, {21, 32}));
+  masked.set_stack("layers", recording_stack(2, &calls, {96 + 21, 96 + 32}));
   const Tensor reference = reference_.get_f32("transformer.out0_item0");
   const double masked_error = relative_error(model.forward(item0, {}, &masked)[0], reference);
   std::printf("padding keys masked: relative error %.3g\n", masked_error);

@@ -70,6 +70,9 @@ struct BackendDescriptor {
   // Checkpoint tensors it reads per transformer block, as fragments of the weight name after the
   // block prefix ("proj_l." matches blocks.3.attn1.proj_l.weight); empty: none.
   std::vector<std::string_view> extra_weights = {};
+  // Of those, the keys (after the block prefix) its GPU half reads in the compute dtype, bf16, as
+  // the model's own products (VSA's to_gate_compress.weight); the rest go to the GPU as stored.
+  std::vector<std::string_view> gpu_compute_weights = {};
   ResourceLoader load_resources = {};  // empty: nothing to load
   // Sparse backends with leading dense steps (sliding_tile_attn's skip_time_steps, vmoba_attn's
   // first_full_step): how many of a run's steps run dense. Empty: every step runs as the backend

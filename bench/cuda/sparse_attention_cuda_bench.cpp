@@ -209,25 +209,25 @@ int main(int argc, char** argv) try {
         row.backend, attention::validate_backend_config(row.config, row.backend));
     call.layer = row.layer, call.step = row.step;
     call.weights = row.projection ? &projection : nullptr;
-    backend->forward(call);  // warm-up: tiling, lists, kernel setup
+    backend->run(call);  // warm-up: tiling, lists, kernel setup
     backend->count_pairs(true);
-    backend->forward(call);
+    backend->run(call);
     const double kept = backend->stats().kept_pairs, density = backend->stats().density();
     backend->count_pairs(false);
     std::vector<double> call_times, kernel_times;
     for (int i = 0; i < repeats; ++i)
-      call_times.push_back(bench::event_ms([&] { backend->forward(call); }));
+      call_times.push_back(bench::event_ms([&] { backend->run(call); }));
     backend->time_kernel(true);
     for (int i = 0; i < repeats; ++i) {
       const double before = backend->kernel_seconds();
-      backend->forward(call);
+      backend->run(call);
       kernel_times.push_back((backend->kernel_seconds() - before) * 1e3);
     }
     const double call_ms = bench::median(call_times), kernel_ms = bench::median(kernel_times);
     std::printf("%-40s %8.3f %9.3f %9.3f %12.1f %7.1fx\n", row.name.c_str(), density, call_ms,
                 kernel_ms, 4.0 * head_dim * kept / kernel_ms * 1e-9, dense_ms / call_ms);
     if (row.accuracy) {
-      backend->forward(call);
+      backend->run(call);
       MMGEN_CUDA_CHECK(cudaDeviceSynchronize());
       out.download(row_out.data(), count * 2);
       double dot = 0, norm_a = 0, norm_b = 0, l1 = 0, l1_ref = 0;

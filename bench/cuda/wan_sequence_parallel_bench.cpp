@@ -76,7 +76,7 @@ int main(int argc, char** argv) try {
   // Each rank's share of the cores, as `mmgen generate --gpus N` gives it.
   omp_set_num_threads(std::max(1, omp_get_num_procs() / int(gpus)));
   const int64_t latent_frames = (frames - 1) / 4 + 1, tokens = latent_frames * 45 * 80;
-  dit::WanSequenceParallel sequence;
+  attention::SequenceParallel sequence;
   if (group && !independent) {
     sequence.group = group;
     sequence.shards = dist::SequenceShards::balanced(tokens, group->size());
@@ -87,8 +87,8 @@ int main(int argc, char** argv) try {
   const Tensor latents =
       dit::random_tensor({1, 16, latent_frames, 90, 160}, 0.0f, 1.7f, 101, DType::F32);
   const Tensor text = dit::random_tensor({1, 512, config.text_dim}, 0.0f, 0.3f, 102, DType::F32);
-  dit::WanAttention attention;
-  const dit::WanSequenceParallel* sharded = sequence.group ? &sequence : nullptr;
+  attention::Layers attention;
+  const attention::SequenceParallel* sharded = sequence.group ? &sequence : nullptr;
   gpu.forward(latents, 999.0f, text, {}, &attention, sharded);  // warm-up
   profile::reset();
   std::vector<double> seconds;

@@ -93,11 +93,18 @@ int main(int argc, char** argv) try {
     for (const Mode& mode : modes) {
       if (("," + modes_wanted + ",").find("," + std::string(mode.name) + ",") == std::string::npos)
         continue;
-      dit::WanAttention attention;
+      // Every self-attention layer on the mode's GPU backend (one for all, as the attention
+      // builder makes it); the rest dense.
+      std::shared_ptr<cuda::SparseSelfAttentionCuda> shared;
       if (!mode.backend.empty())
-        attention.gpu.sparse = cuda::make_sparse_self_attention_cuda(
+        shared = cuda::make_sparse_self_attention_cuda(
             mode.backend, attention::validate_backend_config(mode.config, mode.backend));
-      cuda::SparseSelfAttentionCuda* sparse = attention.gpu.sparse.get();
+      attention::Layers attention = attention::layers_from(
+          gpu.attention_stacks(), [&](const attention::StackTraits& stack, int64_t) {
+            return shared && stack.name == dit::kWanSelfStack ? attention::Layer(shared)
+                                                              : attention::Layer();
+          });
+      cuda::SparseSelfAttentionCuda* sparse = shared.get();
       Tensor out = gpu.forward(latents, 999.0f, text, {}, &attention);  // warm-up
       double density = 1.0;
       if (sparse) {

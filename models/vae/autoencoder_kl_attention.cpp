@@ -68,13 +68,13 @@ size_t KlAttentionBlock::resident_bytes() const {
   return norm_.resident_bytes() + qkv_.resident_bytes() + out_.resident_bytes();
 }
 
-Tensor KlAttentionBlock::forward(const Tensor& x, attention::AttentionBackend* backend) const {
+Tensor KlAttentionBlock::forward(const Tensor& x, attention::Layer& attention) const {
   check(x.dim() == 4 && x.size(1) == channels_, "{}: expects [B, {}, H, W], got {}", prefix_,
         channels_, shape_string(x.shape()));
-  return x.is_cpu() ? forward_cpu(x, backend) : forward_gpu(x);
+  return x.is_cpu() ? forward_cpu(x, attention) : forward_gpu(x);
 }
 
-Tensor KlAttentionBlock::forward_cpu(const Tensor& x, attention::AttentionBackend* backend) const {
+Tensor KlAttentionBlock::forward_cpu(const Tensor& x, attention::Layer& attention) const {
   const int64_t batch = x.size(0), height = x.size(2), width = x.size(3);
   const int64_t positions = height * width;
   const Tensor normed = norm_.forward(x, /*silu=*/false);
@@ -87,17 +87,8 @@ Tensor KlAttentionBlock::forward_cpu(const Tensor& x, attention::AttentionBacken
                v = project(v_weight_, v_bias_);
   // SDPA's default scale, 1/√head_dim, formed in double and rounded once as torch does.
   const float scale = float(1.0 / std::sqrt(double(channels_)));
-  Tensor attended;
-  if (backend) {
-    attended = backend->forward(q, k, v, scale, attention::AttentionContext{});
-  } else {
-    attention::DenseAttentionArgs args;
-    args.q = q;
-    args.k = k;
-    args.v = v;
-    args.scale = scale;
-    attended = attention::dense_attention(args);
-  }
+  // Through the plan's backend for the VAE, or the dense reference without one.
+  const Tensor attended = attention.forward(q, k, v, {.scale = scale});
   const Tensor rows = attended.contiguous().view({batch, positions, channels_});
   const Tensor out = ops::linear(rows, out_weight_, out_bias_);
   Tensor y = out.permute({0, 2, 1}).contiguous().view({batch, channels_, height, width});

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "attention/backend.h"
+#include "attention/layer.h"
 #include "core/conv.h"
 #include "core/safetensors.h"
 #include "core/tensor.h"
@@ -27,10 +27,10 @@ class KlAttentionBlock {
   // through attention::dense_attention. On the GPU each image's attention is
   // attention::channel_attention_gpu (the dense reference; head size C has no kernel of ours), in
   // full float32 when the precision is FP32.
-  Tensor forward(const Tensor& x, attention::AttentionBackend* backend = nullptr) const;
+  Tensor forward(const Tensor& x, attention::Layer& attention) const;
 
  private:
-  Tensor forward_cpu(const Tensor& x, attention::AttentionBackend* backend) const;
+  Tensor forward_cpu(const Tensor& x, attention::Layer& attention) const;
   Tensor forward_gpu(const Tensor& x) const;
 
   std::string prefix_;

@@ -95,7 +95,7 @@ Tensor AutoencoderKLDecoder::head(const Tensor& z) const {
   if (config_.use_post_quant_conv) h = post_quant_conv_.forward(h);
   h = conv_in_.forward(h);
   h = mid_resnets_[0].forward(h);
-  if (mid_attention_) h = mid_attention_->forward(h, attention_backend_.get());
+  if (mid_attention_) h = mid_attention_->forward(h, attention_);
   return mid_resnets_[1].forward(h);
 }
 

@@ -16,7 +16,7 @@
 #include <optional>
 #include <vector>
 
-#include "attention/backend.h"
+#include "attention/layer.h"
 #include "core/safetensors.h"
 #include "core/tensor.h"
 #include "models/parameters.h"
@@ -79,9 +79,7 @@ class AutoencoderKLDecoder {
   // The dense attention backend the mid block's attention runs through on the CPU (the attention
   // plan's choice for the VAE); without one it uses attention::dense_attention. On the GPU it is
   // attention::channel_attention_gpu.
-  void set_attention_backend(std::shared_ptr<attention::AttentionBackend> backend) {
-    attention_backend_ = std::move(backend);
-  }
+  void set_attention(attention::Layer layer) { attention_ = std::move(layer); }
 
  private:
   struct UpBlock {
@@ -99,7 +97,7 @@ class AutoencoderKLDecoder {
   std::vector<UpBlock> up_blocks_;
   KlGroupNorm norm_out_;
   KlConv2d conv_out_;
-  std::shared_ptr<attention::AttentionBackend> attention_backend_;
+  mutable attention::Layer attention_;  // keeps its stats across (serial) decodes
   Device device_ = Device::CPU;
   ops::ConvPrecision precision_ = ops::ConvPrecision::TF32;
 };

@@ -95,7 +95,7 @@ Tensor WanVaeDecoder::head(const Tensor& x, StreamState& state) const {
   Tensor h = post_quant_conv_.forward(x, state);
   h = conv_in_.forward(h, state);
   h = mid_resnets_[0].forward(h, state);
-  h = mid_attention_->forward(h, state, attention_backend_.get());
+  h = mid_attention_->forward(h, state, attention_);
   return mid_resnets_[1].forward(h, state);
 }
 

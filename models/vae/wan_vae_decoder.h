@@ -80,9 +80,7 @@ class WanVaeDecoder {
 
   // The dense attention backend the mid block's attention runs through on the CPU (the attention
   // plan's choice for the VAE); without one it uses its built-in dense path.
-  void set_attention_backend(std::shared_ptr<attention::AttentionBackend> backend) {
-    attention_backend_ = std::move(backend);
-  }
+  void set_attention(attention::Layer layer) { attention_ = std::move(layer); }
 
  private:
   struct UpBlock {
@@ -101,7 +99,7 @@ class WanVaeDecoder {
   int64_t out_dim_ = 0;  // channels entering norm_out
   CausalConv3d conv_out_;
   ChannelNorm norm_out_;
-  std::shared_ptr<attention::AttentionBackend> attention_backend_;
+  mutable attention::Layer attention_;  // keeps its stats across (serial) decodes
   Device device_ = Device::CPU;
   ops::ConvPrecision precision_ = ops::ConvPrecision::TF32;
   mutable double last_flops_ = 0;

@@ -43,9 +43,9 @@ void require_frames(const Tensor& x, int64_t channels, const std::string& where)
 // One frame's single-head attention on the CPU: q, k, v [C, positions] -> out [C, positions],
 // through `backend` when the plan gave one, else the built-in dense path.
 void attend_on_cpu(ConstMatrixMap q, ConstMatrixMap k, ConstMatrixMap v, float scale,
-                   attention::AttentionBackend* backend, MatrixMap out) {
+                   attention::Layer& attention, MatrixMap out) {
   const int64_t channels = q.rows(), positions = q.cols();
-  if (backend) {
+  if (attention.backend()) {
     // One head over the frame's positions: [1, positions, 1, C] for the backend interface.
     Tensor qt = Tensor::empty({1, positions, 1, channels}),
            kt = Tensor::empty({1, positions, 1, channels}),
@@ -53,8 +53,7 @@ void attend_on_cpu(ConstMatrixMap q, ConstMatrixMap k, ConstMatrixMap v, float s
     MatrixMap(qt.data<float>(), positions, channels) = q.transpose();
     MatrixMap(kt.data<float>(), positions, channels) = k.transpose();
     MatrixMap(vt.data<float>(), positions, channels) = v.transpose();
-    const Tensor o =
-        backend->forward(qt, kt, vt, scale, attention::AttentionContext{}).contiguous();
+    const Tensor o = attention.forward(qt, kt, vt, {.scale = scale}).contiguous();
     out = ConstMatrixMap(o.data<float>(), positions, channels).transpose();
     return;
   }
@@ -210,7 +209,7 @@ size_t AttentionBlock::resident_bytes() const {
 }
 
 Tensor AttentionBlock::forward(const Tensor& x, StreamState& state,
-                               attention::AttentionBackend* backend) const {
+                               attention::Layer& attention) const {
   require_frames(x, dim_, prefix_);
   const int64_t frames = x.size(0), channels = dim_, positions = x.size(2) * x.size(3);
   // Channels [0, C) are the queries, [C, 2C) the keys, [2C, 3C) the values (diffusers chunks the
@@ -227,7 +226,7 @@ Tensor AttentionBlock::forward(const Tensor& x, StreamState& state,
       attend_on_cpu(
           ConstMatrixMap(q.data<float>(), channels, positions),
           ConstMatrixMap(k.data<float>(), channels, positions),
-          ConstMatrixMap(v.data<float>(), channels, positions), scale, backend,
+          ConstMatrixMap(v.data<float>(), channels, positions), scale, attention,
           MatrixMap(attended.data<float>() + t * channels * positions, channels, positions));
     } else {
       Tensor out = attended.select(0, t).view({channels, positions});

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "attention/backend.h"
+#include "attention/layer.h"
 #include "core/conv.h"
 #include "core/safetensors.h"
 #include "core/tensor.h"
@@ -111,8 +111,7 @@ class AttentionBlock {
   // With `backend` (the one the attention plan chose for the VAE: a dense backend), each frame's
   // attention on the CPU runs through it; without, through the built-in dense path. On the GPU
   // it is attention::channel_attention_gpu, the dense reference.
-  Tensor forward(const Tensor& x, StreamState& state,
-                 attention::AttentionBackend* backend = nullptr) const;
+  Tensor forward(const Tensor& x, StreamState& state, attention::Layer& attention) const;
 
  private:
   std::string prefix_;

@@ -10,6 +10,7 @@
 #include "core/interrupt.h"
 #include "core/npy.h"
 #include "models/vae/autoencoder_kl_tiled_decode.h"
+#include "pipeline/attention_layers.h"
 #include "pipeline/component_models.h"
 #include "pipeline/component_weights.h"
 #include "pipeline/decoded_image.h"
@@ -98,16 +99,6 @@ Shape FluxPipeline::latent_shape(int64_t height, int64_t width) const {
           2 * (width / (2 * factor))};
 }
 
-dit::FluxAttention FluxPipeline::build_attention() const {
-  dit::FluxAttention attention;
-  for (auto& backend : transformer_backends(attention_plan_, transformer_->config().num_layers))
-    attention.double_layers.push_back({std::move(backend), {}});
-  for (auto& backend :
-       transformer_backends(attention_plan_, transformer_->config().num_single_layers))
-    attention.single_layers.push_back({std::move(backend), {}});
-  return attention;
-}
-
 FluxGenerationOutput FluxPipeline::generate(const FluxGenerationInput& input,
                                             bool keep_step_latents) const {
   place(input.cuda);
@@ -126,11 +117,9 @@ FluxGenerationOutput FluxPipeline::generate(const FluxGenerationInput& input,
                                         numpy_linspace_sigmas(int(input.num_inference_steps)),
                                         shape[2], shape[3]);
 
-  dit::FluxAttention attention;
-  if (input.cuda)
-    attention.gpu = gpu_dense_attention(attention_plan_);
-  else
-    attention = build_attention();
+  attention::Layers attention =
+      build_attention_layers(attention_plan_, "transformer", transformer_->attention_stacks(),
+                             transformer_->weights(), input.cuda ? Device::CUDA : Device::CPU);
   FluxGenerationOutput output;
   const auto predict = [&](const DenoiseStep& step, const Tensor& sample) {
     // timestep / 1000 in float32, as the pipeline divides the scheduler's float32 timestep.

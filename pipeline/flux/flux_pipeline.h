@@ -74,8 +74,6 @@ class FluxPipeline {
                                 bool keep_step_latents = false) const;
 
   const AttentionPlan& attention_plan() const { return attention_plan_; }
-  // The transformer's attention for one run: every layer gets a fresh backend of the plan's choice.
-  dit::FluxAttention build_attention() const;
   void place(bool cuda) const;
 
  private:

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "core/npy.h"
+#include "pipeline/attention_layers.h"
 #include "pipeline/component_models.h"
 #include "pipeline/component_weights.h"
 #include "pipeline/decoded_image.h"
@@ -80,13 +81,6 @@ Shape QwenImagePipeline::latent_shape(int64_t height, int64_t width) const {
   return {1, vae_->config().z_dim, 2 * (height / (2 * factor)), 2 * (width / (2 * factor))};
 }
 
-dit::QwenImageAttention QwenImagePipeline::build_attention() const {
-  dit::QwenImageAttention attention;
-  for (auto& backend : transformer_backends(attention_plan_, transformer_->config().num_layers))
-    attention.double_layers.push_back({std::move(backend), {}});
-  return attention;
-}
-
 QwenImageGenerationOutput QwenImagePipeline::generate(const QwenImageGenerationInput& input,
                                                       bool keep_step_latents) const {
   place(input.cuda);
@@ -115,11 +109,9 @@ QwenImageGenerationOutput QwenImagePipeline::generate(const QwenImageGenerationI
                                         numpy_linspace_sigmas(int(input.num_inference_steps)),
                                         shape[2], shape[3]);
 
-  dit::QwenImageAttention attention;
-  if (input.cuda)
-    attention.gpu = gpu_dense_attention(attention_plan_);
-  else
-    attention = build_attention();
+  attention::Layers attention =
+      build_attention_layers(attention_plan_, "transformer", transformer_->attention_stacks(),
+                             transformer_->weights(), input.cuda ? Device::CUDA : Device::CPU);
   QwenImageGenerationOutput output;
   const auto predict = [&](const DenoiseStep& step, const Tensor& sample) {
     const float timestep = step.timestep / 1000.0f;

@@ -66,7 +66,6 @@ class QwenImagePipeline {
 
   QwenImageGenerationOutput generate(const QwenImageGenerationInput& input,
                                      bool keep_step_latents = false) const;
-  dit::QwenImageAttention build_attention() const;
   // The width of the prompt embeddings the transformer takes (its joint_attention_dim).
   int64_t caption_dim() const { return transformer_->config().joint_attention_dim; }
   void place(bool cuda) const;

@@ -1,8 +1,6 @@
 #include "pipeline/wan/wan_pipeline.h"
 
 #ifdef MMGEN_HAVE_CUDA
-#include "attention/backends/video_sparse_attn/vsa_gate.h"
-#include "attention/sparse_self_attention_cuda.h"
 #include "core/cuda/device_memory.h"
 #endif
 
@@ -14,9 +12,6 @@
 #include <map>
 #include <tuple>
 
-#include "attention/backend.h"
-#include "attention/backend_config.h"
-#include "attention/backends/descriptor.h"
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "core/npy.h"
@@ -25,6 +20,7 @@
 #include "core/system_memory.h"
 #include "models/text_encoders/prompt_embedding.h"
 #include "models/tokenizers/prompt_clean.h"
+#include "pipeline/attention_layers.h"
 #include "pipeline/component_models.h"
 #include "pipeline/component_weights.h"
 #include "pipeline/denoise_loop.h"
@@ -63,41 +59,6 @@ Tensor video_to_frames(const Tensor& video) {
   float* p = frames.data<float>();
   for (int64_t i = 0; i < frames.numel(); ++i) p[i] = std::clamp(p[i] / 2.0f + 0.5f, 0.0f, 1.0f);
   return frames;
-}
-
-// The validated config of `backend` from the plan; defaults when the plan has none for it (the
-// dense cross-attention backend, which no --attention-backend-config speaks to).
-nlohmann::json backend_config(const AttentionPlan& plan, const std::string& backend) {
-  auto it = plan.backend_configs.find(backend);
-  if (it != plan.backend_configs.end()) return it->second;
-  return attention::validate_backend_config(nlohmann::json::object(), backend);
-}
-
-// The checkpoint weights a self-attention backend uses beyond a plain Wan block, by the name
-// fragment they carry (any module path inside the block: blocks.3.to_gate_compress.weight,
-// blocks.3.attn1.proj_l.weight, ...), as its descriptor lists them.
-std::vector<std::string> extra_weight_names(const std::string& backend) {
-  const attention::BackendDescriptor* descriptor = attention::find_dit_descriptor(backend);
-  if (!descriptor) return {};
-  return {descriptor->extra_weights.begin(), descriptor->extra_weights.end()};
-}
-
-// Extra weights of block `layer`: keyed by the fragment and what follows it
-// ("to_gate_compress.weight"), float32.
-attention::LayerWeights layer_weights(const WeightStore& store,
-                                      const std::vector<std::string>& names,
-                                      const std::vector<std::string>& fragments, int64_t layer) {
-  attention::LayerWeights weights;
-  const std::string prefix = "blocks." + std::to_string(layer) + ".";
-  for (const auto& name : names) {
-    if (name.rfind(prefix, 0) != 0) continue;
-    for (const auto& fragment : fragments) {
-      const size_t at = name.find(fragment, prefix.size());
-      if (at == std::string::npos || (at != prefix.size() && name[at - 1] != '.')) continue;
-      weights[name.substr(at)] = store.get_f32(name);
-    }
-  }
-  return weights;
 }
 
 }  // namespace
@@ -174,102 +135,9 @@ Shape WanPipeline::latent_shape(int64_t height, int64_t width, int64_t num_frame
           height / config.scale_factor_spatial, width / config.scale_factor_spatial};
 }
 
-dit::WanAttention WanPipeline::build_attention() const {
-  dit::WanAttention attention;
-  auto it = attention_plan_.components.find("transformer");
-  if (it == attention_plan_.components.end() || !it->second.has_attention())
-    return attention;  // no plan for the transformer: dense reference
-  std::string self_backend, cross_backend;
-  for (const auto& layer : it->second.layers) {
-    if (layer.kind == attention::LayerKind::SelfAttention) self_backend = layer.backend;
-    if (layer.kind == attention::LayerKind::CrossAttention) cross_backend = layer.backend;
-  }
-  if (self_backend.empty()) self_backend = it->second.primary().backend;
-  if (cross_backend.empty()) cross_backend = self_backend;
-  const nlohmann::json self_config = backend_config(attention_plan_, self_backend);
-  const nlohmann::json cross_config = backend_config(attention_plan_, cross_backend);
-
-  const std::vector<std::string> fragments = extra_weight_names(self_backend);
-  const std::vector<std::string> names =
-      fragments.empty() ? std::vector<std::string>() : transformer_->weights().names();
-  const int64_t layers = transformer_->config().num_layers;
-  int64_t with_weights = 0;
-  attention.layers.resize(size_t(layers));
-  for (int64_t i = 0; i < layers; ++i) {
-    dit::WanLayerAttention& layer = attention.layers[size_t(i)];
-    layer.self_attention =
-        attention::make_dit_backend(self_backend, self_config, attention_plan_.resources);
-    layer.cross_attention =
-        attention::make_dit_backend(cross_backend, cross_config, attention_plan_.resources);
-    layer.self_weights = layer_weights(transformer_->weights(), names, fragments, i);
-    with_weights += !layer.self_weights.empty();
-  }
-  if (!fragments.empty())
-    spdlog::info("attention: {} found its extra weights ({}*) in {} of {} transformer blocks",
-                 self_backend, fragments.front(), with_weights, layers);
-  return attention;
-}
-
 namespace {
 
 #ifdef MMGEN_HAVE_CUDA
-// --device cuda: what the GPU transformer runs for attention, as the plan says. Dense layers run
-// the model's own kernels: `fa` the FlashAttention kernel, `torch_sdpa` the reference kernel.
-// Self-attention may instead run a GPU sparse backend (one whose descriptor has a CUDA factory).
-// The selector planned against the GPU's kernels; the check only guards against a plan made for
-// another machine.
-attention::GpuAttention gpu_attention(const AttentionPlan& plan) {
-  attention::GpuAttention result;
-  auto it = plan.components.find("transformer");
-  if (it == plan.components.end()) return result;
-  // What the GPU runs, from the descriptors: dense backends with a CUDA kernel row run in the
-  // model's own attention; the others need a GPU factory (self-attention only).
-  // A dense backend with a GPU factory (sage_attn's INT8 kernel) takes the self-attention; its
-  // cross-attention layers (Wan's 512 text keys) run the dense FlashAttention kernel, and say so.
-  std::vector<std::string> dense, sparse_ok, dense_self_only;
-  for (const attention::BackendDescriptor* backend : attention::dit_backends()) {
-    bool cuda_row = false;
-    for (const auto& kernel : backend->kernels)
-      cuda_row |= kernel.platform == attention::Platform::Cuda;
-    if (backend->cuda) {
-      sparse_ok.emplace_back(backend->info.name);
-      if (!backend->info.sparse) dense_self_only.emplace_back(backend->info.name);
-    } else if (cuda_row && !backend->info.sparse) {
-      dense.emplace_back(backend->info.name);
-    }
-  }
-  const auto contains = [](const std::vector<std::string>& names, const std::string& name) {
-    return std::find(names.begin(), names.end(), name) != names.end();
-  };
-  using Kernel = attention::DenseKernel;
-  std::string sparse;
-  bool said = false;
-  for (const auto& layer : it->second.layers) {
-    const bool self = layer.kind == attention::LayerKind::SelfAttention;
-    if (!self && contains(dense_self_only, layer.backend)) {
-      if (!said)
-        spdlog::info("--device cuda: {} runs the self-attention; cross-attention runs fa",
-                     layer.backend);
-      said = true;
-      result.dense.cross = Kernel::Flash;
-      continue;
-    }
-    check(contains(dense, layer.backend) || (self && contains(sparse_ok, layer.backend)),
-          "--device cuda: the transformer's {} attention backend runs on the CPU only so far; use "
-          "{} or {} (self-attention) with --device cuda, or --device cpu",
-          layer.backend, fmt::join(dense, ", "), fmt::join(sparse_ok, ", "));
-    if (self && contains(sparse_ok, layer.backend)) {
-      sparse = layer.backend;
-      continue;
-    }
-    (self ? result.dense.self : result.dense.cross) = attention::dense_kernel_for(layer.backend);
-  }
-  if (!sparse.empty())
-    result.sparse =
-        cuda::make_sparse_self_attention_cuda(sparse, backend_config(plan, sparse), plan.resources);
-  return result;
-}
-
 // Whether the GPU has room for the guidance branches as one batch of two: a second batch
 // element's activations in a forward are about tokens · (16 · dim + 2 · ffn_dim) bytes (the
 // float32 residual stream, its bf16 norms, q/k/v, the attention output and projection, the
@@ -287,28 +155,6 @@ bool gpu_room_for_batched_guidance(const dit::WanTransformerConfig& config, int6
   return false;
 }
 
-// A GPU run's attention: the plan's kernels, and for a backend that reads the layers' extra
-// checkpoint weights (VSA's to_gate_compress, SLA's proj_l) those of every block on the GPU (the
-// gate's weight in bf16, as the model's other products take it; the rest as stored).
-dit::WanAttention gpu_wan_attention(const AttentionPlan& plan, const dit::WanTransformer& model) {
-  dit::WanAttention attention;
-  attention.gpu = gpu_attention(plan);
-  if (!attention.gpu.sparse ||
-      !attention::sparse_backend_wants_layer_weights(*attention.gpu.sparse))
-    return attention;
-  const std::vector<std::string> fragments =
-      extra_weight_names(std::string(attention.gpu.sparse->name()));
-  const std::vector<std::string> names = model.weights().names();
-  attention.layers.resize(size_t(model.config().num_layers));
-  for (size_t i = 0; i < attention.layers.size(); ++i) {
-    attention::LayerWeights& weights = attention.layers[i].self_weights;
-    weights = layer_weights(model.weights(), names, fragments, int64_t(i));
-    for (auto& [key, tensor] : weights)
-      tensor = key == attention::kVsaGateWeightKey ? tensor.to(DType::BF16).to(Device::CUDA)
-                                                   : tensor.to(Device::CUDA);
-  }
-  return attention;
-}
 #endif
 
 }  // namespace
@@ -400,20 +246,17 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
     latents = randn(shape, input.seed);
   }
 
-#ifdef MMGEN_HAVE_CUDA
-  dit::WanAttention attention =
-      input.cuda ? gpu_wan_attention(attention_plan_, *transformer_) : build_attention();
-#else
-  dit::WanAttention attention = build_attention();
-#endif
+  attention::Layers attention =
+      build_attention_layers(attention_plan_, "transformer", transformer_->attention_stacks(),
+                             transformer_->weights(), input.cuda ? Device::CUDA : Device::CPU);
   if (!input.cuda && transformer_->device() != Device::CPU) transformer_->set_device(Device::CPU);
   // Sequence parallel: this rank's rows of the latent tokens (the ranks of its guidance branch
   // share the sequence).
-  std::optional<dit::WanSequenceParallel> sequence;
+  std::optional<attention::SequenceParallel> sequence;
   if (parallel && parallel->sequence) {
     const auto [pt, ph, pw] = transformer_->config().patch_size;
     const int64_t tokens = (shape[2] / pt) * (shape[3] / ph) * (shape[4] / pw);
-    sequence = dit::WanSequenceParallel{
+    sequence = attention::SequenceParallel{
         parallel->sequence.get(),
         dist::SequenceShards::balanced(tokens, parallel->sequence->size())};
   }
@@ -442,7 +285,7 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
   //   happens once per step. The products may round differently from two separate forwards
   //   (cuBLASLt picks its algorithm by shape); each branch still attends only to itself.
   //   It runs where the GPU has room for the second branch's activations.
-  const bool dense = input.cuda ? attention.dense_on_gpu() : attention.dense_on_cpu();
+  const bool dense = attention.batch_elements_alone();
   bool batch_guidance = guided && !parallel && dense &&
                         prompt_embeds.shape() == negative_embeds.shape() &&
                         prompt_embeds.size(0) == 1;
@@ -477,7 +320,7 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
   latents = run_denoise_loop(
       *scheduler, latents, predict_step,
       {.latents_after_step = keep_step_latents ? &output.latents_after_step : nullptr});
-  const attention::AttentionStats& stats = attention.self_attention_stats;
+  const attention::AttentionStats stats = attention.stats(dit::kWanSelfStack);
   const std::string measured =
       stats.total_blocks > 0
           ? fmt::format(" visited {:.1f}% of key blocks", 100.0 * stats.density())

@@ -91,10 +91,6 @@ class WanPipeline {
                                bool keep_step_latents = false) const;
 
   const AttentionPlan& attention_plan() const { return attention_plan_; }
-  // The transformer's attention for one run: per layer, the planned self- and cross-attention
-  // backends with their validated configs and the extra checkpoint weights the self-attention
-  // backend uses (fresh layer states).
-  dit::WanAttention build_attention() const;
 
  private:
   ModelIndex index_;

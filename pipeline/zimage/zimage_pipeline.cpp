@@ -15,6 +15,7 @@
 #include "core/random.h"
 #include "core/safetensors.h"
 #include "models/vae/autoencoder_kl_tiled_decode.h"
+#include "pipeline/attention_layers.h"
 #include "pipeline/component_models.h"
 #include "pipeline/component_weights.h"
 #include "pipeline/decoded_image.h"
@@ -100,21 +101,6 @@ Shape ZImagePipeline::latent_shape(int64_t height, int64_t width) const {
   return {1, transformer_->config().in_channels, height / factor, width / factor};
 }
 
-dit::ZImageAttention ZImagePipeline::build_attention() const {
-  dit::ZImageAttention attention;
-  const dit::ZImageConfig& model = transformer_->config();
-  auto stack = [&](int64_t layers) {
-    std::vector<dit::ZImageLayerAttention> out;
-    for (auto& backend : transformer_backends(attention_plan_, layers))
-      out.push_back({std::move(backend), {}});
-    return out;
-  };
-  attention.noise_refiner = stack(model.n_refiner_layers);
-  attention.context_refiner = stack(model.n_refiner_layers);
-  attention.layers = stack(model.n_layers);
-  return attention;
-}
-
 ZImageGenerationOutput ZImagePipeline::generate(const ZImageGenerationInput& input,
                                                 bool keep_step_latents) const {
   const ZImageGuidance& guidance = input.guidance;
@@ -173,13 +159,9 @@ ZImageGenerationOutput ZImagePipeline::generate(const ZImageGenerationInput& inp
                                         zimage_default_sigmas(int(input.num_inference_steps)),
                                         shape[2], shape[3]);
 
-  // On the GPU the transformer's dense layers run its own kernels (the selector refuses sparse
-  // backends for Z-Image): `torch_sdpa` the reference kernel, the others FlashAttention.
-  dit::ZImageAttention attention;
-  if (input.cuda)
-    attention.gpu = gpu_dense_attention(attention_plan_);
-  else
-    attention = build_attention();
+  attention::Layers attention =
+      build_attention_layers(attention_plan_, "transformer", transformer_->attention_stacks(),
+                             transformer_->weights(), input.cuda ? Device::CUDA : Device::CPU);
   ZImageGenerationOutput output;
   const auto predict = [&](const DenoiseStep& step, const Tensor& sample) {
     // The normalised time the model sees, in float32 as torch computes it: 0 at the start.

@@ -91,9 +91,6 @@ class ZImagePipeline {
   const AttentionPlan& attention_plan() const { return attention_plan_; }
   // The paged backend the text encoder runs where it is now.
   std::string text_encoder_backend() const;
-  // The transformer's attention for one run: every layer of the three stacks gets a fresh backend
-  // of the plan's self-attention choice with its validated config.
-  dit::ZImageAttention build_attention() const;
 
   // Moves every component to the device a run asks for (the weights go up once; a CPU run after a
   // GPU one moves them back). generate() calls it; a batch's encode_ahead calls it first. A rank

@@ -234,7 +234,7 @@ void run_case(const Case& c, std::mt19937& generator) {
   auto backend = make_sparse_self_attention_cuda(c.backend, config);
   backend->use_portable_kernel(c.portable);
   backend->count_pairs(true);
-  backend->forward(call);
+  backend->run(call);
   MMGEN_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<uint16_t> bits(static_cast<size_t>(count));
   out.download(bits.data(), bits.size() * 2);

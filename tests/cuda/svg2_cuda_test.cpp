@@ -133,7 +133,7 @@ void run_case(const Case& c, std::mt19937& generator) {
     call.step = call_info.step, call.layer = c.layer, call.scale = scale;
     call.num_steps = c.num_steps, call.num_layers = c.num_layers, call.branch = call_info.branch;
     const double kept_before = gpu.stats().kept_pairs, total_before = gpu.stats().total_pairs;
-    gpu.forward(call);
+    gpu.run(call);
     MMGEN_CUDA_CHECK(cudaDeviceSynchronize());
 
     std::vector<uint16_t> bits(static_cast<size_t>(count));
@@ -364,7 +364,7 @@ void time_wan_sized() {
       const double kept_before = backend.stats().kept_pairs,
                    total_before = backend.stats().total_pairs;
       const auto start = std::chrono::steady_clock::now();
-      backend.forward(call);
+      backend.run(call);
       MMGEN_CUDA_CHECK(cudaDeviceSynchronize());
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -522,7 +522,7 @@ int main(int argc, char** argv) {
     SelfAttentionCall call;
     call.q = call.k = call.v = x.data(), call.out = out.data();
     call.batch = 1, call.tokens = 16, call.heads = 2, call.head_dim = 96, call.grid = {1, 4, 4};
-    backend->forward(call);
+    backend->run(call);
   });
   expect(refused.find("head size 96") != std::string::npos,
          "head size 96 is refused with a clear error: " + refused);

@@ -79,15 +79,24 @@ void run_case(int64_t heads, int64_t head_dim, int64_t batch, const Shape& laten
   shape[0] = batch;
   const Tensor latents = dit::random_tensor(shape, 0.0f, 1.7f, 11, DType::F32);
   const Tensor text = dit::random_tensor({batch, 23, config.text_dim}, 0.0f, 0.5f, 12, DType::F32);
-  dit::WanAttention cpu_attention;
-  dit::WanAttention gpu_attention;
+  attention::Layers cpu_attention, gpu_attention;
   if (sparse) {
     const nlohmann::json settings =
         attention::validate_backend_config(sparse->config, sparse->backend);
-    cpu_attention.layers.resize(size_t(config.num_layers));
-    for (auto& layer : cpu_attention.layers)
-      layer.self_attention = attention::make_dit_backend(sparse->backend, settings);
-    gpu_attention.gpu.sparse = cuda::make_sparse_self_attention_cuda(sparse->backend, settings);
+    // The CPU's layers each their own backend; the GPU's one backend for every self-attention
+    // layer, as the attention builder makes them (cross-attention: the dense reference).
+    cpu_attention = attention::layers_from(
+        cpu.attention_stacks(), [&](const attention::StackTraits& stack, int64_t) {
+          return stack.name == dit::kWanSelfStack
+                     ? attention::Layer(attention::make_dit_backend(sparse->backend, settings))
+                     : attention::Layer();
+        });
+    const std::shared_ptr<attention::AttentionBackend> shared =
+        cuda::make_sparse_self_attention_cuda(sparse->backend, settings);
+    gpu_attention = attention::layers_from(
+        gpu.attention_stacks(), [&](const attention::StackTraits& stack, int64_t) {
+          return stack.name == dit::kWanSelfStack ? attention::Layer(shared) : attention::Layer();
+        });
   }
   for (const float timestep : {999.0f, 431.0f}) {
     const Tensor expected =
@@ -160,7 +169,7 @@ void fp8_file_case() {
                      gpu_fp8.resident_weight_bytes()));
   const Tensor latents = dit::random_tensor({1, 16, 1, 16, 16}, 0.0f, 1.7f, 11, DType::F32);
   const Tensor text = dit::random_tensor({1, 23, config.text_dim}, 0.0f, 0.5f, 12, DType::F32);
-  dit::WanAttention attention;
+  attention::Layers attention;
   const Tensor expected = cpu.forward(latents, 431.0f, text, {}, nullptr);
   const double fp8_error =
       relative_error(gpu_fp8.forward(latents, 431.0f, text, {}, &attention), expected);
@@ -199,7 +208,7 @@ void streamed_case() {
                        "model's {}",
                        fp8 ? "fp8" : "bf16", streamed.resident_weight_bytes(), plan,
                        resident.resident_weight_bytes()));
-    dit::WanAttention attention;
+    attention::Layers attention;
     int64_t differing = 0;
     for (int repeat = 0; repeat < 2; ++repeat)
       for (const int64_t batch : {int64_t(1), int64_t(2)}) {
@@ -228,7 +237,7 @@ void gguf_case() {
   write_safetensors(file, dit::random_checkpoint(config), {{"format", "pt"}});
   const Tensor latents = dit::random_tensor({1, 16, 1, 16, 16}, 0.0f, 1.7f, 11, DType::F32);
   const Tensor text = dit::random_tensor({1, 23, config.text_dim}, 0.0f, 0.5f, 12, DType::F32);
-  dit::WanAttention attention;
+  attention::Layers attention;
   for (const gguf::GgmlType type : {gguf::GgmlType::Q8_0, gguf::GgmlType::Q4_K}) {
     const std::string name = type == gguf::GgmlType::Q8_0 ? "q8_0" : "q4_k";
     const fs::path quantized =

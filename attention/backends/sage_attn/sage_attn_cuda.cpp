@@ -31,7 +31,7 @@ class SageAttnCuda final : public SparseSelfAttentionCuda {
   // Every scale and K's mean are per batch element; nothing is kept between calls.
   bool batch_elements_alone() const override { return true; }
 
-  void forward(const SelfAttentionCall& call) override {
+  void run(const SelfAttentionCall& call) override {
     check(flash_attention_supports_head_dim(call.head_dim),
           "sage_attn on the GPU: head size {} is not compiled in (64 and 128 are); use --device "
           "cpu",

@@ -47,9 +47,8 @@ class SlaCuda final : public SparseSelfAttentionCuda {
   std::string_view name() const override {
     return settings_.int8_qk ? "sage_sla_attn" : "sla_attn";
   }
-  bool wants_layer_weights() const override { return true; }
 
-  void forward(const SelfAttentionCall& call) override {
+  void run(const SelfAttentionCall& call) override {
     check(flash_attention_supports_head_dim(call.head_dim),
           "{} on the GPU: head size {} is not compiled in (64 and 128 are); use --device cpu",
           name(), call.head_dim);

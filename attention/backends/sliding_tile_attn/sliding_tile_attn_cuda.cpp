@@ -26,7 +26,7 @@ class SlidingTileCuda final : public cuda::SparseSelfAttentionCuda {
 
   std::string_view name() const override { return "sliding_tile_attn"; }
 
-  void forward(const SelfAttentionCall& call) override {
+  void run(const SelfAttentionCall& call) override {
     check_call("sliding_tile_attn", call);
     const double dense_pairs = double(call.batch * call.heads) * double(call.tokens * call.tokens);
     auto dense = [&] {

@@ -229,7 +229,7 @@ void Svg2Cuda::patch_rows_on_host(const SelfAttentionCall& call, const DeviceCen
                   selected.as<uint8_t>());
 }
 
-void Svg2Cuda::forward(const SelfAttentionCall& call) {
+void Svg2Cuda::run(const SelfAttentionCall& call) {
   check_call("sparse_video_gen_2_attn", call);
   const int64_t B = call.batch, S = call.tokens, H = call.heads, D = call.head_dim;
   const int64_t pairs = B * H;

@@ -32,7 +32,7 @@ class Svg2Cuda final : public cuda::SparseSelfAttentionCuda {
  public:
   explicit Svg2Cuda(Options options) : options_(options) {}
   std::string_view name() const override { return "sparse_video_gen_2_attn"; }
-  void forward(const cuda::SelfAttentionCall& call) override;
+  void run(const cuda::SelfAttentionCall& call) override;
 
   // Tests: keep each sparse call's plans (labels downloaded), in the CPU backend's form
   // (Svg2Attention::last_plans), and whether the last call ran dense.

@@ -45,19 +45,24 @@ void log_missing_gate_once() {
         "output is the fine (block-sparse) branch alone");
 }
 
-// The gate as [B, S, H, D], or undefined when the call has none. A layer that has the projection
-// weights but no computed gate is a wiring error: the backend cannot apply to_gate_compress itself
-// (it needs the attention input, not q, k or v).
+// The gate as [B, S, H, D], or undefined when the call has none: the one the call carries
+// (LayerWeights["gate"]), else to_gate_compress applied to the call's attention input. A layer
+// with the projection weights but neither is a wiring error (the gate needs the attention input,
+// not q, k or v).
 Tensor gate_of(const AttentionContext& context, const Tensor& q) {
   if (!context.weights) return Tensor();
   const auto gate = context.weights->find(kVsaGateKey);
   if (gate == context.weights->end()) {
-    check(!context.weights->count(kVsaGateWeightKey),
-          "video_sparse_attn: layer {} has to_gate_compress weights but the call carries no "
-          "computed gate; the model must pass vsa_gate(weights, attention_input, heads) as "
-          "LayerWeights[\"gate\"]",
+    if (!context.weights->count(kVsaGateWeightKey)) return Tensor();
+    check(context.attention_input != nullptr,
+          "video_sparse_attn: layer {} has to_gate_compress weights but the call carries neither "
+          "its attention input (AttentionContext::attention_input) nor a computed gate "
+          "(vsa_gate(weights, attention_input, heads) as LayerWeights[\"gate\"])",
           context.layer_index);
-    return Tensor();
+    return vsa_gate(*context.weights, *context.attention_input, q.size(2))
+        .to(DType::F32)
+        .contiguous()
+        .view(q.shape());
   }
   const Tensor& g = gate->second;
   const int64_t batch = q.size(0), length = q.size(1), heads = q.size(2), dim = q.size(3);
@@ -75,6 +80,9 @@ class VideoSparseBackend final : public AttentionBackend {
   explicit VideoSparseBackend(const Settings& settings) : sparsity_(settings.sparsity) {}
 
   std::string_view name() const override { return "video_sparse_attn"; }
+  bool reads_attention_input(const LayerWeights& weights) const override {
+    return weights.count(kVsaGateWeightKey) > 0;
+  }
 
   Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
                  const AttentionContext& context, AttentionStats* stats) override {
@@ -195,6 +203,7 @@ const BackendDescriptor& descriptor() {
       .cuda = make_cuda,
 #endif
       .extra_weights = {"to_gate_compress."},
+      .gpu_compute_weights = {kVsaGateWeightKey},
   };
   return d;
 }

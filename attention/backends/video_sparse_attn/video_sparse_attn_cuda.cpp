@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attention/backends/video_sparse_attn/vsa_coarse.h"
+#include "attention/backends/video_sparse_attn/vsa_gate.h"
 #include "attention/backends/video_sparse_attn/vsa_select.h"
 #include "attention/backends/video_sparse_attn/vsa_settings.h"
 #include "attention/sparse_self_attention_cuda.h"
@@ -27,9 +28,26 @@ class VideoSparseCuda final : public SparseSelfAttentionCuda {
   explicit VideoSparseCuda(const Settings& settings) : sparsity_(settings.sparsity) {}
 
   std::string_view name() const override { return "video_sparse_attn"; }
-  bool wants_gate() const override { return true; }
+  bool reads_attention_input(const LayerWeights& weights) const override {
+    return weights.count(kVsaGateWeightKey) > 0;
+  }
 
-  void forward(const SelfAttentionCall& call) override {
+  // The gate of a checkpoint with to_gate_compress: the projection of the call's attention input
+  // (its weight bf16 on the GPU, as the model's other products), float32 out.
+  Tensor prepare(const AttentionContext& context, const Tensor& q,
+                 SelfAttentionCall& call) const override {
+    if (!context.weights || !context.attention_input) return Tensor();
+    const Tensor gate = vsa_gate(*context.weights, *context.attention_input, q.size(2));
+    if (!gate.defined()) return gate;
+    check(gate.device() == Device::CUDA && gate.dtype() == DType::F32 && gate.is_contiguous() &&
+              gate.numel() == q.numel(),
+          "video_sparse_attn on the GPU: the gate must be float32 {} on the GPU, got {} {}",
+          shape_string(q.shape()), dtype_name(gate.dtype()), shape_string(gate.shape()));
+    call.gate = gate.data<float>();
+    return gate;
+  }
+
+  void run(const SelfAttentionCall& call) override {
     check_call("video_sparse_attn", call);
     std::lock_guard lock(mutex_);
     const Grid3 grid = {call.grid[0], call.grid[1], call.grid[2]};

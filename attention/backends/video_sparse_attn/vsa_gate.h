@@ -1,8 +1,9 @@
 // The gate of Video Sparse Attention's coarse branch. In VSA-trained checkpoints each block has a
 // `to_gate_compress` Linear(dim, dim) (no activation) applied to the attention INPUT, the
 // norm1-modulated hidden states that to_q/to_k/to_v read (FastVideo's WanTransformerBlock_VSA),
-// not to q, k or v. An attention backend only sees q, k and v, so the caller computes the gate
-// with vsa_gate() and passes it to video_sparse_attn in the call's LayerWeights under kVsaGateKey.
+// not to q, k or v. The layer hands video_sparse_attn that input with the call
+// (AttentionContext::attention_input) and the backend computes the gate with vsa_gate(); a caller
+// may instead pass a computed gate in the call's LayerWeights under kVsaGateKey (the tests do).
 #pragma once
 
 #include <cstdint>

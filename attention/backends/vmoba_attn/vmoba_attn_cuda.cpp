@@ -55,7 +55,7 @@ class VmobaCuda final : public SparseSelfAttentionCuda {
 
   std::string_view name() const override { return "vmoba_attn"; }
 
-  void forward(const SelfAttentionCall& call) override {
+  void run(const SelfAttentionCall& call) override {
     check_call("vmoba_attn", call);
     const int64_t pairs = call.batch * call.heads;
     const double total_pairs = double(pairs) * double(call.tokens) * double(call.tokens);

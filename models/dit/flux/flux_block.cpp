@@ -11,8 +11,7 @@ namespace mmgen::dit {
 
 void run_flux_double_block(Tensor& text, Tensor& image, const FluxDoubleBlockWeights& w,
                            const Tensor& conditioning, const FluxConfig& config,
-                           const FluxRopeTables& rope, DType compute,
-                           const FluxAttentionCall& call) {
+                           const FluxRopeTables& rope, DType compute, const attention::Call& call) {
   run_mmdit_joint_block(text, image, w, conditioning,
                         {config.num_attention_heads, config.attention_head_dim}, rope, compute,
                         call, "FLUX double block");
@@ -20,8 +19,7 @@ void run_flux_double_block(Tensor& text, Tensor& image, const FluxDoubleBlockWei
 
 void run_flux_single_block(Tensor& joint, const FluxSingleBlockWeights& w,
                            const Tensor& conditioning, const FluxConfig& config,
-                           const FluxRopeTables& rope, DType compute,
-                           const FluxAttentionCall& call) {
+                           const FluxRopeTables& rope, DType compute, const attention::Call& call) {
   const int64_t tokens = joint.size(0);
   const MMDiTHeads heads{config.num_attention_heads, config.attention_head_dim};
   check(rope.cos.size(0) == tokens, "FLUX single block: RoPE tables for {} rows, {} tokens",
@@ -34,8 +32,8 @@ void run_flux_single_block(Tensor& joint, const FluxSingleBlockWeights& w,
     const Tensor q = mmdit_rotated(normed, w.to_q, w.norm_q, rope, heads, compute);
     const Tensor k = mmdit_rotated(normed, w.to_k, w.norm_k, rope, heads, compute);
     const Tensor v = ops::linear(normed, w.to_v.weight, w.to_v.bias, compute);
-    const Tensor attended = flux_attention(mmdit_as_heads(q, heads), mmdit_as_heads(k, heads),
-                                           mmdit_as_heads(v, heads), call)
+    const Tensor attended = attention::attend(mmdit_as_heads(q, heads), mmdit_as_heads(k, heads),
+                                              mmdit_as_heads(v, heads), call)
                                 .contiguous()
                                 .view({tokens, config.dim()});
     out = ops::linear(attended, w.out_attention, Tensor(), DType::F32);

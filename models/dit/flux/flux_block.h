@@ -9,8 +9,8 @@
 // both (split in two column blocks) joins the residual under a gate.
 #pragma once
 
+#include "attention/layer.h"
 #include "core/tensor.h"
-#include "models/dit/flux/flux_attention.h"
 #include "models/dit/flux/flux_config.h"
 #include "models/dit/flux/flux_rope.h"
 #include "models/dit/flux/flux_weights.h"
@@ -21,13 +21,11 @@ namespace mmgen::dit {
 // product reads); `rope` holds the joint sequence's tables, text rows first.
 void run_flux_double_block(Tensor& text, Tensor& image, const FluxDoubleBlockWeights& weights,
                            const Tensor& conditioning, const FluxConfig& config,
-                           const FluxRopeTables& rope, DType compute,
-                           const FluxAttentionCall& call);
+                           const FluxRopeTables& rope, DType compute, const attention::Call& call);
 
 // `joint` [text + image tokens, dim], text rows first.
 void run_flux_single_block(Tensor& joint, const FluxSingleBlockWeights& weights,
                            const Tensor& conditioning, const FluxConfig& config,
-                           const FluxRopeTables& rope, DType compute,
-                           const FluxAttentionCall& call);
+                           const FluxRopeTables& rope, DType compute, const attention::Call& call);
 
 }  // namespace mmgen::dit

@@ -88,8 +88,14 @@ Tensor FluxTransformer::conditioning(const FluxItem& item) const {
   return temb.to(resident_.compute);
 }
 
+std::vector<attention::StackTraits> FluxTransformer::attention_stacks() const {
+  return {{.name = std::string(kFluxDoubleStack), .layers = config_.num_layers},
+          {.name = std::string(kFluxSingleStack), .layers = config_.num_single_layers}};
+}
+
 std::vector<Tensor> FluxTransformer::forward(const std::vector<FluxItem>& batch,
-                                             const FluxStep& step, FluxAttention* attention) const {
+                                             const FluxStep& step,
+                                             attention::Layers* attention) const {
   check(!batch.empty(), "FLUX transformer: empty batch");
   const FluxOuterWeights& outer = resident_.device == Device::CPU ? host_outer_ : resident_.outer;
   const int64_t dim = config_.dim();
@@ -124,21 +130,21 @@ std::vector<Tensor> FluxTransformer::forward(const std::vector<FluxItem>& batch,
     }));
   }
 
-  FluxAttentionCall call;
+  attention::Call call;
   call.step_index = step.index;
-  call.step_count = step.count;
-  call.attention = attention;
+  call.num_steps = step.count;
+  call.layers = attention;
   const int64_t count = int64_t(batch.size());
   // Each block's weights are read once for the whole batch.
-  call.stage = FluxStage::Double;
+  call.stack = kFluxDoubleStack;
   call.num_layers = config_.num_layers;
   for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
     stop_between_blocks("transformer blocks");  // Ctrl-C waits for one block, not the step
     const FluxDoubleBlockWeights w = double_block(layer);
     call.layer = layer;
     for (int64_t i = 0; i < count; ++i) {
-      call.item = i;
-      call.text_tokens = texts[size_t(i)].size(0);
+      call.branch = i;                              // each item keeps its own layer states
+      call.text_length = texts[size_t(i)].size(0);  // the sequence starts with them
       call.timestep = batch[size_t(i)].timestep;
       run_flux_double_block(texts[size_t(i)], images[size_t(i)], w, conditionings[size_t(i)],
                             config_, ropes[size_t(i)], resident_.compute, call);
@@ -149,15 +155,15 @@ std::vector<Tensor> FluxTransformer::forward(const std::vector<FluxItem>& batch,
     joints.push_back(mmdit_stack_rows({texts[size_t(i)], images[size_t(i)]}));
     texts[size_t(i)] = images[size_t(i)] = Tensor();
   }
-  call.stage = FluxStage::Single;
+  call.stack = kFluxSingleStack;
   call.num_layers = config_.num_single_layers;
   for (int64_t layer = 0; layer < config_.num_single_layers; ++layer) {
     stop_between_blocks("transformer blocks");  // Ctrl-C waits for one block, not the step
     const FluxSingleBlockWeights w = single_block(layer);
     call.layer = layer;
     for (int64_t i = 0; i < count; ++i) {
-      call.item = i;
-      call.text_tokens = batch[size_t(i)].text.size(0);
+      call.branch = i;
+      call.text_length = batch[size_t(i)].text.size(0);
       call.timestep = batch[size_t(i)].timestep;
       run_flux_single_block(joints[size_t(i)], w, conditionings[size_t(i)], config_,
                             ropes[size_t(i)], resident_.compute, call);

@@ -9,15 +9,20 @@
 #pragma once
 
 #include <memory>
+#include <string_view>
 #include <vector>
 
+#include "attention/layer.h"
 #include "core/safetensors.h"
-#include "models/dit/flux/flux_attention.h"
 #include "models/dit/flux/flux_config.h"
 #include "models/dit/flux/flux_rope.h"
 #include "models/dit/flux/flux_weights.h"
 
 namespace mmgen::dit {
+
+// The model's two stacks of attention layers, named as the checkpoint names their blocks.
+inline constexpr std::string_view kFluxDoubleStack = "transformer_blocks";
+inline constexpr std::string_view kFluxSingleStack = "single_transformer_blocks";
 
 struct FluxItem {
   Tensor image;   // [image tokens, in_channels] on the host: packed latents
@@ -45,6 +50,9 @@ class FluxTransformer {
 
   const FluxConfig& config() const { return config_; }
   const WeightStore& weights() const { return weights_; }
+  // Its attention layers, for the attention builder: every block's joint self-attention over
+  // [text, image], named as the checkpoint names the blocks.
+  std::vector<attention::StackTraits> attention_stacks() const;
 
   // Runs the model on `device` from now on; `compute` is the dtype the GPU's products read
   // (bf16; the CPU computes in float32). Moving to the GPU uploads every weight once.
@@ -56,9 +64,9 @@ class FluxTransformer {
   void list_parameters(const models::ParameterVisitor& visit) const;
 
   // One prediction per item, [image tokens, out_channels] float32 on the host. `attention` holds
-  // the per-layer backends the pipeline built (null: the dense reference).
+  // the layers the pipeline built for the run's device (null: the dense reference).
   std::vector<Tensor> forward(const std::vector<FluxItem>& batch, const FluxStep& step = {},
-                              FluxAttention* attention = nullptr) const;
+                              attention::Layers* attention = nullptr) const;
 
  private:
   // SiLU(temb) [1, dim] in the compute dtype on the model's device.

@@ -77,7 +77,7 @@ void check_mmdit_joint_block(const MMDiTWeightCheck& expect, const std::string& 
 
 void run_mmdit_joint_block(Tensor& text, Tensor& image, const MMDiTJointBlockWeights& w,
                            const Tensor& conditioning, MMDiTHeads heads, const FluxRopeTables& rope,
-                           DType compute, const FluxAttentionCall& call, const char* block) {
+                           DType compute, const attention::Call& call, const char* block) {
   const int64_t text_tokens = text.size(0), tokens = text_tokens + image.size(0);
   check(rope.cos.size(0) == tokens, "{}: RoPE tables for {} rows, {} tokens", block,
         rope.cos.size(0), tokens);
@@ -103,8 +103,8 @@ void run_mmdit_joint_block(Tensor& text, Tensor& image, const MMDiTJointBlockWei
     const Tensor v =
         mmdit_stack_rows({ops::linear(text_normed, w.add_v.weight, w.add_v.bias, compute),
                           ops::linear(image_normed, w.to_v.weight, w.to_v.bias, compute)});
-    attended = flux_attention(mmdit_as_heads(q, heads), mmdit_as_heads(k, heads),
-                              mmdit_as_heads(v, heads), call)
+    attended = attention::attend(mmdit_as_heads(q, heads), mmdit_as_heads(k, heads),
+                                 mmdit_as_heads(v, heads), call)
                    .contiguous()
                    .view({tokens, heads.heads * heads.head_dim});
   }

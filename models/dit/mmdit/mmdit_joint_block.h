@@ -11,9 +11,9 @@
 #include <cstdint>
 #include <string>
 
+#include "attention/layer.h"
 #include "core/safetensors.h"
 #include "core/tensor.h"
-#include "models/dit/flux/flux_attention.h"
 #include "models/dit/flux/flux_rope.h"
 #include "models/dit/mmdit/mmdit_layers.h"
 
@@ -52,6 +52,6 @@ void check_mmdit_joint_block(const MMDiTWeightCheck& expect, const std::string& 
 // block in errors ("FLUX double block").
 void run_mmdit_joint_block(Tensor& text, Tensor& image, const MMDiTJointBlockWeights& weights,
                            const Tensor& conditioning, MMDiTHeads heads, const FluxRopeTables& rope,
-                           DType compute, const FluxAttentionCall& call, const char* block);
+                           DType compute, const attention::Call& call, const char* block);
 
 }  // namespace mmgen::dit

@@ -6,7 +6,7 @@ namespace mmgen::dit {
 
 void run_qwenimage_block(Tensor& text, Tensor& image, const QwenImageBlockWeights& w,
                          const Tensor& conditioning, const QwenImageConfig& config,
-                         const FluxRopeTables& rope, DType compute, const FluxAttentionCall& call) {
+                         const FluxRopeTables& rope, DType compute, const attention::Call& call) {
   // _modulate's chunks and the attention processor's order (norm_q, then apply_rotary_emb_qwen)
   // are FLUX's.
   run_mmdit_joint_block(text, image, w, conditioning,

@@ -7,27 +7,23 @@
 // concatenates text first). It runs the joint block FLUX's double-stream blocks run
 // (mmdit_joint_block.h).
 //
-// Attention goes through FLUX's per-layer dispatch (flux_attention.h), whose contract is the same
-// here: one item's joint sequence with no key mask. Qwen-Image has double-stream blocks only, so
-// its layers are FluxAttention's double_layers (single_layers stays empty) and every call is
-// FluxStage::Double.
+// Attention: one item's joint sequence with no key mask, as FLUX's (attention::attend, the stack
+// "transformer_blocks").
 #pragma once
 
+#include "attention/layer.h"
 #include "core/tensor.h"
-#include "models/dit/flux/flux_attention.h"
 #include "models/dit/flux/flux_rope.h"
 #include "models/dit/qwenimage/qwenimage_config.h"
 #include "models/dit/qwenimage/qwenimage_weights.h"
 
 namespace mmgen::dit {
 
-using QwenImageAttention = FluxAttention;
-
 // `text` [text tokens, dim] and `image` [image tokens, dim] float32, updated in place.
 // `conditioning` is SiLU(temb) [1, dim] in `compute` on the streams' device (what img_mod and
 // txt_mod read); `rope` holds the joint sequence's tables, text rows first.
 void run_qwenimage_block(Tensor& text, Tensor& image, const QwenImageBlockWeights& weights,
                          const Tensor& conditioning, const QwenImageConfig& config,
-                         const FluxRopeTables& rope, DType compute, const FluxAttentionCall& call);
+                         const FluxRopeTables& rope, DType compute, const attention::Call& call);
 
 }  // namespace mmgen::dit

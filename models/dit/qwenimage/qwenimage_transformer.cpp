@@ -87,9 +87,13 @@ Tensor QwenImageTransformer::conditioning(const QwenImageItem& item) const {
   return temb.to(resident_.compute);
 }
 
+std::vector<attention::StackTraits> QwenImageTransformer::attention_stacks() const {
+  return {{.name = std::string(kQwenImageStack), .layers = config_.num_layers}};
+}
+
 std::vector<Tensor> QwenImageTransformer::forward(const std::vector<QwenImageItem>& batch,
                                                   const QwenImageStep& step,
-                                                  QwenImageAttention* attention) const {
+                                                  attention::Layers* attention) const {
   check(!batch.empty(), "Qwen-Image transformer: empty batch");
   const QwenImageOuterWeights& outer =
       resident_.device == Device::CPU ? host_outer_ : resident_.outer;
@@ -121,12 +125,12 @@ std::vector<Tensor> QwenImageTransformer::forward(const std::vector<QwenImageIte
     }));
   }
 
-  FluxAttentionCall call;
-  call.stage = FluxStage::Double;
+  attention::Call call;
+  call.stack = kQwenImageStack;
   call.num_layers = config_.num_layers;
   call.step_index = step.index;
-  call.step_count = step.count;
-  call.attention = attention;
+  call.num_steps = step.count;
+  call.layers = attention;
   const int64_t count = int64_t(batch.size());
   // Each block's weights are read once for the whole batch.
   for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
@@ -134,8 +138,8 @@ std::vector<Tensor> QwenImageTransformer::forward(const std::vector<QwenImageIte
     const QwenImageBlockWeights w = block(layer);
     call.layer = layer;
     for (int64_t i = 0; i < count; ++i) {
-      call.item = i;
-      call.text_tokens = texts[size_t(i)].size(0);
+      call.branch = i;                              // each item keeps its own layer states
+      call.text_length = texts[size_t(i)].size(0);  // the sequence starts with them
       call.timestep = batch[size_t(i)].timestep;
       run_qwenimage_block(texts[size_t(i)], images[size_t(i)], w, conditionings[size_t(i)], config_,
                           ropes[size_t(i)], resident_.compute, call);

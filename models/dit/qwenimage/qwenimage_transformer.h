@@ -9,6 +9,7 @@
 #pragma once
 
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "core/safetensors.h"
@@ -18,6 +19,9 @@
 #include "models/dit/qwenimage/qwenimage_weights.h"
 
 namespace mmgen::dit {
+
+// The model's one stack of attention layers, named as the checkpoint names its blocks.
+inline constexpr std::string_view kQwenImageStack = "transformer_blocks";
 
 struct QwenImageItem {
   Tensor image;  // [image tokens, in_channels] on the host: packed latents
@@ -49,6 +53,9 @@ class QwenImageTransformer {
 
   const QwenImageConfig& config() const { return config_; }
   const WeightStore& weights() const { return weights_; }
+  // Its attention layers, for the attention builder: every block's joint self-attention over
+  // [text, image], named as the checkpoint names the blocks.
+  std::vector<attention::StackTraits> attention_stacks() const;
 
   // Runs the model on `device` from now on; `compute` is the dtype the GPU's products read
   // (bf16; the CPU computes in float32). Moving to the GPU uploads every weight once.
@@ -60,11 +67,11 @@ class QwenImageTransformer {
   void list_parameters(const models::ParameterVisitor& visit) const;
 
   // One prediction per item, [image tokens, patch_size² · out_channels] float32 on the host (the
-  // packed layout of the input: 64 values per token for Qwen-Image). `attention` holds the
-  // per-layer backends the pipeline built, in its double_layers (null: the dense reference).
+  // packed layout of the input: 64 values per token for Qwen-Image). `attention` holds the layers
+  // the pipeline built for the run's device (null: the dense reference).
   std::vector<Tensor> forward(const std::vector<QwenImageItem>& batch,
                               const QwenImageStep& step = {},
-                              QwenImageAttention* attention = nullptr) const;
+                              attention::Layers* attention = nullptr) const;
 
  private:
   // SiLU(temb) [1, dim] in the compute dtype on the model's device.

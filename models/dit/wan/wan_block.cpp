@@ -47,7 +47,7 @@ void check_attention(const WeightStore& store, const std::string& prefix, int64_
 // and, for self-attention, RoPE. Returns the output projection [B, S, D] in `compute`.
 Tensor attend(const Tensor& queries, const Tensor& context, const WanAttentionWeights& w,
               const WanTransformerConfig& config, const WanRopeTables* rope, DType compute,
-              const WanAttentionCall& call) {
+              const attention::Call& call) {
   const int64_t batch = queries.size(0), q_len = queries.size(1), kv_len = context.size(1);
   const int64_t dim = config.inner_dim(), heads = config.num_attention_heads,
                 head_dim = config.attention_head_dim;
@@ -59,11 +59,11 @@ Tensor attend(const Tensor& queries, const Tensor& context, const WanAttentionWe
     Tensor k = ops::linear(context, w.k_weight, w.k_bias, compute);
     ops::rms_norm_rope_(k, w.norm_k, config.eps, cos, sin, head_dim);
     Tensor v = ops::linear(context, w.v_weight, w.v_bias, compute);
-    WanAttentionCall with_input = call;
+    attention::Call with_input = call;
     if (!call.is_cross) with_input.attention_input = &queries;
-    attended = wan_attention(q.view({batch, q_len, heads, head_dim}),
-                             k.view({batch, kv_len, heads, head_dim}),
-                             v.view({batch, kv_len, heads, head_dim}), with_input);
+    attended = attention::attend(q.view({batch, q_len, heads, head_dim}),
+                                 k.view({batch, kv_len, heads, head_dim}),
+                                 v.view({batch, kv_len, heads, head_dim}), with_input);
   }  // q, k, v released before the output projection allocates
   return ops::linear(attended.view({batch, q_len, dim}), w.out_weight, w.out_bias, compute);
 }
@@ -185,7 +185,7 @@ std::vector<uint64_t> WanBlockWeights::gpu_tensor_bytes(const WanTransformerConf
 Tensor run_wan_block(Tensor& x, const Tensor& normed, const Tensor& text, const WanModulation& m,
                      const WanNextNorm& next, const WanBlockWeights& weights,
                      const WanTransformerConfig& config, const WanRopeTables& rope, DType compute,
-                     const WanAttentionCall& call) {
+                     const attention::Call& call) {
   const int64_t batch = x.size(0), tokens = x.size(1), dim = x.size(2);
   const int64_t rows = batch * tokens;
   // The branches' outputs come in `compute` (bf16 on the GPU, as diffusers' bf16 modules give
@@ -195,8 +195,10 @@ Tensor run_wan_block(Tensor& x, const Tensor& normed, const Tensor& text, const 
   // 1. Self-attention, gated residual, then the cross-attention's pre-norm.
   Tensor cross_normed;
   {
-    WanAttentionCall self_call = call;
+    attention::Call self_call = call;
+    self_call.stack = kWanSelfStack;
     self_call.is_cross = false;
+    self_call.text_length = 0;  // the video tokens alone
     const Tensor out =
         attend(normed, normed, weights.self_attention, config, &rope, compute, self_call);
     if (config.cross_attn_norm) {
@@ -211,7 +213,8 @@ Tensor run_wan_block(Tensor& x, const Tensor& normed, const Tensor& text, const 
   // 2. Cross-attention to the text, plain residual (no gate), then the feed-forward's pre-norm.
   Tensor ffn_normed;
   {
-    WanAttentionCall cross_call = call;
+    attention::Call cross_call = call;
+    cross_call.stack = kWanCrossStack;
     cross_call.is_cross = true;
     const Tensor out =
         attend(cross_normed, text, weights.cross_attention, config, nullptr, compute, cross_call);

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "attention/layer.h"
 #include "core/safetensors.h"
-#include "models/dit/wan/wan_attention.h"
 #include "models/dit/wan/wan_rope.h"
 #include "models/dit/wan/wan_transformer_config.h"
 #include "models/parameters.h"
@@ -80,6 +80,10 @@ struct WanNextNorm {
   DType dtype = DType::F32;
 };
 
+// The model's two stacks of attention layers (WanTransformer::attention_stacks()).
+inline constexpr std::string_view kWanSelfStack = "self";
+inline constexpr std::string_view kWanCrossStack = "cross";
+
 // Runs block `call.layer` on x [B, S, D] (float32, the residual stream) in place, where x lives.
 // `normed` is this block's modulated pre-norm of x in weights.inputs, the dtype the products read
 // (float32 on the CPU; bf16 or f8_e4m3_rows on the GPU): modulated_layer_norm(x, shift,
@@ -89,6 +93,6 @@ struct WanNextNorm {
 Tensor run_wan_block(Tensor& x, const Tensor& normed, const Tensor& text,
                      const WanModulation& modulation, const WanNextNorm& next,
                      const WanBlockWeights& weights, const WanTransformerConfig& config,
-                     const WanRopeTables& rope, DType compute, const WanAttentionCall& call);
+                     const WanRopeTables& rope, DType compute, const attention::Call& call);
 
 }  // namespace mmgen::dit

@@ -237,9 +237,20 @@ const WanRopeTables& WanTransformer::rope_tables(int64_t grid_t, int64_t grid_h,
   return rope_tables_;
 }
 
+std::vector<attention::StackTraits> WanTransformer::attention_stacks() const {
+  return {{.name = std::string(kWanSelfStack),
+           .layers = config_.num_layers,
+           .kind = attention::LayerKind::SelfAttention,
+           .video_tokens_only = true,
+           .block_prefix = "blocks."},
+          {.name = std::string(kWanCrossStack),
+           .layers = config_.num_layers,
+           .kind = attention::LayerKind::CrossAttention}};
+}
+
 Tensor WanTransformer::forward(const Tensor& latents, float timestep, const Tensor& text_embeds,
-                               const WanStep& step, WanAttention* attention,
-                               const WanSequenceParallel* sequence) const {
+                               const WanStep& step, attention::Layers* attention,
+                               const attention::SequenceParallel* sequence) const {
   MMGEN_PROFILE("wan transformer (outside ops)");
   const auto [pt, ph, pw] = config_.patch_size;
   check(latents.dim() == 5 && latents.size(1) == config_.in_channels,
@@ -323,16 +334,17 @@ Tensor WanTransformer::forward(const Tensor& latents, float timestep, const Tens
   Tensor x = ops::linear(patches.to(resident_.compute).to(resident_.device), outer.patch_weight,
                          outer.patch_bias);
 
-  WanAttentionCall call;
-  call.grid_t = grid.t;
-  call.grid_h = grid.h;
-  call.grid_w = grid.w;
-  call.text_len = text_embeds.size(1);
+  attention::Call call;
+  call.layers = attention;
+  call.grid = {grid.t, grid.h, grid.w};
+  // The cross-attention's keys (the self-attention's sequence holds the video tokens alone).
+  call.text_length = text_embeds.size(1);
   call.repeated_tail = tail.empty() ? nullptr : &tail;
   call.num_layers = config_.num_layers;
   call.timestep = timestep;
-  call.step = step;
-  call.attention = attention;
+  call.step_index = step.index;
+  call.num_steps = step.count;
+  call.branch = step.branch == 0 ? 0 : 1;
   call.sequence = sequence;
   // Each block starts from its modulated pre-norm and hands on the next one (the output head's
   // after the last block), so every residual update and the norm after it are one op.

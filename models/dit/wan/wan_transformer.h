@@ -17,7 +17,6 @@
 
 #include "core/safetensors.h"
 #include "core/weight_stream.h"
-#include "models/dit/wan/wan_attention.h"
 #include "models/dit/wan/wan_block.h"
 #include "models/dit/wan/wan_rope.h"
 #include "models/dit/wan/wan_transformer_config.h"
@@ -42,6 +41,13 @@ struct TimeEmbedderWeights {
 TimeConditioning time_conditioning(const TimeEmbedderWeights& weights,
                                    const WanTransformerConfig& config, float timestep);
 
+// Where a forward pass sits in the denoising loop.
+struct WanStep {
+  int64_t index = 0;  // 0-based
+  int64_t count = 1;
+  int branch = 0;  // 0: conditional prompt, 1: unconditional (classifier-free guidance)
+};
+
 class WanTransformer {
  public:
   // Checks every tensor the config implies (names, shapes, float dtypes) up front.
@@ -51,6 +57,9 @@ class WanTransformer {
 
   const WanTransformerConfig& config() const { return config_; }
   const WeightStore& weights() const { return weights_; }
+  // Its attention layers, for the attention builder: each block's self-attention over the video
+  // tokens alone (extra checkpoint weights under blocks.N.) and its cross-attention to the text.
+  std::vector<attention::StackTraits> attention_stacks() const;
 
   // Runs the model on `device` from now on; `compute` is the dtype the GPU's products read (bf16;
   // the CPU computes in float32). Moving to the GPU uploads every weight once. `fp8_products`
@@ -79,15 +88,14 @@ class WanTransformer {
   // latents [B, in_channels, F, H, W] (F, H, W divisible by the patch size), one timestep for the
   // whole batch (the scheduler's value, e.g. 999.0), text_embeds [B, L, text_dim], both on the
   // host. Returns the prediction [B, out_channels, F, H, W], float32 on the host. `step` says
-  // where this forward sits in the denoising loop; `attention` holds the per-layer backends the
-  // pipeline built (null: the dense reference everywhere; a GPU run: its dense kernels and sparse
-  // backend) and is passed on to every attention call.
+  // where this forward sits in the denoising loop; `attention` holds the layers the pipeline built
+  // for the run's device (pipeline/attention_layers.h; null: the dense reference everywhere).
   // `sequence` (Ulysses sequence parallel): this rank computes only its rows of the latent
   // tokens, exchanging them with the group around each self-attention, and the whole prediction
   // is gathered on every rank at the end.
   Tensor forward(const Tensor& latents, float timestep, const Tensor& text_embeds,
-                 const WanStep& step = {}, WanAttention* attention = nullptr,
-                 const WanSequenceParallel* sequence = nullptr) const;
+                 const WanStep& step = {}, attention::Layers* attention = nullptr,
+                 const attention::SequenceParallel* sequence = nullptr) const;
 
  private:
   // The condition embedder's text MLP, the patch embedding and the output projection where the

@@ -69,9 +69,21 @@ std::vector<ZImageModulation> zimage_modulations(const std::vector<ZImageBlockWe
   return out;
 }
 
+std::string_view zimage_stack_name(ZImageStage stage) {
+  switch (stage) {
+    case ZImageStage::NoiseRefiner:
+      return "noise_refiner";
+    case ZImageStage::ContextRefiner:
+      return "context_refiner";
+    case ZImageStage::Main:
+      break;
+  }
+  return "layers";
+}
+
 Tensor run_zimage_block(Tensor& x, const ZImageBlockWeights& w, const ZImageModulation& m,
                         const ZImageConfig& config, const ZImageRopeTables& rope, DType compute,
-                        const ZImageAttentionCall& call, Tensor normed,
+                        const attention::Call& call, Tensor normed,
                         const Tensor& next_attention_norm) {
   const int64_t tokens = x.size(0), dim = config.dim, heads = config.n_heads,
                 head_dim = config.head_dim();
@@ -96,7 +108,7 @@ Tensor run_zimage_block(Tensor& x, const ZImageBlockWeights& w, const ZImageModu
       ops::rms_norm_rope_(q_heads, w.norm_q, kQkEps, rope.cos, rope.sin, head_dim, heads);
       ops::rms_norm_rope_(k_heads, w.norm_k, kQkEps, rope.cos, rope.sin, head_dim, heads);
       const Shape shape = {1, tokens, heads, head_dim};
-      attended = zimage_attention(q.view(shape), k.view(shape), v.view(shape), call);
+      attended = attention::attend(q.view(shape), k.view(shape), v.view(shape), call);
     }  // q, k, v released before the output projection allocates
     // The output in the compute dtype: float32 on the CPU; bf16 on the GPU, read once by the
     // fused post-norm and residual update.

@@ -4,15 +4,22 @@
 // gate the residuals by tanh(gate) from the timestep embedding; the context refiner does neither.
 #pragma once
 
+#include <string_view>
 #include <vector>
 
+#include "attention/layer.h"
 #include "core/tensor.h"
-#include "models/dit/zimage/zimage_attention.h"
 #include "models/dit/zimage/zimage_config.h"
 #include "models/dit/zimage/zimage_rope.h"
 #include "models/dit/zimage/zimage_weights.h"
 
 namespace mmgen::dit {
+
+// The three block stacks, in the order a forward runs them.
+enum class ZImageStage { NoiseRefiner, ContextRefiner, Main };
+// A stack's checkpoint name ("noise_refiner", "context_refiner", "layers"), which is also the
+// name of its attention layers (ZImageTransformer::attention_stacks()).
+std::string_view zimage_stack_name(ZImageStage stage);
 
 // One block's modulation for one item, on the model's device: the pre-norm weights with 1 + scale
 // folded in (RMSNorm(x)·w·(1 + s) = x·rms⁻¹·(w·(1 + s))) and the residual gates, float32 [dim].
@@ -39,8 +46,7 @@ std::vector<ZImageModulation> zimage_modulations(const std::vector<ZImageBlockWe
 // norm) the block returns the next block's `normed`, else an undefined tensor.
 Tensor run_zimage_block(Tensor& x, const ZImageBlockWeights& weights,
                         const ZImageModulation& modulation, const ZImageConfig& config,
-                        const ZImageRopeTables& rope, DType compute,
-                        const ZImageAttentionCall& call, Tensor normed = Tensor(),
-                        const Tensor& next_attention_norm = Tensor());
+                        const ZImageRopeTables& rope, DType compute, const attention::Call& call,
+                        Tensor normed = Tensor(), const Tensor& next_attention_norm = Tensor());
 
 }  // namespace mmgen::dit

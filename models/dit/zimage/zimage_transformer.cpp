@@ -19,18 +19,6 @@ constexpr int64_t kZImageTimestepChannels = 256;
 // The final layer's LayerNorm eps (fixed in diffusers' FinalLayer, whatever norm_eps says).
 constexpr float kFinalNormEps = 1e-6f;
 
-const char* stack_name(ZImageStage stage) {
-  switch (stage) {
-    case ZImageStage::NoiseRefiner:
-      return "noise_refiner";
-    case ZImageStage::ContextRefiner:
-      return "context_refiner";
-    case ZImageStage::Main:
-      break;
-  }
-  return "layers";
-}
-
 ZImageConfig validated(ZImageConfig config) {
   config.validate("transformer config");
   return config;
@@ -102,7 +90,7 @@ void ZImageTransformer::set_device(Device device, DType compute) {
         const auto upload = [&](ZImageStage stage, int64_t count,
                                 std::vector<ZImageBlockWeights>& to) {
           for (int64_t layer = 0; layer < count; ++layer) {
-            const std::string prefix = zimage_block_prefix(stack_name(stage), layer);
+            const std::string prefix = zimage_block_prefix(zimage_stack_name(stage), layer);
             to.push_back(models::placed_counted(
                 ZImageBlockWeights::load(weights_, prefix, stage != ZImageStage::ContextRefiner),
                 rule, next.bytes));
@@ -131,14 +119,14 @@ ZImageBlockWeights ZImageTransformer::block_weights(ZImageStage stage, int64_t l
                                                : resident_.layers;
     return resident[size_t(layer)];
   }
-  return ZImageBlockWeights::load(weights_, zimage_block_prefix(stack_name(stage), layer),
+  return ZImageBlockWeights::load(weights_, zimage_block_prefix(zimage_stack_name(stage), layer),
                                   stage != ZImageStage::ContextRefiner);
 }
 
 ZImageBlockWeights ZImageTransformer::modulation_weights(ZImageStage stage, int64_t layer) const {
   if (resident_.device != Device::CPU) return block_weights(stage, layer);
   return ZImageBlockWeights::load_modulation(weights_,
-                                             zimage_block_prefix(stack_name(stage), layer),
+                                             zimage_block_prefix(zimage_stack_name(stage), layer),
                                              stage != ZImageStage::ContextRefiner);
 }
 
@@ -162,8 +150,18 @@ const ZImageTransformer::LayoutRope& ZImageTransformer::layout_rope(
   return layouts.emplace(key, std::move(tables)).first->second;
 }
 
+std::vector<attention::StackTraits> ZImageTransformer::attention_stacks() const {
+  std::vector<attention::StackTraits> stacks;
+  for (const auto& [stage, layers] :
+       {std::pair{ZImageStage::NoiseRefiner, config_.n_refiner_layers},
+        std::pair{ZImageStage::ContextRefiner, config_.n_refiner_layers},
+        std::pair{ZImageStage::Main, config_.n_layers}})
+    stacks.push_back({.name = std::string(zimage_stack_name(stage)), .layers = layers});
+  return stacks;
+}
+
 std::vector<Tensor> ZImageTransformer::forward(const std::vector<ZImageItem>& batch,
-                                               const ZImageStep& step, ZImageAttention* attention,
+                                               const ZImageStep& step, attention::Layers* attention,
                                                dist::Communicator* sequence_group) const {
   check(!batch.empty(), "Z-Image transformer: empty batch");
   const int64_t count = int64_t(batch.size());
@@ -203,10 +201,10 @@ std::vector<Tensor> ZImageTransformer::forward(const std::vector<ZImageItem>& ba
                                     host_outer_.cap_pad_token));
   }
 
-  ZImageAttentionCall call;
+  attention::Call call;
   call.step_index = step.index;
-  call.step_count = step.count;
-  call.attention = attention;
+  call.num_steps = step.count;
+  call.layers = attention;
   // Every block's modulation for every item, before any block runs: the read-back of the
   // products stays out of the stream of block kernels (which then queue without a host round
   // trip between blocks). Blocks listed noise refiner, context refiner, main: the stacked
@@ -237,8 +235,8 @@ std::vector<Tensor> ZImageTransformer::forward(const std::vector<ZImageItem>& ba
   const auto run_stack = [&](ZImageStage stage, int64_t layers, std::vector<Tensor>& streams,
                              const std::vector<ZImageRopeTables>& rope,
                              const std::vector<std::vector<ZImageModulation>>& modulation,
-                             const std::vector<ZImageSequenceParallel>& sequence) {
-    call.stage = stage;
+                             const std::vector<attention::SequenceParallel>& sequence) {
+    call.stack = zimage_stack_name(stage);
     call.num_layers = layers;
     // Each item's next attention input, returned by the block before it (its last residual
     // update and the next pre-norm in one pass).
@@ -248,11 +246,16 @@ std::vector<Tensor> ZImageTransformer::forward(const std::vector<ZImageItem>& ba
       call.layer = layer;
       const ZImageBlockWeights weights = block_weights(stage, layer);
       for (int64_t i = 0; i < count; ++i) {
-        call.item = i;
+        call.branch = i;  // each item keeps its own layer states
         call.sequence = sequence.empty() ? nullptr : &sequence[size_t(i)];
         call.timestep = batch[size_t(i)].timestep;
         call.grid = stage == ZImageStage::ContextRefiner ? std::array<int64_t, 3>{0, 0, 0}
                                                          : layouts[size_t(i)].grid;
+        // The tokens after the image grid: its padding and then the caption (main blocks), or
+        // the whole caption (context refiner), which is where backends expect text.
+        const int64_t whole =
+            call.sequence ? call.sequence->shards.total() : streams[size_t(i)].size(0);
+        call.text_length = whole - call.grid[0] * call.grid[1] * call.grid[2];
         const Tensor next_norm =
             layer + 1 < layers ? modulation[size_t(layer + 1)][size_t(i)].attention_norm : Tensor();
         normed[size_t(i)] = run_zimage_block(
@@ -263,11 +266,11 @@ std::vector<Tensor> ZImageTransformer::forward(const std::vector<ZImageItem>& ba
   };
   // Sequence parallel: each item's rows split over the group, with their rows of the RoPE tables.
   const auto shard = [&](std::vector<Tensor>& streams, std::vector<ZImageRopeTables>& rope) {
-    std::vector<ZImageSequenceParallel> sequence;
+    std::vector<attention::SequenceParallel> sequence;
     if (!sequence_group) return sequence;
     for (int64_t i = 0; i < count; ++i) {
       Tensor& stream = streams[size_t(i)];
-      ZImageSequenceParallel part{
+      attention::SequenceParallel part{
           sequence_group, dist::SequenceShards::balanced(stream.size(0), sequence_group->size())};
       const int64_t start = part.offset(), end = start + part.rows();
       stream = stream.slice(0, start, end).contiguous();
@@ -278,12 +281,12 @@ std::vector<Tensor> ZImageTransformer::forward(const std::vector<ZImageItem>& ba
     return sequence;
   };
   // Every rank's rows back into the whole stream [tokens, features].
-  const auto gather = [&](const Tensor& rows, const ZImageSequenceParallel& part) {
+  const auto gather = [&](const Tensor& rows, const attention::SequenceParallel& part) {
     return attention::gather_sequence(rows.contiguous().view({1, rows.size(0), rows.size(1)}),
                                       part.shards, *part.group)
         .view({part.shards.total(), rows.size(1)});
   };
-  const std::vector<ZImageSequenceParallel> image_sequence = shard(image, image_rope);
+  const std::vector<attention::SequenceParallel> image_sequence = shard(image, image_rope);
   run_stack(ZImageStage::NoiseRefiner, config_.n_refiner_layers, image, image_rope,
             noise_modulation, image_sequence);
   for (size_t i = 0; i < image_sequence.size(); ++i) image[i] = gather(image[i], image_sequence[i]);
@@ -294,7 +297,7 @@ std::vector<Tensor> ZImageTransformer::forward(const std::vector<ZImageItem>& ba
     joint.push_back(assemble_rows({image[size_t(i)], caption[size_t(i)]}, 0, Tensor()));
     image[size_t(i)] = caption[size_t(i)] = Tensor();
   }
-  const std::vector<ZImageSequenceParallel> joint_sequence = shard(joint, joint_rope);
+  const std::vector<attention::SequenceParallel> joint_sequence = shard(joint, joint_rope);
   run_stack(ZImageStage::Main, config_.n_layers, joint, joint_rope, main_modulation,
             joint_sequence);
 

@@ -17,8 +17,9 @@
 #include <mutex>
 #include <vector>
 
+#include "attention/layer.h"
 #include "core/safetensors.h"
-#include "models/dit/zimage/zimage_attention.h"
+#include "models/dit/zimage/zimage_block.h"
 #include "models/dit/zimage/zimage_config.h"
 #include "models/dit/zimage/zimage_rope.h"
 #include "models/dit/zimage/zimage_weights.h"
@@ -54,6 +55,9 @@ class ZImageTransformer {
 
   const ZImageConfig& config() const { return config_; }
   const WeightStore& weights() const { return weights_; }
+  // Its attention layers, for the attention builder: the three stacks' self-attention, named as
+  // the checkpoint names them (zimage_stack_name), each over an item's whole sequence.
+  std::vector<attention::StackTraits> attention_stacks() const;
 
   // Runs the model on `device` from now on; `compute` is the dtype the GPU's products read (bf16;
   // the CPU computes in float32). Moving to the GPU uploads every weight once.
@@ -65,13 +69,14 @@ class ZImageTransformer {
   void list_parameters(const models::ParameterVisitor& visit) const;
 
   // One prediction per item, [in_channels, frames, height, width] float32 on the host.
-  // `attention` holds the per-layer backends the pipeline built (null: the dense reference).
+  // `attention` holds the layers the pipeline built for the run's device (null: the dense
+  // reference).
   // `sequence_group` (Ulysses sequence parallel, every rank of it calling with the same batch):
   // the noise refiner and the main blocks run on this rank's rows of each item's image and joint
   // sequences (balanced shards), the short caption refiner on all of them; every rank returns
   // the whole prediction.
   std::vector<Tensor> forward(const std::vector<ZImageItem>& batch, const ZImageStep& step = {},
-                              ZImageAttention* attention = nullptr,
+                              attention::Layers* attention = nullptr,
                               dist::Communicator* sequence_group = nullptr) const;
 
  private:

@@ -30,7 +30,7 @@ void expect(const WeightStore& store, const std::string& name, const Shape& shap
 
 }  // namespace
 
-std::string zimage_block_prefix(const char* stack, int64_t layer) {
+std::string zimage_block_prefix(std::string_view stack, int64_t layer) {
   return std::string(stack) + "." + std::to_string(layer) + ".";
 }
 

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/safetensors.h"
@@ -20,7 +21,7 @@
 namespace mmgen::dit {
 
 // "noise_refiner.0.", "context_refiner.1.", "layers.29." ...
-std::string zimage_block_prefix(const char* stack, int64_t layer);
+std::string zimage_block_prefix(std::string_view stack, int64_t layer);
 
 struct ZImageBlockWeights {
   // Products (no biases: diffusers builds them with bias=False): on the host in the stored dtype
