@@ -26,6 +26,15 @@ attention::Layers build_attention_layers(const AttentionPlan& plan, const std::s
                                          const std::vector<attention::StackTraits>& stacks,
                                          const WeightStore& weights, Device device);
 
+// A run's attention for a pipeline's "transformer" component on `device`: the builder over the
+// model's own stacks and weights.
+template <class Transformer>
+attention::Layers transformer_layers(const AttentionPlan& plan, const Transformer& model,
+                                     Device device) {
+  return build_attention_layers(plan, "transformer", model.attention_stacks(), model.weights(),
+                                device);
+}
+
 // The layer of a component whose attention is dense and runs on the host (the VAE's mid-block
 // attention; its GPU path is the VAE's own kernel): the plan's backend for it with its default
 // settings, or the dense reference when the plan has none.

@@ -118,8 +118,7 @@ FluxGenerationOutput FluxPipeline::generate(const FluxGenerationInput& input,
                                         shape[2], shape[3]);
 
   attention::Layers attention =
-      build_attention_layers(attention_plan_, "transformer", transformer_->attention_stacks(),
-                             transformer_->weights(), input.cuda ? Device::CUDA : Device::CPU);
+      transformer_layers(attention_plan_, *transformer_, input.cuda ? Device::CUDA : Device::CPU);
   FluxGenerationOutput output;
   const auto predict = [&](const DenoiseStep& step, const Tensor& sample) {
     // timestep / 1000 in float32, as the pipeline divides the scheduler's float32 timestep.

@@ -110,8 +110,7 @@ QwenImageGenerationOutput QwenImagePipeline::generate(const QwenImageGenerationI
                                         shape[2], shape[3]);
 
   attention::Layers attention =
-      build_attention_layers(attention_plan_, "transformer", transformer_->attention_stacks(),
-                             transformer_->weights(), input.cuda ? Device::CUDA : Device::CPU);
+      transformer_layers(attention_plan_, *transformer_, input.cuda ? Device::CUDA : Device::CPU);
   QwenImageGenerationOutput output;
   const auto predict = [&](const DenoiseStep& step, const Tensor& sample) {
     const float timestep = step.timestep / 1000.0f;

@@ -247,8 +247,7 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
   }
 
   attention::Layers attention =
-      build_attention_layers(attention_plan_, "transformer", transformer_->attention_stacks(),
-                             transformer_->weights(), input.cuda ? Device::CUDA : Device::CPU);
+      transformer_layers(attention_plan_, *transformer_, input.cuda ? Device::CUDA : Device::CPU);
   if (!input.cuda && transformer_->device() != Device::CPU) transformer_->set_device(Device::CPU);
   // Sequence parallel: this rank's rows of the latent tokens (the ranks of its guidance branch
   // share the sequence).

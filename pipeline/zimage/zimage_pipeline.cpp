@@ -160,8 +160,7 @@ ZImageGenerationOutput ZImagePipeline::generate(const ZImageGenerationInput& inp
                                         shape[2], shape[3]);
 
   attention::Layers attention =
-      build_attention_layers(attention_plan_, "transformer", transformer_->attention_stacks(),
-                             transformer_->weights(), input.cuda ? Device::CUDA : Device::CPU);
+      transformer_layers(attention_plan_, *transformer_, input.cuda ? Device::CUDA : Device::CPU);
   ZImageGenerationOutput output;
   const auto predict = [&](const DenoiseStep& step, const Tensor& sample) {
     // The normalised time the model sees, in float32 as torch computes it: 0 at the start.
