@@ -35,7 +35,7 @@ struct Limits {
   static constexpr size_t kRegexStepsPerCharacter = 1000;
   static constexpr size_t kRegexBaseSteps = size_t(1) << 20;
 
-  // Rendering a tokenizer's chat template (models/tokenizers/jinja_*), a small program from the
+  // Rendering a tokenizer's chat template (text/jinja_*), a small program from the
   // model folder: nesting of its statements and expressions (real templates nest under 10), the
   // statements and expressions being evaluated at once, macro calls included (the evaluator
   // recurses; 1000 levels stay well inside an 8 MB stack under ASan), evaluation steps (one per

@@ -1,4 +1,4 @@
-// Added-token matching (models/tokenizers/longest_match.h): the input's first line lists tokens
+// Added-token matching (text/longest_match.h): the input's first line lists tokens
 // separated by '|', the rest is the text. The automaton must agree with the obvious search at
 // every position (the longest token there, the first listed among equal ones), and a tokenizer
 // built with those added tokens must encode the text without anything but mmgen::Error.
@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "fuzz/fuzz_support.h"
-#include "models/tokenizers/longest_match.h"
-#include "models/tokenizers/tokenizer.h"
+#include "text/longest_match.h"
+#include "text/tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace mmgen;

@@ -4,8 +4,8 @@
 #include <string>
 
 #include "fuzz/fuzz_support.h"
-#include "models/tokenizers/prompt_clean.h"
-#include "models/tokenizers/tokenizer.h"
+#include "text/prompt_clean.h"
+#include "text/tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace mmgen;

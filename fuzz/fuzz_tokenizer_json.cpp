@@ -3,7 +3,7 @@
 #include <string>
 
 #include "fuzz/fuzz_support.h"
-#include "models/tokenizers/tokenizer.h"
+#include "text/tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace mmgen;

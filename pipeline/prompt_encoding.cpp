@@ -14,12 +14,12 @@
 #include "models/text_encoders/qwen3_prompt_embedding.h"
 #include "models/text_encoders/qwenimage_prompt_embedding.h"
 #include "models/text_encoders/umt5_encoder.h"
-#include "models/tokenizers/chat_template.h"
-#include "models/tokenizers/prompt_clean.h"
-#include "models/tokenizers/tokenizer.h"
 #include "pipeline/component_classes.h"
 #include "pipeline/model_index.h"
 #include "pipeline/registry.h"
+#include "text/chat_template.h"
+#include "text/prompt_clean.h"
+#include "text/tokenizer.h"
 
 namespace mmgen {
 namespace {

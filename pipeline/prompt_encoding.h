@@ -19,8 +19,8 @@
 #include "core/tensor.h"
 #include "models/text_encoders/qwen3_model.h"
 #include "models/text_encoders/qwen3_paged.h"
-#include "models/tokenizers/chat_template.h"
-#include "models/tokenizers/tokenizer.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 
 namespace mmgen {
 

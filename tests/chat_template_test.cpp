@@ -4,7 +4,7 @@
 // Jinja2 3.1.6 configured as transformers configures it), enable_thinking=False, where the
 // template comes from (chat_template.jinja, tokenizer_config.json as a string or a named list),
 // and the one-line errors when there is none or it cannot be rendered.
-#include "models/tokenizers/chat_template.h"
+#include "text/chat_template.h"
 
 #include <gtest/gtest.h>
 
@@ -16,8 +16,8 @@
 #include "core/error.h"
 #include "core/file.h"
 #include "models/text_encoders/qwen3_prompt_embedding.h"
-#include "models/tokenizers/tokenizer.h"
 #include "tests/test_support.h"
+#include "text/tokenizer.h"
 
 namespace mmgen::tokenizers {
 namespace {

@@ -15,10 +15,10 @@
 #include "core/safetensors.h"
 #include "models/text_encoders/clip_text_model.h"
 #include "models/text_encoders/umt5_encoder.h"
-#include "models/tokenizers/clip_bpe_folder.h"
-#include "models/tokenizers/nfc_lowercase.h"
-#include "models/tokenizers/tokenizer.h"
 #include "tests/test_support.h"
+#include "text/clip_bpe_folder.h"
+#include "text/nfc_lowercase.h"
+#include "text/tokenizer.h"
 
 namespace mmgen::text_encoders {
 namespace {

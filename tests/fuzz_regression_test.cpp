@@ -20,12 +20,12 @@
 #include "models/dit/wan/wan_transformer_config.h"
 #include "models/text_encoders/qwen3_config.h"
 #include "models/text_encoders/t5_config.h"
-#include "models/tokenizers/chat_template.h"
-#include "models/tokenizers/tokenizer.h"
 #include "models/vae/wan_vae_config.h"
 #include "pipeline/model_index.h"
 #include "pipeline/schedulers/scheduler.h"
 #include "tests/test_support.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 
 namespace mmgen {
 namespace {

@@ -25,9 +25,9 @@
 #include "core/safetensors.h"
 #include "core/text.h"
 #include "core/yaml.h"
-#include "models/tokenizers/longest_match.h"
-#include "models/tokenizers/tokenizer.h"
 #include "tests/test_support.h"
+#include "text/longest_match.h"
+#include "text/tokenizer.h"
 
 namespace mmgen {
 namespace {

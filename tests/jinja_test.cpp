@@ -1,4 +1,4 @@
-// The Jinja interpreter behind chat templates (models/tokenizers/jinja_*): expressions, filters,
+// The Jinja interpreter behind chat templates (text/jinja_*): expressions, filters,
 // tests, methods, loops and their `loop` variable, scoping and namespaces, slicing, macros and
 // whitespace control against the output of Python's Jinja2 itself, plus the one-line errors for
 // what mmgen does not render and the bounds that stop hostile templates.
@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "core/error.h"
-#include "models/tokenizers/jinja_template.h"
-#include "models/tokenizers/jinja_value.h"
 #include "tests/test_support.h"
+#include "text/jinja_template.h"
+#include "text/jinja_value.h"
 
 namespace mmgen::tokenizers::jinja {
 namespace {

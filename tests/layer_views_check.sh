@@ -8,9 +8,9 @@
 # Usage: layer_views_check.sh CXX VIEWS_DIR SOURCE_DIR COMPILE_COMMANDS_JSON
 set -u
 cxx=$1 views=$2 source=$3 commands=$4
-layers=(core attention models pipeline generate)
-headers=(core/error.h attention/catalogue.h models/dit/wan/wan_transformer_config.h pipeline/request.h
-  generate/options.h)
+layers=(core text attention models pipeline generate)
+headers=(core/error.h text/tokenizer.h attention/catalogue.h models/dit/wan/wan_transformer_config.h
+  pipeline/request.h generate/options.h)
 status=0
 empty=$(mktemp -d)
 trap 'rm -rf "$empty"' EXIT
@@ -29,8 +29,8 @@ for i in "${!layers[@]}"; do
     fi
   done
 done
-if grep -rnE '#include +"(\.\./)+(core|attention|models|pipeline|generate)/' \
-  "$source"/{core,attention,models,pipeline,generate}; then
+if grep -rnE '#include +"(\.\./)+(core|text|attention|models|pipeline|generate)/' \
+  "$source"/{core,text,attention,models,pipeline,generate}; then
   echo "FAIL: the includes above reach another layer by a relative path"
   status=1
 fi
@@ -62,7 +62,7 @@ checked=$(awk -v views="$views" -v source="$source" '
       if (index(file, source "/") != 1) next
       layer = substr(file, length(source) + 2); sub(/\/.*/, "", layer)
     }
-    if (layer !~ /^(core|attention|models|pipeline|generate)$/ || file ~ /\/main\.cpp$/) next
+    if (layer !~ /^(core|text|attention|models|pipeline|generate)$/ || file ~ /\/main\.cpp$/) next
     n += count
     if (index(command, " -I" source " ") || index(command, " -I" source "/ "))
       { print "FAIL: " file " compiles against the source root"; bad++ }

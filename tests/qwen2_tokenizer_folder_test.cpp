@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "core/file.h"
-#include "models/tokenizers/qwen2_bpe_folder.h"
-#include "models/tokenizers/tokenizer.h"
 #include "tests/test_support.h"
+#include "text/qwen2_bpe_folder.h"
+#include "text/tokenizer.h"
 
 namespace mmgen {
 namespace {

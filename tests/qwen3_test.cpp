@@ -22,9 +22,9 @@
 #include "models/text_encoders/qwen3_model.h"
 #include "models/text_encoders/qwen3_paged.h"
 #include "models/text_encoders/qwen3_prompt_embedding.h"
-#include "models/tokenizers/chat_template.h"
-#include "models/tokenizers/tokenizer.h"
 #include "tests/test_support.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 
 namespace mmgen::text_encoders {
 namespace {

@@ -16,8 +16,8 @@
 #include "models/text_encoders/qwen3_config.h"
 #include "models/text_encoders/qwen3_model.h"
 #include "models/text_encoders/qwenimage_prompt_embedding.h"
-#include "models/tokenizers/tokenizer.h"
 #include "tests/test_support.h"
+#include "text/tokenizer.h"
 
 namespace mmgen::text_encoders {
 namespace {

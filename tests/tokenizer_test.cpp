@@ -1,4 +1,4 @@
-#include "models/tokenizers/tokenizer.h"
+#include "text/tokenizer.h"
 
 #include <gtest/gtest.h>
 
@@ -7,9 +7,9 @@
 
 #include "core/error.h"
 #include "core/file.h"
-#include "models/tokenizers/prompt_clean.h"
-#include "models/tokenizers/regex.h"
 #include "tests/test_support.h"
+#include "text/prompt_clean.h"
+#include "text/regex.h"
 
 namespace mmgen {
 namespace {

@@ -29,17 +29,17 @@ TARGETS = {
                           '|', '>', '#', "'", '"']),
     'fuzz_backend_config': (['attention/backend_config.cpp', 'attention/backends/*/*.cpp',
                              'attention/catalogue.cpp'], JSON + ['=', '.', '[1,2,3]', '.json', '.yaml']),
-    'fuzz_tokenizer_json': ([f'models/tokenizers/{name}.cpp' for name in (
+    'fuzz_tokenizer_json': ([f'text/{name}.cpp' for name in (
         'tokenizer', 'model', 'normalizers', 'pre_tokenizers', 'decoders', 'post_processor',
         'bpe_model', 'unigram_model', 'added_vocabulary', 'precompiled_charsmap', 'regex')] +
-        ['models/tokenizers/json_fields.h'], JSON + ['(?i:', '\\p{L}', '\\s+', '[^\\s]']),
+        ['text/json_fields.h'], JSON + ['(?i:', '\\p{L}', '\\s+', '[^\\s]']),
     'fuzz_tokenize': ([], ['&amp;', '&lt;', '&#x41;', '&#65;', ' ', '  ', '\\x0a', '\\xf0\\x9f\\xa6\\x8a',
                            '\\xe6\\x9d\\xb1', '\\xcc\\x81', '</s>', '<|im_start|>', '<|endoftext|>']),
     'fuzz_sta_mask': (['attention/backends/sliding_tile_attn/*.cpp'], JSON + ['1_0_0', '_']),
     'fuzz_npy': (['core/npy.cpp'], ['\\x93NUMPY', '\\x01\\x00', '\\x02\\x00', '\\x03\\x00', "'descr'",
                                     "'fortran_order'", "'shape'", "'<f4'", "'<f2'", "'<f8'", "'|u1'",
                                     "'<i8'", "'|b1'", 'False', 'True', '()', '(1,)', ', ']),
-    'fuzz_chat_template': (['models/tokenizers/jinja_*.cpp', 'models/tokenizers/chat_template.cpp'],
+    'fuzz_chat_template': (['text/jinja_*.cpp', 'text/chat_template.cpp'],
                            ['{{', '}}', '{%', '%}', '{#', '#}', '{%-', '-%}', '|', '.', '(', ')',
                             'loop.index0', 'messages', 'endfor', 'endif', 'endmacro', 'namespace']),
     'fuzz_added_tokens': ([], ['|', '\\x0a', '<', '>', '<|im_start|>', '<|', '|>', '</s>']),

@@ -20,7 +20,7 @@
 #include "core/tensor.h"
 #include "models/text_encoders/qwen3_attention.h"
 #include "models/text_encoders/qwen3_model.h"
-#include "models/tokenizers/tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace mmgen::text_encoders {
 

@@ -20,7 +20,6 @@
 #include "models/dit/flux/flux_transformer.h"
 #include "models/text_encoders/clip_text_model.h"
 #include "models/text_encoders/umt5_encoder.h"
-#include "models/tokenizers/tokenizer.h"
 #include "models/vae/autoencoder_kl_decoder.h"
 #include "models/vae/tiling.h"
 #include "pipeline/attention_plan.h"
@@ -29,6 +28,7 @@
 #include "pipeline/packed_latents.h"
 #include "pipeline/registry.h"
 #include "pipeline/request.h"
+#include "text/tokenizer.h"
 
 namespace mmgen {
 

@@ -17,7 +17,6 @@
 #include "core/tensor.h"
 #include "models/dit/qwenimage/qwenimage_transformer.h"
 #include "models/text_encoders/qwen3_model.h"
-#include "models/tokenizers/tokenizer.h"
 #include "models/vae/wan_vae_decoder.h"
 #include "pipeline/attention_plan.h"
 #include "pipeline/component_models.h"
@@ -25,6 +24,7 @@
 #include "pipeline/registry.h"
 #include "pipeline/request.h"
 #include "pipeline/schedulers/scheduler.h"
+#include "text/tokenizer.h"
 
 namespace mmgen {
 

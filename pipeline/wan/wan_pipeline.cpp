@@ -19,7 +19,6 @@
 #include "core/safetensors.h"
 #include "core/system_memory.h"
 #include "models/text_encoders/prompt_embedding.h"
-#include "models/tokenizers/prompt_clean.h"
 #include "pipeline/attention_layers.h"
 #include "pipeline/component_models.h"
 #include "pipeline/component_weights.h"
@@ -28,6 +27,7 @@
 #include "pipeline/progress.h"
 #include "pipeline/prompt_encoding.h"
 #include "pipeline/schedulers/scheduler.h"
+#include "text/prompt_clean.h"
 
 namespace mmgen {
 

@@ -13,7 +13,6 @@
 #include "core/tensor.h"
 #include "models/dit/wan/wan_transformer.h"
 #include "models/text_encoders/umt5_encoder.h"
-#include "models/tokenizers/tokenizer.h"
 #include "models/vae/tiled_decode.h"
 #include "models/vae/wan_vae_decoder.h"
 #include "pipeline/attention_plan.h"
@@ -22,6 +21,7 @@
 #include "pipeline/parallel_run.h"
 #include "pipeline/registry.h"
 #include "pipeline/request.h"
+#include "text/tokenizer.h"
 
 namespace mmgen {
 

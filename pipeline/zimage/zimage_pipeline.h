@@ -20,8 +20,6 @@
 #include "models/dit/zimage/zimage_transformer.h"
 #include "models/text_encoders/qwen3_model.h"
 #include "models/text_encoders/qwen3_paged.h"
-#include "models/tokenizers/chat_template.h"
-#include "models/tokenizers/tokenizer.h"
 #include "models/vae/autoencoder_kl_decoder.h"
 #include "models/vae/tiling.h"
 #include "pipeline/attention_plan.h"
@@ -31,6 +29,8 @@
 #include "pipeline/registry.h"
 #include "pipeline/request.h"
 #include "pipeline/zimage/zimage_guidance.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 
 namespace mmgen {
 

@@ -30,9 +30,9 @@
 #include "models/text_encoders/qwen3_model.h"
 #include "models/text_encoders/qwen3_paged.h"
 #include "models/text_encoders/qwen3_rope.h"
-#include "models/tokenizers/chat_template.h"
-#include "models/tokenizers/tokenizer.h"
 #include "pipeline/prompt_encoding.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 
 using namespace mmgen;
 using namespace mmgen::cuda_testing;
