@@ -2,8 +2,8 @@
 
 #include <cmath>
 
-#include "attention/dense_attention.h"
 #include "attention/device_attention.h"
+#include "attention/kernels/dense_attention.h"
 #include "attention/ulysses.h"
 #include "core/error.h"
 #include "core/op_profile.h"

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <limits>
 
-#include "attention/block_sparse.h"
+#include "attention/kernels/block_sparse.h"
 #include "core/error.h"
 #include "core/parallel.h"
 

@@ -27,7 +27,7 @@
 #include "attention/cuda/box_layout.h"
 #include "attention/cuda/flash_attention.h"
 #include "attention/cuda/int8_quantize.h"
-#include "attention/sta_tiling.h"
+#include "attention/kernels/sta_tiling.h"
 #include "core/cuda/device_memory.h"
 #include "core/tensor.h"
 

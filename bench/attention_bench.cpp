@@ -21,7 +21,7 @@
 #include "attention/backend.h"
 #include "attention/backend_config.h"
 #include "attention/backends/descriptor.h"
-#include "attention/flash_kernel.h"
+#include "attention/kernels/flash_kernel.h"
 #include "core/ops.h"
 
 namespace mmgen {

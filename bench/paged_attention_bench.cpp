@@ -38,7 +38,7 @@
 #include <string>
 #include <vector>
 
-#include "attention/dense_attention.h"
+#include "attention/kernels/dense_attention.h"
 #include "attention/paged/backends.h"
 #include "attention/paged/kv_memory.h"
 #include "core/dtype.h"

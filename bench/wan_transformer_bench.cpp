@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "attention/dense_attention.h"
+#include "attention/kernels/dense_attention.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/ops.h"

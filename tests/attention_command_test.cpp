@@ -9,7 +9,7 @@
 #include "attention/backend.h"
 #include "attention/backend_config.h"
 #include "attention/backends/video_sparse_attn/vsa_gate.h"
-#include "attention/dense_attention.h"
+#include "attention/kernels/dense_attention.h"
 #include "core/npy.h"
 #include "test_support.h"
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "attention/backend.h"
-#include "attention/dense_attention.h"
+#include "attention/kernels/dense_attention.h"
 #include "attention/layer.h"
 #include "attention/layer_backend.h"
 #include "core/error.h"

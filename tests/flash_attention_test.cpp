@@ -8,9 +8,9 @@
 #include <random>
 
 #include "attention/backend.h"
-#include "attention/block_sparse.h"
-#include "attention/dense_attention.h"
-#include "attention/flash_kernel.h"
+#include "attention/kernels/block_sparse.h"
+#include "attention/kernels/dense_attention.h"
+#include "attention/kernels/flash_kernel.h"
 #include "attention/repeated_keys.h"
 #include "test_support.h"
 

@@ -1,7 +1,7 @@
 // SageAttention on the CPU: the rounding functions on hand-computed values, the INT8 kernel
 // against an independent integer reference, and both kernels' accuracy against dense attention
 // on inputs of realistic scale (the metrics the SageAttention papers report).
-#include "attention/sage_attention.h"
+#include "attention/kernels/sage_attention.h"
 
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "attention/backend.h"
-#include "attention/dense_attention.h"
-#include "attention/sage_quant.h"
+#include "attention/kernels/dense_attention.h"
+#include "attention/kernels/sage_quant.h"
 #include "core/file.h"
 #include "core/random.h"
 #include "core/safetensors.h"

@@ -12,8 +12,8 @@
 
 #include "attention/backend.h"
 #include "attention/backend_config.h"
-#include "attention/sla_core.h"
-#include "attention/sla_quant.h"
+#include "attention/kernels/sla_core.h"
+#include "attention/kernels/sla_quant.h"
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "models/dit/wan/wan_transformer.h"

@@ -13,7 +13,7 @@
 
 #include "attention/backend.h"
 #include "attention/backend_config.h"
-#include "attention/sta_tiling.h"
+#include "attention/kernels/sta_tiling.h"
 #include "core/error.h"
 #include "core/random.h"
 #include "pipeline/attention_plan.h"

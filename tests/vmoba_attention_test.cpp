@@ -14,7 +14,7 @@
 #include "attention/backend.h"
 #include "attention/backend_config.h"
 #include "attention/backends/vmoba_attn/vmoba_layout.h"
-#include "attention/dense_attention.h"
+#include "attention/kernels/dense_attention.h"
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "models/dit/wan/wan_transformer.h"

@@ -8,7 +8,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "attention/dense_attention.h"
+#include "attention/kernels/dense_attention.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "models/dit/zimage/zimage_block.h"

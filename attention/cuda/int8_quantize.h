@@ -11,16 +11,16 @@
 
 namespace mmgen::cuda {
 
-// Which rows share a scale (attention/sage_quant.h's groups; SLA's are runs of rows):
+// Which rows share a scale (attention/kernels/sage_quant.h's groups; SLA's are runs of rows):
 //   Runs:        rows [g·run, (g + 1)·run)  (sage per_block / per_warp, SLA's slices and blocks)
 //   QueryThread: row r in group (r / 32)·8 + r mod 8  (sage per_thread queries)
 //   KeyThread:   row r in group (r / 64)·4 + (r mod 8) / 2  (sage per_thread keys)
 enum class Int8Groups { Runs, QueryThread, KeyThread };
 
 // The arithmetic of the CPU quantiser to reproduce:
-//   Sage (attention/sage_quant.cpp, sage_attention.cpp): smoothing x − float(mean); scale =
+//   Sage (attention/kernels/sage_quant.cpp, sage_attention.cpp): smoothing x − float(mean); scale =
 //     max / 127 (1 for an all-zero group); level = round(x / scale);
-//   Sla (attention/sla_quant.cpp): smoothing float(x − mean) in double; x·multiplier first;
+//   Sla (attention/kernels/sla_quant.cpp): smoothing float(x − mean) in double; x·multiplier first;
 //     step = max / 127, level = round(x' · (1 / step)); an all-zero group stays zero (scale 0).
 // round() is half away from zero in both, levels clamped to ±127.
 enum class Int8Arithmetic { Sage, Sla };

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "attention/dense_attention.h"
 #include "attention/device_attention.h"
+#include "attention/kernels/dense_attention.h"
 #include "core/error.h"
 #include "core/ops.h"
 #include "models/vae/autoencoder_kl_weights.h"

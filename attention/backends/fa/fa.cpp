@@ -1,8 +1,8 @@
-// fa: FlashAttention-2 style dense attention on the CPU (attention/flash_kernel.h): query tiles,
-// online softmax over key chunks, register-blocked AVX2/FMA micro-kernels, OpenMP over
-// batch x heads x query tiles. Exact softmax attention up to float32 rounding.
+// fa: FlashAttention-2 style dense attention on the CPU (attention/kernels/flash_kernel.h): query
+// tiles, online softmax over key chunks, register-blocked AVX2/FMA micro-kernels, OpenMP over batch
+// x heads x query tiles. Exact softmax attention up to float32 rounding.
 #include "attention/backends/descriptor.h"
-#include "attention/flash_kernel.h"
+#include "attention/kernels/flash_kernel.h"
 
 namespace mmgen::attention::fa {
 

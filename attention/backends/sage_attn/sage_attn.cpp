@@ -1,9 +1,9 @@
 // sage_attn: SageAttention's INT8 Q·Kᵀ (K mean-smoothed, per-group scales) with float32 softmax
-// and P·V, on the CPU (attention/sage_attention.h); on the GPU the same integers on the Hopper
-// kernel's wgmma s8 scores with SageAttention2's FP8 P·V or a bf16 one (pv_dtype;
+// and P·V, on the CPU (attention/kernels/sage_attention.h); on the GPU the same integers on the
+// Hopper kernel's wgmma s8 scores with SageAttention2's FP8 P·V or a bf16 one (pv_dtype;
 // sage_attn_cuda.cpp). Dense: every key is attended.
 #include "attention/backends/descriptor.h"
-#include "attention/sage_attention.h"
+#include "attention/kernels/sage_attention.h"
 #ifdef MMGEN_HAVE_CUDA
 #include "attention/backends/sage_attn/sage_attn_cuda.h"
 #endif

@@ -1,8 +1,8 @@
 // sage_attn on the GPU: SageAttention's dense attention with INT8 Q·Kᵀ. q and k are quantised on
-// the device exactly as the CPU backend quantises them (attention/sage_attention.cpp: K smoothed by
-// its mean over tokens, one scale per group of rows at the chosen granularity; int8_quantize.h),
-// then the Hopper kernel runs every key block with wgmma s8 scores, dequantised per row and key
-// group. P·V is, by pv_dtype:
+// the device exactly as the CPU backend quantises them (attention/kernels/sage_attention.cpp: K
+// smoothed by its mean over tokens, one scale per group of rows at the chosen granularity;
+// int8_quantize.h), then the Hopper kernel runs every key block with wgmma s8 scores, dequantised
+// per row and key group. P·V is, by pv_dtype:
 // - fp8 (the default, SageAttention2's on Hopper): V in e4m3 with one scale per channel
 //   (fp8_values.h), P in e4m3 scaled by 448, each tile's product added in float32;
 // - bf16: the bf16 P·V of `fa`. The integer products equal the CPU's, so the two then differ by
@@ -11,7 +11,7 @@
 #include "attention/backends/sage_attn/sage_attn_cuda.h"
 
 #include "attention/cuda/fp8_values.h"
-#include "attention/sage_attention.h"
+#include "attention/kernels/sage_attention.h"
 #include "core/error.h"
 
 namespace mmgen::attention::sage_attn {
@@ -40,7 +40,7 @@ class SageAttnCuda final : public SparseSelfAttentionCuda {
     Int8QuantizeArgs query, key;
     query.arithmetic = key.arithmetic = Int8Arithmetic::Sage;
     key.smooth = smooth_k_;
-    switch (granularity_) {  // attention/sage_quant.h's groups
+    switch (granularity_) {  // attention/kernels/sage_quant.h's groups
       case sage::Granularity::PerBlock:
         query.run = sage::kQueryBlock, key.run = sage::kKeyBlock;
         break;

@@ -1,8 +1,8 @@
 // sage_attn_3: SageAttention3's FP4 microscaling (e2m1 values, an e4m3 scale per 16) of Q, K, P
 // and V, emulated exactly on the CPU so its accuracy can be studied anywhere
-// (attention/sage_attention.h). Dense: every key is attended.
+// (attention/kernels/sage_attention.h). Dense: every key is attended.
 #include "attention/backends/descriptor.h"
-#include "attention/sage_attention.h"
+#include "attention/kernels/sage_attention.h"
 
 namespace mmgen::attention::sage_attn_3 {
 

@@ -1,11 +1,11 @@
-// sage_sla_attn: SageSLA, SLA (attention/sla_core.h) whose sparse branch computes Q·K in INT8 as
-// SageAttention does (attention/sla_quant.h: smoothed K, per-block scales), emulated on the CPU by
-// quantising and dequantising before the float block-sparse kernel. P·V stays float32 (the GPU
-// kernel's FP8 P·V is not emulated). Block map, linear branch and proj_l as in sla_attn. On the GPU
-// it is sla_attn's GPU half with the INT8 score kernel (sla_attn_cuda.h, make_sla_cuda): the
-// same integers as the CPU, a bf16 P·V.
+// sage_sla_attn: SageSLA, SLA (attention/kernels/sla_core.h) whose sparse branch computes Q·K in
+// INT8 as SageAttention does (attention/kernels/sla_quant.h: smoothed K, per-block scales),
+// emulated on the CPU by quantising and dequantising before the float block-sparse kernel. P·V
+// stays float32 (the GPU kernel's FP8 P·V is not emulated). Block map, linear branch and proj_l as
+// in sla_attn. On the GPU it is sla_attn's GPU half with the INT8 score kernel (sla_attn_cuda.h,
+// make_sla_cuda): the same integers as the CPU, a bf16 P·V.
 #include "attention/backends/descriptor.h"
-#include "attention/sla_core.h"
+#include "attention/kernels/sla_core.h"
 #ifdef MMGEN_HAVE_CUDA
 #include "attention/backends/sla_attn/sla_attn_cuda.h"
 #endif

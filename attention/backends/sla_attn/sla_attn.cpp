@@ -1,8 +1,8 @@
-// sla_attn: Sparse-Linear Attention (attention/sla_core.h): softmax attention over the top key
-// blocks of each query block plus a linear-attention branch through the layer's proj_l weights
+// sla_attn: Sparse-Linear Attention (attention/kernels/sla_core.h): softmax attention over the top
+// key blocks of each query block plus a linear-attention branch through the layer's proj_l weights
 // ("proj_l.weight" / "proj_l.bias" in the layer's LayerWeights; zero branch without them).
 #include "attention/backends/descriptor.h"
-#include "attention/sla_core.h"
+#include "attention/kernels/sla_core.h"
 #ifdef MMGEN_HAVE_CUDA
 #include "attention/backends/sla_attn/sla_attn_cuda.h"
 #endif

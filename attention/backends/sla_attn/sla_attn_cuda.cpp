@@ -1,12 +1,12 @@
-// sla_attn on the GPU, attention/sla_core.h's algorithm in the tokens' own order (SLA's blocks are
-// runs of the sequence, so nothing is regrouped):
+// sla_attn on the GPU, attention/kernels/sla_core.h's algorithm in the tokens' own order (SLA's
+// blocks are runs of the sequence, so nothing is regrouped):
 //   block map: block means of q (block_q rows) and of k (block_k rows, minus the mean of all
 //              keys: smooth-k), their scores and each query block's top key blocks (the VSA
 //              selection kernel, rows and columns of different counts; ties to the lower block);
 //   sparse:    the block-sparse FlashAttention kernel over those lists (block_q 128: a list per
 //              query block; 64: per half; block_k a multiple of 64: each SLA block is that many
 //              kernel blocks); for SageSLA (int8_qk) its INT8 form, q·scale quantised per 32-row
-//              slice and the smoothed k per SLA key block, as attention/sla_quant.h does;
+//              slice and the smoothed k per SLA key block, as attention/kernels/sla_quant.h does;
 //   linear:    only with the layer's proj_l weights (else it is zero, as on the CPU): φ(q) and
 //              φ(k) along head_dim, φ(k)ᵀv and Σφ(k) per head (cuBLASLt reading each head in
 //              place in the activations' layout, bf16 in, float32 sums), proj_l folded into φ(k)ᵀv
@@ -21,8 +21,8 @@
 
 #include "attention/backends/sla_attn/sla_kernels.h"
 #include "attention/backends/video_sparse_attn/vsa_select.h"
-#include "attention/sla_core.h"
-#include "attention/sla_quant.h"
+#include "attention/kernels/sla_core.h"
+#include "attention/kernels/sla_quant.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/gemm.h"
 #include "core/error.h"

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attention/backend.h"
-#include "attention/sla_core.h"
+#include "attention/kernels/sla_core.h"
 #include "attention/sparse_self_attention_cuda.h"
 
 namespace mmgen::attention::sla_attn {

@@ -13,7 +13,7 @@ namespace mmgen::cuda {
 namespace {
 
 constexpr unsigned kFull = 0xffffffffu;
-constexpr float kLinearEps = 1e-5f;  // attention/sla_core.cpp's
+constexpr float kLinearEps = 1e-5f;  // attention/kernels/sla_core.cpp's
 
 __device__ __forceinline__ uint16_t bf16_bits(float value) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(value));

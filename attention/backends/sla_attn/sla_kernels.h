@@ -1,7 +1,7 @@
 // SLA's steps around the attention kernel on the GPU (attention/backends/sla_attn/sla_attn_cuda.cpp
-// drives them; the algorithm is attention/sla_core.h's): the pooled block means of the block
-// map, and the linear branch's feature maps, sums and normalisation. Tensors are bf16
-// [batch, seq, heads·D] rows with a token stride in elements unless said otherwise.
+// drives them; the algorithm is attention/kernels/sla_core.h's): the pooled block means of the
+// block map, and the linear branch's feature maps, sums and normalisation. Tensors are bf16 [batch,
+// seq, heads·D] rows with a token stride in elements unless said otherwise.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,7 +10,7 @@
 
 namespace mmgen::cuda {
 
-// attention/sla_core.h's feature maps (this header stays C++17 for nvcc), plus none.
+// attention/kernels/sla_core.h's feature maps (this header stays C++17 for nvcc), plus none.
 enum class SlaFeature : int { Softmax = 0, Elu = 1, Relu = 2, Identity = 3 };
 
 // means[b, h, j, :] = the mean of x over rows [j·block, min(seq, (j + 1)·block)) (float32 sums).

@@ -10,7 +10,8 @@
 //  - any latent grid works: the tile grid is ceil(grid / tile) and edge tiles may be partial
 //    (their valid lengths go to the block-sparse core), where upstream hard-codes three canvases;
 //  - without a mask file it still runs (window_size), where upstream refuses;
-//  - an even window covers exactly the tiles it names (see window_span in attention/sta_tiling.h);
+//  - an even window covers exactly the tiles it names (see window_span in
+//  attention/kernels/sta_tiling.h);
 //  - a window larger than the canvas is clipped to it, so a file tuned for another resolution
 //    still runs (a window covering the whole canvas is full attention).
 
@@ -28,7 +29,7 @@
 #include "attention/backends/sliding_tile_attn/sta_pattern.h"
 #include "attention/backends/sliding_tile_attn/sta_search.h"
 #include "attention/backends/sliding_tile_attn/sta_settings.h"
-#include "attention/sta_tiling.h"
+#include "attention/kernels/sta_tiling.h"
 #include "core/error.h"
 #include "core/limits.h"
 #ifdef MMGEN_HAVE_CUDA

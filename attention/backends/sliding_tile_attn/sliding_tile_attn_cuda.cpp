@@ -10,8 +10,8 @@
 
 #include "attention/backends/sliding_tile_attn/sta_pattern.h"
 #include "attention/backends/sliding_tile_attn/sta_settings.h"
+#include "attention/kernels/sta_tiling.h"
 #include "attention/sparse_self_attention_cuda.h"
-#include "attention/sta_tiling.h"
 #include "core/error.h"
 
 namespace mmgen::attention::sliding_tile_attn {

@@ -4,8 +4,8 @@
 #include <array>
 #include <cstdint>
 
-#include "attention/block_sparse.h"
-#include "attention/sta_tiling.h"
+#include "attention/kernels/block_sparse.h"
+#include "attention/kernels/sta_tiling.h"
 
 namespace mmgen::attention {
 

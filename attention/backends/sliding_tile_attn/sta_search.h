@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "attention/backends/sliding_tile_attn/sta_pattern.h"
-#include "attention/sta_tiling.h"
+#include "attention/kernels/sta_tiling.h"
 
 namespace mmgen::attention::sliding_tile_attn {
 

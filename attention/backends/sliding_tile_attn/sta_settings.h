@@ -14,7 +14,7 @@
 #include "attention/backends/sliding_tile_attn/sta_mask.h"
 #include "attention/backends/sliding_tile_attn/sta_pattern.h"
 #include "attention/backends/sliding_tile_attn/sta_search.h"
-#include "attention/sta_tiling.h"
+#include "attention/kernels/sta_tiling.h"
 
 namespace mmgen::attention::sliding_tile_attn {
 

@@ -5,8 +5,8 @@
 
 #include "attention/backends/descriptor.h"
 #include "attention/backends/sparse_video_gen_2_attn/svg2_kmeans.h"
-#include "attention/block_sparse.h"
-#include "attention/dense_attention.h"
+#include "attention/kernels/block_sparse.h"
+#include "attention/kernels/dense_attention.h"
 #include "core/error.h"
 
 namespace mmgen::attention::svg2 {

@@ -1,7 +1,7 @@
 // torch_sdpa: plain dense attention (scores, softmax, weighted sum), the reference every other
 // backend is checked against.
 #include "attention/backends/descriptor.h"
-#include "attention/dense_attention.h"
+#include "attention/kernels/dense_attention.h"
 
 namespace mmgen::attention::torch_sdpa {
 

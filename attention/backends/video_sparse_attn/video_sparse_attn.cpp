@@ -21,7 +21,7 @@
 #include "attention/backends/video_sparse_attn/vsa_coarse.h"
 #include "attention/backends/video_sparse_attn/vsa_gate.h"
 #include "attention/backends/video_sparse_attn/vsa_settings.h"
-#include "attention/sta_tiling.h"
+#include "attention/kernels/sta_tiling.h"
 #include "core/error.h"
 #ifdef MMGEN_HAVE_CUDA
 #include "attention/backends/video_sparse_attn/video_sparse_attn_cuda.h"

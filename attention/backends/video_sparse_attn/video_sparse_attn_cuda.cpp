@@ -12,8 +12,8 @@
 #include "attention/backends/video_sparse_attn/vsa_gate.h"
 #include "attention/backends/video_sparse_attn/vsa_select.h"
 #include "attention/backends/video_sparse_attn/vsa_settings.h"
+#include "attention/kernels/sta_tiling.h"
 #include "attention/sparse_self_attention_cuda.h"
-#include "attention/sta_tiling.h"
 #include "core/cuda/cuda_check.h"
 #include "core/error.h"
 

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "attention/block_sparse.h"
-#include "attention/sta_tiling.h"
+#include "attention/kernels/block_sparse.h"
+#include "attention/kernels/sta_tiling.h"
 #include "core/tensor.h"
 
 namespace mmgen::attention {

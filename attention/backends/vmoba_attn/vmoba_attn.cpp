@@ -26,8 +26,8 @@
 #ifdef MMGEN_HAVE_CUDA
 #include "attention/backends/vmoba_attn/vmoba_attn_cuda.h"
 #endif
-#include "attention/block_sparse.h"
-#include "attention/dense_attention.h"
+#include "attention/kernels/block_sparse.h"
+#include "attention/kernels/dense_attention.h"
 #include "core/error.h"
 #include "core/limits.h"
 

@@ -18,9 +18,9 @@
 
 #include "attention/backends/vmoba_attn/vmoba_kernels.h"
 #include "attention/backends/vmoba_attn/vmoba_settings.h"
-#include "attention/block_sparse.h"
+#include "attention/kernels/block_sparse.h"
+#include "attention/kernels/sta_tiling.h"
 #include "attention/sparse_self_attention_cuda.h"
-#include "attention/sta_tiling.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/gemm.h"
 #include "core/dtype.h"

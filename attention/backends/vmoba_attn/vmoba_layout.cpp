@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "attention/sta_tiling.h"
+#include "attention/kernels/sta_tiling.h"
 #include "core/error.h"
 
 namespace mmgen::attention::vmoba {

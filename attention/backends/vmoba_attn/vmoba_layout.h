@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "attention/block_sparse.h"
+#include "attention/kernels/block_sparse.h"
 
 namespace mmgen::attention::vmoba {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "attention/block_sparse.h"
+#include "attention/kernels/block_sparse.h"
 #include "core/tensor.h"
 
 namespace mmgen::attention::vmoba {

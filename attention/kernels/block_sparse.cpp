@@ -1,11 +1,11 @@
-#include "attention/block_sparse.h"
+#include "attention/kernels/block_sparse.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
-#include "attention/flash_kernel.h"
+#include "attention/kernels/flash_kernel.h"
 #include "core/error.h"
 #include "core/parallel.h"
 

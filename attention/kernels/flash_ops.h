@@ -1,7 +1,7 @@
-// Internals the flash kernel's two drivers share (attention/flash_kernel.cpp for packed key
-// blocks, attention/flash_gathered.cpp for keys gathered through a token order): the tile sizes,
-// the register-blocked micro-kernels, the softmax row operations per instruction set, and one
-// online-softmax step of a query tile over a chunk of packed keys. Not part of the public API.
+// Internals the flash kernel's two drivers share (attention/kernels/flash_kernel.cpp for packed key
+// blocks, attention/kernels/flash_gathered.cpp for keys gathered through a token order): the tile
+// sizes, the register-blocked micro-kernels, the softmax row operations per instruction set, and
+// one online-softmax step of a query tile over a chunk of packed keys. Not part of the public API.
 #pragma once
 
 #include <algorithm>
@@ -13,7 +13,7 @@
 #include <new>
 #include <vector>
 
-#include "attention/flash_kernel.h"
+#include "attention/kernels/flash_kernel.h"
 
 // GCC 12's AVX-512 intrinsics initialise registers from themselves (_mm512_undefined_ps), which
 // -Wmaybe-uninitialized reports wherever they are inlined (GCC bug 105593, fixed in GCC 13).

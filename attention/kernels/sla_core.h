@@ -9,7 +9,7 @@
 //   output:    o_s + proj_l(o_l), proj_l a [D, D] linear layer shared by the heads of a layer.
 // proj_l is zero-initialised in SLA, so a layer without trained weights is pure block-sparse
 // attention; mmgen skips the linear branch then. SageSLA runs the sparse branch with INT8 Q·K
-// (attention/sla_quant.h).
+// (attention/kernels/sla_quant.h).
 #pragma once
 
 #include <cstdint>
@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "attention/backend.h"
-#include "attention/block_sparse.h"
 #include "attention/catalogue.h"
+#include "attention/kernels/block_sparse.h"
 #include "core/tensor.h"
 
 namespace mmgen::attention::sla {

@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-#include "attention/block_sparse.h"
+#include "attention/kernels/block_sparse.h"
 #include "core/tensor.h"
 
 namespace mmgen::attention::sla {

@@ -1,4 +1,4 @@
-#include "attention/sla_quant.h"
+#include "attention/kernels/sla_quant.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "attention/dense_attention.h"
+#include "attention/kernels/dense_attention.h"
 // clang-format off
 #include "core/x86_intrinsics.h"  // before anything that includes it: see there
 // clang-format on

@@ -1,4 +1,4 @@
-#include "attention/sage_quant.h"
+#include "attention/kernels/sage_quant.h"
 
 #include <algorithm>
 #include <cmath>

@@ -15,7 +15,7 @@
 
 #include <string_view>
 
-#include "attention/sage_quant.h"
+#include "attention/kernels/sage_quant.h"
 #include "core/tensor.h"
 
 namespace mmgen::attention::sage {

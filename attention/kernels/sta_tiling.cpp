@@ -1,4 +1,4 @@
-#include "attention/sta_tiling.h"
+#include "attention/kernels/sta_tiling.h"
 
 #include <algorithm>
 

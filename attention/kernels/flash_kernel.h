@@ -1,14 +1,14 @@
 // The FlashAttention-2 style CPU kernel that `fa` and the block-sparse core share: per query tile,
 // online softmax over key chunks, with Q·Kᵀ and P·V computed by one register-blocked micro-kernel
 // (12 rows x 32 columns with AVX-512, 6x16 with AVX2/FMA, plain C++ otherwise; see
-// attention/flash_ops.h). Keys and values are packed once per (batch, head) into 16-wide panels,
-// so every visited key block is read from contiguous memory.
+// attention/kernels/flash_ops.h). Keys and values are packed once per (batch, head) into 16-wide
+// panels, so every visited key block is read from contiguous memory.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "attention/block_sparse.h"
+#include "attention/kernels/block_sparse.h"
 #include "core/tensor.h"
 
 namespace mmgen::attention::flash {

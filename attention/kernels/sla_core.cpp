@@ -1,4 +1,4 @@
-#include "attention/sla_core.h"
+#include "attention/kernels/sla_core.h"
 // clang-format off
 #include "core/x86_intrinsics.h"  // before anything that includes it: see there
 // clang-format on
@@ -11,7 +11,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "attention/sla_quant.h"
+#include "attention/kernels/sla_quant.h"
 #include "core/error.h"
 #include "core/ops.h"
 

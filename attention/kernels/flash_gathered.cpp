@@ -8,8 +8,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "attention/flash_kernel.h"
-#include "attention/flash_ops.h"
+#include "attention/kernels/flash_kernel.h"
+#include "attention/kernels/flash_ops.h"
 
 namespace mmgen::attention::flash {
 

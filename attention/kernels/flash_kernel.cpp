@@ -1,11 +1,11 @@
-#include "attention/flash_kernel.h"
+#include "attention/kernels/flash_kernel.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
-#include "attention/flash_ops.h"
+#include "attention/kernels/flash_ops.h"
 #include "core/error.h"
 #include "core/parallel.h"
 
