@@ -198,6 +198,34 @@ TEST(HostileInputs, AddedTokenMatchingIsLinear) {
   EXPECT_EQ(tokenizer->encode("<aa1<a0", false), (std::vector<int64_t>{11, 10}));
 }
 
+// BPE merged a word by rescanning it for the best pair after every merge: quadratic in the word's
+// length, so a prompt of 200,000 spaces under a real vocabulary's space merges would have taken
+// about 90 s. Here a vocabulary of runs of 'a' (each merge doubles a run) and one word of n 'a's.
+TEST(HostileInputs, BpeMergesAreLinearInAWordsLength) {
+  json vocab = json::object(), merges = json::array();
+  std::string run = "a";
+  for (int64_t id = 0; id <= 16; ++id) {
+    vocab[run] = id;
+    if (id < 16) merges.push_back(run + " " + run);
+    run += run;
+  }
+  const std::string text =
+      json{{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}}.dump();
+  const auto tokenizer = tokenizers::Tokenizer::from_json(text, "tokenizer.json");
+  // The lowest rank first, the leftmost of equal ranks: a(a)(a) -> (aa)a; seven a's ->
+  // (aa)(aa)(aa)a -> (aaaa)(aa)a.
+  EXPECT_EQ(tokenizer->encode("aaa", false), (std::vector<int64_t>{1, 0}));
+  EXPECT_EQ(tokenizer->encode("aaaaaaa", false), (std::vector<int64_t>{2, 1, 0}));
+  expect_linear(
+      [&](int64_t n) {
+        const auto ids = tokenizer->encode(std::string(size_t(n), 'a'), false);
+        int64_t letters = 0;
+        for (const int64_t id : ids) letters += int64_t(1) << id;
+        EXPECT_EQ(letters, n);  // every letter in exactly one token
+      },
+      5000, "BPE merges over one word of 'a'");
+}
+
 // A long encode takes a stop between its words: with a stop asked for, it throws Interrupted
 // instead of tokenizing a megabyte of prompt (SIGTERM waited for the 91 s above).
 TEST(HostileInputs, ALongEncodeStopsWhenAsked) {

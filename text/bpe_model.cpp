@@ -1,6 +1,8 @@
 #include "text/bpe_model.h"
 
+#include <functional>
 #include <limits>
+#include <queue>
 
 #include "text/utf8.h"
 
@@ -83,24 +85,55 @@ void BpeModel::tokenize(std::string_view word, std::vector<int64_t>& ids) const 
   }
   flush_unknown();
 
-  // Merge the best-ranked adjacent pair until none is left.
-  while (symbols.size() > 1) {
-    uint32_t best_rank = std::numeric_limits<uint32_t>::max();
-    size_t best_at = 0;
-    int64_t best_result = 0;
-    for (size_t i = 0; i + 1 < symbols.size(); ++i) {
-      auto it = merges_.find(pair_key(symbols[i], symbols[i + 1]));
-      if (it != merges_.end() && it->second.rank < best_rank) {
-        best_rank = it->second.rank;
-        best_at = i;
-        best_result = it->second.result;
-      }
-    }
-    if (best_rank == std::numeric_limits<uint32_t>::max()) break;
-    symbols[best_at] = best_result;
-    symbols.erase(symbols.begin() + std::ptrdiff_t(best_at) + 1);
-  }
+  merge_all(symbols);
   ids.insert(ids.end(), symbols.begin(), symbols.end());
+}
+
+// Merges the best-ranked adjacent pair until none is left: the lowest rank first, the leftmost of
+// equal ranks (HF's Word::merge_all). The symbols form a list by index, and a min-heap holds the
+// candidate pairs by (rank, index of the left symbol): original indices keep the left-to-right
+// order, so the heap's order is the rescanning loop's, in O(n log n) instead of O(n²) (a run of
+// 16,000 spaces under a real vocabulary's space merges took 0.6 s; 200,000 would take 90).
+// An entry whose pair has changed since it was pushed is skipped when it comes up.
+void BpeModel::merge_all(std::vector<int64_t>& symbols) const {
+  const int64_t n = int64_t(symbols.size());
+  if (n < 2) return;
+  std::vector<int64_t> previous(static_cast<size_t>(n)), next(static_cast<size_t>(n));
+  std::vector<bool> alive(size_t(n), true);
+  for (int64_t i = 0; i < n; ++i)
+    previous[size_t(i)] = i - 1, next[size_t(i)] = i + 1 < n ? i + 1 : -1;
+  struct Candidate {
+    uint32_t rank;
+    int64_t at;
+    bool operator>(const Candidate& other) const {
+      return rank != other.rank ? rank > other.rank : at > other.at;
+    }
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
+  const auto push = [&](int64_t left) {
+    const int64_t right = left < 0 ? -1 : next[size_t(left)];
+    if (right < 0) return;
+    const auto it = merges_.find(pair_key(symbols[size_t(left)], symbols[size_t(right)]));
+    if (it != merges_.end()) heap.push({it->second.rank, left});
+  };
+  for (int64_t i = 0; i + 1 < n; ++i) push(i);
+  while (!heap.empty()) {
+    const Candidate top = heap.top();
+    heap.pop();
+    const int64_t left = top.at, right = next[size_t(left)];
+    if (!alive[size_t(left)] || right < 0) continue;
+    const auto it = merges_.find(pair_key(symbols[size_t(left)], symbols[size_t(right)]));
+    if (it == merges_.end() || it->second.rank != top.rank) continue;  // changed since pushed
+    symbols[size_t(left)] = it->second.result;
+    alive[size_t(right)] = false;
+    next[size_t(left)] = next[size_t(right)];
+    if (next[size_t(right)] >= 0) previous[size_t(next[size_t(right)])] = left;
+    push(previous[size_t(left)]);
+    push(left);
+  }
+  size_t kept = 0;
+  for (int64_t i = 0; i >= 0; i = next[size_t(i)]) symbols[kept++] = symbols[size_t(i)];
+  symbols.resize(kept);
 }
 
 std::optional<int64_t> BpeModel::token_to_id(std::string_view token) const {

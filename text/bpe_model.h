@@ -30,6 +30,7 @@ class BpeModel final : public Model {
     uint32_t rank;
     int64_t result;
   };
+  void merge_all(std::vector<int64_t>& symbols) const;
   static uint64_t pair_key(int64_t a, int64_t b) { return (uint64_t(a) << 32) | uint64_t(b); }
 
   TokenIds vocab_;
