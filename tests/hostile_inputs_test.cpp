@@ -216,6 +216,9 @@ TEST(HostileInputs, BpeMergesAreLinearInAWordsLength) {
   // (aa)(aa)(aa)a -> (aaaa)(aa)a.
   EXPECT_EQ(tokenizer->encode("aaa", false), (std::vector<int64_t>{1, 0}));
   EXPECT_EQ(tokenizer->encode("aaaaaaa", false), (std::vector<int64_t>{2, 1, 0}));
+  // Past 24 letters the heap takes over, in the same order: 25 = 16 + 8 + 1, 40 = 32 + 8.
+  EXPECT_EQ(tokenizer->encode(std::string(25, 'a'), false), (std::vector<int64_t>{4, 3, 0}));
+  EXPECT_EQ(tokenizer->encode(std::string(40, 'a'), false), (std::vector<int64_t>{5, 3}));
   expect_linear(
       [&](int64_t n) {
         const auto ids = tokenizer->encode(std::string(size_t(n), 'a'), false);
