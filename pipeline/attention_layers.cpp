@@ -94,10 +94,10 @@ attention::Layers build_attention_layers(const AttentionPlan& plan, const std::s
 attention::Layer dense_component_layer(const AttentionPlan& plan, const std::string& component) {
   const attention::ComponentChoice* choice = planned_component(plan, component);
   if (!choice) return attention::Layer();
-  const std::string& backend = choice->primary().backend;
-  return attention::Layer(attention::make_layer_backend(
-      backend, attention::validate_backend_config(nlohmann::json::object(), backend), {},
-      {.name = component, .layers = 1}, Device::CPU));
+  // Default settings: make_layer_backend's CPU factory validates them (fills the defaults in).
+  return attention::Layer(
+      attention::make_layer_backend(choice->primary().backend, nlohmann::json::object(), {},
+                                    {.name = component, .layers = 1}, Device::CPU));
 }
 
 }  // namespace mmgen
