@@ -10,7 +10,7 @@ namespace mmgen::models {
 ParameterVisitor nested(const ParameterVisitor& visit, std::string prefix) {
   return [&visit, prefix = std::move(prefix)](const Parameter& p) {
     const std::string name = prefix + std::string(p.name);
-    visit({name, p.tensor, p.role, p.group});
+    visit({name, p.tensor, p.role, p.shape, p.group});
   };
 }
 
@@ -18,6 +18,7 @@ Tensor place_parameter(const Tensor& tensor, Role role, const PlacementRule& rul
   if (!tensor.defined()) return tensor;
   switch (role) {
     case Role::Host:
+    case Role::Table:
       return tensor;
     case Role::Float32:
       return tensor.to(DType::F32).to(rule.device);
@@ -37,8 +38,7 @@ Tensor place_parameter(const Tensor& tensor, Role role, const PlacementRule& rul
   return tensor.to(rule.compute).to(rule.device);
 }
 
-void place_parameters(const std::function<void(const ParameterVisitor&)>& list,
-                      const PlacementRule& rule) {
+void place_parameters(const ParameterList& list, const PlacementRule& rule) {
   // Grouped products are collected first, then stacked: one allocation per group.
   std::map<int, std::vector<Tensor*>> groups;
   list([&](const Parameter& p) {
@@ -55,19 +55,36 @@ void place_parameters(const std::function<void(const ParameterVisitor&)>& list,
   }
 }
 
-void expect_parameter(const WeightStore& store, const std::string& name, const Shape& shape,
-                      std::string_view model) {
-  check(store.has(name),
-        "transformer weights in {}: tensor '{}' is missing; the checkpoint does not match its "
-        "config.json (or is not a {} transformer)",
-        store.origin().string(), name, model);
-  const TensorInfo& info = store.info(name);
-  check(dtype_is_floating(info.dtype) && info.dtype != DType::F64,
-        "transformer weights in {}: tensor '{}' is {}, expected f32, bf16, f16 or f8_e4m3",
-        store.origin().string(), name, dtype_name(info.dtype));
-  check(info.shape == shape,
-        "transformer weights in {}: tensor '{}' has shape {}, config.json implies {}",
-        store.origin().string(), name, shape_string(info.shape), shape_string(shape));
+void expect_parameters(const ParameterList& list, const WeightStore& store,
+                       const std::string& prefix, CheckpointKind kind) {
+  list([&](const Parameter& p) {
+    const std::string name = prefix + std::string(p.name);
+    check(store.has(name),
+          "{} weights in {}: tensor '{}' is missing; the checkpoint does not match its "
+          "config.json (or is not a {} {})",
+          kind.component, store.origin().string(), name, kind.model, kind.component);
+    // A GGUF file's tensors report float32 and the shape of the values they hold.
+    const TensorInfo& info = store.info(name);
+    check(dtype_is_floating(info.dtype) && info.dtype != DType::F64,
+          "{} weights in {}: tensor '{}' is {}, expected f32, bf16, f16 or f8_e4m3", kind.component,
+          store.origin().string(), name, dtype_name(info.dtype));
+    check(info.shape == p.shape,
+          "{} weights in {}: tensor '{}' has shape {}, config.json implies {}", kind.component,
+          store.origin().string(), name, shape_string(info.shape), shape_string(p.shape));
+  });
+}
+
+void load_parameters(const ParameterList& list, const WeightStore& store, const std::string& prefix,
+                     Values values) {
+  list([&](const Parameter& p) {
+    const std::string name = prefix + std::string(p.name);
+    if (p.role == Role::Product || p.role == Role::Table)
+      p.tensor = store.get_for_product(name).contiguous();
+    else if (values == Values::Float32)
+      p.tensor = ops::weight_to_f32(store.get(name));
+    else
+      p.tensor = store.get(name);
+  });
 }
 
 }  // namespace mmgen::models

@@ -4,9 +4,12 @@
 //
 // A structure lists its tensors with `void parameters(const ParameterVisitor& visit)`, each under
 // its checkpoint name below the structure's prefix ("attn.to_q.weight"), with the role that says
-// how it is placed. Nested structures list theirs through nested(visit, "attn.to_q."), as torch's
-// named_parameters() and stable-diffusion.cpp's blocks do. Tensors are handles (copying one
-// shares its bytes), so the functions below take a structure by value and return a new one.
+// how it is placed and the shape its config implies. Nested structures list theirs through
+// nested(visit, "attn.to_q."), as torch's named_parameters() and stable-diffusion.cpp's blocks do.
+// A structure is first made *shaped* for its config (its tensors undefined, the dimensions and
+// optional parts its config gives set); checking a checkpoint against it (expect_checkpoint) and
+// loading it (loaded) then read the list alone. Tensors are handles (copying one shares its
+// bytes), so the functions below take a structure by value and return a new one.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +30,9 @@ enum class Role {
   Compute,  // read there in the compute dtype (a bias that joins a product's output)
   Float32,  // read there in float32 (norms, biases the float32 residual stream adds)
   Host,     // stays on the host (read by host code: modulation tables, pad tokens)
+  // Stays on the host as a product reads it (an embedding table whose rows the host gathers:
+  // a GGUF file's blocks stay blocks).
+  Table,
 };
 
 // What placement makes of a structure's tensors.
@@ -45,12 +51,16 @@ struct Parameter {
   std::string_view name;
   Tensor& tensor;
   Role role;
+  // The values' shape the structure's config implies (a GGUF file's blocks count as the values
+  // they hold): what a checkpoint is checked against and a random one is made of.
+  Shape shape = {};
   // Products of one group (nonzero) in one structure share one shape and are placed one after
   // another in one allocation (ops::stack_weights), for ops::linear_each.
   int group = 0;
 };
 
 using ParameterVisitor = std::function<void(const Parameter&)>;
+using ParameterList = std::function<void(const ParameterVisitor&)>;
 
 // `visit` with `prefix` put before every name (valid while `visit` is).
 ParameterVisitor nested(const ParameterVisitor& visit, std::string prefix);
@@ -60,8 +70,7 @@ Tensor place_parameter(const Tensor& tensor, Role role, const PlacementRule& rul
 
 // Every parameter `list` visits placed by `rule`, each group stacked into one allocation (with
 // FP8 products, whose rows carry their own scales, each on its own).
-void place_parameters(const std::function<void(const ParameterVisitor&)>& list,
-                      const PlacementRule& rule);
+void place_parameters(const ParameterList& list, const PlacementRule& rule);
 
 template <class Weights>
 Weights placed(Weights weights, const PlacementRule& rule) {
@@ -152,10 +161,45 @@ void move_modules(Model& model, Device device, const Args&... args) {
       [&](const Model& host) { return on(host, device); });
 }
 
-// Throws Error unless `name` is in the store, holds floating-point values (as the store reports
-// them: f32, bf16, f16 or f8_e4m3) and has `shape`; `model` names what the checkpoint was read
-// as ("Wan text-to-video") in the message for a missing tensor.
-void expect_parameter(const WeightStore& store, const std::string& name, const Shape& shape,
-                      std::string_view model);
+// What a checkpoint is read as, for the errors' words: {"transformer", "Wan text-to-video"}
+// gives "transformer weights in FILE: ... (or is not a Wan text-to-video transformer)".
+struct CheckpointKind {
+  std::string_view component;
+  std::string_view model;
+};
+
+// Throws Error, one line naming the tensor and the file, unless every parameter `list` visits is
+// in `store` under `prefix` + its name, holds floating-point values (f32, bf16, f16 or f8_e4m3,
+// or a GGUF file's blocks) and has its shape. Run before anything is loaded.
+void expect_parameters(const ParameterList& list, const WeightStore& store,
+                       const std::string& prefix, CheckpointKind kind);
+
+// How a loaded structure holds the tensors that are neither a product's matrix nor a table.
+enum class Values {
+  Float32,   // converted to float32 (a DiT on the CPU computes straight from what it loads)
+  AsStored,  // mapped as stored (the text encoders; placing them converts)
+};
+
+// Every parameter `list` visits read from `store` under `prefix` + its name: a product's matrix
+// and a table as a product reads them (WeightStore::get_for_product: bf16, f16, float32, a GGUF
+// file's blocks or FP8 rows, never widened whole; the CPU product converts as it packs), the rest
+// as `values` says. Check first (expect_parameters).
+void load_parameters(const ParameterList& list, const WeightStore& store, const std::string& prefix,
+                     Values values);
+
+template <class Weights>
+void expect_checkpoint(Weights shaped, const WeightStore& store, const std::string& prefix,
+                       CheckpointKind kind) {
+  expect_parameters([&](const ParameterVisitor& visit) { shaped.parameters(visit); }, store, prefix,
+                    kind);
+}
+
+template <class Weights>
+Weights loaded(Weights shaped, const WeightStore& store, const std::string& prefix = "",
+               Values values = Values::Float32) {
+  load_parameters([&](const ParameterVisitor& visit) { shaped.parameters(visit); }, store, prefix,
+                  values);
+  return shaped;
+}
 
 }  // namespace mmgen::models

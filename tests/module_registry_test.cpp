@@ -114,12 +114,17 @@ TEST(ModuleRegistry, TextEncodersListEveryTensorOfTheirCheckpoints) {
 }
 
 TEST(ModuleRegistry, NestedNamesJoinTheirPrefixes) {
-  dit::FluxLinear linear{Tensor::zeros({2, 3}), Tensor::zeros({2})};
+  dit::FluxLinear linear = dit::FluxLinear::shaped(2, 3);
   std::vector<std::string> names;
-  const ParameterVisitor collect = [&](const Parameter& p) { names.emplace_back(p.name); };
+  std::vector<Shape> shapes;
+  const ParameterVisitor collect = [&](const Parameter& p) {
+    names.emplace_back(p.name);
+    shapes.push_back(p.shape);
+  };
   linear.parameters(nested(nested(collect, "blocks.0."), "attn.to_q."));
   EXPECT_EQ(names,
             (std::vector<std::string>{"blocks.0.attn.to_q.weight", "blocks.0.attn.to_q.bias"}));
+  EXPECT_EQ(shapes, (std::vector<Shape>{{2, 3}, {2}}));
 }
 
 // A Z-Image block placed for bf16 products (on the CPU, where this test runs: the rule is the
@@ -129,7 +134,7 @@ TEST(ModuleRegistry, PlacementFollowsEachRole) {
   const auto model = dit::ZImageTransformer::load(shared_dir() / "fixtures" / "zimage-tiny" /
                                                   "model" / "transformer");
   const dit::ZImageBlockWeights host =
-      dit::ZImageBlockWeights::load(model.weights(), "layers.0.", true);
+      dit::ZImageBlockWeights::load(model.weights(), "layers.0.", model.config(), true);
   const dit::ZImageBlockWeights placed = models::placed(host, {Device::CPU, DType::BF16});
   for (const Tensor* t : {&placed.to_q, &placed.to_k, &placed.to_v, &placed.to_out, &placed.w1,
                           &placed.w2, &placed.w3})

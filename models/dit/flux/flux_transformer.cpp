@@ -52,23 +52,23 @@ void FluxTransformer::set_device(Device device, DType compute) {
   models::move_resident(
       resident_, device, compute, [&](Resident& next, const models::PlacementRule& rule) {
         for (int64_t layer = 0; layer < config_.num_layers; ++layer)
-          next.double_blocks.push_back(
-              models::placed_counted(load_flux_double_block(weights_, layer), rule, next.bytes));
+          next.double_blocks.push_back(models::placed_counted(
+              load_flux_double_block(weights_, layer, config_), rule, next.bytes));
         for (int64_t layer = 0; layer < config_.num_single_layers; ++layer)
           next.single_blocks.push_back(models::placed_counted(
-              FluxSingleBlockWeights::load(weights_, layer), rule, next.bytes));
+              FluxSingleBlockWeights::load(weights_, layer, config_), rule, next.bytes));
         next.outer = models::placed_counted(host_outer_, rule, next.bytes);
       });
 }
 
 FluxDoubleBlockWeights FluxTransformer::double_block(int64_t layer) const {
   if (resident_.device != Device::CPU) return resident_.double_blocks[size_t(layer)];
-  return load_flux_double_block(weights_, layer);
+  return load_flux_double_block(weights_, layer, config_);
 }
 
 FluxSingleBlockWeights FluxTransformer::single_block(int64_t layer) const {
   if (resident_.device != Device::CPU) return resident_.single_blocks[size_t(layer)];
-  return FluxSingleBlockWeights::load(weights_, layer);
+  return FluxSingleBlockWeights::load(weights_, layer, config_);
 }
 
 Tensor FluxTransformer::conditioning(const FluxItem& item) const {

@@ -7,31 +7,28 @@
 
 namespace mmgen::dit {
 
-MMDiTJointBlockWeights MMDiTJointBlockWeights::load(const WeightStore& store,
-                                                    const std::string& prefix,
-                                                    const MMDiTJointBlockNames& names) {
-  const std::string& p = prefix;
-  const std::string a = p + "attn.";
+MMDiTJointBlockWeights MMDiTJointBlockWeights::shaped(const MMDiTJointBlockNames& names,
+                                                      MMDiTJointBlockShape shape) {
+  const int64_t dim = shape.dim, mlp = shape.mlp_dim;
   MMDiTJointBlockWeights w;
   w.names = names;
-  w.image_modulation = mmdit_adaln_linear(store, p + names.image_modulation, 6, {1, 4});
-  w.text_modulation = mmdit_adaln_linear(store, p + names.text_modulation, 6, {1, 4});
-  w.to_q = mmdit_linear(store, a + "to_q");
-  w.to_k = mmdit_linear(store, a + "to_k");
-  w.to_v = mmdit_linear(store, a + "to_v");
-  w.to_out = mmdit_linear(store, a + "to_out.0");
-  w.add_q = mmdit_linear(store, a + "add_q_proj");
-  w.add_k = mmdit_linear(store, a + "add_k_proj");
-  w.add_v = mmdit_linear(store, a + "add_v_proj");
-  w.add_out = mmdit_linear(store, a + "to_add_out");
-  w.norm_q = mmdit_f32(store, a + "norm_q.weight");
-  w.norm_k = mmdit_f32(store, a + "norm_k.weight");
-  w.norm_added_q = mmdit_f32(store, a + "norm_added_q.weight");
-  w.norm_added_k = mmdit_f32(store, a + "norm_added_k.weight");
-  w.image_mlp_in = mmdit_linear(store, p + names.image_mlp + ".net.0.proj");
-  w.image_mlp_out = mmdit_linear(store, p + names.image_mlp + ".net.2");
-  w.text_mlp_in = mmdit_linear(store, p + names.text_mlp + ".net.0.proj");
-  w.text_mlp_out = mmdit_linear(store, p + names.text_mlp + ".net.2");
+  w.head_dim = shape.head_dim;
+  w.image_modulation = w.text_modulation = FluxLinear::shaped(6 * dim, dim);
+  for (FluxLinear* linear :
+       {&w.to_q, &w.to_k, &w.to_v, &w.to_out, &w.add_q, &w.add_k, &w.add_v, &w.add_out})
+    *linear = FluxLinear::shaped(dim, dim);
+  w.image_mlp_in = w.text_mlp_in = FluxLinear::shaped(mlp, dim);
+  w.image_mlp_out = w.text_mlp_out = FluxLinear::shaped(dim, mlp);
+  return w;
+}
+
+MMDiTJointBlockWeights MMDiTJointBlockWeights::load(const WeightStore& store,
+                                                    const std::string& prefix,
+                                                    MMDiTJointBlockWeights shaped) {
+  MMDiTJointBlockWeights w = models::loaded(std::move(shaped), store, prefix);
+  // shift, scale, gate for the attention, then for the MLP.
+  mmdit_add_one_to_scales(w.image_modulation, 6, {1, 4});
+  mmdit_add_one_to_scales(w.text_modulation, 6, {1, 4});
   return w;
 }
 
@@ -52,27 +49,11 @@ void MMDiTJointBlockWeights::parameters(const models::ParameterVisitor& visit) {
                             {"attn.norm_k.weight", &norm_k},
                             {"attn.norm_added_q.weight", &norm_added_q},
                             {"attn.norm_added_k.weight", &norm_added_k}})
-    visit({name, *norm, models::Role::Float32});
+    visit({name, *norm, models::Role::Float32, {head_dim}});
   image_mlp_in.parameters(nested(visit, names.image_mlp + ".net.0.proj."));
   image_mlp_out.parameters(nested(visit, names.image_mlp + ".net.2."));
   text_mlp_in.parameters(nested(visit, names.text_mlp + ".net.0.proj."));
   text_mlp_out.parameters(nested(visit, names.text_mlp + ".net.2."));
-}
-
-void check_mmdit_joint_block(const MMDiTWeightCheck& expect, const std::string& prefix,
-                             const MMDiTJointBlockNames& names, int64_t dim, int64_t head_dim,
-                             int64_t mlp_dim) {
-  expect.linear(prefix + names.image_modulation, 6 * dim, dim);
-  expect.linear(prefix + names.text_modulation, 6 * dim, dim);
-  for (const char* name :
-       {"to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"})
-    expect.linear(prefix + "attn." + name, dim, dim);
-  for (const char* name : {"norm_q", "norm_k", "norm_added_q", "norm_added_k"})
-    expect.tensor(prefix + "attn." + name + ".weight", {head_dim});
-  for (const std::string& mlp : {names.image_mlp, names.text_mlp}) {
-    expect.linear(prefix + mlp + ".net.0.proj", mlp_dim, dim);
-    expect.linear(prefix + mlp + ".net.2", dim, mlp_dim);
-  }
 }
 
 void run_mmdit_joint_block(Tensor& text, Tensor& image, const MMDiTJointBlockWeights& w,

@@ -26,7 +26,13 @@ struct MMDiTJointBlockNames {
   std::string image_mlp, text_mlp;                // FeedForwards: <mlp>.net.0.proj, <mlp>.net.2
 };
 
+// A joint block's sizes: the model's width, a head's, the MLPs' hidden width.
+struct MMDiTJointBlockShape {
+  int64_t dim = 0, head_dim = 0, mlp_dim = 0;
+};
+
 struct MMDiTJointBlockWeights {
+  int64_t head_dim = 0;
   // [6·dim] = shift, 1 + scale, gate for attention, then for the MLP.
   FluxLinear image_modulation, text_modulation;
   FluxLinear to_q, to_k, to_v, to_out, add_q, add_k, add_v, add_out;
@@ -34,17 +40,15 @@ struct MMDiTJointBlockWeights {
   FluxLinear image_mlp_in, image_mlp_out, text_mlp_in, text_mlp_out;
   MMDiTJointBlockNames names;  // what the model calls the tensors whose names differ
 
-  // `prefix` is the block's, e.g. "transformer_blocks.3.".
+  // A block of these sizes and names, no tensor loaded (models/parameters.h).
+  static MMDiTJointBlockWeights shaped(const MMDiTJointBlockNames& names,
+                                       MMDiTJointBlockShape shape);
+  // `shaped` loaded from below `prefix` (the block's, e.g. "transformer_blocks.3."), 1 added to
+  // the adaLN products' scales.
   static MMDiTJointBlockWeights load(const WeightStore& store, const std::string& prefix,
-                                     const MMDiTJointBlockNames& names);
+                                     MMDiTJointBlockWeights shaped);
   void parameters(const models::ParameterVisitor& visit);  // named as below the block's prefix
 };
-
-// Checks every tensor of one joint block: `dim` the model's width, `head_dim` a head's, `mlp_dim`
-// the MLPs' hidden width.
-void check_mmdit_joint_block(const MMDiTWeightCheck& expect, const std::string& prefix,
-                             const MMDiTJointBlockNames& names, int64_t dim, int64_t head_dim,
-                             int64_t mlp_dim);
 
 // `text` [text tokens, dim] and `image` [image tokens, dim] float32, updated in place.
 // `conditioning` is SiLU(temb) [1, dim] in `compute` on the streams' device (what both adaLN

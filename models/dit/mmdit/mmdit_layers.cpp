@@ -6,36 +6,17 @@
 namespace mmgen::dit {
 
 void FluxLinear::parameters(const models::ParameterVisitor& visit) {
-  visit({"weight", weight, models::Role::Product});
-  visit({"bias", bias, models::Role::Float32});
+  visit({"weight", weight, models::Role::Product, {out, in}});
+  visit({"bias", bias, models::Role::Float32, {out}});
 }
 
-void MMDiTWeightCheck::tensor(const std::string& name, const Shape& shape) const {
-  models::expect_parameter(store, name, shape, model);
-}
-
-void MMDiTWeightCheck::linear(const std::string& name, int64_t out, int64_t in) const {
-  tensor(name + ".weight", {out, in});
-  tensor(name + ".bias", {out});
-}
-
-Tensor mmdit_f32(const WeightStore& store, const std::string& name) {
-  return ops::weight_to_f32(store.get(name));
-}
-
-FluxLinear mmdit_linear(const WeightStore& store, const std::string& name) {
-  return {store.get(name + ".weight").contiguous(), mmdit_f32(store, name + ".bias")};
-}
-
-FluxLinear mmdit_adaln_linear(const WeightStore& store, const std::string& name, int64_t chunks,
-                              std::initializer_list<int64_t> scales) {
-  FluxLinear m = mmdit_linear(store, name);
-  m.bias = m.bias.clone();  // never the mapped file's bytes
-  const int64_t dim = m.bias.numel() / chunks;
-  float* bias = m.bias.data<float>();
+void mmdit_add_one_to_scales(FluxLinear& product, int64_t chunks,
+                             std::initializer_list<int64_t> scales) {
+  product.bias = product.bias.clone();  // never the mapped file's bytes
+  const int64_t dim = product.bias.numel() / chunks;
+  float* bias = product.bias.data<float>();
   for (int64_t chunk : scales)
     for (int64_t i = 0; i < dim; ++i) bias[chunk * dim + i] += 1.0f;
-  return m;
 }
 
 Tensor mmdit_modulation(const FluxLinear& w, const Tensor& conditioning, int64_t chunks) {

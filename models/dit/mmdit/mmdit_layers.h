@@ -1,9 +1,9 @@
-// The layers FLUX and Qwen-Image share (both MMDiT transformers in diffusers' layout): loading a
-// checked linear layer and an adaLN product, and in a block the adaLN modulation, the q/k
-// projection with its per-head RMSNorm and rotation, and the tanh-GELU MLP.
+// The layers FLUX and Qwen-Image share (both MMDiT transformers in diffusers' layout): a linear
+// layer and an adaLN product, and in a block the adaLN modulation, the q/k projection with its
+// per-head RMSNorm and rotation, and the tanh-GELU MLP.
 //
 // The double-stream block built from them, which both models run, is mmdit_joint_block.h; each
-// model names its own tensors, and the checks' errors name the model a checkpoint was read as.
+// model names its own tensors (checked and loaded through models/parameters.h).
 #pragma once
 
 #include <cstdint>
@@ -24,30 +24,16 @@ inline constexpr float kMMDiTEps = 1e-6f;
 // A linear layer: the weight [out, in] as stored (the CPU) or placed, the bias float32 [out]
 // (named for FLUX, the first model that used it).
 struct FluxLinear {
+  int64_t out = 0, in = 0;
   Tensor weight, bias;
+  static FluxLinear shaped(int64_t out, int64_t in) { return {out, in, {}, {}}; }
   void parameters(const models::ParameterVisitor& visit);  // "weight", "bias"
 };
 
-// Checks a checkpoint's tensors against the shapes its config.json implies, each failure one line
-// naming the tensor, the checkpoint and, for a missing tensor, the model it was read as.
-struct MMDiTWeightCheck {
-  const WeightStore& store;
-  const char* model;  // "FLUX", "Qwen-Image": "(or is not a <model> transformer)"
-
-  // A float tensor (f32, bf16, f16 or f8_e4m3) of `shape`.
-  void tensor(const std::string& name, const Shape& shape) const;
-  // name.weight [out, in] and name.bias [out].
-  void linear(const std::string& name, int64_t out, int64_t in) const;
-};
-
-// A tensor converted to float32 (norms, biases).
-Tensor mmdit_f32(const WeightStore& store, const std::string& name);
-// name.weight as stored (contiguous), name.bias float32.
-FluxLinear mmdit_linear(const WeightStore& store, const std::string& name);
-// An adaLN product whose chunks `scales` (of `chunks`, each [dim]) are scales: 1 is added to their
-// bias (a copy, never the mapped file's bytes) so the product gives 1 + scale.
-FluxLinear mmdit_adaln_linear(const WeightStore& store, const std::string& name, int64_t chunks,
-                              std::initializer_list<int64_t> scales);
+// A loaded adaLN product whose chunks `scales` (of `chunks`, each [dim]) are scales: 1 added to
+// their bias (a copy, never the mapped file's bytes) so that the product gives 1 + scale.
+void mmdit_add_one_to_scales(FluxLinear& product, int64_t chunks,
+                             std::initializer_list<int64_t> scales);
 
 // The adaLN product for one item: [chunks, dim] float32 (1 is already in the scales' bias).
 // `conditioning` is SiLU(temb) [1, dim] in the compute dtype.

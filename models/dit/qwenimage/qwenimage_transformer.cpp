@@ -43,7 +43,7 @@ Tensor timestep_sinusoid_scaled(float timestep) {
 QwenImageTransformer::QwenImageTransformer(QwenImageConfig config, WeightStore weights)
     : config_(validated(std::move(config))), weights_(std::move(weights)) {
   check_qwenimage_weights(weights_, config_);
-  host_outer_ = QwenImageOuterWeights::load(weights_);
+  host_outer_ = QwenImageOuterWeights::load(weights_, config_);
 }
 
 QwenImageTransformer QwenImageTransformer::load(const fs::path& folder) {
@@ -58,18 +58,18 @@ void QwenImageTransformer::list_parameters(const models::ParameterVisitor& visit
 
 void QwenImageTransformer::set_device(Device device, DType compute) {
   rope_cache_ = std::make_shared<FluxRopeCache>();
-  models::move_resident(
-      resident_, device, compute, [&](Resident& next, const models::PlacementRule& rule) {
-        for (int64_t layer = 0; layer < config_.num_layers; ++layer)
-          next.blocks.push_back(
-              models::placed_counted(load_qwenimage_block(weights_, layer), rule, next.bytes));
-        next.outer = models::placed_counted(host_outer_, rule, next.bytes);
-      });
+  models::move_resident(resident_, device, compute,
+                        [&](Resident& next, const models::PlacementRule& rule) {
+                          for (int64_t layer = 0; layer < config_.num_layers; ++layer)
+                            next.blocks.push_back(models::placed_counted(
+                                load_qwenimage_block(weights_, layer, config_), rule, next.bytes));
+                          next.outer = models::placed_counted(host_outer_, rule, next.bytes);
+                        });
 }
 
 QwenImageBlockWeights QwenImageTransformer::block(int64_t layer) const {
   if (resident_.device != Device::CPU) return resident_.blocks[size_t(layer)];
-  return load_qwenimage_block(weights_, layer);
+  return load_qwenimage_block(weights_, layer, config_);
 }
 
 Tensor QwenImageTransformer::conditioning(const QwenImageItem& item) const {

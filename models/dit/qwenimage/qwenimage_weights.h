@@ -22,18 +22,21 @@ namespace mmgen::dit {
 // joint attention, FLUX's double-stream block (mmdit_joint_block.h) with its adaLN products
 // img_mod.1 and txt_mod.1 and its MLPs img_mlp and txt_mlp.
 using QwenImageBlockWeights = MMDiTJointBlockWeights;
-QwenImageBlockWeights load_qwenimage_block(const WeightStore& store, int64_t layer);
+QwenImageBlockWeights load_qwenimage_block(const WeightStore& store, int64_t layer,
+                                           const QwenImageConfig& config);
 
 // Everything outside the blocks.
 struct QwenImageOuterWeights {
   FluxLinear image_in, text_in;  // img_in, txt_in
   Tensor text_norm;              // txt_norm: RMSNorm [joint_attention_dim] on the text input
+  int64_t text_norm_dim = 0;
   // QwenTimestepProjEmbeddings' TimestepEmbedding: a two-layer MLP on the timestep's sinusoid.
   FluxLinear time_1, time_2;
   FluxLinear norm_out;  // AdaLayerNormContinuous: [2·dim] = 1 + scale, shift
   FluxLinear proj_out;
 
-  static QwenImageOuterWeights load(const WeightStore& store);
+  static QwenImageOuterWeights shaped(const QwenImageConfig& config);
+  static QwenImageOuterWeights load(const WeightStore& store, const QwenImageConfig& config);
   void parameters(const models::ParameterVisitor& visit);
 };
 

@@ -18,30 +18,6 @@ std::string wan_block_prefix(int64_t layer) {
   return "blocks." + std::to_string(layer) + ".";
 }
 
-WanAttentionWeights load_attention(const WeightStore& store, const std::string& prefix) {
-  WanAttentionWeights w;
-  w.q_weight = load_linear_weight(store, prefix + "to_q.weight");
-  w.q_bias = load_weight(store, prefix + "to_q.bias");
-  w.k_weight = load_linear_weight(store, prefix + "to_k.weight");
-  w.k_bias = load_weight(store, prefix + "to_k.bias");
-  w.v_weight = load_linear_weight(store, prefix + "to_v.weight");
-  w.v_bias = load_weight(store, prefix + "to_v.bias");
-  w.out_weight = load_linear_weight(store, prefix + "to_out.0.weight");
-  w.out_bias = load_weight(store, prefix + "to_out.0.bias");
-  w.norm_q = load_weight(store, prefix + "norm_q.weight");
-  w.norm_k = load_weight(store, prefix + "norm_k.weight");
-  return w;
-}
-
-void check_attention(const WeightStore& store, const std::string& prefix, int64_t dim) {
-  for (const char* name : {"to_q", "to_k", "to_v", "to_out.0"}) {
-    expect_weight(store, prefix + name + ".weight", {dim, dim});
-    expect_weight(store, prefix + name + ".bias", {dim});
-  }
-  expect_weight(store, prefix + "norm_q.weight", {dim});
-  expect_weight(store, prefix + "norm_k.weight", {dim});
-}
-
 // Attention of `queries` [B, S, D] over `context` [B, L, D] (the queries themselves for
 // self-attention), both in the compute dtype, through the projections, q/k RMSNorm across heads
 // and, for self-attention, RoPE. Returns the output projection [B, S, D] in `compute`.
@@ -70,39 +46,23 @@ Tensor attend(const Tensor& queries, const Tensor& context, const WanAttentionWe
 
 }  // namespace
 
+WanBlockWeights WanBlockWeights::shaped(const WanTransformerConfig& config) {
+  WanBlockWeights w;
+  w.dim = w.self_attention.dim = w.cross_attention.dim = config.inner_dim();
+  w.ffn_dim = config.ffn_dim;
+  w.cross_attn_norm = config.cross_attn_norm;
+  return w;
+}
+
 WanBlockWeights WanBlockWeights::load(const WeightStore& store, int64_t layer,
                                       const WanTransformerConfig& config) {
-  const std::string prefix = wan_block_prefix(layer);
-  WanBlockWeights w;
-  w.self_attention = load_attention(store, prefix + "attn1.");
-  w.cross_attention = load_attention(store, prefix + "attn2.");
-  if (config.cross_attn_norm) {
-    w.norm2_weight = load_weight(store, prefix + "norm2.weight");
-    w.norm2_bias = load_weight(store, prefix + "norm2.bias");
-  }
-  w.ffn_in_weight = load_linear_weight(store, prefix + "ffn.net.0.proj.weight");
-  w.ffn_in_bias = load_weight(store, prefix + "ffn.net.0.proj.bias");
-  w.ffn_out_weight = load_linear_weight(store, prefix + "ffn.net.2.weight");
-  w.ffn_out_bias = load_weight(store, prefix + "ffn.net.2.bias");
-  w.modulation = load_weight(store, prefix + "scale_shift_table");
-  return w;
+  return models::loaded(shaped(config), store, wan_block_prefix(layer));
 }
 
 void check_block_weights(const WeightStore& store, int64_t layer,
                          const WanTransformerConfig& config) {
-  const std::string prefix = wan_block_prefix(layer);
-  const int64_t dim = config.inner_dim();
-  check_attention(store, prefix + "attn1.", dim);
-  check_attention(store, prefix + "attn2.", dim);
-  if (config.cross_attn_norm) {
-    expect_weight(store, prefix + "norm2.weight", {dim});
-    expect_weight(store, prefix + "norm2.bias", {dim});
-  }
-  expect_weight(store, prefix + "ffn.net.0.proj.weight", {config.ffn_dim, dim});
-  expect_weight(store, prefix + "ffn.net.0.proj.bias", {config.ffn_dim});
-  expect_weight(store, prefix + "ffn.net.2.weight", {dim, config.ffn_dim});
-  expect_weight(store, prefix + "ffn.net.2.bias", {dim});
-  expect_weight(store, prefix + "scale_shift_table", {1, 6, dim});
+  models::expect_checkpoint(WanBlockWeights::shaped(config), store, wan_block_prefix(layer),
+                            kWanCheckpoint);
 }
 
 void WanAttentionWeights::parameters(const models::ParameterVisitor& visit) {
@@ -113,24 +73,26 @@ void WanAttentionWeights::parameters(const models::ParameterVisitor& visit) {
                                     {"to_k.", &k_weight, &k_bias},
                                     {"to_v.", &v_weight, &v_bias},
                                     {"to_out.0.", &out_weight, &out_bias}}) {
-    visit({std::string(name) + "weight", *weight, Role::Product});
-    visit({std::string(name) + "bias", *bias, Role::Compute});
+    visit({std::string(name) + "weight", *weight, Role::Product, {dim, dim}});
+    visit({std::string(name) + "bias", *bias, Role::Compute, {dim}});
   }
-  visit({"norm_q.weight", norm_q, Role::Float32});
-  visit({"norm_k.weight", norm_k, Role::Float32});
+  visit({"norm_q.weight", norm_q, Role::Float32, {dim}});
+  visit({"norm_k.weight", norm_k, Role::Float32, {dim}});
 }
 
 void WanBlockWeights::parameters(const models::ParameterVisitor& visit) {
   using models::Role;
   self_attention.parameters(models::nested(visit, "attn1."));
   cross_attention.parameters(models::nested(visit, "attn2."));
-  visit({"norm2.weight", norm2_weight, Role::Float32});
-  visit({"norm2.bias", norm2_bias, Role::Float32});
-  visit({"ffn.net.0.proj.weight", ffn_in_weight, Role::Product});
-  visit({"ffn.net.0.proj.bias", ffn_in_bias, Role::Compute});
-  visit({"ffn.net.2.weight", ffn_out_weight, Role::Product});
-  visit({"ffn.net.2.bias", ffn_out_bias, Role::Compute});
-  visit({"scale_shift_table", modulation, Role::Host});  // read on the host
+  if (cross_attn_norm) {
+    visit({"norm2.weight", norm2_weight, Role::Float32, {dim}});
+    visit({"norm2.bias", norm2_bias, Role::Float32, {dim}});
+  }
+  visit({"ffn.net.0.proj.weight", ffn_in_weight, Role::Product, {ffn_dim, dim}});
+  visit({"ffn.net.0.proj.bias", ffn_in_bias, Role::Compute, {ffn_dim}});
+  visit({"ffn.net.2.weight", ffn_out_weight, Role::Product, {dim, ffn_dim}});
+  visit({"ffn.net.2.bias", ffn_out_bias, Role::Compute, {dim}});
+  visit({"scale_shift_table", modulation, Role::Host, {1, 6, dim}});  // read on the host
 }
 
 WanBlockWeights WanBlockWeights::placed(const models::PlacementRule& rule) const {

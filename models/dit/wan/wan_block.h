@@ -16,6 +16,7 @@ namespace mmgen::dit {
 
 // One attention layer's projections, on the model's device (see WanBlockWeights).
 struct WanAttentionWeights {
+  int64_t dim = 0;  // the inner dim: every projection is [dim, dim]
   Tensor q_weight, q_bias, k_weight, k_bias, v_weight, v_bias, out_weight, out_bias;
   Tensor norm_q, norm_k;  // RMSNorm weights over the whole inner dim
   void parameters(const models::ParameterVisitor& visit);  // "to_q.weight", ... "norm_k.weight"
@@ -27,8 +28,10 @@ struct WanAttentionWeights {
 // FP8 products, f8_e4m3_rows: e4m3 with one scale per output channel), each bias in its product's
 // output dtype, norms float32.
 struct WanBlockWeights {
+  int64_t dim = 0, ffn_dim = 0;
+  bool cross_attn_norm = false;  // the cross-attention's affine pre-norm (norm2) is there
   WanAttentionWeights self_attention, cross_attention;
-  Tensor norm2_weight, norm2_bias;  // undefined when cross_attn_norm is false
+  Tensor norm2_weight, norm2_bias;  // only with cross_attn_norm
   Tensor ffn_in_weight, ffn_in_bias, ffn_out_weight, ffn_out_bias;
   Tensor modulation;  // scale_shift_table [1, 6, D], float32 on the host
   // What the products after the block's norms read, so what those norms write: the compute
@@ -36,6 +39,8 @@ struct WanBlockWeights {
   // the weights are FP8.
   DType inputs = DType::F32;
 
+  // A block of `config`'s shapes, no tensor loaded (models/parameters.h).
+  static WanBlockWeights shaped(const WanTransformerConfig& config);
   static WanBlockWeights load(const WeightStore& store, int64_t layer,
                               const WanTransformerConfig& config);
   // Named below the block's prefix (diffusers' names: "attn1.to_q.weight", "ffn.net.2.bias").

@@ -1,6 +1,7 @@
 #include "models/dit/wan/wan_transformer.h"
 
 #include <algorithm>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -15,28 +16,6 @@
 namespace mmgen::dit {
 namespace {
 
-void check_top_level_weights(const WeightStore& store, const WanTransformerConfig& config) {
-  const int64_t dim = config.inner_dim();
-  const auto [pt, ph, pw] = config.patch_size;
-  expect_weight(store, "patch_embedding.weight", {dim, config.in_channels, pt, ph, pw});
-  expect_weight(store, "patch_embedding.bias", {dim});
-  const std::string time = "condition_embedder.time_embedder.";
-  expect_weight(store, time + "linear_1.weight", {dim, config.freq_dim});
-  expect_weight(store, time + "linear_1.bias", {dim});
-  expect_weight(store, time + "linear_2.weight", {dim, dim});
-  expect_weight(store, time + "linear_2.bias", {dim});
-  expect_weight(store, "condition_embedder.time_proj.weight", {6 * dim, dim});
-  expect_weight(store, "condition_embedder.time_proj.bias", {6 * dim});
-  const std::string text = "condition_embedder.text_embedder.";
-  expect_weight(store, text + "linear_1.weight", {dim, config.text_dim});
-  expect_weight(store, text + "linear_1.bias", {dim});
-  expect_weight(store, text + "linear_2.weight", {dim, dim});
-  expect_weight(store, text + "linear_2.bias", {dim});
-  expect_weight(store, "proj_out.weight", {config.out_channels * config.patch_volume(), dim});
-  expect_weight(store, "proj_out.bias", {config.out_channels * config.patch_volume()});
-  expect_weight(store, "scale_shift_table", {1, 2, dim});
-}
-
 WanTransformerConfig validated(WanTransformerConfig config) {
   config.validate("transformer config");
   return config;
@@ -44,23 +23,29 @@ WanTransformerConfig validated(WanTransformerConfig config) {
 
 }  // namespace
 
-TimeEmbedderWeights TimeEmbedderWeights::load(const WeightStore& store) {
+TimeEmbedderWeights TimeEmbedderWeights::shaped(const WanTransformerConfig& config) {
   TimeEmbedderWeights w;
-  w.parameters(
-      [&](const models::Parameter& p) { p.tensor = load_weight(store, std::string(p.name)); });
+  w.dim = config.inner_dim();
+  w.freq_dim = config.freq_dim;
   return w;
+}
+
+TimeEmbedderWeights TimeEmbedderWeights::load(const WeightStore& store,
+                                              const WanTransformerConfig& config) {
+  return models::loaded(shaped(config), store);
 }
 
 void TimeEmbedderWeights::parameters(const models::ParameterVisitor& visit) {
   const std::string time = "condition_embedder.time_embedder.";
   const std::string projection = "condition_embedder.time_proj.";
-  for (auto [name, tensor] : {std::pair{time + "linear_1.weight", &linear_1_weight},
-                              {time + "linear_1.bias", &linear_1_bias},
-                              {time + "linear_2.weight", &linear_2_weight},
-                              {time + "linear_2.bias", &linear_2_bias},
-                              {projection + "weight", &proj_weight},
-                              {projection + "bias", &proj_bias}})
-    visit({name, *tensor, models::Role::Float32});
+  for (auto [name, tensor, shape] :
+       {std::tuple{time + "linear_1.weight", &linear_1_weight, Shape{dim, freq_dim}},
+        {time + "linear_1.bias", &linear_1_bias, Shape{dim}},
+        {time + "linear_2.weight", &linear_2_weight, Shape{dim, dim}},
+        {time + "linear_2.bias", &linear_2_bias, Shape{dim}},
+        {projection + "weight", &proj_weight, Shape{6 * dim, dim}},
+        {projection + "bias", &proj_bias, Shape{6 * dim}}})
+    visit({name, *tensor, models::Role::Float32, shape});
 }
 
 TimeConditioning time_conditioning(const TimeEmbedderWeights& w, const WanTransformerConfig& config,
@@ -86,10 +71,11 @@ WanTransformer::WanTransformer(WanTransformerConfig config, WeightStore weights)
     : config_(validated(std::move(config))),
       weights_(with_diffusers_names(weights)),
       rope_(config_.attention_head_dim, config_.rope_max_seq_len) {
-  check_top_level_weights(weights_, config_);
+  models::expect_checkpoint(TimeEmbedderWeights::shaped(config_), weights_, "", kWanCheckpoint);
+  models::expect_checkpoint(OuterWeights::shaped(config_), weights_, "", kWanCheckpoint);
   for (int64_t layer = 0; layer < config_.num_layers; ++layer)
     check_block_weights(weights_, layer, config_);
-  host_time_ = TimeEmbedderWeights::load(weights_);
+  host_time_ = TimeEmbedderWeights::load(weights_, config_);
 }
 
 WanTransformer WanTransformer::load(const fs::path& folder) {
@@ -99,13 +85,11 @@ WanTransformer WanTransformer::load(const fs::path& folder) {
 }
 
 void WanTransformer::list_parameters(const models::ParameterVisitor& visit) const {
-  TimeEmbedderWeights::load(weights_).parameters(visit);
+  TimeEmbedderWeights::load(weights_, config_).parameters(visit);
   for (int64_t layer = 0; layer < config_.num_layers; ++layer)
     WanBlockWeights::load(weights_, layer, config_)
         .parameters(models::nested(visit, "blocks." + std::to_string(layer) + "."));
   host_outer_weights().parameters(visit);
-  Tensor head_table = load_weight(weights_, "scale_shift_table");  // the output head's
-  visit({"scale_shift_table", head_table, models::Role::Host});
 }
 
 void WanTransformer::set_device(Device device, DType compute, bool fp8_products,
@@ -113,7 +97,8 @@ void WanTransformer::set_device(Device device, DType compute, bool fp8_products,
   rope_grid_ = {-1, -1, -1};
   // The CPU's copy of the time branch, for a forward there (and for a failed move, which leaves
   // the model on the CPU).
-  if (!host_time_.linear_1_weight.defined()) host_time_ = TimeEmbedderWeights::load(weights_);
+  if (!host_time_.linear_1_weight.defined())
+    host_time_ = TimeEmbedderWeights::load(weights_, config_);
   check(!fp8_products || device == Device::CUDA,
         "FP8 products run on the GPU; the CPU transformer computes in float32");
   check(!stream_blocks || device == Device::CUDA,
@@ -181,24 +166,34 @@ uint64_t WanTransformer::gpu_weight_bytes(const WanTransformerConfig& config, bo
   return time + blocks + outer;
 }
 
+WanTransformer::OuterWeights WanTransformer::OuterWeights::shaped(
+    const WanTransformerConfig& config) {
+  OuterWeights w;
+  const auto [pt, ph, pw] = config.patch_size;
+  w.patch_shape = {config.inner_dim(), config.in_channels, pt, ph, pw};
+  w.text_dim = config.text_dim;
+  w.out_dim = config.out_channels * config.patch_volume();
+  return w;
+}
+
 void WanTransformer::OuterWeights::parameters(const models::ParameterVisitor& visit) {
   using models::Role;
+  const int64_t dim = patch_shape[0];
   const std::string text = "condition_embedder.text_embedder.";
   // A Conv3d with kernel = stride = patch is a linear layer over the flattened patches.
-  visit({"patch_embedding.weight", patch_weight, Role::Product});
-  visit({"patch_embedding.bias", patch_bias, Role::Float32});
-  visit({text + "linear_1.weight", text_1_weight, Role::Product});
-  visit({text + "linear_1.bias", text_1_bias, Role::Compute});
-  visit({text + "linear_2.weight", text_2_weight, Role::Product});
-  visit({text + "linear_2.bias", text_2_bias, Role::Compute});
-  visit({"proj_out.weight", proj_weight, Role::Product});
-  visit({"proj_out.bias", proj_bias, Role::Float32});
+  visit({"patch_embedding.weight", patch_weight, Role::Product, patch_shape});
+  visit({"patch_embedding.bias", patch_bias, Role::Float32, {dim}});
+  visit({text + "linear_1.weight", text_1_weight, Role::Product, {dim, text_dim}});
+  visit({text + "linear_1.bias", text_1_bias, Role::Compute, {dim}});
+  visit({text + "linear_2.weight", text_2_weight, Role::Product, {dim, dim}});
+  visit({text + "linear_2.bias", text_2_bias, Role::Compute, {dim}});
+  visit({"proj_out.weight", proj_weight, Role::Product, {out_dim, dim}});
+  visit({"proj_out.bias", proj_bias, Role::Float32, {out_dim}});
+  visit({"scale_shift_table", head_table, Role::Host, {1, 2, dim}});
 }
 
 WanTransformer::OuterWeights WanTransformer::host_outer_weights() const {
-  OuterWeights w;
-  w.parameters(
-      [&](const models::Parameter& p) { p.tensor = load_weight(weights_, std::string(p.name)); });
+  OuterWeights w = models::loaded(OuterWeights::shaped(config_), weights_);
   w.patch_weight = w.patch_weight.view({config_.inner_dim(), -1});
   return w;
 }
@@ -279,10 +274,10 @@ Tensor WanTransformer::forward(const Tensor& latents, float timestep, const Tens
       resident_.device == Device::CPU ? host_time_ : resident_.time, config_, timestep);
   Tensor modulation = Tensor::empty({config_.num_layers, 6, dim});
   for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
-    const Tensor table =
-        resident_.device == Device::CPU
-            ? load_weight(weights_, "blocks." + std::to_string(layer) + ".scale_shift_table")
-            : resident_.blocks[size_t(layer)].modulation;
+    const Tensor table = resident_.device == Device::CPU
+                             ? ops::weight_to_f32(weights_.get("blocks." + std::to_string(layer) +
+                                                               ".scale_shift_table"))
+                             : resident_.blocks[size_t(layer)].modulation;
     float* out = modulation.data<float>() + layer * 6 * dim;
     for (int64_t i = 0; i < 6 * dim; ++i) {
       out[i] = table.data<float>()[i] + time.timestep_proj[size_t(i)];
@@ -290,7 +285,8 @@ Tensor WanTransformer::forward(const Tensor& latents, float timestep, const Tens
     }
   }
   modulation = modulation.to(resident_.device);
-  const Tensor head_table = load_weight(weights_, "scale_shift_table");
+  const OuterWeights outer = outer_weights();
+  const Tensor& head_table = outer.head_table;  // on the host wherever the model runs
   Tensor head = Tensor::empty({2, dim});
   for (int64_t i = 0; i < dim; ++i) {
     head.data<float>()[i] = head_table.data<float>()[i] + time.temb[size_t(i)];
@@ -298,7 +294,6 @@ Tensor WanTransformer::forward(const Tensor& latents, float timestep, const Tens
   }
   head = head.to(resident_.device);
 
-  const OuterWeights outer = outer_weights();
   // On the host, the text's padding (zero rows up to max_sequence_length, one repeated row) is
   // embedded, projected and attended to once, counted for its copies (attention/repeated_keys.h).
   attention::RepeatedTail tail;

@@ -33,8 +33,10 @@ struct TimeConditioning {
 // tens (Wan2.1-14B's time projection is 630 MB of float32) and, with one process per GPU, did so
 // on a share of the cores.
 struct TimeEmbedderWeights {
+  int64_t dim = 0, freq_dim = 0;
   Tensor linear_1_weight, linear_1_bias, linear_2_weight, linear_2_bias, proj_weight, proj_bias;
-  static TimeEmbedderWeights load(const WeightStore& store);
+  static TimeEmbedderWeights shaped(const WanTransformerConfig& config);
+  static TimeEmbedderWeights load(const WeightStore& store, const WanTransformerConfig& config);
   void parameters(const models::ParameterVisitor& visit);  // float32 wherever they are
 };
 // Runs where the weights are, in float32; the results come back to the host.
@@ -100,9 +102,13 @@ class WanTransformer {
  private:
   // The condition embedder's text MLP, the patch embedding and the output projection where the
   // model runs (see WanBlockWeights for the dtypes).
+  // The output head's modulation table [1, 2, D] stays on the host, float32.
   struct OuterWeights {
+    Shape patch_shape;  // the Conv3d's [D, in_channels, pt, ph, pw]
+    int64_t text_dim = 0, out_dim = 0;
     Tensor patch_weight, patch_bias, text_1_weight, text_1_bias, text_2_weight, text_2_bias,
-        proj_weight, proj_bias;
+        proj_weight, proj_bias, head_table;
+    static OuterWeights shaped(const WanTransformerConfig& config);
     void parameters(const models::ParameterVisitor& visit);
   };
   // Where the model runs (models::move_model's state). The GPU's resident weights, empty on the
@@ -122,7 +128,7 @@ class WanTransformer {
   void place_resident(Resident& next, const models::PlacementRule& plain, bool fp8_products,
                       bool stream_blocks) const;
   OuterWeights outer_weights() const;
-  OuterWeights host_outer_weights() const;  // loaded from the checkpoint, float32
+  OuterWeights host_outer_weights() const;  // loaded from the checkpoint (models::loaded)
   // A block's weights where the model runs (streamed: acquired; release_block after its work).
   WanBlockWeights block_weights(int64_t layer) const;
   void release_block(int64_t layer) const;

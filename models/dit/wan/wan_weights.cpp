@@ -1,21 +1,8 @@
 #include "models/dit/wan/wan_weights.h"
 
 #include "core/error.h"
-#include "core/ops.h"
 
 namespace mmgen::dit {
-
-void expect_weight(const WeightStore& store, const std::string& name, const Shape& shape) {
-  models::expect_parameter(store, name, shape, "Wan text-to-video");
-}
-
-Tensor load_weight(const WeightStore& store, const std::string& name) {
-  return ops::weight_to_f32(store.get(name));
-}
-
-Tensor load_linear_weight(const WeightStore& store, const std::string& name) {
-  return store.get_for_product(name).contiguous();
-}
 
 WeightStore with_diffusers_names(const WeightStore& store) {
   if (!store.has("head.head.weight") && !store.has("blocks.0.self_attn.q.weight")) return store;

@@ -1,5 +1,5 @@
-// Reading the Wan transformer's tensors from a WeightStore: presence and shape checks with
-// messages that name the tensor and the checkpoint, and float32 access.
+// The Wan transformer's checkpoint: the key layouts it comes in and what its checks call it (the
+// tensors' names and shapes are the weight structures', models/parameters.h).
 #pragma once
 
 #include <string>
@@ -10,15 +10,8 @@
 
 namespace mmgen::dit {
 
-// A tensor the config implies (models::expect_parameter), for a Wan text-to-video transformer.
-void expect_weight(const WeightStore& store, const std::string& name, const Shape& shape);
-
-// The tensor as float32 (converted from bf16/f16 when stored so; a view when already float32).
-Tensor load_weight(const WeightStore& store, const std::string& name);
-// A linear layer's weight as stored (float32, bfloat16, float16, or a GGUF file's q8_0 blocks):
-// the CPU product converts it as it packs it, so a bf16 or q8_0 checkpoint is never expanded
-// whole; placing it on the GPU expands it (Tensor::to).
-Tensor load_linear_weight(const WeightStore& store, const std::string& name);
+// What the checks' errors call a Wan transformer checkpoint (models::expect_checkpoint).
+inline constexpr models::CheckpointKind kWanCheckpoint{"transformer", "Wan text-to-video"};
 
 // A checkpoint in the original Wan release's names (blocks.0.self_attn.q.weight, head.head.weight,
 // as the community's Wan GGUF files keep them) under diffusers' names, as diffusers'

@@ -62,13 +62,7 @@ std::vector<float> zimage_timestep_embedding(const ZImageOuterWeights& w,
 
 ZImageTransformer::ZImageTransformer(ZImageConfig config, WeightStore weights)
     : config_(validated(std::move(config))), weights_(std::move(weights)), rope_(config_) {
-  check_zimage_outer(weights_, config_);
-  for (int64_t layer = 0; layer < config_.n_refiner_layers; ++layer) {
-    check_zimage_block(weights_, zimage_block_prefix("noise_refiner", layer), config_, true);
-    check_zimage_block(weights_, zimage_block_prefix("context_refiner", layer), config_, false);
-  }
-  for (int64_t layer = 0; layer < config_.n_layers; ++layer)
-    check_zimage_block(weights_, zimage_block_prefix("layers", layer), config_, true);
+  check_zimage_checkpoint(weights_, config_);
   host_outer_ = ZImageOuterWeights::load(weights_, config_);
 }
 
@@ -92,7 +86,8 @@ void ZImageTransformer::set_device(Device device, DType compute) {
           for (int64_t layer = 0; layer < count; ++layer) {
             const std::string prefix = zimage_block_prefix(zimage_stack_name(stage), layer);
             to.push_back(models::placed_counted(
-                ZImageBlockWeights::load(weights_, prefix, stage != ZImageStage::ContextRefiner),
+                ZImageBlockWeights::load(weights_, prefix, config_,
+                                         stage != ZImageStage::ContextRefiner),
                 rule, next.bytes));
           }
         };
@@ -120,14 +115,14 @@ ZImageBlockWeights ZImageTransformer::block_weights(ZImageStage stage, int64_t l
     return resident[size_t(layer)];
   }
   return ZImageBlockWeights::load(weights_, zimage_block_prefix(zimage_stack_name(stage), layer),
-                                  stage != ZImageStage::ContextRefiner);
+                                  config_, stage != ZImageStage::ContextRefiner);
 }
 
 ZImageBlockWeights ZImageTransformer::modulation_weights(ZImageStage stage, int64_t layer) const {
   if (resident_.device != Device::CPU) return block_weights(stage, layer);
   return ZImageBlockWeights::load_modulation(weights_,
                                              zimage_block_prefix(zimage_stack_name(stage), layer),
-                                             stage != ZImageStage::ContextRefiner);
+                                             config_, stage != ZImageStage::ContextRefiner);
 }
 
 const ZImageTransformer::LayoutRope& ZImageTransformer::layout_rope(

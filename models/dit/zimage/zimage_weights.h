@@ -24,6 +24,8 @@ namespace mmgen::dit {
 std::string zimage_block_prefix(std::string_view stack, int64_t layer);
 
 struct ZImageBlockWeights {
+  int64_t dim = 0, ffn_dim = 0, head_dim = 0, adaln_dim = 0;
+  bool modulated = false;  // false in the context refiner, which has no adaLN product
   // Products (no biases: diffusers builds them with bias=False): on the host in the stored dtype
   // (the CPU product converts as it packs), placed() in the compute dtype on the device.
   Tensor to_q, to_k, to_v, to_out, w1, w2, w3;
@@ -32,17 +34,19 @@ struct ZImageBlockWeights {
   // The pre-norms, float32 on the host: a modulated block folds each item's (1 + scale) into them
   // (on the GPU from ZImageStackedModulation's copy); an unmodulated block's are placed with it.
   Tensor attention_norm1, ffn_norm1;
-  // adaLN_modulation.0 [4·dim, adaln_dim] (mapped in the stored dtype; ops::linear converts as
-  // it reads) and its bias (float32), on the host; undefined in the unmodulated context refiner.
+  // adaLN_modulation.0 [4·dim, adaln_dim] (a table: mapped in the stored dtype; ops::linear
+  // converts as it reads) and its bias (float32), on the host; only in a modulated block.
   // On the GPU the transformer uploads every block's once, stacked into one product.
   Tensor modulation_weight, modulation_bias;
 
+  // A block of `config`'s shapes, no tensor loaded (models/parameters.h).
+  static ZImageBlockWeights shaped(const ZImageConfig& config, bool modulated);
   static ZImageBlockWeights load(const WeightStore& store, const std::string& prefix,
-                                 bool modulated);
+                                 const ZImageConfig& config, bool modulated);
   // Only what zimage_modulation reads (the pre-norms and the modulation product), the rest
   // undefined: a forward folds every block's modulation before the blocks run.
   static ZImageBlockWeights load_modulation(const WeightStore& store, const std::string& prefix,
-                                            bool modulated);
+                                            const ZImageConfig& config, bool modulated);
   // Named below the block's prefix. Placed, q/k/v and w1/w3 are each one allocation
   // (ops::linear_each runs each set as one product); the host tensors stay where they are.
   void parameters(const models::ParameterVisitor& visit);
@@ -61,26 +65,28 @@ struct ZImageStackedModulation {
 ZImageStackedModulation stack_modulations(const std::vector<const ZImageBlockWeights*>& blocks,
                                           Device device, DType compute);
 
-// Checks every tensor of the block at `prefix` against the config's shapes.
-void check_zimage_block(const WeightStore& store, const std::string& prefix,
-                        const ZImageConfig& config, bool modulated);
-
 // Everything outside the blocks.
 struct ZImageOuterWeights {
+  int64_t dim = 0, adaln_dim = 0, patch_values = 0, cap_feat_dim = 0;
   // Where the model runs: the patch and caption embedders' products, the final projection.
   Tensor x_embed_weight, x_embed_bias, cap_embed_weight, cap_embed_bias, final_weight, final_bias;
   Tensor cap_norm;  // the caption embedder's RMSNorm [cap_feat_dim], float32 where the model runs
   // Host float32: the timestep MLP, the final layer's adaLN (run on the [1, adaln_dim] timestep
   // embedding) and the learned pad tokens [dim] (written into the host-assembled sequences).
   Tensor t_1_weight, t_1_bias, t_2_weight, t_2_bias, final_mod_weight, final_mod_bias;
-  Tensor x_pad_token, cap_pad_token;
+  Tensor x_pad_token, cap_pad_token;  // [dim] once loaded (the checkpoint's [1, dim])
   std::string patch_key;  // "2-1": the embedder and final layer of the config's patch sizes
 
+  static ZImageOuterWeights shaped(const ZImageConfig& config);
   static ZImageOuterWeights load(const WeightStore& store, const ZImageConfig& config);
   void parameters(const models::ParameterVisitor& visit);
 };
 
-void check_zimage_outer(const WeightStore& store, const ZImageConfig& config);
+// What the checks' errors call a Z-Image transformer checkpoint (models::expect_checkpoint).
+inline constexpr models::CheckpointKind kZImageCheckpoint{"transformer", "Z-Image"};
+
+// Checks every tensor the config implies against the checkpoint, before anything is loaded.
+void check_zimage_checkpoint(const WeightStore& store, const ZImageConfig& config);
 
 // Every tensor of the checkpoint as the model reads it (host copies, loaded block by block),
 // under its checkpoint name: the model's tree for what works by name (tests, LoRA).
