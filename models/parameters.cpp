@@ -55,22 +55,54 @@ void place_parameters(const ParameterList& list, const PlacementRule& rule) {
   }
 }
 
+uint64_t shaped_bytes(const ParameterList& list, const PlacementRule& rule) {
+  check(!rule.keep_quantized_blocks,
+        "shaped_bytes: a GGUF file's blocks kept on the GPU take what the file gives them");
+  uint64_t total = 0;
+  list([&](const Parameter& p) {
+    uint64_t values = 1;
+    for (int64_t extent : p.shape) values *= uint64_t(extent);
+    switch (p.role) {
+      case Role::Host:
+      case Role::Table:
+        return;
+      case Role::Float32:
+        total += values * 4;
+        return;
+      case Role::Compute:
+        total += values * dtype_size(rule.compute);
+        return;
+      case Role::Product:
+        // e4m3 rows: the values, then one float32 scale per row (Tensor::nbytes).
+        total += rule.fp8_products
+                     ? row_scales_offset(int64_t(values)) + uint64_t(p.shape.front()) * 4
+                     : values * dtype_size(rule.compute);
+        return;
+    }
+  });
+  return total;
+}
+
+void expect_tensor(const WeightStore& store, const std::string& name, const Shape& shape,
+                   CheckpointKind kind) {
+  check(store.has(name),
+        "{} weights in {}: tensor '{}' is missing; the checkpoint does not match its "
+        "config.json (or is not a {} {})",
+        kind.component, store.origin().string(), name, kind.model, kind.component);
+  // A GGUF file's tensors report float32 and the shape of the values they hold.
+  const TensorInfo& info = store.info(name);
+  check(dtype_is_floating(info.dtype) && info.dtype != DType::F64,
+        "{} weights in {}: tensor '{}' is {}, expected f32, bf16, f16 or f8_e4m3", kind.component,
+        store.origin().string(), name, dtype_name(info.dtype));
+  check(info.shape == shape, "{} weights in {}: tensor '{}' has shape {}, config.json implies {}",
+        kind.component, store.origin().string(), name, shape_string(info.shape),
+        shape_string(shape));
+}
+
 void expect_parameters(const ParameterList& list, const WeightStore& store,
                        const std::string& prefix, CheckpointKind kind) {
   list([&](const Parameter& p) {
-    const std::string name = prefix + std::string(p.name);
-    check(store.has(name),
-          "{} weights in {}: tensor '{}' is missing; the checkpoint does not match its "
-          "config.json (or is not a {} {})",
-          kind.component, store.origin().string(), name, kind.model, kind.component);
-    // A GGUF file's tensors report float32 and the shape of the values they hold.
-    const TensorInfo& info = store.info(name);
-    check(dtype_is_floating(info.dtype) && info.dtype != DType::F64,
-          "{} weights in {}: tensor '{}' is {}, expected f32, bf16, f16 or f8_e4m3", kind.component,
-          store.origin().string(), name, dtype_name(info.dtype));
-    check(info.shape == p.shape,
-          "{} weights in {}: tensor '{}' has shape {}, config.json implies {}", kind.component,
-          store.origin().string(), name, shape_string(info.shape), shape_string(p.shape));
+    expect_tensor(store, prefix + std::string(p.name), p.shape, kind);
   });
 }
 

@@ -88,6 +88,17 @@ size_t parameter_bytes(Weights weights, Device device) {
   return total;
 }
 
+// What placing `list` by `rule` would hold on the device, from the listed shapes alone (a memory
+// estimate before anything is read): products in the compute dtype (or e4m3 rows with a float32
+// scale per row), Float32 tensors in float32, Host and Table nothing. A GGUF file's blocks kept
+// as blocks (rule.keep_quantized_blocks) are not estimated: Error.
+uint64_t shaped_bytes(const ParameterList& list, const PlacementRule& rule);
+
+template <class Weights>
+uint64_t shaped_resident_bytes(Weights shaped, const PlacementRule& rule) {
+  return shaped_bytes([&](const ParameterVisitor& visit) { shaped.parameters(visit); }, rule);
+}
+
 // `weights` placed by `rule`, what it then holds on the device added to `bytes`.
 template <class Weights>
 Weights placed_counted(Weights weights, const PlacementRule& rule, size_t& bytes) {
@@ -167,6 +178,11 @@ struct CheckpointKind {
   std::string_view component;
   std::string_view model;
 };
+
+// Throws Error, one line naming the tensor and the file, unless `name` is in `store`, holds
+// floating-point values (f32, bf16, f16 or f8_e4m3, or a GGUF file's blocks) and has `shape`.
+void expect_tensor(const WeightStore& store, const std::string& name, const Shape& shape,
+                   CheckpointKind kind);
 
 // Throws Error, one line naming the tensor and the file, unless every parameter `list` visits is
 // in `store` under `prefix` + its name, holds floating-point values (f32, bf16, f16 or f8_e4m3,

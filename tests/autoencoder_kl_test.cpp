@@ -152,7 +152,7 @@ TEST(AutoencoderKL, MissingWeightIsRefusedInOneLine) {
   const fs::path folder = vae_without(name);
   const std::string error =
       testing::error_message([&] { AutoencoderKLDecoder::open_folder(folder); });
-  EXPECT_NE(error.find("lack '" + name + "'"), std::string::npos) << error;
+  EXPECT_NE(error.find("tensor '" + name + "' is missing"), std::string::npos) << error;
   EXPECT_NE(error.find(folder.string()), std::string::npos) << error;
   EXPECT_EQ(error.find('\n'), std::string::npos) << error;
 }

@@ -32,21 +32,28 @@ using testing::source_dir;
 // name -> values listed (undefined tensors, such as an unmodulated block's adaLN product, hold
 // none), the name's derived parts ("proj_out.weight[mlp]") under the name itself.
 std::map<std::string, int64_t> listed_values(
-    const std::function<void(const ParameterVisitor&)>& list, std::set<std::string>& names) {
+    const std::function<void(const ParameterVisitor&)>& list, std::set<std::string>& names,
+    std::map<std::string, Shape>& shapes) {
   std::map<std::string, int64_t> values;
   list([&](const Parameter& p) {
     const std::string name(p.name);
     EXPECT_TRUE(names.insert(name).second) << "listed twice: " << name;
     if (p.tensor.defined()) values[name.substr(0, name.find('['))] += p.tensor.numel();
+    if (name.find('[') == std::string::npos) shapes[name] = p.shape;
   });
   return values;
 }
 
-// Every tensor of `store` is listed once by its own name, holding as many values as stored.
+// Every tensor of `store` is listed once by its own name, holding as many values as stored, with
+// the shape its config implies equal to the stored one (what the load checks it against).
 void expect_tree_covers_checkpoint(const WeightStore& store,
                                    const std::function<void(const ParameterVisitor&)>& list) {
   std::set<std::string> names;
-  const std::map<std::string, int64_t> values = listed_values(list, names);
+  std::map<std::string, Shape> shapes;
+  const std::map<std::string, int64_t> values = listed_values(list, names, shapes);
+  for (const auto& [name, shape] : shapes)
+    if (store.has(name))
+      EXPECT_EQ(shape_string(shape), shape_string(store.info(name).shape)) << name;
   std::set<std::string> stored;
   for (const std::string& name : store.names()) {
     stored.insert(name);
@@ -111,6 +118,41 @@ TEST(ModuleRegistry, TextEncodersListEveryTensorOfTheirCheckpoints) {
   const auto decoder = text_encoders::Qwen3TextModel::from_folder(qwen3);
   expect_tree_covers_checkpoint(WeightStore::open_folder(qwen3),
                                 [&](const ParameterVisitor& v) { decoder.list_parameters(v); });
+}
+
+// What a loaded tree would hold on the GPU in bf16, counted from its tensors by role.
+uint64_t gpu_bytes_of_loaded(const std::function<void(const ParameterVisitor&)>& list) {
+  uint64_t bytes = 0;
+  list([&](const Parameter& p) {
+    if (!p.tensor.defined()) return;
+    if (p.role == Role::Product || p.role == Role::Compute) bytes += uint64_t(p.tensor.numel()) * 2;
+    if (p.role == Role::Float32) bytes += uint64_t(p.tensor.numel()) * 4;
+  });
+  return bytes;
+}
+
+// The text encoders' GPU weight bytes come from their shaped trees before anything is read; they
+// equal what the loaded trees hold, role by role.
+TEST(ModuleRegistry, ShapedBytesAreWhatTheLoadedTreeWouldHold) {
+  MMGEN_REQUIRE_SHARED();
+  const fs::path flux = source_dir() / "tests" / "fixtures" / "flux-tiny" / "model";
+  for (const fs::path& folder : {shared_dir() / "fixtures" / "wan-tiny" / "model" / "text_encoder",
+                                 flux / "text_encoder_2"}) {
+    SCOPED_TRACE(folder.string());
+    const auto encoder = text_encoders::UMT5Encoder::from_folder(folder);
+    EXPECT_EQ(text_encoders::UMT5Encoder::gpu_weight_bytes(encoder.config(), DType::BF16),
+              gpu_bytes_of_loaded([&](const ParameterVisitor& v) { encoder.list_parameters(v); }));
+  }
+  const auto clip = text_encoders::ClipTextModel::from_folder(flux / "text_encoder");
+  EXPECT_EQ(text_encoders::ClipTextModel::gpu_weight_bytes(clip.config(), DType::BF16),
+            gpu_bytes_of_loaded([&](const ParameterVisitor& v) { clip.list_parameters(v); }));
+
+  // By hand: a [3, 5] product and its bias; FP8 rows carry one float32 scale per row.
+  dit::FluxLinear linear = dit::FluxLinear::shaped(3, 5);
+  EXPECT_EQ(shaped_resident_bytes(linear, {Device::CUDA, DType::BF16}), 3u * 5 * 2 + 3 * 4);
+  PlacementRule fp8{Device::CUDA, DType::BF16};
+  fp8.fp8_products = true;
+  EXPECT_EQ(shaped_resident_bytes(linear, fp8), row_scales_offset(3 * 5) + 3 * 4 + 3 * 4);
 }
 
 TEST(ModuleRegistry, NestedNamesJoinTheirPrefixes) {

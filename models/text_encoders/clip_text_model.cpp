@@ -9,7 +9,6 @@
 #include "attention/catalogue.h"
 #include "core/error.h"
 #include "core/ops.h"
-#include "models/text_encoders/encoder_weights.h"
 
 namespace mmgen::text_encoders {
 namespace {
@@ -20,7 +19,7 @@ namespace paged = attention::paged;
 // device has.
 constexpr float kQuickGelu = 1.702f;
 
-constexpr const char* kClipCheckpoint = "a CLIP text encoder";
+constexpr models::CheckpointKind kClipCheckpoint{"text encoder", "CLIP"};
 
 Tensor as_int64(const Tensor& ids) {
   check(ids.dtype() == DType::I64 || ids.dtype() == DType::I32,
@@ -44,80 +43,56 @@ ClipTextModel ClipTextModel::from_folder(const fs::path& folder) {
   return ClipTextModel(ClipTextConfig::from_file(config_path), WeightStore::open_folder(folder));
 }
 
+ClipTextModel::Placed ClipTextModel::shaped_state(const ClipTextConfig& config) {
+  Placed shaped;
+  shaped.vocab_size = config.vocab_size;
+  shaped.positions = config.max_position_embeddings;
+  shaped.hidden_size = config.hidden_size;
+  shaped.layers.assign(size_t(config.num_hidden_layers),
+                       Layer{config.hidden_size, config.intermediate_size});
+  return shaped;
+}
+
 ClipTextModel::Placed ClipTextModel::host_state() const {
-  Placed host;
-  const int64_t d = config_.hidden_size, ff = config_.intermediate_size;
-  auto get = [&](const std::string& name, const Shape& shape) {
-    return require_encoder_weight(weights_, prefix_ + name, shape, kClipCheckpoint);
-  };
-  auto f32 = [&](const std::string& name, const Shape& shape) {
-    return get(name, shape).to(DType::F32);
-  };
-  host.token_embedding = get("embeddings.token_embedding.weight", {config_.vocab_size, d});
-  host.position_embedding =
-      f32("embeddings.position_embedding.weight", {config_.max_position_embeddings, d})
-          .contiguous();
-  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
-    const std::string at = "encoder.layers." + std::to_string(i) + ".";
-    Layer layer;
-    layer.norm1_weight = f32(at + "layer_norm1.weight", {d});
-    layer.norm1_bias = f32(at + "layer_norm1.bias", {d});
-    layer.norm2_weight = f32(at + "layer_norm2.weight", {d});
-    layer.norm2_bias = f32(at + "layer_norm2.bias", {d});
-    layer.q = get(at + "self_attn.q_proj.weight", {d, d});
-    layer.k = get(at + "self_attn.k_proj.weight", {d, d});
-    layer.v = get(at + "self_attn.v_proj.weight", {d, d});
-    layer.out = get(at + "self_attn.out_proj.weight", {d, d});
-    layer.q_bias = f32(at + "self_attn.q_proj.bias", {d});
-    layer.k_bias = f32(at + "self_attn.k_proj.bias", {d});
-    layer.v_bias = f32(at + "self_attn.v_proj.bias", {d});
-    layer.out_bias = f32(at + "self_attn.out_proj.bias", {d});
-    layer.fc1 = get(at + "mlp.fc1.weight", {ff, d});
-    layer.fc1_bias = f32(at + "mlp.fc1.bias", {ff});
-    layer.fc2 = get(at + "mlp.fc2.weight", {d, ff});
-    layer.fc2_bias = f32(at + "mlp.fc2.bias", {d});
-    host.layers.push_back(std::move(layer));
-  }
-  host.final_norm_weight = f32("final_layer_norm.weight", {d});
-  host.final_norm_bias = f32("final_layer_norm.bias", {d});
-  return host;
+  const Placed shaped = shaped_state(config_);
+  models::expect_checkpoint(shaped, weights_, prefix_, kClipCheckpoint);
+  return models::loaded(shaped, weights_, prefix_);  // norms, biases, positions: float32
 }
 
 void ClipTextModel::Layer::parameters(const models::ParameterVisitor& visit) {
   using models::Role;
+  const int64_t d = hidden_size, ff = intermediate_size;
   for (auto [name, norm] : {std::pair{"layer_norm1.weight", &norm1_weight},
                             {"layer_norm1.bias", &norm1_bias},
                             {"layer_norm2.weight", &norm2_weight},
                             {"layer_norm2.bias", &norm2_bias}})
-    visit({name, *norm, Role::Float32});
-  for (auto [name, weight, bias] : {std::tuple{"self_attn.q_proj.", &q, &q_bias},
-                                    {"self_attn.k_proj.", &k, &k_bias},
-                                    {"self_attn.v_proj.", &v, &v_bias},
-                                    {"self_attn.out_proj.", &out, &out_bias},
-                                    {"mlp.fc1.", &fc1, &fc1_bias},
-                                    {"mlp.fc2.", &fc2, &fc2_bias}}) {
-    visit({std::string(name) + "weight", *weight, Role::Product});
-    visit({std::string(name) + "bias", *bias, Role::Float32});
+    visit({name, *norm, Role::Float32, {d}});
+  for (auto [name, weight, bias, rows, columns] :
+       {std::tuple{"self_attn.q_proj.", &q, &q_bias, d, d},
+        {"self_attn.k_proj.", &k, &k_bias, d, d},
+        {"self_attn.v_proj.", &v, &v_bias, d, d},
+        {"self_attn.out_proj.", &out, &out_bias, d, d},
+        {"mlp.fc1.", &fc1, &fc1_bias, ff, d},
+        {"mlp.fc2.", &fc2, &fc2_bias, d, ff}}) {
+    visit({std::string(name) + "weight", *weight, Role::Product, {rows, columns}});
+    visit({std::string(name) + "bias", *bias, Role::Float32, {rows}});
   }
 }
 
 void ClipTextModel::Placed::parameters(const models::ParameterVisitor& visit) {
   using models::Role;
-  // The embeddings are gathered on the host.
-  visit({"embeddings.token_embedding.weight", token_embedding, Role::Host});
-  visit({"embeddings.position_embedding.weight", position_embedding, Role::Host});
+  const int64_t d = hidden_size;
+  // The embeddings are gathered on the host: the token table's rows as stored, one at a time.
+  visit({"embeddings.token_embedding.weight", token_embedding, Role::Table, {vocab_size, d}});
+  visit({"embeddings.position_embedding.weight", position_embedding, Role::Host, {positions, d}});
   for (size_t i = 0; i < layers.size(); ++i)
     layers[i].parameters(models::nested(visit, "encoder.layers." + std::to_string(i) + "."));
-  visit({"final_layer_norm.weight", final_norm_weight, Role::Float32});
-  visit({"final_layer_norm.bias", final_norm_bias, Role::Float32});
+  visit({"final_layer_norm.weight", final_norm_weight, Role::Float32, {d}});
+  visit({"final_layer_norm.bias", final_norm_bias, Role::Float32, {d}});
 }
 
 uint64_t ClipTextModel::gpu_weight_bytes(const ClipTextConfig& config, DType compute) {
-  const uint64_t d = uint64_t(config.hidden_size), ff = uint64_t(config.intermediate_size);
-  const uint64_t products = 4 * d * d + 2 * d * ff;
-  const uint64_t floats = 4 * d + 4 * d + ff + d;  // norms, attention biases, MLP biases
-  return uint64_t(config.num_hidden_layers) * (products * dtype_size(compute) + floats * 4) +
-         2 * d * 4;
+  return models::shaped_resident_bytes(shaped_state(config), {Device::CUDA, compute});
 }
 
 void ClipTextModel::set_attention_backend(const std::string& name, int64_t page_size) {

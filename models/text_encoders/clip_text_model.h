@@ -71,6 +71,7 @@ class ClipTextModel {
 
  private:
   struct Layer {
+    int64_t hidden_size = 0, intermediate_size = 0;
     Tensor norm1_weight, norm1_bias, norm2_weight, norm2_bias;  // float32
     Tensor q, k, v, out, fc1, fc2;  // CPU: stored dtype; GPU: compute dtype
     Tensor q_bias, k_bias, v_bias, out_bias, fc1_bias, fc2_bias;  // float32
@@ -80,6 +81,7 @@ class ClipTextModel {
   struct Placed {
     Device device = Device::CPU;
     DType compute = DType::F32;
+    int64_t vocab_size = 0, positions = 0, hidden_size = 0;
     Tensor token_embedding;     // [vocab, hidden], stored dtype, host
     Tensor position_embedding;  // [positions, hidden] float32, host
     std::vector<Layer> layers;
@@ -87,7 +89,10 @@ class ClipTextModel {
     size_t bytes = 0;
     void parameters(const models::ParameterVisitor& visit);  // below the checkpoint's prefix
   };
-  // Every weight from the checkpoint, as stored (host, mapped).
+  // The config's shapes, no tensor loaded (models/parameters.h).
+  static Placed shaped_state(const ClipTextConfig& config);
+  // Every weight from the checkpoint (host, mapped; norms, biases and the position table float32)
+  // after checking names, dtypes and shapes.
   Placed host_state() const;
   // Token + position embeddings of ids [B, S] as [B·S, hidden] float32 on the host.
   Tensor embed(const Tensor& ids) const;

@@ -8,7 +8,6 @@
 
 #include "core/error.h"
 #include "core/ops.h"
-#include "models/text_encoders/encoder_weights.h"
 #include "models/text_encoders/qwen3_paged.h"
 
 namespace mmgen::text_encoders {
@@ -31,7 +30,7 @@ std::string decoder_prefix(const WeightStore& weights) {
   return "";
 }
 
-constexpr const char* kQwen3Checkpoint = "a Qwen3";
+constexpr models::CheckpointKind kQwen3Checkpoint{"text encoder", "Qwen3 or Qwen2.5-VL"};
 
 }  // namespace
 
@@ -42,90 +41,67 @@ Qwen3TextModel::Qwen3TextModel(Qwen3Config config, WeightStore weights)
   state_ = host_state();
 }
 
+Qwen3TextModel::Placed Qwen3TextModel::shaped_state() const {
+  Placed shaped;
+  shaped.prefix = decoder_prefix(weights_);
+  shaped.vocab_size = config_.vocab_size;
+  shaped.hidden_size = config_.hidden_size;
+  shaped.lm_head_stored = weights_.has("lm_head.weight");
+  shaped.tied_lm_head = !shaped.lm_head_stored && config_.tie_word_embeddings;
+  Layer layer;
+  layer.hidden_size = config_.hidden_size;
+  layer.intermediate_size = config_.intermediate_size;
+  layer.q_width = config_.q_width();
+  layer.kv_width = config_.kv_width();
+  layer.head_dim = config_.head_dim;
+  layer.has_qkv_bias = config_.attention_bias || config_.qkv_bias;
+  layer.has_o_bias = config_.attention_bias;
+  layer.has_qk_norm = config_.qk_norm;
+  shaped.layers.assign(size_t(config_.num_hidden_layers), layer);
+  return shaped;
+}
+
 Qwen3TextModel::Placed Qwen3TextModel::host_state() const {
-  Placed host;
-  const int64_t d = config_.hidden_size, ff = config_.intermediate_size;
-  const int64_t q_width = config_.q_width(), kv_width = config_.kv_width();
-  const std::string prefix = host.prefix = decoder_prefix(weights_);
-  host.embedding = require_encoder_weight(weights_, prefix + "embed_tokens.weight",
-                                          {config_.vocab_size, d}, kQwen3Checkpoint);
-  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
-    const std::string block = prefix + "layers." + std::to_string(i) + ".";
-    const std::string attn = block + "self_attn.";
-    Layer layer;
-    layer.input_norm =
-        require_encoder_weight(weights_, block + "input_layernorm.weight", {d}, kQwen3Checkpoint);
-    layer.q =
-        require_encoder_weight(weights_, attn + "q_proj.weight", {q_width, d}, kQwen3Checkpoint);
-    layer.k =
-        require_encoder_weight(weights_, attn + "k_proj.weight", {kv_width, d}, kQwen3Checkpoint);
-    layer.v =
-        require_encoder_weight(weights_, attn + "v_proj.weight", {kv_width, d}, kQwen3Checkpoint);
-    layer.o =
-        require_encoder_weight(weights_, attn + "o_proj.weight", {d, q_width}, kQwen3Checkpoint);
-    if (config_.attention_bias || config_.qkv_bias) {
-      layer.q_bias =
-          require_encoder_weight(weights_, attn + "q_proj.bias", {q_width}, kQwen3Checkpoint);
-      layer.k_bias =
-          require_encoder_weight(weights_, attn + "k_proj.bias", {kv_width}, kQwen3Checkpoint);
-      layer.v_bias =
-          require_encoder_weight(weights_, attn + "v_proj.bias", {kv_width}, kQwen3Checkpoint);
-    }
-    if (config_.attention_bias)
-      layer.o_bias = require_encoder_weight(weights_, attn + "o_proj.bias", {d}, kQwen3Checkpoint);
-    if (config_.qk_norm) {
-      layer.q_norm = require_encoder_weight(weights_, attn + "q_norm.weight", {config_.head_dim},
-                                            kQwen3Checkpoint);
-      layer.k_norm = require_encoder_weight(weights_, attn + "k_norm.weight", {config_.head_dim},
-                                            kQwen3Checkpoint);
-    }
-    layer.post_attention_norm = require_encoder_weight(
-        weights_, block + "post_attention_layernorm.weight", {d}, kQwen3Checkpoint);
-    layer.gate =
-        require_encoder_weight(weights_, block + "mlp.gate_proj.weight", {ff, d}, kQwen3Checkpoint);
-    layer.up =
-        require_encoder_weight(weights_, block + "mlp.up_proj.weight", {ff, d}, kQwen3Checkpoint);
-    layer.down =
-        require_encoder_weight(weights_, block + "mlp.down_proj.weight", {d, ff}, kQwen3Checkpoint);
-    host.layers.push_back(std::move(layer));
-  }
-  host.norm = require_encoder_weight(weights_, prefix + "norm.weight", {d}, kQwen3Checkpoint);
-  if (weights_.has("lm_head.weight")) {
-    host.lm_head = require_encoder_weight(weights_, "lm_head.weight", {config_.vocab_size, d},
-                                          kQwen3Checkpoint);
-  } else if (config_.tie_word_embeddings) {
-    host.lm_head = host.embedding;
-    host.tied_lm_head = true;
-  }
+  const Placed shaped = shaped_state();
+  models::expect_checkpoint(shaped, weights_, "", kQwen3Checkpoint);
+  Placed host = models::loaded(shaped, weights_, "", models::Values::AsStored);
+  if (host.tied_lm_head) host.lm_head = host.embedding;
   return host;
 }
 
 void Qwen3TextModel::Layer::parameters(const models::ParameterVisitor& visit) {
   using models::Role;
   const std::string attention = "self_attn.";
-  visit({"input_layernorm.weight", input_norm, Role::Float32});
-  for (auto [name, weight, bias] : {std::tuple{"q_proj.", &q, &q_bias},
-                                    {"k_proj.", &k, &k_bias},
-                                    {"v_proj.", &v, &v_bias},
-                                    {"o_proj.", &o, &o_bias}}) {
-    visit({attention + name + "weight", *weight, Role::Product});
-    visit({attention + name + "bias", *bias, Role::Float32});
+  const int64_t d = hidden_size, ff = intermediate_size;
+  visit({"input_layernorm.weight", input_norm, Role::Float32, {d}});
+  for (auto [name, weight, bias, rows] : {std::tuple{"q_proj.", &q, &q_bias, q_width},
+                                          {"k_proj.", &k, &k_bias, kv_width},
+                                          {"v_proj.", &v, &v_bias, kv_width}}) {
+    visit({attention + name + "weight", *weight, Role::Product, {rows, d}});
+    if (has_qkv_bias) visit({attention + name + "bias", *bias, Role::Float32, {rows}});
   }
-  visit({attention + "q_norm.weight", q_norm, Role::Float32});
-  visit({attention + "k_norm.weight", k_norm, Role::Float32});
-  visit({"post_attention_layernorm.weight", post_attention_norm, Role::Float32});
-  visit({"mlp.gate_proj.weight", gate, Role::Product});
-  visit({"mlp.up_proj.weight", up, Role::Product});
-  visit({"mlp.down_proj.weight", down, Role::Product});
+  visit({attention + "o_proj.weight", o, Role::Product, {d, q_width}});
+  if (has_o_bias) visit({attention + "o_proj.bias", o_bias, Role::Float32, {d}});
+  if (has_qk_norm) {
+    visit({attention + "q_norm.weight", q_norm, Role::Float32, {head_dim}});
+    visit({attention + "k_norm.weight", k_norm, Role::Float32, {head_dim}});
+  }
+  visit({"post_attention_layernorm.weight", post_attention_norm, Role::Float32, {d}});
+  visit({"mlp.gate_proj.weight", gate, Role::Product, {ff, d}});
+  visit({"mlp.up_proj.weight", up, Role::Product, {ff, d}});
+  visit({"mlp.down_proj.weight", down, Role::Product, {d, ff}});
 }
 
 void Qwen3TextModel::Placed::parameters(const models::ParameterVisitor& visit) {
   using models::Role;
-  visit({prefix + "embed_tokens.weight", embedding, Role::Host});  // rows gathered on the host
+  const int64_t d = hidden_size;
+  // Rows gathered on the host, as stored.
+  visit({prefix + "embed_tokens.weight", embedding, Role::Host, {vocab_size, d}});
   for (size_t i = 0; i < layers.size(); ++i)
     layers[i].parameters(models::nested(visit, prefix + "layers." + std::to_string(i) + "."));
-  visit({prefix + "norm.weight", norm, Role::Float32});
-  if (!tied_lm_head) visit({"lm_head.weight", lm_head, Role::Host});  // logits on the host
+  visit({prefix + "norm.weight", norm, Role::Float32, {d}});
+  // Logits on the host.
+  if (lm_head_stored) visit({"lm_head.weight", lm_head, Role::Host, {vocab_size, d}});
 }
 
 void Qwen3TextModel::list_parameters(const models::ParameterVisitor& visit) const {

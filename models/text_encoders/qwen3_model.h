@@ -86,6 +86,8 @@ class Qwen3TextModel {
   // CPU: stored dtype, mapped; GPU: products' weights in the compute dtype, norms and biases
   // float32.
   struct Layer {
+    int64_t hidden_size = 0, intermediate_size = 0, q_width = 0, kv_width = 0, head_dim = 0;
+    bool has_qkv_bias = false, has_o_bias = false, has_qk_norm = false;  // as the config says
     Tensor input_norm, q, k, v, o, q_bias, k_bias, v_bias, o_bias, q_norm, k_norm;
     Tensor post_attention_norm, gate, up, down;
     void parameters(const models::ParameterVisitor& visit);  // below "<prefix>layers.N."
@@ -94,17 +96,21 @@ class Qwen3TextModel {
   struct Placed {
     Device device = Device::CPU;
     DType compute = DType::F32;
+    int64_t vocab_size = 0, hidden_size = 0;
     std::string prefix;  // the decoder's in the checkpoint: "model.", "" ...
     Tensor embedding;    // [vocab, hidden], stored dtype, on the host
     std::vector<Layer> layers;
     Tensor norm;
     Tensor lm_head;  // undefined for a bare Qwen3Model with untied embeddings; on the host
-    bool tied_lm_head = false;  // lm_head is the embedding
+    bool lm_head_stored = false;  // the checkpoint has lm_head.weight
+    bool tied_lm_head = false;    // lm_head is the embedding
     size_t bytes = 0;
     void parameters(const models::ParameterVisitor& visit);  // checkpoint names
   };
 
-  // Every weight from the store, as mapped; checks names and shapes.
+  // The config's shapes under the checkpoint's prefix, no tensor loaded (models/parameters.h).
+  Placed shaped_state() const;
+  // Every weight from the store, as mapped, after checking names, dtypes and shapes.
   Placed host_state() const;
   // Float32 [T, hidden] on the host: only the prompt's rows are converted.
   Tensor embed(const std::vector<int64_t>& ids) const;

@@ -10,7 +10,6 @@
 #include "core/error.h"
 #include "core/ops.h"
 #include "core/scaled_fp8.h"
-#include "models/text_encoders/encoder_weights.h"
 #include "models/text_encoders/t5_relative_position.h"
 
 namespace mmgen::text_encoders {
@@ -19,7 +18,7 @@ namespace {
 // Below this many elements a loop runs on one thread: waking a team costs more than it saves.
 constexpr int64_t kUmt5ParallelMin = int64_t(1) << 16;
 
-constexpr const char* kUmt5Checkpoint = "a T5/UMT5 encoder";
+constexpr models::CheckpointKind kUmt5Checkpoint{"text encoder", "T5/UMT5"};
 
 // The names of llama.cpp's T5 GGUF files (city96's UMT5-XXL encoders for Wan among them) as
 // transformers names them, by the fragment replacements ComfyUI-GGUF's loader makes, in order:
@@ -66,83 +65,64 @@ UMT5Encoder::UMT5Encoder(T5Config config, WeightStore weights)
                                                "fp32", config_.d_kv);
 }
 
-UMT5Encoder::Placed UMT5Encoder::host_state() const {
-  Placed host;
-  const int64_t d = config_.d_model, inner = config_.inner_dim(), ff = config_.d_ff;
-  host.embedding_name =
-      weights_.has("shared.weight") ? "shared.weight" : "encoder.embed_tokens.weight";
-  host.embedding = require_encoder_weight(weights_, host.embedding_name, {config_.vocab_size, d},
-                                          kUmt5Checkpoint, EncoderWeight::Product);
-
-  for (int64_t i = 0; i < config_.num_layers; ++i) {
-    const std::string block = "encoder.block." + std::to_string(i) + ".layer.";
-    const std::string attn = block + "0.SelfAttention.";
-    const std::string dense = block + "1.DenseReluDense.";
+UMT5Encoder::Placed UMT5Encoder::shaped_state(const T5Config& config, std::string embedding_name) {
+  Placed shaped;
+  shaped.d_model = config.d_model;
+  shaped.vocab_size = config.vocab_size;
+  shaped.embedding_name = std::move(embedding_name);
+  for (int64_t i = 0; i < config.num_layers; ++i) {
     Layer layer;
-    layer.attention_norm =
-        require_encoder_weight(weights_, block + "0.layer_norm.weight", {d}, kUmt5Checkpoint);
-    layer.q = require_encoder_weight(weights_, attn + "q.weight", {inner, d}, kUmt5Checkpoint,
-                                     EncoderWeight::Product);
-    layer.k = require_encoder_weight(weights_, attn + "k.weight", {inner, d}, kUmt5Checkpoint,
-                                     EncoderWeight::Product);
-    layer.v = require_encoder_weight(weights_, attn + "v.weight", {inner, d}, kUmt5Checkpoint,
-                                     EncoderWeight::Product);
-    layer.o = require_encoder_weight(weights_, attn + "o.weight", {d, inner}, kUmt5Checkpoint,
-                                     EncoderWeight::Product);
-    if (i == 0 || config_.per_layer_position_bias())
-      layer.position_table =
-          require_encoder_weight(weights_, attn + "relative_attention_bias.weight",
-                                 {config_.relative_attention_num_buckets, config_.num_heads},
-                                 kUmt5Checkpoint)
-              .to(DType::F32);
-    layer.ffn_norm =
-        require_encoder_weight(weights_, block + "1.layer_norm.weight", {d}, kUmt5Checkpoint);
-    if (config_.gated) {
-      layer.wi_0 = require_encoder_weight(weights_, dense + "wi_0.weight", {ff, d}, kUmt5Checkpoint,
-                                          EncoderWeight::Product);
-      layer.wi_1 = require_encoder_weight(weights_, dense + "wi_1.weight", {ff, d}, kUmt5Checkpoint,
-                                          EncoderWeight::Product);
-    } else {
-      layer.wi_0 = require_encoder_weight(weights_, dense + "wi.weight", {ff, d}, kUmt5Checkpoint,
-                                          EncoderWeight::Product);
-    }
-    layer.wo = require_encoder_weight(weights_, dense + "wo.weight", {d, ff}, kUmt5Checkpoint,
-                                      EncoderWeight::Product);
-    host.layers.push_back(std::move(layer));
+    layer.d_model = config.d_model;
+    layer.inner = config.inner_dim();
+    layer.d_ff = config.d_ff;
+    layer.gated = config.gated;
+    // T5 keeps one table, in block 0, for every layer; UMT5 one per layer.
+    if (i == 0 || config.per_layer_position_bias())
+      layer.position_table_shape = {config.relative_attention_num_buckets, config.num_heads};
+    shaped.layers.push_back(std::move(layer));
   }
-  host.final_norm =
-      require_encoder_weight(weights_, "encoder.final_layer_norm.weight", {d}, kUmt5Checkpoint);
+  return shaped;
+}
+
+UMT5Encoder::Placed UMT5Encoder::host_state() const {
+  const Placed shaped = shaped_state(
+      config_, weights_.has("shared.weight") ? "shared.weight" : "encoder.embed_tokens.weight");
+  models::expect_checkpoint(shaped, weights_, "", kUmt5Checkpoint);
+  Placed host = models::loaded(shaped, weights_, "", models::Values::AsStored);
+  for (Layer& layer : host.layers)  // read as float32 as the bias is built
+    if (layer.position_table.defined()) layer.position_table = layer.position_table.to(DType::F32);
   return host;
 }
 
 void UMT5Encoder::Layer::parameters(const models::ParameterVisitor& visit) {
   using models::Role;
   const std::string attention = "0.SelfAttention.", dense = "1.DenseReluDense.";
-  visit({"0.layer_norm.weight", attention_norm, Role::Float32});
-  for (auto [name, weight] :
-       {std::pair{"q.weight", &q}, {"k.weight", &k}, {"v.weight", &v}, {"o.weight", &o}})
-    visit({attention + name, *weight, Role::Product});
+  const int64_t d = d_model;
+  visit({"0.layer_norm.weight", attention_norm, Role::Float32, {d}});
+  for (auto [name, weight] : {std::pair{"q.weight", &q}, {"k.weight", &k}, {"v.weight", &v}})
+    visit({attention + name, *weight, Role::Product, {inner, d}});
+  visit({attention + "o.weight", o, Role::Product, {d, inner}});
   // Read on the host as the bias is built.
-  visit({attention + "relative_attention_bias.weight", position_table, Role::Host});
-  visit({"1.layer_norm.weight", ffn_norm, Role::Float32});
-  visit({dense + (wi_1.defined() ? "wi_0.weight" : "wi.weight"), wi_0, Role::Product});
-  visit({dense + "wi_1.weight", wi_1, Role::Product});
-  visit({dense + "wo.weight", wo, Role::Product});
+  if (!position_table_shape.empty())
+    visit({attention + "relative_attention_bias.weight", position_table, Role::Host,
+           position_table_shape});
+  visit({"1.layer_norm.weight", ffn_norm, Role::Float32, {d}});
+  visit({dense + (gated ? "wi_0.weight" : "wi.weight"), wi_0, Role::Product, {d_ff, d}});
+  if (gated) visit({dense + "wi_1.weight", wi_1, Role::Product, {d_ff, d}});
+  visit({dense + "wo.weight", wo, Role::Product, {d, d_ff}});
 }
 
 void UMT5Encoder::Placed::parameters(const models::ParameterVisitor& visit) {
-  visit({embedding_name, embedding, models::Role::Host});  // rows are gathered on the host
+  // Rows are gathered on the host, as a product reads them (a GGUF file's blocks stay blocks).
+  visit({embedding_name, embedding, models::Role::Table, {vocab_size, d_model}});
   for (size_t i = 0; i < layers.size(); ++i)
     layers[i].parameters(models::nested(visit, "encoder.block." + std::to_string(i) + ".layer."));
-  visit({"encoder.final_layer_norm.weight", final_norm, models::Role::Float32});
+  visit({"encoder.final_layer_norm.weight", final_norm, models::Role::Float32, {d_model}});
 }
 
 uint64_t UMT5Encoder::gpu_weight_bytes(const T5Config& config, DType compute) {
-  const uint64_t d = uint64_t(config.d_model), inner = uint64_t(config.inner_dim());
-  const uint64_t ff = uint64_t(config.d_ff);
-  const uint64_t products = 4 * d * inner + (config.gated ? 3 : 2) * d * ff;
-  const uint64_t norms = 2 * d;  // attention and feed-forward, float32
-  return uint64_t(config.num_layers) * (products * dtype_size(compute) + norms * 4) + d * 4;
+  return models::shaped_resident_bytes(shaped_state(config, "shared.weight"),
+                                       {Device::CUDA, compute});
 }
 
 void UMT5Encoder::set_attention_backend(const std::string& name, int64_t page_size) {
@@ -201,28 +181,23 @@ UMT5Encoder UMT5Encoder::random(const T5Config& config, uint64_t seed, Device de
   UMT5Encoder encoder;
   encoder.config_ = config;
   encoder.from_checkpoint_ = false;
-  const int64_t d = config.d_model, inner = config.inner_dim(), ff = config.d_ff;
-  const int64_t buckets = config.relative_attention_num_buckets, heads = config.num_heads;
-  auto weight = [&](int64_t out, int64_t in) {
-    return ops::random_uniform({out, in}, DType::BF16, device, seed++, 1.0f / std::sqrt(float(in)));
-  };
-  for (int64_t i = 0; i < config.num_layers; ++i) {
-    Layer layer;
-    layer.attention_norm = Tensor::full({d}, 1.0f).to(device);
-    layer.ffn_norm = Tensor::full({d}, 1.0f).to(device);
-    layer.q = weight(inner, d);
-    layer.k = weight(inner, d);
-    layer.v = weight(inner, d);
-    layer.o = weight(d, inner);
-    layer.wi_0 = weight(ff, d);
-    if (config.gated) layer.wi_1 = weight(ff, d);
-    layer.wo = weight(d, ff);
-    if (i == 0 || config.per_layer_position_bias())
-      layer.position_table =
-          ops::random_uniform({buckets, heads}, DType::F32, Device::CPU, seed++, 1.0f);
-    encoder.state_.layers.push_back(std::move(layer));
-  }
-  encoder.state_.final_norm = Tensor::full({d}, 1.0f).to(device);
+  // The checkpoint's shapes; no token table (a random encoder encodes given embeddings).
+  encoder.state_ = shaped_state(config, "shared.weight");
+  encoder.state_.parameters([&](const models::Parameter& p) {
+    switch (p.role) {
+      case models::Role::Product:
+        p.tensor = ops::random_uniform(p.shape, DType::BF16, device, seed++,
+                                       1.0f / std::sqrt(float(p.shape.back())));
+        break;
+      case models::Role::Host:  // the position tables, float32 on the host
+        p.tensor = ops::random_uniform(p.shape, DType::F32, Device::CPU, seed++, 1.0f);
+        break;
+      case models::Role::Table:
+        break;
+      default:  // the norms
+        p.tensor = Tensor::full(p.shape, 1.0f).to(device);
+    }
+  });
   encoder.state_.device = device;
   encoder.state_.compute = device == Device::CPU ? DType::F32 : DType::BF16;
   encoder.check_device_support(encoder.state_);

@@ -81,6 +81,9 @@ class UMT5Encoder {
 
  private:
   struct Layer {
+    int64_t d_model = 0, inner = 0, d_ff = 0;
+    bool gated = true;                  // wi_0 and wi_1, or one `wi`
+    Shape position_table_shape;         // [buckets, heads], or empty where block 0's serves (T5)
     Tensor attention_norm, q, k, v, o;  // CPU: stored dtype; GPU: compute dtype (norms float32)
     Tensor position_table;  // [buckets, heads] float32 on the host; undefined where the layer
                             // reuses block 0's (T5)
@@ -91,6 +94,7 @@ class UMT5Encoder {
   struct Placed {
     Device device = Device::CPU;
     DType compute = DType::F32;
+    int64_t vocab_size = 0, d_model = 0;
     std::string embedding_name;  // "shared.weight" or "encoder.embed_tokens.weight"
     Tensor embedding;            // [vocab, d_model], stored dtype, on the host
     std::vector<Layer> layers;
@@ -98,7 +102,10 @@ class UMT5Encoder {
     size_t bytes = 0;
     void parameters(const models::ParameterVisitor& visit);  // checkpoint names
   };
-  // The embedding and every layer's weights from the checkpoint, as stored (host, mapped).
+  // The config's shapes, no tensor loaded (models/parameters.h).
+  static Placed shaped_state(const T5Config& config, std::string embedding_name);
+  // The embedding and every layer's weights from the checkpoint, as stored (host, mapped),
+  // after checking every name, dtype and shape against the config.
   Placed host_state() const;
   UMT5Encoder() = default;
   void check_device_support(const Placed& state) const;

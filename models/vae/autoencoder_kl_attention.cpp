@@ -36,8 +36,10 @@ KlAttentionBlock::KlAttentionBlock(const WeightStore& store, const std::string& 
       channels_(channels),
       norm_(store, prefix + ".group_norm", channels, groups, kAttentionNormEps) {
   for (const char* projection : {".to_q", ".to_k", ".to_v", ".to_out.0"}) {
-    check_kl_weight(store, prefix + projection + ".weight", {channels, channels});
-    check_kl_weight(store, prefix + projection + ".bias", {channels});
+    models::expect_tensor(store, prefix + projection + ".weight", {channels, channels},
+                          kAutoencoderKlCheckpoint);
+    models::expect_tensor(store, prefix + projection + ".bias", {channels},
+                          kAutoencoderKlCheckpoint);
   }
   q_weight_ = store.get(prefix + ".to_q.weight"), q_bias_ = store.get(prefix + ".to_q.bias");
   k_weight_ = store.get(prefix + ".to_k.weight"), k_bias_ = store.get(prefix + ".to_k.bias");

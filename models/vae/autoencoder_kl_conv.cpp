@@ -8,8 +8,9 @@ namespace mmgen::vae {
 KlConv2d::KlConv2d(const WeightStore& store, std::string prefix, int64_t in_channels,
                    int64_t out_channels, int64_t kernel)
     : prefix_(std::move(prefix)) {
-  check_kl_weight(store, prefix_ + ".weight", {out_channels, in_channels, kernel, kernel});
-  check_kl_weight(store, prefix_ + ".bias", {out_channels});
+  models::expect_tensor(store, prefix_ + ".weight", {out_channels, in_channels, kernel, kernel},
+                        kAutoencoderKlCheckpoint);
+  models::expect_tensor(store, prefix_ + ".bias", {out_channels}, kAutoencoderKlCheckpoint);
   conv_ = ops::Conv(store.get(prefix_ + ".weight"), store.get(prefix_ + ".bias"),
                     {out_channels, in_channels, 0, kernel, kernel});
 }

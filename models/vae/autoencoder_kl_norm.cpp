@@ -8,8 +8,8 @@ namespace mmgen::vae {
 KlGroupNorm::KlGroupNorm(const WeightStore& store, const std::string& prefix, int64_t channels,
                          int64_t groups, float eps)
     : groups_(groups), eps_(eps) {
-  check_kl_weight(store, prefix + ".weight", {channels});
-  check_kl_weight(store, prefix + ".bias", {channels});
+  models::expect_tensor(store, prefix + ".weight", {channels}, kAutoencoderKlCheckpoint);
+  models::expect_tensor(store, prefix + ".bias", {channels}, kAutoencoderKlCheckpoint);
   host_weight_ = weight_ = store.get(prefix + ".weight");
   host_bias_ = bias_ = store.get(prefix + ".bias");
 }

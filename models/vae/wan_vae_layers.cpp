@@ -9,6 +9,7 @@
 
 #include "attention/device_attention.h"
 #include "core/error.h"
+#include "models/parameters.h"
 
 namespace mmgen::vae {
 namespace {
@@ -22,16 +23,8 @@ Shape weight_shape(const ops::ConvShape& s) {
   return {s.out_channels, s.in_channels, s.kt, s.kh, s.kw};
 }
 
-void check_present(const WeightStore& store, const std::string& name, const Shape& shape) {
-  check(store.has(name),
-        "VAE weights in {} lack '{}'; is this a Wan2.1 AutoencoderKLWan (or an "
-        "AutoencoderKLQwenImage)?",
-        store.origin().string(), name);
-  check(store.info(name).shape == shape,
-        "VAE weight '{}' in {} has shape {} but config.json implies {}; config and weights "
-        "disagree",
-        name, store.origin().string(), shape_string(store.info(name).shape), shape_string(shape));
-}
+constexpr models::CheckpointKind kWanVaeCheckpoint{
+    "VAE", "Wan2.1 AutoencoderKLWan (or AutoencoderKLQwenImage)"};
 
 void require_frames(const Tensor& x, int64_t channels, const std::string& where) {
   check(x.dim() == 4 && x.dtype() == DType::F32 && x.is_contiguous(),
@@ -101,8 +94,8 @@ void attend_on_cpu(ConstMatrixMap q, ConstMatrixMap k, ConstMatrixMap v, float s
 ops::Conv checked_conv(const WeightStore& store, const std::string& prefix,
                        const ops::ConvShape& shape) {
   const std::string weight = prefix + ".weight", bias = prefix + ".bias";
-  check_present(store, weight, weight_shape(shape));
-  check_present(store, bias, {shape.out_channels});
+  models::expect_tensor(store, weight, weight_shape(shape), kWanVaeCheckpoint);
+  models::expect_tensor(store, bias, {shape.out_channels}, kWanVaeCheckpoint);
   return ops::Conv(store.get(weight), store.get(bias), shape);
 }
 
@@ -144,7 +137,7 @@ Tensor CausalConv3d::forward_upsampled(const Tensor& x, StreamState& state) cons
 // ---- ChannelNorm -------------------------------------------------------------------------------
 
 ChannelNorm::ChannelNorm(const WeightStore& store, const std::string& name, const Shape& shape) {
-  check_present(store, name, shape);
+  models::expect_tensor(store, name, shape, kWanVaeCheckpoint);
   host_ = store.get_f32(name).contiguous().view({shape[0]});
   gamma_ = host_;
 }
