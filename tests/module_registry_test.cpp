@@ -51,9 +51,11 @@ void expect_tree_covers_checkpoint(const WeightStore& store,
   std::set<std::string> names;
   std::map<std::string, Shape> shapes;
   const std::map<std::string, int64_t> values = listed_values(list, names, shapes);
-  for (const auto& [name, shape] : shapes)
-    if (store.has(name))
+  for (const auto& [name, shape] : shapes) {
+    if (store.has(name)) {
       EXPECT_EQ(shape_string(shape), shape_string(store.info(name).shape)) << name;
+    }
+  }
   std::set<std::string> stored;
   for (const std::string& name : store.names()) {
     stored.insert(name);

@@ -123,11 +123,12 @@ TEST(ZImageSchedule, DefaultSigmasAreTorchLinspace) {
 TEST(ZImageGuidance, PushesAwayFromTheNegativeAndTruncates) {
   const Tensor pos = Tensor::from_vector({2}, std::vector<float>{1.0f, 2.0f});
   const Tensor neg = Tensor::from_vector({2}, std::vector<float>{0.5f, 3.0f});
-  const Tensor guided = zimage_guided_prediction(pos, neg, 4.0, 0.0);
+  const Tensor guided = guided_prediction(pos, neg, ZImageGuidance{.scale = 4.0}.policy(4.0));
   EXPECT_FLOAT_EQ(guided.data<float>()[0], 1.0f + 4.0f * 0.5f);
   EXPECT_FLOAT_EQ(guided.data<float>()[1], 2.0f - 4.0f);
   // cfg_normalization 1: the guided norm is capped at the conditional one's.
-  const Tensor capped = zimage_guided_prediction(pos, neg, 4.0, 1.0);
+  const Tensor capped =
+      guided_prediction(pos, neg, ZImageGuidance{.scale = 4.0, .normalization = 1.0}.policy(4.0));
   const double norm = std::hypot(capped.data<float>()[0], capped.data<float>()[1]);
   EXPECT_NEAR(norm, std::hypot(1.0, 2.0), 1e-5);
   ZImageGuidance guidance{.scale = 4.0, .truncation = 0.5};

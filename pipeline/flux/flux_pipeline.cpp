@@ -15,25 +15,13 @@
 #include "pipeline/component_weights.h"
 #include "pipeline/decoded_image.h"
 #include "pipeline/denoise_loop.h"
+#include "pipeline/guidance.h"
 #include "pipeline/image_schedule.h"
 #include "pipeline/progress.h"
 #include "pipeline/schedulers/scheduler.h"
 
 namespace mmgen {
-namespace {
-
-// neg + scale · (pos − neg), float32 on the host, as FluxPipeline combines true CFG.
-Tensor true_cfg(const Tensor& positive, const Tensor& negative, double scale) {
-  Tensor out = Tensor::empty(positive.shape());
-  const float* p = positive.data<float>();
-  const float* n = negative.data<float>();
-  float* o = out.data<float>();
-  const float s = float(scale);
-  for (int64_t i = 0; i < out.numel(); ++i) o[i] = n[i] + s * (p[i] - n[i]);
-  return out;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 FluxPipeline::FluxPipeline(const ModelIndex& index)
     : FluxPipeline(index, plan_attention(index, Request{})) {}
@@ -132,9 +120,9 @@ FluxGenerationOutput FluxPipeline::generate(const FluxGenerationInput& input,
     if (true_cfg_on) batch.push_back(item(negative));
     const std::vector<Tensor> predictions =
         transformer_->forward(batch, {step.index, step.steps}, &attention);
-    const Tensor prediction = true_cfg_on
-                                  ? true_cfg(predictions[0], predictions[1], input.true_cfg_scale)
-                                  : predictions[0];
+    const Tensor prediction = true_cfg_on ? guided_prediction(predictions[0], predictions[1],
+                                                              {.scale = input.true_cfg_scale})
+                                          : predictions[0];
     return prediction.view(sample.shape());
   };
   latents = run_denoise_loop(

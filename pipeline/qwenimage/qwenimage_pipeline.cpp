@@ -15,36 +15,13 @@
 #include "pipeline/component_weights.h"
 #include "pipeline/decoded_image.h"
 #include "pipeline/denoise_loop.h"
+#include "pipeline/guidance.h"
 #include "pipeline/image_schedule.h"
 #include "pipeline/packed_latents.h"
 #include "pipeline/progress.h"
 #include "pipeline/prompt_encoding.h"
 
 namespace mmgen {
-Tensor qwen_image_true_cfg(const Tensor& positive, const Tensor& negative, double scale) {
-  check(positive.shape() == negative.shape() && positive.dim() == 2,
-        "Qwen-Image true CFG: predictions {} and {} differ", shape_string(positive.shape()),
-        shape_string(negative.shape()));
-  const int64_t rows = positive.size(0), width = positive.size(1);
-  Tensor out = Tensor::empty(positive.shape());
-  const float s = float(scale);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* p = positive.data<float>() + r * width;
-    const float* n = negative.data<float>() + r * width;
-    float* o = out.data<float>() + r * width;
-    double positive_squares = 0, combined_squares = 0;
-    for (int64_t i = 0; i < width; ++i) {
-      o[i] = n[i] + s * (p[i] - n[i]);
-      positive_squares += double(p[i]) * p[i];
-      combined_squares += double(o[i]) * o[i];
-    }
-    // torch.norm in float32 of each, then their quotient.
-    const float ratio = float(std::sqrt(positive_squares)) / float(std::sqrt(combined_squares));
-    for (int64_t i = 0; i < width; ++i) o[i] *= ratio;
-  }
-  return out;
-}
-
 QwenImagePipeline::QwenImagePipeline(const ModelIndex& index)
     : QwenImagePipeline(index, plan_attention(index, Request{})) {}
 
@@ -120,7 +97,9 @@ QwenImageGenerationOutput QwenImagePipeline::generate(const QwenImageGenerationI
     const std::vector<Tensor> predictions =
         transformer_->forward(batch, {step.index, step.steps}, &attention);
     const Tensor prediction =
-        true_cfg_on ? qwen_image_true_cfg(predictions[0], predictions[1], input.true_cfg_scale)
+        true_cfg_on ? guided_prediction(predictions[0], predictions[1],
+                                        {.scale = input.true_cfg_scale,
+                                         .rescale = GuidancePolicy::Rescale::RowsToConditionalNorm})
                     : predictions[0];
     return prediction.view(sample.shape());
   };

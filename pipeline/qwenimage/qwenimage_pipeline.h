@@ -49,10 +49,6 @@ struct QwenImageGenerationOutput {
   std::vector<Tensor> latents_after_step;  // packed [1, tokens, 4·C], when asked (tests)
 };
 
-// QwenImagePipeline's true CFG: comb = neg + scale · (pos − neg), then each token's row rescaled
-// to the positive prediction's norm (comb · ‖pos‖ / ‖comb‖). Host float32 [tokens, channels].
-Tensor qwen_image_true_cfg(const Tensor& positive, const Tensor& negative, double scale);
-
 class QwenImagePipeline {
  public:
   explicit QwenImagePipeline(const ModelIndex& index);

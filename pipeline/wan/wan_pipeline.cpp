@@ -23,6 +23,7 @@
 #include "pipeline/component_models.h"
 #include "pipeline/component_weights.h"
 #include "pipeline/denoise_loop.h"
+#include "pipeline/guidance.h"
 #include "pipeline/memory_estimate.h"
 #include "pipeline/progress.h"
 #include "pipeline/prompt_encoding.h"
@@ -32,16 +33,6 @@
 namespace mmgen {
 
 namespace {
-
-// uncond + g · (cond − uncond), in the order diffusers evaluates it (float32).
-Tensor classifier_free_guidance(const Tensor& cond, const Tensor& uncond, float guidance) {
-  Tensor out = Tensor::empty(cond.shape());
-  const float* c = cond.data<float>();
-  const float* u = uncond.data<float>();
-  float* o = out.data<float>();
-  for (int64_t i = 0; i < out.numel(); ++i) o[i] = u[i] + guidance * (c[i] - u[i]);
-  return out;
-}
 
 // Two [1, ...] tensors of one shape as one [2, ...] batch (float32, on the host).
 Tensor stack_pair(const Tensor& first, const Tensor& second) {
@@ -162,6 +153,7 @@ bool gpu_room_for_batched_guidance(const dit::WanTransformerConfig& config, int6
 WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
                                           bool keep_step_latents) const {
   const bool guided = input.guidance_scale > 1.0;
+  const GuidancePolicy cfg{.scale = input.guidance_scale};  // WanPipeline's u + s·(c − u)
   const ParallelRun* parallel = input.parallel;
   const bool leader = !parallel || parallel->leader();
   const bool cfg_parallel = guided && parallel && parallel->layout.cfg_degree == 2;
@@ -272,7 +264,7 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
             .contiguous();
     const Tensor cond = Tensor::empty(mine.shape()), uncond = Tensor::empty(mine.shape());
     parallel->guidance->all_gather(mine, {cond, uncond});
-    return classifier_free_guidance(cond, uncond, float(input.guidance_scale));
+    return guided_prediction(cond, uncond, cfg);
   };
   // With dense attention the two guidance branches run as one batch of two.
   // - On the CPU each weight is packed once per step instead of twice and the products are twice
@@ -299,9 +291,8 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
   auto predict_guided = [&](const Tensor& sample, int step, int steps) {
     const Tensor both = transformer_->forward(stack_pair(sample, sample), step_timestep(step),
                                               both_embeds, {step, steps, 0}, &attention);
-    return classifier_free_guidance(both.select(0, 0).unsqueeze(0).contiguous(),
-                                    both.select(0, 1).unsqueeze(0).contiguous(),
-                                    float(input.guidance_scale));
+    return guided_prediction(both.select(0, 0).unsqueeze(0).contiguous(),
+                             both.select(0, 1).unsqueeze(0).contiguous(), cfg);
   };
   WanGenerationOutput output;
   const int steps = scheduler->num_inference_steps();
@@ -312,7 +303,7 @@ WanGenerationOutput WanPipeline::generate(const WanGenerationInput& input,
                                          : predict(sample, prompt_embeds, i, steps, 0);
     if (guided && !batch_guidance && !cfg_parallel) {
       const Tensor unconditional = predict(sample, negative_embeds, i, steps, 1);
-      prediction = classifier_free_guidance(prediction, unconditional, float(input.guidance_scale));
+      prediction = guided_prediction(prediction, unconditional, cfg);
     }
     return prediction;
   };

@@ -5,7 +5,7 @@
 // prediction's norm capped at that multiple of the conditional one's).
 #pragma once
 
-#include "core/tensor.h"
+#include "pipeline/guidance.h"
 
 namespace mmgen {
 
@@ -17,11 +17,12 @@ struct ZImageGuidance {
   bool enabled() const { return scale > 0; }
   // The scale of the step whose normalised time is `t_norm`: 0 once truncated.
   double scale_at(float t_norm) const;
+  // The policy a step guided at `scale` combines its predictions by (pipeline/guidance.h):
+  // c + scale·(c − u), capped at `normalization`·‖c‖ when that is above 0.
+  GuidancePolicy policy(double scale) const {
+    return {GuidancePolicy::Form::FromConditional, scale,
+            GuidancePolicy::Rescale::CapAtConditionalNorm, normalization};
+  }
 };
-
-// pos + scale·(pos − neg) in float32, then capped by `normalization` (when > 0) so that its
-// norm is at most normalization·‖pos‖.
-Tensor zimage_guided_prediction(const Tensor& pos, const Tensor& neg, double scale,
-                                double normalization);
 
 }  // namespace mmgen

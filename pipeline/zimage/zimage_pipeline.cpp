@@ -20,6 +20,7 @@
 #include "pipeline/component_weights.h"
 #include "pipeline/decoded_image.h"
 #include "pipeline/denoise_loop.h"
+#include "pipeline/guidance.h"
 #include "pipeline/image_schedule.h"
 #include "pipeline/progress.h"
 #include "pipeline/prompt_encoding.h"
@@ -172,9 +173,9 @@ ZImageGenerationOutput ZImagePipeline::generate(const ZImageGenerationInput& inp
     if (apply_cfg) batch.push_back({item_latents, embeds[1], t_norm});
     const std::vector<Tensor> predictions = transformer_->forward(
         batch, {step.index, step.steps}, &attention, parallel ? parallel->sequence.get() : nullptr);
-    const Tensor prediction = apply_cfg ? zimage_guided_prediction(predictions[0], predictions[1],
-                                                                   scale, guidance.normalization)
-                                        : predictions[0];
+    const Tensor prediction =
+        apply_cfg ? guided_prediction(predictions[0], predictions[1], guidance.policy(scale))
+                  : predictions[0];
     return negated_step_input(prediction);
   };
   latents = run_denoise_loop(
