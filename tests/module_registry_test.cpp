@@ -102,26 +102,6 @@ TEST(ModuleRegistry, QwenImageListsEveryTensorOfItsCheckpoint) {
                                 [&](const ParameterVisitor& v) { model.list_parameters(v); });
 }
 
-// The text encoders the DiT fixtures carry: UMT5 (Wan), T5 and CLIP (FLUX), Qwen3 (Z-Image).
-TEST(ModuleRegistry, TextEncodersListEveryTensorOfTheirCheckpoints) {
-  MMGEN_REQUIRE_SHARED();
-  const fs::path flux = source_dir() / "tests" / "fixtures" / "flux-tiny" / "model";
-  for (const fs::path& folder : {shared_dir() / "fixtures" / "wan-tiny" / "model" / "text_encoder",
-                                 flux / "text_encoder_2"}) {
-    SCOPED_TRACE(folder.string());
-    const auto encoder = text_encoders::UMT5Encoder::from_folder(folder);
-    expect_tree_covers_checkpoint(WeightStore::open_folder(folder),
-                                  [&](const ParameterVisitor& v) { encoder.list_parameters(v); });
-  }
-  const auto clip = text_encoders::ClipTextModel::from_folder(flux / "text_encoder");
-  expect_tree_covers_checkpoint(WeightStore::open_folder(flux / "text_encoder"),
-                                [&](const ParameterVisitor& v) { clip.list_parameters(v); });
-  const fs::path qwen3 = shared_dir() / "fixtures" / "zimage-tiny" / "model" / "text_encoder";
-  const auto decoder = text_encoders::Qwen3TextModel::from_folder(qwen3);
-  expect_tree_covers_checkpoint(WeightStore::open_folder(qwen3),
-                                [&](const ParameterVisitor& v) { decoder.list_parameters(v); });
-}
-
 // What a loaded tree would hold on the GPU in bf16, counted from its tensors by role.
 uint64_t gpu_bytes_of_loaded(const std::function<void(const ParameterVisitor&)>& list) {
   uint64_t bytes = 0;
@@ -133,23 +113,35 @@ uint64_t gpu_bytes_of_loaded(const std::function<void(const ParameterVisitor&)>&
   return bytes;
 }
 
-// The text encoders' GPU weight bytes come from their shaped trees before anything is read; they
-// equal what the loaded trees hold, role by role.
-TEST(ModuleRegistry, ShapedBytesAreWhatTheLoadedTreeWouldHold) {
+// The text encoders the DiT fixtures carry: UMT5 (Wan), T5 and CLIP (FLUX), Qwen3 (Z-Image). Their
+// GPU weight bytes come from their shaped trees before anything is read; they equal what the
+// loaded trees hold, role by role.
+TEST(ModuleRegistry, TextEncodersListEveryTensorOfTheirCheckpoints) {
   MMGEN_REQUIRE_SHARED();
   const fs::path flux = source_dir() / "tests" / "fixtures" / "flux-tiny" / "model";
   for (const fs::path& folder : {shared_dir() / "fixtures" / "wan-tiny" / "model" / "text_encoder",
                                  flux / "text_encoder_2"}) {
     SCOPED_TRACE(folder.string());
     const auto encoder = text_encoders::UMT5Encoder::from_folder(folder);
+    expect_tree_covers_checkpoint(WeightStore::open_folder(folder),
+                                  [&](const ParameterVisitor& v) { encoder.list_parameters(v); });
     EXPECT_EQ(text_encoders::UMT5Encoder::gpu_weight_bytes(encoder.config(), DType::BF16),
               gpu_bytes_of_loaded([&](const ParameterVisitor& v) { encoder.list_parameters(v); }));
   }
   const auto clip = text_encoders::ClipTextModel::from_folder(flux / "text_encoder");
+  expect_tree_covers_checkpoint(WeightStore::open_folder(flux / "text_encoder"),
+                                [&](const ParameterVisitor& v) { clip.list_parameters(v); });
   EXPECT_EQ(text_encoders::ClipTextModel::gpu_weight_bytes(clip.config(), DType::BF16),
             gpu_bytes_of_loaded([&](const ParameterVisitor& v) { clip.list_parameters(v); }));
+  const fs::path qwen3 = shared_dir() / "fixtures" / "zimage-tiny" / "model" / "text_encoder";
+  const auto decoder = text_encoders::Qwen3TextModel::from_folder(qwen3);
+  expect_tree_covers_checkpoint(WeightStore::open_folder(qwen3),
+                                [&](const ParameterVisitor& v) { decoder.list_parameters(v); });
+}
 
-  // By hand: a [3, 5] product and its bias; FP8 rows carry one float32 scale per row.
+// A structure's GPU bytes from its shapes alone, by hand.
+TEST(ModuleRegistry, ShapedBytesCountEachRole) {
+  // A [3, 5] product and its bias; FP8 rows carry one float32 scale per row.
   dit::FluxLinear linear = dit::FluxLinear::shaped(3, 5);
   EXPECT_EQ(shaped_resident_bytes(linear, {Device::CUDA, DType::BF16}), 3u * 5 * 2 + 3 * 4);
   PlacementRule fp8{Device::CUDA, DType::BF16};
