@@ -248,6 +248,29 @@ const TensorInfo& WeightStore::stored_info(const Entry& entry) const {
   return entry.pieces_info ? *entry.pieces_info : whole_info(entry);
 }
 
+WeightStore WeightStore::with_replaced(const std::map<std::string, Tensor>& tensors) const {
+  WeightStore store = *this;
+  for (const auto& [name, tensor] : tensors) {
+    auto found = store.where_.find(name);
+    check(found != store.where_.end(), "{}: no weight named '{}' to replace", origin_.string(),
+          name);
+    const TensorInfo& stored = stored_info(found->second);
+    check(tensor.defined() && tensor.is_cpu() && dtype_is_floating(tensor.dtype()) &&
+              !dtype_is_blocks(tensor.dtype()) && tensor.dtype() != DType::F8E4M3Rows &&
+              tensor.shape() == stored.shape,
+          "{}: '{}' must be replaced by a host float tensor of shape {}", origin_.string(), name,
+          shape_string(stored.shape));
+    Entry entry;
+    entry.stored = found->second.stored;
+    entry.replaced = std::make_shared<const Tensor>(tensor.contiguous());
+    // Its header: the dtype and shape read; the byte span its values take.
+    entry.pieces_info = std::make_shared<TensorInfo>(
+        TensorInfo{tensor.dtype(), tensor.shape(), 0, entry.replaced->nbytes()});
+    found->second = std::move(entry);
+  }
+  return store;
+}
+
 WeightStore WeightStore::with_row_pieces(const std::map<std::string, RowPieces>& pieces) const {
   WeightStore store = *this;
   std::map<std::string, Entry> made;
@@ -256,8 +279,8 @@ WeightStore WeightStore::with_row_pieces(const std::map<std::string, RowPieces>&
     check(found != where_.end(), "{}: no weight named '{}' to take {} from", origin_.string(),
           piece.source, name);
     const Entry& source = found->second;
-    check(source.rows.empty() && !piece.rows.empty(), "{}: {} cannot be cut from {} twice",
-          origin_.string(), name, piece.source);
+    check(source.rows.empty() && !piece.rows.empty() && !source.replaced,
+          "{}: {} cannot be cut from {} twice", origin_.string(), name, piece.source);
     const TensorInfo& whole = whole_info(source);
     check(!whole.shape.empty(), "{}: {} is a scalar; it has no rows for {}", origin_.string(),
           piece.source, name);
@@ -368,6 +391,7 @@ const std::string& WeightStore::stored_name(const std::string& name) const {
 }
 
 Tensor WeightStore::whole_tensor(const Entry& where) const {
+  if (where.replaced) return *where.replaced;
   const TensorInfo& entry = whole_info(where);
   if (where.file == kGguf) return gguf_->to_f32(where.stored).view(entry.shape);
   if (entry.dtype == DType::F8E4M3)
@@ -405,6 +429,7 @@ Tensor WeightStore::get(const std::string& name) const {
 std::string WeightStore::stored_type(const std::string& name) const {
   const TensorInfo& entry = info(name);
   const Entry& where = where_.at(name);
+  if (where.replaced) return std::string(dtype_name(entry.dtype));
   if (where.file == kGguf)
     if (const gguf::GgufTensorInfo* stored = gguf_->find(where.stored))
       if (const gguf::GgmlTypeInfo* type = gguf::ggml_type_info(uint32_t(stored->type)))
@@ -415,6 +440,7 @@ std::string WeightStore::stored_type(const std::string& name) const {
 DType WeightStore::product_dtype(const std::string& name) const {
   const TensorInfo& entry = info(name);
   const Entry& where = where_.at(name);
+  if (where.replaced) return entry.dtype;
   if (where.file == kGguf) {
     const gguf::GgufTensorInfo* stored = gguf_->find(where.stored);
     // A quantized matrix kept in its stored shape (not one a converter flattened) stays blocks.

@@ -79,6 +79,11 @@ class WeightStore {
   // several are copied when read.
   WeightStore with_row_pieces(const std::map<std::string, RowPieces>& pieces) const;
 
+  // The same weights with each of `tensors` (host tensors of a float dtype, each the shape of the
+  // weight it replaces) read instead of the stored one: a LoRA merged into its base
+  // (models/lora/). Every name must be in the store already.
+  WeightStore with_replaced(const std::map<std::string, Tensor>& tensors) const;
+
   bool has(const std::string& name) const { return where_.count(name) > 0; }
   // The name `name` has in the file (itself unless renamed() mapped it): what inspect shows of a
   // key mapping.
@@ -113,6 +118,8 @@ class WeightStore {
     // with_row_pieces' rows of the stored tensor (empty: all of it), and the header they make.
     std::vector<RowRange> rows;
     std::shared_ptr<const TensorInfo> pieces_info;
+    // with_replaced's tensor, read instead of the stored one, and its header.
+    std::shared_ptr<const Tensor> replaced;
   };
   static constexpr size_t kNoScale = size_t(-2);
   static constexpr size_t kGguf = size_t(-1);

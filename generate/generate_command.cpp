@@ -30,6 +30,7 @@
 #include "generate/pipeline_defaults.h"
 #include "generate/prompt_file.h"
 #include "generate/settings.h"
+#include "pipeline/component_loras.h"
 #include "pipeline/hub_cache.h"
 #include "pipeline/output.h"
 #include "pipeline/progress.h"
@@ -131,6 +132,7 @@ ResolvedGenerate resolve_generate(const std::vector<std::string>& arguments) {
   }
   resolved.request = request_from_settings(merged);
   resolved.request.model_path = resolved.index.root;  // the folder an id resolved to
+  attach_loras(resolved.index, resolved.request.loras);
   for (auto it = config_file.begin(); it != config_file.end(); ++it)
     if (!command_line.contains(it.key())) resolved.request.from_config_file.insert(it.key());
   for (const SettingsLayer* layer : std::initializer_list<const SettingsLayer*>{

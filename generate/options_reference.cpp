@@ -150,7 +150,7 @@ std::string configuration_markdown() {
       "defaults that model takes, each with its file.\n\n"
       "An unknown flag or key is an error that names the nearest valid one, or mmgen's name for "
       "another tool's (`--steps` is `--num-inference-steps`, `-W` is `--width`, `--cfg-scale` is "
-      "`--guidance-scale`), or says that a feature is coming (`--image-path`, `--lora-path`, "
+      "`--guidance-scale`), or says that a feature is coming (`--image-path`, "
       "`--sampler`). `--dry-run` prints the merged request, where each setting came from "
       "(`setting_sources`), the warnings the run would log and the memory plan the run checks; it "
       "refuses what the run refuses, with the same line.\n\n"

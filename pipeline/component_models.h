@@ -14,6 +14,7 @@
 #include "core/tensor.h"
 #include "pipeline/attention_layers.h"
 #include "pipeline/attention_plan.h"
+#include "pipeline/component_loras.h"
 #include "pipeline/component_weights.h"
 #include "pipeline/model_index.h"
 #include "pipeline/progress.h"
@@ -27,9 +28,28 @@ namespace mmgen {
 template <class Model, class Config>
 std::unique_ptr<Model> load_component(const ModelIndex& index, const char* name) {
   const ComponentEntry& entry = index.component(name);
-  return std::make_unique<Model>(
-      Config::from_json(index.config(name), component_config_path(entry).string()),
-      component_weight_store(entry));
+  Config config = Config::from_json(index.config(name), component_config_path(entry).string());
+  WeightStore weights = component_weight_store(entry);
+  if constexpr (requires(const Model& model, const models::ParameterVisitor& visit) {
+                  model.list_parameters(visit);
+                }) {
+    if (!entry.loras.empty()) {
+      // The model as the checkpoint gives it lists its parameters; the LoRAs are checked against
+      // that list and merged into the weights it then reads.
+      const Model plain(config, weights);
+      lora::ModuleNames original_names = [](const std::string& module) { return module; };
+      if constexpr (requires(const std::string& module) { Model::lora_module_name(module); })
+        original_names = [](const std::string& module) { return Model::lora_module_name(module); };
+      weights = with_loras(
+          entry, weights,
+          [&](const models::ParameterVisitor& visit) { plain.list_parameters(visit); },
+          original_names);
+    }
+  } else {
+    check(entry.loras.empty(), "--lora-path: the {} ({}) takes no LoRA", entry.name,
+          entry.class_name);
+  }
+  return std::make_unique<Model>(std::move(config), std::move(weights));
 }
 
 // The scheduler model_index.json names, with its config: settings it does not implement are

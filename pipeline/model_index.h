@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/json.h"
+#include "models/lora/lora_file.h"
 
 namespace mmgen {
 
@@ -30,6 +31,9 @@ struct ComponentEntry {
   // come from it, the config from `path` (the file's folder when a config.json lies beside it,
   // else <model>/<name>: pipeline/component_file.h).
   fs::path weights_file;
+  // LoRAs merged into the component's weights when it loads (--lora-path: the transformer's),
+  // in order (pipeline/component_loras.h).
+  std::vector<lora::LoraUse> loras;
 };
 
 // The component configs an index has parsed, by file: shared by every copy of the index (the

@@ -89,6 +89,27 @@ Request request_from_settings(const json& settings) {
     for (auto it = settings["component-paths"].begin(); it != settings["component-paths"].end();
          ++it)
       r.component_paths[it.key()] = it->get<std::string>();
+  if (settings.contains("lora-path") && !settings["lora-path"].is_null()) {
+    // A config file may give one LoRA as a plain value instead of a list of one.
+    const auto as_list = [](const json& value) {
+      return value.is_array() ? value : value.is_null() ? json::array() : json::array({value});
+    };
+    const json paths = as_list(settings["lora-path"]);
+    const json scales = as_list(settings.value("lora-scale", json()));
+    check(scales.size() <= paths.size(),
+          "--lora-scale is given {} times for {} --lora-path; give one scale per LoRA, in the same "
+          "order (or none: 1.0)",
+          scales.size(), paths.size());
+    for (size_t i = 0; i < paths.size(); ++i) {
+      const double scale = i < scales.size() ? scales[i].get<double>() : 1.0;
+      check(std::isfinite(scale) && std::abs(scale) <= 100,
+            "--lora-scale {}: give a number from -100 to 100 (1 is the LoRA as trained)", scale);
+      r.loras.push_back({paths[i].get<std::string>(), scale});
+    }
+  } else {
+    check(!settings.contains("lora-scale") || settings["lora-scale"].is_null(),
+          "--lora-scale without --lora-path: give the LoRA file it scales");
+  }
   r.vae_tiling = settings.value("vae-tiling", false);
   r.vae_tile_size = settings.value("vae-tile-size", int64_t(256));
   r.vae_tile_overlap = settings.value("vae-tile-overlap", int64_t(64));

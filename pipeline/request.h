@@ -11,6 +11,8 @@
 #include <set>
 #include <string>
 
+#include "models/lora/lora_file.h"
+
 namespace mmgen {
 
 namespace fs = std::filesystem;
@@ -48,6 +50,7 @@ struct Request {
   nlohmann::json attention_backend_config;          // null, a string spec, or an object
   nlohmann::json component_attention_backends;      // null, a string spec, or an object
   std::map<std::string, fs::path> component_paths;  // --<component>-path overrides
+  std::vector<lora::LoraUse> loras;  // --lora-path / --lora-scale, in order (the transformer's)
   bool vae_tiling = false;
   int64_t vae_tile_size = 256;    // output pixels, a multiple of the VAE's spatial factor
   int64_t vae_tile_overlap = 64;  // output pixels

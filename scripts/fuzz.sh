@@ -31,7 +31,7 @@ if [ "$prebuilt" != 1 ] && { ! command -v clang++ > /dev/null || ! compgen -G "$
   $sudo_cmd apt-get install -y -qq --no-install-recommends clang libclang-rt-dev
 fi
 [ "$prebuilt" = 1 ] || [ -f build-fuzz/build.ninja ] || cmake --preset fuzz
-all=(fuzz_safetensors fuzz_model_index fuzz_config_yaml fuzz_backend_config fuzz_tokenizer_json
+all=(fuzz_safetensors fuzz_lora fuzz_model_index fuzz_config_yaml fuzz_backend_config fuzz_tokenizer_json
   fuzz_tokenize fuzz_sta_mask fuzz_npy fuzz_chat_template fuzz_gguf fuzz_added_tokens fuzz_config_fields)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
@@ -136,6 +136,11 @@ for target in "${targets[@]}"; do
       ;;
     fuzz_gguf)
       seed "$target" tests/data/gguf/types.gguf
+      ;;
+    fuzz_lora)
+      # The fixture's two LoRAs (diffusers/peft names; original Wan names with alpha and diff_b).
+      seed "$target" tests/fixtures/wan-tiny-lora/a_diffusers.safetensors \
+        tests/fixtures/wan-tiny-lora/b_original.safetensors
       ;;
     fuzz_model_index)
       seed "$target" examples/models/*/model_index.json examples/models/*/*/config.json \

@@ -121,7 +121,7 @@ TEST(CliFlags, ComponentPathFlagsExistOnlyForTheModelsComponents) {
       {dry_run("--image-path a.png"),
        "generate: --image-path is not in mmgen yet (coming: image input (image-to-video, "
        "first-last-frame, img2img))"},
-      {dry_run("--lora-path x"), "generate: --lora-path is not in mmgen yet (coming: LoRA"},
+      {dry_run("--lora-path x"), "--lora-path x: expected a .safetensors file"},
       {dry_run("--vea-path x"), "unknown flag --vea-path (did you mean --vae-path?)"},
       {dry_run("--frobnicate"), "generate: unknown flag --frobnicate"},
       {dry_run("--image-path"), "generate: --image-path is not in mmgen yet"},
@@ -140,9 +140,9 @@ TEST(CliFlags, ComponentPathFlagsExistOnlyForTheModelsComponents) {
     EXPECT_NE(listed.err.find(flag), std::string::npos) << flag << ": " << listed.err;
   // In a config file: an unknown option.
   const fs::path config = dir / "run.yaml";
-  std::ofstream(config) << "lora_path: x\n";
+  std::ofstream(config) << "mask_path: x\n";
   expect_one_line_error(run_command(dry_run("--config " + config.string())),
-                        config.string() + ": unknown option 'lora_path'", "config");
+                        config.string() + ": unknown option 'mask_path'", "config");
   // A real component's flag still works.
   const auto real = run_command(dry_run("--vae-path " + model() + "/vae"));
   ASSERT_EQ(real.exit_code, 0) << real.err;

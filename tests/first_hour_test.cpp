@@ -255,7 +255,8 @@ TEST(FirstHour, OtherToolsNamesAndComingFeaturesAreAnswered) {
            {"--sampling-method euler", "--sampling-method is not in mmgen yet (coming: choosing"},
            {"--sampler euler", "--sampler is not in mmgen yet (coming: choosing the sampler"},
            {"--image-path a.png", "--image-path is not in mmgen yet (coming: image input"},
-           {"--lora-path x.safetensors", "--lora-path is not in mmgen yet (coming: LoRA"}})
+           {"--lora x.safetensors", "unknown flag --lora (mmgen calls it --lora-path)"},
+           {"--lora-model-dir loras", "--lora-model-dir is not in mmgen yet (coming: LoRAs from"}})
     expect_one_line_error(run_command(base + flags), expected, flags);
   const fs::path dir = testing::scratch_dir("first-hour-foreign-key");
   std::ofstream(dir / "c.yaml") << "steps: 4\n";

@@ -4,8 +4,7 @@
 
 namespace mmgen::dit {
 
-WeightStore with_diffusers_names(const WeightStore& store) {
-  if (!store.has("head.head.weight") && !store.has("blocks.0.self_attn.q.weight")) return store;
+std::string wan_diffusers_name(const std::string& name) {
   // Fragment renames, whole dotted parts only, the longer fragments first.
   static const std::pair<const char*, const char*> kRenames[] = {
       {"time_embedding.0.", "condition_embedder.time_embedder.linear_1."},
@@ -33,15 +32,25 @@ WeightStore with_diffusers_names(const WeightStore& store) {
       {"norm2.", "norm3."},
       {"modulation", "scale_shift_table"},
   };
-  return store.renamed([](const std::string& name) {
-    // The block prefix stays; one rename applies to what follows it (or to the whole name).
-    size_t start = 0;
-    if (name.rfind("blocks.", 0) == 0) start = name.find('.', 7) + 1;
-    const std::string head = name.substr(0, start), rest = name.substr(start);
-    for (const auto& [from, to] : kRenames)
-      if (rest.rfind(from, 0) == 0) return head + to + rest.substr(std::string(from).size());
-    return name;
-  });
+  // The block prefix stays; one rename applies to what follows it (or to the whole name).
+  size_t start = 0;
+  if (name.rfind("blocks.", 0) == 0) start = name.find('.', 7) + 1;
+  const std::string head = name.substr(0, start), rest = name.substr(start);
+  for (const auto& [from, to] : kRenames)
+    if (rest.rfind(from, 0) == 0) return head + to + rest.substr(std::string(from).size());
+  return name;
+}
+
+WeightStore with_diffusers_names(const WeightStore& store) {
+  if (!store.has("head.head.weight") && !store.has("blocks.0.self_attn.q.weight")) return store;
+  return store.renamed(wan_diffusers_name);
+}
+
+std::string wan_lora_module_name(const std::string& original) {
+  // The renames match whole dotted parts: a module's name is matched as its weight's prefix.
+  std::string name = wan_diffusers_name(original + ".");
+  name.pop_back();
+  return name;
 }
 
 const std::vector<KeyLayout>& wan_transformer_layouts() {

@@ -1,0 +1,169 @@
+#include "models/lora/lora_file.h"
+
+#include <cmath>
+#include <map>
+#include <string_view>
+
+#include "core/error.h"
+
+namespace mmgen::lora {
+namespace {
+
+enum class Part { Down, Up, BiasDelta, Alpha, FullDiff };
+
+// The key endings a LoRA tensor has, longest first so ".lora_B.bias" is not read as ".bias".
+struct Ending {
+  std::string_view text;
+  Part part;
+};
+constexpr Ending kEndings[] = {
+    {".lora_A.weight", Part::Down},    {".lora_down.weight", Part::Down},
+    {".lora_B.weight", Part::Up},      {".lora_up.weight", Part::Up},
+    {".lora_B.bias", Part::BiasDelta}, {".lora_up.bias", Part::BiasDelta},
+    {".diff_b", Part::BiasDelta},      {".alpha", Part::Alpha},
+    {".diff", Part::FullDiff},
+};
+
+struct Pieces {
+  std::string down_key, up_key, bias_key, alpha_key;
+  Tensor down, up, bias;
+  std::optional<float> alpha;
+};
+
+std::string file_name(const fs::path& path) {
+  return path.string();
+}
+
+}  // namespace
+
+LoraFile read_lora_store(const WeightStore& store, const fs::path& path,
+                         const std::string& component, const ModuleNames& original_names) {
+  LoraFile file;
+  file.path = path;
+  const std::string diffusers_prefix = component + ".", original_prefix = "diffusion_model.";
+  std::map<std::string, Pieces> modules;
+  bool diffusers = false, original = false;
+  for (const std::string& key : store.names()) {
+    check(key.rfind("lora_unet_", 0) != 0 && key.rfind("lora_te", 0) != 0,
+          "LoRA {}: key '{}' is in kohya's sd-scripts layout, which mmgen does not read yet; "
+          "convert the file to diffusers' names",
+          file_name(path), key);
+    std::string stem = key;
+    if (key.rfind(diffusers_prefix, 0) == 0) {
+      stem = key.substr(diffusers_prefix.size());
+      diffusers = true;
+    } else if (key.rfind(original_prefix, 0) == 0) {
+      stem = key.substr(original_prefix.size());
+      original = true;
+    } else if (key.rfind("text_encoder", 0) == 0 || key.rfind("unet.", 0) == 0) {
+      ++file.other_components;
+      continue;
+    } else {
+      diffusers = true;  // peft's own files name the layers without a prefix
+    }
+    const Ending* ending = nullptr;
+    for (const Ending& candidate : kEndings)
+      if (stem.size() > candidate.text.size() && stem.ends_with(candidate.text)) {
+        ending = &candidate;
+        break;
+      }
+    check(ending != nullptr,
+          "LoRA {}: key '{}' is not a LoRA tensor (expected a name ending in .lora_A.weight, "
+          ".lora_B.weight, .lora_down.weight, .lora_up.weight, .lora_B.bias, .alpha, .diff_b or "
+          ".diff)",
+          file_name(path), key);
+    if (ending->part == Part::FullDiff) {
+      ++file.full_weight_diffs;
+      continue;
+    }
+    stem.resize(stem.size() - ending->text.size());
+    const std::string module = key.rfind(original_prefix, 0) == 0 ? original_names(stem) : stem;
+    const TensorInfo& info = store.info(key);
+    check(dtype_is_floating(info.dtype) && !dtype_is_blocks(info.dtype),
+          "LoRA {}: '{}' is {}, expected f32, bf16 or f16", file_name(path), key,
+          dtype_name(info.dtype));
+    Pieces& pieces = modules[module];
+    const auto take = [&](std::string& slot, Tensor& tensor, size_t dims, const char* what) {
+      check(slot.empty(), "LoRA {}: '{}' and '{}' are both the {} of layer {}", file_name(path),
+            slot, key, what, module);
+      check(info.shape.size() == dims,
+            "LoRA {}: '{}' has shape {}; a {} has {} dimension(s) (convolution LoRAs are not "
+            "read yet)",
+            file_name(path), key, shape_string(info.shape), what, dims);
+      slot = key;
+      tensor = store.get_f32(key).contiguous();
+    };
+    switch (ending->part) {
+      case Part::Down:
+        take(pieces.down_key, pieces.down, 2, "down matrix");
+        break;
+      case Part::Up:
+        take(pieces.up_key, pieces.up, 2, "up matrix");
+        break;
+      case Part::BiasDelta:
+        take(pieces.bias_key, pieces.bias, 1, "bias delta");
+        break;
+      case Part::Alpha: {
+        check(pieces.alpha_key.empty(), "LoRA {}: '{}' and '{}' are both the alpha of layer {}",
+              file_name(path), pieces.alpha_key, key, module);
+        check(shape_numel(info.shape) == 1, "LoRA {}: '{}' has shape {}; an alpha is one number",
+              file_name(path), key, shape_string(info.shape));
+        const float alpha = store.get_f32(key).data<float>()[0];
+        check(std::isfinite(alpha) && alpha > 0, "LoRA {}: '{}' is {}; an alpha is above 0",
+              file_name(path), key, alpha);
+        pieces.alpha_key = key;
+        pieces.alpha = alpha;
+        break;
+      }
+      case Part::FullDiff:
+        break;
+    }
+  }
+  check(!modules.empty(),
+        "LoRA {}: no LoRA tensor for the {} (keys named {}... or {}...); is this a LoRA for "
+        "another model?",
+        file_name(path), component, diffusers_prefix, original_prefix);
+  file.format = original ? (diffusers ? "mixed diffusers and original Wan names"
+                                      : "original Wan (ComfyUI, lightx2v)")
+                         : "diffusers/peft";
+  for (auto& [module, pieces] : modules) {
+    LoraLayer layer;
+    layer.module = module;
+    check(pieces.down.defined() == pieces.up.defined(),
+          "LoRA {}: '{}' has no {} matrix beside it; the file is incomplete", file_name(path),
+          pieces.down.defined() ? pieces.down_key : pieces.up_key,
+          pieces.down.defined() ? "up" : "down");
+    if (pieces.down.defined()) {
+      const int64_t rank = pieces.down.size(0);
+      check(rank > 0 && pieces.up.size(1) == rank,
+            "LoRA {}: '{}' is {} and '{}' is {}: their ranks differ", file_name(path),
+            pieces.down_key, shape_string(pieces.down.shape()), pieces.up_key,
+            shape_string(pieces.up.shape()));
+      if (pieces.alpha) layer.alpha_over_rank = *pieces.alpha / float(rank);
+      layer.key = pieces.down_key;
+    } else {
+      check(!pieces.alpha, "LoRA {}: '{}' has no down and up matrices to scale", file_name(path),
+            pieces.alpha_key);
+      layer.key = pieces.bias_key;
+    }
+    if (pieces.bias.defined() && pieces.up.defined())
+      check(pieces.bias.size(0) == pieces.up.size(0),
+            "LoRA {}: '{}' has {} values but '{}' makes {} outputs", file_name(path),
+            pieces.bias_key, pieces.bias.size(0), pieces.up_key, pieces.up.size(0));
+    layer.down = std::move(pieces.down);
+    layer.up = std::move(pieces.up);
+    layer.bias_delta = std::move(pieces.bias);
+    file.layers.push_back(std::move(layer));
+  }
+  return file;
+}
+
+LoraFile read_lora_file(const fs::path& path, const std::string& component,
+                        const ModuleNames& original_names) {
+  check(path.extension() == ".safetensors",
+        "LoRA {}: expected a .safetensors file (the format every LoRA on the Hub comes in)",
+        path.string());
+  return read_lora_store(WeightStore::open_file(path), path, component, original_names);
+}
+
+}  // namespace mmgen::lora

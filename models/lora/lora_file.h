@@ -1,0 +1,67 @@
+// A LoRA adapter file read into the layers it changes, under the model's checkpoint names.
+//
+// The files people share name a layer in one of a few ways; each key is a layer's name, then
+// what the tensor is:
+//   diffusers / peft     transformer.blocks.0.attn1.to_q.lora_A.weight  (lora_B.weight,
+//   lora_B.bias) Wan original,        diffusion_model.blocks.0.self_attn.q.lora_down.weight
+//   (lora_up.weight, ComfyUI, lightx2v      .alpha, .diff_b; lora_A / lora_B spellings too)
+// A layer's change is weight += s·(alpha / rank)·(up · down) and bias += s·bias_delta, s the
+// user's scale; alpha / rank is 1 where the file has no alpha (diffusers' files fold it in).
+// Full-weight `.diff` keys are left out, as diffusers leaves them out (norm diffs are zeros in
+// the files that carry them). Keys for other components (text_encoder.*) are counted apart.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/safetensors.h"
+#include "core/tensor.h"
+
+namespace mmgen::lora {
+
+namespace fs = std::filesystem;
+
+// A LoRA a request applies to a component: its file and the user's scale.
+struct LoraUse {
+  fs::path path;
+  double scale = 1.0;
+};
+
+struct LoraLayer {
+  std::string module;  // the layer's name in the model's checkpoint: "blocks.0.attn1.to_q"
+  std::string key;     // the file's key for it (its down matrix, or bias delta), for messages
+  Tensor down, up;     // [rank, in] and [out, rank], float32 on the host; undefined for a
+                       // layer with only a bias delta
+  float alpha_over_rank = 1.0f;
+  Tensor bias_delta;  // [out] float32, or undefined
+};
+
+struct LoraFile {
+  fs::path path;
+  std::string format;  // "diffusers/peft" or "original Wan (ComfyUI, lightx2v)"
+  std::vector<LoraLayer> layers;
+  int64_t full_weight_diffs = 0;  // `.diff` keys left out
+  int64_t other_components = 0;   // keys of components other than the one read (text_encoder.*)
+};
+
+// How a model family's original release names a layer (the key's part before ".lora_down..."
+// once the file's prefix is taken off) in diffusers' names: "blocks.0.self_attn.q" ->
+// "blocks.0.attn1.to_q"; a name it does not know comes back as it is.
+using ModuleNames = std::function<std::string(const std::string& original)>;
+
+// Reads `path` (a .safetensors LoRA) for the `component` ("transformer"). Throws Error, one line
+// naming the file and the key, for a file that is not a LoRA of a known layout, a tensor of the
+// wrong rank or dtype, a down matrix without its up matrix (or the reverse), ranks that disagree,
+// or an alpha that is not one positive number. Shapes against the model are checked when the
+// LoRA is merged (lora_merge.h).
+LoraFile read_lora_file(const fs::path& path, const std::string& component,
+                        const ModuleNames& original_names);
+
+// The same from an opened store (what the reader and the fuzz target share).
+LoraFile read_lora_store(const WeightStore& store, const fs::path& path,
+                         const std::string& component, const ModuleNames& original_names);
+
+}  // namespace mmgen::lora

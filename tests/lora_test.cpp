@@ -1,0 +1,240 @@
+// LoRAs (models/lora/, --lora-path): the two layouts Wan LoRAs come in, read and merged into the
+// transformer as it loads, against diffusers' load_lora_weights + set_adapters on the wan-tiny
+// fixture (tests/fixtures/make_wan_tiny_lora.py); and every misfit refused in one line.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/safetensors.h"
+#include "models/dit/wan/wan_transformer.h"
+#include "models/lora/lora_file.h"
+#include "models/lora/lora_merge.h"
+#include "pipeline/component_loras.h"
+#include "pipeline/model_index.h"
+#include "pipeline/wan/wan_pipeline.h"
+#include "tests/test_support.h"
+
+namespace mmgen {
+namespace {
+
+fs::path wan_tiny() {
+  return testing::shared_dir() / "fixtures/wan-tiny";
+}
+fs::path lora_fixture() {
+  return testing::source_dir() / "tests/fixtures/wan-tiny-lora";
+}
+
+lora::LoraFile read(const fs::path& path) {
+  return lora::read_lora_file(path, "transformer", dit::WanTransformer::lora_module_name);
+}
+
+const lora::LoraLayer* find_layer(const lora::LoraFile& file, const std::string& module) {
+  for (const lora::LoraLayer& layer : file.layers)
+    if (layer.module == module) return &layer;
+  return nullptr;
+}
+
+TEST(Lora, ReadsDiffusersAndOriginalWanNames) {
+  const lora::LoraFile a = read(lora_fixture() / "a_diffusers.safetensors");
+  EXPECT_EQ(a.format, "diffusers/peft");
+  EXPECT_EQ(a.layers.size(), 20u);  // 2 blocks x (4 + 4 attention projections + 2 feed-forward)
+  const lora::LoraLayer* q = find_layer(a, "blocks.1.attn2.to_q");
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(q->down.shape(), (Shape{4, 48}));
+  EXPECT_EQ(q->up.shape(), (Shape{48, 4}));
+  EXPECT_EQ(q->alpha_over_rank, 1.0f);
+  EXPECT_FALSE(q->bias_delta.defined());
+
+  const lora::LoraFile b = read(lora_fixture() / "b_original.safetensors");
+  EXPECT_EQ(b.format, "original Wan (ComfyUI, lightx2v)");
+  EXPECT_EQ(b.layers.size(), 17u);
+  EXPECT_EQ(b.full_weight_diffs, 1);  // the zero norm diff
+  for (const char* module : {"blocks.0.attn1.to_out.0", "blocks.1.attn2.to_v",
+                             "blocks.0.ffn.net.0.proj", "blocks.1.ffn.net.2"}) {
+    const lora::LoraLayer* layer = find_layer(b, module);
+    ASSERT_NE(layer, nullptr) << module;
+    EXPECT_EQ(layer->alpha_over_rank, 0.5f) << module;  // alpha 1, rank 2
+    EXPECT_TRUE(layer->bias_delta.defined()) << module;
+  }
+  const lora::LoraLayer* head = find_layer(b, "proj_out");  // head.head, no alpha
+  ASSERT_NE(head, nullptr);
+  EXPECT_EQ(head->alpha_over_rank, 1.0f);
+  EXPECT_EQ(head->up.shape(), (Shape{64, 2}));
+}
+
+class LoraPipelineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (testing::shared_dir().empty()) GTEST_SKIP() << "../shared not found";
+    reference_ = std::make_unique<SafetensorsFile>(
+        SafetensorsFile::open(lora_fixture() / "reference.safetensors"));
+    noise_ = SafetensorsFile::open(wan_tiny() / "reference/reference.safetensors")
+                 .tensor("pipeline.noise")
+                 .clone();
+  }
+
+  WanGenerationOutput generate(const std::vector<lora::LoraUse>& loras) const {
+    ModelIndex index = load_model_index(wan_tiny() / "model");
+    attach_loras(index, loras);
+    const WanPipeline pipeline(index);
+    const auto settings = nlohmann::json::parse(read_text_file(lora_fixture() / "reference.json"));
+    const auto& p = settings["settings"];
+    WanGenerationInput input;
+    input.prompt = p["prompt"];
+    input.negative_prompt = p["negative_prompt"];
+    input.height = p["height"];
+    input.width = p["width"];
+    input.num_frames = p["num_frames"];
+    input.num_inference_steps = p["num_inference_steps"];
+    input.guidance_scale = p["guidance_scale"];
+    input.max_sequence_length = p["max_sequence_length"];
+    input.initial_latents = noise_.clone();
+    return pipeline.generate(input, /*keep_step_latents=*/true);
+  }
+
+  std::unique_ptr<SafetensorsFile> reference_;
+  Tensor noise_;
+};
+
+// Both layouts at once, at 0.6 and 1.3 (diffusers: set_adapters(["a", "b"], [0.6, 1.3])), merged
+// at load: every step's latents and the video as diffusers computes them unfused, and as it
+// computes them after fuse_lora.
+TEST_F(LoraPipelineTest, TwoLorasAtTwoScalesMatchDiffusers) {
+  const WanGenerationOutput output = generate({{lora_fixture() / "a_diffusers.safetensors", 0.6},
+                                               {lora_fixture() / "b_original.safetensors", 1.3}});
+  ASSERT_EQ(output.latents_after_step.size(), 4u);
+  for (int k = 0; k < 4; ++k)
+    EXPECT_LT(
+        testing::relative_error(output.latents_after_step[size_t(k)],
+                                reference_->tensor("both.latents_after_step" + std::to_string(k))),
+        1e-5)
+        << "step " << k;
+  EXPECT_LT(testing::max_abs_diff(output.frames, reference_->tensor("both.video")), 1e-5);
+  EXPECT_LT(testing::max_abs_diff(output.frames, reference_->tensor("both_fused.video")), 1e-5);
+  // The LoRAs change the video far beyond that: a merge that did nothing would fail.
+  EXPECT_GT(testing::max_abs_diff(output.frames, reference_->tensor("a.video")), 1e-2);
+}
+
+TEST_F(LoraPipelineTest, OneLoraAtItsDefaultScaleMatchesDiffusers) {
+  const WanGenerationOutput output = generate({{lora_fixture() / "a_diffusers.safetensors", 1.0}});
+  EXPECT_LT(testing::max_abs_diff(output.frames, reference_->tensor("a.video")), 1e-5);
+}
+
+// A LoRA file for testing refusals: `tensors` written to `name` in a scratch folder.
+fs::path lora_file(const std::string& name, const NamedTensors& tensors) {
+  const fs::path path = testing::scratch_dir("lora_" + name) / (name + ".safetensors");
+  write_safetensors(path, tensors);
+  return path;
+}
+
+Tensor zeros(Shape shape) {
+  return Tensor::zeros(std::move(shape));
+}
+
+TEST(Lora, MalformedFilesAreRefusedInOneLine) {
+  const std::string q = "transformer.blocks.0.attn1.to_q.";
+  const struct {
+    const char* name;
+    NamedTensors tensors;
+    const char* expected;
+  } cases[] = {
+      {"kohya", {{"lora_unet_blocks_0_q.lora_down.weight", zeros({2, 48})}}, "kohya"},
+      {"not_lora", {{q + "weight", zeros({48, 48})}}, "is not a LoRA tensor"},
+      {"no_up", {{q + "lora_A.weight", zeros({2, 48})}}, "has no up matrix"},
+      {"ranks",
+       {{q + "lora_A.weight", zeros({2, 48})}, {q + "lora_B.weight", zeros({48, 3})}},
+       "their ranks differ"},
+      {"conv", {{q + "lora_A.weight", zeros({2, 48, 1, 1})}}, "convolution LoRAs"},
+      {"alpha",
+       {{q + "lora_A.weight", zeros({2, 48})},
+        {q + "lora_B.weight", zeros({48, 2})},
+        {q + "alpha", Tensor::full({1}, -1.0f)}},
+       "an alpha is above 0"},
+      {"empty", {{"text_encoder.x.lora_A.weight", zeros({2, 4})}}, "no LoRA tensor for the"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string message = testing::error_message([&] { read(lora_file(c.name, c.tensors)); });
+    EXPECT_NE(message.find(c.expected), std::string::npos) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  }
+}
+
+// A LoRA made for another model (a layer this one lacks) or another size (a layer of another
+// shape) changes nothing: refused in one line naming the key and the model's tensor.
+TEST(Lora, ALoraForAnotherModelIsRefusedBeforeAnyMerge) {
+  MMGEN_REQUIRE_SHARED();
+  const auto model = dit::WanTransformer::load(wan_tiny() / "model/transformer");
+  const auto tree = [&](const models::ParameterVisitor& v) { model.list_parameters(v); };
+  const std::string q = "transformer.blocks.0.attn1.to_q.";
+  const struct {
+    const char* name;
+    NamedTensors tensors;
+    const char* expected;
+  } cases[] = {
+      {"size",
+       {{q + "lora_A.weight", zeros({2, 64})}, {q + "lora_B.weight", zeros({48, 2})}},
+       "makes a [48, 64] change for 'blocks.0.attn1.to_q.weight', which is [48, 48]"},
+      {"layer",
+       {{"transformer.blocks.0.attn1.to_qkv.lora_A.weight", zeros({2, 48})},
+        {"transformer.blocks.0.attn1.to_qkv.lora_B.weight", zeros({48, 2})}},
+       "does not have as a linear layer"},
+      {"norm",  // a norm is a tensor of the model, not a linear layer
+       {{"transformer.blocks.0.norm2.lora_A.weight", zeros({2, 48})},
+        {"transformer.blocks.0.norm2.lora_B.weight", zeros({48, 2})}},
+       "does not have as a linear layer"},
+      {"bias", {{q + "lora_B.bias", zeros({47})}}, "has shape [47], the bias"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    const lora::LoraFile file = read(lora_file(c.name, c.tensors));
+    const std::string message = testing::error_message([&] {
+      lora::merge_loras(model.weights(), tree, {{&file, 1.0}}, "WanTransformer3DModel");
+    });
+    EXPECT_NE(message.find(c.expected), std::string::npos) << message;
+    EXPECT_NE(message.find(c.name), std::string::npos) << message;  // the file
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  }
+}
+
+// From the command line: a misfit LoRA stops the run in one line (after the run's info lines, as
+// every load-time refusal: --quiet keeps the error alone) and writes nothing.
+TEST(Lora, TheCliRefusesAMisfitLoraAndWritesNothing) {
+  MMGEN_REQUIRE_SHARED();
+  const fs::path bad =
+      lora_file("cli_misfit", {{"transformer.blocks.0.attn1.to_q.lora_A.weight", zeros({2, 64})},
+                               {"transformer.blocks.0.attn1.to_q.lora_B.weight", zeros({48, 2})}});
+  const fs::path out = testing::scratch_dir("lora_cli_out");
+  const auto result = testing::run_command(
+      testing::mmgen_binary().string() + " generate --model-path " +
+      (wan_tiny() / "model").string() +
+      " --quiet --prompt fox --height 32 --width 48 --num-frames 1 --num-inference-steps 1 "
+      "--lora-path " +
+      bad.string() + " --output-path " + out.string());
+  testing::expect_one_line_error(result, "makes a [48, 64] change", "misfit LoRA");
+  EXPECT_TRUE(fs::is_empty(out));
+  const auto scales = testing::run_command(
+      testing::mmgen_binary().string() + " generate --model-path " +
+      (wan_tiny() / "model").string() + " --prompt fox --lora-scale 0.5 --dry-run");
+  testing::expect_one_line_error(scales, "--lora-scale without --lora-path", "scale alone");
+}
+
+TEST(WeightStore, ReplacedTensorsAreReadInsteadOfTheStoredOnes) {
+  const fs::path path = lora_file("store", {{"w", Tensor::full({2, 3}, 1.0f)}});
+  const WeightStore store = WeightStore::open_file(path);
+  const WeightStore replaced = store.with_replaced({{"w", Tensor::full({2, 3}, 5.0f)}});
+  EXPECT_EQ(replaced.get("w").data<float>()[4], 5.0f);
+  EXPECT_EQ(replaced.get_for_product("w").data<float>()[0], 5.0f);
+  EXPECT_EQ(store.get("w").data<float>()[4], 1.0f);  // the original store is unchanged
+  EXPECT_NE(testing::error_message([&] {
+              store.with_replaced({{"w", Tensor::zeros({3, 2})}});
+            }).find("shape [2, 3]"),
+            std::string::npos);
+  EXPECT_NE(testing::error_message([&] {
+              store.with_replaced({{"x", Tensor::zeros({1})}});
+            }).find("no weight named 'x'"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace mmgen
