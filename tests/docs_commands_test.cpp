@@ -174,6 +174,9 @@ fs::path checkout() {
     fs::create_directory_symlink(testing::source_dir() / "tests/fixtures/qwenimage-tiny/model",
                                  qwen / "snapshots" / commit);
   }
+  // The LoRA docs/usage.md names: the wan-tiny-lora fixture's (a dry run reads no weights).
+  fs::copy_file(testing::source_dir() / "tests/fixtures/wan-tiny-lora/b_original.safetensors",
+                root / "lightx2v_step_distill_lora.safetensors");
   setenv("HF_HUB_CACHE", (root / "hf-cache").c_str(), 1);
   // run.yaml as docs/usage.md shows it.
   const std::string usage = read_text_file(testing::source_dir() / "docs/usage.md");
@@ -408,6 +411,18 @@ std::map<std::string, Expectation> expectations() {
                    EXPECT_NE(path.find("snapshots/0123456789abcdef"), std::string::npos) << path;
                    EXPECT_EQ(run.dry_run["pipeline"], "WanPipeline");
                  }};
+  e["build/mmgen generate --model-path Wan-AI/Wan2.1-T2V-1.3B-Diffusers --prompt \"a fox in snow\" "
+    "--lora-path lightx2v_step_distill_lora.safetensors --lora-scale 1.0 --num-inference-steps 4 "
+    "--guidance-scale 1 --flow-shift 5"] = {true, false, [](const DocCommand&, const DocRun& run) {
+                                              const json& request = run.dry_run["request"];
+                                              EXPECT_EQ(request["lora_path"],
+                                                        json::array({"lightx2v_step_distill_lora."
+                                                                     "safetensors"}));
+                                              EXPECT_EQ(request["lora_scale"], json::array({1.0}));
+                                              EXPECT_EQ(request["num_inference_steps"], 4);
+                                              EXPECT_EQ(request["guidance_scale"], 1.0);
+                                              EXPECT_EQ(request["flow_shift"], 5.0);
+                                            }};
   e["build/mmgen generate --model-path Wan-AI/Wan2.1-T2V-1.3B-Diffusers ... --revision COMMIT"] = {
       false, true, nullptr};
   e["build/mmgen generate --model-path Tongyi-MAI/Z-Image-Turbo --prompt \"a red fox running "
