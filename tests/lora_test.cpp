@@ -10,6 +10,7 @@
 #include "models/lora/lora_file.h"
 #include "models/lora/lora_merge.h"
 #include "pipeline/component_loras.h"
+#include "pipeline/flux/flux_pipeline.h"
 #include "pipeline/model_index.h"
 #include "pipeline/wan/wan_pipeline.h"
 #include "tests/test_support.h"
@@ -118,6 +119,38 @@ TEST_F(LoraPipelineTest, TwoLorasAtTwoScalesMatchDiffusers) {
 TEST_F(LoraPipelineTest, OneLoraAtItsDefaultScaleMatchesDiffusers) {
   const WanGenerationOutput output = generate({{lora_fixture() / "a_diffusers.safetensors", 1.0}});
   EXPECT_LT(testing::max_abs_diff(output.frames, reference_->tensor("a.video")), 1e-5);
+}
+
+// FLUX in diffusers/peft names: one adapter on every linear layer of the double and single blocks
+// (their adaLN products and the fused single-block output projection too) at 0.8, as diffusers'
+// set_adapters(["a"], [0.8]) runs it on the flux-tiny reference request.
+TEST(Lora, FluxInDiffusersNamesMatchesDiffusers) {
+  const fs::path tiny = testing::source_dir() / "tests/fixtures/flux-tiny";
+  const fs::path fixture = testing::source_dir() / "tests/fixtures/flux-tiny-lora";
+  const SafetensorsFile reference = SafetensorsFile::open(fixture / "reference.safetensors");
+  const auto settings = nlohmann::json::parse(read_text_file(fixture / "reference.json"));
+  ModelIndex index = load_model_index(tiny / "model");
+  attach_loras(index, {{fixture / "lora_diffusers.safetensors", 0.8}});
+  const FluxPipeline pipeline(index);
+  const auto& p = settings["settings"];
+  FluxGenerationInput input;
+  input.prompt = p["prompt"];
+  input.height = p["height"];
+  input.width = p["width"];
+  input.num_inference_steps = p["num_inference_steps"];
+  input.guidance_scale = p["guidance_scale"];
+  input.max_sequence_length = p["max_sequence_length"];
+  input.initial_latents =
+      SafetensorsFile::open(tiny / "reference/reference.safetensors").tensor("pipeline.noise");
+  const FluxGenerationOutput output = pipeline.generate(input, /*keep_step_latents=*/true);
+  ASSERT_EQ(output.latents_after_step.size(), 4u);
+  for (int k = 0; k < 4; ++k)
+    EXPECT_LT(
+        testing::relative_error(output.latents_after_step[size_t(k)],
+                                reference.tensor("lora.latents_after_step" + std::to_string(k))),
+        1e-4)
+        << "step " << k;
+  EXPECT_LT(testing::max_abs_diff(output.frames, reference.tensor("lora.image")), 1e-3);
 }
 
 // A LoRA file for testing refusals: `tensors` written to `name` in a scratch folder.
