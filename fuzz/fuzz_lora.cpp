@@ -14,7 +14,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   return fuzz::expect_only_errors([&] {
     const WeightStore store = WeightStore::open_file(path);
     const lora::LoraFile file =
-        lora::read_lora_store(store, path, "transformer", dit::wan_lora_module_name);
+        lora::read_lora_store(store, path, "transformer", dit::wan_lora_module_name,
+                              SafetensorsFile::open(path).metadata());
     // A base holding each layer the file names, at the shape its matrices make (small ones only).
     NamedTensors base;
     for (const lora::LoraLayer& layer : file.layers) {

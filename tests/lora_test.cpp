@@ -153,10 +153,21 @@ TEST(Lora, FluxInDiffusersNamesMatchesDiffusers) {
   EXPECT_LT(testing::max_abs_diff(output.frames, reference.tensor("lora.image")), 1e-3);
 }
 
+// A diffusers file whose adapter has lora_alpha 8 at rank 4 keeps that in its metadata (no .alpha
+// keys): scaled by 2, as peft scales it (read as 1, the video would be 1e-2 off).
+TEST_F(LoraPipelineTest, AnAlphaInTheFilesMetadataScalesAsPeftDoes) {
+  EXPECT_EQ(read(lora_fixture() / "c_alpha_metadata.safetensors").layers.front().alpha_over_rank,
+            2.0f);
+  const WanGenerationOutput output =
+      generate({{lora_fixture() / "c_alpha_metadata.safetensors", 1.0}});
+  EXPECT_LT(testing::max_abs_diff(output.frames, reference_->tensor("c.video")), 1e-5);
+}
+
 // A LoRA file for testing refusals: `tensors` written to `name` in a scratch folder.
-fs::path lora_file(const std::string& name, const NamedTensors& tensors) {
+fs::path lora_file(const std::string& name, const NamedTensors& tensors,
+                   const std::map<std::string, std::string>& metadata = {}) {
   const fs::path path = testing::scratch_dir("lora_" + name) / (name + ".safetensors");
-  write_safetensors(path, tensors);
+  write_safetensors(path, tensors, metadata);
   return path;
 }
 
@@ -189,6 +200,21 @@ TEST(Lora, MalformedFilesAreRefusedInOneLine) {
     SCOPED_TRACE(c.name);
     const std::string message = testing::error_message([&] { read(lora_file(c.name, c.tensors)); });
     EXPECT_NE(message.find(c.expected), std::string::npos) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  }
+  // Adapter settings in the metadata that mmgen cannot honour.
+  const NamedTensors pair = {{q + "lora_A.weight", zeros({2, 48})},
+                             {q + "lora_B.weight", zeros({48, 2})}};
+  for (const auto& [settings, expected] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"transformer.use_dora": true})", "is a DoRA"},
+           {R"({"transformer.alpha_pattern": {"to_q": 4}})", "their own alpha"},
+           {R"({"transformer.lora_alpha": -2})", "an alpha is a number above 0"},
+           {"{not json", "malformed JSON"}}) {
+    SCOPED_TRACE(settings);
+    const std::string message = testing::error_message([&] {
+      read(lora_file("metadata", pair, {{"lora_adapter_metadata", settings}}));
+    });
+    EXPECT_NE(message.find(expected), std::string::npos) << message;
     EXPECT_EQ(message.find('\n'), std::string::npos) << message;
   }
 }

@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace mmgen::lora {
 namespace {
@@ -34,10 +35,50 @@ std::string file_name(const fs::path& path) {
   return path.string();
 }
 
+// The adapter settings a diffusers file keeps in its metadata for `component`: lora_alpha (0:
+// none given) and use_rslora. A pattern that gives some layers their own alpha is refused (a
+// layer's rank is its matrices', so rank_pattern needs nothing).
+struct AdapterSettings {
+  double lora_alpha = 0;
+  bool rslora = false;
+};
+
+AdapterSettings adapter_settings(const std::map<std::string, std::string>& metadata,
+                                 const fs::path& path, const std::string& component) {
+  AdapterSettings settings;
+  const auto found = metadata.find("lora_adapter_metadata");
+  if (found == metadata.end()) return settings;
+  const std::string where = "LoRA " + file_name(path) + ": its lora_adapter_metadata";
+  const nlohmann::json config = parse_json(found->second, where, "re-save the LoRA");
+  check(config.is_object(), "{} is not a JSON object", where);
+  const std::string prefix = component + ".";
+  if (const auto pattern = config.find(prefix + "alpha_pattern"); pattern != config.end())
+    check(pattern->is_null() || (pattern->is_object() && pattern->empty()),
+          "{} gives some layers their own alpha ({}alpha_pattern), which mmgen does not read yet",
+          where, prefix);
+  if (const auto alpha = config.find(prefix + "lora_alpha"); alpha != config.end()) {
+    check(alpha->is_number() && std::isfinite(alpha->get<double>()) && alpha->get<double>() > 0,
+          "{}: {}lora_alpha is {}; an alpha is a number above 0", where, prefix,
+          json_for_message(*alpha));
+    settings.lora_alpha = alpha->get<double>();
+  }
+  if (const auto dora = config.find(prefix + "use_dora"); dora != config.end())
+    check(!(dora->is_boolean() && dora->get<bool>()),
+          "{}: the adapter is a DoRA ({}use_dora), which mmgen does not read yet", where, prefix);
+  if (const auto dora = config.find(prefix + "use_dora"); dora != config.end())
+    check(!(dora->is_boolean() && dora->get<bool>()),
+          "{}: the adapter is a DoRA ({}use_dora), which mmgen does not read yet", where, prefix);
+  if (const auto rslora = config.find(prefix + "use_rslora"); rslora != config.end())
+    settings.rslora = rslora->is_boolean() && rslora->get<bool>();
+  return settings;
+}
+
 }  // namespace
 
 LoraFile read_lora_store(const WeightStore& store, const fs::path& path,
-                         const std::string& component, const ModuleNames& original_names) {
+                         const std::string& component, const ModuleNames& original_names,
+                         const std::map<std::string, std::string>& metadata) {
+  const AdapterSettings adapter = adapter_settings(metadata, path, component);
   LoraFile file;
   file.path = path;
   const std::string diffusers_prefix = component + ".", original_prefix = "diffusion_model.";
@@ -139,7 +180,11 @@ LoraFile read_lora_store(const WeightStore& store, const fs::path& path,
             "LoRA {}: '{}' is {} and '{}' is {}: their ranks differ", file_name(path),
             pieces.down_key, shape_string(pieces.down.shape()), pieces.up_key,
             shape_string(pieces.up.shape()));
-      if (pieces.alpha) layer.alpha_over_rank = *pieces.alpha / float(rank);
+      if (pieces.alpha)
+        layer.alpha_over_rank = *pieces.alpha / float(rank);
+      else if (adapter.lora_alpha > 0)
+        layer.alpha_over_rank =
+            float(adapter.lora_alpha / (adapter.rslora ? std::sqrt(double(rank)) : double(rank)));
       layer.key = pieces.down_key;
     } else {
       check(!pieces.alpha, "LoRA {}: '{}' has no down and up matrices to scale", file_name(path),
@@ -163,7 +208,8 @@ LoraFile read_lora_file(const fs::path& path, const std::string& component,
   check(path.extension() == ".safetensors",
         "LoRA {}: expected a .safetensors file (the format every LoRA on the Hub comes in)",
         path.string());
-  return read_lora_store(WeightStore::open_file(path), path, component, original_names);
+  return read_lora_store(WeightStore::open_file(path), path, component, original_names,
+                         SafetensorsFile::open(path).metadata());
 }
 
 }  // namespace mmgen::lora

@@ -13,6 +13,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -60,8 +61,13 @@ using ModuleNames = std::function<std::string(const std::string& original)>;
 LoraFile read_lora_file(const fs::path& path, const std::string& component,
                         const ModuleNames& original_names);
 
-// The same from an opened store (what the reader and the fuzz target share).
+// The same from an opened store and the file's safetensors metadata (what the reader and the
+// fuzz target share). A diffusers file keeps its adapter's settings there
+// ("lora_adapter_metadata": "<component>.lora_alpha", ".r", ".use_rslora", ...), as
+// save_lora_weights writes them: a layer without an `.alpha` key is then scaled by
+// lora_alpha / rank (by lora_alpha / sqrt(rank) with use_rslora), as peft scales it.
 LoraFile read_lora_store(const WeightStore& store, const fs::path& path,
-                         const std::string& component, const ModuleNames& original_names);
+                         const std::string& component, const ModuleNames& original_names,
+                         const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace mmgen::lora
