@@ -34,15 +34,7 @@ class FluxPipelineTest : public ::testing::Test {
 
   // reference.json's `pipeline` request: 32x48, 4 steps, guidance 3.5, 32 T5 tokens.
   FluxGenerationInput fixture_input() const {
-    const auto& p = settings_["pipeline"];
-    FluxGenerationInput input;
-    input.prompt = p["prompt"];
-    input.height = p["height"];
-    input.width = p["width"];
-    input.num_inference_steps = p["num_inference_steps"];
-    input.guidance_scale = p["guidance_scale"];
-    input.max_sequence_length = p["max_sequence_length"];
-    return input;
+    return testing::flux_fixture_input(settings_["pipeline"]);
   }
 
   const FluxPipeline& pipeline() {

@@ -79,16 +79,7 @@ class LoraPipelineTest : public ::testing::Test {
     attach_loras(index, loras);
     const WanPipeline pipeline(index);
     const auto settings = nlohmann::json::parse(read_text_file(lora_fixture() / "reference.json"));
-    const auto& p = settings["settings"];
-    WanGenerationInput input;
-    input.prompt = p["prompt"];
-    input.negative_prompt = p["negative_prompt"];
-    input.height = p["height"];
-    input.width = p["width"];
-    input.num_frames = p["num_frames"];
-    input.num_inference_steps = p["num_inference_steps"];
-    input.guidance_scale = p["guidance_scale"];
-    input.max_sequence_length = p["max_sequence_length"];
+    WanGenerationInput input = testing::wan_fixture_input(settings["settings"]);
     input.initial_latents = noise_.clone();
     return pipeline.generate(input, /*keep_step_latents=*/true);
   }
@@ -132,14 +123,7 @@ TEST(Lora, FluxInDiffusersNamesMatchesDiffusers) {
   ModelIndex index = load_model_index(tiny / "model");
   attach_loras(index, {{fixture / "lora_diffusers.safetensors", 0.8}});
   const FluxPipeline pipeline(index);
-  const auto& p = settings["settings"];
-  FluxGenerationInput input;
-  input.prompt = p["prompt"];
-  input.height = p["height"];
-  input.width = p["width"];
-  input.num_inference_steps = p["num_inference_steps"];
-  input.guidance_scale = p["guidance_scale"];
-  input.max_sequence_length = p["max_sequence_length"];
+  FluxGenerationInput input = testing::flux_fixture_input(settings["settings"]);
   input.initial_latents =
       SafetensorsFile::open(tiny / "reference/reference.safetensors").tensor("pipeline.noise");
   const FluxGenerationOutput output = pipeline.generate(input, /*keep_step_latents=*/true);

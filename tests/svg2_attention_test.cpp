@@ -555,15 +555,7 @@ std::vector<Tensor> run_wan_fixture(const std::string& backend, const nlohmann::
   const ModelIndex index = load_model_index(wan_fixture() / "model");
   const WanPipeline pipeline(index, plan_attention(index, request));
   EXPECT_EQ(pipeline.attention_plan().main_backend, backend);
-  WanGenerationInput input;
-  input.prompt = p["prompt"];
-  input.negative_prompt = p["negative_prompt"];
-  input.height = p["height"];
-  input.width = p["width"];
-  input.num_frames = p["num_frames"];
-  input.num_inference_steps = p["num_inference_steps"];
-  input.guidance_scale = p["guidance_scale"];
-  input.max_sequence_length = p["max_sequence_length"];
+  WanGenerationInput input = testing::wan_fixture_input(p);
   input.initial_latents = reference.tensor("pipeline.noise").clone();
   WanGenerationOutput output = pipeline.generate(input, /*keep_step_latents=*/true);
   return output.latents_after_step;

@@ -12,6 +12,8 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "pipeline/flux/flux_pipeline.h"
+#include "pipeline/wan/wan_pipeline.h"
 
 namespace mmgen::testing {
 
@@ -159,6 +161,30 @@ PeakAndInspection measure_peak_and_inspect(const std::string& model, const std::
   EXPECT_EQ(inspect.exit_code, 0) << inspect.err;
   if (inspect.exit_code == 0) result.inspection = nlohmann::json::parse(inspect.out);
   return result;
+}
+
+WanGenerationInput wan_fixture_input(const nlohmann::json& p) {
+  WanGenerationInput input;
+  input.prompt = p["prompt"];
+  input.negative_prompt = p["negative_prompt"];
+  input.height = p["height"];
+  input.width = p["width"];
+  input.num_frames = p["num_frames"];
+  input.num_inference_steps = p["num_inference_steps"];
+  input.guidance_scale = p["guidance_scale"];
+  input.max_sequence_length = p["max_sequence_length"];
+  return input;
+}
+
+FluxGenerationInput flux_fixture_input(const nlohmann::json& p) {
+  FluxGenerationInput input;
+  input.prompt = p["prompt"];
+  input.height = p["height"];
+  input.width = p["width"];
+  input.num_inference_steps = p["num_inference_steps"];
+  input.guidance_scale = p["guidance_scale"];
+  input.max_sequence_length = p["max_sequence_length"];
+  return input;
 }
 
 }  // namespace mmgen::testing

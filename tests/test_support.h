@@ -10,6 +10,11 @@
 
 #include "core/tensor.h"
 
+namespace mmgen {
+struct WanGenerationInput;
+struct FluxGenerationInput;
+}  // namespace mmgen
+
 namespace mmgen::testing {
 
 namespace fs = std::filesystem;
@@ -62,6 +67,12 @@ void write_json_file(const fs::path& path, const nlohmann::json& value);
 // Sets the copy's model_index.json entry `component` to [library, class_name].
 void set_component_class(const fs::path& model, const std::string& component,
                          const std::string& library, const std::string& class_name);
+
+// The Wan request a fixture's reference.json gives under "pipeline" (prompt, negative prompt,
+// sizes, frames, steps, guidance, max_sequence_length) as WanPipeline's input.
+WanGenerationInput wan_fixture_input(const nlohmann::json& pipeline);
+// The same for FLUX (prompt, sizes, steps, guidance, max_sequence_length).
+FluxGenerationInput flux_fixture_input(const nlohmann::json& pipeline);
 
 }  // namespace mmgen::testing
 

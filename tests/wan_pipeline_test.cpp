@@ -31,17 +31,7 @@ class WanPipelineTest : public ::testing::Test {
   }
 
   WanGenerationInput fixture_input() const {
-    const auto& p = settings_["pipeline"];
-    WanGenerationInput input;
-    input.prompt = p["prompt"];
-    input.negative_prompt = p["negative_prompt"];
-    input.height = p["height"];
-    input.width = p["width"];
-    input.num_frames = p["num_frames"];
-    input.num_inference_steps = p["num_inference_steps"];
-    input.guidance_scale = p["guidance_scale"];
-    input.max_sequence_length = p["max_sequence_length"];
-    return input;
+    return testing::wan_fixture_input(settings_["pipeline"]);
   }
 
   std::unique_ptr<SafetensorsFile> reference_;
