@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include "core/error.h"
-#include "core/file.h"
 #include "models/lora/lora_merge.h"
 
 namespace mmgen {
@@ -12,12 +11,7 @@ void attach_loras(ModelIndex& index, const std::vector<lora::LoraUse>& loras) {
   if (loras.empty()) return;
   check(index.has("transformer"), "--lora-path: {} has no transformer to merge a LoRA into",
         (index.root / "model_index.json").string());
-  for (const lora::LoraUse& use : loras) {
-    check(use.path.extension() == ".safetensors",
-          "--lora-path {}: expected a .safetensors file (the format LoRAs are shared in)",
-          use.path.string());
-    check_regular_file(use.path, "--lora-path");
-  }
+  for (const lora::LoraUse& use : loras) lora::check_lora_path(use.path);
   index.components.at("transformer").loras = loras;
 }
 

@@ -159,6 +159,13 @@ Tensor zeros(Shape shape) {
   return Tensor::zeros(std::move(shape));
 }
 
+// `action` throws one line that holds `expected`.
+void expect_one_line_refusal(const std::function<void()>& action, const std::string& expected) {
+  const std::string message = testing::error_message(action);
+  EXPECT_NE(message.find(expected), std::string::npos) << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+}
+
 TEST(Lora, MalformedFilesAreRefusedInOneLine) {
   const std::string q = "transformer.blocks.0.attn1.to_q.";
   const struct {
@@ -182,9 +189,7 @@ TEST(Lora, MalformedFilesAreRefusedInOneLine) {
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
-    const std::string message = testing::error_message([&] { read(lora_file(c.name, c.tensors)); });
-    EXPECT_NE(message.find(c.expected), std::string::npos) << message;
-    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    expect_one_line_refusal([&] { read(lora_file(c.name, c.tensors)); }, c.expected);
   }
   // Adapter settings in the metadata that mmgen cannot honour.
   const NamedTensors pair = {{q + "lora_A.weight", zeros({2, 48})},
@@ -195,11 +200,11 @@ TEST(Lora, MalformedFilesAreRefusedInOneLine) {
            {R"({"transformer.lora_alpha": -2})", "an alpha is a number above 0"},
            {"{not json", "malformed JSON"}}) {
     SCOPED_TRACE(settings);
-    const std::string message = testing::error_message([&] {
-      read(lora_file("metadata", pair, {{"lora_adapter_metadata", settings}}));
-    });
-    EXPECT_NE(message.find(expected), std::string::npos) << message;
-    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    expect_one_line_refusal(
+        [&] {
+          read(lora_file("metadata", pair, {{"lora_adapter_metadata", settings}}));
+        },
+        expected);
   }
 }
 

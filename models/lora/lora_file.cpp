@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "core/json.h"
 
 namespace mmgen::lora {
@@ -31,10 +32,6 @@ struct Pieces {
   std::optional<float> alpha;
 };
 
-std::string file_name(const fs::path& path) {
-  return path.string();
-}
-
 // The adapter settings a diffusers file keeps in its metadata for `component`: lora_alpha (0:
 // none given) and use_rslora. A pattern that gives some layers their own alpha is refused (a
 // layer's rank is its matrices', so rank_pattern needs nothing).
@@ -48,7 +45,7 @@ AdapterSettings adapter_settings(const std::map<std::string, std::string>& metad
   AdapterSettings settings;
   const auto found = metadata.find("lora_adapter_metadata");
   if (found == metadata.end()) return settings;
-  const std::string where = "LoRA " + file_name(path) + ": its lora_adapter_metadata";
+  const std::string where = "LoRA " + path.string() + ": its lora_adapter_metadata";
   const nlohmann::json config = parse_json(found->second, where, "re-save the LoRA");
   check(config.is_object(), "{} is not a JSON object", where);
   const std::string prefix = component + ".";
@@ -62,9 +59,6 @@ AdapterSettings adapter_settings(const std::map<std::string, std::string>& metad
           json_for_message(*alpha));
     settings.lora_alpha = alpha->get<double>();
   }
-  if (const auto dora = config.find(prefix + "use_dora"); dora != config.end())
-    check(!(dora->is_boolean() && dora->get<bool>()),
-          "{}: the adapter is a DoRA ({}use_dora), which mmgen does not read yet", where, prefix);
   if (const auto dora = config.find(prefix + "use_dora"); dora != config.end())
     check(!(dora->is_boolean() && dora->get<bool>()),
           "{}: the adapter is a DoRA ({}use_dora), which mmgen does not read yet", where, prefix);
@@ -88,12 +82,13 @@ LoraFile read_lora_store(const WeightStore& store, const fs::path& path,
     check(key.rfind("lora_unet_", 0) != 0 && key.rfind("lora_te", 0) != 0,
           "LoRA {}: key '{}' is in kohya's sd-scripts layout, which mmgen does not read yet; "
           "convert the file to diffusers' names",
-          file_name(path), key);
+          path.string(), key);
     std::string stem = key;
+    const bool from_original = key.rfind(original_prefix, 0) == 0;
     if (key.rfind(diffusers_prefix, 0) == 0) {
       stem = key.substr(diffusers_prefix.size());
       diffusers = true;
-    } else if (key.rfind(original_prefix, 0) == 0) {
+    } else if (from_original) {
       stem = key.substr(original_prefix.size());
       original = true;
     } else if (key.rfind("text_encoder", 0) == 0 || key.rfind("unet.", 0) == 0) {
@@ -112,25 +107,25 @@ LoraFile read_lora_store(const WeightStore& store, const fs::path& path,
           "LoRA {}: key '{}' is not a LoRA tensor (expected a name ending in .lora_A.weight, "
           ".lora_B.weight, .lora_down.weight, .lora_up.weight, .lora_B.bias, .alpha, .diff_b or "
           ".diff)",
-          file_name(path), key);
+          path.string(), key);
     if (ending->part == Part::FullDiff) {
       ++file.full_weight_diffs;
       continue;
     }
     stem.resize(stem.size() - ending->text.size());
-    const std::string module = key.rfind(original_prefix, 0) == 0 ? original_names(stem) : stem;
+    const std::string module = from_original ? original_names(stem) : stem;
     const TensorInfo& info = store.info(key);
     check(dtype_is_floating(info.dtype) && !dtype_is_blocks(info.dtype),
-          "LoRA {}: '{}' is {}, expected f32, bf16 or f16", file_name(path), key,
+          "LoRA {}: '{}' is {}, expected f32, bf16 or f16", path.string(), key,
           dtype_name(info.dtype));
     Pieces& pieces = modules[module];
     const auto take = [&](std::string& slot, Tensor& tensor, size_t dims, const char* what) {
-      check(slot.empty(), "LoRA {}: '{}' and '{}' are both the {} of layer {}", file_name(path),
-            slot, key, what, module);
+      check(slot.empty(), "LoRA {}: '{}' and '{}' are both the {} of layer {}", path.string(), slot,
+            key, what, module);
       check(info.shape.size() == dims,
             "LoRA {}: '{}' has shape {}; a {} has {} dimension(s) (convolution LoRAs are not "
             "read yet)",
-            file_name(path), key, shape_string(info.shape), what, dims);
+            path.string(), key, shape_string(info.shape), what, dims);
       slot = key;
       tensor = store.get_f32(key).contiguous();
     };
@@ -146,12 +141,12 @@ LoraFile read_lora_store(const WeightStore& store, const fs::path& path,
         break;
       case Part::Alpha: {
         check(pieces.alpha_key.empty(), "LoRA {}: '{}' and '{}' are both the alpha of layer {}",
-              file_name(path), pieces.alpha_key, key, module);
+              path.string(), pieces.alpha_key, key, module);
         check(shape_numel(info.shape) == 1, "LoRA {}: '{}' has shape {}; an alpha is one number",
-              file_name(path), key, shape_string(info.shape));
+              path.string(), key, shape_string(info.shape));
         const float alpha = store.get_f32(key).data<float>()[0];
         check(std::isfinite(alpha) && alpha > 0, "LoRA {}: '{}' is {}; an alpha is above 0",
-              file_name(path), key, alpha);
+              path.string(), key, alpha);
         pieces.alpha_key = key;
         pieces.alpha = alpha;
         break;
@@ -163,7 +158,7 @@ LoraFile read_lora_store(const WeightStore& store, const fs::path& path,
   check(!modules.empty(),
         "LoRA {}: no LoRA tensor for the {} (keys named {}... or {}...); is this a LoRA for "
         "another model?",
-        file_name(path), component, diffusers_prefix, original_prefix);
+        path.string(), component, diffusers_prefix, original_prefix);
   file.format = original ? (diffusers ? "mixed diffusers and original Wan names"
                                       : "original Wan (ComfyUI, lightx2v)")
                          : "diffusers/peft";
@@ -171,13 +166,13 @@ LoraFile read_lora_store(const WeightStore& store, const fs::path& path,
     LoraLayer layer;
     layer.module = module;
     check(pieces.down.defined() == pieces.up.defined(),
-          "LoRA {}: '{}' has no {} matrix beside it; the file is incomplete", file_name(path),
+          "LoRA {}: '{}' has no {} matrix beside it; the file is incomplete", path.string(),
           pieces.down.defined() ? pieces.down_key : pieces.up_key,
           pieces.down.defined() ? "up" : "down");
     if (pieces.down.defined()) {
       const int64_t rank = pieces.down.size(0);
       check(rank > 0 && pieces.up.size(1) == rank,
-            "LoRA {}: '{}' is {} and '{}' is {}: their ranks differ", file_name(path),
+            "LoRA {}: '{}' is {} and '{}' is {}: their ranks differ", path.string(),
             pieces.down_key, shape_string(pieces.down.shape()), pieces.up_key,
             shape_string(pieces.up.shape()));
       if (pieces.alpha)
@@ -187,14 +182,14 @@ LoraFile read_lora_store(const WeightStore& store, const fs::path& path,
             float(adapter.lora_alpha / (adapter.rslora ? std::sqrt(double(rank)) : double(rank)));
       layer.key = pieces.down_key;
     } else {
-      check(!pieces.alpha, "LoRA {}: '{}' has no down and up matrices to scale", file_name(path),
+      check(!pieces.alpha, "LoRA {}: '{}' has no down and up matrices to scale", path.string(),
             pieces.alpha_key);
       layer.key = pieces.bias_key;
     }
     if (pieces.bias.defined() && pieces.up.defined())
       check(pieces.bias.size(0) == pieces.up.size(0),
-            "LoRA {}: '{}' has {} values but '{}' makes {} outputs", file_name(path),
-            pieces.bias_key, pieces.bias.size(0), pieces.up_key, pieces.up.size(0));
+            "LoRA {}: '{}' has {} values but '{}' makes {} outputs", path.string(), pieces.bias_key,
+            pieces.bias.size(0), pieces.up_key, pieces.up.size(0));
     layer.down = std::move(pieces.down);
     layer.up = std::move(pieces.up);
     layer.bias_delta = std::move(pieces.bias);
@@ -203,11 +198,16 @@ LoraFile read_lora_store(const WeightStore& store, const fs::path& path,
   return file;
 }
 
+void check_lora_path(const fs::path& path) {
+  check(path.extension() == ".safetensors",
+        "--lora-path {}: expected a .safetensors file (the format LoRAs are shared in)",
+        path.string());
+  check_regular_file(path, "--lora-path");
+}
+
 LoraFile read_lora_file(const fs::path& path, const std::string& component,
                         const ModuleNames& original_names) {
-  check(path.extension() == ".safetensors",
-        "LoRA {}: expected a .safetensors file (the format every LoRA on the Hub comes in)",
-        path.string());
+  check_lora_path(path);
   return read_lora_store(WeightStore::open_file(path), path, component, original_names,
                          SafetensorsFile::open(path).metadata());
 }

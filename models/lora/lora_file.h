@@ -2,9 +2,11 @@
 //
 // The files people share name a layer in one of a few ways; each key is a layer's name, then
 // what the tensor is:
-//   diffusers / peft     transformer.blocks.0.attn1.to_q.lora_A.weight  (lora_B.weight,
-//   lora_B.bias) Wan original,        diffusion_model.blocks.0.self_attn.q.lora_down.weight
-//   (lora_up.weight, ComfyUI, lightx2v      .alpha, .diff_b; lora_A / lora_B spellings too)
+// - diffusers / peft: transformer.blocks.0.attn1.to_q.lora_A.weight (lora_B.weight,
+//   lora_B.bias);
+// - the original Wan names (ComfyUI, lightx2v):
+//   diffusion_model.blocks.0.self_attn.q.lora_down.weight (lora_up.weight, .alpha, .diff_b;
+//   the lora_A / lora_B spellings too).
 // A layer's change is weight += s·(alpha / rank)·(up · down) and bias += s·bias_delta, s the
 // user's scale; alpha / rank is 1 where the file has no alpha (diffusers' files fold it in).
 // Full-weight `.diff` keys are left out, as diffusers leaves them out (norm diffs are zeros in
@@ -52,6 +54,10 @@ struct LoraFile {
 // once the file's prefix is taken off) in diffusers' names: "blocks.0.self_attn.q" ->
 // "blocks.0.attn1.to_q"; a name it does not know comes back as it is.
 using ModuleNames = std::function<std::string(const std::string& original)>;
+
+// Throws Error, one line, unless `path` names a regular .safetensors file (what --lora-path is
+// checked for before any work, and read_lora_file before it reads).
+void check_lora_path(const fs::path& path);
 
 // Reads `path` (a .safetensors LoRA) for the `component` ("transformer"). Throws Error, one line
 // naming the file and the key, for a file that is not a LoRA of a known layout, a tensor of the

@@ -35,7 +35,11 @@ Tensor& accumulator(std::map<std::string, Tensor>& merged, const WeightStore& ba
         "LoRA {}: '{}' changes {}, which is stored as {}; merging into quantized or FP8 weights "
         "is not built yet (use a bf16 or float32 checkpoint of the model)",
         file.path.string(), layer.key, name, base.stored_type(name));
-  return merged.emplace(name, base.get(name).to(DType::F32).clone()).first->second;
+  // A float32 weight is the mapped file's: copied. Any other dtype is converted into a new one.
+  const Tensor stored_weight = base.get(name);
+  return merged
+      .emplace(name, stored == DType::F32 ? stored_weight.clone() : stored_weight.to(DType::F32))
+      .first->second;
 }
 
 }  // namespace
