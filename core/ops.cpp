@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/gemm_cpu.h"
+#include "core/low_rank.h"
 #include "core/op_profile.h"
 #include "core/parallel.h"
 #include "core/row_stats.h"
@@ -53,6 +54,7 @@ void gemm_bt(const float* a, const float* b, float* c, int64_t m, int64_t k, int
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, DType out) {
+  if (weight.low_rank()) return linear_with_low_rank(x, weight, bias, out, nullptr);
   MMGEN_ON_DEVICE(x, linear(x, weight, bias, out));
   MMGEN_PROFILE("to compute dtype");
   Tensor y = linear(x, weight, bias);
@@ -61,6 +63,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, DType o
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, DType out,
               Activation activation) {
+  if (weight.low_rank()) return linear_with_low_rank(x, weight, bias, out, &activation);
   MMGEN_ON_DEVICE(x, linear(x, weight, bias, out, activation));
   MMGEN_PROFILE("to compute dtype");
   Tensor y = linear(x, weight, bias);
@@ -69,6 +72,20 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, DType o
 }
 
 std::vector<Tensor> linear_each(const Tensor& x, const std::vector<Tensor>& weights, DType out) {
+  bool updates = false;
+  for (const Tensor& weight : weights) updates = updates || weight.low_rank();
+  if (updates) {
+    // The plain products as they run without updates (one batched product on the GPU), each
+    // weight's update added to its result (on the CPU, before the conversion to `out`).
+    std::vector<Tensor> plain;
+    for (const Tensor& weight : weights) plain.push_back(weight.without_low_rank());
+    std::vector<Tensor> results = linear_each(x, plain, x.is_cpu() ? DType::F32 : out);
+    for (size_t i = 0; i < weights.size(); ++i) {
+      if (weights[i].low_rank()) add_low_rank_(results[i], x, *weights[i].low_rank());
+      if (results[i].dtype() != out) results[i] = results[i].to(out);
+    }
+    return results;
+  }
   MMGEN_ON_DEVICE(x, linear_each(x, weights, out));
   std::vector<Tensor> results;
   for (const Tensor& weight : weights) results.push_back(linear(x, weight, Tensor(), out));
@@ -87,12 +104,15 @@ std::vector<Tensor> stack_weights(const std::vector<Tensor>& weights, DType dtyp
   std::vector<Tensor> views;
   for (size_t i = 0; i < weights.size(); ++i) {
     views.push_back(stacked.select(0, int64_t(i)));
-    views.back().copy_from(weights[i].to(dtype));
+    views.back().copy_from(weights[i].to(dtype).without_low_rank());
+    // A LoRA's update in the runtime mode stays with its weight (core/low_rank.h).
+    views.back() = views.back().with_low_rank(low_rank_for(weights[i].low_rank(), device, dtype));
   }
   return views;
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  if (weight.low_rank()) return linear_with_low_rank(x, weight, bias, DType::F32, nullptr);
   MMGEN_ON_DEVICE(x, linear(x, weight, bias, DType::F32));
   MMGEN_PROFILE("linear");
   require_f32_contiguous(x, "linear");

@@ -9,6 +9,7 @@
 #include "core/file.h"
 #include "core/gguf.h"
 #include "core/json.h"
+#include "core/low_rank.h"
 #include "core/scaled_fp8.h"
 #include "core/text.h"
 
@@ -271,6 +272,25 @@ WeightStore WeightStore::with_replaced(const std::map<std::string, Tensor>& tens
   return store;
 }
 
+WeightStore WeightStore::with_low_rank(
+    const std::map<std::string, std::shared_ptr<const LowRankUpdate>>& updates) const {
+  WeightStore store = *this;
+  for (const auto& [name, update] : updates) {
+    auto found = store.where_.find(name);
+    check(found != store.where_.end(), "{}: no weight named '{}' for a LoRA's update",
+          origin_.string(), name);
+    const TensorInfo& stored = stored_info(found->second);
+    const int64_t values = stored.shape.size() == 2 ? stored.shape[1] : 0;
+    check(update && stored.shape.size() == 2 && update->up.dim() == 2 && update->down.dim() == 2 &&
+              update->up.size(0) == stored.shape[0] && update->down.size(1) == values &&
+              update->up.size(1) == update->down.size(0),
+          "{}: a LoRA's update does not fit '{}' of shape {}", origin_.string(), name,
+          shape_string(stored.shape));
+    found->second.low_rank = update;
+  }
+  return store;
+}
+
 WeightStore WeightStore::with_row_pieces(const std::map<std::string, RowPieces>& pieces) const {
   WeightStore store = *this;
   std::map<std::string, Entry> made;
@@ -423,7 +443,7 @@ Tensor take_rows(const Tensor& whole, const std::vector<WeightStore::RowRange>& 
 Tensor WeightStore::get(const std::string& name) const {
   info(name);  // names the missing weight
   const Entry& where = where_.at(name);
-  return take_rows(whole_tensor(where), where.rows);
+  return take_rows(whole_tensor(where), where.rows).with_low_rank(where.low_rank);
 }
 
 std::string WeightStore::stored_type(const std::string& name) const {
@@ -461,9 +481,12 @@ DType WeightStore::product_dtype(const std::string& name) const {
 Tensor WeightStore::get_for_product(const std::string& name) const {
   const DType dtype = product_dtype(name);
   const Entry& where = where_.at(name);
-  if (dtype_is_blocks(dtype)) return take_rows(gguf_->quantized_blocks(where.stored), where.rows);
+  if (dtype_is_blocks(dtype))
+    return take_rows(gguf_->quantized_blocks(where.stored), where.rows)
+        .with_low_rank(where.low_rank);
   if (dtype == DType::F8E4M3Rows)
-    return fp8::to_rows(files_[where.file].tensor(where.stored), fp8_scale(where));
+    return fp8::to_rows(files_[where.file].tensor(where.stored), fp8_scale(where))
+        .with_low_rank(where.low_rank);
   return get(name);
 }
 

@@ -83,6 +83,11 @@ class WeightStore {
   // weight it replaces) read instead of the stored one: a LoRA merged into its base
   // (models/lora/). Every name must be in the store already.
   WeightStore with_replaced(const std::map<std::string, Tensor>& tensors) const;
+  // This store with each named matrix carrying a low-rank update (a LoRA in the runtime mode,
+  // core/low_rank.h): get() and get_for_product() return the tensor with it, the stored values
+  // as they are. An update must fit the matrix ([out, rank] · [rank, in]).
+  WeightStore with_low_rank(
+      const std::map<std::string, std::shared_ptr<const LowRankUpdate>>& updates) const;
 
   bool has(const std::string& name) const { return where_.count(name) > 0; }
   // The name `name` has in the file (itself unless renamed() mapped it): what inspect shows of a
@@ -120,6 +125,7 @@ class WeightStore {
     std::shared_ptr<const TensorInfo> pieces_info;
     // with_replaced's tensor, read instead of the stored one, and its header.
     std::shared_ptr<const Tensor> replaced;
+    std::shared_ptr<const LowRankUpdate> low_rank;  // with_low_rank's
   };
   static constexpr size_t kNoScale = size_t(-2);
   static constexpr size_t kGguf = size_t(-1);

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/gguf_quants.h"
+#include "core/low_rank.h"
 #include "core/parallel.h"
 #include "core/scaled_fp8.h"
 #ifdef MMGEN_HAVE_CUDA
@@ -251,6 +252,10 @@ Tensor Tensor::view(const Shape& shape) const {
             (!resolved.empty() && !shape_.empty() && resolved.back() == shape_.back()),
         "an f8_e4m3_rows view keeps its rows: {} cannot be viewed as {}", shape_string(shape_),
         shape_string(shape));
+  check(!low_rank_ || resolved == shape_,
+        "a weight {} that carries a LoRA's update is not viewed "
+        "as {}; use --lora-mode merge",
+        shape_string(shape_), shape_string(resolved));
   Tensor result = *this;
   result.shape_ = resolved;
   result.strides_ = contiguous_strides(resolved);
@@ -266,13 +271,20 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end) const {
         "a slice of an f8_e4m3_rows tensor {} would lose its row scales; slice it before "
         "quantizing",
         shape_string(shape_));
+  check(!low_rank_ || (dim() == 2 && !dtype_is_blocks(dtype_)),
+        "a slice of a {} {} weight that carries a LoRA's update; use --lora-mode merge",
+        dtype_name(dtype_), shape_string(shape_));
   Tensor result = *this;
   result.offset_ += size_t(start * strides_[size_t(d)]) * dtype_size(dtype_);
   result.shape_[size_t(d)] = end - start;
+  if (low_rank_) result.low_rank_ = low_rank_slice(*low_rank_, d, start, end);
   return result;
 }
 
 Tensor Tensor::select(int64_t d, int64_t index) const {
+  check(!low_rank_,
+        "a weight {} that carries a LoRA's update is not indexed; use --lora-mode merge",
+        shape_string(shape_));
   d = normalize_dim(d, dim());
   Tensor result = slice(d, index, index + 1);
   result.shape_.erase(result.shape_.begin() + d);
@@ -281,6 +293,9 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
 }
 
 Tensor Tensor::permute(const std::vector<int64_t>& order) const {
+  check(!low_rank_,
+        "a weight {} that carries a LoRA's update is not permuted; use --lora-mode merge",
+        shape_string(shape_));
   check(int64_t(order.size()) == dim(), "permute order has {} entries for a {}-d tensor",
         order.size(), dim());
   check(dtype_ != DType::F8E4M3Rows,
@@ -300,6 +315,9 @@ Tensor Tensor::permute(const std::vector<int64_t>& order) const {
 }
 
 Tensor Tensor::unsqueeze(int64_t d) const {
+  check(!low_rank_,
+        "a weight {} that carries a LoRA's update is not reshaped; use --lora-mode merge",
+        shape_string(shape_));
   d = normalize_dim(d, dim() + 1);
   check(dtype_ != DType::F8E4M3Rows || d < dim(),
         "an f8_e4m3_rows tensor {} keeps its last dimension", shape_string(shape_));
@@ -529,10 +547,15 @@ Tensor Tensor::contiguous() const {
   require_cpu("a strided copy");
   Tensor result = empty(shape_, dtype_);
   strided_copy(*this, result.raw());
+  result.low_rank_ = low_rank_;
   return result;
 }
 
 Tensor Tensor::clone() const {
+  return carrying(cloned());
+}
+
+Tensor Tensor::cloned() const {
 #ifdef MMGEN_HAVE_CUDA
   if (!is_cpu()) {
     check(is_contiguous(), "clone of a strided {} tensor on the GPU is not supported",
@@ -549,6 +572,10 @@ Tensor Tensor::clone() const {
 
 Tensor Tensor::to(Device device) const {
   if (device == this->device()) return *this;
+  return carrying(moved(device));
+}
+
+Tensor Tensor::moved(Device device) const {
 #ifdef MMGEN_HAVE_CUDA
   if (device == Device::CUDA) {
     // Quantized blocks go up as they are: ops::linear expands each matrix before its product.
@@ -569,6 +596,25 @@ Tensor Tensor::to(Device device) const {
 
 Tensor Tensor::to(DType dtype) const {
   if (dtype == dtype_) return contiguous();
+  return carrying(converted(dtype));
+}
+
+Tensor Tensor::with_low_rank(std::shared_ptr<const LowRankUpdate> update) const {
+  Tensor result = *this;
+  result.low_rank_ = std::move(update);
+  return result;
+}
+
+Tensor Tensor::without_low_rank() const {
+  return with_low_rank(nullptr);
+}
+
+Tensor Tensor::carrying(Tensor result) const {
+  if (low_rank_) result.low_rank_ = low_rank_for(low_rank_, result.device(), result.dtype());
+  return result;
+}
+
+Tensor Tensor::converted(DType dtype) const {
   check(!dtype_is_blocks(dtype), "a tensor is not converted to {} here (mmgen convert writes it)",
         dtype_name(dtype));
   if (dtype_is_blocks(dtype_)) {  // blocks [..., b] → values [..., block · b]

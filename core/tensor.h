@@ -19,6 +19,7 @@
 namespace mmgen {
 
 enum class Device { CPU, CUDA };
+struct LowRankUpdate;                    // core/low_rank.h
 const char* device_name(Device device);  // "cpu", "cuda"
 using Shape = std::vector<int64_t>;
 
@@ -110,11 +111,23 @@ class Tensor {
   // either device (a strided GPU source must be contiguous).
   void copy_from(const Tensor& source);
 
+  // The low-rank update a product adds for this weight (a LoRA in the runtime mode,
+  // core/low_rank.h), or null. Copies, conversions, moves and row or column slices carry it.
+  const std::shared_ptr<const LowRankUpdate>& low_rank() const { return low_rank_; }
+  Tensor with_low_rank(std::shared_ptr<const LowRankUpdate> update) const;
+  Tensor without_low_rank() const;
+
   // Element access for tests and small host code (converts to float).
   float item_f32(const std::vector<int64_t>& index) const;
 
  private:
   void check_element_size(size_t size) const;
+  // clone(), to(device) and to(dtype) before the update is carried over; carrying() puts
+  // this tensor's update, placed as `result` needs it, on `result`.
+  Tensor cloned() const;
+  Tensor moved(Device device) const;
+  Tensor converted(DType dtype) const;
+  Tensor carrying(Tensor result) const;
   void require_cpu(const char* what) const;
   int64_t normalize_dim(int64_t d, int64_t rank) const;
 
@@ -123,6 +136,7 @@ class Tensor {
   Shape shape_;
   Shape strides_;
   DType dtype_ = DType::F32;
+  std::shared_ptr<const LowRankUpdate> low_rank_;
 };
 
 Shape contiguous_strides(const Shape& shape);

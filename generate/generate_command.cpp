@@ -132,7 +132,7 @@ ResolvedGenerate resolve_generate(const std::vector<std::string>& arguments) {
   }
   resolved.request = request_from_settings(merged);
   resolved.request.model_path = resolved.index.root;  // the folder an id resolved to
-  attach_loras(resolved.index, resolved.request.loras);
+  attach_loras(resolved.index, resolved.request.loras, resolved.request.lora_mode);
   for (auto it = config_file.begin(); it != config_file.end(); ++it)
     if (!command_line.contains(it.key())) resolved.request.from_config_file.insert(it.key());
   for (const SettingsLayer* layer : std::initializer_list<const SettingsLayer*>{

@@ -108,8 +108,8 @@ const std::vector<OptionSpec>& option_table() {
        .type = T::Path,
        .builtin_default = nullptr,
        .help = "a LoRA (.safetensors, in diffusers/peft names or, for Wan, the original names "
-               "ComfyUI and lightx2v files use) merged into the transformer as it loads; repeat "
-               "for several",
+               "ComfyUI and lightx2v files use) applied to the transformer (see --lora-mode); "
+               "repeat for several",
        .repeatable = true,
        .value_name = "FILE"},
       {.name = "lora-scale",
@@ -118,6 +118,13 @@ const std::vector<OptionSpec>& option_table() {
        .help = "the scale of each --lora-path, matched by order [default: 1.0 each]",
        .repeatable = true,
        .value_name = "X"},
+      {"lora-mode",
+       T::Choice,
+       "auto",
+       "how the LoRAs apply: merge (added into the weights as they load; no cost per step), "
+       "runtime (the base weights untouched, each product adds its LoRAs' low-rank product as "
+       "it runs), auto (runtime where a weight the LoRAs change is FP8 or GGUF, else merge)",
+       {"auto", "merge", "runtime"}},
       {"config", T::Path, nullptr, "YAML or JSON file with any of these options", {}, false},
       {"attention-backend", T::String, nullptr,
        "attention backend for every component (see `mmgen backends`)"},

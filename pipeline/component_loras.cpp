@@ -2,28 +2,85 @@
 
 #include <spdlog/spdlog.h>
 
+#include <bit>
+#include <set>
+
 #include "core/error.h"
 #include "models/lora/lora_merge.h"
 
 namespace mmgen {
 
-void attach_loras(ModelIndex& index, const std::vector<lora::LoraUse>& loras) {
+void attach_loras(ModelIndex& index, const std::vector<lora::LoraUse>& loras, lora::LoraMode mode) {
   if (loras.empty()) return;
   check(index.has("transformer"), "--lora-path: {} has no transformer to merge a LoRA into",
         (index.root / "model_index.json").string());
   for (const lora::LoraUse& use : loras) lora::check_lora_path(use.path);
   index.components.at("transformer").loras = loras;
+  index.components.at("transformer").lora_mode = mode;
 }
+
+namespace {
+
+// The modules `tree` lists a product's matrix for ("blocks.0.attn1.to_q").
+std::set<std::string> product_modules(const models::ParameterList& tree) {
+  std::set<std::string> modules;
+  tree([&](const models::Parameter& p) {
+    std::string name(p.name);
+    name = name.substr(0, name.find('['));
+    if (p.role == models::Role::Product && name.ends_with(".weight"))
+      modules.insert(name.substr(0, name.size() - std::string(".weight").size()));
+  });
+  return modules;
+}
+
+// `family`'s names, and kohya's flattened ones: "double_blocks_0_img_attn_qkv" is read as the
+// dotted name (some of its underscores dots) that the family's names, or the model's own, give
+// modules of `modules` for; the first such, trying names with fewer dots first.
+lora::ModuleNames with_flattened_names(const lora::ModuleNames& family,
+                                       const std::set<std::string>& modules) {
+  return [family, &modules](const std::string& name) {
+    const auto fits = [&](const std::vector<lora::LoraTarget>& targets) {
+      for (const lora::LoraTarget& target : targets)
+        if (!modules.count(target.module)) return false;
+      return !targets.empty();
+    };
+    const auto resolved = [&](const std::string& dotted) {
+      std::vector<lora::LoraTarget> targets = family(dotted);
+      return targets.empty() ? std::vector<lora::LoraTarget>{{dotted, {}}} : targets;
+    };
+    if (name.find('.') != std::string::npos) return family(name);
+    std::vector<size_t> underscores;
+    for (size_t i = 0; i < name.size(); ++i)
+      if (name[i] == '_') underscores.push_back(i);
+    if (underscores.size() > 16) return family(name);  // no module name has so many parts
+    for (int dots = 0; dots <= int(underscores.size()); ++dots)
+      for (uint32_t mask = 0; mask < (1u << underscores.size()); ++mask) {
+        if (std::popcount(mask) != dots) continue;
+        std::string dotted = name;
+        for (size_t i = 0; i < underscores.size(); ++i)
+          if (mask & (1u << i)) dotted[underscores[i]] = '.';
+        if (std::vector<lora::LoraTarget> targets = resolved(dotted); fits(targets)) return targets;
+      }
+    return family(name);
+  };
+}
+
+}  // namespace
 
 WeightStore with_loras(const ComponentEntry& entry, const WeightStore& weights,
                        const models::ParameterList& tree, const lora::ModuleNames& original_names) {
+  const std::set<std::string> modules = product_modules(tree);
+  const lora::ModuleNames names = with_flattened_names(original_names, modules);
   std::vector<lora::LoraFile> files;
   files.reserve(entry.loras.size());
   for (const lora::LoraUse& use : entry.loras)
-    files.push_back(lora::read_lora_file(use.path, entry.name, original_names));
+    files.push_back(lora::read_lora_file(use.path, entry.name, names));
   std::vector<lora::ScaledLora> scaled;
   for (size_t i = 0; i < files.size(); ++i) scaled.push_back({&files[i], entry.loras[i].scale});
-  WeightStore merged = lora::merge_loras(weights, tree, scaled, entry.class_name);
+  const lora::LoraMode mode = lora::resolved_mode(entry.lora_mode, weights, scaled);
+  const bool runtime = mode == lora::LoraMode::Runtime;
+  WeightStore applied = runtime ? lora::with_runtime_loras(weights, tree, scaled, entry.class_name)
+                                : lora::merge_loras(weights, tree, scaled, entry.class_name);
   for (size_t i = 0; i < files.size(); ++i) {
     const lora::LoraFile& file = files[i];
     std::string left_out;
@@ -35,11 +92,11 @@ WeightStore with_loras(const ComponentEntry& entry, const WeightStore& weights,
           "; {} key(s) for other components not applied (text encoder "
           "LoRAs are not read yet)",
           file.other_components);
-    spdlog::info("lora: {} ({} names): {} layer(s) of the {} merged at scale {}{}",
-                 file.path.string(), file.format, file.layers.size(), entry.name,
-                 entry.loras[i].scale, left_out);
+    spdlog::info("lora: {} ({} names): {} layer(s) of the {} {} at scale {}{}", file.path.string(),
+                 file.format, file.layers.size(), entry.name,
+                 runtime ? "added at run time" : "merged", entry.loras[i].scale, left_out);
   }
-  return merged;
+  return applied;
 }
 
 }  // namespace mmgen

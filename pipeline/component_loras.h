@@ -1,8 +1,8 @@
-// A component's LoRAs (ComponentEntry::loras, from --lora-path / --lora-scale), read and merged
-// into its weights as it loads (models/lora/): the one place a pipeline's models get them, so
-// every model with a parameter list (models/parameters.h) takes LoRAs in the names its checkpoint
-// uses, and a model whose original release names its layers otherwise (Wan) says how through
-// `Model::lora_module_name`.
+// A component's LoRAs (ComponentEntry::loras, from --lora-path / --lora-scale / --lora-mode), read
+// and applied to its weights as it loads (models/lora/): the one place a pipeline's models get
+// them, so every model with a parameter list (models/parameters.h) takes LoRAs in the names its
+// checkpoint uses, and a model whose original release names its layers otherwise (Wan) says how
+// through `Model::lora_module_name`.
 #pragma once
 
 #include "core/safetensors.h"
@@ -14,11 +14,12 @@ namespace mmgen {
 
 // `loras` given to the index's transformer, each file checked to be there and be a .safetensors
 // file (what is in it is read when the transformer loads). Error, one line, otherwise.
-void attach_loras(ModelIndex& index, const std::vector<lora::LoraUse>& loras);
+void attach_loras(ModelIndex& index, const std::vector<lora::LoraUse>& loras,
+                  lora::LoraMode mode = lora::LoraMode::Auto);
 
-// `weights` with `entry.loras` merged, each file logged with its format, the layers it changes
-// and what was left out. Throws Error, one line, for a file that cannot be read or does not fit
-// the model `tree` lists.
+// `weights` with `entry.loras` applied in entry.lora_mode (lora_merge.h), each file logged with its
+// format, the layers it changes and what was left out. Throws Error, one line, for a file that
+// cannot be read or does not fit the model `tree` lists.
 WeightStore with_loras(const ComponentEntry& entry, const WeightStore& weights,
                        const models::ParameterList& tree, const lora::ModuleNames& original_names);
 

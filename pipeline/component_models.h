@@ -37,9 +37,11 @@ std::unique_ptr<Model> load_component(const ModelIndex& index, const char* name)
       // The model as the checkpoint gives it lists its parameters; the LoRAs are checked against
       // that list and merged into the weights it then reads.
       const Model plain(config, weights);
-      lora::ModuleNames original_names = [](const std::string& module) { return module; };
-      if constexpr (requires(const std::string& module) { Model::lora_module_name(module); })
-        original_names = [](const std::string& module) { return Model::lora_module_name(module); };
+      lora::ModuleNames original_names = [](const std::string&) {
+        return std::vector<lora::LoraTarget>{};
+      };
+      if constexpr (requires(const std::string& module) { plain.lora_targets(module); })
+        original_names = [&plain](const std::string& module) { return plain.lora_targets(module); };
       weights = with_loras(
           entry, weights,
           [&](const models::ParameterVisitor& visit) { plain.list_parameters(visit); },

@@ -34,6 +34,7 @@ struct ComponentEntry {
   // LoRAs merged into the component's weights when it loads (--lora-path: the transformer's),
   // in order (pipeline/component_loras.h).
   std::vector<lora::LoraUse> loras;
+  lora::LoraMode lora_mode = lora::LoraMode::Auto;  // --lora-mode
 };
 
 // The component configs an index has parsed, by file: shared by every copy of the index (the

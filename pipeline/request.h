@@ -51,6 +51,7 @@ struct Request {
   nlohmann::json component_attention_backends;      // null, a string spec, or an object
   std::map<std::string, fs::path> component_paths;  // --<component>-path overrides
   std::vector<lora::LoraUse> loras;  // --lora-path / --lora-scale, in order (the transformer's)
+  lora::LoraMode lora_mode = lora::LoraMode::Auto;  // --lora-mode
   bool vae_tiling = false;
   int64_t vae_tile_size = 256;    // output pixels, a multiple of the VAE's spatial factor
   int64_t vae_tile_overlap = 64;  // output pixels

@@ -5,7 +5,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/gguf_writer.h"
 #include "core/safetensors.h"
+#include "models/dit/wan/wan_random_checkpoint.h"
 #include "models/dit/wan/wan_transformer.h"
 #include "models/lora/lora_file.h"
 #include "models/lora/lora_merge.h"
@@ -26,7 +28,7 @@ fs::path lora_fixture() {
 }
 
 lora::LoraFile read(const fs::path& path) {
-  return lora::read_lora_file(path, "transformer", dit::WanTransformer::lora_module_name);
+  return lora::read_lora_file(path, "transformer", dit::WanTransformer::lora_targets);
 }
 
 const lora::LoraLayer* find_layer(const lora::LoraFile& file, const std::string& module) {
@@ -47,7 +49,7 @@ TEST(Lora, ReadsDiffusersAndOriginalWanNames) {
   EXPECT_FALSE(q->bias_delta.defined());
 
   const lora::LoraFile b = read(lora_fixture() / "b_original.safetensors");
-  EXPECT_EQ(b.format, "original Wan (ComfyUI, lightx2v)");
+  EXPECT_EQ(b.format, "original");
   EXPECT_EQ(b.layers.size(), 17u);
   EXPECT_EQ(b.full_weight_diffs, 1);  // the zero norm diff
   for (const char* module : {"blocks.0.attn1.to_out.0", "blocks.1.attn2.to_v",
@@ -74,9 +76,10 @@ class LoraPipelineTest : public ::testing::Test {
                  .clone();
   }
 
-  WanGenerationOutput generate(const std::vector<lora::LoraUse>& loras) const {
+  WanGenerationOutput generate(const std::vector<lora::LoraUse>& loras,
+                               lora::LoraMode mode = lora::LoraMode::Auto) const {
     ModelIndex index = load_model_index(wan_tiny() / "model");
-    attach_loras(index, loras);
+    attach_loras(index, loras, mode);
     const WanPipeline pipeline(index);
     const auto settings = nlohmann::json::parse(read_text_file(lora_fixture() / "reference.json"));
     WanGenerationInput input = testing::wan_fixture_input(settings["settings"]);
@@ -91,9 +94,13 @@ class LoraPipelineTest : public ::testing::Test {
 // Both layouts at once, at 0.6 and 1.3 (diffusers: set_adapters(["a", "b"], [0.6, 1.3])), merged
 // at load: every step's latents and the video as diffusers computes them unfused, and as it
 // computes them after fuse_lora.
-TEST_F(LoraPipelineTest, TwoLorasAtTwoScalesMatchDiffusers) {
+class LoraModeTest : public LoraPipelineTest,
+                     public ::testing::WithParamInterface<lora::LoraMode> {};
+
+TEST_P(LoraModeTest, TwoLorasAtTwoScalesMatchDiffusers) {
   const WanGenerationOutput output = generate({{lora_fixture() / "a_diffusers.safetensors", 0.6},
-                                               {lora_fixture() / "b_original.safetensors", 1.3}});
+                                               {lora_fixture() / "b_original.safetensors", 1.3}},
+                                              GetParam());
   ASSERT_EQ(output.latents_after_step.size(), 4u);
   for (int k = 0; k < 4; ++k)
     EXPECT_LT(
@@ -106,6 +113,14 @@ TEST_F(LoraPipelineTest, TwoLorasAtTwoScalesMatchDiffusers) {
   // The LoRAs change the video far beyond that: a merge that did nothing would fail.
   EXPECT_GT(testing::max_abs_diff(output.frames, reference_->tensor("a.video")), 1e-2);
 }
+
+// Merged at load (the default for these float32 weights), and as low-rank updates the products
+// add as they run (the base weights untouched).
+INSTANTIATE_TEST_SUITE_P(Modes, LoraModeTest,
+                         ::testing::Values(lora::LoraMode::Auto, lora::LoraMode::Runtime),
+                         [](const auto& info) {
+                           return info.param == lora::LoraMode::Auto ? "Merged" : "Runtime";
+                         });
 
 TEST_F(LoraPipelineTest, OneLoraAtItsDefaultScaleMatchesDiffusers) {
   const WanGenerationOutput output = generate({{lora_fixture() / "a_diffusers.safetensors", 1.0}});
@@ -120,21 +135,24 @@ TEST(Lora, FluxInDiffusersNamesMatchesDiffusers) {
   const fs::path fixture = testing::source_dir() / "tests/fixtures/flux-tiny-lora";
   const SafetensorsFile reference = SafetensorsFile::open(fixture / "reference.safetensors");
   const auto settings = nlohmann::json::parse(read_text_file(fixture / "reference.json"));
-  ModelIndex index = load_model_index(tiny / "model");
-  attach_loras(index, {{fixture / "lora_diffusers.safetensors", 0.8}});
-  const FluxPipeline pipeline(index);
-  FluxGenerationInput input = testing::flux_fixture_input(settings["settings"]);
-  input.initial_latents =
-      SafetensorsFile::open(tiny / "reference/reference.safetensors").tensor("pipeline.noise");
-  const FluxGenerationOutput output = pipeline.generate(input, /*keep_step_latents=*/true);
-  ASSERT_EQ(output.latents_after_step.size(), 4u);
-  for (int k = 0; k < 4; ++k)
-    EXPECT_LT(
-        testing::relative_error(output.latents_after_step[size_t(k)],
-                                reference.tensor("lora.latents_after_step" + std::to_string(k))),
-        1e-4)
-        << "step " << k;
-  EXPECT_LT(testing::max_abs_diff(output.frames, reference.tensor("lora.image")), 1e-3);
+  for (const lora::LoraMode mode : {lora::LoraMode::Merge, lora::LoraMode::Runtime}) {
+    SCOPED_TRACE(mode == lora::LoraMode::Merge ? "merged" : "runtime");
+    ModelIndex index = load_model_index(tiny / "model");
+    attach_loras(index, {{fixture / "lora_diffusers.safetensors", 0.8}}, mode);
+    const FluxPipeline pipeline(index);
+    FluxGenerationInput input = testing::flux_fixture_input(settings["settings"]);
+    input.initial_latents =
+        SafetensorsFile::open(tiny / "reference/reference.safetensors").tensor("pipeline.noise");
+    const FluxGenerationOutput output = pipeline.generate(input, /*keep_step_latents=*/true);
+    ASSERT_EQ(output.latents_after_step.size(), 4u);
+    for (int k = 0; k < 4; ++k)
+      EXPECT_LT(
+          testing::relative_error(output.latents_after_step[size_t(k)],
+                                  reference.tensor("lora.latents_after_step" + std::to_string(k))),
+          1e-4)
+          << "step " << k;
+    EXPECT_LT(testing::max_abs_diff(output.frames, reference.tensor("lora.image")), 1e-3);
+  }
 }
 
 // A diffusers file whose adapter has lora_alpha 8 at rank 4 keeps that in its metadata (no .alpha
@@ -145,6 +163,60 @@ TEST_F(LoraPipelineTest, AnAlphaInTheFilesMetadataScalesAsPeftDoes) {
   const WanGenerationOutput output =
       generate({{lora_fixture() / "c_alpha_metadata.safetensors", 1.0}});
   EXPECT_LT(testing::max_abs_diff(output.frames, reference_->tensor("c.video")), 1e-5);
+}
+
+// The runtime mode on a GGUF base: the wan-tiny transformer with its products in q8_0 where their
+// inputs fill whole blocks (ffn.net.2's, which both LoRAs change), the LoRAs added as the products
+// run on the blocks as stored. It is the merge into the same values (the blocks dequantized,
+// written as float32) up to float32 rounding; a merge into the blocks themselves is refused, and
+// Auto picks the runtime mode for them.
+TEST_F(LoraPipelineTest, RuntimeOnGgufBlocksIsTheMergeIntoTheirValues) {
+  const dit::WanTransformer reference = dit::WanTransformer::load(wan_tiny() / "model/transformer");
+  const WeightStore& weights = reference.weights();
+  std::vector<gguf::TensorToWrite> blocks, values;
+  for (const std::string& name : weights.names()) {
+    const Tensor value = weights.get_f32(name);
+    if (value.dim() == 2 && value.size(1) % 32 == 0) {
+      Tensor q8 = Tensor::empty({value.size(0), value.size(1) / 32}, DType::Q8_0);
+      gguf::quantize_q8_0(value.data<float>(), value.numel(), q8.raw());
+      blocks.push_back({name, value, gguf::GgmlType::Q8_0});
+      values.push_back({name, q8.to(DType::F32), gguf::GgmlType::F32});
+    } else {
+      blocks.push_back({name, value, gguf::GgmlType::F32});
+      values.push_back({name, value, gguf::GgmlType::F32});
+    }
+  }
+  const fs::path folder = testing::scratch_dir("lora_gguf");
+  gguf::write_gguf(folder / "q8.gguf", {{"general.architecture", "wan"}}, blocks);
+  gguf::write_gguf(folder / "values.gguf", {{"general.architecture", "wan"}}, values);
+  const WeightStore q8 = WeightStore::open_file(folder / "q8.gguf");
+  const WeightStore dequantized = WeightStore::open_file(folder / "values.gguf");
+  ASSERT_EQ(q8.product_dtype("blocks.0.ffn.net.2.weight"), DType::Q8_0);
+
+  const lora::ModuleNames names = dit::WanTransformer::lora_targets;
+  const lora::LoraFile a =
+      lora::read_lora_file(lora_fixture() / "a_diffusers.safetensors", "transformer", names);
+  const lora::LoraFile b =
+      lora::read_lora_file(lora_fixture() / "b_original.safetensors", "transformer", names);
+  const std::vector<lora::ScaledLora> loras = {{&a, 0.6}, {&b, 1.3}};
+  const models::ParameterList tree = [&](const models::ParameterVisitor& visit) {
+    reference.list_parameters(visit);
+  };
+  EXPECT_EQ(lora::resolved_mode(lora::LoraMode::Auto, q8, loras), lora::LoraMode::Runtime);
+  EXPECT_EQ(lora::resolved_mode(lora::LoraMode::Auto, dequantized, loras), lora::LoraMode::Merge);
+  EXPECT_THROW(lora::merge_loras(q8, tree, loras, "WanTransformer3DModel"), Error);
+
+  const Tensor latents = dit::random_tensor({1, 16, 2, 4, 6}, 0.0f, 1.0f, 5, DType::F32);
+  const Tensor text = dit::random_tensor({1, 7, 32}, 0.0f, 0.5f, 6, DType::F32);
+  const auto forward = [&](WeightStore store) {
+    return dit::WanTransformer(reference.config(), std::move(store)).forward(latents, 700.0f, text);
+  };
+  const Tensor runtime =
+      forward(lora::with_runtime_loras(q8, tree, loras, "WanTransformer3DModel"));
+  const Tensor merged =
+      forward(lora::merge_loras(dequantized, tree, loras, "WanTransformer3DModel"));
+  EXPECT_LT(testing::relative_error(runtime, merged), 1e-5);
+  EXPECT_GT(testing::relative_error(forward(q8), merged), 1e-2);  // the LoRAs do change it
 }
 
 // A LoRA file for testing refusals: `tensors` written to `name` in a scratch folder.
@@ -173,7 +245,8 @@ TEST(Lora, MalformedFilesAreRefusedInOneLine) {
     NamedTensors tensors;
     const char* expected;
   } cases[] = {
-      {"kohya", {{"lora_unet_blocks_0_q.lora_down.weight", zeros({2, 48})}}, "kohya"},
+      {"kohya_no_up", {{"lora_unet_blocks_0_q.lora_down.weight", zeros({2, 48})}},
+       "has no up matrix"},
       {"not_lora", {{q + "weight", zeros({48, 48})}}, "is not a LoRA tensor"},
       {"no_up", {{q + "lora_A.weight", zeros({2, 48})}}, "has no up matrix"},
       {"ranks",

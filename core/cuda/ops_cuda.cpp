@@ -166,6 +166,30 @@ std::vector<Tensor> linear_each(const Tensor& x, const std::vector<Tensor>& weig
   return results;
 }
 
+void add_low_rank_(Tensor& y, const Tensor& x, const LowRankUpdate& update) {
+  MMGEN_PROFILE("gpu: lora");
+  require_device(y, "a LoRA's update", "result");
+  const int64_t rank = update.down.size(0), features = update.up.size(0);
+  check(y.is_contiguous() && y.size(-1) == features && x.size(-1) == update.down.size(1),
+        "a LoRA's update [{} x {}] does not fit the product {} -> {}", features,
+        update.down.size(1), shape_string(x.shape()), shape_string(y.shape()));
+  const int64_t rows = y.numel() / features;
+  if (update.up.dtype() == DType::F32) {  // the exact mode: float32 throughout
+    const Tensor h = product(x, update.down, Tensor(), DType::F32, nullptr);
+    add_(y, product(h, update.up, Tensor(), DType::F32, nullptr).view(y.shape()));
+    return;
+  }
+  check(update.up.dtype() == DType::BF16 && (y.dtype() == DType::BF16 || y.dtype() == DType::F32),
+        "a LoRA's update on the GPU: bf16 matrices into a bf16 or float32 result");
+  // The low-rank input h = x · downᵀ [rows, rank] in bf16 (FP8 inputs widened first), then
+  // y = h · upᵀ + y in one product whose epilogue reads y.
+  const Tensor input = x.dtype() == DType::BF16 ? x : x.to(DType::BF16);
+  const Tensor h = product(input, update.down, Tensor(), DType::BF16, nullptr);
+  matmul_bf16({h.raw(), rank, 0, false}, {update.up.raw(), rank, 0, true}, y.raw(), features, 0,
+              rows, features, rank, 1, y.dtype() == DType::F32 ? GemmOutput::F32 : GemmOutput::BF16,
+              nullptr, {y.raw(), nullptr});
+}
+
 Tensor layer_norm(const Tensor& x, float eps, const Tensor& weight, const Tensor& bias, DType out) {
   MMGEN_PROFILE("gpu: norms");
   require_f32(x, "layer_norm");

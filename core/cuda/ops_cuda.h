@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/activation.h"
+#include "core/low_rank.h"
 #include "core/tensor.h"
 
 namespace mmgen::cuda::ops {
@@ -15,6 +16,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, DType o
               Activation activation);
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, DType out);
 std::vector<Tensor> linear_each(const Tensor& x, const std::vector<Tensor>& weights, DType out);
+// y += (x · downᵀ) · upᵀ (core/low_rank.h): the second product accumulates into y in its
+// epilogue (y bf16 or float32, contiguous).
+void add_low_rank_(Tensor& y, const Tensor& x, const LowRankUpdate& update);
 Tensor layer_norm(const Tensor& x, float eps, const Tensor& weight, const Tensor& bias, DType out);
 Tensor modulated_layer_norm(const Tensor& x, const Tensor& shift, const Tensor& scale_plus_one,
                             float eps, DType out);

@@ -11,6 +11,7 @@
 #include "core/cuda/device_storage.h"
 #include "core/cuda/pinned_storage.h"
 #include "core/error.h"
+#include "core/low_rank.h"
 #include "core/weight_stream.h"
 
 namespace mmgen {
@@ -33,6 +34,9 @@ struct WeightStream::Impl {
     DType dtype = DType::F32;
     size_t offset = 0;
     bool defined = false;
+    // A LoRA's update in the runtime mode (core/low_rank.h): small, resident on the GPU, put
+    // back on the tensor at each visit.
+    std::shared_ptr<const LowRankUpdate> low_rank;
   };
   struct Group {
     std::shared_ptr<cuda::PinnedStorage> host;
@@ -98,6 +102,7 @@ void WeightStream::add_group(const std::vector<Tensor>& tensors) {
       entry.shape = t.shape();
       entry.dtype = t.dtype();
       entry.offset = offset;
+      entry.low_rank = low_rank_for(t.low_rank(), Device::CUDA, t.dtype());
       if (t.is_cpu())
         std::memcpy(group.host->data() + offset, t.raw(), t.nbytes());
       else
@@ -129,6 +134,7 @@ std::vector<Tensor> WeightStream::acquire(int64_t group) {
   std::vector<Tensor> tensors;
   for (const Impl::Entry& e : s.groups[size_t(group)].entries)
     tensors.push_back(e.defined ? Tensor::wrap(s.slots[size_t(slot)], e.offset, e.shape, e.dtype)
+                                      .with_low_rank(e.low_rank)
                                 : Tensor());
   return tensors;
 }

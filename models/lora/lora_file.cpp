@@ -19,14 +19,21 @@ struct Ending {
   Part part;
 };
 constexpr Ending kEndings[] = {
-    {".lora_A.weight", Part::Down},    {".lora_down.weight", Part::Down},
-    {".lora_B.weight", Part::Up},      {".lora_up.weight", Part::Up},
-    {".lora_B.bias", Part::BiasDelta}, {".lora_up.bias", Part::BiasDelta},
-    {".diff_b", Part::BiasDelta},      {".alpha", Part::Alpha},
+    {".lora_A.default.weight", Part::Down},
+    {".lora_B.default.weight", Part::Up},
+    {".lora_A.weight", Part::Down},
+    {".lora_down.weight", Part::Down},
+    {".lora_B.weight", Part::Up},
+    {".lora_up.weight", Part::Up},
+    {".lora_B.bias", Part::BiasDelta},
+    {".lora_up.bias", Part::BiasDelta},
+    {".diff_b", Part::BiasDelta},
+    {".alpha", Part::Alpha},
     {".diff", Part::FullDiff},
 };
 
 struct Pieces {
+  bool mapped = false;  // named in the family's original names (or kohya's): ModuleNames maps it
   std::string down_key, up_key, bias_key, alpha_key;
   Tensor down, up, bias;
   std::optional<float> alpha;
@@ -75,27 +82,30 @@ LoraFile read_lora_store(const WeightStore& store, const fs::path& path,
   const AdapterSettings adapter = adapter_settings(metadata, path, component);
   LoraFile file;
   file.path = path;
-  const std::string diffusers_prefix = component + ".", original_prefix = "diffusion_model.";
+  const std::string diffusers_prefix = component + ".", original_prefix = "diffusion_model.",
+                    kohya_prefix = "lora_unet_";
   std::map<std::string, Pieces> modules;
-  bool diffusers = false, original = false;
+  bool diffusers = false, original = false, kohya = false;
   for (const std::string& key : store.names()) {
-    check(key.rfind("lora_unet_", 0) != 0 && key.rfind("lora_te", 0) != 0,
-          "LoRA {}: key '{}' is in kohya's sd-scripts layout, which mmgen does not read yet; "
-          "convert the file to diffusers' names",
-          path.string(), key);
     std::string stem = key;
-    const bool from_original = key.rfind(original_prefix, 0) == 0;
+    bool mapped = true;
     if (key.rfind(diffusers_prefix, 0) == 0) {
       stem = key.substr(diffusers_prefix.size());
       diffusers = true;
-    } else if (from_original) {
+      mapped = false;
+    } else if (key.rfind(original_prefix, 0) == 0) {
       stem = key.substr(original_prefix.size());
       original = true;
-    } else if (key.rfind("text_encoder", 0) == 0 || key.rfind("unet.", 0) == 0) {
+    } else if (key.rfind(kohya_prefix, 0) == 0) {
+      stem = key.substr(kohya_prefix.size());
+      kohya = true;
+    } else if (key.rfind("text_encoder", 0) == 0 || key.rfind("unet.", 0) == 0 ||
+               key.rfind("lora_te", 0) == 0) {
       ++file.other_components;
       continue;
     } else {
       diffusers = true;  // peft's own files name the layers without a prefix
+      mapped = false;
     }
     const Ending* ending = nullptr;
     for (const Ending& candidate : kEndings)
@@ -113,12 +123,13 @@ LoraFile read_lora_store(const WeightStore& store, const fs::path& path,
       continue;
     }
     stem.resize(stem.size() - ending->text.size());
-    const std::string module = from_original ? original_names(stem) : stem;
+    const std::string& module = stem;
     const TensorInfo& info = store.info(key);
     check(dtype_is_floating(info.dtype) && !dtype_is_blocks(info.dtype),
           "LoRA {}: '{}' is {}, expected f32, bf16 or f16", path.string(), key,
           dtype_name(info.dtype));
-    Pieces& pieces = modules[module];
+    Pieces& pieces = modules[(mapped ? "1" : "0") + module];
+    pieces.mapped = mapped;
     const auto take = [&](std::string& slot, Tensor& tensor, size_t dims, const char* what) {
       check(slot.empty(), "LoRA {}: '{}' and '{}' are both the {} of layer {}", path.string(), slot,
             key, what, module);
@@ -159,12 +170,15 @@ LoraFile read_lora_store(const WeightStore& store, const fs::path& path,
         "LoRA {}: no LoRA tensor for the {} (keys named {}... or {}...); is this a LoRA for "
         "another model?",
         path.string(), component, diffusers_prefix, original_prefix);
-  file.format = original ? (diffusers ? "mixed diffusers and original Wan names"
-                                      : "original Wan (ComfyUI, lightx2v)")
-                         : "diffusers/peft";
-  for (auto& [module, pieces] : modules) {
+  std::vector<std::string> formats;
+  if (diffusers) formats.push_back("diffusers/peft");
+  if (original) formats.push_back("original");
+  if (kohya) formats.push_back("kohya (sd-scripts)");
+  for (const std::string& format : formats)
+    file.format += (file.format.empty() ? "" : " and ") + format;
+  for (auto& [slot, pieces] : modules) {
+    const std::string stem = slot.substr(1);
     LoraLayer layer;
-    layer.module = module;
     check(pieces.down.defined() == pieces.up.defined(),
           "LoRA {}: '{}' has no {} matrix beside it; the file is incomplete", path.string(),
           pieces.down.defined() ? pieces.down_key : pieces.up_key,
@@ -190,10 +204,40 @@ LoraFile read_lora_store(const WeightStore& store, const fs::path& path,
       check(pieces.bias.size(0) == pieces.up.size(0),
             "LoRA {}: '{}' has {} values but '{}' makes {} outputs", path.string(), pieces.bias_key,
             pieces.bias.size(0), pieces.up_key, pieces.up.size(0));
-    layer.down = std::move(pieces.down);
-    layer.up = std::move(pieces.up);
-    layer.bias_delta = std::move(pieces.bias);
-    file.layers.push_back(std::move(layer));
+    std::vector<LoraTarget> targets;
+    if (pieces.mapped) targets = original_names(stem);
+    if (targets.empty()) targets = {{stem, {}}};
+    const int64_t outputs = pieces.up.defined() ? pieces.up.size(0) : pieces.bias.size(0);
+    for (const LoraTarget& target : targets) {
+      // A fused layer's rows for this module: the up matrix's and the bias delta's.
+      const auto rows = [&](const Tensor& whole) {
+        if (!whole.defined() || target.rows.empty()) return whole;
+        int64_t count = 0;
+        for (const WeightStore::RowRange& range : target.rows) {
+          check(range.begin >= 0 && range.count > 0 && range.begin + range.count <= outputs,
+                "LoRA {}: '{}' makes {} outputs, fewer than the fused layer {} has; is the LoRA "
+                "made for another model?",
+                path.string(), layer.key, outputs, stem);
+          count += range.count;
+        }
+        Shape shape = whole.shape();
+        shape[0] = count;
+        Tensor part = Tensor::empty(shape);
+        int64_t at = 0;
+        for (const WeightStore::RowRange& range : target.rows) {
+          part.slice(0, at, at + range.count)
+              .copy_from(whole.slice(0, range.begin, range.begin + range.count));
+          at += range.count;
+        }
+        return part;
+      };
+      LoraLayer piece = layer;
+      piece.module = target.module;
+      piece.down = pieces.down;
+      piece.up = rows(pieces.up);
+      piece.bias_delta = rows(pieces.bias);
+      file.layers.push_back(std::move(piece));
+    }
   }
   return file;
 }

@@ -4,9 +4,12 @@
 // what the tensor is:
 // - diffusers / peft: transformer.blocks.0.attn1.to_q.lora_A.weight (lora_B.weight,
 //   lora_B.bias);
-// - the original Wan names (ComfyUI, lightx2v):
+// - a model family's original names (ComfyUI, lightx2v, musubi-tuner, ai-toolkit):
 //   diffusion_model.blocks.0.self_attn.q.lora_down.weight (lora_up.weight, .alpha, .diff_b;
-//   the lora_A / lora_B spellings too).
+//   the lora_A / lora_B spellings too), mapped by the model (ModuleNames);
+// - kohya's sd-scripts: lora_unet_double_blocks_0_img_attn_qkv.lora_down.weight, the same names
+//   flattened (lora_te* keys, the text encoders', are counted apart).
+// peft's ".lora_A.default.weight" spelling is read as ".lora_A.weight".
 // A layer's change is weight += s·(alpha / rank)·(up · down) and bias += s·bias_delta, s the
 // user's scale; alpha / rank is 1 where the file has no alpha (diffusers' files fold it in).
 // Full-weight `.diff` keys are left out, as diffusers leaves them out (norm diffs are zeros in
@@ -33,6 +36,12 @@ struct LoraUse {
   double scale = 1.0;
 };
 
+// How a component takes its LoRAs: merged into the weights at load (no cost per step), or as
+// low-rank updates the products add as they run (core/low_rank.h: the base weights untouched,
+// FP8 and GGUF ones included). Auto: runtime where a changed matrix is stored FP8 or as GGUF
+// blocks, merge otherwise.
+enum class LoraMode { Auto, Merge, Runtime };
+
 struct LoraLayer {
   std::string module;  // the layer's name in the model's checkpoint: "blocks.0.attn1.to_q"
   std::string key;     // the file's key for it (its down matrix, or bias delta), for messages
@@ -44,16 +53,23 @@ struct LoraLayer {
 
 struct LoraFile {
   fs::path path;
-  std::string format;  // "diffusers/peft" or "original Wan (ComfyUI, lightx2v)"
+  std::string format;  // "diffusers/peft", "original", "kohya (sd-scripts)" or a mix
   std::vector<LoraLayer> layers;
   int64_t full_weight_diffs = 0;  // `.diff` keys left out
   int64_t other_components = 0;   // keys of components other than the one read (text_encoder.*)
 };
 
-// How a model family's original release names a layer (the key's part before ".lora_down..."
-// once the file's prefix is taken off) in diffusers' names: "blocks.0.self_attn.q" ->
-// "blocks.0.attn1.to_q"; a name it does not know comes back as it is.
-using ModuleNames = std::function<std::string(const std::string& original)>;
+// Where a layer of a file in a model family's original names (the key's part before
+// ".lora_down..." once the file's prefix is taken off, "blocks.0.self_attn.q"; for kohya's files
+// the same with every dot an underscore, "double_blocks_0_img_attn_qkv") lies in the model's
+// checkpoint names: one module, or for a fused layer (FLUX's img_attn.qkv) the rows of its output
+// that each module of the model takes, in order ({"attn.to_q", {{0, 3072}}}, ...). No rows: all.
+struct LoraTarget {
+  std::string module;
+  std::vector<WeightStore::RowRange> rows;
+};
+// A family's names (empty: a name it does not know, read as the model's own name).
+using ModuleNames = std::function<std::vector<LoraTarget>(const std::string& original)>;
 
 // Throws Error, one line, unless `path` names a regular .safetensors file (what --lora-path is
 // checked for before any work, and read_lora_file before it reads).

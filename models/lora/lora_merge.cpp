@@ -1,18 +1,21 @@
 #include "models/lora/lora_merge.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 
 #include "core/error.h"
+#include "core/low_rank.h"
 #include "core/ops.h"
 
 namespace mmgen::lora {
 namespace {
 
-// The names `tree` lists as products and as other tensors (a derived part such as FLUX's
+// The names `tree` lists as products' matrices (Product, and Table: a matrix the host reads as a
+// product does, Z-Image's adaLN modulation) and as other tensors (a derived part such as FLUX's
 // "proj_out.weight[mlp]" under the stored name it is cut from).
 struct ListedNames {
-  std::set<std::string> products, others;
+  std::set<std::string> products, tables, others;
 };
 
 ListedNames listed_names(const models::ParameterList& tree) {
@@ -20,7 +23,10 @@ ListedNames listed_names(const models::ParameterList& tree) {
   tree([&](const models::Parameter& p) {
     std::string name(p.name);
     name = name.substr(0, name.find('['));
-    (p.role == models::Role::Product ? names.products : names.others).insert(name);
+    (p.role == models::Role::Product ? names.products
+     : p.role == models::Role::Table ? names.tables
+                                     : names.others)
+        .insert(name);
   });
   return names;
 }
@@ -42,18 +48,15 @@ Tensor& accumulator(std::map<std::string, Tensor>& merged, const WeightStore& ba
       .first->second;
 }
 
-}  // namespace
-
-WeightStore merge_loras(const WeightStore& base, const models::ParameterList& tree,
-                        const std::vector<ScaledLora>& loras, const std::string& model) {
-  if (loras.empty()) return base;
+// Every layer checked against the model first: a misfit file changes nothing.
+void check_fit(const WeightStore& base, const models::ParameterList& tree,
+               const std::vector<ScaledLora>& loras, const std::string& model) {
   const ListedNames names = listed_names(tree);
-  // Every layer checked against the model first: a misfit file changes nothing.
   for (const ScaledLora& use : loras)
     for (const LoraLayer& layer : use.file->layers) {
       const std::string weight = layer.module + ".weight", bias = layer.module + ".bias";
       if (layer.down.defined()) {
-        check(names.products.count(weight) && base.has(weight),
+        check((names.products.count(weight) || names.tables.count(weight)) && base.has(weight),
               "LoRA {}: '{}' changes '{}', which this {} does not have as a linear layer; is the "
               "LoRA made for another model?",
               use.file->path.string(), layer.key, layer.module, model);
@@ -74,20 +77,13 @@ WeightStore merge_loras(const WeightStore& base, const models::ParameterList& tr
               shape_string(layer.bias_delta.shape()), bias, shape_string(base.info(bias).shape));
       }
     }
+}
 
-  std::map<std::string, Tensor> merged;
+// The layers' bias deltas added to `merged` (float32 copies of the stored biases).
+void merge_bias_deltas(std::map<std::string, Tensor>& merged, const WeightStore& base,
+                       const std::vector<ScaledLora>& loras) {
   for (const ScaledLora& use : loras)
-    for (const LoraLayer& layer : use.file->layers) {
-      if (layer.down.defined()) {
-        // up · down = up · (downᵀ)ᵀ: the product's x · wᵀ with x = up, w = downᵀ.
-        const Tensor delta =
-            ops::linear(layer.up, layer.down.permute({1, 0}).contiguous(), Tensor(), DType::F32);
-        Tensor& weight = accumulator(merged, base, layer.module + ".weight", *use.file, layer);
-        const float s = float(use.scale) * layer.alpha_over_rank;
-        float* w = weight.data<float>();
-        const float* d = delta.data<float>();
-        for (int64_t i = 0; i < weight.numel(); ++i) w[i] += s * d[i];
-      }
+    for (const LoraLayer& layer : use.file->layers)
       if (layer.bias_delta.defined()) {
         Tensor& bias = accumulator(merged, base, layer.module + ".bias", *use.file, layer);
         const float s = float(use.scale);
@@ -95,9 +91,94 @@ WeightStore merge_loras(const WeightStore& base, const models::ParameterList& tr
         const float* d = layer.bias_delta.data<float>();
         for (int64_t i = 0; i < bias.numel(); ++i) b[i] += s * d[i];
       }
-    }
+}
+
+WeightStore stored_back(const WeightStore& base, std::map<std::string, Tensor> merged) {
   for (auto& [name, tensor] : merged) tensor = tensor.to(base.info(name).dtype);
   return base.with_replaced(merged);
+}
+
+// W += s·(alpha / rank)·(up · down) for `layer`, into merged's float32 copy of W.
+void merge_layer(std::map<std::string, Tensor>& merged, const WeightStore& base,
+                 const ScaledLora& use, const LoraLayer& layer) {
+  // up · down = up · (downᵀ)ᵀ: the product's x · wᵀ with x = up, w = downᵀ.
+  const Tensor delta =
+      ops::linear(layer.up, layer.down.permute({1, 0}).contiguous(), Tensor(), DType::F32);
+  Tensor& weight = accumulator(merged, base, layer.module + ".weight", *use.file, layer);
+  const float s = float(use.scale) * layer.alpha_over_rank;
+  float* w = weight.data<float>();
+  const float* d = delta.data<float>();
+  for (int64_t i = 0; i < weight.numel(); ++i) w[i] += s * d[i];
+}
+
+}  // namespace
+
+WeightStore merge_loras(const WeightStore& base, const models::ParameterList& tree,
+                        const std::vector<ScaledLora>& loras, const std::string& model) {
+  if (loras.empty()) return base;
+  check_fit(base, tree, loras, model);
+  std::map<std::string, Tensor> merged;
+  for (const ScaledLora& use : loras)
+    for (const LoraLayer& layer : use.file->layers)
+      if (layer.down.defined()) merge_layer(merged, base, use, layer);
+  merge_bias_deltas(merged, base, loras);
+  return stored_back(base, std::move(merged));
+}
+
+WeightStore with_runtime_loras(const WeightStore& base, const models::ParameterList& tree,
+                               const std::vector<ScaledLora>& loras, const std::string& model) {
+  if (loras.empty()) return base;
+  check_fit(base, tree, loras, model);
+  const std::set<std::string> tables = listed_names(tree).tables;
+  // Each changed matrix's terms, in the order the LoRAs come: down [rank, in], up · scale. A
+  // table the host reads (small: Z-Image's modulation) is merged instead, as the bias deltas.
+  std::map<std::string, std::vector<std::pair<Tensor, Tensor>>> terms;
+  std::map<std::string, Tensor> merged;
+  for (const ScaledLora& use : loras)
+    for (const LoraLayer& layer : use.file->layers)
+      if (layer.down.defined() && tables.count(layer.module + ".weight")) {
+        merge_layer(merged, base, use, layer);
+      } else if (layer.down.defined()) {
+        Tensor up = layer.up.clone();
+        const float s = float(use.scale) * layer.alpha_over_rank;
+        float* u = up.data<float>();
+        for (int64_t i = 0; i < up.numel(); ++i) u[i] *= s;
+        terms[layer.module + ".weight"].emplace_back(layer.down, up);
+      }
+  std::map<std::string, std::shared_ptr<const LowRankUpdate>> updates;
+  for (const auto& [name, pairs] : terms) {
+    int64_t rank = 0;
+    for (const auto& pair : pairs) rank += pair.first.size(0);
+    const int64_t in = pairs.front().first.size(1), out = pairs.front().second.size(0);
+    Tensor down = Tensor::empty({rank, in}), up = Tensor::empty({out, rank});
+    int64_t at = 0;
+    for (const auto& [d, u] : pairs) {
+      const int64_t r = d.size(0);
+      down.slice(0, at, at + r).copy_from(d);
+      // The up matrices side by side: columns [at, at + r) of each row.
+      for (int64_t o = 0; o < out; ++o)
+        std::copy_n(u.data<float>() + o * r, r, up.data<float>() + o * rank + at);
+      at += r;
+    }
+    updates[name] = std::make_shared<const LowRankUpdate>(LowRankUpdate{down, up});
+  }
+  merge_bias_deltas(merged, base, loras);
+  return stored_back(base, std::move(merged)).with_low_rank(updates);
+}
+
+LoraMode resolved_mode(LoraMode mode, const WeightStore& base,
+                       const std::vector<ScaledLora>& loras) {
+  if (mode != LoraMode::Auto) return mode;
+  for (const ScaledLora& use : loras)
+    for (const LoraLayer& layer : use.file->layers) {
+      const std::string weight = layer.module + ".weight";
+      if (!layer.down.defined() || !base.has(weight)) continue;
+      const DType product = base.product_dtype(weight);
+      if (dtype_is_blocks(product) || product == DType::F8E4M3Rows ||
+          base.info(weight).dtype == DType::F8E4M3)
+        return LoraMode::Runtime;
+    }
+  return LoraMode::Merge;
 }
 
 }  // namespace mmgen::lora

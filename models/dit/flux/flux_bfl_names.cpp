@@ -123,6 +123,44 @@ WeightStore flux_from_bfl_names(const WeightStore& bfl) {
   return store.with_row_pieces(pieces);
 }
 
+std::vector<lora::LoraTarget> flux_lora_targets(const std::string& bfl, int64_t dim) {
+  std::string name = diffusers_name(bfl + ".");
+  name.pop_back();
+  const auto fused = [&](const std::string& ending, const std::vector<std::string>& parts) {
+    if (!name.ends_with(ending)) return std::vector<lora::LoraTarget>{};
+    const std::string prefix = name.substr(0, name.size() - ending.size());
+    std::vector<lora::LoraTarget> targets;
+    for (size_t i = 0; i < parts.size(); ++i)
+      targets.push_back({prefix + parts[i], {{int64_t(i) * dim, dim}}});
+    return targets;
+  };
+  if (name.starts_with("transformer_blocks.")) {
+    if (auto targets = fused("img_attn.qkv", {"attn.to_q", "attn.to_k", "attn.to_v"});
+        !targets.empty())
+      return targets;
+    if (auto targets =
+            fused("txt_attn.qkv", {"attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj"});
+        !targets.empty())
+      return targets;
+  }
+  if (name.starts_with("single_transformer_blocks.")) {
+    // linear1 is [q, k, v, the MLP's input (4·dim)].
+    if (auto targets = fused("linear1", {"attn.to_q", "attn.to_k", "attn.to_v"});
+        !targets.empty()) {
+      targets.push_back({targets.front().module.substr(
+                             0, targets.front().module.size() - std::string("attn.to_q").size()) +
+                             "proj_mlp",
+                         {{3 * dim, 4 * dim}}});
+      return targets;
+    }
+  }
+  // BFL's [shift, scale]; diffusers' AdaLayerNormContinuous reads [scale, shift].
+  if (name == "final_layer.adaLN_modulation.1")
+    return {{"norm_out.linear", {{dim, dim}, {0, dim}}}};
+  if (name == bfl) return {};
+  return {{name, {}}};
+}
+
 const std::vector<KeyLayout>& flux_transformer_layouts() {
   static const std::vector<KeyLayout> layouts = {
       {"diffusers", "x_embedder.weight", {}, {}},

@@ -7,14 +7,22 @@
 // of the stored tensors (WeightStore::with_row_pieces), nothing copied at load.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "core/safetensors.h"
 #include "models/key_layout.h"
+#include "models/lora/lora_file.h"
 
 namespace mmgen::dit {
 
 WeightStore flux_from_bfl_names(const WeightStore& store);
+
+// A LoRA layer named in BFL's layout ("double_blocks.0.img_attn.qkv", as ComfyUI's and kohya's
+// FLUX LoRAs name them) as the diffusers modules it changes, a fused layer's rows split as
+// flux_from_bfl_names splits the weights; `dim` is the model's width. Empty for a name that is
+// not BFL's.
+std::vector<lora::LoraTarget> flux_lora_targets(const std::string& bfl, int64_t dim);
 
 // The layouts a FLUX.1 transformer checkpoint comes in: diffusers' and BFL's.
 const std::vector<KeyLayout>& flux_transformer_layouts();

@@ -14,6 +14,7 @@
 
 #include "attention/layer.h"
 #include "core/safetensors.h"
+#include "models/dit/flux/flux_bfl_names.h"
 #include "models/dit/flux/flux_config.h"
 #include "models/dit/flux/flux_rope.h"
 #include "models/dit/flux/flux_weights.h"
@@ -62,6 +63,11 @@ class FluxTransformer {
   // Every tensor of the checkpoint as the model reads it (host copies, loaded block by block),
   // under its checkpoint name (models/parameters.h): the model's tree for what works by name.
   void list_parameters(const models::ParameterVisitor& visit) const;
+  // A LoRA layer named in the original release's layout as the modules it changes
+  // (lora/lora_file.h).
+  std::vector<lora::LoraTarget> lora_targets(const std::string& original) const {
+    return flux_lora_targets(original, config_.dim());
+  }
 
   // One prediction per item, [image tokens, out_channels] float32 on the host. `attention` holds
   // the layers the pipeline built for the run's device (null: the dense reference).

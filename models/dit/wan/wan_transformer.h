@@ -21,6 +21,7 @@
 #include "models/dit/wan/wan_rope.h"
 #include "models/dit/wan/wan_transformer_config.h"
 #include "models/dit/wan/wan_weights.h"
+#include "models/lora/lora_file.h"
 
 namespace mmgen::dit {
 
@@ -83,9 +84,9 @@ class WanTransformer {
   // under its checkpoint name (models/parameters.h): the model's tree for what works by name.
   void list_parameters(const models::ParameterVisitor& visit) const;
   // A layer's diffusers name for its name in the original release, as LoRA files for Wan
-  // (ComfyUI, lightx2v) give it: "blocks.0.self_attn.q" -> "blocks.0.attn1.to_q".
-  static std::string lora_module_name(const std::string& original) {
-    return wan_lora_module_name(original);
+  // (ComfyUI, lightx2v, musubi-tuner) give it: "blocks.0.self_attn.q" -> "blocks.0.attn1.to_q".
+  static std::vector<lora::LoraTarget> lora_targets(const std::string& original) {
+    return {{wan_lora_module_name(original), {}}};
   }
   // What resident_weight_bytes() is after set_device(Device::CUDA, DType::BF16, fp8_products,
   // stream_blocks), from the config (the memory plan of --max-gpu-memory, before anything is

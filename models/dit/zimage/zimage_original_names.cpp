@@ -57,6 +57,19 @@ WeightStore zimage_from_original_names(const WeightStore& original) {
   return store.with_row_pieces(pieces);
 }
 
+std::vector<lora::LoraTarget> zimage_lora_targets(const std::string& original, int64_t dim) {
+  std::string name = diffusers_name(original + ".");
+  name.pop_back();
+  const std::string fused = ".attention.qkv";
+  if (name.ends_with(fused)) {
+    const std::string prefix = name.substr(0, name.size() - fused.size()) + ".attention.to_";
+    return {
+        {prefix + "q", {{0, dim}}}, {prefix + "k", {{dim, dim}}}, {prefix + "v", {{2 * dim, dim}}}};
+  }
+  if (name == original) return {};
+  return {{name, {}}};
+}
+
 const std::vector<KeyLayout>& zimage_transformer_layouts() {
   static const std::vector<KeyLayout> layouts = {
       {"diffusers", "all_x_embedder.2-1.weight", {}, {}},

@@ -21,6 +21,7 @@
 #include "core/safetensors.h"
 #include "models/dit/zimage/zimage_block.h"
 #include "models/dit/zimage/zimage_config.h"
+#include "models/dit/zimage/zimage_original_names.h"
 #include "models/dit/zimage/zimage_rope.h"
 #include "models/dit/zimage/zimage_weights.h"
 
@@ -67,6 +68,11 @@ class ZImageTransformer {
   // Every tensor of the checkpoint as the model reads it (host copies, loaded block by block),
   // under its checkpoint name (models/parameters.h): the model's tree for what works by name.
   void list_parameters(const models::ParameterVisitor& visit) const;
+  // A LoRA layer named in the original release's layout as the modules it changes
+  // (lora/lora_file.h).
+  std::vector<lora::LoraTarget> lora_targets(const std::string& original) const {
+    return zimage_lora_targets(original, config_.dim);
+  }
 
   // One prediction per item, [in_channels, frames, height, width] float32 on the host.
   // `attention` holds the layers the pipeline built for the run's device (null: the dense

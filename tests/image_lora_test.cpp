@@ -1,0 +1,118 @@
+// LoRAs on the image models, against diffusers' load_lora_weights + set_adapters(["a", "b"],
+// [0.6, 1.3]) and fuse_lora on each model's reference request (tests/fixtures/
+// make_image_loras.py): Z-Image with a diffusers file and one in the original names, Qwen-Image
+// with a diffusers file and one in kohya's flattened names, FLUX with a diffusers file and one in
+// kohya's sd-scripts names (BFL's fused layers). Each merged at load and added at run time.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/file.h"
+#include "core/safetensors.h"
+#include "pipeline/component_loras.h"
+#include "pipeline/flux/flux_pipeline.h"
+#include "pipeline/model_index.h"
+#include "pipeline/qwenimage/qwenimage_pipeline.h"
+#include "pipeline/zimage/zimage_pipeline.h"
+#include "tests/test_support.h"
+
+namespace mmgen {
+namespace {
+
+const lora::LoraMode kModes[] = {lora::LoraMode::Merge, lora::LoraMode::Runtime};
+
+const char* mode_name(lora::LoraMode mode) {
+  return mode == lora::LoraMode::Merge ? "merged" : "runtime";
+}
+
+// Every step's latents within the base pipeline test's bound of diffusers' (1e-4 relative), the
+// image within 1e-3 of both the unfused and the fused image, and far from the image of b alone.
+template <class Output>
+void expect_matches(const Output& output, const fs::path& fixture) {
+  const SafetensorsFile reference = SafetensorsFile::open(fixture / "reference.safetensors");
+  ASSERT_EQ(output.latents_after_step.size(), 4u);
+  for (int k = 0; k < 4; ++k)
+    EXPECT_LT(
+        testing::relative_error(output.latents_after_step[size_t(k)],
+                                reference.tensor("both.latents_after_step" + std::to_string(k))),
+        1e-4)
+        << "step " << k;
+  EXPECT_LT(testing::max_abs_diff(output.frames, reference.tensor("both.image")), 1e-3);
+  EXPECT_LT(testing::max_abs_diff(output.frames, reference.tensor("both_fused.image")), 1e-3);
+  EXPECT_GT(testing::max_abs_diff(output.frames, reference.tensor("b.image")), 1e-2);
+}
+
+ModelIndex index_with(const fs::path& model, const fs::path& a, const fs::path& b,
+                      lora::LoraMode mode) {
+  ModelIndex index = load_model_index(model);
+  attach_loras(index, {{a, 0.6}, {b, 1.3}}, mode);
+  return index;
+}
+
+TEST(ImageLora, ZImageDiffusersAndOriginalNamesMatchDiffusers) {
+  MMGEN_REQUIRE_SHARED();
+  const fs::path tiny = testing::shared_dir() / "fixtures/zimage-tiny";
+  const fs::path fixture = testing::source_dir() / "tests/fixtures/zimage-tiny-lora";
+  const auto p =
+      nlohmann::json::parse(read_text_file(tiny / "reference/reference.json"))["pipeline"];
+  ZImageGenerationInput input;
+  input.prompt = p["prompt"];
+  input.negative_prompt = p["negative_prompt"];
+  input.height = p["height"];
+  input.width = p["width"];
+  input.num_inference_steps = p["num_inference_steps"];
+  input.guidance.scale = p["guidance_scale"];
+  input.guidance.truncation = p["cfg_truncation"];
+  input.max_sequence_length = p["max_sequence_length"];
+  input.initial_latents =
+      SafetensorsFile::open(tiny / "reference/reference.safetensors").tensor("pipeline.noise");
+  for (const lora::LoraMode mode : kModes) {
+    SCOPED_TRACE(mode_name(mode));
+    const ZImagePipeline pipeline(index_with(tiny / "model", fixture / "a_diffusers.safetensors",
+                                             fixture / "b_original.safetensors", mode));
+    expect_matches(pipeline.generate(input, /*keep_step_latents=*/true), fixture);
+  }
+}
+
+TEST(ImageLora, QwenImageDiffusersAndKohyaNamesMatchDiffusers) {
+  const fs::path tiny = testing::source_dir() / "tests/fixtures/qwenimage-tiny";
+  const fs::path fixture = testing::source_dir() / "tests/fixtures/qwenimage-tiny-lora";
+  const auto p =
+      nlohmann::json::parse(read_text_file(tiny / "reference/reference.json"))["pipeline"];
+  QwenImageGenerationInput input;
+  input.prompt = p["prompt"];
+  input.negative_prompt = p["negative_prompt"];
+  input.true_cfg_scale = p["true_cfg_scale"];
+  input.height = p["height"];
+  input.width = p["width"];
+  input.num_inference_steps = p["num_inference_steps"];
+  input.max_sequence_length = 512;  // diffusers' default
+  input.initial_latents =
+      SafetensorsFile::open(tiny / "reference/reference.safetensors").tensor("pipeline.noise");
+  for (const lora::LoraMode mode : kModes) {
+    SCOPED_TRACE(mode_name(mode));
+    const QwenImagePipeline pipeline(index_with(tiny / "model", fixture / "a_diffusers.safetensors",
+                                                fixture / "b_kohya.safetensors", mode));
+    expect_matches(pipeline.generate(input, /*keep_step_latents=*/true), fixture);
+  }
+}
+
+TEST(ImageLora, FluxDiffusersAndKohyaNamesMatchDiffusers) {
+  const fs::path tiny = testing::source_dir() / "tests/fixtures/flux-tiny";
+  const fs::path fixture = testing::source_dir() / "tests/fixtures/flux-tiny-kohya";
+  const auto settings =
+      nlohmann::json::parse(read_text_file(tiny / "reference/reference.json"))["pipeline"];
+  FluxGenerationInput input = testing::flux_fixture_input(settings);
+  input.initial_latents =
+      SafetensorsFile::open(tiny / "reference/reference.safetensors").tensor("pipeline.noise");
+  for (const lora::LoraMode mode : kModes) {
+    SCOPED_TRACE(mode_name(mode));
+    const FluxPipeline pipeline(
+        index_with(tiny / "model", tiny.parent_path() / "flux-tiny-lora/lora_diffusers.safetensors",
+                   fixture / "b_kohya.safetensors", mode));
+    expect_matches(pipeline.generate(input, /*keep_step_latents=*/true), fixture);
+  }
+}
+
+}  // namespace
+}  // namespace mmgen
