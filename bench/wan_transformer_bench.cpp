@@ -50,13 +50,7 @@ const std::vector<BenchCase> kCases = {
 constexpr int64_t kTextTokens = 512;
 
 WanTransformerConfig wan_1_3b_config(int64_t layers) {
-  WanTransformerConfig config;
-  config.num_attention_heads = 12;
-  config.attention_head_dim = 128;
-  config.ffn_dim = 8960;
-  config.num_layers = layers;
-  config.text_dim = 4096;
-  return config;
+  return mmgen::dit::wan21_1_3b_config(layers);
 }
 
 // Multiply-add FLOPs (2 per MAC) of one forward: per block the self-attention projections and

@@ -1,6 +1,7 @@
 #include "core/file.h"
 
 #include <fcntl.h>
+#include <openssl/evp.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,7 +9,9 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <random>
+#include <vector>
 
 #include "core/error.h"
 #include "core/interrupt.h"
@@ -134,6 +137,27 @@ void write_atomically(const fs::path& path, const std::function<void(const fs::p
     throw;
   }
   set_partial_output("");
+}
+
+std::string file_sha256(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  check(bool(in), "{}: cannot be read to hash it", path.string());
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> context(EVP_MD_CTX_new(),
+                                                                  EVP_MD_CTX_free);
+  check(context && EVP_DigestInit_ex(context.get(), EVP_sha256(), nullptr) == 1,
+        "{}: SHA-256 is not available from libcrypto", path.string());
+  std::vector<char> buffer(1 << 20);
+  while (in) {
+    in.read(buffer.data(), std::streamsize(buffer.size()));
+    if (in.gcount() > 0) EVP_DigestUpdate(context.get(), buffer.data(), size_t(in.gcount()));
+  }
+  check(in.eof(), "{}: a read failed while hashing it", path.string());
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  EVP_DigestFinal_ex(context.get(), digest, &length);
+  std::string hex;
+  for (unsigned int i = 0; i < length; ++i) hex += fmt::format("{:02x}", digest[i]);
+  return hex;
 }
 
 }  // namespace mmgen

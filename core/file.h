@@ -32,6 +32,10 @@ std::string read_text_file(const fs::path& path, size_t max_bytes = Limits::kMax
 // as every read is (a FIFO is refused, never waited on), so sniffing cannot hang.
 std::string read_file_head(const fs::path& path, size_t bytes);
 
+// The SHA-256 of the file's bytes, as 64 lowercase hex digits (what Civitai and ComfyUI name a
+// LoRA file by). Throws Error, one line naming the file, when it cannot be read.
+std::string file_sha256(const fs::path& path);
+
 // A read-only mapping of a whole regular file.
 class MappedFile final : public Storage {
  public:

@@ -133,6 +133,8 @@ ResolvedGenerate resolve_generate(const std::vector<std::string>& arguments) {
   resolved.request = request_from_settings(merged);
   resolved.request.model_path = resolved.index.root;  // the folder an id resolved to
   attach_loras(resolved.index, resolved.request.loras, resolved.request.lora_mode);
+  if (!resolved.request.loras.empty())
+    resolved.loras = loras_metadata(resolved.index.component("transformer"));
   for (auto it = config_file.begin(); it != config_file.end(); ++it)
     if (!command_line.contains(it.key())) resolved.request.from_config_file.insert(it.key());
   for (const SettingsLayer* layer : std::initializer_list<const SettingsLayer*>{
@@ -168,6 +170,7 @@ json dry_run_json(const ResolvedGenerate& resolved, const json& memory_plan) {
         // A component given as one file: the file (path is then where its config is read).
         {"weights_file", entry.weights_file.empty() ? json() : json(entry.weights_file.string())}};
     component.update(resolved.attention.component_json(name));
+    if (!entry.loras.empty()) component["loras"] = loras_json(entry);
     components[name] = component;
   }
   json out = {
@@ -223,6 +226,7 @@ json output_settings(const ResolvedGenerate& resolved, const Request& request) {
   settings["flow_shift"] = resolved.flow_shift ? json(resolved.flow_shift->value) : json();
   settings["attention_backend_config"] = resolved.attention.config_json();
   settings["setting_sources"] = resolved.setting_sources;
+  if (!resolved.loras.empty()) settings["loras"] = resolved.loras;
   return settings;
 }
 

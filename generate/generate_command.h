@@ -39,6 +39,9 @@ struct ResolvedGenerate {
   // Warnings about the request that do not stop it (a value nothing reads, video from a model that
   // draws stills): logged by the run and the dry run alike.
   std::vector<std::string> warnings;
+  // Each LoRA's file name, SHA-256 and scale (pipeline/component_loras.h), for the output's
+  // metadata; empty without LoRAs.
+  nlohmann::json loras = nlohmann::json::array();
 };
 
 // Everything that does not need the weights' values, the attention plan included; throws Error on

@@ -9,6 +9,7 @@
 #include "core/system_memory.h"
 #include "generate/generate_command.h"
 #include "generate/memory_check.h"
+#include "pipeline/component_loras.h"
 #include "pipeline/model_inventory.h"
 
 namespace mmgen::cli {
@@ -76,6 +77,8 @@ json inspect_json(const std::vector<std::string>& arguments) {
     const json attention = resolved.attention.component_json(name);
     component["attention_backend"] = attention["attention_backend"];
     component["attention_backend_source"] = attention["attention_backend_source"];
+    if (resolved.index.has(name) && !resolved.index.component(name).loras.empty())
+      component["loras"] = loras_json(resolved.index.component(name));
   }
   json request = resolved.request.settings;
   for (const char* key : {"prompt", "negative_prompt", "dry_run", "prompt_file_path"})
@@ -154,6 +157,20 @@ int run_inspect(const std::vector<std::string>& arguments) {
     out +=
         fmt::format("{}: file {} ({}, {} layout): {}\n", name, file["path"].get<std::string>(),
                     file["format"].get<std::string>(), file["layout"].get<std::string>(), mapping);
+  }
+  // Each LoRA a component takes: its file, what it names, and how it applies.
+  for (const auto& [name, c] : report["components"].items()) {
+    if (!c.contains("loras")) continue;
+    for (const json& lora : c["loras"]) {
+      std::string ranks;
+      for (const json& rank : lora["ranks"]) ranks += (ranks.empty() ? "" : ",") + rank.dump();
+      out += fmt::format(
+          "{}: LoRA {} ({} names, sha256 {}...): {} layer(s), rank {}, scale {}, "
+          "mode {}\n",
+          name, lora["path"].get<std::string>(), lora["format"].get<std::string>(),
+          lora["sha256"].get<std::string>().substr(0, 12), lora["layers"].dump(),
+          ranks.empty() ? "-" : ranks, lora["scale"].dump(), lora["mode"].get<std::string>());
+    }
   }
   const json& r = report["request"];
   const json& m = report["memory"];

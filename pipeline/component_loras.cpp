@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "models/lora/lora_merge.h"
 
 namespace mmgen {
@@ -97,6 +98,53 @@ WeightStore with_loras(const ComponentEntry& entry, const WeightStore& weights,
                  runtime ? "added at run time" : "merged", entry.loras[i].scale, left_out);
   }
   return applied;
+}
+
+namespace {
+
+const char* mode_name(lora::LoraMode mode) {
+  return mode == lora::LoraMode::Merge     ? "merge"
+         : mode == lora::LoraMode::Runtime ? "runtime"
+                                           : "auto";
+}
+
+}  // namespace
+
+nlohmann::json loras_json(const ComponentEntry& entry) {
+  nlohmann::json list = nlohmann::json::array();
+  const lora::ModuleNames as_named = [](const std::string&) {
+    return std::vector<lora::LoraTarget>{};
+  };
+  for (const lora::LoraUse& use : entry.loras) {
+    const lora::LoraFile file = lora::read_lora_file(use.path, entry.name, as_named);
+    std::set<int64_t> ranks;
+    int64_t bias_deltas = 0;
+    for (const lora::LoraLayer& layer : file.layers) {
+      if (layer.down.defined()) ranks.insert(layer.down.size(0));
+      if (layer.bias_delta.defined()) ++bias_deltas;
+    }
+    list.push_back({{"path", use.path.string()},
+                    {"sha256", file_sha256(use.path)},
+                    {"bytes", fs::file_size(use.path)},
+                    {"format", file.format},
+                    {"layers", file.layers.size()},
+                    {"ranks", std::vector<int64_t>(ranks.begin(), ranks.end())},
+                    {"bias_deltas", bias_deltas},
+                    {"scale", use.scale},
+                    {"mode", mode_name(entry.lora_mode)},
+                    {"full_weight_diffs_left_out", file.full_weight_diffs},
+                    {"other_component_keys", file.other_components}});
+  }
+  return list;
+}
+
+nlohmann::json loras_metadata(const ComponentEntry& entry) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const lora::LoraUse& use : entry.loras)
+    list.push_back({{"file", use.path.filename().string()},
+                    {"sha256", file_sha256(use.path)},
+                    {"scale", use.scale}});
+  return list;
 }
 
 }  // namespace mmgen

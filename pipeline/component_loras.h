@@ -5,6 +5,8 @@
 // through `Model::lora_module_name`.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include "core/safetensors.h"
 #include "models/lora/lora_file.h"
 #include "models/parameters.h"
@@ -22,5 +24,13 @@ void attach_loras(ModelIndex& index, const std::vector<lora::LoraUse>& loras,
 // cannot be read or does not fit the model `tree` lists.
 WeightStore with_loras(const ComponentEntry& entry, const WeightStore& weights,
                        const models::ParameterList& tree, const lora::ModuleNames& original_names);
+
+// The LoRAs given to `entry`, read from their files (no model needed: layers as each file names
+// them, a fused layer counted once): per file its path, SHA-256, bytes, format, layer count,
+// ranks and scale, and the keys left out; [] when it has none. What --dry-run and inspect show.
+nlohmann::json loras_json(const ComponentEntry& entry);
+
+// The same for the output's metadata: each LoRA's file name, SHA-256 and scale.
+nlohmann::json loras_metadata(const ComponentEntry& entry);
 
 }  // namespace mmgen

@@ -76,6 +76,14 @@ build-cuda/bench/cuda/gemm_fp8_cuda_bench | tee "$OUT/gemm_fp8_bench.txt"
 
 echo "== Wan transformer benchmark (dense, STA, VSA)"
 build-cuda/bench/cuda/wan_transformer_cuda_bench --repeats 5 | tee "$OUT/wan_transformer_bench.txt"
+echo "== a rank-64 LoRA on every linear layer of the 1.3B transformer: none, merged, at run time"
+echo "   (diffusers beside it, unfused and fused, where diffusers and peft are installed)"
+build-cuda/bench/cuda/wan_lora_cuda_bench --repeats 5 --lora-file /tmp/mmgen_wan_lora.safetensors |
+  tee "$OUT/wan_lora_bench.txt"
+if python3 -c "import diffusers, peft" 2> /dev/null; then
+  python3 bench/cuda/diffusers_wan_lora.py /tmp/mmgen_wan_lora.safetensors 5 |
+    tee "$OUT/diffusers_wan_lora.txt"
+fi
 echo "== Wan VAE decoder: the convolution kernel alone, then wan-tiny and Wan2.1-sized 480x832x81 decodes"
 build-cuda/bench/cuda/conv3d_cuda_bench | tee "$OUT/conv3d_bench.txt" || status=1
 build-cuda/bench/cuda/wan_vae_cuda_bench --repeats 3 | tee "$OUT/wan_vae_bench.txt"

@@ -11,7 +11,7 @@
 # name packages a script needs besides (scripts/tsan.sh: clang).
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config libcli11-dev libyaml-cpp-dev nlohmann-json3-dev
-  libeigen3-dev libspdlog-dev libfmt-dev
+  libeigen3-dev libspdlog-dev libfmt-dev libssl-dev
   libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev libopencv-videoio-dev)
 if [ "${1:-}" = "--executable" ]; then
   shift

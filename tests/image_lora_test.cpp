@@ -55,15 +55,7 @@ TEST(ImageLora, ZImageDiffusersAndOriginalNamesMatchDiffusers) {
   const fs::path fixture = testing::source_dir() / "tests/fixtures/zimage-tiny-lora";
   const auto p =
       nlohmann::json::parse(read_text_file(tiny / "reference/reference.json"))["pipeline"];
-  ZImageGenerationInput input;
-  input.prompt = p["prompt"];
-  input.negative_prompt = p["negative_prompt"];
-  input.height = p["height"];
-  input.width = p["width"];
-  input.num_inference_steps = p["num_inference_steps"];
-  input.guidance.scale = p["guidance_scale"];
-  input.guidance.truncation = p["cfg_truncation"];
-  input.max_sequence_length = p["max_sequence_length"];
+  ZImageGenerationInput input = testing::zimage_fixture_input(p);
   input.initial_latents =
       SafetensorsFile::open(tiny / "reference/reference.safetensors").tensor("pipeline.noise");
   for (const lora::LoraMode mode : kModes) {
@@ -79,14 +71,7 @@ TEST(ImageLora, QwenImageDiffusersAndKohyaNamesMatchDiffusers) {
   const fs::path fixture = testing::source_dir() / "tests/fixtures/qwenimage-tiny-lora";
   const auto p =
       nlohmann::json::parse(read_text_file(tiny / "reference/reference.json"))["pipeline"];
-  QwenImageGenerationInput input;
-  input.prompt = p["prompt"];
-  input.negative_prompt = p["negative_prompt"];
-  input.true_cfg_scale = p["true_cfg_scale"];
-  input.height = p["height"];
-  input.width = p["width"];
-  input.num_inference_steps = p["num_inference_steps"];
-  input.max_sequence_length = 512;  // diffusers' default
+  QwenImageGenerationInput input = testing::qwenimage_fixture_input(p);
   input.initial_latents =
       SafetensorsFile::open(tiny / "reference/reference.safetensors").tensor("pipeline.noise");
   for (const lora::LoraMode mode : kModes) {

@@ -3,8 +3,10 @@
 // fixture (tests/fixtures/make_wan_tiny_lora.py); and every misfit refused in one line.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/file.h"
 #include "core/gguf_writer.h"
 #include "core/safetensors.h"
 #include "models/dit/wan/wan_random_checkpoint.h"
@@ -245,7 +247,8 @@ TEST(Lora, MalformedFilesAreRefusedInOneLine) {
     NamedTensors tensors;
     const char* expected;
   } cases[] = {
-      {"kohya_no_up", {{"lora_unet_blocks_0_q.lora_down.weight", zeros({2, 48})}},
+      {"kohya_no_up",
+       {{"lora_unet_blocks_0_q.lora_down.weight", zeros({2, 48})}},
        "has no up matrix"},
       {"not_lora", {{q + "weight", zeros({48, 48})}}, "is not a LoRA tensor"},
       {"no_up", {{q + "lora_A.weight", zeros({2, 48})}}, "has no up matrix"},
@@ -338,6 +341,61 @@ TEST(Lora, TheCliRefusesAMisfitLoraAndWritesNothing) {
       testing::mmgen_binary().string() + " generate --model-path " +
       (wan_tiny() / "model").string() + " --prompt fox --lora-scale 0.5 --dry-run");
   testing::expect_one_line_error(scales, "--lora-scale without --lora-path", "scale alone");
+}
+
+// What ran is recorded: the dry run lists each LoRA (its format, layers, ranks, scale, mode and
+// SHA-256), and the output's settings each file's name, SHA-256 and scale. The hashes are
+// sha256sum's of the committed fixture files.
+TEST(Lora, TheDryRunAndTheOutputsMetadataNameEachLoraByItsHash) {
+  MMGEN_REQUIRE_SHARED();
+  const std::string a_hash = "dbb13cdceed5dacc979295352a6c9f4cb9b9f300490dc46a2a09a96eaf7ecb19",
+                    b_hash = "74efa712441bf2e634c2e2083cdc6de91251dfe4dc8650a24c3eef7d4227c55a";
+  const fs::path out = testing::scratch_dir("lora_metadata");
+  const std::string command =
+      testing::mmgen_binary().string() + " generate --model-path " +
+      (wan_tiny() / "model").string() + " --quiet --prompt fox --height 32 --width 48 " +
+      "--num-frames 1 --num-inference-steps 1 --lora-path " +
+      (lora_fixture() / "a_diffusers.safetensors").string() + " --lora-scale 0.6 --lora-path " +
+      (lora_fixture() / "b_original.safetensors").string() + " --lora-scale 1.3 ";
+  const auto dry = testing::run_command(command + "--lora-mode runtime --dry-run");
+  ASSERT_EQ(dry.exit_code, 0) << dry.err;
+  const nlohmann::json listed =
+      nlohmann::json::parse(dry.out)["components"]["transformer"]["loras"];
+  ASSERT_EQ(listed.size(), 2u);
+  EXPECT_EQ(listed[0]["format"], "diffusers/peft");
+  EXPECT_EQ(listed[0]["ranks"], nlohmann::json::array({4}));
+  EXPECT_EQ(listed[0]["layers"], 20);
+  EXPECT_EQ(listed[0]["sha256"], a_hash);
+  EXPECT_EQ(listed[1]["format"], "original");
+  EXPECT_EQ(listed[1]["ranks"], nlohmann::json::array({2}));
+  EXPECT_EQ(listed[1]["bias_deltas"], 17);
+  EXPECT_EQ(listed[1]["full_weight_diffs_left_out"], 1);
+  EXPECT_EQ(listed[1]["scale"], 1.3);
+  EXPECT_EQ(listed[1]["mode"], "runtime");
+  EXPECT_EQ(listed[1]["sha256"], b_hash);
+
+  const auto run = testing::run_command(command + "--output-format npy --output-file-name v " +
+                                        "--output-path " + out.string());
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const nlohmann::json settings = nlohmann::json::parse(read_text_file(out / "v.npy.json"));
+  EXPECT_EQ(settings["loras"],
+            nlohmann::json::array(
+                {{{"file", "a_diffusers.safetensors"}, {"sha256", a_hash}, {"scale", 0.6}},
+                 {{"file", "b_original.safetensors"}, {"sha256", b_hash}, {"scale", 1.3}}}));
+}
+
+// FIPS 180-2's two one-block and two-block examples.
+TEST(FileSha256, MatchesTheStandardsExamples) {
+  const fs::path dir = testing::scratch_dir("sha256");
+  const auto hash_of = [&](const std::string& text) {
+    std::ofstream(dir / "f", std::ios::binary | std::ios::trunc) << text;
+    return file_sha256(dir / "f");
+  };
+  EXPECT_EQ(hash_of("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(hash_of("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  EXPECT_EQ(hash_of(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_THROW(file_sha256(dir / "missing"), Error);
 }
 
 TEST(WeightStore, ReplacedTensorsAreReadInsteadOfTheStoredOnes) {

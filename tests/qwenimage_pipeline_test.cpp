@@ -36,16 +36,7 @@ class QwenImagePipelineTest : public ::testing::Test {
 
   // reference.json's `pipeline` request: 32x48, 4 steps, true CFG 4 with a negative prompt.
   QwenImageGenerationInput fixture_input() const {
-    const auto& p = settings_["pipeline"];
-    QwenImageGenerationInput input;
-    input.prompt = p["prompt"];
-    input.negative_prompt = p["negative_prompt"];
-    input.true_cfg_scale = p["true_cfg_scale"];
-    input.height = p["height"];
-    input.width = p["width"];
-    input.num_inference_steps = p["num_inference_steps"];
-    input.max_sequence_length = 512;  // diffusers' default
-    return input;
+    return testing::qwenimage_fixture_input(settings_["pipeline"]);
   }
 
   const QwenImagePipeline& pipeline() {

@@ -13,7 +13,9 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "pipeline/flux/flux_pipeline.h"
+#include "pipeline/qwenimage/qwenimage_pipeline.h"
 #include "pipeline/wan/wan_pipeline.h"
+#include "pipeline/zimage/zimage_pipeline.h"
 
 namespace mmgen::testing {
 
@@ -184,6 +186,31 @@ FluxGenerationInput flux_fixture_input(const nlohmann::json& p) {
   input.num_inference_steps = p["num_inference_steps"];
   input.guidance_scale = p["guidance_scale"];
   input.max_sequence_length = p["max_sequence_length"];
+  return input;
+}
+
+ZImageGenerationInput zimage_fixture_input(const nlohmann::json& p) {
+  ZImageGenerationInput input;
+  input.prompt = p["prompt"];
+  input.negative_prompt = p["negative_prompt"];
+  input.height = p["height"];
+  input.width = p["width"];
+  input.num_inference_steps = p["num_inference_steps"];
+  input.guidance.scale = p["guidance_scale"];
+  input.guidance.truncation = p["cfg_truncation"];
+  input.max_sequence_length = p["max_sequence_length"];
+  return input;
+}
+
+QwenImageGenerationInput qwenimage_fixture_input(const nlohmann::json& p) {
+  QwenImageGenerationInput input;
+  input.prompt = p["prompt"];
+  input.negative_prompt = p["negative_prompt"];
+  input.true_cfg_scale = p["true_cfg_scale"];
+  input.height = p["height"];
+  input.width = p["width"];
+  input.num_inference_steps = p["num_inference_steps"];
+  input.max_sequence_length = 512;  // diffusers' default
   return input;
 }
 

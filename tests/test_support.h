@@ -13,6 +13,8 @@
 namespace mmgen {
 struct WanGenerationInput;
 struct FluxGenerationInput;
+struct ZImageGenerationInput;
+struct QwenImageGenerationInput;
 }  // namespace mmgen
 
 namespace mmgen::testing {
@@ -73,6 +75,12 @@ void set_component_class(const fs::path& model, const std::string& component,
 WanGenerationInput wan_fixture_input(const nlohmann::json& pipeline);
 // The same for FLUX (prompt, sizes, steps, guidance, max_sequence_length).
 FluxGenerationInput flux_fixture_input(const nlohmann::json& pipeline);
+// Z-Image (prompt, negative prompt, sizes, steps, guidance with its truncation,
+// max_sequence_length).
+ZImageGenerationInput zimage_fixture_input(const nlohmann::json& pipeline);
+// Qwen-Image (prompt, negative prompt, true CFG, sizes, steps; diffusers' max_sequence_length,
+// 512).
+QwenImageGenerationInput qwenimage_fixture_input(const nlohmann::json& pipeline);
 
 }  // namespace mmgen::testing
 

@@ -46,17 +46,7 @@ class ZImagePipelineTest : public ::testing::Test {
 
   // reference.json's `pipeline` request: 32x48, 4 steps, guidance 4, a negative prompt, 48 tokens.
   ZImageGenerationInput fixture_input() const {
-    const auto& p = settings_["pipeline"];
-    ZImageGenerationInput input;
-    input.prompt = p["prompt"];
-    input.negative_prompt = p["negative_prompt"];
-    input.height = p["height"];
-    input.width = p["width"];
-    input.num_inference_steps = p["num_inference_steps"];
-    input.guidance.scale = p["guidance_scale"];
-    input.guidance.truncation = p["cfg_truncation"];
-    input.max_sequence_length = p["max_sequence_length"];
-    return input;
+    return testing::zimage_fixture_input(settings_["pipeline"]);
   }
 
   // A pipeline planned with `component_backends` ("text_encoder=triton"), as the CLI's

@@ -43,12 +43,7 @@ int main(int argc, char** argv) try {
                                "; use --repeats N, --modes dense,sta,vsa,sage and --products "
                                "bf16,fp8");
   }
-  dit::WanTransformerConfig config;
-  config.num_attention_heads = 12;
-  config.attention_head_dim = 128;
-  config.ffn_dim = 8960;
-  config.num_layers = 30;
-  config.text_dim = 4096;
+  const dit::WanTransformerConfig config = dit::wan21_1_3b_config();
   const fs::path file = fs::temp_directory_path() / "mmgen_wan_1_3b_random.safetensors";
   if (!fs::exists(file))
     write_safetensors(file, dit::random_checkpoint(config), {{"format", "pt"}});

@@ -16,4 +16,16 @@ Tensor random_tensor(const Shape& shape, float center, float spread, uint64_t se
 
 NamedTensors random_checkpoint(const WanTransformerConfig& config);
 
+// Wan2.1-T2V-1.3B's transformer shapes (12 heads of 128, ffn 8960, text_dim 4096) with `layers`
+// blocks (the model has 30): what the benchmarks time.
+inline WanTransformerConfig wan21_1_3b_config(int64_t layers = 30) {
+  WanTransformerConfig config;
+  config.num_attention_heads = 12;
+  config.attention_head_dim = 128;
+  config.ffn_dim = 8960;
+  config.num_layers = layers;
+  config.text_dim = 4096;
+  return config;
+}
+
 }  // namespace mmgen::dit
