@@ -2,22 +2,45 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <bit>
 #include <set>
 
 #include "core/error.h"
 #include "core/file.h"
 #include "models/lora/lora_merge.h"
+#include "pipeline/registry.h"
 
 namespace mmgen {
 
 void attach_loras(ModelIndex& index, const std::vector<lora::LoraUse>& loras, lora::LoraMode mode) {
   if (loras.empty()) return;
-  check(index.has("transformer"), "--lora-path: {} has no transformer to merge a LoRA into",
+  check(index.has("transformer"), "--lora-path: {} has no transformer to apply a LoRA to",
         (index.root / "model_index.json").string());
-  for (const lora::LoraUse& use : loras) lora::check_lora_path(use.path);
-  index.components.at("transformer").loras = loras;
-  index.components.at("transformer").lora_mode = mode;
+  const PipelineSpec& spec = find_pipeline(index.class_name, index.root);
+  for (const lora::LoraUse& use : loras) {
+    lora::check_lora_path(use.path);
+    // Each component the file has keys for and the pipeline applies LoRAs to takes it; a file
+    // with keys for none goes to the transformer, whose reader refuses it in one line.
+    bool taken = false;
+    for (const std::string& component :
+         lora::lora_components(SafetensorsFile::open(use.path).names())) {
+      const bool applied =
+          std::count(spec.lora_components.begin(), spec.lora_components.end(), component) > 0;
+      if (index.has(component) && applied) {
+        index.components.at(component).loras.push_back(use);
+        index.components.at(component).lora_mode = mode;
+        taken = true;
+      } else {
+        spdlog::warn("lora: {} has keys for the {}, which {} applies no LoRA to; they are left out",
+                     use.path.string(), component, index.class_name);
+      }
+    }
+    if (!taken) {
+      index.components.at("transformer").loras.push_back(use);
+      index.components.at("transformer").lora_mode = mode;
+    }
+  }
 }
 
 namespace {
@@ -89,10 +112,7 @@ WeightStore with_loras(const ComponentEntry& entry, const WeightStore& weights,
       left_out += fmt::format("; {} .diff key(s) left out, as diffusers leaves them",
                               file.full_weight_diffs);
     if (file.other_components > 0)
-      left_out += fmt::format(
-          "; {} key(s) for other components not applied (text encoder "
-          "LoRAs are not read yet)",
-          file.other_components);
+      left_out += fmt::format("; {} key(s) for other components", file.other_components);
     spdlog::info("lora: {} ({} names): {} layer(s) of the {} {} at scale {}{}", file.path.string(),
                  file.format, file.layers.size(), entry.name,
                  runtime ? "added at run time" : "merged", entry.loras[i].scale, left_out);
@@ -138,9 +158,9 @@ nlohmann::json loras_json(const ComponentEntry& entry) {
   return list;
 }
 
-nlohmann::json loras_metadata(const ComponentEntry& entry) {
+nlohmann::json loras_metadata(const std::vector<lora::LoraUse>& loras) {
   nlohmann::json list = nlohmann::json::array();
-  for (const lora::LoraUse& use : entry.loras)
+  for (const lora::LoraUse& use : loras)
     list.push_back({{"file", use.path.filename().string()},
                     {"sha256", file_sha256(use.path)},
                     {"scale", use.scale}});

@@ -14,8 +14,10 @@
 
 namespace mmgen {
 
-// `loras` given to the index's transformer, each file checked to be there and be a .safetensors
-// file (what is in it is read when the transformer loads). Error, one line, otherwise.
+// `loras` given to the index's components, each file checked to be there and be a .safetensors
+// file: each goes to every component its keys are for that the pipeline applies LoRAs to
+// (PipelineSpec::lora_components: FLUX's CLIP text encoder too), the others' keys logged as left
+// out (what is in the file is read when each component loads). Error, one line, otherwise.
 void attach_loras(ModelIndex& index, const std::vector<lora::LoraUse>& loras,
                   lora::LoraMode mode = lora::LoraMode::Auto);
 
@@ -30,7 +32,7 @@ WeightStore with_loras(const ComponentEntry& entry, const WeightStore& weights,
 // ranks and scale, and the keys left out; [] when it has none. What --dry-run and inspect show.
 nlohmann::json loras_json(const ComponentEntry& entry);
 
-// The same for the output's metadata: each LoRA's file name, SHA-256 and scale.
-nlohmann::json loras_metadata(const ComponentEntry& entry);
+// What the output's metadata records of a request's LoRAs: each file's name, SHA-256 and scale.
+nlohmann::json loras_metadata(const std::vector<lora::LoraUse>& loras);
 
 }  // namespace mmgen

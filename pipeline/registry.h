@@ -67,6 +67,9 @@ struct PipelineSpec {
     bool sequence = false;
     bool cfg = false;
   } parallel;
+  // The components a LoRA file's keys are applied to (pipeline/component_loras.h), as diffusers'
+  // loader mixin for the pipeline lists them; keys for others are counted and left out.
+  std::vector<std::string> lora_components = {"transformer"};
 };
 
 const std::vector<PipelineSpec>& pipeline_registry();

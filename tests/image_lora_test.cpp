@@ -99,5 +99,28 @@ TEST(ImageLora, FluxDiffusersAndKohyaNamesMatchDiffusers) {
   }
 }
 
+// LoRAs that change FLUX's CLIP text encoder too (FluxLoraLoaderMixin applies them to the
+// transformer and the text encoder): a diffusers file with both components and a kohya file
+// with lora_unet_ and lora_te1_ keys (transformers' "text_model." prefix, which the checkpoint
+// lacks).
+TEST(ImageLora, FluxTextEncoderLorasMatchDiffusers) {
+  const fs::path tiny = testing::source_dir() / "tests/fixtures/flux-tiny";
+  const fs::path fixture = testing::source_dir() / "tests/fixtures/flux-tiny-text-encoder-lora";
+  const auto settings =
+      nlohmann::json::parse(read_text_file(tiny / "reference/reference.json"))["pipeline"];
+  FluxGenerationInput input = testing::flux_fixture_input(settings);
+  input.initial_latents =
+      SafetensorsFile::open(tiny / "reference/reference.safetensors").tensor("pipeline.noise");
+  for (const lora::LoraMode mode : kModes) {
+    SCOPED_TRACE(mode_name(mode));
+    const ModelIndex index = index_with(tiny / "model", fixture / "a_diffusers.safetensors",
+                                        fixture / "b_kohya.safetensors", mode);
+    ASSERT_EQ(index.component("text_encoder").loras.size(), 2u);
+    EXPECT_TRUE(index.component("text_encoder_2").loras.empty());
+    const FluxPipeline pipeline(index);
+    expect_matches(pipeline.generate(input, /*keep_step_latents=*/true), fixture);
+  }
+}
+
 }  // namespace
 }  // namespace mmgen

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <map>
+#include <set>
 #include <string_view>
 
 #include "core/error.h"
@@ -31,6 +32,37 @@ constexpr Ending kEndings[] = {
     {".alpha", Part::Alpha},
     {".diff", Part::FullDiff},
 };
+
+// Where a key's layer lives: the file's prefix says the component, and whether the rest is in
+// the model's own (diffusers') names or a family's original or kohya's flattened names.
+struct Prefix {
+  std::string_view text, component, format;
+  bool mapped;
+};
+constexpr Prefix kPrefixes[] = {
+    {"transformer.", "transformer", "diffusers/peft", false},
+    {"diffusion_model.", "transformer", "original", true},
+    {"lora_unet_", "transformer", "kohya (sd-scripts)", true},
+    // (A text encoder's names go through its model's lora_targets: transformers' CLIP files name
+    // layers with or without "text_model.".)
+    {"text_encoder_2.", "text_encoder_2", "diffusers/peft", true},
+    {"text_encoder.", "text_encoder", "diffusers/peft", true},
+    {"lora_te_", "text_encoder", "kohya (sd-scripts)", true},
+    {"lora_te1_", "text_encoder", "kohya (sd-scripts)", true},
+    // sd-scripts' FLUX and SD3 name the T5 encoder te3 (SD3's te2 is a second CLIP, which no
+    // pipeline here has; an SDXL file's te2 is refused by the shapes).
+    {"lora_te2_", "text_encoder_2", "kohya (sd-scripts)", true},
+    {"lora_te3_", "text_encoder_2", "kohya (sd-scripts)", true},
+    {"unet.", "unet", "diffusers/peft", false},
+};
+
+// The prefix `key` starts with; a key without one is peft's own, bare, for the transformer.
+const Prefix& prefix_of(const std::string& key) {
+  static constexpr Prefix kBare = {"", "transformer", "diffusers/peft", false};
+  for (const Prefix& prefix : kPrefixes)
+    if (key.starts_with(prefix.text)) return prefix;
+  return kBare;
+}
 
 struct Pieces {
   bool mapped = false;  // named in the family's original names (or kohya's): ModuleNames maps it
@@ -82,31 +114,17 @@ LoraFile read_lora_store(const WeightStore& store, const fs::path& path,
   const AdapterSettings adapter = adapter_settings(metadata, path, component);
   LoraFile file;
   file.path = path;
-  const std::string diffusers_prefix = component + ".", original_prefix = "diffusion_model.",
-                    kohya_prefix = "lora_unet_";
   std::map<std::string, Pieces> modules;
-  bool diffusers = false, original = false, kohya = false;
+  std::set<std::string_view> formats;
   for (const std::string& key : store.names()) {
-    std::string stem = key;
-    bool mapped = true;
-    if (key.rfind(diffusers_prefix, 0) == 0) {
-      stem = key.substr(diffusers_prefix.size());
-      diffusers = true;
-      mapped = false;
-    } else if (key.rfind(original_prefix, 0) == 0) {
-      stem = key.substr(original_prefix.size());
-      original = true;
-    } else if (key.rfind(kohya_prefix, 0) == 0) {
-      stem = key.substr(kohya_prefix.size());
-      kohya = true;
-    } else if (key.rfind("text_encoder", 0) == 0 || key.rfind("unet.", 0) == 0 ||
-               key.rfind("lora_te", 0) == 0) {
+    const Prefix& prefix = prefix_of(key);
+    if (prefix.component != component) {
       ++file.other_components;
       continue;
-    } else {
-      diffusers = true;  // peft's own files name the layers without a prefix
-      mapped = false;
     }
+    std::string stem = key.substr(prefix.text.size());
+    const bool mapped = prefix.mapped;
+    formats.insert(prefix.format);
     const Ending* ending = nullptr;
     for (const Ending& candidate : kEndings)
       if (stem.size() > candidate.text.size() && stem.ends_with(candidate.text)) {
@@ -167,15 +185,11 @@ LoraFile read_lora_store(const WeightStore& store, const fs::path& path,
     }
   }
   check(!modules.empty(),
-        "LoRA {}: no LoRA tensor for the {} (keys named {}... or {}...); is this a LoRA for "
-        "another model?",
-        path.string(), component, diffusers_prefix, original_prefix);
-  std::vector<std::string> formats;
-  if (diffusers) formats.push_back("diffusers/peft");
-  if (original) formats.push_back("original");
-  if (kohya) formats.push_back("kohya (sd-scripts)");
-  for (const std::string& format : formats)
-    file.format += (file.format.empty() ? "" : " and ") + format;
+        "LoRA {}: no LoRA tensor for the {} (keys named {}.*, or for the transformer "
+        "diffusion_model.* or lora_unet_*); is this a LoRA for another model?",
+        path.string(), component, component);
+  for (const std::string_view format : formats)
+    file.format += (file.format.empty() ? "" : " and ") + std::string(format);
   for (auto& [slot, pieces] : modules) {
     const std::string stem = slot.substr(1);
     LoraLayer layer;
@@ -240,6 +254,12 @@ LoraFile read_lora_store(const WeightStore& store, const fs::path& path,
     }
   }
   return file;
+}
+
+std::vector<std::string> lora_components(const std::vector<std::string>& keys) {
+  std::set<std::string> components;
+  for (const std::string& key : keys) components.insert(std::string(prefix_of(key).component));
+  return {components.begin(), components.end()};
 }
 
 void check_lora_path(const fs::path& path) {

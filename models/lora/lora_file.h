@@ -56,7 +56,7 @@ struct LoraFile {
   std::string format;  // "diffusers/peft", "original", "kohya (sd-scripts)" or a mix
   std::vector<LoraLayer> layers;
   int64_t full_weight_diffs = 0;  // `.diff` keys left out
-  int64_t other_components = 0;   // keys of components other than the one read (text_encoder.*)
+  int64_t other_components = 0;   // keys of components other than the one read
 };
 
 // Where a layer of a file in a model family's original names (the key's part before
@@ -70,6 +70,10 @@ struct LoraTarget {
 };
 // A family's names (empty: a name it does not know, read as the model's own name).
 using ModuleNames = std::function<std::vector<LoraTarget>(const std::string& original)>;
+
+// The components a LoRA file's keys are for ("transformer", "text_encoder", ...), by their
+// prefixes, sorted.
+std::vector<std::string> lora_components(const std::vector<std::string>& keys);
 
 // Throws Error, one line, unless `path` names a regular .safetensors file (what --lora-path is
 // checked for before any work, and read_lora_file before it reads).

@@ -18,6 +18,7 @@
 #include "attention/paged/paged_runner.h"
 #include "core/safetensors.h"
 #include "core/tensor.h"
+#include "models/lora/lora_file.h"
 #include "models/parameters.h"
 #include "models/text_encoders/clip_config.h"
 
@@ -65,6 +66,13 @@ class ClipTextModel {
   size_t resident_weight_bytes() const { return state_.bytes; }
   // Every tensor the model holds, where it holds it, under its checkpoint name
   // (models/parameters.h): the model's tree for what works by name.
+  // A LoRA layer's name as this checkpoint names it: with transformers' "text_model." prefix
+  // where the checkpoint has it and without it where not, whichever the LoRA file used
+  // (lora/lora_file.h).
+  std::vector<lora::LoraTarget> lora_targets(const std::string& name) const {
+    const std::string bare = name.starts_with("text_model.") ? name.substr(11) : name;
+    return {{prefix_ + bare, {}}};
+  }
   void list_parameters(const models::ParameterVisitor& visit) const;
   // What resident_weight_bytes() is after set_device(Device::CUDA, compute), from the config.
   static uint64_t gpu_weight_bytes(const ClipTextConfig& config, DType compute = DType::BF16);

@@ -60,26 +60,30 @@ std::string guidance_of_flux(const Request& request) {
 }  // namespace
 
 PipelineSpec flux_pipeline_spec() {
-  return {"FluxPipeline",
-          "flux.yaml",
-          {{"text_encoder", ComponentKind::TextEncoder, {"CLIPTextModel"}},
-           {"tokenizer", ComponentKind::Tokenizer, {"CLIPTokenizer", "CLIPTokenizerFast"}},
-           {"text_encoder_2", ComponentKind::TextEncoder, {"T5EncoderModel"}},
-           {"tokenizer_2",
-            ComponentKind::Tokenizer,
-            {"T5Tokenizer", "T5TokenizerFast", "TokenizersBackend"}},
-           {"transformer", ComponentKind::Transformer, {"FluxTransformer2DModel"}},
-           {"vae", ComponentKind::Vae, {"AutoencoderKL"}},
-           // FLUX passes explicit sigmas and mu, which only this scheduler takes.
-           {"scheduler", ComponentKind::Scheduler, {"FlowMatchEulerDiscreteScheduler"}}},
-          validate_flux,
-          flux_latent_shape,
-          load_flux_pipeline,
-          estimate_flux_memory,
-          /*stage_offload=*/false,
-          estimate_flux_gpu_weights,
-          unused_flux_settings,
-          guidance_of_flux};
+  PipelineSpec spec{
+      "FluxPipeline",
+      "flux.yaml",
+      {{"text_encoder", ComponentKind::TextEncoder, {"CLIPTextModel"}},
+       {"tokenizer", ComponentKind::Tokenizer, {"CLIPTokenizer", "CLIPTokenizerFast"}},
+       {"text_encoder_2", ComponentKind::TextEncoder, {"T5EncoderModel"}},
+       {"tokenizer_2",
+        ComponentKind::Tokenizer,
+        {"T5Tokenizer", "T5TokenizerFast", "TokenizersBackend"}},
+       {"transformer", ComponentKind::Transformer, {"FluxTransformer2DModel"}},
+       {"vae", ComponentKind::Vae, {"AutoencoderKL"}},
+       // FLUX passes explicit sigmas and mu, which only this scheduler takes.
+       {"scheduler", ComponentKind::Scheduler, {"FlowMatchEulerDiscreteScheduler"}}},
+      validate_flux,
+      flux_latent_shape,
+      load_flux_pipeline,
+      estimate_flux_memory,
+      /*stage_offload=*/false,
+      estimate_flux_gpu_weights,
+      unused_flux_settings,
+      guidance_of_flux};
+  // FluxLoraLoaderMixin's: the transformer and the CLIP text encoder.
+  spec.lora_components = {"transformer", "text_encoder"};
+  return spec;
 }
 
 }  // namespace mmgen

@@ -128,19 +128,16 @@ void check_wan(const fs::path& fixtures) {
   }
 }
 
-void check_flux() {
+// FLUX with LoRAs `a` and `b` at 0.6 and 1.3 against the fixture folder's both.image.
+void check_flux(const fs::path& fixture, const fs::path& a, const fs::path& b, const char* what) {
   const fs::path fixtures = fs::path(MMGEN_SOURCE_DIR) / "tests/fixtures";
   const fs::path tiny = fixtures / "flux-tiny";
-  const SafetensorsFile reference =
-      SafetensorsFile::open(fixtures / "flux-tiny-kohya/reference.safetensors");
+  const SafetensorsFile reference = SafetensorsFile::open(fixture / "reference.safetensors");
   const auto request =
       nlohmann::json::parse(read_text_file(tiny / "reference/reference.json"))["pipeline"];
   for (const lora::LoraMode mode : {lora::LoraMode::Merge, lora::LoraMode::Runtime}) {
     ModelIndex index = load_model_index(tiny / "model");
-    attach_loras(index,
-                 {{fixtures / "flux-tiny-lora/lora_diffusers.safetensors", 0.6},
-                  {fixtures / "flux-tiny-kohya/b_kohya.safetensors", 1.3}},
-                 mode);
+    attach_loras(index, {{a, 0.6}, {b, 1.3}}, mode);
     const FluxPipeline pipeline(index);
     FluxGenerationInput input;
     input.prompt = request["prompt"];
@@ -155,9 +152,9 @@ void check_flux() {
     const double error =
         relative_error(pipeline.generate(input).frames, reference.tensor("both.image"));
     expect(error < kBound,
-           fmt::format("FLUX, a diffusers and a kohya LoRA {} on the GPU: image relative error "
-                       "{:.2e} < {:.0e} against diffusers",
-                       mode_name(mode), error, kBound));
+           fmt::format("FLUX, {} {} on the GPU: image relative error {:.2e} < {:.0e} against "
+                       "diffusers",
+                       what, mode_name(mode), error, kBound));
   }
 }
 
@@ -172,7 +169,14 @@ int main() try {
     check_wan(fixtures);
   else
     expect(false, "no wan-tiny fixture at " + fixtures.string() + " (set MMGEN_FIXTURES)");
-  check_flux();
+  const fs::path lora_fixtures = fs::path(MMGEN_SOURCE_DIR) / "tests/fixtures";
+  check_flux(lora_fixtures / "flux-tiny-kohya",
+             lora_fixtures / "flux-tiny-lora/lora_diffusers.safetensors",
+             lora_fixtures / "flux-tiny-kohya/b_kohya.safetensors", "a diffusers and a kohya LoRA");
+  // The CLIP text encoder on the GPU's paged backend with LoRAs of its own.
+  const fs::path text = lora_fixtures / "flux-tiny-text-encoder-lora";
+  check_flux(text, text / "a_diffusers.safetensors", text / "b_kohya.safetensors",
+             "LoRAs on the transformer and the CLIP text encoder");
   return finish("lora_cuda_test");
 } catch (const std::exception& e) {
   std::printf("lora_cuda_test: %s\n", e.what());
