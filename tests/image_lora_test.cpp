@@ -122,5 +122,32 @@ TEST(ImageLora, FluxTextEncoderLorasMatchDiffusers) {
   }
 }
 
+// XLabs' FLUX layout (their attention processors' LoRAs, fused q/k/v split by rows, no alpha) at
+// 0.8, as diffusers converts and runs it.
+TEST(ImageLora, FluxXlabsLayoutMatchesDiffusers) {
+  const fs::path tiny = testing::source_dir() / "tests/fixtures/flux-tiny";
+  const fs::path fixture = testing::source_dir() / "tests/fixtures/flux-tiny-xlabs-lora";
+  const SafetensorsFile reference = SafetensorsFile::open(fixture / "reference.safetensors");
+  FluxGenerationInput input = testing::flux_fixture_input(
+      nlohmann::json::parse(read_text_file(tiny / "reference/reference.json"))["pipeline"]);
+  input.initial_latents =
+      SafetensorsFile::open(tiny / "reference/reference.safetensors").tensor("pipeline.noise");
+  for (const lora::LoraMode mode : kModes) {
+    SCOPED_TRACE(mode_name(mode));
+    ModelIndex index = load_model_index(tiny / "model");
+    attach_loras(index, {{fixture / "lora_xlabs.safetensors", 0.8}}, mode);
+    const FluxGenerationOutput output =
+        FluxPipeline(index).generate(input, /*keep_step_latents=*/true);
+    ASSERT_EQ(output.latents_after_step.size(), 4u);
+    for (int k = 0; k < 4; ++k)
+      EXPECT_LT(
+          testing::relative_error(output.latents_after_step[size_t(k)],
+                                  reference.tensor("xlabs.latents_after_step" + std::to_string(k))),
+          1e-4)
+          << "step " << k;
+    EXPECT_LT(testing::max_abs_diff(output.frames, reference.tensor("xlabs.image")), 1e-3);
+  }
+}
+
 }  // namespace
 }  // namespace mmgen

@@ -30,6 +30,9 @@ constexpr Ending kEndings[] = {
     {".lora_up.bias", Part::BiasDelta},
     {".diff_b", Part::BiasDelta},
     {".alpha", Part::Alpha},
+    // XLabs' FLUX files: double_blocks.0.processor.qkv_lora1.down.weight.
+    {".down.weight", Part::Down},
+    {".up.weight", Part::Up},
     {".diff", Part::FullDiff},
 };
 
@@ -56,9 +59,10 @@ constexpr Prefix kPrefixes[] = {
     {"unet.", "unet", "diffusers/peft", false},
 };
 
-// The prefix `key` starts with; a key without one is peft's own, bare, for the transformer.
+// The prefix `key` starts with; a key without one is the transformer's: peft's own files (the
+// model's names) or XLabs' FLUX files (BFL's), so the model's names say which.
 const Prefix& prefix_of(const std::string& key) {
-  static constexpr Prefix kBare = {"", "transformer", "diffusers/peft", false};
+  static constexpr Prefix kBare = {"", "transformer", "diffusers/peft", true};
   for (const Prefix& prefix : kPrefixes)
     if (key.starts_with(prefix.text)) return prefix;
   return kBare;

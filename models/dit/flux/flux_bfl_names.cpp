@@ -76,6 +76,24 @@ int64_t rows_of(const WeightStore& store, const std::string& name) {
   return shape[0];
 }
 
+// XLabs' attention processors' LoRAs under BFL's names: "double_blocks.0.processor.qkv_lora1" ->
+// "double_blocks.0.img_attn.qkv"; a single block's qkv_lora (q, k and v of linear1, not the MLP's
+// input) as "single_blocks.0.qkv" (resolved below); the name itself when it is no processor's.
+std::string from_xlabs(const std::string& name) {
+  const size_t at = name.find(".processor.");
+  if (at == std::string::npos) return name;
+  const std::string block = name.substr(0, at + 1), part = name.substr(at + 11);
+  static const std::pair<const char*, const char*> kParts[] = {{"qkv_lora1", "img_attn.qkv"},
+                                                               {"qkv_lora2", "txt_attn.qkv"},
+                                                               {"proj_lora1", "img_attn.proj"},
+                                                               {"proj_lora2", "txt_attn.proj"},
+                                                               {"qkv_lora", "qkv"},
+                                                               {"proj_lora", "linear2"}};
+  for (const auto& [from, to] : kParts)
+    if (part == from) return block + to;
+  return name;
+}
+
 }  // namespace
 
 WeightStore flux_from_bfl_names(const WeightStore& bfl) {
@@ -123,7 +141,8 @@ WeightStore flux_from_bfl_names(const WeightStore& bfl) {
   return store.with_row_pieces(pieces);
 }
 
-std::vector<lora::LoraTarget> flux_lora_targets(const std::string& bfl, int64_t dim) {
+std::vector<lora::LoraTarget> flux_lora_targets(const std::string& original, int64_t dim) {
+  const std::string bfl = from_xlabs(original);
   std::string name = diffusers_name(bfl + ".");
   name.pop_back();
   const auto fused = [&](const std::string& ending, const std::vector<std::string>& parts) {
@@ -144,6 +163,8 @@ std::vector<lora::LoraTarget> flux_lora_targets(const std::string& bfl, int64_t 
       return targets;
   }
   if (name.starts_with("single_transformer_blocks.")) {
+    if (auto targets = fused(".qkv", {".attn.to_q", ".attn.to_k", ".attn.to_v"}); !targets.empty())
+      return targets;
     // linear1 is [q, k, v, the MLP's input (4·dim)].
     if (auto targets = fused("linear1", {"attn.to_q", "attn.to_k", "attn.to_v"});
         !targets.empty()) {
@@ -157,7 +178,7 @@ std::vector<lora::LoraTarget> flux_lora_targets(const std::string& bfl, int64_t 
   // BFL's [shift, scale]; diffusers' AdaLayerNormContinuous reads [scale, shift].
   if (name == "final_layer.adaLN_modulation.1")
     return {{"norm_out.linear", {{dim, dim}, {0, dim}}}};
-  if (name == bfl) return {};
+  if (name == original) return {};
   return {{name, {}}};
 }
 
