@@ -54,7 +54,10 @@ Tensor linear_with_low_rank(const Tensor& x, const Tensor& weight, const Tensor&
   // The host computes in float32 and converts at the end; the GPU adds the update into the
   // product's own result, which is float32 only where an activation follows the sum.
   const DType sum = host || activation ? DType::F32 : out;
-  Tensor y = linear(x, plain, bias, sum);
+  // (The GPU's FP8 products write bf16 only: widened for the sum.)
+  Tensor y = !host && sum == DType::F32 && plain.dtype() == DType::F8E4M3Rows
+                 ? linear(x, plain, bias, DType::BF16).to(DType::F32)
+                 : linear(x, plain, bias, sum);
   add_low_rank_(y, x, *weight.low_rank());
   if (activation) activate_(y, *activation);
   return y.dtype() == out ? y : y.to(out);

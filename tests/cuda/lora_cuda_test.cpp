@@ -76,6 +76,12 @@ void check_products() {
       relative_error(ops::linear(x_gpu, fp8, bias_bf16, DType::BF16), expected);
   expect(fp8.low_rank() && fp8_error < 3e-2,
          fmt::format("FP8 rows with an update: relative error {:.2e} < 3e-2", fp8_error));
+  const double fp8_gelu_error = relative_error(
+      ops::linear(x_gpu, fp8, bias_bf16, DType::BF16, Activation::GeluTanh), expected_gelu);
+  expect(fp8_gelu_error < 3e-2,
+         fmt::format("FP8 rows with an update, tanh GELU after the sum: relative error {:.2e} < "
+                     "3e-2",
+                     fp8_gelu_error));
   Tensor blocks = Tensor::empty({out, in / 32}, DType::Q8_0);
   gguf::quantize_q8_0(w.data<float>(), w.numel(), blocks.raw());
   const Tensor q8 = blocks.with_low_rank(update).to(Device::CUDA);
@@ -125,6 +131,15 @@ void check_wan(const fs::path& fixtures) {
            fmt::format("Wan, two LoRAs {} on the GPU: video relative error {:.2e} < {:.0e} against "
                        "diffusers (and {:.2e} from the video of one LoRA)",
                        mode_name(mode), error, kBound, apart));
+    // FP8 products (--gpu-matmul-precision fp8): the LoRA beside e4m3 weights, within the FP8
+    // run's bound of wan_pipeline_cuda_test.
+    input.fp8_products = true;
+    const double fp8_error =
+        relative_error(pipeline.generate(input).frames, reference.tensor("both.video"));
+    expect(fp8_error < 3e-2,
+           fmt::format("Wan, two LoRAs {} on the GPU with FP8 products: video relative error "
+                       "{:.2e} < 3e-2 against diffusers",
+                       mode_name(mode), fp8_error));
   }
 }
 
