@@ -30,33 +30,6 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// A random rank-`rank` LoRA on every linear layer of the blocks, bf16, diffusers' names; the up
-// matrices small enough that the outputs stay in range.
-void write_random_lora(const fs::path& path, const dit::WanTransformerConfig& config,
-                       int64_t rank) {
-  NamedTensors tensors;
-  const int64_t d = config.inner_dim(), f = config.ffn_dim;
-  uint64_t seed = 500;
-  for (int64_t l = 0; l < config.num_layers; ++l) {
-    const std::string block = "transformer.blocks." + std::to_string(l) + ".";
-    std::vector<std::tuple<std::string, int64_t, int64_t>> layers;
-    for (const char* attention : {"attn1.", "attn2."})
-      for (const char* projection : {"to_q", "to_k", "to_v", "to_out.0"})
-        layers.emplace_back(std::string(attention) + projection, d, d);
-    layers.emplace_back("ffn.net.0.proj", f, d);
-    layers.emplace_back("ffn.net.2", d, f);
-    for (const auto& [name, out, in] : layers) {
-      tensors.emplace_back(
-          block + name + ".lora_A.weight",
-          dit::random_tensor({rank, in}, 0.0f, 1.0f / std::sqrt(float(in)), seed++, DType::BF16));
-      tensors.emplace_back(block + name + ".lora_B.weight",
-                           dit::random_tensor({out, rank}, 0.0f, 0.02f / std::sqrt(float(rank)),
-                                              seed++, DType::BF16));
-    }
-  }
-  write_safetensors(path, tensors, {{"format", "pt"}});
-}
-
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -79,7 +52,7 @@ int main(int argc, char** argv) try {
   const fs::path file = fs::temp_directory_path() / "mmgen_wan_1_3b_random.safetensors";
   if (!fs::exists(file))
     write_safetensors(file, dit::random_checkpoint(config), {{"format", "pt"}});
-  write_random_lora(lora_path, config, rank);
+  write_safetensors(lora_path, dit::random_lora(config, rank), {{"format", "pt"}});
   const WeightStore base = WeightStore::open_file(file);
 
   const Tensor latents = dit::random_tensor({1, 16, 21, 60, 104}, 0.0f, 1.7f, 101, DType::F32);

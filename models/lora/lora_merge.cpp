@@ -93,22 +93,69 @@ void merge_bias_deltas(std::map<std::string, Tensor>& merged, const WeightStore&
       }
 }
 
-WeightStore stored_back(const WeightStore& base, std::map<std::string, Tensor> merged) {
-  for (auto& [name, tensor] : merged) tensor = tensor.to(base.info(name).dtype);
-  return base.with_replaced(merged);
+// Each changed matrix's LoRA terms as one update, in the order the LoRAs come: their down
+// matrices stacked [Σ rank, in], their up matrices side by side [out, Σ rank], each scaled by the
+// user's scale times alpha / rank.
+std::map<std::string, LowRankUpdate> stacked_updates(const std::vector<ScaledLora>& loras) {
+  std::map<std::string, std::vector<std::pair<const LoraLayer*, float>>> terms;
+  for (const ScaledLora& use : loras)
+    for (const LoraLayer& layer : use.file->layers)
+      if (layer.down.defined())
+        terms[layer.module + ".weight"].emplace_back(&layer,
+                                                     float(use.scale) * layer.alpha_over_rank);
+  std::map<std::string, LowRankUpdate> updates;
+  for (const auto& [name, parts] : terms) {
+    int64_t rank = 0;
+    for (const auto& part : parts) rank += part.first->down.size(0);
+    const int64_t in = parts.front().first->down.size(1), out = parts.front().first->up.size(0);
+    Tensor down = Tensor::empty({rank, in}), up = Tensor::empty({out, rank});
+    int64_t at = 0;
+    for (const auto& [layer, scale] : parts) {
+      const int64_t r = layer->down.size(0);
+      down.slice(0, at, at + r).copy_from(layer->down);
+      // Columns [at, at + r) of each row: this LoRA's up matrix, scaled.
+      const float* u = layer->up.data<float>();
+      float* to = up.data<float>();
+      for (int64_t o = 0; o < out; ++o)
+        for (int64_t c = 0; c < r; ++c) to[o * rank + at + c] = scale * u[o * r + c];
+      at += r;
+    }
+    updates.emplace(name, LowRankUpdate{down, up});
+  }
+  return updates;
 }
 
-// W += s·(alpha / rank)·(up · down) for `layer`, into merged's float32 copy of W.
-void merge_layer(std::map<std::string, Tensor>& merged, const WeightStore& base,
-                 const ScaledLora& use, const LoraLayer& layer) {
-  // up · down = up · (downᵀ)ᵀ: the product's x · wᵀ with x = up, w = downᵀ.
-  const Tensor delta =
-      ops::linear(layer.up, layer.down.permute({1, 0}).contiguous(), Tensor(), DType::F32);
-  Tensor& weight = accumulator(merged, base, layer.module + ".weight", *use.file, layer);
-  const float s = float(use.scale) * layer.alpha_over_rank;
-  float* w = weight.data<float>();
-  const float* d = delta.data<float>();
-  for (int64_t i = 0; i < weight.numel(); ++i) w[i] += s * d[i];
+// W + up · down in the stored dtype of `name` (float32 sums, one rounding), a block of rows at a
+// time so that the float32 values of a block stay in cache: one read of W and one write of the
+// result, where a float32 copy of the whole matrix would be read and written several times.
+Tensor merged_matrix(const WeightStore& base, const std::string& name, const LowRankUpdate& update,
+                     const std::vector<ScaledLora>& loras) {
+  const DType stored = base.info(name).dtype, product = base.product_dtype(name);
+  if (stored != product || stored == DType::F8E4M3) {
+    std::string file;
+    for (const ScaledLora& use : loras)
+      for (const LoraLayer& layer : use.file->layers)
+        if (file.empty() && layer.module + ".weight" == name)
+          file = use.file->path.string() + ": '" + layer.key + "'";
+    fail(
+        "LoRA {} changes {}, which is stored as {}; merging into quantized or FP8 weights "
+        "would requantize them: use --lora-mode runtime (or a bf16 or float32 checkpoint)",
+        file, name, base.stored_type(name));
+  }
+  const Tensor weight = base.get(name);
+  const int64_t rows = weight.size(0), in = weight.size(1);
+  const Tensor down_t = update.down.permute({1, 0}).contiguous();  // [in, rank]
+  Tensor result = Tensor::empty(weight.shape(), stored);
+  const int64_t block = std::max<int64_t>(1, (int64_t(1) << 20) / in);
+  for (int64_t r0 = 0; r0 < rows; r0 += block) {
+    const int64_t r1 = std::min(rows, r0 + block);
+    const Tensor stored_rows = weight.slice(0, r0, r1);
+    Tensor sum = stored == DType::F32 ? stored_rows.clone() : stored_rows.to(DType::F32);
+    // up · down = up · (downᵀ)ᵀ: the product's x · wᵀ with x = up's rows, w = downᵀ.
+    ops::add_(sum, ops::linear(update.up.slice(0, r0, r1).contiguous(), down_t));
+    result.slice(0, r0, r1).copy_from(sum);
+  }
+  return result;
 }
 
 }  // namespace
@@ -118,52 +165,29 @@ WeightStore merge_loras(const WeightStore& base, const models::ParameterList& tr
   if (loras.empty()) return base;
   check_fit(base, tree, loras, model);
   std::map<std::string, Tensor> merged;
-  for (const ScaledLora& use : loras)
-    for (const LoraLayer& layer : use.file->layers)
-      if (layer.down.defined()) merge_layer(merged, base, use, layer);
   merge_bias_deltas(merged, base, loras);
-  return stored_back(base, std::move(merged));
+  for (auto& [name, tensor] : merged) tensor = tensor.to(base.info(name).dtype);
+  for (const auto& [name, update] : stacked_updates(loras))
+    merged[name] = merged_matrix(base, name, update, loras);
+  return base.with_replaced(merged);
 }
 
 WeightStore with_runtime_loras(const WeightStore& base, const models::ParameterList& tree,
                                const std::vector<ScaledLora>& loras, const std::string& model) {
   if (loras.empty()) return base;
   check_fit(base, tree, loras, model);
+  // A table the host reads (small: Z-Image's modulation) is merged instead, as the bias deltas.
   const std::set<std::string> tables = listed_names(tree).tables;
-  // Each changed matrix's terms, in the order the LoRAs come: down [rank, in], up · scale. A
-  // table the host reads (small: Z-Image's modulation) is merged instead, as the bias deltas.
-  std::map<std::string, std::vector<std::pair<Tensor, Tensor>>> terms;
   std::map<std::string, Tensor> merged;
-  for (const ScaledLora& use : loras)
-    for (const LoraLayer& layer : use.file->layers)
-      if (layer.down.defined() && tables.count(layer.module + ".weight")) {
-        merge_layer(merged, base, use, layer);
-      } else if (layer.down.defined()) {
-        Tensor up = layer.up.clone();
-        const float s = float(use.scale) * layer.alpha_over_rank;
-        float* u = up.data<float>();
-        for (int64_t i = 0; i < up.numel(); ++i) u[i] *= s;
-        terms[layer.module + ".weight"].emplace_back(layer.down, up);
-      }
-  std::map<std::string, std::shared_ptr<const LowRankUpdate>> updates;
-  for (const auto& [name, pairs] : terms) {
-    int64_t rank = 0;
-    for (const auto& pair : pairs) rank += pair.first.size(0);
-    const int64_t in = pairs.front().first.size(1), out = pairs.front().second.size(0);
-    Tensor down = Tensor::empty({rank, in}), up = Tensor::empty({out, rank});
-    int64_t at = 0;
-    for (const auto& [d, u] : pairs) {
-      const int64_t r = d.size(0);
-      down.slice(0, at, at + r).copy_from(d);
-      // The up matrices side by side: columns [at, at + r) of each row.
-      for (int64_t o = 0; o < out; ++o)
-        std::copy_n(u.data<float>() + o * r, r, up.data<float>() + o * rank + at);
-      at += r;
-    }
-    updates[name] = std::make_shared<const LowRankUpdate>(LowRankUpdate{down, up});
-  }
   merge_bias_deltas(merged, base, loras);
-  return stored_back(base, std::move(merged)).with_low_rank(updates);
+  for (auto& [name, tensor] : merged) tensor = tensor.to(base.info(name).dtype);
+  std::map<std::string, std::shared_ptr<const LowRankUpdate>> updates;
+  for (auto& [name, update] : stacked_updates(loras))
+    if (tables.count(name))
+      merged[name] = merged_matrix(base, name, update, loras);
+    else
+      updates[name] = std::make_shared<const LowRankUpdate>(std::move(update));
+  return base.with_replaced(merged).with_low_rank(updates);
 }
 
 LoraMode resolved_mode(LoraMode mode, const WeightStore& base,

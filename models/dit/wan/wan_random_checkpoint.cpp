@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "core/dtype.h"
 
@@ -71,6 +73,30 @@ NamedTensors random_checkpoint(const WanTransformerConfig& config) {
   }
   linear("proj_out", config.out_channels * config.patch_volume(), d);
   add("scale_shift_table", {1, 2, d}, 0.0f, float(1.0 / std::sqrt(double(d))));
+  return tensors;
+}
+
+NamedTensors random_lora(const WanTransformerConfig& config, int64_t rank) {
+  NamedTensors tensors;
+  const int64_t d = config.inner_dim(), f = config.ffn_dim;
+  uint64_t seed = 500;
+  for (int64_t l = 0; l < config.num_layers; ++l) {
+    const std::string block = "transformer.blocks." + std::to_string(l) + ".";
+    std::vector<std::tuple<std::string, int64_t, int64_t>> layers;
+    for (const char* attention : {"attn1.", "attn2."})
+      for (const char* projection : {"to_q", "to_k", "to_v", "to_out.0"})
+        layers.emplace_back(std::string(attention) + projection, d, d);
+    layers.emplace_back("ffn.net.0.proj", f, d);
+    layers.emplace_back("ffn.net.2", d, f);
+    for (const auto& [name, out, in] : layers) {
+      tensors.emplace_back(
+          block + name + ".lora_A.weight",
+          random_tensor({rank, in}, 0.0f, 1.0f / std::sqrt(float(in)), seed++, DType::BF16));
+      tensors.emplace_back(
+          block + name + ".lora_B.weight",
+          random_tensor({out, rank}, 0.0f, 0.02f / std::sqrt(float(rank)), seed++, DType::BF16));
+    }
+  }
   return tensors;
 }
 

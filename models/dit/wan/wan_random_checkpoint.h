@@ -16,6 +16,11 @@ Tensor random_tensor(const Shape& shape, float center, float spread, uint64_t se
 
 NamedTensors random_checkpoint(const WanTransformerConfig& config);
 
+// A random rank-`rank` LoRA in diffusers' names on every linear layer of the blocks (self- and
+// cross-attention's q, k, v, out and the feed-forward's two), bf16, its up matrices small enough
+// that the outputs stay in range: what the LoRA benchmarks load.
+NamedTensors random_lora(const WanTransformerConfig& config, int64_t rank);
+
 // Wan2.1-T2V-1.3B's transformer shapes (12 heads of 128, ffn 8960, text_dim 4096) with `layers`
 // blocks (the model has 30): what the benchmarks time.
 inline WanTransformerConfig wan21_1_3b_config(int64_t layers = 30) {
