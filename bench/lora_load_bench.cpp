@@ -83,7 +83,8 @@ int main(int argc, char** argv) try {
       "read %.3f s; SHA-256 %.3f s; merged into the weights %.3f s; runtime updates made "
       "%.3f s\n",
       read, hashing, merge, runtime);
-  fs::remove(lora_path);
+  std::printf("the LoRA file stays at %s (bench/lora_load_diffusers.py loads the same)\n",
+              lora_path.c_str());
   return 0;
 } catch (const std::exception& error) {
   std::fprintf(stderr, "lora_load_bench: %s\n", error.what());
