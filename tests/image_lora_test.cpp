@@ -50,54 +50,48 @@ ModelIndex index_with(const fs::path& model, const fs::path& a, const fs::path& 
   return index;
 }
 
-TEST(ImageLora, ZImageDiffusersAndOriginalNamesMatchDiffusers) {
-  MMGEN_REQUIRE_SHARED();
-  const fs::path tiny = testing::shared_dir() / "fixtures/zimage-tiny";
-  const fs::path fixture = testing::source_dir() / "tests/fixtures/zimage-tiny-lora";
-  const auto p =
-      nlohmann::json::parse(read_text_file(tiny / "reference/reference.json"))["pipeline"];
-  ZImageGenerationInput input = testing::zimage_fixture_input(p);
+// The "pipeline" request of a tiny model's reference.json.
+nlohmann::json reference_request(const fs::path& tiny) {
+  return nlohmann::json::parse(read_text_file(tiny / "reference/reference.json"))["pipeline"];
+}
+
+// `input` on the tiny model with its reference noise and LoRAs `a` at 0.6 and `b` at 1.3, merged
+// and at run time, against the fixture's diffusers results.
+template <class Pipeline, class Input>
+void expect_both_modes_match(const fs::path& tiny, const fs::path& fixture, const fs::path& a,
+                             const fs::path& b, Input input) {
   input.initial_latents =
       SafetensorsFile::open(tiny / "reference/reference.safetensors").tensor("pipeline.noise");
   for (const lora::LoraMode mode : kModes) {
     SCOPED_TRACE(mode_name(mode));
-    const ZImagePipeline pipeline(index_with(tiny / "model", fixture / "a_diffusers.safetensors",
-                                             fixture / "b_original.safetensors", mode));
+    const Pipeline pipeline(index_with(tiny / "model", a, b, mode));
     expect_matches(pipeline.generate(input, /*keep_step_latents=*/true), fixture);
   }
+}
+
+TEST(ImageLora, ZImageDiffusersAndOriginalNamesMatchDiffusers) {
+  MMGEN_REQUIRE_SHARED();
+  const fs::path tiny = testing::shared_dir() / "fixtures/zimage-tiny";
+  const fs::path fixture = testing::source_dir() / "tests/fixtures/zimage-tiny-lora";
+  expect_both_modes_match<ZImagePipeline>(tiny, fixture, fixture / "a_diffusers.safetensors",
+                                          fixture / "b_original.safetensors",
+                                          testing::zimage_fixture_input(reference_request(tiny)));
 }
 
 TEST(ImageLora, QwenImageDiffusersAndKohyaNamesMatchDiffusers) {
   const fs::path tiny = testing::source_dir() / "tests/fixtures/qwenimage-tiny";
   const fs::path fixture = testing::source_dir() / "tests/fixtures/qwenimage-tiny-lora";
-  const auto p =
-      nlohmann::json::parse(read_text_file(tiny / "reference/reference.json"))["pipeline"];
-  QwenImageGenerationInput input = testing::qwenimage_fixture_input(p);
-  input.initial_latents =
-      SafetensorsFile::open(tiny / "reference/reference.safetensors").tensor("pipeline.noise");
-  for (const lora::LoraMode mode : kModes) {
-    SCOPED_TRACE(mode_name(mode));
-    const QwenImagePipeline pipeline(index_with(tiny / "model", fixture / "a_diffusers.safetensors",
-                                                fixture / "b_kohya.safetensors", mode));
-    expect_matches(pipeline.generate(input, /*keep_step_latents=*/true), fixture);
-  }
+  expect_both_modes_match<QwenImagePipeline>(
+      tiny, fixture, fixture / "a_diffusers.safetensors", fixture / "b_kohya.safetensors",
+      testing::qwenimage_fixture_input(reference_request(tiny)));
 }
 
 TEST(ImageLora, FluxDiffusersAndKohyaNamesMatchDiffusers) {
   const fs::path tiny = testing::source_dir() / "tests/fixtures/flux-tiny";
   const fs::path fixture = testing::source_dir() / "tests/fixtures/flux-tiny-kohya";
-  const auto settings =
-      nlohmann::json::parse(read_text_file(tiny / "reference/reference.json"))["pipeline"];
-  FluxGenerationInput input = testing::flux_fixture_input(settings);
-  input.initial_latents =
-      SafetensorsFile::open(tiny / "reference/reference.safetensors").tensor("pipeline.noise");
-  for (const lora::LoraMode mode : kModes) {
-    SCOPED_TRACE(mode_name(mode));
-    const FluxPipeline pipeline(
-        index_with(tiny / "model", tiny.parent_path() / "flux-tiny-lora/lora_diffusers.safetensors",
-                   fixture / "b_kohya.safetensors", mode));
-    expect_matches(pipeline.generate(input, /*keep_step_latents=*/true), fixture);
-  }
+  expect_both_modes_match<FluxPipeline>(
+      tiny, fixture, tiny.parent_path() / "flux-tiny-lora/lora_diffusers.safetensors",
+      fixture / "b_kohya.safetensors", testing::flux_fixture_input(reference_request(tiny)));
 }
 
 // LoRAs that change FLUX's CLIP text encoder too (FluxLoraLoaderMixin applies them to the
@@ -107,20 +101,12 @@ TEST(ImageLora, FluxDiffusersAndKohyaNamesMatchDiffusers) {
 TEST(ImageLora, FluxTextEncoderLorasMatchDiffusers) {
   const fs::path tiny = testing::source_dir() / "tests/fixtures/flux-tiny";
   const fs::path fixture = testing::source_dir() / "tests/fixtures/flux-tiny-text-encoder-lora";
-  const auto settings =
-      nlohmann::json::parse(read_text_file(tiny / "reference/reference.json"))["pipeline"];
-  FluxGenerationInput input = testing::flux_fixture_input(settings);
-  input.initial_latents =
-      SafetensorsFile::open(tiny / "reference/reference.safetensors").tensor("pipeline.noise");
-  for (const lora::LoraMode mode : kModes) {
-    SCOPED_TRACE(mode_name(mode));
-    const ModelIndex index = index_with(tiny / "model", fixture / "a_diffusers.safetensors",
-                                        fixture / "b_kohya.safetensors", mode);
-    ASSERT_EQ(index.component("text_encoder").loras.size(), 2u);
-    EXPECT_TRUE(index.component("text_encoder_2").loras.empty());
-    const FluxPipeline pipeline(index);
-    expect_matches(pipeline.generate(input, /*keep_step_latents=*/true), fixture);
-  }
+  const fs::path a = fixture / "a_diffusers.safetensors", b = fixture / "b_kohya.safetensors";
+  const ModelIndex index = index_with(tiny / "model", a, b, lora::LoraMode::Auto);
+  EXPECT_EQ(index.component("text_encoder").loras.size(), 2u);
+  EXPECT_TRUE(index.component("text_encoder_2").loras.empty());
+  expect_both_modes_match<FluxPipeline>(tiny, fixture, a, b,
+                                        testing::flux_fixture_input(reference_request(tiny)));
 }
 
 // XLabs' FLUX layout (their attention processors' LoRAs, fused q/k/v split by rows, no alpha) at
@@ -129,8 +115,7 @@ TEST(ImageLora, FluxXlabsLayoutMatchesDiffusers) {
   const fs::path tiny = testing::source_dir() / "tests/fixtures/flux-tiny";
   const fs::path fixture = testing::source_dir() / "tests/fixtures/flux-tiny-xlabs-lora";
   const SafetensorsFile reference = SafetensorsFile::open(fixture / "reference.safetensors");
-  FluxGenerationInput input = testing::flux_fixture_input(
-      nlohmann::json::parse(read_text_file(tiny / "reference/reference.json"))["pipeline"]);
+  FluxGenerationInput input = testing::flux_fixture_input(reference_request(tiny));
   input.initial_latents =
       SafetensorsFile::open(tiny / "reference/reference.safetensors").tensor("pipeline.noise");
   for (const lora::LoraMode mode : kModes) {
