@@ -9,6 +9,7 @@
 #include "core/file.h"
 #include "core/gguf_writer.h"
 #include "core/safetensors.h"
+#include "generate/convert_command.h"
 #include "models/dit/wan/wan_random_checkpoint.h"
 #include "models/dit/wan/wan_transformer.h"
 #include "models/lora/lora_file.h"
@@ -167,11 +168,40 @@ TEST_F(LoraPipelineTest, AnAlphaInTheFilesMetadataScalesAsPeftDoes) {
   EXPECT_LT(testing::max_abs_diff(output.frames, reference_->tensor("c.video")), 1e-5);
 }
 
-// The runtime mode on a GGUF base: the wan-tiny transformer with its products in q8_0 where their
-// inputs fill whole blocks (ffn.net.2's, which both LoRAs change), the LoRAs added as the products
-// run on the blocks as stored. It is the merge into the same values (the blocks dequantized,
-// written as float32) up to float32 rounding; a merge into the blocks themselves is refused, and
-// Auto picks the runtime mode for them.
+// Both fixture LoRAs (0.6, 1.3) on the wan-tiny transformer from `quantized` at run time (the
+// products reading the weights as stored), and merged into `values` (the same weights as float32
+// values): the same forward up to float32 rounding. A merge into `quantized` itself is refused,
+// and Auto picks the runtime mode for it.
+void expect_runtime_is_merge_into_values(const dit::WanTransformer& reference,
+                                         const WeightStore& quantized, const WeightStore& values,
+                                         const fs::path& loras_folder) {
+  const lora::ModuleNames names = dit::WanTransformer::lora_targets;
+  const lora::LoraFile a =
+      lora::read_lora_file(loras_folder / "a_diffusers.safetensors", "transformer", names);
+  const lora::LoraFile b =
+      lora::read_lora_file(loras_folder / "b_original.safetensors", "transformer", names);
+  const std::vector<lora::ScaledLora> loras = {{&a, 0.6}, {&b, 1.3}};
+  const models::ParameterList tree = [&](const models::ParameterVisitor& visit) {
+    reference.list_parameters(visit);
+  };
+  EXPECT_EQ(lora::resolved_mode(lora::LoraMode::Auto, quantized, loras), lora::LoraMode::Runtime);
+  EXPECT_EQ(lora::resolved_mode(lora::LoraMode::Auto, values, loras), lora::LoraMode::Merge);
+  EXPECT_THROW(lora::merge_loras(quantized, tree, loras, "WanTransformer3DModel"), Error);
+
+  const Tensor latents = dit::random_tensor({1, 16, 2, 4, 6}, 0.0f, 1.0f, 5, DType::F32);
+  const Tensor text = dit::random_tensor({1, 7, 32}, 0.0f, 0.5f, 6, DType::F32);
+  const auto forward = [&](WeightStore store) {
+    return dit::WanTransformer(reference.config(), std::move(store)).forward(latents, 700.0f, text);
+  };
+  const Tensor runtime =
+      forward(lora::with_runtime_loras(quantized, tree, loras, "WanTransformer3DModel"));
+  const Tensor merged = forward(lora::merge_loras(values, tree, loras, "WanTransformer3DModel"));
+  EXPECT_LT(testing::relative_error(runtime, merged), 1e-5);
+  EXPECT_GT(testing::relative_error(forward(quantized), merged), 1e-2);  // the LoRAs do change it
+}
+
+// A GGUF base: the wan-tiny transformer's products in q8_0 where their inputs fill whole blocks
+// (ffn.net.2's, which both LoRAs change); the values: the blocks dequantized, written as float32.
 TEST_F(LoraPipelineTest, RuntimeOnGgufBlocksIsTheMergeIntoTheirValues) {
   const dit::WanTransformer reference = dit::WanTransformer::load(wan_tiny() / "model/transformer");
   const WeightStore& weights = reference.weights();
@@ -192,33 +222,28 @@ TEST_F(LoraPipelineTest, RuntimeOnGgufBlocksIsTheMergeIntoTheirValues) {
   gguf::write_gguf(folder / "q8.gguf", {{"general.architecture", "wan"}}, blocks);
   gguf::write_gguf(folder / "values.gguf", {{"general.architecture", "wan"}}, values);
   const WeightStore q8 = WeightStore::open_file(folder / "q8.gguf");
-  const WeightStore dequantized = WeightStore::open_file(folder / "values.gguf");
   ASSERT_EQ(q8.product_dtype("blocks.0.ffn.net.2.weight"), DType::Q8_0);
+  expect_runtime_is_merge_into_values(reference, q8, WeightStore::open_file(folder / "values.gguf"),
+                                      lora_fixture());
+}
 
-  const lora::ModuleNames names = dit::WanTransformer::lora_targets;
-  const lora::LoraFile a =
-      lora::read_lora_file(lora_fixture() / "a_diffusers.safetensors", "transformer", names);
-  const lora::LoraFile b =
-      lora::read_lora_file(lora_fixture() / "b_original.safetensors", "transformer", names);
-  const std::vector<lora::ScaledLora> loras = {{&a, 0.6}, {&b, 1.3}};
-  const models::ParameterList tree = [&](const models::ParameterVisitor& visit) {
-    reference.list_parameters(visit);
-  };
-  EXPECT_EQ(lora::resolved_mode(lora::LoraMode::Auto, q8, loras), lora::LoraMode::Runtime);
-  EXPECT_EQ(lora::resolved_mode(lora::LoraMode::Auto, dequantized, loras), lora::LoraMode::Merge);
-  EXPECT_THROW(lora::merge_loras(q8, tree, loras, "WanTransformer3DModel"), Error);
-
-  const Tensor latents = dit::random_tensor({1, 16, 2, 4, 6}, 0.0f, 1.0f, 5, DType::F32);
-  const Tensor text = dit::random_tensor({1, 7, 32}, 0.0f, 0.5f, 6, DType::F32);
-  const auto forward = [&](WeightStore store) {
-    return dit::WanTransformer(reference.config(), std::move(store)).forward(latents, 700.0f, text);
-  };
-  const Tensor runtime =
-      forward(lora::with_runtime_loras(q8, tree, loras, "WanTransformer3DModel"));
-  const Tensor merged =
-      forward(lora::merge_loras(dequantized, tree, loras, "WanTransformer3DModel"));
-  EXPECT_LT(testing::relative_error(runtime, merged), 1e-5);
-  EXPECT_GT(testing::relative_error(forward(q8), merged), 1e-2);  // the LoRAs do change it
+// An FP8 checkpoint (`mmgen convert --type fp8_e4m3`: ComfyUI's scaled e4m3, the products read
+// as e4m3 rows); the values: what the store reads of it as float32, written as float32.
+TEST_F(LoraPipelineTest, RuntimeOnFp8WeightsIsTheMergeIntoTheirValues) {
+  const fs::path folder = testing::scratch_dir("lora_fp8");
+  const fs::path fp8 = folder / "fp8" / "wan-fp8.safetensors";
+  ASSERT_EQ(cli::run_convert({"--input", (wan_tiny() / "model/transformer").string(), "--out",
+                              fp8.string(), "--type", "fp8_e4m3", "--overwrite"}),
+            0);
+  const WeightStore quantized = WeightStore::open_file(fp8);
+  ASSERT_EQ(quantized.product_dtype("blocks.0.attn1.to_q.weight"), DType::F8E4M3Rows);
+  NamedTensors values;
+  for (const std::string& name : quantized.names())
+    values.emplace_back(name, quantized.get_f32(name));
+  write_safetensors(folder / "values.safetensors", values);
+  const dit::WanTransformer reference = dit::WanTransformer::load(wan_tiny() / "model/transformer");
+  expect_runtime_is_merge_into_values(
+      reference, quantized, WeightStore::open_file(folder / "values.safetensors"), lora_fixture());
 }
 
 // A LoRA file for testing refusals: `tensors` written to `name` in a scratch folder.
