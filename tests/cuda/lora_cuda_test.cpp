@@ -69,19 +69,18 @@ void check_products() {
   const std::vector<Tensor> each = ops::linear_each(x_gpu, stacked, DType::BF16);
   check("batched product, first (with an update)", each[0], ops::linear(x, merged));
   check("batched product, second (none)", each[1], ops::linear(x, other));
-  // FP8 rows and a GGUF matrix's blocks: the update beside the quantized product, whose own
-  // error (e4m3: 3 mantissa bits) sets the bound.
+  // FP8 rows: the update beside the quantized product, held against that same FP8 product of W
+  // plus the CPU's float32 update (e4m3's own error is the FP8 products' bound, not the LoRA's).
   const Tensor fp8 = weight.to(DType::F8E4M3Rows);
-  const double fp8_error =
-      relative_error(ops::linear(x_gpu, fp8, bias_bf16, DType::BF16), expected);
-  expect(fp8.low_rank() && fp8_error < 3e-2,
-         fmt::format("FP8 rows with an update: relative error {:.2e} < 3e-2", fp8_error));
-  const double fp8_gelu_error = relative_error(
-      ops::linear(x_gpu, fp8, bias_bf16, DType::BF16, Activation::GeluTanh), expected_gelu);
-  expect(fp8_gelu_error < 3e-2,
-         fmt::format("FP8 rows with an update, tanh GELU after the sum: relative error {:.2e} < "
-                     "3e-2",
-                     fp8_gelu_error));
+  Tensor fp8_expected =
+      ops::linear(x_gpu, fp8.without_low_rank(), bias_bf16, DType::BF16).to(Device::CPU);
+  fp8_expected = fp8_expected.to(DType::F32);
+  ops::add_(fp8_expected, ops::linear(ops::linear(x, down), up));
+  check("FP8 rows", ops::linear(x_gpu, fp8, bias_bf16, DType::BF16), fp8_expected);
+  Tensor fp8_gelu_expected = fp8_expected.clone();
+  ops::activate_(fp8_gelu_expected, Activation::GeluTanh);
+  check("FP8 rows, tanh GELU after the sum",
+        ops::linear(x_gpu, fp8, bias_bf16, DType::BF16, Activation::GeluTanh), fp8_gelu_expected);
   Tensor blocks = Tensor::empty({out, in / 32}, DType::Q8_0);
   gguf::quantize_q8_0(w.data<float>(), w.numel(), blocks.raw());
   const Tensor q8 = blocks.with_low_rank(update).to(Device::CUDA);
@@ -127,7 +126,8 @@ void check_wan(const fs::path& fixtures) {
     const Tensor video = pipeline.generate(input).frames;
     const double error = relative_error(video, reference.tensor("both.video"));
     const double apart = relative_error(video, reference.tensor("a.video"));
-    expect(error < kBound && apart > 5 * kBound,
+    // (b's share of the video: far beyond the error.)
+    expect(error < kBound && apart > 10 * error,
            fmt::format("Wan, two LoRAs {} on the GPU: video relative error {:.2e} < {:.0e} against "
                        "diffusers (and {:.2e} from the video of one LoRA)",
                        mode_name(mode), error, kBound, apart));
