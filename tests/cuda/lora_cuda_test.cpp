@@ -51,8 +51,9 @@ void check_products() {
          "a weight moved to the GPU takes its update there, in bf16");
   const auto check = [&](const char* what, const Tensor& actual, const Tensor& reference) {
     const double error = relative_error(actual, reference);
-    expect(error < kBound, fmt::format("{}: relative error {:.2e} < {:.0e} against the CPU's "
-                                       "merged float32 product",
+    // (The reference: the CPU's float32 product of the merged weight, or for FP8 rows the same
+    // FP8 product of W plus the CPU's float32 update.)
+    expect(error < kBound, fmt::format("{}: relative error {:.2e} < {:.0e} against its reference",
                                        what, error, kBound));
   };
   check("bf16 product", ops::linear(x_gpu, weight, bias_bf16, DType::BF16), expected);
