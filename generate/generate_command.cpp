@@ -132,7 +132,9 @@ ResolvedGenerate resolve_generate(const std::vector<std::string>& arguments) {
   }
   resolved.request = request_from_settings(merged);
   resolved.request.model_path = resolved.index.root;  // the folder an id resolved to
-  attach_loras(resolved.index, resolved.request.loras, resolved.request.lora_mode);
+  for (std::string& warning :
+       attach_loras(resolved.index, resolved.request.loras, resolved.request.lora_mode))
+    resolved.warnings.push_back(std::move(warning));
   if (!resolved.request.loras.empty()) resolved.loras = loras_metadata(resolved.request.loras);
   for (auto it = config_file.begin(); it != config_file.end(); ++it)
     if (!command_line.contains(it.key())) resolved.request.from_config_file.insert(it.key());

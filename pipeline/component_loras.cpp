@@ -14,8 +14,10 @@
 
 namespace mmgen {
 
-void attach_loras(ModelIndex& index, const std::vector<lora::LoraUse>& loras, lora::LoraMode mode) {
-  if (loras.empty()) return;
+std::vector<std::string> attach_loras(ModelIndex& index, const std::vector<lora::LoraUse>& loras,
+                                      lora::LoraMode mode) {
+  std::vector<std::string> warnings;
+  if (loras.empty()) return warnings;
   check(index.has("transformer"), "--lora-path: {} has no transformer to apply a LoRA to",
         (index.root / "model_index.json").string());
   const PipelineSpec& spec = find_pipeline(index.class_name, index.root);
@@ -33,8 +35,10 @@ void attach_loras(ModelIndex& index, const std::vector<lora::LoraUse>& loras, lo
         index.components.at(component).lora_mode = mode;
         taken = true;
       } else {
-        spdlog::warn("lora: {} has keys for the {}, which {} applies no LoRA to; they are left out",
-                     use.path.string(), component, index.class_name);
+        warnings.push_back(
+            fmt::format("lora: {} has keys for the {}, which {} applies no LoRA to; they are left "
+                        "out",
+                        use.path.string(), component, index.class_name));
       }
     }
     if (!taken) {
@@ -42,6 +46,7 @@ void attach_loras(ModelIndex& index, const std::vector<lora::LoraUse>& loras, lo
       index.components.at("transformer").lora_mode = mode;
     }
   }
+  return warnings;
 }
 
 namespace {

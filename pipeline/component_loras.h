@@ -16,10 +16,11 @@ namespace mmgen {
 
 // `loras` given to the index's components, each file checked to be there and be a .safetensors
 // file: each goes to every component its keys are for that the pipeline applies LoRAs to
-// (PipelineSpec::lora_components: FLUX's CLIP text encoder too), the others' keys logged as left
-// out (what is in the file is read when each component loads). Error, one line, otherwise.
-void attach_loras(ModelIndex& index, const std::vector<lora::LoraUse>& loras,
-                  lora::LoraMode mode = lora::LoraMode::Auto);
+// (PipelineSpec::lora_components: FLUX's CLIP text encoder too), the others' keys left out (what is
+// in the file is read when each component loads). Error, one line, otherwise. Returns one warning
+// line per file's keys for a component the pipeline applies no LoRA to.
+std::vector<std::string> attach_loras(ModelIndex& index, const std::vector<lora::LoraUse>& loras,
+                                      lora::LoraMode mode = lora::LoraMode::Auto);
 
 // `weights` with `entry.loras` applied in entry.lora_mode (lora_merge.h), each file logged with its
 // format, the layers it changes and what was left out. Throws Error, one line, for a file that

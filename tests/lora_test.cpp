@@ -409,6 +409,29 @@ TEST(Lora, TheDryRunAndTheOutputsMetadataNameEachLoraByItsHash) {
                  {{"file", "b_original.safetensors"}, {"sha256", b_hash}, {"scale", 1.3}}}));
 }
 
+// Keys for a component the pipeline applies no LoRA to (Wan's text encoder, as diffusers' Wan
+// loader) are left out with a warning the dry run shows; the transformer's keys still apply.
+TEST(Lora, KeysForAComponentThePipelineTakesNoLoraOnAreLeftOutWithAWarning) {
+  MMGEN_REQUIRE_SHARED();
+  NamedTensors tensors = {
+      {"text_encoder.encoder.block.0.layer.0.SelfAttention.q.lora_A.weight", zeros({2, 32})},
+      {"text_encoder.encoder.block.0.layer.0.SelfAttention.q.lora_B.weight", zeros({32, 2})}};
+  const SafetensorsFile a = SafetensorsFile::open(lora_fixture() / "a_diffusers.safetensors");
+  for (const std::string& name : a.names()) tensors.emplace_back(name, a.tensor(name).clone());
+  const fs::path file = lora_file("with_text_encoder", tensors);
+  const auto dry = testing::run_command(
+      testing::mmgen_binary().string() + " generate --model-path " +
+      (wan_tiny() / "model").string() + " --prompt fox --dry-run --lora-path " + file.string());
+  ASSERT_EQ(dry.exit_code, 0) << dry.err;
+  const nlohmann::json plan = nlohmann::json::parse(dry.out);
+  ASSERT_EQ(plan["warnings"].size(), 1u) << plan["warnings"].dump();
+  EXPECT_NE(plan["warnings"][0].get<std::string>().find(
+                "has keys for the text_encoder, which WanPipeline applies no LoRA to"),
+            std::string::npos);
+  EXPECT_EQ(plan["components"]["transformer"]["loras"][0]["layers"], 20);
+  EXPECT_FALSE(plan["components"]["text_encoder"].contains("loras"));
+}
+
 // FIPS 180-2's two one-block and two-block examples.
 TEST(FileSha256, MatchesTheStandardsExamples) {
   const fs::path dir = testing::scratch_dir("sha256");

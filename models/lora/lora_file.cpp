@@ -188,10 +188,14 @@ LoraFile read_lora_store(const WeightStore& store, const fs::path& path,
         break;
     }
   }
+  // The key prefixes this component's layers would have, for the message.
+  std::string expected;
+  for (const Prefix& prefix : kPrefixes)
+    if (prefix.component == component)
+      expected += (expected.empty() ? "" : ", ") + std::string(prefix.text) + "*";
   check(!modules.empty(),
-        "LoRA {}: no LoRA tensor for the {} (keys named {}.*, or for the transformer "
-        "diffusion_model.* or lora_unet_*); is this a LoRA for another model?",
-        path.string(), component, component);
+        "LoRA {}: no LoRA tensor for the {} (keys named {}); is this a LoRA for another model?",
+        path.string(), component, expected);
   for (const std::string_view format : formats)
     file.format += (file.format.empty() ? "" : " and ") + std::string(format);
   for (auto& [slot, pieces] : modules) {
