@@ -135,7 +135,8 @@ ResolvedGenerate resolve_generate(const std::vector<std::string>& arguments) {
   for (std::string& warning :
        attach_loras(resolved.index, resolved.request.loras, resolved.request.lora_mode))
     resolved.warnings.push_back(std::move(warning));
-  if (!resolved.request.loras.empty()) resolved.loras = loras_metadata(resolved.request.loras);
+  if (!resolved.request.loras.empty())
+    resolved.loras = loras_metadata(resolved.index, resolved.request.loras);
   for (auto it = config_file.begin(); it != config_file.end(); ++it)
     if (!command_line.contains(it.key())) resolved.request.from_config_file.insert(it.key());
   for (const SettingsLayer* layer : std::initializer_list<const SettingsLayer*>{

@@ -23,6 +23,8 @@ std::vector<std::string> attach_loras(ModelIndex& index, const std::vector<lora:
   const PipelineSpec& spec = find_pipeline(index.class_name, index.root);
   for (const lora::LoraUse& use : loras) {
     lora::check_lora_path(use.path);
+    lora::LoraUse hashed = use;  // hashed once: the listing and the output's metadata read it
+    hashed.sha256 = file_sha256(use.path);
     // Each component the file has keys for and the pipeline applies LoRAs to takes it; a file
     // with keys for none goes to the transformer, whose reader refuses it in one line.
     bool taken = false;
@@ -31,7 +33,7 @@ std::vector<std::string> attach_loras(ModelIndex& index, const std::vector<lora:
       const bool applied =
           std::count(spec.lora_components.begin(), spec.lora_components.end(), component) > 0;
       if (index.has(component) && applied) {
-        index.components.at(component).loras.push_back(use);
+        index.components.at(component).loras.push_back(hashed);
         index.components.at(component).lora_mode = mode;
         taken = true;
       } else {
@@ -42,7 +44,7 @@ std::vector<std::string> attach_loras(ModelIndex& index, const std::vector<lora:
       }
     }
     if (!taken) {
-      index.components.at("transformer").loras.push_back(use);
+      index.components.at("transformer").loras.push_back(hashed);
       index.components.at("transformer").lora_mode = mode;
     }
   }
@@ -50,18 +52,6 @@ std::vector<std::string> attach_loras(ModelIndex& index, const std::vector<lora:
 }
 
 namespace {
-
-// The modules `tree` lists a product's matrix for ("blocks.0.attn1.to_q").
-std::set<std::string> product_modules(const models::ParameterList& tree) {
-  std::set<std::string> modules;
-  tree([&](const models::Parameter& p) {
-    std::string name(p.name);
-    name = name.substr(0, name.find('['));
-    if (p.role == models::Role::Product && name.ends_with(".weight"))
-      modules.insert(name.substr(0, name.size() - std::string(".weight").size()));
-  });
-  return modules;
-}
 
 // `family`'s names, and kohya's flattened ones: "double_blocks_0_img_attn_qkv" is read as the
 // dotted name (some of its underscores dots) that the family's names, or the model's own, give
@@ -105,7 +95,7 @@ lora::ModuleNames with_flattened_names(const lora::ModuleNames& family,
 
 WeightStore with_loras(const ComponentEntry& entry, const WeightStore& weights,
                        const models::ParameterList& tree, const lora::ModuleNames& original_names) {
-  const std::set<std::string> modules = product_modules(tree);
+  const std::set<std::string> modules = lora::linear_modules(tree);
   const lora::ModuleNames names = with_flattened_names(original_names, modules);
   std::vector<lora::LoraFile> files;
   files.reserve(entry.loras.size());
@@ -132,16 +122,6 @@ WeightStore with_loras(const ComponentEntry& entry, const WeightStore& weights,
   return applied;
 }
 
-namespace {
-
-const char* mode_name(lora::LoraMode mode) {
-  return mode == lora::LoraMode::Merge     ? "merge"
-         : mode == lora::LoraMode::Runtime ? "runtime"
-                                           : "auto";
-}
-
-}  // namespace
-
 nlohmann::json loras_json(const ComponentEntry& entry) {
   nlohmann::json list = nlohmann::json::array();
   const lora::ModuleNames as_named = [](const std::string&) {
@@ -156,26 +136,34 @@ nlohmann::json loras_json(const ComponentEntry& entry) {
       if (layer.bias_delta.defined()) ++bias_deltas;
     }
     list.push_back({{"path", use.path.string()},
-                    {"sha256", file_sha256(use.path)},
+                    {"sha256", use.sha256},
                     {"bytes", fs::file_size(use.path)},
                     {"format", file.format},
                     {"layers", file.layers.size()},
                     {"ranks", std::vector<int64_t>(ranks.begin(), ranks.end())},
                     {"bias_deltas", bias_deltas},
                     {"scale", use.scale},
-                    {"mode", mode_name(entry.lora_mode)},
+                    {"mode", lora::lora_mode_name(entry.lora_mode)},
                     {"full_weight_diffs_left_out", file.full_weight_diffs},
                     {"other_component_keys", file.other_components}});
   }
   return list;
 }
 
-nlohmann::json loras_metadata(const std::vector<lora::LoraUse>& loras) {
+nlohmann::json loras_metadata(const ModelIndex& index,
+                              const std::vector<lora::LoraUse>& requested) {
   nlohmann::json list = nlohmann::json::array();
-  for (const lora::LoraUse& use : loras)
-    list.push_back({{"file", use.path.filename().string()},
-                    {"sha256", file_sha256(use.path)},
-                    {"scale", use.scale}});
+  for (const lora::LoraUse& asked : requested)
+    for (const auto& [name, entry] : index.components) {
+      const auto given =
+          std::find_if(entry.loras.begin(), entry.loras.end(),
+                       [&](const lora::LoraUse& use) { return use.path == asked.path; });
+      if (given == entry.loras.end()) continue;
+      list.push_back({{"file", asked.path.filename().string()},
+                      {"sha256", given->sha256},
+                      {"scale", asked.scale}});
+      break;
+    }
   return list;
 }
 

@@ -15,10 +15,11 @@
 namespace mmgen {
 
 // `loras` given to the index's components, each file checked to be there and be a .safetensors
-// file: each goes to every component its keys are for that the pipeline applies LoRAs to
-// (PipelineSpec::lora_components: FLUX's CLIP text encoder too), the others' keys left out (what is
-// in the file is read when each component loads). Error, one line, otherwise. Returns one warning
-// line per file's keys for a component the pipeline applies no LoRA to.
+// file, and hashed (LoraUse::sha256): each goes to every component its keys are for that the
+// pipeline applies LoRAs to (PipelineSpec::lora_components: FLUX's CLIP text encoder too), the
+// others' keys left out (what is in the file is read when each component loads). Error, one line,
+// otherwise. Returns one warning line per file's keys for a component the pipeline applies no LoRA
+// to.
 std::vector<std::string> attach_loras(ModelIndex& index, const std::vector<lora::LoraUse>& loras,
                                       lora::LoraMode mode = lora::LoraMode::Auto);
 
@@ -33,7 +34,8 @@ WeightStore with_loras(const ComponentEntry& entry, const WeightStore& weights,
 // ranks and scale, and the keys left out; [] when it has none. What --dry-run and inspect show.
 nlohmann::json loras_json(const ComponentEntry& entry);
 
-// What the output's metadata records of a request's LoRAs: each file's name, SHA-256 and scale.
-nlohmann::json loras_metadata(const std::vector<lora::LoraUse>& loras);
+// What the output's metadata records of the `requested` LoRAs, in order, once attach_loras gave
+// them to `index`: each file's name, SHA-256 (the one attach_loras took) and scale.
+nlohmann::json loras_metadata(const ModelIndex& index, const std::vector<lora::LoraUse>& requested);
 
 }  // namespace mmgen

@@ -110,10 +110,7 @@ Request request_from_settings(const json& settings) {
     check(!settings.contains("lora-scale") || settings["lora-scale"].is_null(),
           "--lora-scale without --lora-path: give the LoRA file it scales");
   }
-  const std::string lora_mode = settings.value("lora-mode", std::string("auto"));
-  r.lora_mode = lora_mode == "merge"     ? lora::LoraMode::Merge
-                : lora_mode == "runtime" ? lora::LoraMode::Runtime
-                                         : lora::LoraMode::Auto;
+  r.lora_mode = lora::lora_mode_named(settings.value("lora-mode", std::string("auto")));
   r.vae_tiling = settings.value("vae-tiling", false);
   r.vae_tile_size = settings.value("vae-tile-size", int64_t(256));
   r.vae_tile_overlap = settings.value("vae-tile-overlap", int64_t(64));

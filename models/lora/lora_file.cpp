@@ -270,6 +270,14 @@ std::vector<std::string> lora_components(const std::vector<std::string>& keys) {
   return {components.begin(), components.end()};
 }
 
+const char* lora_mode_name(LoraMode mode) {
+  return mode == LoraMode::Merge ? "merge" : mode == LoraMode::Runtime ? "runtime" : "auto";
+}
+
+LoraMode lora_mode_named(const std::string& name) {
+  return name == "merge" ? LoraMode::Merge : name == "runtime" ? LoraMode::Runtime : LoraMode::Auto;
+}
+
 void check_lora_path(const fs::path& path) {
   check(path.extension() == ".safetensors",
         "--lora-path {}: expected a .safetensors file (the format LoRAs are shared in)",

@@ -34,6 +34,7 @@ namespace fs = std::filesystem;
 struct LoraUse {
   fs::path path;
   double scale = 1.0;
+  std::string sha256;  // the file's, once attach_loras has checked it (pipeline/component_loras.h)
 };
 
 // How a component takes its LoRAs: merged into the weights at load (no cost per step), or as
@@ -41,6 +42,9 @@ struct LoraUse {
 // FP8 and GGUF ones included). Auto: runtime where a changed matrix is stored FP8 or as GGUF
 // blocks, merge otherwise.
 enum class LoraMode { Auto, Merge, Runtime };
+// "auto", "merge", "runtime" (--lora-mode's values), and back (anything else: Auto).
+const char* lora_mode_name(LoraMode mode);
+LoraMode lora_mode_named(const std::string& name);
 
 struct LoraLayer {
   std::string module;  // the layer's name in the model's checkpoint: "blocks.0.attn1.to_q"

@@ -190,6 +190,16 @@ WeightStore with_runtime_loras(const WeightStore& base, const models::ParameterL
   return base.with_replaced(merged).with_low_rank(updates);
 }
 
+std::set<std::string> linear_modules(const models::ParameterList& tree) {
+  const ListedNames names = listed_names(tree);
+  std::set<std::string> modules;
+  const std::string weight = ".weight";
+  for (const std::set<std::string>* matrices : {&names.products, &names.tables})
+    for (const std::string& name : *matrices)
+      if (name.ends_with(weight)) modules.insert(name.substr(0, name.size() - weight.size()));
+  return modules;
+}
+
 LoraMode resolved_mode(LoraMode mode, const WeightStore& base,
                        const std::vector<ScaledLora>& loras) {
   if (mode != LoraMode::Auto) return mode;

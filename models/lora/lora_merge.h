@@ -9,6 +9,7 @@
 // the GPU placement and the byte counts read these weights as they read any.
 #pragma once
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,10 @@ WeightStore with_runtime_loras(const WeightStore& base, const models::ParameterL
 
 // Merge or Runtime for `mode` (Auto: Runtime when a matrix the LoRAs change is stored FP8 or as
 // GGUF blocks, which a merge would have to requantize).
+// The modules whose matrix `tree` lists as a product's (or as a host table a product reads):
+// the layers a LoRA may change ("blocks.0.attn1.to_q").
+std::set<std::string> linear_modules(const models::ParameterList& tree);
+
 LoraMode resolved_mode(LoraMode mode, const WeightStore& base,
                        const std::vector<ScaledLora>& loras);
 
